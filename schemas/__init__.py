@@ -1,0 +1,1 @@
+"""Event schemas: Avro ``.avsc`` files, the pydantic models that mirror them, and the serde."""

@@ -1,0 +1,30 @@
+"""The ``clingate`` command line: one sub-command group per module under :mod:`streams.commands`."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="clingate",
+    help="clingate: gated decisions for clinical LLM pipelines on Apache Kafka.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    # Imported here so `clingate --help` stays fast and each command module owns its group.
+    from streams.commands import broker, topics
+
+    app.add_typer(broker.app, name="broker")
+    app.add_typer(topics.app, name="topics")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    _register()
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""The one settings object of a clingate process.
+
+The environment is read here and nowhere else: every setting declares its environment
+variable, its default and what it means. Commands build one :class:`Settings` at start-up
+and pass it (or the values in it) down; processors never see the environment.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Process-wide configuration, frozen once read."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    kafka_bootstrap_servers: str | None = Field(
+        default=None,
+        validation_alias="KAFKA_BOOTSTRAP_SERVERS",
+        description="Bootstrap address of an existing Kafka cluster. Unset: clingate starts its own "
+        "broker (testcontainers where Docker works, else a native KRaft broker).",
+    )
+    schema_registry_url: str | None = Field(
+        default=None,
+        validation_alias="CLINGATE_SCHEMA_REGISTRY_URL",
+        description="Confluent Schema Registry URL. Set: values use the registry wire format; "
+        "unset: Avro single-object encoding.",
+    )
+    home: Path = Field(
+        default=Path.home() / ".cache" / "clingate",
+        validation_alias="CLINGATE_HOME",
+        description="Cache directory for broker artifacts, broker data and worker state.",
+    )
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Read the environment once per process."""
+    return Settings()

@@ -1,0 +1,1 @@
+"""The topic catalog: every topic clingate reads or writes, declared once."""
