@@ -563,6 +563,21 @@ class Broker:
     local: LocalKafka | None = None
 
 
+def local_broker(settings: Settings) -> LocalKafka:
+    """The broker that ``clingate broker start|stop|status`` manages (default ``<home>/broker``)."""
+    return LocalKafka(settings.broker_dir or settings.home / "broker", home=settings.home)
+
+
+def configured_bootstrap(settings: Settings) -> str | None:
+    """The address a command should talk to when none is given on its command line.
+
+    Returns:
+        ``KAFKA_BOOTSTRAP_SERVERS`` if set, else the address of a running ``clingate broker``,
+        else None (nothing to talk to).
+    """
+    return settings.kafka_bootstrap_servers or local_broker(settings).bootstrap
+
+
 @contextlib.contextmanager
 def provide_broker(settings: Settings, directory: Path) -> Iterator[Broker]:
     """Give a running broker for the duration of the block: env var, else Docker, else native.

@@ -36,6 +36,12 @@ class Settings(BaseSettings):
         validation_alias="CLINGATE_HOME",
         description="Cache directory for broker artifacts, broker data and worker state.",
     )
+    broker_dir: Path | None = Field(
+        default=None,
+        validation_alias="CLINGATE_BROKER_DIR",
+        description="Directory of the broker that `clingate broker start|stop|status` manages "
+        "(data, logs, pid file). Default: <CLINGATE_HOME>/broker.",
+    )
     topic_partitions: int = Field(
         default=6,
         ge=1,
