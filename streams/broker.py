@@ -174,6 +174,8 @@ def free_port() -> int:
 
 def _port_is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the JVM does: connections of a just-stopped broker in TIME_WAIT must not count as "taken".
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
@@ -337,14 +339,27 @@ class LocalKafka:
             log_file=self.log_file,
         )
 
-    def log_tail(self, lines: int = 40) -> str:
-        """The last lines of the broker log and of the JVM's own output, for error messages."""
+    def log_tail(self, lines: int = 30) -> str:
+        """The broker's ERROR/FATAL lines and the last lines of its logs, for error messages.
+
+        The errors come first because a failed start ends in pages of orderly shutdown messages
+        that bury the cause (e.g. ``Address already in use``).
+        """
         parts = []
         for path in (self.log_file, self._jvm_output):
-            if path.exists():
-                text = path.read_text(errors="replace").splitlines()[-lines:]
-                if text:
-                    parts.append(f"--- {path} ---\n" + "\n".join(text))
+            if not path.exists():
+                continue
+            text = path.read_text(errors="replace").splitlines()
+            # An ERROR line, plus the exception line under it (where the cause is usually spelled out).
+            errors = [
+                line + (f"\n    {text[i + 1]}" if i + 1 < len(text) and not text[i + 1].startswith("[") else "")
+                for i, line in enumerate(text)
+                if " ERROR " in line or " FATAL " in line
+            ][-10:]
+            if errors:
+                parts.append(f"--- errors in {path} ---\n" + "\n".join(errors))
+            if text:
+                parts.append(f"--- end of {path} ---\n" + "\n".join(text[-lines:]))
         return "\n".join(parts) or "(no broker output yet)"
 
     def _server_properties(self, port: int, controller_port: int) -> dict[str, str]:
