@@ -347,19 +347,18 @@ class LocalKafka:
         """
         parts = []
         for path in (self.log_file, self._jvm_output):
-            if not path.exists():
+            text = path.read_text(errors="replace").splitlines() if path.exists() else []
+            if not text:
                 continue
-            text = path.read_text(errors="replace").splitlines()
             # An ERROR line, plus the exception line under it (where the cause is usually spelled out).
             errors = [
-                line + (f"\n    {text[i + 1]}" if i + 1 < len(text) and not text[i + 1].startswith("[") else "")
-                for i, line in enumerate(text)
+                line + ("" if following.startswith("[") else f"\n    {following}")
+                for line, following in zip(text, [*text[1:], "["], strict=True)
                 if " ERROR " in line or " FATAL " in line
             ][-10:]
             if errors:
                 parts.append(f"--- errors in {path} ---\n" + "\n".join(errors))
-            if text:
-                parts.append(f"--- end of {path} ---\n" + "\n".join(text[-lines:]))
+            parts.append(f"--- end of {path} ---\n" + "\n".join(text[-lines:]))
         return "\n".join(parts) or "(no broker output yet)"
 
     def _server_properties(self, port: int, controller_port: int) -> dict[str, str]:

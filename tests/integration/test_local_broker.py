@@ -25,7 +25,8 @@ from topics.catalog import TopicSpec
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(
-        shutil.which("java") is None or shutil.which("mvn") is None, reason="the native broker needs java and mvn"
+        shutil.which("java") is None or shutil.which("mvn") is None,
+        reason="the native broker needs java and mvn",
     ),
 ]
 
@@ -63,7 +64,8 @@ def _read_all(bootstrap: str, topic: str, count: int) -> list[bytes]:
     values: list[bytes] = []
     try:
         for _ in range(60):
-            values += [m.value() for m in consumer.consume(num_messages=count, timeout=1.0) if m.error() is None]
+            batch = consumer.consume(num_messages=count, timeout=1.0)
+            values += [m.value() for m in batch if m.error() is None]
             if len(values) >= count:
                 break
     finally:
