@@ -266,7 +266,8 @@ class LocalKafka:
             extra_properties: server.properties entries that override the generated ones.
             client_config: librdkafka settings the readiness probe needs (e.g. SASL credentials).
         """
-        self.directory = directory
+        # Absolute, because the pid check matches this path in the JVM's command line.
+        self.directory = directory.absolute()
         self.home = home
         self.extra_properties = dict(extra_properties or {})
         self.client_config = dict(client_config or {})
@@ -548,14 +549,26 @@ def docker_engine_available(timeout: float = 2.0) -> bool:
         return False
 
 
+def confluent_image_env(properties: Mapping[str, str]) -> dict[str, str]:
+    """Broker properties as the Confluent image's environment (``foo.bar`` -> ``KAFKA_FOO_BAR``).
+
+    The image's documented convention: ``.`` becomes ``_``, ``-`` becomes ``__`` and ``_``
+    becomes ``___``, upper-cased, prefixed with ``KAFKA_``.
+    """
+
+    def name(key: str) -> str:
+        return "KAFKA_" + key.replace("_", "___").replace("-", "__").replace(".", "_").upper()
+
+    return {name(key): value for key, value in properties.items()}
+
+
 @contextlib.contextmanager
 def _container_broker() -> Iterator[str]:
     from testcontainers.community.kafka import KafkaContainer
 
     container = KafkaContainer(image=TESTCONTAINERS_IMAGE).with_kraft()
-    for key, value in BROKER_DEFAULTS.items():
-        # The Confluent image maps KAFKA_FOO_BAR to foo.bar in server.properties.
-        container.with_env("KAFKA_" + key.upper().replace(".", "_"), value)
+    for name, value in confluent_image_env(BROKER_DEFAULTS).items():
+        container.with_env(name, value)
     container.start()
     try:
         bootstrap = container.get_bootstrap_server()
