@@ -552,14 +552,16 @@ def docker_engine_available(timeout: float = 2.0) -> bool:
 def confluent_image_env(properties: Mapping[str, str]) -> dict[str, str]:
     """Broker properties as the Confluent image's environment (``foo.bar`` -> ``KAFKA_FOO_BAR``).
 
-    The image's documented convention: ``.`` becomes ``_``, ``-`` becomes ``__`` and ``_``
-    becomes ``___``, upper-cased, prefixed with ``KAFKA_``.
+    Confluent's documentation maps ``_`` and ``-`` to ``__`` / ``___`` or the reverse depending on
+    the release, so property names containing them are refused rather than guessed.
+
+    Raises:
+        ValueError: A property name contains ``_`` or ``-``.
     """
-
-    def name(key: str) -> str:
-        return "KAFKA_" + key.replace("_", "___").replace("-", "__").replace(".", "_").upper()
-
-    return {name(key): value for key, value in properties.items()}
+    ambiguous = [key for key in properties if "_" in key or "-" in key]
+    if ambiguous:
+        raise ValueError(f"no reliable Confluent image variable for {ambiguous}")
+    return {"KAFKA_" + key.replace(".", "_").upper(): value for key, value in properties.items()}
 
 
 @contextlib.contextmanager
