@@ -94,7 +94,6 @@ BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
 )
 
 _NODE_ID = 1
-_STOP_SIGNAL = signal.SIGTERM
 
 
 class BrokerError(RuntimeError):
@@ -165,22 +164,27 @@ def ensure_artifacts(home: Path, pom: Path = KAFKA_POM) -> Path:
     return libs
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_port(preferred: object = None, taken: tuple[int, ...] = ()) -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now.
 
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # As the JVM does: connections of a just-stopped broker in TIME_WAIT must not count as "taken".
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
+    Args:
+        preferred: A port to return if it is an int, free and not in ``taken`` (a restart keeps
+            its address this way).
+        taken: Ports to avoid.
+    """
+    candidates = [preferred] if isinstance(preferred, int) and preferred not in taken else []
+    for port in [*candidates, 0]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            # As the JVM does: a just-stopped broker's connections in TIME_WAIT don't make a port taken.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            bound = int(sock.getsockname()[1])
+            if bound not in taken:
+                return bound
+    return free_port(taken=taken)
 
 
 def _new_cluster_id() -> str:
@@ -415,16 +419,8 @@ class LocalKafka:
             return running
         libs = ensure_artifacts(self.home)
         state = self._state()
-        previous = state.get("port")
-        if port is None:
-            port = previous if isinstance(previous, int) and _port_is_free(previous) else free_port()
-        previous_controller = state.get("controller_port")
-        controller_port = (
-            previous_controller
-            if isinstance(previous_controller, int) and previous_controller != port
-            and _port_is_free(previous_controller)
-            else free_port()
-        )
+        port = port or free_port(state.get("port"))
+        controller_port = free_port(state.get("controller_port"), taken=(port,))
         cluster_id = str(state.get("cluster_id") or _new_cluster_id())
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         self._state_file.write_text(
@@ -477,18 +473,7 @@ class LocalKafka:
         Returns:
             True if a running broker was stopped, False if none was running.
         """
-        pid = self._pid()
-        if pid is None:
-            self.pid_file.unlink(missing_ok=True)
-            self._reap()
-            return False
-        os.kill(pid, _STOP_SIGNAL)
-        if not self._wait_gone(pid, timeout):
-            os.kill(pid, signal.SIGKILL)
-            if not self._wait_gone(pid, 10.0):
-                raise BrokerError(f"the broker JVM (pid {pid}) survived SIGKILL")
-        self.pid_file.unlink(missing_ok=True)
-        return True
+        return self._end(signal.SIGTERM, timeout)
 
     def kill(self) -> bool:
         """Kill the broker abruptly (SIGKILL, no controlled shutdown), as a crash would.
@@ -496,19 +481,19 @@ class LocalKafka:
         Returns:
             True if a running broker was killed.
         """
-        pid = self._pid()
-        if pid is None:
-            return False
-        os.kill(pid, signal.SIGKILL)
-        self._wait_gone(pid, 10.0)
-        self.pid_file.unlink(missing_ok=True)
-        return True
+        return self._end(signal.SIGKILL, 0.0)
 
-    def _reap(self) -> None:
-        if self._process is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._process.wait(timeout=0)
-            self._process = None
+    def _end(self, first_signal: signal.Signals, grace: float) -> bool:
+        pid = self._pid()
+        if pid is not None:
+            os.kill(pid, first_signal)
+            if not self._wait_gone(pid, grace):
+                os.kill(pid, signal.SIGKILL)
+                if not self._wait_gone(pid, 10.0):
+                    raise BrokerError(f"the broker JVM (pid {pid}) survived SIGKILL")
+        self.pid_file.unlink(missing_ok=True)
+        self._process = None
+        return pid is not None
 
     def _wait_gone(self, pid: int, timeout: float) -> bool:
         if self._process is not None and self._process.pid == pid:
