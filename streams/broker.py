@@ -11,7 +11,8 @@ The native broker is the one developers and CI run here. Its jars are resolved o
 ``mvn dependency:copy-dependencies`` from ``deploy/local/pom.xml`` (where the Kafka version is
 chosen, see the comment there) into ``<home>/kafka/<version>-<pom digest>/libs``; the digest
 means an edited pom never reuses a stale cache. Maven runs only when that directory is missing,
-and a repeat run needs no network once ``~/.m2`` holds the artifacts (plugin version pinned).
+offline first, so a repeat run needs no network once ``~/.m2`` holds the artifacts (the plugin
+version is pinned for that).
 
 A :class:`LocalKafka` owns one directory::
 
@@ -145,10 +146,14 @@ def ensure_artifacts(home: Path, pom: Path = KAFKA_POM) -> Path:
     libs.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="libs.", dir=libs.parent))
     command = [
-        mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+        mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(pom), "dependency:copy-dependencies",
         "-DincludeScope=runtime", f"-DoutputDirectory={staging}",
     ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    # Offline first: with the artifacts already in ~/.m2 this needs no network at all; only a
+    # machine that never resolved them goes online.
+    result = subprocess.run([*command, "--offline"], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         shutil.rmtree(staging, ignore_errors=True)
         output = (result.stdout + result.stderr).strip().splitlines()[-30:]

@@ -10,9 +10,11 @@ import pytest
 
 from streams.broker import (
     BROKER_DEFAULTS,
+    BrokerError,
     LocalKafka,
     confluent_image_env,
     docker_engine_available,
+    ensure_artifacts,
     kafka_version,
     provide_broker,
 )
@@ -72,3 +74,9 @@ def test_container_broker_gets_the_same_settings_as_the_native_one():
     assert environment["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "1"
     assert environment["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
     assert len(environment) == len(BROKER_DEFAULTS)
+
+
+def test_missing_maven_is_reported_with_what_to_do(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BrokerError, match="KAFKA_BOOTSTRAP_SERVERS"):
+        ensure_artifacts(tmp_path / "home")
