@@ -272,7 +272,9 @@ class LocalKafka:
         Args:
             directory: The broker's own directory (created on start).
             home: The clingate cache directory holding the jar cache.
-            extra_properties: server.properties entries that override the generated ones.
+            extra_properties: server.properties entries that override the generated ones; the
+                placeholders ``{port}`` and ``{controller_port}`` in a value are replaced by the
+                ports of this start (e.g. ``SASL_PLAINTEXT://127.0.0.1:{port}``).
             client_config: librdkafka settings the readiness probe needs (e.g. SASL credentials).
         """
         # Absolute, because the pid check matches this path in the JVM's command line.
@@ -384,7 +386,10 @@ class LocalKafka:
             "log.dirs": str(self.directory / "data"),
             **BROKER_DEFAULTS,
         }
-        properties.update(self.extra_properties)
+        properties.update(
+            (key, value.replace("{port}", str(port)).replace("{controller_port}", str(controller_port)))
+            for key, value in self.extra_properties.items()
+        )
         return properties
 
     def _java(self, libs: Path, main_class: str, *arguments: str) -> list[str]:

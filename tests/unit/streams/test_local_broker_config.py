@@ -35,9 +35,11 @@ def test_server_properties_bind_loopback_and_make_topics_come_from_the_catalog(t
     assert properties["log.dirs"] == str(tmp_path / "data")
 
 
-def test_extra_properties_override_generated_ones(tmp_path: Path):
-    broker = LocalKafka(tmp_path, home=tmp_path, extra_properties={"listeners": "SASL_PLAINTEXT://127.0.0.1:1"})
-    assert broker._server_properties(port=2, controller_port=3)["listeners"] == "SASL_PLAINTEXT://127.0.0.1:1"
+def test_extra_properties_override_generated_ones_with_this_starts_ports(tmp_path: Path):
+    listeners = "SASL_PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}"
+    broker = LocalKafka(tmp_path, home=tmp_path, extra_properties={"listeners": listeners})
+    properties = broker._server_properties(port=2, controller_port=3)
+    assert properties["listeners"] == "SASL_PLAINTEXT://127.0.0.1:2,CONTROLLER://127.0.0.1:3"
 
 
 def test_broker_defaults_are_single_node_safe():
