@@ -110,11 +110,18 @@ def locate(snippet: str, pages: Sequence[tuple[int, str]], claimed_page: int | N
     Args:
         snippet: the text to find.
         pages: ``(page_num, text)`` for every page of the bundle, in page order.
-        claimed_page: the page the classifier cited (None: search every page alike).
+        claimed_page: the page the classifier cited; None when nothing was cited, and then the first
+            page where the text matches at any level is taken (its first occurrence).
 
     Returns:
         The match with its page; ``level`` NONE (and ``page`` None) when no page reaches the threshold.
     """
+    if claimed_page is None:
+        for page_num, text in pages:
+            first = match_text(snippet, text)
+            if first.found:
+                return Match(first.level, first.overlap, page_num)
+        return Match(MatchLevel.NONE, 0.0)
     for page_num, text in pages:
         if page_num == claimed_page:
             on_claimed = match_text(snippet, text)
