@@ -1,4 +1,4 @@
-"""Fixtures of the arbiter's unit tests (helpers and example inputs live in examples.py)."""
+"""Fixtures of the arbiter's unit tests (helpers and example inputs live in docs_examples.py)."""
 
 from __future__ import annotations
 
