@@ -7,7 +7,15 @@ from docs_examples import EXAMPLES, MAJOR_SEMANTIC, example, judge_with
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.docs.arbiter import MAX_RETRIES, RULES_ONLY_NOTE, AwaitingLlm, resume, retry_outcome, run, start
+from processors.docs.arbiter import (
+    MAX_RETRIES,
+    RULES_ONLY_NOTE,
+    AwaitingLlm,
+    resume,
+    retry_outcome,
+    run,
+    start,
+)
 from processors.docs.autofix import fingerprint
 from processors.docs.llm import LlmFinding, LlmJudgement, LlmPhase, LlmRequest, LlmResult
 from schemas.docs import Decision, EscalationReason, LlmMode, Severity
@@ -42,7 +50,10 @@ def test_worst_case_bound_is_three_calls_times_three_attempts():
 
 
 _finding = st.builds(
-    LlmFinding, severity=st.sampled_from(Severity), message=st.text(min_size=1, max_size=20), location=st.just("x")
+    LlmFinding,
+    severity=st.sampled_from(Severity),
+    message=st.text(min_size=1, max_size=20),
+    location=st.just("x"),
 )
 
 
@@ -58,7 +69,8 @@ def test_no_document_exceeds_the_budget_and_each_attempt_costs_two_or_three_call
     assert disposition.llm_calls == sum(a.llm_calls for a in disposition.attempts) <= 9
     for attempt in disposition.attempts:
         rule_blocker = any(
-            i.severity is Severity.BLOCKER and i.agent in ("V1", "V2") and i.source == "RULE" for i in attempt.issues
+            i.severity is Severity.BLOCKER and i.agent in ("V1", "V2") and i.source == "RULE"
+            for i in attempt.issues
         )
         assert ("V2_SEMANTIC" in attempt.llm_phases_run) is not rule_blocker
 
@@ -93,7 +105,10 @@ def test_a_fix_that_changes_nothing_escalates_as_a_cycle_without_another_attempt
     )
     disposition = run(request, rules_only).disposition
     assert [a.decision for a in disposition.attempts] == [Decision.AUTO_RETRY]
-    assert (disposition.decision, disposition.reason) == (Decision.ESCALATE_TO_SME, EscalationReason.FIX_CYCLE)
+    assert (disposition.decision, disposition.reason) == (
+        Decision.ESCALATE_TO_SME,
+        EscalationReason.FIX_CYCLE,
+    )
     assert disposition.rule_fired == 5
 
 
@@ -126,7 +141,12 @@ def test_a_missing_result_counts_as_a_failed_phase_and_an_unknown_one_is_refused
 
 
 def test_requests_carry_the_answer_schema_and_v3_sees_the_first_4000_characters(with_llm):
-    step = start(example("clean"), with_llm)
+    request = example("clean")
+    last = request.bundle.pages[-1]
+    long_page = last.model_copy(update={"text": last.text + " filler" * 600})
+    bundle = request.bundle.model_copy(update={"pages": [*request.bundle.pages[:-1], long_page]})
+    request = request.model_copy(update={"bundle": bundle})
+    step = start(request, with_llm)
     assert isinstance(step, AwaitingLlm)
     by_phase = {r.phase: r for r in step.requests}
     assert [r.request_id for r in step.requests] == [
@@ -135,7 +155,8 @@ def test_requests_carry_the_answer_schema_and_v3_sees_the_first_4000_characters(
         "doc2_6/0/V4_QUALITY",
     ]
     assert by_phase[LlmPhase.V4_QUALITY].response_schema == LlmJudgement.model_json_schema()
-    text = "\n\n".join(p.text for p in example("clean").bundle.pages)
+    text = "\n\n".join(p.text for p in bundle.pages)
+    assert len(text) > 4000
     assert by_phase[LlmPhase.V3_CONTEXT].user.endswith(text[:4000])
 
 

@@ -23,7 +23,12 @@ def test_share_sum_example_auto_retries_then_auto_accepts_with_the_seeds_normali
     finished = run(example("share_sum"), rules_only)
     first, second = finished.disposition.attempts
     [issue] = first.issues
-    assert (issue.id, issue.agent, issue.severity, issue.auto_fixable) == ("V2-0001", "V2", Severity.MAJOR, True)
+    assert (issue.id, issue.agent, issue.severity, issue.auto_fixable) == (
+        "V2-0001",
+        "V2",
+        Severity.MAJOR,
+        True,
+    )
     assert issue.message == "Segment 1 shares sum to 1.060 instead of 1.0"
     assert (first.decision, first.rule_fired) == (Decision.AUTO_RETRY, 5)
     assert second.fixes_applied == [FixKind.NORMALISE_SEGMENT_SHARES]
@@ -38,7 +43,9 @@ def test_quest_diagnostics_with_genomic_primary_is_a_v3_blocker_that_escalates(r
     finished = run(example("quest"), rules_only)
     [issue] = finished.disposition.issues
     assert (issue.id, issue.severity) == ("V3-0001", Severity.BLOCKER)
-    assert issue.message == "Routine lab vendor detected (Quest Diagnostics) but Genomic Report marked PRIMARY"
+    assert (
+        issue.message == "Routine lab vendor detected (Quest Diagnostics) but Genomic Report marked PRIMARY"
+    )
     assert issue.suggested_fix == "Reclassify as 'Other' or downgrade to MENTION_ONLY"
     assert (finished.disposition.decision, finished.disposition.rule_fired) == (Decision.ESCALATE_TO_SME, 1)
     assert finished.packet is not None
@@ -53,7 +60,12 @@ def test_quest_diagnostics_with_genomic_primary_is_a_v3_blocker_that_escalates(r
 def test_segment_count_three_with_two_segments_is_an_auto_fixable_v1_blocker(rules_only):
     finished = run(example("segment_count"), rules_only)
     [issue] = finished.disposition.issues
-    assert (issue.id, issue.severity, issue.auto_fixable, issue.ig_code) == ("V1-0001", "BLOCKER", True, "IG-1")
+    assert (issue.id, issue.severity, issue.auto_fixable, issue.ig_code) == (
+        "V1-0001",
+        "BLOCKER",
+        True,
+        "IG-1",
+    )
     assert issue.message == "number_of_segments is 3 but segments array has 2 items"
     # V5 rule 1 escalates every BLOCKER; the repaired version is offered to the SME.
     assert finished.disposition.decision is Decision.ESCALATE_TO_SME
@@ -63,14 +75,19 @@ def test_segment_count_three_with_two_segments_is_an_auto_fixable_v1_blocker(rul
 
 def test_v5_auto_retry_example_two_fixable_majors_and_a_minor_is_rule_5(rules_only):
     request = example("share_sum")
-    mixture = [e.model_copy(update={"overall_share": e.overall_share - 0.006}) for e in request.classification.document_mixture]
+    mixture = [
+        e.model_copy(update={"overall_share": e.overall_share - 0.006})
+        for e in request.classification.document_mixture
+    ]
     genomic = request.classification.segments[0].classifications[0].model_copy(update={"top_evidence": []})
     segment = request.classification.segments[0]
     segment = segment.model_copy(update={"classifications": [genomic, *segment.classifications[1:]]})
     classification = request.classification.model_copy(
         update={"document_mixture": mixture, "segments": [segment, *request.classification.segments[1:]]}
     )
-    first = run(request.model_copy(update={"classification": classification}), rules_only).disposition.attempts[0]
+    first = run(
+        request.model_copy(update={"classification": classification}), rules_only
+    ).disposition.attempts[0]
     messages = sorted((i.severity, i.auto_fixable, i.message) for i in first.issues)
     assert messages == [
         (Severity.MAJOR, True, "Mixture overall_share sums to 0.970 instead of 1.0"),
@@ -96,7 +113,8 @@ def test_lab_requisition_with_pathology_embedded_raw_is_a_v3_blocker(rules_only)
     [issue] = finished.disposition.issues
     assert issue.severity is Severity.BLOCKER
     assert issue.message == (
-        "Administrative keywords found ('requisition', 'test request') but Pathology Report marked EMBEDDED_RAW"
+        "Administrative keywords found ('requisition', 'test request') but "
+        "Pathology Report marked EMBEDDED_RAW"
     )
 
 
