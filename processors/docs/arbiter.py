@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from processors.docs.autofix import apply_fixes, fingerprint
 from processors.docs.issues import number, quality_score
-from processors.docs.llm import PHASE_AGENT, LlmPhase, LlmRequest, LlmResult, build_request, result_issues
+from processors.docs.llm import PHASE_AGENT, LlmPhase, LlmRequest, LlmResult, build_requests, result_issues
 from processors.docs.packet import build_review_packet
 from processors.docs.v1 import check_v1
 from processors.docs.v2 import check_v2_rules
@@ -211,10 +211,7 @@ def _begin(
     else:
         phases, skipped = list(LlmPhase), ()
     fp = fingerprint(classification)
-    requests = tuple(
-        build_request(phase, request.doc_id, attempt, classification, bundle, rule_issues[Agent.V4])
-        for phase in phases
-    )
+    requests = build_requests(phases, request.doc_id, attempt, classification, bundle, rule_issues[Agent.V4])
     state = ArbiterState(
         request=request,
         config=config,

@@ -20,6 +20,7 @@ Choices:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -65,6 +66,10 @@ class LlmJudgement(_Frozen):
     """The answer every phase must produce (its JSON schema constrains decoding)."""
 
     findings: list[LlmFinding] = Field(default_factory=list)
+
+
+JUDGEMENT_SCHEMA: dict[str, Any] = LlmJudgement.model_json_schema()
+"""JSON schema of :class:`LlmJudgement`, computed once (pydantic's generation costs milliseconds)."""
 
 
 class LlmRequest(_Frozen):
@@ -125,39 +130,40 @@ def _segment_pages(classification: ClassificationOutput, bundle: DocumentBundle)
     return "\n\n".join(parts)
 
 
-def build_request(
-    phase: LlmPhase,
+def build_requests(
+    phases: Sequence[LlmPhase],
     doc_id: str,
     attempt: int,
     classification: ClassificationOutput,
     bundle: DocumentBundle,
-    rule_issues: list[Issue],
-) -> LlmRequest:
-    """The request of one phase for one attempt (V4's prompt includes the deterministic V4 results)."""
-    if phase is LlmPhase.V2_SEMANTIC:
-        user = f"# Classification\n{_classification_json(classification)}\n\n# Page text\n"
-        user += _segment_pages(classification, bundle)
-    elif phase is LlmPhase.V3_CONTEXT:
-        user = (
-            f"# Classification\n{_classification_json(classification)}\n\n"
-            f"# First {V3_CONTEXT_CHARS} characters of the document\n"
+    v4_rule_issues: Sequence[Issue],
+) -> tuple[LlmRequest, ...]:
+    """The requests of ``phases`` for one attempt (V4's prompt includes the deterministic V4 results)."""
+    claimed = f"# Classification\n{_classification_json(classification)}\n\n"
+    users = {
+        LlmPhase.V2_SEMANTIC: lambda: f"{claimed}# Page text\n{_segment_pages(classification, bundle)}",
+        LlmPhase.V3_CONTEXT: lambda: (
+            f"{claimed}# First {V3_CONTEXT_CHARS} characters of the document\n"
             f"{document_text(bundle)[:V3_CONTEXT_CHARS]}"
+        ),
+        LlmPhase.V4_QUALITY: lambda: (
+            f"{claimed}# Deterministic snippet and anchor verification\n"
+            + ("\n".join(f"- [{i.severity.value}] {i.message}" for i in v4_rule_issues) or "- all verified")
+            + "\n\n# Page text\n"
+            + "\n\n".join(f"[page {p.page_num}]\n{p.text}" for p in bundle.pages)
+        ),
+    }
+    return tuple(
+        LlmRequest(
+            request_id=f"{doc_id}/{attempt}/{phase.value}",
+            doc_id=doc_id,
+            attempt=attempt,
+            phase=phase,
+            system=_SYSTEM[phase],
+            user=users[phase](),
+            response_schema=JUDGEMENT_SCHEMA,
         )
-    else:
-        checked = "\n".join(f"- [{i.severity.value}] {i.message}" for i in rule_issues) or "- all verified"
-        pages = "\n\n".join(f"[page {p.page_num}]\n{p.text}" for p in bundle.pages)
-        user = (
-            f"# Classification\n{_classification_json(classification)}\n\n"
-            f"# Deterministic snippet and anchor verification\n{checked}\n\n# Page text\n{pages}"
-        )
-    return LlmRequest(
-        request_id=f"{doc_id}/{attempt}/{phase.value}",
-        doc_id=doc_id,
-        attempt=attempt,
-        phase=phase,
-        system=_SYSTEM[phase],
-        user=user,
-        response_schema=LlmJudgement.model_json_schema(),
+        for phase in phases
     )
 
 
