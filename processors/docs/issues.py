@@ -79,8 +79,8 @@ def type_name(document_type: DocumentType) -> str:
 
 
 def segment_location(segment_index: int, document_type: DocumentType | None = None) -> str:
-    """Human location of a segment (1-based, as the seed prints "Segment 2"), optionally of one type in it."""
-    where = f"segments[{segment_index + 1}]"
+    """Human location of a segment, 1-based as the seed counts ("segment 2"), optionally of one type in it."""
+    where = f"segment {segment_index + 1}"
     return f"{where} → {type_name(document_type)}" if document_type else where
 
 

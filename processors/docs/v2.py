@@ -43,7 +43,7 @@ def check_v2_rules(classification: ClassificationOutput) -> list[Issue]:
                     Agent.V2,
                     Severity.MAJOR,
                     f"Segment {index + 1} shares sum to {sum(shares):.3f} instead of 1.0",
-                    f"{segment_location(index)}.segment_share",
+                    f"{segment_location(index)} → segment_share",
                     fix=FixKind.NORMALISE_SEGMENT_SHARES,
                     segment_index=index,
                 )
@@ -55,7 +55,7 @@ def check_v2_rules(classification: ClassificationOutput) -> list[Issue]:
                 Agent.V2,
                 Severity.MAJOR,
                 f"Mixture overall_share sums to {sum(shares):.3f} instead of 1.0",
-                f"{mixture_location()}.overall_share",
+                f"{mixture_location()} → overall_share",
                 fix=FixKind.NORMALISE_MIXTURE_SHARES,
             )
         )

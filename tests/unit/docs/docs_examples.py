@@ -66,5 +66,5 @@ MAJOR_SEMANTIC = LlmFinding(
     severity=Severity.MAJOR,
     message="Segment 1 text contains routine lab values inconsistent with Genomic Report PRIMARY "
     "classification",
-    location="segments[1] → Genomic Report",
+    location="segment 1 → Genomic Report",
 )

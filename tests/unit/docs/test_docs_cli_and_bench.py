@@ -45,7 +45,7 @@ def test_verify_prints_the_disposition_of_the_share_sum_example():
         "agent": "V2",
         "severity": "MAJOR",
         "auto_fixable": True,
-        "location": "segments[1].segment_share",
+        "location": "segment 1 → segment_share",
     }
     shares = [
         c["segment_share"] for c in disposition["final_classification"]["segments"][0]["classifications"]
