@@ -36,6 +36,12 @@ class Settings(BaseSettings):
         validation_alias="CLINGATE_HOME",
         description="Cache directory for broker artifacts, broker data and worker state.",
     )
+    docs_trap_rules: Path | None = Field(
+        default=None,
+        validation_alias="CLINGATE_DOCS_TRAP_RULES",
+        description="YAML of the classification arbiter's V3 trap rules (vendor, keyword and "
+        "header/footer rule sets). Unset: the packaged processors/docs/v3_trap_rules.yaml.",
+    )
 
 
 @lru_cache(maxsize=1)

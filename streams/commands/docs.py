@@ -40,6 +40,7 @@ from schemas.docs import (
     Severity,
 )
 from streams.docs_arbiter import LlmCall, arbitrate
+from streams.settings import get_settings
 
 app = typer.Typer(
     help="Classification arbiter: verify classifications, render review packets.", no_args_is_help=True
@@ -102,7 +103,9 @@ def verify(
         bundle=doc,
         production_label=production_label,
     )
-    config = ArbiterConfig(trap_rules=load_trap_rules(), llm_enabled=call is not None)
+    config = ArbiterConfig(
+        trap_rules=load_trap_rules(get_settings().docs_trap_rules), llm_enabled=call is not None
+    )
     finished = asyncio.run(arbitrate(request, config, call))
     typer.echo(json.dumps(finished.disposition.model_dump(mode="json"), indent=2, ensure_ascii=False))
     if packet_out is not None and finished.packet is not None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+from importlib import resources
+
+import yaml
 
 from docs_examples import DATA, example, judge_with
 from rich.console import Console
@@ -16,6 +19,7 @@ from schemas.docs import ReviewPacket
 from streams.bench.docs import load_request, rules_only_rate, stub_llm_run
 from streams.commands.docs import app, render_packet
 from streams.docs_arbiter import arbitrate
+from streams.settings import get_settings
 
 runner = CliRunner()
 
@@ -136,3 +140,24 @@ def test_bench_overlaps_llm_calls_across_documents():
     assert stub.peak_in_flight == 8
     assert stub.wall_s < stub.llm_calls * stub.latency_s / 2
     assert rules_only_rate(request, documents=5) > 0
+
+
+def test_verify_reads_trap_rules_from_the_configured_yaml(tmp_path, monkeypatch):
+    rules = yaml.safe_load(resources.files("processors.docs").joinpath("v3_trap_rules.yaml").read_text())
+    rules["vendor_rules"][0]["vendors"] = ["Oncology Associates"]
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(rules))
+    monkeypatch.setenv("CLINGATE_DOCS_TRAP_RULES", str(path))
+    get_settings.cache_clear()
+    try:
+        result = _verify(
+            "--classification",
+            str(DATA / "classification_doc2_6_clean.json"),
+            "--bundle",
+            str(DATA / "bundle_doc2_6.json"),
+        )
+    finally:
+        get_settings.cache_clear()
+    assert json.loads(result.stdout)["issues"][0]["message"] == (
+        "Routine lab vendor detected (Oncology Associates) but Genomic Report marked PRIMARY"
+    )
