@@ -8,7 +8,6 @@ import json
 from importlib import resources
 
 import yaml
-
 from docs_examples import DATA, example, judge_with
 from rich.console import Console
 from typer.testing import CliRunner
