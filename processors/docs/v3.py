@@ -66,8 +66,6 @@ class KeywordRule(_Rule):
 class HeaderFooterRule(_Rule):
     """Trap 3: evidence snippets matching page header/footer patterns."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", ignored_types=(cached_property,))
-
     patterns: dict[str, str]
 
     @cached_property
