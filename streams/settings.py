@@ -56,6 +56,12 @@ class Settings(BaseSettings):
         description="Replication factor of every catalog topic: 1 on a single local broker, 3 on a "
         "production cluster.",
     )
+    docs_trap_rules: Path | None = Field(
+        default=None,
+        validation_alias="CLINGATE_DOCS_TRAP_RULES",
+        description="YAML of the classification arbiter's V3 trap rules (vendor, keyword and "
+        "header/footer rule sets). Unset: the packaged processors/docs/v3_trap_rules.yaml.",
+    )
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,165 @@
+"""``clingate docs``: the classification arbiter without Kafka.
+
+* ``verify`` runs V1–V5 with auto-fix and retries on a classification and its bundle and prints the
+  disposition JSON (``--packet-out`` also writes the review packet of an escalation);
+* ``show-packet`` renders a review packet in the terminal, the matched evidence highlighted in the
+  real page text around it.
+
+The topic-backed ``reviews`` / ``review DOC_ID`` commands come with the Kafka wiring. LLM seam:
+:func:`configured_llm` is where the project's LLM client (``streams.llm``) plugs in; until it does,
+``verify`` runs rules-only and says so on stderr and in the disposition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+from pydantic import BaseModel, ValidationError
+from rich.console import Console, Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from processors.docs.arbiter import ArbiterConfig
+from processors.docs.packet import format_issue
+from processors.docs.v3 import load_trap_rules
+from schemas.docs import (
+    DOCUMENT_TYPE_NAMES,
+    ClassificationOutput,
+    ClassificationRequest,
+    DocumentBundle,
+    DocumentType,
+    ReviewPacket,
+    Severity,
+)
+from streams.docs_arbiter import LlmCall, arbitrate
+from streams.settings import get_settings
+
+app = typer.Typer(
+    help="Classification arbiter: verify classifications, render review packets.", no_args_is_help=True
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+_SEVERITY_STYLE = {Severity.BLOCKER: "bold red", Severity.MAJOR: "yellow", Severity.MINOR: "cyan"}
+
+
+def configured_llm() -> tuple[LlmCall | None, str]:
+    """The LLM call to use, or None with the reason the arbiter runs rules-only.
+
+    This is the seam for the LLM client of the GPU-consumer issue: once ``streams.llm`` offers a
+    client, build an :data:`~streams.docs_arbiter.LlmCall` from it here.
+    """
+    if importlib.util.find_spec("streams.llm") is None:
+        return None, "LLM not configured (no streams.llm client in this build): running rules-only"
+    return (
+        None,
+        "LLM client present but not wired into the arbiter (streams/commands/docs.py): running rules-only",
+    )
+
+
+def _load(model: type[M], path: Path) -> M:
+    try:
+        return model.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError) as error:
+        # Structurally invalid input is not one of the seed's issue kinds: refuse it (the stream
+        # processor sends such records to the DLQ).
+        typer.echo(f"invalid {model.__name__} in {path}: {error}", err=True)
+        raise typer.Exit(code=2) from error
+
+
+@app.command()
+def verify(
+    classification: Annotated[Path, typer.Option(help="ClassificationOutput JSON.")],
+    bundle: Annotated[Path, typer.Option(help="DocumentBundle JSON.")],
+    no_llm: Annotated[
+        bool, typer.Option("--no-llm", help="Run rules-only even if an LLM is configured.")
+    ] = False,
+    production_label: Annotated[
+        DocumentType | None, typer.Option(help="The production classifier's dominant type, for comparison.")
+    ] = None,
+    packet_out: Annotated[
+        Path | None, typer.Option(help="Write the review packet here when escalated.")
+    ] = None,
+) -> None:
+    """Verify a classification against its bundle and print the disposition JSON."""
+    output = _load(ClassificationOutput, classification)
+    doc = _load(DocumentBundle, bundle)
+    call, note = (None, "--no-llm: running rules-only") if no_llm else configured_llm()
+    if call is None:
+        typer.echo(note, err=True)
+    event_time = datetime.fromisoformat(doc.processing_timestamp.replace("Z", "+00:00"))
+    request = ClassificationRequest(
+        doc_id=doc.doc_id,
+        event_time_ms=int(event_time.timestamp() * 1000),
+        classification=output,
+        bundle=doc,
+        production_label=production_label,
+    )
+    config = ArbiterConfig(
+        trap_rules=load_trap_rules(get_settings().docs_trap_rules), llm_enabled=call is not None
+    )
+    finished = asyncio.run(arbitrate(request, config, call))
+    typer.echo(json.dumps(finished.disposition.model_dump(mode="json"), indent=2, ensure_ascii=False))
+    if packet_out is not None and finished.packet is not None:
+        packet_out.write_text(
+            json.dumps(finished.packet.model_dump(mode="json"), indent=2, ensure_ascii=False)
+        )
+        typer.echo(f"review packet written to {packet_out}", err=True)
+
+
+def render_packet(packet: ReviewPacket) -> RenderableType:
+    """A review packet for the terminal: document info, issues as the seed formats them, page context.
+
+    In each context the matched paragraph is highlighted and the located text within it reversed.
+    """
+    info = Table.grid(padding=(0, 2))
+    info.add_row("Document", f"{packet.doc_id} ({packet.pdf_filename}, {packet.total_pages} pages)")
+    info.add_row(
+        "Decision", f"{packet.v5_decision.value} (V5 rule {packet.rule_fired}, {packet.reason.value})"
+    )
+    info.add_row("Classified as", DOCUMENT_TYPE_NAMES[packet.classification.dominant_type_overall])
+    if packet.production_label is not None:
+        verdict = "differs" if packet.production_differs else "agrees"
+        info.add_row("Production", f"{DOCUMENT_TYPE_NAMES[packet.production_label]} ({verdict})")
+    info.add_row("Review status", packet.review_status.value)
+    info.add_row("Issues", str(packet.total_issues))
+    parts: list[RenderableType] = [Panel(info, title="SME review packet")]
+    contexts = {context.issue_id: context for context in packet.contexts}
+    for issue in packet.issues:
+        body: list[RenderableType] = [Text(format_issue(issue))]
+        context = contexts.get(issue.id)
+        if context is not None and context.segment_start_page is not None:
+            dominant = (
+                DOCUMENT_TYPE_NAMES[context.segment_dominant_type] if context.segment_dominant_type else "?"
+            )
+            body.append(
+                Text(
+                    f"Segment pages {context.segment_start_page}-{context.segment_end_page}, {dominant}",
+                    "dim",
+                )
+            )
+        if context is not None and context.paragraphs:
+            body.append(Text(f"Page {context.page} (actual text):", "bold"))
+            for paragraph in context.paragraphs:
+                line = Text(f"  ¶{paragraph.index + 1} {paragraph.text}")
+                if paragraph.is_match:
+                    line.stylize("on dark_green")
+                    if context.located_text:
+                        line.highlight_words([context.located_text], "reverse", case_sensitive=False)
+                body.append(line)
+        parts.append(Panel(Group(*body), border_style=_SEVERITY_STYLE[issue.severity]))
+    return Group(*parts)
+
+
+@app.command("show-packet")
+def show_packet(packet: Annotated[Path, typer.Option(help="ReviewPacket JSON.")]) -> None:
+    """Render a review packet in the terminal."""
+    Console(file=sys.stdout).print(render_packet(_load(ReviewPacket, packet)))

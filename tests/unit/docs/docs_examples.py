@@ -1,0 +1,70 @@
+"""Example inputs of tests/data/docs and stub judgements for the arbiter's tests.
+
+A stub judgement is a pure callable ``LlmRequest -> LlmResult``: the arbiter emits requests as data,
+so no client, broker or network is involved, and nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from processors.docs.llm import LlmFinding, LlmJudgement, LlmPhase, LlmRequest, LlmResult
+from schemas.docs import ClassificationOutput, ClassificationRequest, DocumentBundle, DocumentType, Severity
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "docs"
+
+EXAMPLES = {
+    "clean": ("classification_doc2_6_clean", "bundle_doc2_6"),
+    "share_sum": ("classification_doc2_6_share_sum", "bundle_doc2_6"),
+    "segment_count": ("classification_doc2_6_segment_count", "bundle_doc2_6"),
+    "fabricated": ("classification_doc2_6_fabricated", "bundle_doc2_6"),
+    "header_footer": ("classification_doc2_6_header_footer", "bundle_doc2_6"),
+    "quest": ("classification_quest_genomic", "bundle_quest_cbc"),
+    "requisition": ("classification_requisition", "bundle_requisition"),
+}
+
+
+def load_json(name: str) -> dict:
+    return json.loads((DATA / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def classification(name: str) -> ClassificationOutput:
+    return ClassificationOutput.model_validate(load_json(name))
+
+
+def bundle(name: str) -> DocumentBundle:
+    return DocumentBundle.model_validate(load_json(name))
+
+
+def example(key: str, production_label: DocumentType | None = None) -> ClassificationRequest:
+    """The request of one example pair, with a fixed event time."""
+    c, b = EXAMPLES[key]
+    doc = bundle(b)
+    return ClassificationRequest(
+        doc_id=doc.doc_id,
+        event_time_ms=1_739_889_000_000,
+        classification=classification(c),
+        bundle=doc,
+        production_label=production_label,
+    )
+
+
+def judge_with(findings: dict[LlmPhase, list[LlmFinding]] | None = None) -> Callable[[LlmRequest], LlmResult]:
+    """A stub judgement returning the given findings per phase (none by default)."""
+    table = findings or {}
+
+    def judge(request: LlmRequest) -> LlmResult:
+        judgement = LlmJudgement(findings=table.get(request.phase, []))
+        return LlmResult(request_id=request.request_id, judgement=judgement)
+
+    return judge
+
+
+MAJOR_SEMANTIC = LlmFinding(
+    severity=Severity.MAJOR,
+    message="Segment 1 text contains routine lab values inconsistent with Genomic Report PRIMARY "
+    "classification",
+    location="segment 1 → Genomic Report",
+)
