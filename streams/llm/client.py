@@ -294,7 +294,11 @@ class LlmClient:
         return None if endpoint is None else self._servers[endpoint.base_url].breaker.state
 
     def request_body(
-        self, call_type: CallType, response_model: type[BaseModel], messages: Sequence[ChatMessage], model: str
+        self,
+        call_type: CallType,
+        response_model: type[BaseModel],
+        messages: Sequence[ChatMessage],
+        model: str,
     ) -> dict[str, Any]:
         """The exact JSON body sent for a call (public so tests and audits can inspect it).
 
@@ -400,7 +404,8 @@ class LlmClient:
                 response = await self._http.post(url, json=body)
         except (TimeoutError, httpx.TimeoutException):
             server.breaker.record_failure()
-            return _Transient(FailureKind.TIMEOUT, f"no answer from {url} within {self._policy.timeout_s:g} s")
+            detail = f"no answer from {url} within {self._policy.timeout_s:g} s"
+            return _Transient(FailureKind.TIMEOUT, detail)
         except httpx.TransportError as exc:
             server.breaker.record_failure()
             return _Transient(FailureKind.UNAVAILABLE, f"{type(exc).__name__} talking to {url}")

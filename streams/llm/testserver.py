@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from aiohttp import web
@@ -314,7 +314,9 @@ def parse_chat_request(body: Any) -> ChatRequest:
             schemas.append(structured["json"])
         compact = structured.get("disable_any_whitespace") is True
     if not schemas:
-        raise RequestRejectedError("no JSON schema: send response_format json_schema or structured_outputs.json")
+        raise RequestRejectedError(
+            "no JSON schema: send response_format json_schema or structured_outputs.json"
+        )
     if any(s != schemas[0] for s in schemas):
         raise RequestRejectedError("response_format and structured_outputs carry different schemas")
     return ChatRequest(model, messages, schemas[0], float(temperature), max_tokens, compact)
@@ -340,6 +342,9 @@ class OpenAiTestServer:
             responder: chooses the answer of a successful request.
             hang_s: how long a ``Fault.hang()`` request waits before answering.
             record: keep every chat request body in :attr:`requests`.
+
+        Attributes:
+            in_flight: chat requests being handled now; ``peak_in_flight`` is its maximum so far.
         """
         self.models = tuple(models)
         self.latency_s = latency_s
@@ -347,6 +352,8 @@ class OpenAiTestServer:
         self.hang_s = hang_s
         self.fault_hook: Callable[[ChatRequest], Fault | None] | None = None
         self.requests: list[dict[str, Any]] = []
+        self.in_flight = 0
+        self.peak_in_flight = 0
         self._record = record
         self._script: deque[Fault] = deque()
         self._runner: web.AppRunner | None = None
@@ -402,6 +409,14 @@ class OpenAiTestServer:
         return web.json_response({"object": "list", "data": data})
 
     async def _chat(self, request: web.Request) -> web.Response:
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            return await self._handle_chat(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _handle_chat(self, request: web.Request) -> web.Response:
         try:
             body = await request.json()
         except ValueError:
@@ -467,17 +482,17 @@ class OpenAiTestServer:
 
 
 def main(
-    host: str = typer.Option("127.0.0.1", help="Interface to bind."),
-    port: int = typer.Option(0, help="TCP port; 0 picks a free one."),
-    latency_ms: float = typer.Option(0.0, help="Fixed delay before every answer, in milliseconds."),
-    model: list[str] = typer.Option([DEFAULT_MODEL], help="Served model name (repeatable)."),
-    hashed: bool = typer.Option(False, help="Choose answers by a hash of the prompt, not minimally."),
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port; 0 picks a free one.")] = 0,
+    latency_ms: Annotated[float, typer.Option(help="Fixed delay before every answer, in ms.")] = 0.0,
+    model: Annotated[list[str] | None, typer.Option(help="Served model name (repeatable).")] = None,
+    hashed: Annotated[bool, typer.Option(help="Choose answers by a hash of the prompt.")] = False,
 ) -> None:
     """Serve the OpenAI-compatible test API until interrupted; prints ``listening <base-url>``."""
 
     async def serve() -> None:
         server = OpenAiTestServer(
-            models=model,
+            models=model or [DEFAULT_MODEL],
             latency_s=latency_ms / 1000.0,
             responder=hashed_responder if hashed else minimal_responder,
             record=False,
