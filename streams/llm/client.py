@@ -52,7 +52,9 @@ Testability: the backoff's randomness (``rng``), the sleep and the clock are inj
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -173,10 +175,41 @@ class CircuitBreaker:
         self._probe_in_flight = False
 
 
+class _Lanes:
+    """The request slots of one server: at most ``size`` lanes, each an httpx client owning ONE
+    keep-alive connection. Checking a lane out is acquiring a slot (this is the per-server semaphore).
+
+    Why not one shared httpx pool: httpcore's pool re-scans every connection for every queued request
+    (O(N^2 + N*M), encode/httpcore#1035, encode/httpx#3215) and can close a connection it has just
+    assigned (encode/httpcore#1110); at 64 in flight it spent ~70% of the benchmark's CPU there and
+    stretched a 50 ms call to ~1 s. A lane's pool holds one connection and serves one request at a time,
+    so neither can happen.
+    """
+
+    def __init__(self, size: int, make: Callable[[], httpx.AsyncClient]) -> None:
+        self._size = size
+        self._make = make
+        self._idle: asyncio.Queue[httpx.AsyncClient] = asyncio.Queue()
+        self._all: list[httpx.AsyncClient] = []
+
+    async def acquire(self) -> httpx.AsyncClient:
+        if self._idle.empty() and len(self._all) < self._size:
+            lane = self._make()
+            self._all.append(lane)
+            return lane
+        return await self._idle.get()
+
+    def release(self, lane: httpx.AsyncClient) -> None:
+        self._idle.put_nowait(lane)
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(lane.aclose() for lane in self._all))
+
+
 @dataclass(slots=True)
 class _Server:
     base_url: str
-    slots: asyncio.Semaphore
+    lanes: _Lanes
     breaker: CircuitBreaker
 
 
@@ -191,6 +224,12 @@ class _Transient:
 class _Final:
     kind: FailureKind
     detail: str
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    # One per process: building one (loading the CA bundle) costs ~0.1 s, and every lane needs one.
+    return httpx.create_ssl_context()
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -212,7 +251,6 @@ class LlmClient:
         rng: random.Random | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         """Create a client.
 
@@ -223,30 +261,31 @@ class LlmClient:
             rng: randomness of the backoff jitter (seed it in tests).
             sleep: the backoff sleep (replace it in tests).
             clock: monotonic clock for latency and the breakers.
-            transport: an httpx transport (tests only; default: the network).
         """
         self._policy = policy or ClientPolicy()
         self._endpoints = dict(endpoints)
         self._rng = rng or random.Random()
         self._sleep = sleep
         self._clock = clock
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+        def make_lane() -> httpx.AsyncClient:
+            return httpx.AsyncClient(
+                headers=headers,
+                verify=_ssl_context(),
+                # asyncio.timeout in _attempt is the per-attempt deadline; httpx only bounds connecting.
+                timeout=httpx.Timeout(None, connect=min(10.0, self._policy.timeout_s)),
+                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+            )
+
         self._servers: dict[str, _Server] = {}
         for endpoint in self._endpoints.values():
             if endpoint.base_url not in self._servers:
                 self._servers[endpoint.base_url] = _Server(
                     endpoint.base_url,
-                    asyncio.Semaphore(self._policy.max_in_flight),
+                    _Lanes(self._policy.max_in_flight, make_lane),
                     CircuitBreaker(self._policy.breaker_threshold, self._policy.breaker_reset_s, clock),
                 )
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        pool = self._policy.max_in_flight * max(1, len(self._servers))
-        self._http = httpx.AsyncClient(
-            headers=headers,
-            # asyncio.timeout below is the per-attempt deadline; httpx only bounds connecting.
-            timeout=httpx.Timeout(None, connect=min(10.0, self._policy.timeout_s)),
-            limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool),
-            transport=transport,
-        )
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> LlmClient:
@@ -281,8 +320,8 @@ class LlmClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
-        await self._http.aclose()
+        """Close every connection."""
+        await asyncio.gather(*(server.lanes.aclose() for server in self._servers.values()))
 
     def enabled(self, role: Role) -> bool:
         """Whether ``role`` has a server (its LLM phases are on)."""
@@ -360,11 +399,17 @@ class LlmClient:
             )
         server = self._servers[endpoint.base_url]
         body = self.request_body(call_type, response_model, messages, endpoint.model)
-        async with server.slots:
-            return await self._call_with_retries(server, endpoint, role, call_type, response_model, body)
+        lane = await server.lanes.acquire()
+        try:
+            return await self._call_with_retries(
+                lane, server, endpoint, role, call_type, response_model, body
+            )
+        finally:
+            server.lanes.release(lane)
 
     async def _call_with_retries(
         self,
+        lane: httpx.AsyncClient,
         server: _Server,
         endpoint: Endpoint,
         role: Role,
@@ -383,7 +428,7 @@ class LlmClient:
                     f"next probe within {self._policy.breaker_reset_s:g} s",
                 )
             attempts += 1
-            outcome = await self._attempt(server, body)
+            outcome = await self._attempt(lane, server, body)
             elapsed = self._clock() - started
             if isinstance(outcome, _Final):
                 return self._failed(outcome.kind, role, call_type, server.base_url, attempts, elapsed,
@@ -396,12 +441,14 @@ class LlmClient:
                 continue
             return self._parse(outcome, response_model, endpoint, role, call_type, attempts, elapsed)
 
-    async def _attempt(self, server: _Server, body: dict[str, Any]) -> dict[str, Any] | _Transient | _Final:
+    async def _attempt(
+        self, lane: httpx.AsyncClient, server: _Server, body: dict[str, Any]
+    ) -> dict[str, Any] | _Transient | _Final:
         """Send one request; judge the server for the breaker; classify the outcome."""
         url = f"{server.base_url}/chat/completions"
         try:
             async with asyncio.timeout(self._policy.timeout_s):
-                response = await self._http.post(url, json=body)
+                response = await lane.post(url, json=body)
         except (TimeoutError, httpx.TimeoutException):
             server.breaker.record_failure()
             detail = f"no answer from {url} within {self._policy.timeout_s:g} s"
