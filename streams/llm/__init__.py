@@ -11,7 +11,13 @@ Public interface:
 """
 
 from streams.llm.calls import CALL_PROFILES, CallProfile, CallType, Role
-from streams.llm.client import ChatMessage, CircuitState, ClientPolicy, LlmClient
+from streams.llm.client import (
+    ChatMessage,
+    CircuitState,
+    ClientPolicy,
+    LlmClient,
+    UnregisteredResponseModelError,
+)
 from streams.llm.config import Endpoint, RoleConfig, resolve_role, resolve_roles
 from streams.llm.lint import response_model
 from streams.llm.result import FailureKind, LlmFailed, LlmOk, LlmResult
@@ -31,6 +37,7 @@ __all__ = [
     "LlmResult",
     "Role",
     "RoleConfig",
+    "UnregisteredResponseModelError",
     "resolve_role",
     "resolve_roles",
     "response_model",

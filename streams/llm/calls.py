@@ -17,6 +17,9 @@ Choices where the sources leave room (recorded here so they are visible):
   control flow -> code).
 * Top-p is never sent: the paper engages top-p 0.9 only when temperature > 0, which no gated call uses;
   synthesis keeps the server default, as DocGemma §7 specifies only temperature and budget.
+* ``SYNTHESIS`` answers are schema-constrained too (a caller-defined model with one bounded text
+  field), where DocGemma §7 uses free-form output: every answer in this project is validated against
+  a model, and a one-field object costs the decoder nothing. Temperature and budget are DocGemma's.
 * ``OPERATIONAL`` covers DocGemma-style classification calls outside the DBPM loop (e.g. the
   arbiter's semantic checks): T=0.0 with the largest operational budget of §7 (256, INTENT_CLASSIFY).
 """

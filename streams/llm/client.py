@@ -41,10 +41,12 @@ Failure semantics:
   ``breaker_threshold`` consecutive failed attempts (timeouts, connection errors, 5xx; a 429 or any
   other answer proves the server alive), fails calls fast while open, and after ``breaker_reset_s``
   lets one probe through (half-open): success closes it, failure re-opens it.
-* Concurrency: a semaphore per server bounds requests in flight (default 64, paper A.3); callers may
-  start any number of calls and the excess waits for a slot. The slot is held across retries and
-  backoff, so an overloaded server gets fewer requests, not more. Per-key ordering is the caller's
-  job: the client completes calls in whatever order the server answers.
+* Concurrency: each server has a fixed number of lanes (default 64, paper A.3), each an httpx client
+  with one keep-alive connection; a call holds a lane from its first attempt to its result, so lanes
+  are the per-server semaphore. Callers may start any number of calls; the excess waits for a lane.
+  The lane is held across retries and backoff, so an overloaded server gets fewer requests, not more.
+  (Why lanes and not one shared httpx pool: see ``_Lanes``.) Per-key ordering is the caller's job: the
+  client completes calls in whatever order the server answers.
 
 Testability: the backoff's randomness (``rng``), the sleep and the clock are injectable.
 """

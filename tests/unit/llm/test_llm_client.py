@@ -295,3 +295,37 @@ def test_clinician_messages_are_fixed_templates_without_raw_error_text(kind, rol
     assert not any(ch.isdigit() for ch in message)
     assert not any(word in message for word in ("HTTP", "Error", "Exception", "http", "json", "JSON"))
     assert set(MESSAGE_TEMPLATES) == set(FailureKind)
+
+
+BREAKER_OPS = st.lists(
+    st.one_of(st.sampled_from(["fail", "succeed"]), st.floats(min_value=0.0, max_value=40.0)),
+    max_size=40,
+)
+
+
+@given(BREAKER_OPS)
+def test_circuit_breaker_invariants(ops):
+    """Open after `threshold` straight failures, never let a call through while open, close on success."""
+    from streams.llm.client import CircuitBreaker
+
+    clock = FakeClock()
+    breaker = CircuitBreaker(threshold=3, reset_s=30.0, clock=clock)
+    streak = 0
+    for op in ops:
+        if isinstance(op, float):
+            clock.now += op
+            continue
+        state_before = breaker.state
+        allowed = breaker.allow()
+        assert allowed == (state_before is not CircuitState.OPEN)
+        if not allowed:
+            continue
+        if op == "succeed":
+            breaker.record_success()
+            streak = 0
+            assert breaker.state is CircuitState.CLOSED
+        else:
+            breaker.record_failure()
+            streak += 1
+            if streak >= 3 or state_before is CircuitState.HALF_OPEN:
+                assert breaker.state is not CircuitState.CLOSED
