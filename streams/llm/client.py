@@ -231,7 +231,7 @@ class _Final:
 @functools.cache
 def _ssl_context() -> ssl.SSLContext:
     # One per process: building one (loading the CA bundle) costs ~0.1 s, and every lane needs one.
-    return httpx.create_ssl_context()
+    return httpx.create_ssl_context(trust_env=False)
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -275,6 +275,8 @@ class LlmClient:
             return httpx.AsyncClient(
                 headers=headers,
                 verify=_ssl_context(),
+                # The environment is read in streams.settings only: no HTTP(S)_PROXY / SSL_CERT_FILE here.
+                trust_env=False,
                 # asyncio.timeout in _attempt is the per-attempt deadline; httpx only bounds connecting.
                 timeout=httpx.Timeout(None, connect=min(10.0, self._policy.timeout_s)),
                 limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
