@@ -6,10 +6,11 @@ returns ``LlmOk[T] | LlmFailed``; it never raises for a server, network or outpu
 
 Request shape (checked against vLLM's sources and docs, current as of the v0.12+ API):
 
-* The schema travels as ``response_format = {"type": "json_schema", "json_schema": {"name", "schema",
-  "strict": true}}``, the OpenAI-standard key that every OpenAI-compatible server honours or rejects
-  loudly, AND as ``structured_outputs = {"json": schema, "disable_any_whitespace": true}``, vLLM's own
-  extra-body field. vLLM's ``ChatCompletionRequest.to_sampling_params`` merges the two (it replaces
+* The schema travels as ``response_format = {"type": "json_schema", "json_schema": {"name", "schema"}}``
+  (no ``strict``: vLLM ignores it and OpenAI's strict mode forbids optional fields), the OpenAI-standard
+  key that every OpenAI-compatible server honours or rejects loudly, AND as
+  ``structured_outputs = {"json": schema, "disable_any_whitespace": true}``, vLLM's own extra-body
+  field. vLLM's ``ChatCompletionRequest.to_sampling_params`` merges the two (it replaces
   ``structured_outputs.json`` with the ``response_format`` schema, which is the same schema), so the
   server compiles exactly one grammar. Source: vllm ``entrypoints/openai`` chat protocol,
   ``to_sampling_params``; ``sampling_params.StructuredOutputsParams`` (fields ``json``, ``regex``,
@@ -363,7 +364,7 @@ class LlmClient:
             "max_tokens": profile.max_tokens,
             "response_format": {
                 "type": "json_schema",
-                "json_schema": {"name": response_model.__name__, "schema": schema, "strict": True},
+                "json_schema": {"name": response_model.__name__, "schema": schema},
             },
             "structured_outputs": {
                 "json": schema,

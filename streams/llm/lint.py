@@ -11,7 +11,12 @@ server actually receives, in generation order (pydantic keeps declaration order 
 * ``decision-after-free-text``: no property that is or contains a decision (enum, const, boolean) after
   a property that is or contains free text;
 * ``unbounded``: every string has ``maxLength`` (or is an enum/const) and every array ``maxItems``, so
-  a constrained decoder cannot run to the token limit (which is a failed call, never a partial answer).
+  a constrained decoder cannot run to the token limit (which is a failed call, never a partial answer);
+* ``decoder-unsupported``: no string mixes ``pattern``/``format`` with length bounds. vLLM's xgrammar
+  backend compiles the pattern and silently drops the bounds, so vLLM rejects such schemas for xgrammar
+  (``has_xgrammar_unsupported_json_features`` in vllm ``v1/structured_output/backend_xgrammar.py``)
+  and ``auto`` falls back to another backend. With ``unbounded`` this means: use an enum or a short
+  bounded string, never a pattern.
 
 Free text is a string that is not an enum/const and whose ``maxLength`` is absent or above
 :data:`SHORT_TEXT_MAX_CHARS`. Short bounded strings (an entity span copied from the narrative, a
@@ -48,7 +53,7 @@ class LintIssue:
     """One rule violation.
 
     Attributes:
-        rule: ``null-cascade`` | ``decision-after-free-text`` | ``unbounded``.
+        rule: ``null-cascade`` | ``decision-after-free-text`` | ``unbounded`` | ``decoder-unsupported``.
         path: JSON-pointer-like location of the offending property.
         message: what is wrong and what to do.
     """
@@ -148,6 +153,13 @@ def _lint_bounds(schema: dict[str, Any], path: str) -> Iterator[LintIssue]:
         yield LintIssue("unbounded", path, "string without maxLength: bound it (Field(max_length=...))")
     if "array" in types and "maxItems" not in schema:
         yield LintIssue("unbounded", path, "array without maxItems: bound it (Field(max_length=...))")
+    generative = {"pattern", "format"} & schema.keys()
+    if "string" in types and generative and {"minLength", "maxLength"} & schema.keys():
+        yield LintIssue(
+            "decoder-unsupported",
+            path,
+            "pattern/format with length bounds (xgrammar drops the bounds): use an enum or a bounded string",
+        )
 
 
 def _walk(schema: dict[str, Any], root: dict[str, Any], path: str, seen: set[int]) -> Iterator[LintIssue]:

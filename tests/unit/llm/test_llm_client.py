@@ -203,7 +203,7 @@ def test_request_body_carries_the_schema_the_current_way_and_no_guided_keys(harn
     schema = json_schema_of(ReExtraction)
     assert body["response_format"] == {
         "type": "json_schema",
-        "json_schema": {"name": "ReExtraction", "schema": schema, "strict": True},
+        "json_schema": {"name": "ReExtraction", "schema": schema},
     }
     assert body["structured_outputs"] == {"json": schema, "disable_any_whitespace": True}
     assert not [key for key in body if key.startswith("guided")]

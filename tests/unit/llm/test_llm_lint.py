@@ -102,6 +102,13 @@ def test_unbounded_strings_and_arrays_are_flagged():
     assert rules(Bad) == ["unbounded", "unbounded"]
 
 
+def test_pattern_with_length_bounds_is_unsupported_by_the_decoder():
+    class Bad(_M):
+        code: Annotated[str, Field(pattern=r"^[A-Z]+$", max_length=10)]
+
+    assert rules(Bad) == ["decoder-unsupported"]
+
+
 def test_the_decorator_refuses_a_bad_model_at_class_definition():
     with pytest.raises(SchemaLintError, match="null-cascade"):
 
