@@ -23,8 +23,10 @@ Request shape (checked against vLLM's sources and docs, current as of the v0.12+
   server answers 400 to them so a regression is loud.
 * ``disable_any_whitespace`` is requested per call, but current vLLM's xgrammar and guidance backends
   read it from the *server* config (``StructuredOutputsConfig.disable_any_whitespace``, set with
-  ``--structured-outputs-config``), not from the request. The deploy configuration therefore sets it
-  on the server too; the request field documents intent and is honoured wherever the engine reads it.
+  ``--structured-outputs-config``), not from the request. The serving configuration MUST therefore set
+  it on the server too: ``vllm serve MODEL --structured-outputs-config
+  '{"backend": "xgrammar", "disable_any_whitespace": true}'``; the request field documents intent and
+  is honoured wherever the engine reads it.
   Compact JSON matters: with whitespace allowed, constrained models have been seen emitting thousands
   of whitespace tokens until the token limit.
 * ``temperature`` and ``max_tokens`` come from the call-type table (:mod:`streams.llm.calls`).
@@ -243,7 +245,17 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 
 class LlmClient:
-    """Async client for schema-constrained LLM calls; use one per process (it pools connections)."""
+    """Async client for schema-constrained LLM calls; use one per process (it pools connections).
+
+    Shaped for consumer groups that keep many calls in flight and publish in per-key order: start one
+    task per record, then await the tasks in the order the records arrived (awaiting in order preserves
+    order; the lanes bound what is actually on the wire)::
+
+        async with LlmClient.from_settings(get_settings()) as llm:
+            tasks = [asyncio.create_task(llm.call(CallType.NER_VERDICT, NerVerdict, m)) for m in batch]
+            for task in tasks:
+                result = await task  # LlmOk[NerVerdict] | LlmFailed, in input order
+    """
 
     def __init__(
         self,
