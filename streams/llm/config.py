@@ -73,7 +73,7 @@ def enabling_variables(role: Role) -> str:
     """
     urls = "CLINGATE_LLM_URL" if role is Role.DEFAULT else f"{_URL_VARS[role]} or CLINGATE_LLM_URL"
     models = "CLINGATE_LLM_MODEL" if role is Role.DEFAULT else f"{_MODEL_VARS[role]} or CLINGATE_LLM_MODEL"
-    return f"{urls} (and {models})"
+    return f"{urls}, with {models}"
 
 
 def resolve_role(settings: Settings, role: Role) -> RoleConfig:

@@ -84,3 +84,19 @@ def test_client_from_settings_reports_disabled_roles_without_io(env):
 
     enabled, result = asyncio.run(main())
     assert not enabled and result.kind is FailureKind.DISABLED
+
+
+def test_status_command_says_which_roles_are_off(env):
+    from typer.testing import CliRunner
+
+    from streams.commands.llm import app
+    from streams.settings import get_settings
+
+    env(CLINGATE_VERIFIER_URL="http://v:8001/v1", CLINGATE_LLM_MODEL="m")
+    get_settings.cache_clear()
+    try:
+        output = CliRunner().invoke(app, ["status"]).output
+    finally:
+        get_settings.cache_clear()
+    assert "verifier: http://v:8001/v1 model m" in output
+    assert "generator: LLM phases off" in output and "default: LLM phases off" in output
