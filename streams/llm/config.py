@@ -69,7 +69,8 @@ def enabling_variables(role: Role) -> str:
         role: the role.
 
     Returns:
-        e.g. ``"CLINGATE_VERIFIER_URL or CLINGATE_LLM_URL (with a model name)"``.
+        The URL and model variables, e.g. for the verifier
+        ``"CLINGATE_VERIFIER_URL or CLINGATE_LLM_URL, with CLINGATE_VERIFIER_MODEL or CLINGATE_LLM_MODEL"``.
     """
     urls = "CLINGATE_LLM_URL" if role is Role.DEFAULT else f"{_URL_VARS[role]} or CLINGATE_LLM_URL"
     models = "CLINGATE_LLM_MODEL" if role is Role.DEFAULT else f"{_MODEL_VARS[role]} or CLINGATE_LLM_MODEL"
