@@ -470,7 +470,7 @@ class LlmClient:
             server.breaker.record_failure()
             detail = f"no answer from {url} within {self._policy.timeout_s:g} s"
             return _Transient(FailureKind.TIMEOUT, detail)
-        except httpx.TransportError as exc:
+        except httpx.RequestError as exc:  # transport, protocol and decoding errors
             server.breaker.record_failure()
             return _Transient(FailureKind.UNAVAILABLE, f"{type(exc).__name__} talking to {url}")
         except asyncio.CancelledError:

@@ -44,6 +44,9 @@ class Endpoint:
     model: str
 
     def __post_init__(self) -> None:
+        scheme, _, rest = self.base_url.partition("://")
+        if scheme not in ("http", "https") or not rest.strip("/"):
+            raise ValueError(f"{self.base_url!r} is not an http(s) base URL such as http://127.0.0.1:8000/v1")
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
 
 
@@ -97,7 +100,10 @@ def resolve_role(settings: Settings, role: Role) -> RoleConfig:
         return RoleConfig(
             role, None, f"{role}: LLM phases off ({url} has no model name; set {enabling_variables(role)})"
         )
-    endpoint = Endpoint(url, model)
+    try:
+        endpoint = Endpoint(url, model)
+    except ValueError as exc:
+        return RoleConfig(role, None, f"{role}: LLM phases off ({exc})")
     return RoleConfig(role, endpoint, f"{role}: {endpoint.base_url} model {model}")
 
 

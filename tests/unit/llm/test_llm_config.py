@@ -100,3 +100,8 @@ def test_status_command_says_which_roles_are_off(env):
         get_settings.cache_clear()
     assert "verifier: http://v:8001/v1 model m" in output
     assert "generator: LLM phases off" in output and "default: LLM phases off" in output
+
+
+def test_a_url_without_scheme_is_off_and_says_why(env):
+    config = resolve_role(env(CLINGATE_LLM_URL="localhost:8000/v1", CLINGATE_LLM_MODEL="m"), Role.DEFAULT)
+    assert config.endpoint is None and "not an http(s) base URL" in config.status
