@@ -51,6 +51,9 @@ Failure semantics:
   (Why lanes and not one shared httpx pool: see ``_Lanes``.) Per-key ordering is the caller's job: the
   client completes calls in whatever order the server answers.
 
+Numbers the sources do not give are this project's choices: backoff ceiling 0.5 s doubling to 8 s,
+breaker threshold 5 consecutive failed attempts, 30 s before a probe.
+
 Testability: the backoff's randomness (``rng``), the sleep and the clock are injectable.
 """
 
