@@ -30,7 +30,7 @@ models, so no call can bypass the rule.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeVar
@@ -101,7 +101,9 @@ def _children(schema: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield items
 
 
-def _contains(schema: dict[str, Any], root: dict[str, Any], leaf: Any, seen: frozenset[int]) -> bool:
+def _contains(
+    schema: dict[str, Any], root: dict[str, Any], leaf: Callable[[dict[str, Any]], bool], seen: frozenset[int]
+) -> bool:
     for branch in _branches(schema, root):
         if id(branch) in seen:
             continue
