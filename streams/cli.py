@@ -14,11 +14,12 @@ app = typer.Typer(
 
 def _register() -> None:
     # Imported here so `clingate --help` stays fast and each command module owns its group.
-    from streams.commands import broker, docs, topics
+    from streams.commands import broker, docs, llm, topics
 
     app.add_typer(broker.app, name="broker")
     app.add_typer(docs.app, name="docs")
     app.add_typer(topics.app, name="topics")
+    app.add_typer(llm.app, name="llm")
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -62,6 +62,73 @@ class Settings(BaseSettings):
         description="YAML of the classification arbiter's V3 trap rules (vendor, keyword and "
         "header/footer rule sets). Unset: the packaged processors/docs/v3_trap_rules.yaml.",
     )
+
+    # --- LLM serving (streams.llm). Role URL > CLINGATE_LLM_URL > none (the role's LLM phases are off).
+    llm_url: str | None = Field(
+        default=None,
+        validation_alias="CLINGATE_LLM_URL",
+        description="Base URL of an OpenAI-compatible server (vLLM), including /v1, e.g. "
+        "http://127.0.0.1:8000/v1. Serves every LLM call unless a role URL overrides it. "
+        "Unset (and no role URL): LLM phases are off and say so.",
+    )
+    generator_url: str | None = Field(
+        default=None,
+        validation_alias="CLINGATE_GENERATOR_URL",
+        description="Base URL of the generator server (extraction calls); overrides CLINGATE_LLM_URL.",
+    )
+    verifier_url: str | None = Field(
+        default=None,
+        validation_alias="CLINGATE_VERIFIER_URL",
+        description="Base URL of the verifier server (verdict calls); overrides CLINGATE_LLM_URL.",
+    )
+    llm_model: str | None = Field(
+        default=None,
+        validation_alias="CLINGATE_LLM_MODEL",
+        description="Served model name sent with every LLM call unless a role model overrides it.",
+    )
+    generator_model: str | None = Field(
+        default=None,
+        validation_alias="CLINGATE_GENERATOR_MODEL",
+        description="Served model name of the generator; overrides CLINGATE_LLM_MODEL.",
+    )
+    verifier_model: str | None = Field(
+        default=None,
+        validation_alias="CLINGATE_VERIFIER_MODEL",
+        description="Served model name of the verifier; overrides CLINGATE_LLM_MODEL.",
+    )
+    llm_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias="CLINGATE_LLM_API_KEY",
+        description="Bearer token for servers started with `vllm serve --api-key`; unset: no header.",
+    )
+    llm_timeout_s: float = Field(
+        default=180.0,
+        gt=0,
+        validation_alias="CLINGATE_LLM_TIMEOUT_S",
+        description="Per-attempt deadline of one LLM call in seconds (DBPM paper Table 14: 180 s).",
+    )
+    llm_max_retries: int = Field(
+        default=3,
+        ge=0,
+        validation_alias="CLINGATE_LLM_MAX_RETRIES",
+        description="Retries after the first attempt for transient failures (paper A.3: three).",
+    )
+    llm_max_in_flight: int = Field(
+        default=64,
+        ge=1,
+        validation_alias="CLINGATE_LLM_MAX_IN_FLIGHT",
+        description="Concurrent requests per server (paper A.3: 64-way effective concurrency).",
+    )
+
+    @field_validator(
+        "llm_url", "generator_url", "verifier_url", "llm_model", "generator_model", "verifier_model"
+    )
+    @classmethod
+    def _blank_is_unset(cls, value: str | None) -> str | None:
+        # `export CLINGATE_LLM_URL=` must mean "off", not "a server at the empty URL".
+        if value is None or not value.strip():
+            return None
+        return value.strip()
 
 
 @lru_cache(maxsize=1)

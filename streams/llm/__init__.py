@@ -1,0 +1,44 @@
+"""The LLM client of clingate: schema-constrained calls to OpenAI-compatible (vLLM) servers.
+
+Public interface:
+
+* :class:`LlmClient` (``call(call_type, response_model, messages) -> LlmOk[T] | LlmFailed``), built
+  with :meth:`LlmClient.from_settings`;
+* :class:`CallType` / :data:`CALL_PROFILES`: the one table of temperatures and token budgets;
+* :func:`response_model`: declare (lint and register) a response model;
+* the DBPM response models in :mod:`streams.llm.schemas`;
+* :mod:`streams.llm.testserver`: an OpenAI-compatible server for tests and the demo.
+"""
+
+from streams.llm.calls import CALL_PROFILES, CallProfile, CallType, Role
+from streams.llm.client import (
+    ChatMessage,
+    CircuitState,
+    ClientPolicy,
+    LlmClient,
+    UnregisteredResponseModelError,
+)
+from streams.llm.config import Endpoint, RoleConfig, resolve_role, resolve_roles
+from streams.llm.lint import response_model
+from streams.llm.result import FailureKind, LlmFailed, LlmOk, LlmResult
+
+__all__ = [
+    "CALL_PROFILES",
+    "CallProfile",
+    "CallType",
+    "ChatMessage",
+    "CircuitState",
+    "ClientPolicy",
+    "Endpoint",
+    "FailureKind",
+    "LlmClient",
+    "LlmFailed",
+    "LlmOk",
+    "LlmResult",
+    "Role",
+    "RoleConfig",
+    "UnregisteredResponseModelError",
+    "resolve_role",
+    "resolve_roles",
+    "response_model",
+]

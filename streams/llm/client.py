@@ -1,0 +1,574 @@
+"""The one LLM client: vLLM's OpenAI-compatible chat completions with schema-constrained output.
+
+Every LLM call in clingate goes through :meth:`LlmClient.call`. It sends a chat completion whose answer
+is constrained to a registered pydantic response model, validates the answer against that model, and
+returns ``LlmOk[T] | LlmFailed``; it never raises for a server, network or output problem.
+
+Request shape (checked against vLLM's sources and docs, current as of the v0.12+ API):
+
+* The schema travels as ``response_format = {"type": "json_schema", "json_schema": {"name", "schema"}}``
+  (no ``strict``: vLLM ignores it and OpenAI's strict mode forbids optional fields), the OpenAI-standard
+  key that every OpenAI-compatible server honours or rejects loudly, AND as
+  ``structured_outputs = {"json": schema, "disable_any_whitespace": true}``, vLLM's own extra-body
+  field. vLLM's ``ChatCompletionRequest.to_sampling_params`` merges the two (it replaces
+  ``structured_outputs.json`` with the ``response_format`` schema, which is the same schema), so the
+  server compiles exactly one grammar. Source: vllm ``entrypoints/openai`` chat protocol,
+  ``to_sampling_params``; ``sampling_params.StructuredOutputsParams`` (fields ``json``, ``regex``,
+  ``choice``, ``grammar``, ``json_object``, ``disable_any_whitespace``, ``disable_additional_properties``,
+  ``whitespace_pattern``, ``structural_tag``; exactly one constraint per request).
+* Never ``guided_json`` / ``guided_*`` / ``guided_decoding_backend``: vLLM removed them in v0.12.0
+  (docs.vllm.ai "Structured Outputs" warning box) and, because the request model accepts unknown
+  fields, a server that receives them answers 200 *unconstrained* (reported in dottxt-ai/outlines#1887
+  and fixed in outlines PR #1888; noonghunna/club-3090 PR #551 verified it live on 0.24.0). The test
+  server answers 400 to them so a regression is loud.
+* ``disable_any_whitespace`` is requested per call, but current vLLM's xgrammar and guidance backends
+  read it from the *server* config (``StructuredOutputsConfig.disable_any_whitespace``, set with
+  ``--structured-outputs-config``), not from the request. The serving configuration MUST therefore set
+  it on the server too: ``vllm serve MODEL --structured-outputs-config
+  '{"backend": "xgrammar", "disable_any_whitespace": true}'``; the request field documents intent and
+  is honoured wherever the engine reads it.
+  Compact JSON matters: with whitespace allowed, constrained models have been seen emitting thousands
+  of whitespace tokens until the token limit.
+* ``temperature`` and ``max_tokens`` come from the call-type table (:mod:`streams.llm.calls`).
+
+Failure semantics:
+
+* A 200 whose ``finish_reason`` is ``length`` is TRUNCATED, any other non-``stop`` reason or an answer
+  that does not validate is INVALID_OUTPUT. Neither is retried: decoding is greedy, so the same request
+  gives the same answer.
+* Timeouts (per attempt, default 180 s, paper Table 14), connection errors, 5xx and 429 are transient:
+  retried up to ``max_retries`` times (default 3, paper A.3 "three retry attempts", read as three
+  retries after the first attempt) with full-jitter exponential backoff; a numeric ``Retry-After`` on
+  a 429 is honoured up to the backoff cap. Other 4xx are REJECTED at once (a configuration error).
+* A circuit breaker per server (keyed by base URL, so roles sharing a server share it) opens after
+  ``breaker_threshold`` consecutive failed attempts (timeouts, connection errors, 5xx; a 429 or any
+  other answer proves the server alive), fails calls fast while open, and after ``breaker_reset_s``
+  lets one probe through (half-open): success closes it, failure re-opens it.
+* Concurrency: each server has a fixed number of lanes (default 64, paper A.3), each an httpx client
+  with one keep-alive connection; a call holds a lane from its first attempt to its result, so lanes
+  are the per-server semaphore. Callers may start any number of calls; the excess waits for a lane.
+  The lane is held across retries and backoff, so an overloaded server gets fewer requests, not more.
+  (Why lanes and not one shared httpx pool: see ``_Lanes``.) Per-key ordering is the caller's job: the
+  client completes calls in whatever order the server answers.
+
+Numbers the sources do not give are this project's choices: backoff ceiling 0.5 s doubling to 8 s,
+breaker threshold 5 consecutive failed attempts, 30 s before a probe.
+
+Testability: the backoff's randomness (``rng``), the sleep and the clock are injectable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Literal, TypedDict, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from streams.llm.calls import CALL_PROFILES, CallType, Role
+from streams.llm.config import Endpoint, enabling_variables, resolve_roles
+from streams.llm.lint import is_registered, json_schema_of
+from streams.llm.result import FailureKind, LlmFailed, LlmOk, clinician_message
+from streams.settings import Settings
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ChatMessage(TypedDict):
+    """One chat message, as the OpenAI chat API takes it."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class UnregisteredResponseModelError(TypeError):
+    """A call named a response model not declared with ``@response_model`` (so never linted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientPolicy:
+    """Timeouts, retries, breaker and concurrency of one client.
+
+    Attributes:
+        timeout_s: deadline of one attempt (request sent to answer read).
+        max_retries: retries after the first attempt, for transient failures only.
+        backoff_base_s: first backoff ceiling; it doubles per retry (full jitter below it).
+        backoff_max_s: backoff ceiling, also the cap on an honoured ``Retry-After``.
+        breaker_threshold: consecutive failed attempts that open a server's circuit.
+        breaker_reset_s: how long a circuit stays open before one probe is let through.
+        max_in_flight: requests in flight per server.
+        disable_any_whitespace: request compact JSON (see the module docstring).
+    """
+
+    timeout_s: float = 180.0
+    max_retries: int = 3
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 8.0
+    breaker_threshold: int = 5
+    breaker_reset_s: float = 30.0
+    max_in_flight: int = 64
+    disable_any_whitespace: bool = True
+
+
+class CircuitState(StrEnum):
+    """States of a circuit breaker."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+class CircuitBreaker:
+    """Consecutive-failure circuit breaker with a single half-open probe.
+
+    Not thread-safe; it lives on one event loop, where each method runs without interleaving.
+    """
+
+    def __init__(self, threshold: int, reset_s: float, clock: Callable[[], float]) -> None:
+        """Create a closed breaker.
+
+        Args:
+            threshold: consecutive failures that open the circuit (>= 1).
+            reset_s: seconds the circuit stays open before a probe is allowed.
+            clock: monotonic clock in seconds.
+        """
+        self._threshold = threshold
+        self._reset_s = reset_s
+        self._clock = clock
+        self._failures = 0
+        self._opened_at: float | None = None
+        self._probe_in_flight = False
+
+    @property
+    def state(self) -> CircuitState:
+        """The current state (an open circuit whose reset time has passed reads as half-open)."""
+        if self._opened_at is None:
+            return CircuitState.CLOSED
+        if self._probe_in_flight or self._clock() - self._opened_at >= self._reset_s:
+            return CircuitState.HALF_OPEN
+        return CircuitState.OPEN
+
+    def allow(self) -> bool:
+        """Ask to send one attempt; a True answer MUST be followed by one ``record_*`` call."""
+        state = self.state
+        if state is CircuitState.CLOSED:
+            return True
+        if state is CircuitState.HALF_OPEN and not self._probe_in_flight:
+            self._probe_in_flight = True
+            return True
+        return False
+
+    def record_success(self) -> None:
+        """The server answered: close the circuit."""
+        self._failures = 0
+        self._opened_at = None
+        self._probe_in_flight = False
+
+    def record_failure(self) -> None:
+        """The attempt failed at the server or network: count it, open (or re-open) when due."""
+        self._failures += 1
+        if self._probe_in_flight or self._failures >= self._threshold:
+            self._opened_at = self._clock()
+        self._probe_in_flight = False
+
+    def record_abandoned(self) -> None:
+        """The attempt was cancelled by the caller: no judgement, free the probe slot."""
+        self._probe_in_flight = False
+
+
+class _Lanes:
+    """The request slots of one server: at most ``size`` lanes, each an httpx client owning ONE
+    keep-alive connection. Checking a lane out is acquiring a slot (this is the per-server semaphore).
+
+    Why not one shared httpx pool: httpcore's pool re-scans every connection for every queued request
+    (O(N^2 + N*M), encode/httpcore#1035, encode/httpx#3215) and can close a connection it has just
+    assigned (encode/httpcore#1110); at 64 in flight it spent ~70% of the benchmark's CPU there and
+    stretched a 50 ms call to ~1 s. A lane's pool holds one connection and serves one request at a time,
+    so neither can happen.
+    """
+
+    def __init__(self, size: int, make: Callable[[], httpx.AsyncClient]) -> None:
+        self._size = size
+        self._make = make
+        self._idle: asyncio.Queue[httpx.AsyncClient] = asyncio.Queue()
+        self._all: list[httpx.AsyncClient] = []
+
+    async def acquire(self) -> httpx.AsyncClient:
+        if self._idle.empty() and len(self._all) < self._size:
+            lane = self._make()
+            self._all.append(lane)
+            return lane
+        return await self._idle.get()
+
+    def release(self, lane: httpx.AsyncClient) -> None:
+        self._idle.put_nowait(lane)
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(lane.aclose() for lane in self._all))
+
+
+@dataclass(slots=True)
+class _Server:
+    base_url: str
+    lanes: _Lanes
+    breaker: CircuitBreaker
+
+
+@dataclass(frozen=True, slots=True)
+class _Transient:
+    kind: FailureKind
+    detail: str
+    retry_after_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Final:
+    kind: FailureKind
+    detail: str
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    # One per process: building one (loading the CA bundle) costs ~0.1 s, and every lane needs one.
+    return httpx.create_ssl_context(trust_env=False)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        return max(0.0, float(response.headers.get("retry-after", "")))
+    except ValueError:
+        return None
+
+
+class LlmClient:
+    """Async client for schema-constrained LLM calls; use one per process (it pools connections).
+
+    Shaped for consumer groups that keep many calls in flight and publish in per-key order: start one
+    task per record, then await the tasks in the order the records arrived (awaiting in order preserves
+    order; the lanes bound what is actually on the wire)::
+
+        async with LlmClient.from_settings(get_settings()) as llm:
+            tasks = [asyncio.create_task(llm.call(CallType.NER_VERDICT, NerVerdict, m)) for m in batch]
+            for task in tasks:
+                result = await task  # LlmOk[NerVerdict] | LlmFailed, in input order
+    """
+
+    def __init__(
+        self,
+        endpoints: Mapping[Role, Endpoint],
+        *,
+        policy: ClientPolicy | None = None,
+        api_key: str | None = None,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Create a client.
+
+        Args:
+            endpoints: the server of each enabled role; a role not in the mapping is off.
+            policy: timeouts, retries, breaker and concurrency; defaults per paper Table 14.
+            api_key: bearer token for servers that require one.
+            rng: randomness of the backoff jitter (seed it in tests).
+            sleep: the backoff sleep (replace it in tests).
+            clock: monotonic clock for latency and the breakers.
+        """
+        self._policy = policy or ClientPolicy()
+        self._endpoints = dict(endpoints)
+        self._rng = rng or random.Random()
+        self._sleep = sleep
+        self._clock = clock
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+        def make_lane() -> httpx.AsyncClient:
+            return httpx.AsyncClient(
+                headers=headers,
+                verify=_ssl_context(),
+                # The environment is read in streams.settings only: no HTTP(S)_PROXY / SSL_CERT_FILE here.
+                trust_env=False,
+                # asyncio.timeout in _attempt is the per-attempt deadline; httpx only bounds connecting.
+                timeout=httpx.Timeout(None, connect=min(10.0, self._policy.timeout_s)),
+                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+            )
+
+        self._servers: dict[str, _Server] = {}
+        for endpoint in self._endpoints.values():
+            if endpoint.base_url not in self._servers:
+                self._servers[endpoint.base_url] = _Server(
+                    endpoint.base_url,
+                    _Lanes(self._policy.max_in_flight, make_lane),
+                    CircuitBreaker(self._policy.breaker_threshold, self._policy.breaker_reset_s, clock),
+                )
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> LlmClient:
+        """Build the client the settings describe (roles resolved by :mod:`streams.llm.config`).
+
+        Args:
+            settings: the process settings.
+            **overrides: keyword arguments passed to the constructor (``rng``, ``sleep``, ...).
+
+        Returns:
+            A client whose unconfigured roles answer ``LlmFailed(kind=DISABLED)``.
+        """
+        endpoints = {
+            role: config.endpoint
+            for role, config in resolve_roles(settings).items()
+            if config.endpoint is not None
+        }
+        policy = ClientPolicy(
+            timeout_s=settings.llm_timeout_s,
+            max_retries=settings.llm_max_retries,
+            max_in_flight=settings.llm_max_in_flight,
+        )
+        api_key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+        return cls(endpoints, policy=policy, api_key=api_key, **overrides)
+
+    async def __aenter__(self) -> LlmClient:
+        """Use the client as an async context manager (closes the connection pool on exit)."""
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        """Close the connection pool."""
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every connection."""
+        await asyncio.gather(*(server.lanes.aclose() for server in self._servers.values()))
+
+    def enabled(self, role: Role) -> bool:
+        """Whether ``role`` has a server (its LLM phases are on)."""
+        return role in self._endpoints
+
+    def circuit_state(self, role: Role) -> CircuitState | None:
+        """The circuit state of ``role``'s server, None when the role is off."""
+        endpoint = self._endpoints.get(role)
+        return None if endpoint is None else self._servers[endpoint.base_url].breaker.state
+
+    def request_body(
+        self,
+        call_type: CallType,
+        response_model: type[BaseModel],
+        messages: Sequence[ChatMessage],
+        model: str,
+    ) -> dict[str, Any]:
+        """The exact JSON body sent for a call (public so tests and audits can inspect it).
+
+        Args:
+            call_type: the call type (temperature and budget come from its profile).
+            response_model: the registered response model.
+            messages: the chat messages.
+            model: the served model name.
+
+        Returns:
+            The chat-completions request body.
+        """
+        profile = CALL_PROFILES[call_type]
+        schema = json_schema_of(response_model)
+        return {
+            "model": model,
+            "messages": list(messages),
+            "temperature": profile.temperature,
+            "max_tokens": profile.max_tokens,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": response_model.__name__, "schema": schema},
+            },
+            "structured_outputs": {
+                "json": schema,
+                "disable_any_whitespace": self._policy.disable_any_whitespace,
+            },
+        }
+
+    async def call(
+        self, call_type: CallType, response_model: type[M], messages: Sequence[ChatMessage]
+    ) -> LlmOk[M] | LlmFailed:
+        """Make one schema-constrained call and validate the answer.
+
+        Args:
+            call_type: what kind of call this is; selects role, temperature and token budget.
+            response_model: a model declared with ``@response_model``.
+            messages: the chat messages (system prompt first, if any).
+
+        Returns:
+            ``LlmOk`` with the validated model instance, or ``LlmFailed`` with a typed kind and a
+            clinician-safe message. Never raises for server, network or output problems.
+
+        Raises:
+            UnregisteredResponseModelError: ``response_model`` was not declared with ``@response_model``
+                (a programming error: the schema would bypass the linter).
+        """
+        if not is_registered(response_model):
+            raise UnregisteredResponseModelError(
+                f"{response_model.__qualname__} is not a registered response model: "
+                "declare it with @streams.llm.lint.response_model"
+            )
+        role = CALL_PROFILES[call_type].role
+        endpoint = self._endpoints.get(role)
+        if endpoint is None:
+            return self._failed(
+                FailureKind.DISABLED, role, call_type, None, 0, 0.0,
+                f"no LLM server for role {role}: set {enabling_variables(role)}",
+            )
+        server = self._servers[endpoint.base_url]
+        body = self.request_body(call_type, response_model, messages, endpoint.model)
+        lane = await server.lanes.acquire()
+        try:
+            return await self._call_with_retries(
+                lane, server, endpoint, role, call_type, response_model, body
+            )
+        finally:
+            server.lanes.release(lane)
+
+    async def _call_with_retries(
+        self,
+        lane: httpx.AsyncClient,
+        server: _Server,
+        endpoint: Endpoint,
+        role: Role,
+        call_type: CallType,
+        response_model: type[M],
+        body: dict[str, Any],
+    ) -> LlmOk[M] | LlmFailed:
+        started = self._clock()
+        attempts = 0
+        while True:
+            if not server.breaker.allow():
+                return self._failed(
+                    FailureKind.CIRCUIT_OPEN, role, call_type, server.base_url, attempts,
+                    self._clock() - started,
+                    f"circuit open for {server.base_url} after repeated failures; "
+                    f"next probe within {self._policy.breaker_reset_s:g} s",
+                )
+            attempts += 1
+            outcome = await self._attempt(lane, server, body)
+            elapsed = self._clock() - started
+            if isinstance(outcome, _Final):
+                return self._failed(outcome.kind, role, call_type, server.base_url, attempts, elapsed,
+                                    outcome.detail)
+            if isinstance(outcome, _Transient):
+                if attempts > self._policy.max_retries:
+                    return self._failed(outcome.kind, role, call_type, server.base_url, attempts, elapsed,
+                                        f"{outcome.detail} (after {attempts} attempts)")
+                await self._sleep(self._backoff(attempts, outcome.retry_after_s))
+                continue
+            return self._parse(outcome, response_model, endpoint, role, call_type, attempts, elapsed)
+
+    async def _attempt(
+        self, lane: httpx.AsyncClient, server: _Server, body: dict[str, Any]
+    ) -> dict[str, Any] | _Transient | _Final:
+        """Send one request; judge the server for the breaker; classify the outcome."""
+        url = f"{server.base_url}/chat/completions"
+        try:
+            async with asyncio.timeout(self._policy.timeout_s):
+                response = await lane.post(url, json=body)
+        except (TimeoutError, httpx.TimeoutException):
+            server.breaker.record_failure()
+            detail = f"no answer from {url} within {self._policy.timeout_s:g} s"
+            return _Transient(FailureKind.TIMEOUT, detail)
+        except httpx.RequestError as exc:  # transport, protocol and decoding errors
+            server.breaker.record_failure()
+            return _Transient(FailureKind.UNAVAILABLE, f"{type(exc).__name__} talking to {url}")
+        except asyncio.CancelledError:
+            server.breaker.record_abandoned()
+            raise
+        status = response.status_code
+        if status >= 500:
+            server.breaker.record_failure()
+            return _Transient(FailureKind.UNAVAILABLE, f"HTTP {status} from {url}")
+        server.breaker.record_success()
+        if status == 429:
+            return _Transient(FailureKind.RATE_LIMITED, f"HTTP 429 from {url}", _retry_after(response))
+        if status != 200:
+            return _Final(FailureKind.REJECTED, f"HTTP {status} from {url}: {response.text[:300]}")
+        try:
+            envelope = response.json()
+        except ValueError:
+            return _Final(FailureKind.INVALID_OUTPUT, f"HTTP 200 from {url} with a body that is not JSON")
+        if not isinstance(envelope, dict):
+            return _Final(FailureKind.INVALID_OUTPUT, f"HTTP 200 from {url} with a non-object body")
+        return envelope
+
+    def _backoff(self, attempts: int, retry_after_s: float | None) -> float:
+        ceiling = min(self._policy.backoff_max_s, self._policy.backoff_base_s * 2 ** (attempts - 1))
+        delay = self._rng.uniform(0.0, ceiling)
+        if retry_after_s is not None:
+            delay = max(delay, min(retry_after_s, self._policy.backoff_max_s))
+        return delay
+
+    def _parse(
+        self,
+        envelope: dict[str, Any],
+        response_model: type[M],
+        endpoint: Endpoint,
+        role: Role,
+        call_type: CallType,
+        attempts: int,
+        elapsed: float,
+    ) -> LlmOk[M] | LlmFailed:
+        def failed(kind: FailureKind, detail: str) -> LlmFailed:
+            return self._failed(kind, role, call_type, endpoint.base_url, attempts, elapsed, detail)
+
+        try:
+            choice = envelope["choices"][0]
+            finish_reason = choice.get("finish_reason")
+            content = choice["message"]["content"]
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return failed(FailureKind.INVALID_OUTPUT, "answer envelope has no choices[0].message.content")
+        if finish_reason == "length":
+            return failed(
+                FailureKind.TRUNCATED,
+                f"finish_reason=length: the answer hit max_tokens={CALL_PROFILES[call_type].max_tokens}",
+            )
+        if finish_reason != "stop":
+            return failed(FailureKind.INVALID_OUTPUT, f"finish_reason={finish_reason!r}, expected 'stop'")
+        if not isinstance(content, str):
+            return failed(FailureKind.INVALID_OUTPUT, "answer content is not a string")
+        try:
+            value = response_model.model_validate_json(content)
+        except ValidationError as exc:
+            problems = ", ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '/'}:{err['type']}" for err in exc.errors()[:5]
+            )
+            return failed(
+                FailureKind.INVALID_OUTPUT,
+                f"answer does not validate against {response_model.__name__}: {problems}",
+            )
+        usage = envelope.get("usage") if isinstance(envelope.get("usage"), dict) else {}
+        return LlmOk(
+            value=value,
+            call_type=call_type,
+            server=endpoint.base_url,
+            model=endpoint.model,
+            attempts=attempts,
+            latency_s=elapsed,
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
+        )
+
+    @staticmethod
+    def _failed(
+        kind: FailureKind,
+        role: Role,
+        call_type: CallType,
+        server: str | None,
+        attempts: int,
+        elapsed: float,
+        detail: str,
+    ) -> LlmFailed:
+        return LlmFailed(
+            kind=kind,
+            message=clinician_message(kind, role),
+            operator_detail=detail,
+            call_type=call_type,
+            server=server,
+            attempts=attempts,
+            latency_s=elapsed,
+        )
