@@ -8,19 +8,42 @@ the generics. "Lanoxin" -> "digoxin", "Coumadin" -> "warfarin", "Bactrim" ->
 "trimethoprim/sulfamethoxazole" (which contains "sulfamethoxazole").
 
 Vocabulary: PyPI ``drug-named-entity-recognition`` (MIT; DrugBank / MeSH / Wikipedia-derived variant
-dictionary, shipped inside the wheel, works offline; importing it costs ~2.5 s, so it is read once by
+dictionary, shipped inside the wheel, works offline). Its dictionary is read once by
 :meth:`DrugVocabulary.load` and only the variants of generics the maps care about are kept, which makes
-the per-call lookup a dict probe). Gaps found in testing (e.g. "Jantoven") go to
+the per-call lookup a dict probe. Gaps found in testing (e.g. "Jantoven") go to
 ``data/vocabulary_supplement.yaml``.
 """
 
 from __future__ import annotations
 
+import bz2
+import importlib.util
+import pickle
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+
+from processors.clinical.exceptions import KnowledgeError
 
 _TOKEN = re.compile(r"[a-z][a-z0-9\-]*")
+
+
+def _upstream_variants() -> Mapping[str, list[str]]:
+    """The package's variant -> canonical dictionary, read from its data file.
+
+    Importing ``drug_named_entity_recognition`` builds a fuzzy-match n-gram index we do not use (10+ s on a
+    small machine); reading the dictionary it ships costs a third of that. The file is the package's own
+    data, located without executing the package.
+    """
+    spec = importlib.util.find_spec("drug_named_entity_recognition")
+    if spec is None or not spec.submodule_search_locations:
+        raise KnowledgeError("drug-named-entity-recognition is not installed; pip install the clingate package")
+    path = Path(next(iter(spec.submodule_search_locations))) / "drug_ner_dictionary.pkl.bz2"
+    with bz2.open(path, "rb") as fh:
+        data = pickle.load(fh)  # noqa: S301 - the installed package's own data file
+    variants: Mapping[str, list[str]] = data["drug_variant_to_canonical"]
+    return variants
 
 
 @dataclass(frozen=True)
@@ -40,12 +63,10 @@ class DrugVocabulary:
         Returns:
             Variants whose generic contains one of ``terms``, mapped to that generic.
         """
-        from drug_named_entity_recognition import drugs_finder
-
         wanted = tuple(sorted({t.lower() for t in terms if len(t) >= 4}))
         canonical_ok: dict[str, bool] = {}
         out: dict[str, set[str]] = {}
-        for variant, canonicals in drugs_finder.drug_variant_to_canonical.items():
+        for variant, canonicals in _upstream_variants().items():
             if len(variant) < 4:
                 continue
             for canonical in canonicals:
