@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -405,3 +406,9 @@ def load_knowledge(
         vocabulary=vocabulary,
         units=UnitConverter(),
     )
+
+
+@cache
+def default_knowledge() -> ClinicalKnowledge:
+    """The packaged knowledge base, loaded once per process (it is immutable, so sharing is safe)."""
+    return load_knowledge()

@@ -48,7 +48,7 @@ def assess_command(
     """Assess the patients of a FHIR bundle and print the assessment JSON."""
     from processors.clinical.assess import assess
     from processors.clinical.fhir_input import parse_document
-    from processors.clinical.knowledge import GateFlags, load_knowledge
+    from processors.clinical.knowledge import GateFlags, default_knowledge
     from processors.clinical.state import PatientUpdate, reduce_update
     from processors.clinical.traffic_light import ReviewInputs
 
@@ -56,7 +56,7 @@ def assess_command(
     parsed = parse_document(json.loads(bundle.read_text(encoding="utf-8")))
     for bad in parsed.invalid:
         typer.echo(f"invalid {bad.resource_type}/{bad.resource_id}: {bad.error}", err=True)
-    knowledge = load_knowledge()
+    knowledge = default_knowledge()
     review = ReviewInputs(
         disposition=disposition,
         subcategory=subcategory,
