@@ -56,6 +56,26 @@ SUPPORTED = (
 )
 
 
+#: Required-binding value sets (FHIR R4) of the coded elements the gates branch on. fhir.resources checks
+#: structure, cardinality and primitive formats but not code bindings, and a status outside its value set
+#: would otherwise silently decide whether a medication is current.
+REQUIRED_CODES: dict[tuple[str, str], frozenset[str]] = {
+    ("Observation", "status"): frozenset(
+        {"registered", "preliminary", "final", "amended", "corrected", "cancelled", "entered-in-error", "unknown"}
+    ),
+    ("MedicationStatement", "status"): frozenset(
+        {"active", "completed", "entered-in-error", "intended", "stopped", "on-hold", "unknown", "not-taken"}
+    ),
+    ("MedicationRequest", "status"): frozenset(
+        {"active", "on-hold", "cancelled", "completed", "entered-in-error", "stopped", "draft", "unknown"}
+    ),
+    ("Encounter", "status"): frozenset(
+        {"planned", "arrived", "triaged", "in-progress", "onleave", "finished", "cancelled", "entered-in-error", "unknown"}
+    ),
+    ("Patient", "gender"): frozenset({"male", "female", "other", "unknown"}),
+}
+
+
 @dataclass(frozen=True)
 class InvalidResource:
     """A resource that failed validation, as reported to the DLQ."""
@@ -91,10 +111,15 @@ def validate_resource(resource: Mapping[str, Any]) -> None:
     rid = resource.get("id")
     if not isinstance(rtype, str):
         raise FhirInvalid("resource has no resourceType", None, rid if isinstance(rid, str) else None)
+    rid = rid if isinstance(rid, str) else None
     try:
         _model(rtype).model_validate(dict(resource))
     except ValueError as exc:  # pydantic.ValidationError and unknown-type errors are ValueErrors
-        raise FhirInvalid(str(exc), rtype, rid if isinstance(rid, str) else None) from exc
+        raise FhirInvalid(str(exc), rtype, rid) from exc
+    for (btype, element), codes in REQUIRED_CODES.items():
+        value = resource.get(element)
+        if btype == rtype and value is not None and value not in codes:
+            raise FhirInvalid(f"{rtype}.{element} {value!r} is not in its required value set {sorted(codes)}", rtype, rid)
 
 
 def _codings(concept: Mapping[str, Any] | None) -> tuple[Coding, ...]:
