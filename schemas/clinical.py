@@ -19,7 +19,9 @@ StalenessClass = Literal["CURRENT", "RECENT", "STALE", "PROFOUNDLY_STALE", "MISS
 Severity = Literal["NORMAL", "ELEVATED", "CRITICAL"]
 Light = Literal["GREEN", "YELLOW", "RED"]
 
-_PART = ConfigDict(frozen=True, extra="forbid", serialize_by_alias=True, validate_by_name=True, validate_by_alias=True)
+_PART = ConfigDict(
+    frozen=True, extra="forbid", serialize_by_alias=True, validate_by_name=True, validate_by_alias=True
+)
 
 
 class _Part(BaseModel):
@@ -155,11 +157,11 @@ class ClinicalAssessment(AvroModel):
     medication_count: int = 0
     medication_count_flag: bool
     med_dependencies: dict[str, list[str]]
-    med_dependencies_conditional: dict[str, list[str]] = {}
+    med_dependencies_conditional: dict[str, list[str]] = Field(default_factory=dict)
     nti: Nti
     traffic_light: TrafficLight
-    rules: list[str] = []
-    issues: list[str] = []
+    rules: list[str] = Field(default_factory=list)
+    issues: list[str] = Field(default_factory=list)
 
 
 class AdversarialReview(AvroModel):

@@ -65,7 +65,14 @@ def assess_view(
         if m.name in nti.drugs or m.name in nti.classes
     }
     light = compute_traffic_light(nti, staleness, review, flags, nti_parameters, deps.all_parameters())
-    issues = sorted({i for r in view.state.resources.values() for i in (f"{r.resource_type}/{r.id}: {x}" for x in r.issues)} | set(view.issues))
+    issues = sorted(
+        {
+            i
+            for r in view.state.resources.values()
+            for i in (f"{r.resource_type}/{r.id}: {x}" for x in r.issues)
+        }
+        | set(view.issues)
+    )
     meds = [m.text for m in view.medications]
     return ClinicalAssessment(
         patient_id=view.state.patient_id,

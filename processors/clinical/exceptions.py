@@ -18,7 +18,9 @@ class UnitError(ClinicalError):
 class FhirInvalid(ClinicalError):
     """A FHIR resource or bundle failed validation; carries the validation message for the DLQ."""
 
-    def __init__(self, message: str, resource_type: str | None = None, resource_id: str | None = None) -> None:
+    def __init__(
+        self, message: str, resource_type: str | None = None, resource_id: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.resource_type = resource_type

@@ -61,7 +61,16 @@ SUPPORTED = (
 #: would otherwise silently decide whether a medication is current.
 REQUIRED_CODES: dict[tuple[str, str], frozenset[str]] = {
     ("Observation", "status"): frozenset(
-        {"registered", "preliminary", "final", "amended", "corrected", "cancelled", "entered-in-error", "unknown"}
+        {
+            "registered",
+            "preliminary",
+            "final",
+            "amended",
+            "corrected",
+            "cancelled",
+            "entered-in-error",
+            "unknown",
+        }
     ),
     ("MedicationStatement", "status"): frozenset(
         {"active", "completed", "entered-in-error", "intended", "stopped", "on-hold", "unknown", "not-taken"}
@@ -70,7 +79,17 @@ REQUIRED_CODES: dict[tuple[str, str], frozenset[str]] = {
         {"active", "on-hold", "cancelled", "completed", "entered-in-error", "stopped", "draft", "unknown"}
     ),
     ("Encounter", "status"): frozenset(
-        {"planned", "arrived", "triaged", "in-progress", "onleave", "finished", "cancelled", "entered-in-error", "unknown"}
+        {
+            "planned",
+            "arrived",
+            "triaged",
+            "in-progress",
+            "onleave",
+            "finished",
+            "cancelled",
+            "entered-in-error",
+            "unknown",
+        }
     ),
     ("Patient", "gender"): frozenset({"male", "female", "other", "unknown"}),
 }
@@ -119,7 +138,9 @@ def validate_resource(resource: Mapping[str, Any]) -> None:
     for (btype, element), codes in REQUIRED_CODES.items():
         value = resource.get(element)
         if btype == rtype and value is not None and value not in codes:
-            raise FhirInvalid(f"{rtype}.{element} {value!r} is not in its required value set {sorted(codes)}", rtype, rid)
+            raise FhirInvalid(
+                f"{rtype}.{element} {value!r} is not in its required value set {sorted(codes)}", rtype, rid
+            )
 
 
 def _codings(concept: Mapping[str, Any] | None) -> tuple[Coding, ...]:
@@ -135,7 +156,9 @@ def _concept_texts(concept: Mapping[str, Any] | None) -> tuple[str, ...]:
     if not concept:
         return ()
     texts = [concept["text"]] if concept.get("text") else []
-    texts += [c["display"] for c in concept.get("coding", ()) if c.get("display") and c["display"] not in texts]
+    texts += [
+        c["display"] for c in concept.get("coding", ()) if c.get("display") and c["display"] not in texts
+    ]
     return tuple(texts)
 
 
@@ -206,7 +229,9 @@ def normalise(resource: Mapping[str, Any], issues: tuple[str, ...], medications:
             status=resource.get("status"),
             codings=_codings(resource.get("code")),
             code_text=_concept_text(resource.get("code")),
-            categories=tuple(c.get("code") for cat in resource.get("category", ()) for c in cat.get("coding", ())),
+            categories=tuple(
+                c.get("code") for cat in resource.get("category", ()) for c in cat.get("coding", ())
+            ),
             effective=effective,
             value=float(quantity["value"]) if "value" in quantity else None,
             unit=quantity.get("code") or quantity.get("unit"),
@@ -228,9 +253,13 @@ def normalise(resource: Mapping[str, Any], issues: tuple[str, ...], medications:
             **common,
         )
     if rtype == "Medication":
-        return MedicationDefinition(text=_concept_text(resource.get("code")), codings=_codings(resource.get("code")), **common)
+        return MedicationDefinition(
+            text=_concept_text(resource.get("code")), codings=_codings(resource.get("code")), **common
+        )
     if rtype == "Condition":
-        texts = _concept_texts(resource.get("code")) + tuple(n["text"] for n in resource.get("note", ()) if n.get("text"))
+        texts = _concept_texts(resource.get("code")) + tuple(
+            n["text"] for n in resource.get("note", ()) if n.get("text")
+        )
         return ConditionRecord(
             clinical_status=(_codings(resource.get("clinicalStatus")) or (Coding(),))[0].code,
             verification_status=(_codings(resource.get("verificationStatus")) or (Coding(),))[0].code,
@@ -283,7 +312,9 @@ def parse_document(document: Mapping[str, Any], default_patient: str | None = No
             elif default_patient is None:
                 out.invalid.append(InvalidResource(rtype, rid, f"DELETE {target!r} needs a patient key"))
             else:
-                out.changes.setdefault(default_patient, []).append(ResourceDelete(resource_type=rtype, id=rid))
+                out.changes.setdefault(default_patient, []).append(
+                    ResourceDelete(resource_type=rtype, id=rid)
+                )
             continue
         raw = entry.get("resource")
         if not isinstance(raw, Mapping):
@@ -305,5 +336,7 @@ def parse_document(document: Mapping[str, Any], default_patient: str | None = No
                 continue  # a shared definition, already inlined above
             out.invalid.append(InvalidResource(rtype, clean.get("id"), "resource names no patient (subject)"))
             continue
-        out.changes.setdefault(patient, []).append(ResourceUpsert(record=normalise(clean, issues, medications)))
+        out.changes.setdefault(patient, []).append(
+            ResourceUpsert(record=normalise(clean, issues, medications))
+        )
     return out

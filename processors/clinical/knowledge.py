@@ -327,7 +327,9 @@ def _drug_map(spec: Mapping[str, Any], source: str) -> DrugMap:
             },
         )
     except (KeyError, IndexError, TypeError, ValueError) as exc:
-        raise KnowledgeError(f"drug map {source} is malformed ({exc!r}); compare it with warfarin.yaml") from exc
+        raise KnowledgeError(
+            f"drug map {source} is malformed ({exc!r}); compare it with warfarin.yaml"
+        ) from exc
 
 
 def _read_yaml(path: Path) -> Any:
@@ -368,7 +370,9 @@ def load_knowledge(
     for path, spec in drug_specs + class_specs:
         for key, pspec in (spec.get("parameters") or {}).items():
             if key in parameters and _parameter(key, pspec) != parameters[key]:
-                raise KnowledgeError(f"{path.name} redefines parameter {key!r} differently from the catalogue")
+                raise KnowledgeError(
+                    f"{path.name} redefines parameter {key!r} differently from the catalogue"
+                )
             parameters[key] = _parameter(key, pspec)
     drug_maps = tuple(_drug_map(spec, p.name) for p, spec in drug_specs)
     class_maps = tuple(_drug_map(spec, p.name) for p, spec in class_specs)
@@ -381,10 +385,10 @@ def load_knowledge(
         used += [f.parameter for f in m.indication_flags]
         unknown = sorted({u for u in used if u not in parameters})
         if unknown:
-            raise KnowledgeError(f"drug map {m.name!r} uses undefined parameters {unknown}; add them under parameters:")
-    deps = {
-        str(k).lower(): _tuple(v) for k, v in (_read_yaml(data / "med_dependencies.yaml") or {}).items()
-    }
+            raise KnowledgeError(
+                f"drug map {m.name!r} uses undefined parameters {unknown}; add them under parameters:"
+            )
+    deps = {str(k).lower(): _tuple(v) for k, v in (_read_yaml(data / "med_dependencies.yaml") or {}).items()}
     clash = sorted(set(deps) & {m.name for m in drug_maps})
     if clash:
         raise KnowledgeError(f"{clash} defined both in a drug map and in med_dependencies.yaml; keep one")
@@ -396,7 +400,9 @@ def load_knowledge(
         terms |= {d for m in drug_maps + class_maps for _, ds in m.interactions for d in ds}
         terms |= set(deps)
         supplement = _read_yaml(data / "vocabulary_supplement.yaml") or {}
-        vocabulary = DrugVocabulary.load(terms, {str(k).lower(): str(v).lower() for k, v in supplement.items()})
+        vocabulary = DrugVocabulary.load(
+            terms, {str(k).lower(): str(v).lower() for k, v in supplement.items()}
+        )
     return ClinicalKnowledge(
         parameters=parameters,
         drug_maps=drug_maps,

@@ -94,7 +94,10 @@ def _threshold(view: PatientView, drug_map: DrugMap) -> float | None:
         return None
     value = tox.min
     for override in drug_map.threshold_overrides:
-        if any(contains_term(view.condition_text, t, override.condition_exclude) for t in override.condition_terms):
+        if any(
+            contains_term(view.condition_text, t, override.condition_exclude)
+            for t in override.condition_terms
+        ):
             value = override.min
     return value
 
@@ -108,12 +111,18 @@ def _supratherapeutic(view: PatientView, drug_map: DrugMap) -> list[Supratherape
     if reading is None or reading.value is None:
         return []
     param = view.knowledge.parameters[tox.parameter]
-    value = view.knowledge.units.convert(reading.value, reading.unit, tox.unit, molar_mass=param.molar_mass, valence=param.valence)
+    value = view.knowledge.units.convert(
+        reading.value, reading.unit, tox.unit, molar_mass=param.molar_mass, valence=param.valence
+    )
     hit = value >= threshold if tox.inclusive else value > threshold
     if not hit:
         return []
     unit = "INR" if tox.unit == "1" else tox.unit
-    return [Supratherapeutic(drug=drug_map.name, parameter=tox.parameter, value=_round(value), unit=unit, threshold=threshold)]
+    return [
+        Supratherapeutic(
+            drug=drug_map.name, parameter=tox.parameter, value=_round(value), unit=unit, threshold=threshold
+        )
+    ]
 
 
 def _symptoms(view: PatientView, drug_map: DrugMap) -> list[SymptomMatch]:
@@ -131,7 +140,9 @@ def _level(view: PatientView, drug: str, parameter: str, unit: str) -> float | N
     if reading is None or reading.value is None:
         return None
     param = view.knowledge.parameters[parameter]
-    return view.knowledge.units.convert(reading.value, reading.unit, unit, molar_mass=param.molar_mass, valence=param.valence)
+    return view.knowledge.units.convert(
+        reading.value, reading.unit, unit, molar_mass=param.molar_mass, valence=param.valence
+    )
 
 
 def _flags(view: PatientView, drug_map: DrugMap) -> list[LevelFlag]:
@@ -141,7 +152,16 @@ def _flags(view: PatientView, drug_map: DrugMap) -> list[LevelFlag]:
             continue
         value = _level(view, drug_map.name, f.parameter, f.unit)
         if value is not None and value > f.above:
-            flags.append(LevelFlag(drug=drug_map.name, flag=f.name, parameter=f.parameter, value=_round(value), unit=f.unit, threshold=f.above))
+            flags.append(
+                LevelFlag(
+                    drug=drug_map.name,
+                    flag=f.name,
+                    parameter=f.parameter,
+                    value=_round(value),
+                    unit=f.unit,
+                    threshold=f.above,
+                )
+            )
     return flags
 
 
@@ -149,10 +169,19 @@ def _alert(view: PatientView, drug: str, parameter: str, alert: LabAlert) -> Lev
     value = _level(view, drug, parameter, alert.unit)
     if value is None or not _OPS[alert.op](value, alert.value):
         return None
-    return LevelFlag(drug=drug, flag=alert.label or alert.op, parameter=parameter, value=_round(value), unit=alert.unit, threshold=alert.value)
+    return LevelFlag(
+        drug=drug,
+        flag=alert.label or alert.op,
+        parameter=parameter,
+        value=_round(value),
+        unit=alert.unit,
+        threshold=alert.value,
+    )
 
 
-def _priorities(view: PatientView, drug_map: DrugMap, interactions: list[Interaction]) -> list[MonitoringPriority]:
+def _priorities(
+    view: PatientView, drug_map: DrugMap, interactions: list[Interaction]
+) -> list[MonitoringPriority]:
     esc = drug_map.electrolyte_escalation
     if esc is None:
         return []
@@ -160,7 +189,10 @@ def _priorities(view: PatientView, drug_map: DrugMap, interactions: list[Interac
     if not causes:
         return []
     reason = "electrolyte depleter: " + ", ".join(causes)
-    return [MonitoringPriority(drug=drug_map.name, parameter=p, priority=esc.priority, reason=reason) for p in esc.parameters]
+    return [
+        MonitoringPriority(drug=drug_map.name, parameter=p, priority=esc.priority, reason=reason)
+        for p in esc.parameters
+    ]
 
 
 def _dose_limits(view: PatientView, drug_map: DrugMap) -> list[DoseLimitCheck]:
@@ -223,7 +255,9 @@ def evaluate_nti(view: PatientView, maps: tuple[DrugMap, ...], deps: Dependencie
         symptoms += d_symp
         flags += _flags(view, drug_map)
         alerts += [
-            a for m in drug_map.lab_monitoring if m.alert is not None and (a := _alert(view, drug_map.name, m.parameter, m.alert))
+            a
+            for m in drug_map.lab_monitoring
+            if m.alert is not None and (a := _alert(view, drug_map.name, m.parameter, m.alert))
         ]
         priorities += _priorities(view, drug_map, d_inter)
         dose_limits += _dose_limits(view, drug_map)

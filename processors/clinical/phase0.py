@@ -13,7 +13,8 @@ overall class, which is the worst class among observed entries (``MISSING`` only
 Canonical banner: the seed publishes the STALE form (Supplementary Note 3, PT-TEST-010):
 
     PHASE 0 DATA READINESS: STALE
-    Labs dated 2026-03-03 | Vitals dated 2026-03-05 | System date: 2026-03-29 | Lab gap: 26 days | Vital gap: 24 days
+    Labs dated 2026-03-03 | Vitals dated 2026-03-05 | System date: 2026-03-29 |
+        Lab gap: 26 days | Vital gap: 24 days            (one line in the banner)
     Patient Age: 82 (deterministic, computed from DOB)
     EXCEEDS 48-hour threshold. All lab-based recommendations are CONDITIONAL.
 
@@ -113,7 +114,9 @@ def banner(overall: str, age: int | None, dated: list[_Dated], as_of: datetime) 
     lab_dated, lab_gap = _group_line("Lab", labs, as_of)
     vital_dated, vital_gap = _group_line("Vital", vitals, as_of)
     age_line = (
-        f"Patient Age: {age} (deterministic, computed from DOB)" if age is not None else "Patient Age: unknown (no birthDate)"
+        f"Patient Age: {age} (deterministic, computed from DOB)"
+        if age is not None
+        else "Patient Age: unknown (no birthDate)"
     )
     verdict = (
         "WITHIN 48-hour threshold."
@@ -123,14 +126,18 @@ def banner(overall: str, age: int | None, dated: list[_Dated], as_of: datetime) 
     return "\n".join(
         (
             f"PHASE 0 DATA READINESS: {overall}",
-            f"{lab_dated} | {vital_dated} | System date: {as_of.date().isoformat()} | {lab_gap} | {vital_gap}",
+            " | ".join(
+                (lab_dated, vital_dated, f"System date: {as_of.date().isoformat()}", lab_gap, vital_gap)
+            ),
             age_line,
             verdict,
         )
     )
 
 
-def assess_staleness(view: PatientView, as_of: datetime, age: int | None, dependencies: Iterable[str]) -> Staleness:
+def assess_staleness(
+    view: PatientView, as_of: datetime, age: int | None, dependencies: Iterable[str]
+) -> Staleness:
     """Per-observation staleness, MISSING dependencies, overall class and banner."""
     dated = _latest_per_code(view)
     param_of = {r.observation.id: key for key, r in view.readings.items()}
@@ -161,7 +168,9 @@ def assess_staleness(view: PatientView, as_of: datetime, age: int | None, depend
     return Staleness(overall=overall, banner=banner(overall, age, dated, as_of), observations=entries)
 
 
-def _conditional_active(view: PatientView, drug_map: DrugMap) -> list[tuple[str, tuple[str, ...], str | None]]:
+def _conditional_active(
+    view: PatientView, drug_map: DrugMap
+) -> list[tuple[str, tuple[str, ...], str | None]]:
     categories = dict(drug_map.interactions)
     active = []
     for cm in drug_map.conditional_monitoring:
@@ -187,7 +196,9 @@ class Dependencies:
         return {p for v in (*self.primary.values(), *self.conditional.values()) for p in v}
 
 
-def medication_dependencies(view: PatientView, knowledge: ClinicalKnowledge, maps: tuple[DrugMap, ...]) -> Dependencies:
+def medication_dependencies(
+    view: PatientView, knowledge: ClinicalKnowledge, maps: tuple[DrugMap, ...]
+) -> Dependencies:
     """Map each current medication's generic to its monitoring parameters.
 
     NTI maps contribute their primary parameters and their conditional ones whose condition holds; the
@@ -202,7 +213,9 @@ def medication_dependencies(view: PatientView, knowledge: ClinicalKnowledge, map
             continue
         primary[drug_map.name] = list(drug_map.primary_parameters)
         for _name, params, warning in _conditional_active(view, drug_map):
-            conditional.setdefault(drug_map.name, []).extend(p for p in params if p not in primary[drug_map.name])
+            conditional.setdefault(drug_map.name, []).extend(
+                p for p in params if p not in primary[drug_map.name]
+            )
             if warning and any(p not in view.readings for p in params):
                 warnings.setdefault(drug_map.name, []).append(warning)
     for med in view.medications:

@@ -102,7 +102,12 @@ class EncounterRecord(_Record):
 
 
 Record = Annotated[
-    PatientRecord | ObservationRecord | MedicationRecord | MedicationDefinition | ConditionRecord | EncounterRecord,
+    PatientRecord
+    | ObservationRecord
+    | MedicationRecord
+    | MedicationDefinition
+    | ConditionRecord
+    | EncounterRecord,
     Field(discriminator="resource_type"),
 ]
 

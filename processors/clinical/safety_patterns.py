@@ -39,12 +39,27 @@ def _found(text: str, terms: tuple[str, ...]) -> list[str]:
     return hits
 
 
-def _requirement(pattern_id: str, esc: str, name: str, fired: bool, why: str, text: str, required: tuple[str, ...]) -> PatternResult:
+def _requirement(
+    pattern_id: str, esc: str, name: str, fired: bool, why: str, text: str, required: tuple[str, ...]
+) -> PatternResult:
     if not fired:
-        return PatternResult(pattern_id=pattern_id, esc_id=esc, name=name, fired=False, passed=True, detail=f"Trigger not met: {why}")
+        return PatternResult(
+            pattern_id=pattern_id,
+            esc_id=esc,
+            name=name,
+            fired=False,
+            passed=True,
+            detail=f"Trigger not met: {why}",
+        )
     hits = _found(text, required)
-    detail = f"Triggered ({why}); " + (f"requirement met: {', '.join(hits)}" if hits else f"HARD_FAIL: none of {list(required)} in deliverable")
-    return PatternResult(pattern_id=pattern_id, esc_id=esc, name=name, fired=True, passed=bool(hits), detail=detail)
+    detail = f"Triggered ({why}); " + (
+        f"requirement met: {', '.join(hits)}"
+        if hits
+        else f"HARD_FAIL: none of {list(required)} in deliverable"
+    )
+    return PatternResult(
+        pattern_id=pattern_id, esc_id=esc, name=name, fired=True, passed=bool(hits), detail=detail
+    )
 
 
 def audit_deliverable(
@@ -103,7 +118,9 @@ def audit_deliverable(
             name=cons["name"],
             fired=critical,
             passed=not critical or light == "RED",
-            detail=(f"NTI CRITICAL -> traffic {light}" + ("" if light == "RED" else " HARD_FAIL: must be RED"))
+            detail=(
+                f"NTI CRITICAL -> traffic {light}" + ("" if light == "RED" else " HARD_FAIL: must be RED")
+            )
             if critical
             else f"Trigger not met: NTI {assessment.nti.severity}",
         )

@@ -118,4 +118,8 @@ def format_instant(value: str) -> str:
     if len(text) <= 10:
         return text
     parsed = parse_instant(text)
-    return parsed.strftime("%Y-%m-%dT%H:%M:%S") + (f".{parsed.microsecond:06d}" if parsed.microsecond else "") + "Z"
+    return (
+        parsed.strftime("%Y-%m-%dT%H:%M:%S")
+        + (f".{parsed.microsecond:06d}" if parsed.microsecond else "")
+        + "Z"
+    )

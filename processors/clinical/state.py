@@ -95,7 +95,9 @@ def _apply(current: PatientState, change: FhirChange, now: datetime) -> tuple[Pa
                 return current, ChangeOutcome(key=key, action="ignored_duplicate")
         resources = {**current.resources, key: record}
         tombstones = {k: v for k, v in current.tombstones.items() if k != key}
-        return current.model_copy(update={"resources": resources, "tombstones": tombstones}), ChangeOutcome(key=key, action="applied")
+        return current.model_copy(update={"resources": resources, "tombstones": tombstones}), ChangeOutcome(
+            key=key, action="applied"
+        )
     assert isinstance(change, ResourceDelete)
     key = f"{change.resource_type}/{change.id}"
     if change.resource_type == "Patient" and change.id == patient_id:
@@ -110,4 +112,6 @@ def _apply(current: PatientState, change: FhirChange, now: datetime) -> tuple[Pa
             return current, ChangeOutcome(key=key, action="ignored_older")
     resources = {k: v for k, v in current.resources.items() if k != key}
     tombstones = {**current.tombstones, key: stamp}
-    return current.model_copy(update={"resources": resources, "tombstones": tombstones}), ChangeOutcome(key=key, action="deleted")
+    return current.model_copy(update={"resources": resources, "tombstones": tombstones}), ChangeOutcome(
+        key=key, action="deleted"
+    )

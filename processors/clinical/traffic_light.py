@@ -104,7 +104,8 @@ def _deterministic_rules(
         if verdict != "APPROVED":
             ladder.raise_to(
                 "RED",
-                f"Rule B: circuit breaker ({review.revision_count} revisions, audit {verdict or 'not approved'})",
+                f"Rule B: circuit breaker ({review.revision_count} revisions, "
+                f"audit {verdict or 'not approved'})",
                 always_record=True,
             )
     if nti.severity == "CRITICAL":
@@ -125,11 +126,14 @@ def _deterministic_rules(
                 for d in nti.per_drug
                 if d.severity == "ELEVATED"
                 for p in nti_parameters.get(d.drug, [])
-                if dependency_classes.get(p) in CLASS_ORDER and CLASS_ORDER.index(dependency_classes[p]) >= floor
+                if dependency_classes.get(p) in CLASS_ORDER
+                and CLASS_ORDER.index(dependency_classes[p]) >= floor
             }
         )
         if hits:
-            ladder.raise_to("RED", f"ESC-033: NTI ELEVATED + {flags.esc033_min_class} monitoring ({', '.join(hits)})")
+            ladder.raise_to(
+                "RED", f"ESC-033: NTI ELEVATED + {flags.esc033_min_class} monitoring ({', '.join(hits)})"
+            )
 
 
 def compute_traffic_light(
@@ -155,7 +159,11 @@ def compute_traffic_light(
     """
     review = review or ReviewInputs()
     classes = {o.parameter: o.class_ for o in staleness.observations if o.parameter}
-    dependency_classes = {p: classes[p] for p in dependency_parameters | {q for v in nti_parameters.values() for q in v} if p in classes}
+    dependency_classes = {
+        p: classes[p]
+        for p in dependency_parameters | {q for v in nti_parameters.values() for q in v}
+        if p in classes
+    }
 
     shadow = _Ladder("GREEN", "Base: deterministic inputs only -> GREEN")
     _deterministic_rules(shadow, nti, review, flags, dependency_classes, nti_parameters)
@@ -182,13 +190,17 @@ def compute_traffic_light(
         shown = f"{label}/{sub}" if sub and sub != UNCLASSIFIED and disposition != "CONCUR" else label
         production = _Ladder(base, f"Base: CAA {shown} -> {base}")
         if sub == UNCLASSIFIED:
-            production.raise_to("RED", f"Base: CAA subcategory {UNCLASSIFIED} (unrecognised) -> RED", always_record=True)
+            production.raise_to(
+                "RED", f"Base: CAA subcategory {UNCLASSIFIED} (unrecognised) -> RED", always_record=True
+            )
         bias = (review.automation_bias_risk or "").strip().upper()
         if bias == "HIGH" and production.light == "YELLOW":
             if flags.rule_a_enforced:
                 production.raise_to("RED", "Rule A: automation bias HIGH")
             else:
-                shadow_mode.append("Rule A: automation bias HIGH on YELLOW would escalate to RED (shadow mode, not applied)")
+                shadow_mode.append(
+                    "Rule A: automation bias HIGH on YELLOW would escalate to RED (shadow mode, not applied)"
+                )
         _deterministic_rules(production, nti, review, flags, dependency_classes, nti_parameters)
     levels = LIGHTS.index(production.light) - LIGHTS.index(shadow.light)
     return TrafficLight(

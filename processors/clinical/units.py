@@ -107,11 +107,13 @@ class UnitConverter:
         for candidate in (source * mm, source / mm):
             try:
                 return float(candidate.to(dest.units).magnitude) / dest.magnitude
-            except Exception:  # noqa: S112 - try the other direction
+            except Exception:
                 continue
         raise UnitError(f"cannot convert {unit!r} to {target!r} even with molar mass {molar_mass} g/mol")
 
-    def compatible(self, unit: str | None, target: str, *, molar_mass: float | None, valence: int | None) -> bool:
+    def compatible(
+        self, unit: str | None, target: str, *, molar_mass: float | None, valence: int | None
+    ) -> bool:
         """Whether ``unit`` can be converted to ``target`` (absent units are compatible)."""
         try:
             self.convert(1.0, unit, target, molar_mass=molar_mass, valence=valence)

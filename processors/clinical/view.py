@@ -92,7 +92,9 @@ class PatientView:
             if rec.status not in statuses:
                 continue
             text = rec.text or (
-                definitions.get(rec.medication_reference.rsplit("/", 1)[-1]) if rec.medication_reference else None
+                definitions.get(rec.medication_reference.rsplit("/", 1)[-1])
+                if rec.medication_reference
+                else None
             )
             if not text:
                 self.issues.append(f"{rec.resource_type}/{rec.id}: medication has no readable name")
@@ -125,7 +127,12 @@ class PatientView:
     def clinical_text(self) -> str:
         """Lower-cased clinical text for symptom stems (never medication strings)."""
         parts = [self.condition_text] if self.condition_text else []
-        parts += [t.lower() for r in self.state.of_type("Encounter") if isinstance(r, EncounterRecord) for t in r.reason_texts]
+        parts += [
+            t.lower()
+            for r in self.state.of_type("Encounter")
+            if isinstance(r, EncounterRecord)
+            for t in r.reason_texts
+        ]
         for obs in self.observations:
             if "laboratory" in obs.categories:
                 continue
@@ -189,7 +196,9 @@ class PatientView:
                     self.issues.append(f"Observation/{obs.id}: {exc}")
                 if not obs.unit and param.unit != "1":
                     self.issues.append(f"Observation/{obs.id}: no unit; read as {param.unit}")
-            reading = Reading(parameter=param.key, observation=obs, effective=when, value=value, unit=param.unit)
+            reading = Reading(
+                parameter=param.key, observation=obs, effective=when, value=value, unit=param.unit
+            )
             prev = best.get(param.key)
             if prev is None or _later(reading, prev):
                 best[param.key] = reading

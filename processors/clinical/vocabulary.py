@@ -38,10 +38,12 @@ def _upstream_variants() -> Mapping[str, list[str]]:
     """
     spec = importlib.util.find_spec("drug_named_entity_recognition")
     if spec is None or not spec.submodule_search_locations:
-        raise KnowledgeError("drug-named-entity-recognition is not installed; pip install the clingate package")
+        raise KnowledgeError(
+            "drug-named-entity-recognition is not installed; pip install the clingate package"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / "drug_ner_dictionary.pkl.bz2"
     with bz2.open(path, "rb") as fh:
-        data = pickle.load(fh)  # noqa: S301 - the installed package's own data file
+        data = pickle.load(fh)
     variants: Mapping[str, list[str]] = data["drug_variant_to_canonical"]
     return variants
 

@@ -34,15 +34,29 @@ def _parse_as_of(value: str) -> datetime:
 
 @app.command("assess")
 def assess_command(
-    bundle: Annotated[Path, typer.Option("--in", exists=True, dir_okay=False, help="FHIR R4 resource or Bundle JSON.")],
+    bundle: Annotated[
+        Path, typer.Option("--in", exists=True, dir_okay=False, help="FHIR R4 resource or Bundle JSON.")
+    ],
     as_of: Annotated[str, typer.Option("--as-of", help="Assessment instant, ISO 8601 with zone.")],
-    disposition: Annotated[str | None, typer.Option(help="Adversarial reviewer disposition (CONCUR, DISSENT, ...).")] = None,
-    subcategory: Annotated[str | None, typer.Option(help="Adversarial reviewer subcategory (DATA_GAP, ...).")] = None,
-    revisions: Annotated[int | None, typer.Option(help="Revision count (Rule B at >= 2 unless approved).")] = None,
-    audit_verdict: Annotated[str | None, typer.Option(help="Regulatory audit verdict (APPROVED, ...).")] = None,
-    automation_bias: Annotated[str | None, typer.Option(help="Automation-bias risk (LOW / HIGH); Rule A.")] = None,
+    disposition: Annotated[
+        str | None, typer.Option(help="Adversarial reviewer disposition (CONCUR, DISSENT, ...).")
+    ] = None,
+    subcategory: Annotated[
+        str | None, typer.Option(help="Adversarial reviewer subcategory (DATA_GAP, ...).")
+    ] = None,
+    revisions: Annotated[
+        int | None, typer.Option(help="Revision count (Rule B at >= 2 unless approved).")
+    ] = None,
+    audit_verdict: Annotated[
+        str | None, typer.Option(help="Regulatory audit verdict (APPROVED, ...).")
+    ] = None,
+    automation_bias: Annotated[
+        str | None, typer.Option(help="Automation-bias risk (LOW / HIGH); Rule A.")
+    ] = None,
     tier_b: Annotated[bool, typer.Option("--tier-b/--no-tier-b", help="ESC-021 Tier B class maps.")] = False,
-    esc032: Annotated[bool, typer.Option("--esc032/--no-esc032", help="ESC-032 staleness escalation.")] = False,
+    esc032: Annotated[
+        bool, typer.Option("--esc032/--no-esc032", help="ESC-032 staleness escalation.")
+    ] = False,
     esc033: Annotated[bool, typer.Option("--esc033/--no-esc033", help="ESC-033 compound rule.")] = False,
 ) -> None:
     """Assess the patients of a FHIR bundle and print the assessment JSON."""
@@ -67,7 +81,9 @@ def assess_command(
     flags = GateFlags(tier_b_class_maps=tier_b, esc032_staleness=esc032, esc033_compound=esc033)
     results = []
     for patient_id in sorted(parsed.changes):
-        state, _ = reduce_update(None, PatientUpdate(patient_id=patient_id, changes=tuple(parsed.changes[patient_id])), when)
+        state, _ = reduce_update(
+            None, PatientUpdate(patient_id=patient_id, changes=tuple(parsed.changes[patient_id])), when
+        )
         results.append(assess(state, when, review, knowledge, flags).model_dump(mode="json"))
     payload = results[0] if len(results) == 1 else results
     sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")

@@ -39,7 +39,11 @@ def mini_bundle(pid: str, resources: list[dict[str, Any]], birth: str = "1950-01
 
 
 def med(text: str, status: str = "active") -> dict[str, Any]:
-    return {"resourceType": "MedicationStatement", "status": status, "medicationCodeableConcept": {"text": text}}
+    return {
+        "resourceType": "MedicationStatement",
+        "status": status,
+        "medicationCodeableConcept": {"text": text},
+    }
 
 
 def lab(
@@ -57,7 +61,13 @@ def lab(
     return {
         "resourceType": "Observation",
         "status": "final",
-        "category": [{"coding": [{"system": "http://terminology.hl7.org/CodeSystem/observation-category", "code": category}]}],
+        "category": [
+            {
+                "coding": [
+                    {"system": "http://terminology.hl7.org/CodeSystem/observation-category", "code": category}
+                ]
+            }
+        ],
         "code": {"coding": coding, "text": display},
         "effectiveDateTime": when,
         "valueQuantity": quantity,
@@ -67,7 +77,9 @@ def lab(
 def condition(text: str, status: str = "active") -> dict[str, Any]:
     return {
         "resourceType": "Condition",
-        "clinicalStatus": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/condition-clinical", "code": status}]},
+        "clinicalStatus": {
+            "coding": [{"system": "http://terminology.hl7.org/CodeSystem/condition-clinical", "code": status}]
+        },
         "code": {"text": text},
     }
 

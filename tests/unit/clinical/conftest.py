@@ -20,7 +20,9 @@ def knowledge() -> ClinicalKnowledge:
 
 @pytest.fixture
 def assess_case(knowledge: ClinicalKnowledge) -> Callable[..., ClinicalAssessment]:
-    def run(case: str, review: ReviewInputs | None = None, flags: GateFlags | None = None) -> ClinicalAssessment:
+    def run(
+        case: str, review: ReviewInputs | None = None, flags: GateFlags | None = None
+    ) -> ClinicalAssessment:
         return assess(state_from(load_bundle(case)), AS_OF, review, knowledge, flags)
 
     return run

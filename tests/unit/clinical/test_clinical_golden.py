@@ -17,15 +17,44 @@ from streams.commands.clinical import app
 
 PUBLISHED = {
     # case: (age, NTI severity, NTI drugs, production light, shadow light, review inputs of the run)
-    "PT-TEST-008": (86, "ELEVATED", ["digoxin", "warfarin"], "RED", "RED", ReviewInputs("CONCUR", None, "LOW", 2, "MODIFICATION_REQUIRED")),
-    "PT-TEST-009": (68, "ELEVATED", ["warfarin"], "RED", "YELLOW", ReviewInputs("DISSENT", None, "LOW", 1, "APPROVED")),
-    "PT-TEST-010": (82, "CRITICAL", ["digoxin"], "RED", "RED", ReviewInputs("CONCUR", None, "LOW", 2, "APPROVED")),
-    "PT-TEST-012": (62, "NORMAL", [], "RED", "GREEN", ReviewInputs("DISSENT", "DATAGAP", "LOW", 1, "APPROVED")),
+    "PT-TEST-008": (
+        86,
+        "ELEVATED",
+        ["digoxin", "warfarin"],
+        "RED",
+        "RED",
+        ReviewInputs("CONCUR", None, "LOW", 2, "MODIFICATION_REQUIRED"),
+    ),
+    "PT-TEST-009": (
+        68,
+        "ELEVATED",
+        ["warfarin"],
+        "RED",
+        "YELLOW",
+        ReviewInputs("DISSENT", None, "LOW", 1, "APPROVED"),
+    ),
+    "PT-TEST-010": (
+        82,
+        "CRITICAL",
+        ["digoxin"],
+        "RED",
+        "RED",
+        ReviewInputs("CONCUR", None, "LOW", 2, "APPROVED"),
+    ),
+    "PT-TEST-012": (
+        62,
+        "NORMAL",
+        [],
+        "RED",
+        "GREEN",
+        ReviewInputs("DISSENT", "DATAGAP", "LOW", 1, "APPROVED"),
+    ),
 }
 
 PT010_BANNER = (
     "PHASE 0 DATA READINESS: STALE\n"
-    "Labs dated 2026-03-03 | Vitals dated 2026-03-05 | System date: 2026-03-29 | Lab gap: 26 days | Vital gap: 24 days\n"
+    "Labs dated 2026-03-03 | Vitals dated 2026-03-05 | System date: 2026-03-29 | "
+    "Lab gap: 26 days | Vital gap: 24 days\n"
     "Patient Age: 82 (deterministic, computed from DOB)\n"
     "EXCEEDS 48-hour threshold. All lab-based recommendations are CONDITIONAL."
 )
@@ -79,18 +108,28 @@ def test_pt010_trace_nti_fields(assess_case):
         "Calcium level recommended to assess digoxin toxicity risk."
     ]
     assert nti.must_retrieve[0] == "digoxin label med guides.pdf" and len(nti.must_retrieve) == 7
-    assert {(p.parameter, p.priority) for p in nti.monitoring_priority} == {("potassium", "CRITICAL"), ("magnesium", "CRITICAL")}
+    assert {(p.parameter, p.priority) for p in nti.monitoring_priority} == {
+        ("potassium", "CRITICAL"),
+        ("magnesium", "CRITICAL"),
+    }
 
 
 def test_pt010_concur_is_still_red_via_rule_c(assess_case):
-    light = assess_case("PT-TEST-010", ReviewInputs(disposition="CONCUR", automation_bias_risk="LOW", revision_count=2, audit_verdict="APPROVED")).traffic_light
+    light = assess_case(
+        "PT-TEST-010",
+        ReviewInputs(
+            disposition="CONCUR", automation_bias_risk="LOW", revision_count=2, audit_verdict="APPROVED"
+        ),
+    ).traffic_light
     assert light.light == "RED"
     assert light.sources == ["Base: CAA CONCUR -> GREEN", "Rule C: NTI CRITICAL"]
     assert light.shadow == "RED" and light.divergence == "MATCH"
 
 
 def test_pt010_unclassified_subcategory_is_a_second_independent_path_to_red(assess_case):
-    light = assess_case("PT-TEST-010", ReviewInputs(disposition="CONCUR", subcategory="UNCLASSIFIED_MANUAL_REVIEW")).traffic_light
+    light = assess_case(
+        "PT-TEST-010", ReviewInputs(disposition="CONCUR", subcategory="UNCLASSIFIED_MANUAL_REVIEW")
+    ).traffic_light
     assert light.sources[0] == "Base: CAA CONCUR -> GREEN"
     assert light.sources[1].startswith("Base: CAA subcategory UNCLASSIFIED_MANUAL_REVIEW")
     assert light.sources[2] == "Rule C: NTI CRITICAL"
@@ -118,14 +157,24 @@ def test_pt009_findings_match_the_activation_record(assess_case):
     assert result.medication_count_flag
     inr = next(o for o in result.staleness.observations if o.parameter == "pt_inr")
     assert (inr.age_days, inr.class_) == (26, "STALE")
-    assert result.traffic_light.shadow_sources == ["Base: deterministic inputs only -> GREEN", "Rule D: NTI ELEVATED"]
-    assert (result.traffic_light.divergence, result.traffic_light.divergence_levels) == ("PRODUCTION_HIGHER", 1)
+    assert result.traffic_light.shadow_sources == [
+        "Base: deterministic inputs only -> GREEN",
+        "Rule D: NTI ELEVATED",
+    ]
+    assert (result.traffic_light.divergence, result.traffic_light.divergence_levels) == (
+        "PRODUCTION_HIGHER",
+        1,
+    )
 
 
 def test_pt012_is_normal_and_agent_e_is_the_sole_signal(assess_case):
     result = assess_case("PT-TEST-012", PUBLISHED["PT-TEST-012"][5])
     assert result.nti.drugs == [] and result.nti.must_retrieve == []
-    lab_days = {o.parameter: o.age_days for o in result.staleness.observations if o.parameter in ("potassium", "creatinine")}
+    lab_days = {
+        o.parameter: o.age_days
+        for o in result.staleness.observations
+        if o.parameter in ("potassium", "creatinine")
+    }
     assert lab_days == {"potassium": 24, "creatinine": 24}
     assert result.traffic_light.sources == ["Base: CAA DISSENT/DATA_GAP -> RED"]
     assert result.traffic_light.notes == ["ESC-024: subcategory 'DATAGAP' canonicalised to DATA_GAP"]
@@ -133,7 +182,15 @@ def test_pt012_is_normal_and_agent_e_is_the_sole_signal(assess_case):
 
 @pytest.mark.parametrize("case", sorted(PUBLISHED))
 def test_cli_output_is_byte_identical_across_runs(case):
-    args = ["assess", "--in", str(DATA / f"{case}.json"), "--as-of", "2026-03-29T00:00:00Z", "--disposition", "CONCUR"]
+    args = [
+        "assess",
+        "--in",
+        str(DATA / f"{case}.json"),
+        "--as-of",
+        "2026-03-29T00:00:00Z",
+        "--disposition",
+        "CONCUR",
+    ]
     first = CliRunner().invoke(app, args)
     second = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output

@@ -60,14 +60,23 @@ def test_each_drug_is_evaluated_against_its_own_map_and_overall_is_the_maximum(k
     # pooled flags would say CRITICAL; per drug both are ELEVATED.
     nti = run(
         knowledge,
-        [med("warfarin 5 mg"), med("digoxin 0.125 mg"), lab(*INR, 4.5, "{INR}"), lab(*DIGOXIN, 0.9, "ng/mL"), encounter("new confusion")],
+        [
+            med("warfarin 5 mg"),
+            med("digoxin 0.125 mg"),
+            lab(*INR, 4.5, "{INR}"),
+            lab(*DIGOXIN, 0.9, "ng/mL"),
+            encounter("new confusion"),
+        ],
     )
     assert {d.drug: d.severity for d in nti.per_drug} == {"digoxin": "ELEVATED", "warfarin": "ELEVATED"}
     assert nti.severity == "ELEVATED"
 
 
 def test_overall_severity_is_max_across_drugs(knowledge):
-    nti = run(knowledge, [med("warfarin 5 mg"), med("digoxin 0.125 mg"), lab(*DIGOXIN, 2.4, "ng/mL"), encounter("nausea")])
+    nti = run(
+        knowledge,
+        [med("warfarin 5 mg"), med("digoxin 0.125 mg"), lab(*DIGOXIN, 2.4, "ng/mL"), encounter("nausea")],
+    )
     assert {d.drug: d.severity for d in nti.per_drug} == {"digoxin": "CRITICAL", "warfarin": "NORMAL"}
     assert nti.severity == "CRITICAL"
     assert "warfarin_FDA_med_guide.pdf" not in nti.must_retrieve
@@ -90,7 +99,9 @@ def test_bioprosthetic_valve_is_not_a_mechanical_valve(knowledge, condition_text
 
 
 def test_mechanical_valve_uses_the_3_5_threshold(knowledge):
-    nti = run(knowledge, [med("warfarin 5 mg"), lab(*INR, 3.6, "{INR}"), condition("Mechanical mitral valve")])
+    nti = run(
+        knowledge, [med("warfarin 5 mg"), lab(*INR, 3.6, "{INR}"), condition("Mechanical mitral valve")]
+    )
     assert nti.supratherapeutic[0].threshold == 3.5
 
 
@@ -108,7 +119,14 @@ def test_inr_matched_by_display_text_when_no_loinc(knowledge):
 
 
 def test_symptom_stems_never_match_medication_strings(knowledge):
-    nti = run(knowledge, [med("digoxin 0.125 mg daily"), med("ondansetron 4 mg prn nausea"), med("vitamin A for night vision halos")])
+    nti = run(
+        knowledge,
+        [
+            med("digoxin 0.125 mg daily"),
+            med("ondansetron 4 mg prn nausea"),
+            med("vitamin A for night vision halos"),
+        ],
+    )
     assert nti.symptoms == []
     assert nti.severity == "NORMAL"
 
@@ -125,7 +143,10 @@ def test_resolved_conditions_do_not_count_as_symptoms(knowledge):
     assert run(knowledge, [med("digoxin"), condition("Nausea", status="resolved")]).symptoms == []
 
 
-@pytest.mark.parametrize(("brand", "generic"), [("Lanoxin 125 mcg daily", "digoxin"), ("Coumadin 5 mg", "warfarin"), ("Jantoven 2 mg", "warfarin")])
+@pytest.mark.parametrize(
+    ("brand", "generic"),
+    [("Lanoxin 125 mcg daily", "digoxin"), ("Coumadin 5 mg", "warfarin"), ("Jantoven 2 mg", "warfarin")],
+)
 def test_brand_names_resolve_to_their_generic(knowledge, brand, generic):
     assert run(knowledge, [med(brand)]).drugs == [generic]
 
@@ -170,7 +191,12 @@ def test_electrolyte_alerts_convert_units(knowledge):
 
 
 def test_creatinine_in_umol_per_litre_is_read_in_mg_per_dl(knowledge):
-    state = state_from(mini_bundle("p", [med("digoxin"), lab("14682-9", "Creatinine [Moles/volume] in Serum or Plasma", 159, "umol/L")]))
+    state = state_from(
+        mini_bundle(
+            "p",
+            [med("digoxin"), lab("14682-9", "Creatinine [Moles/volume] in Serum or Plasma", 159, "umol/L")],
+        )
+    )
     result = assess(state, AS_OF, None, knowledge)
     assert any(o.parameter == "creatinine" for o in result.staleness.observations if o.class_ != "MISSING")
 
@@ -185,13 +211,16 @@ def test_calcium_warning_needs_both_diuretic_classes_and_a_missing_calcium(knowl
     warning = "Dual diuretic therapy with opposing calcium effects"
     both = [med("digoxin"), med("furosemide 40 mg"), med("hydrochlorothiazide 25 mg")]
     assert run(knowledge, both).warnings[0].startswith(warning)
-    assert run(knowledge, both + [lab("17861-6", "Calcium", 9.5, "mg/dL")]).warnings == []
+    assert run(knowledge, [*both, lab("17861-6", "Calcium", 9.5, "mg/dL")]).warnings == []
     assert run(knowledge, [med("digoxin"), med("furosemide 40 mg")]).warnings == []
 
 
 def test_electrolyte_depleter_escalates_potassium_and_magnesium_monitoring(knowledge):
     nti = run(knowledge, [med("digoxin"), med("bumetanide 1 mg")])
-    assert [(p.parameter, p.priority) for p in nti.monitoring_priority] == [("potassium", "CRITICAL"), ("magnesium", "CRITICAL")]
+    assert [(p.parameter, p.priority) for p in nti.monitoring_priority] == [
+        ("potassium", "CRITICAL"),
+        ("magnesium", "CRITICAL"),
+    ]
 
 
 def test_atorvastatin_above_40_mg_with_amiodarone_is_flagged(knowledge):
@@ -217,7 +246,8 @@ LITHIUM = """
 name: lithium
 match: [lithium]
 parameters:
-  lithium_level: {display_name: Lithium serum level, loinc: ["14334-7"], display: [lithium], unit: mmol/L, valence: 1}
+  lithium_level:
+    {display_name: Lithium serum level, loinc: ["14334-7"], display: [lithium], unit: mmol/L, valence: 1}
   tsh: {display_name: TSH, loinc: ["3016-3"], display: [thyrotropin, tsh], unit: mIU/L}
 lab_monitoring:
   lithium_level: {purpose: Therapeutic and toxicity monitoring, primary: true}
@@ -237,10 +267,17 @@ corpus_sources: [lithium_FDA_label.pdf]
 
 def test_adding_lithium_is_a_data_only_change(knowledge, tmp_path: Path):
     maps = tmp_path / "drug_maps"
-    shutil.copytree(Path(__file__).resolve().parents[3] / "processors" / "clinical" / "data" / "drug_maps", maps)
+    shutil.copytree(
+        Path(__file__).resolve().parents[3] / "processors" / "clinical" / "data" / "drug_maps", maps
+    )
     (maps / "lithium.yaml").write_text(LITHIUM, encoding="utf-8")
     with_lithium = load_knowledge([maps], vocabulary=knowledge.vocabulary)
-    resources = [med("lithium carbonate 300 mg bid"), med("ibuprofen 400 mg prn"), lab("14334-7", "Lithium", 1.6, "meq/L"), encounter("coarse tremor")]
+    resources = [
+        med("lithium carbonate 300 mg bid"),
+        med("ibuprofen 400 mg prn"),
+        lab("14334-7", "Lithium", 1.6, "meq/L"),
+        encounter("coarse tremor"),
+    ]
     nti = run(with_lithium, resources)
     assert nti.drugs == ["lithium"] and nti.severity == "CRITICAL"
     assert nti.supratherapeutic[0].threshold == 1.5
@@ -255,9 +292,16 @@ def test_tier_b_class_maps_apply_only_behind_their_flag(knowledge):
     assert nti.classes == ["benzodiazepine", "opioid"]
     assert nti.drugs == []
     assert nti.severity == "ELEVATED"
-    assert {(i.drug, i.category) for i in nti.interactions} >= {("opioid", "benzodiazepines"), ("benzodiazepine", "opioids")}
+    assert {(i.drug, i.category) for i in nti.interactions} >= {
+        ("opioid", "benzodiazepines"),
+        ("benzodiazepine", "opioids"),
+    }
 
 
 def test_class_maps_never_reach_critical(knowledge):
-    nti = run(knowledge, [med("morphine 10 mg q4h"), encounter("respiratory depression, pinpoint pupils")], GateFlags(tier_b_class_maps=True))
+    nti = run(
+        knowledge,
+        [med("morphine 10 mg q4h"), encounter("respiratory depression, pinpoint pupils")],
+        GateFlags(tier_b_class_maps=True),
+    )
     assert nti.severity == "ELEVATED"

@@ -48,18 +48,27 @@ def test_staleness_classes_use_exact_elapsed_time(elapsed, expected):
     assert staleness_class(AS_OF - elapsed, AS_OF) == expected
 
 
-@given(st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=400)), st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=400)))
+@given(
+    st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=400)),
+    st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=400)),
+)
 def test_staleness_class_never_improves_with_age(a, b):
     older, newer = max(a, b), min(a, b)
-    assert CLASS_ORDER.index(staleness_class(AS_OF - older, AS_OF)) >= CLASS_ORDER.index(staleness_class(AS_OF - newer, AS_OF))
+    assert CLASS_ORDER.index(staleness_class(AS_OF - older, AS_OF)) >= CLASS_ORDER.index(
+        staleness_class(AS_OF - newer, AS_OF)
+    )
 
 
 def test_age_days_are_utc_calendar_days_while_class_uses_elapsed_time(knowledge):
     as_of = datetime(2026, 3, 29, 0, 1, tzinfo=UTC)
-    state = state_from(mini_bundle("p", [lab("2823-3", "Potassium", 4.0, "mmol/L", when="2026-03-28T23:59:00Z")]))
+    state = state_from(
+        mini_bundle("p", [lab("2823-3", "Potassium", 4.0, "mmol/L", when="2026-03-28T23:59:00Z")])
+    )
     obs = assess(state, as_of, None, knowledge).staleness.observations[0]
     assert (obs.age_days, obs.class_) == (1, "CURRENT")
-    state = state_from(mini_bundle("p", [lab("2823-3", "Potassium", 4.0, "mmol/L", when="2026-03-26T23:00:00+05:00")]))
+    state = state_from(
+        mini_bundle("p", [lab("2823-3", "Potassium", 4.0, "mmol/L", when="2026-03-26T23:00:00+05:00")])
+    )
     obs = assess(state, as_of, None, knowledge).staleness.observations[0]
     assert obs.effective == "2026-03-26T18:00:00Z"
     assert (obs.age_days, obs.class_) == (3, "RECENT")
@@ -103,7 +112,9 @@ def test_no_observations_gives_missing_overall_and_a_banner_without_dates(knowle
 
 
 def test_current_banner_says_within_threshold(knowledge):
-    state = state_from(mini_bundle("p", [lab("2823-3", "Potassium", 4.0, "mmol/L", when="2026-03-28T08:00:00Z")]))
+    state = state_from(
+        mini_bundle("p", [lab("2823-3", "Potassium", 4.0, "mmol/L", when="2026-03-28T08:00:00Z")])
+    )
     banner = assess(state, AS_OF, None, knowledge).staleness.banner
     assert banner.splitlines()[0] == "PHASE 0 DATA READINESS: CURRENT"
     assert banner.splitlines()[-1] == "WITHIN 48-hour threshold."

@@ -18,17 +18,31 @@ def audit(knowledge, case, text, review=None, tamper_light=None):
     view = PatientView(state_from(load_bundle(case)), knowledge)
     assessment = assess_view(view, AS_OF, review, GateFlags())
     if tamper_light:
-        assessment = assessment.model_copy(update={"traffic_light": TrafficLight(light=tamper_light, sources=[], shadow=tamper_light)})
-    return audit_deliverable(assessment, view, Deliverable(patient_id=case, deliverable_id="d1", event_time="2026-03-29T00:00:00Z", text=text), knowledge)
+        assessment = assessment.model_copy(
+            update={"traffic_light": TrafficLight(light=tamper_light, sources=[], shadow=tamper_light)}
+        )
+    return audit_deliverable(
+        assessment,
+        view,
+        Deliverable(patient_id=case, deliverable_id="d1", event_time="2026-03-29T00:00:00Z", text=text),
+        knowledge,
+    )
 
 
-GOOD_008 = "Consider intracranial hemorrhage. Drug interaction: TMP-SMX may inhibit warfarin metabolism; INR 4.2, bleeding risk."
+GOOD_008 = (
+    "Consider intracranial hemorrhage. Drug interaction: TMP-SMX may inhibit warfarin metabolism; "
+    "INR 4.2, bleeding risk."
+)
 
 
 def test_pt008_triggers_ich_interaction_and_bleeding_patterns_and_passes_with_coverage(knowledge):
     result = audit(knowledge, "PT-TEST-008", GOOD_008)
     assert result.passed and result.hard_fail_count == 0
-    assert result.patterns_fired == ["ich_differential", "drug_interaction_assessment", "bleeding_risk_coverage"]
+    assert result.patterns_fired == [
+        "ich_differential",
+        "drug_interaction_assessment",
+        "bleeding_risk_coverage",
+    ]
     assert result.patterns_skipped == ["nti_traffic_consistency"]
 
 
@@ -39,7 +53,9 @@ def test_missing_ich_differential_is_a_hard_fail(knowledge):
 
 
 def test_acronyms_match_as_whole_words_only(knowledge):
-    result = audit(knowledge, "PT-TEST-008", "The plan, which covers each drug interaction and bleeding, is attached.")
+    result = audit(
+        knowledge, "PT-TEST-008", "The plan, which covers each drug interaction and bleeding, is attached."
+    )
     assert not next(p for p in result.patterns if p.pattern_id == "ich_differential").passed
     result = audit(knowledge, "PT-TEST-008", "Rule out ICH. Drug interaction and bleeding reviewed.")
     assert next(p for p in result.patterns if p.pattern_id == "ich_differential").passed

@@ -7,13 +7,21 @@ from datetime import UTC, datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processors.clinical.records import ObservationRecord, PatientState, ResourceDelete, ResourceUpsert, VersionStamp
+from processors.clinical.records import (
+    ObservationRecord,
+    PatientState,
+    ResourceDelete,
+    ResourceUpsert,
+    VersionStamp,
+)
 from processors.clinical.state import PatientUpdate, reduce_update
 
 NOW = datetime(2026, 3, 29, tzinfo=UTC)
 
 
-def version(n: int | None = None, updated: str | None = None, value: float = 1.0, rid: str = "o1") -> ResourceUpsert:
+def version(
+    n: int | None = None, updated: str | None = None, value: float = 1.0, rid: str = "o1"
+) -> ResourceUpsert:
     stamp = VersionStamp(version_id=str(n) if n is not None else None, last_updated=updated)
     return ResourceUpsert(record=ObservationRecord(id=rid, stamp=stamp, value=value))
 
@@ -35,9 +43,23 @@ def test_any_arrival_order_keeps_the_highest_version(order):
     assert stored_value(state) == 6.0
 
 
-@given(st.permutations(["2026-03-01T00:00:00Z", "2026-03-02T00:00:00+01:00", "2026-03-02T00:00:00Z", "2026-03-03T12:00:00-05:00"]))
+@given(
+    st.permutations(
+        [
+            "2026-03-01T00:00:00Z",
+            "2026-03-02T00:00:00+01:00",
+            "2026-03-02T00:00:00Z",
+            "2026-03-03T12:00:00-05:00",
+        ]
+    )
+)
 def test_without_version_ids_last_updated_orders_versions(order):
-    values = {"2026-03-01T00:00:00Z": 1.0, "2026-03-02T00:00:00+01:00": 2.0, "2026-03-02T00:00:00Z": 3.0, "2026-03-03T12:00:00-05:00": 4.0}
+    values = {
+        "2026-03-01T00:00:00Z": 1.0,
+        "2026-03-02T00:00:00+01:00": 2.0,
+        "2026-03-02T00:00:00Z": 3.0,
+        "2026-03-03T12:00:00-05:00": 4.0,
+    }
     state = None
     for updated in order:
         state, _ = apply(state, version(updated=updated, value=values[updated]))
@@ -63,7 +85,9 @@ def test_unversioned_updates_follow_log_order():
 
 def test_delete_removes_and_an_older_late_version_cannot_resurrect():
     state, _ = apply(None, version(2, value=2.0))
-    state, outcomes = apply(state, ResourceDelete(resource_type="Observation", id="o1", stamp=VersionStamp(version_id="3")))
+    state, outcomes = apply(
+        state, ResourceDelete(resource_type="Observation", id="o1", stamp=VersionStamp(version_id="3"))
+    )
     assert outcomes[0].action == "deleted" and stored_value(state) is None
     state, outcomes = apply(state, version(2, value=2.0))
     assert outcomes[0].action == "ignored_older" and stored_value(state) is None

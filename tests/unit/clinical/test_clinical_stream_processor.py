@@ -14,7 +14,11 @@ from schemas.clinical import AdversarialReview, ClinicalAssessment, Deliverable,
 
 def updates(document, patient="p"):
     parsed = parse_document(document, default_patient=patient)
-    return [PatientUpdate(patient_id=pid, changes=(c,)) for pid, changes in parsed.changes.items() for c in changes]
+    return [
+        PatientUpdate(patient_id=pid, changes=(c,))
+        for pid, changes in parsed.changes.items()
+        for c in changes
+    ]
 
 
 def run(events, knowledge):
@@ -32,7 +36,9 @@ def assessments(outputs):
 def test_each_resource_update_reassesses_and_emits_only_when_changed(knowledge):
     events = updates(load_bundle("PT-TEST-010"), "PT-TEST-010")
     _, emitted = run([*events, events[3]], knowledge)
-    assert all(isinstance(o, ChangeOutcome) for out in emitted for o in out if not isinstance(o, ClinicalAssessment))
+    assert all(
+        isinstance(o, ChangeOutcome) for out in emitted for o in out if not isinstance(o, ClinicalAssessment)
+    )
     assert assessments(emitted[0])  # first event always emits
     assert assessments(emitted[-1]) == []  # replayed duplicate: nothing changed
     final = [a for out in emitted for a in assessments(out)][-1]
@@ -47,7 +53,13 @@ def test_replaying_the_same_events_emits_the_same_outputs(knowledge):
 def test_adversarial_review_event_changes_the_light(knowledge):
     events = updates(load_bundle("PT-TEST-012"), "PT-TEST-012")
     state, _ = run(events, knowledge)
-    review = AdversarialReview(patient_id="PT-TEST-012", review_id="r1", event_time="2026-03-29T00:00:00Z", disposition="DISSENT", subcategory="DATAGAP")
+    review = AdversarialReview(
+        patient_id="PT-TEST-012",
+        review_id="r1",
+        event_time="2026-03-29T00:00:00Z",
+        disposition="DISSENT",
+        subcategory="DATAGAP",
+    )
     state, outputs = process_event(state, review, AS_OF, knowledge)
     (assessment,) = assessments(outputs)
     assert (assessment.traffic_light.light, assessment.traffic_light.shadow) == ("RED", "GREEN")
@@ -57,7 +69,9 @@ def test_adversarial_review_event_changes_the_light(knowledge):
 
 def test_deliverable_event_emits_one_audit_and_leaves_state_alone(knowledge):
     state, _ = run(updates(load_bundle("PT-TEST-010"), "PT-TEST-010"), knowledge)
-    deliverable = Deliverable(patient_id="PT-TEST-010", deliverable_id="d1", event_time="2026-03-29T00:00:00Z", text="DDI reviewed")
+    deliverable = Deliverable(
+        patient_id="PT-TEST-010", deliverable_id="d1", event_time="2026-03-29T00:00:00Z", text="DDI reviewed"
+    )
     new_state, outputs = process_event(state, deliverable, AS_OF, knowledge)
     assert new_state is state
     assert [type(o) for o in outputs] == [SafetyAudit]

@@ -7,27 +7,58 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processors.clinical.knowledge import GateFlags
-from processors.clinical.traffic_light import LIGHTS, ReviewInputs, canonical_subcategory, compute_traffic_light
+from processors.clinical.traffic_light import (
+    LIGHTS,
+    ReviewInputs,
+    canonical_subcategory,
+    compute_traffic_light,
+)
 from schemas.clinical import DrugSeverity, Nti, Staleness, StalenessObservation
 
 
 def nti(severity: str = "NORMAL", drug: str = "warfarin") -> Nti:
     per = [DrugSeverity(drug=drug, kind="drug", severity=severity)] if severity != "NORMAL" else []
-    return Nti(severity=severity, drugs=[drug] if per else [], per_drug=per, supratherapeutic=[], interactions=[], symptoms=[], warnings=[], must_retrieve=[])
+    return Nti(
+        severity=severity,
+        drugs=[drug] if per else [],
+        per_drug=per,
+        supratherapeutic=[],
+        interactions=[],
+        symptoms=[],
+        warnings=[],
+        must_retrieve=[],
+    )
 
 
 def staleness(**classes: str) -> Staleness:
-    obs = [StalenessObservation(code=p, display=p, effective=None, age_days=None, parameter=p, **{"class": c}) for p, c in classes.items()]
+    obs = [
+        StalenessObservation(code=p, display=p, effective=None, age_days=None, parameter=p, **{"class": c})
+        for p, c in classes.items()
+    ]
     return Staleness(overall="CURRENT", banner="", observations=obs)
 
 
-def light(review=None, severity="NORMAL", flags=GateFlags(), stale=None, deps=frozenset(), nti_params=None):
-    return compute_traffic_light(nti(severity), stale or staleness(), review, flags, nti_params or {}, set(deps))
+NO_FLAGS = GateFlags()
+
+
+def light(review=None, severity="NORMAL", flags=NO_FLAGS, stale=None, deps=frozenset(), nti_params=None):
+    return compute_traffic_light(
+        nti(severity), stale or staleness(), review, flags, nti_params or {}, set(deps)
+    )
 
 
 @pytest.mark.parametrize(
     ("raw", "canonical"),
-    [("DATAGAP", "DATA_GAP"), ("data gap", "DATA_GAP"), ("JudgmentCall", "JUDGMENT_CALL"), ("SAFETYSTOP", "SAFETY_STOP"), ("safety_stop", "SAFETY_STOP"), ("weird", "UNCLASSIFIED_MANUAL_REVIEW"), ("", None), (None, None)],
+    [
+        ("DATAGAP", "DATA_GAP"),
+        ("data gap", "DATA_GAP"),
+        ("JudgmentCall", "JUDGMENT_CALL"),
+        ("SAFETYSTOP", "SAFETY_STOP"),
+        ("safety_stop", "SAFETY_STOP"),
+        ("weird", "UNCLASSIFIED_MANUAL_REVIEW"),
+        ("", None),
+        (None, None),
+    ],
 )
 def test_subcategory_canonicalisation(raw, canonical):
     assert canonical_subcategory(raw) == canonical
@@ -79,7 +110,10 @@ def test_rule_c_forces_red_and_is_recorded_even_when_already_red():
 
 
 def test_rule_d_raises_green_to_yellow_only():
-    assert light(ReviewInputs(disposition="CONCUR"), severity="ELEVATED").sources == ["Base: CAA CONCUR -> GREEN", "Rule D: NTI ELEVATED"]
+    assert light(ReviewInputs(disposition="CONCUR"), severity="ELEVATED").sources == [
+        "Base: CAA CONCUR -> GREEN",
+        "Rule D: NTI ELEVATED",
+    ]
     red = light(ReviewInputs(disposition="DISSENT"), severity="ELEVATED")
     assert red.light == "RED" and red.sources == ["Base: CAA DISSENT -> RED"]
 
@@ -117,7 +151,9 @@ def test_production_never_below_the_deterministic_floor(review, severity):
 
 @given(REVIEWS, REVIEWS, SEVERITIES)
 def test_shadow_ignores_the_adversarial_reviewer(a, b, severity):
-    same_pipeline = ReviewInputs(b.disposition, b.subcategory, b.automation_bias_risk, a.revision_count, a.audit_verdict)
+    same_pipeline = ReviewInputs(
+        b.disposition, b.subcategory, b.automation_bias_risk, a.revision_count, a.audit_verdict
+    )
     assert light(a, severity).shadow_sources == light(same_pipeline, severity).shadow_sources
 
 
@@ -133,7 +169,11 @@ def test_esc032_escalates_on_stale_monitoring_dependencies_only_when_flagged():
     assert light(stale=stale, deps={"potassium", "creatinine"}).shadow == "GREEN"
     flagged = light(stale=stale, deps={"potassium", "creatinine"}, flags=GateFlags(esc032_staleness=True))
     assert flagged.shadow == "YELLOW" and flagged.shadow_sources[-1].startswith("ESC-032:")
-    very = light(stale=staleness(potassium="PROFOUNDLY_STALE"), deps={"potassium"}, flags=GateFlags(esc032_staleness=True))
+    very = light(
+        stale=staleness(potassium="PROFOUNDLY_STALE"),
+        deps={"potassium"},
+        flags=GateFlags(esc032_staleness=True),
+    )
     assert very.shadow == "RED"
 
 
@@ -141,17 +181,28 @@ def test_esc033_compound_rule_and_its_staleness_floor():
     stale = staleness(pt_inr="STALE")
     flags = GateFlags(esc033_compound=True)
     # As proposed (PROFOUNDLY_STALE) it does not fire on PT-TEST-009's 26-day (STALE) INR gap...
-    assert light(severity="ELEVATED", stale=stale, flags=flags, nti_params={"warfarin": ["pt_inr"]}).shadow == "YELLOW"
+    assert (
+        light(severity="ELEVATED", stale=stale, flags=flags, nti_params={"warfarin": ["pt_inr"]}).shadow
+        == "YELLOW"
+    )
     # ...it does with the floor lowered to STALE, and always on a PROFOUNDLY_STALE monitoring parameter.
     lowered = GateFlags(esc033_compound=True, esc033_min_class="STALE")
-    assert light(severity="ELEVATED", stale=stale, flags=lowered, nti_params={"warfarin": ["pt_inr"]}).shadow == "RED"
+    assert (
+        light(severity="ELEVATED", stale=stale, flags=lowered, nti_params={"warfarin": ["pt_inr"]}).shadow
+        == "RED"
+    )
     very = staleness(pt_inr="PROFOUNDLY_STALE")
-    assert light(severity="ELEVATED", stale=very, flags=flags, nti_params={"warfarin": ["pt_inr"]}).shadow == "RED"
+    assert (
+        light(severity="ELEVATED", stale=very, flags=flags, nti_params={"warfarin": ["pt_inr"]}).shadow
+        == "RED"
+    )
 
 
 def test_esc033_on_golden_pt009_closes_the_published_divergence_only_with_the_stale_floor(assess_case):
     review = ReviewInputs("DISSENT", None, "LOW", 1, "APPROVED")
-    assert assess_case("PT-TEST-009", review, GateFlags(esc033_compound=True)).traffic_light.shadow == "YELLOW"
+    assert (
+        assess_case("PT-TEST-009", review, GateFlags(esc033_compound=True)).traffic_light.shadow == "YELLOW"
+    )
     result = assess_case("PT-TEST-009", review, GateFlags(esc033_compound=True, esc033_min_class="STALE"))
     assert (result.traffic_light.shadow, result.traffic_light.divergence) == ("RED", "MATCH")
 
