@@ -112,6 +112,14 @@ class ParsedInput:
     invalid: list[InvalidResource] = field(default_factory=list)
     ignored: dict[str, int] = field(default_factory=dict)
 
+    def count(self, reason: str) -> None:
+        """Count an entry that is skipped on purpose (not read by the gates, or not attributable)."""
+        self.ignored[reason] = self.ignored.get(reason, 0) + 1
+
+    def total(self) -> int:
+        """Every entry accounted for: accepted changes, invalid resources and counted skips."""
+        return sum(len(c) for c in self.changes.values()) + len(self.invalid) + sum(self.ignored.values())
+
 
 @cache
 def _model(resource_type: str) -> Any:
@@ -308,7 +316,7 @@ def parse_document(document: Mapping[str, Any], default_patient: str | None = No
             target = str(request.get("url", "")).split("?", 1)[0]
             rtype, _, rid = target.partition("/")
             if rtype not in SUPPORTED or not rid:
-                out.ignored[f"DELETE {rtype}"] = out.ignored.get(f"DELETE {rtype}", 0) + 1
+                out.count(f"DELETE {rtype}")
             elif default_patient is None:
                 out.invalid.append(InvalidResource(rtype, rid, f"DELETE {target!r} needs a patient key"))
             else:
@@ -318,13 +326,20 @@ def parse_document(document: Mapping[str, Any], default_patient: str | None = No
             continue
         raw = entry.get("resource")
         if not isinstance(raw, Mapping):
-            out.invalid.append(InvalidResource(None, None, "bundle entry has no resource"))
+            if request or entry.get("response"):
+                out.count("entry without resource (request / response only)")
+            else:
+                out.invalid.append(InvalidResource(None, None, "bundle entry has no resource"))
             continue
         rtype = raw.get("resourceType")
         if rtype not in SUPPORTED:
-            out.ignored[str(rtype)] = out.ignored.get(str(rtype), 0) + 1
+            out.count(str(rtype))
             continue
         clean, issues = sanitise_datetimes(raw)
+        full_url = entry.get("fullUrl")
+        if not clean.get("id") and isinstance(full_url, str) and full_url.startswith("urn:uuid:"):
+            # Transaction bundles identify new resources by fullUrl; references point at it.
+            clean["id"] = full_url.removeprefix("urn:uuid:")
         try:
             validate_resource(clean)
         except FhirInvalid as exc:
@@ -332,11 +347,10 @@ def parse_document(document: Mapping[str, Any], default_patient: str | None = No
             continue
         patient = _patient_of(clean) or default_patient
         if patient is None:
-            if rtype == "Medication":
-                continue  # a shared definition, already inlined above
-            out.invalid.append(InvalidResource(rtype, clean.get("id"), "resource names no patient (subject)"))
+            # A shared Medication definition is inlined into the statements that reference it; any other
+            # resource without a subject cannot be attributed to a patient (the stream keys by patient,
+            # so there it always has one).
+            out.count(f"{rtype} (no patient)")
             continue
-        out.changes.setdefault(patient, []).append(
-            ResourceUpsert(record=normalise(clean, issues, medications))
-        )
+        out.changes.setdefault(patient, []).append(ResourceUpsert(record=normalise(clean, issues, medications)))
     return out
