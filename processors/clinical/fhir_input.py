@@ -352,5 +352,6 @@ def parse_document(document: Mapping[str, Any], default_patient: str | None = No
             # so there it always has one).
             out.count(f"{rtype} (no patient)")
             continue
-        out.changes.setdefault(patient, []).append(ResourceUpsert(record=normalise(clean, issues, medications)))
+        record = normalise(clean, issues, medications)
+        out.changes.setdefault(patient, []).append(ResourceUpsert(record=record))
     return out

@@ -43,9 +43,9 @@ def hl7_examples_tarball() -> Path:
     target = cache_dir() / f"hl7.fhir.r4.examples-{HL7_VERSION}.tgz"
     if not target.exists():
         partial = target.with_suffix(".part")
-        with urllib.request.urlopen(HL7_URL, timeout=120) as response, partial.open("wb") as fh:  # noqa: S310
+        with urllib.request.urlopen(HL7_URL, timeout=120) as response, partial.open("wb") as fh:
             fh.write(response.read())
-        if hashlib.sha1(partial.read_bytes()).hexdigest() != HL7_SHA1:  # noqa: S324 - registry publishes SHA-1
+        if hashlib.sha1(partial.read_bytes()).hexdigest() != HL7_SHA1:
             partial.unlink()
             raise RuntimeError(f"{HL7_URL} does not match the registry's SHA-1; refusing to cache it")
         partial.rename(target)
@@ -57,7 +57,11 @@ def hl7_examples(resource_types: tuple[str, ...]) -> Iterator[tuple[str, dict[st
     prefixes = tuple(f"package/{t}-" for t in resource_types)
     with tarfile.open(hl7_examples_tarball(), "r:gz") as tar:
         members = sorted(
-            (m for m in tar.getmembers() if m.isfile() and m.name.endswith(".json") and m.name.startswith(prefixes)),
+            (
+                m
+                for m in tar.getmembers()
+                if m.isfile() and m.name.startswith(prefixes) and m.name.endswith(".json")
+            ),
             key=lambda m: m.name,
         )
         for member in members:

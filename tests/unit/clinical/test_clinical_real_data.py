@@ -29,7 +29,10 @@ pytestmark = pytest.mark.realdata
 AS_OF = datetime(2026, 3, 29, tzinfo=UTC)
 
 
-def run_once(documents: list[dict[str, Any]], knowledge) -> tuple[str, list[tuple[str | None, str | None, str]]]:
+Invalid = list[tuple[str | None, str | None, str]]
+
+
+def run_once(documents: list[dict[str, Any]], knowledge) -> tuple[str, Invalid]:
     """Parse, reduce and assess every patient; return the assessments' JSON and the invalid resources."""
     changes: dict[str, list[Any]] = {}
     invalid = []
@@ -70,12 +73,14 @@ def test_hl7_r4_examples_assess_without_crash_and_stably(hl7_documents, knowledg
 def _sample(bundle: dict[str, Any]) -> dict[str, Any]:
     def key(entry: dict[str, Any]) -> str:
         res = entry["resource"]
-        return str(res.get("effectiveDateTime") or res.get("issued") or (res.get("period") or {}).get("start") or "")
+        period = res.get("period") or {}
+        return str(res.get("effectiveDateTime") or res.get("issued") or period.get("start") or "")
 
     by_type: dict[str, list[dict[str, Any]]] = {}
     for entry in bundle["entry"]:
         by_type.setdefault(entry["resource"]["resourceType"], []).append(entry)
-    keep = [e for t in ("Patient", "MedicationRequest", "MedicationStatement", "Condition") for e in by_type.get(t, [])]
+    whole = ("Patient", "MedicationRequest", "MedicationStatement", "Condition")
+    keep = [e for t in whole for e in by_type.get(t, [])]
     keep += sorted(by_type.get("Encounter", []), key=key)[-40:]
     keep += sorted(by_type.get("Observation", []), key=key)[-200:]
     return {"resourceType": "Bundle", "type": "collection", "entry": keep}
