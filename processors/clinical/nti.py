@@ -60,6 +60,11 @@ _OPS = {
 }
 
 
+def display_unit(unit: str) -> str:
+    """A unit as reported: a bare UCUM annotation is its label (``{INR}`` -> ``INR``)."""
+    return unit[1:-1] if unit.startswith("{") and unit.endswith("}") else unit
+
+
 def _round(value: float) -> float:
     return round(value, 4)
 
@@ -107,20 +112,19 @@ def _supratherapeutic(view: PatientView, drug_map: DrugMap) -> list[Supratherape
     threshold = _threshold(view, drug_map)
     if tox is None or threshold is None:
         return []
-    reading = view.readings.get(tox.parameter)
-    if reading is None or reading.value is None:
+    value = _level(view, tox.parameter, tox.unit)
+    if value is None:
         return []
-    param = view.knowledge.parameters[tox.parameter]
-    value = view.knowledge.units.convert(
-        reading.value, reading.unit, tox.unit, molar_mass=param.molar_mass, valence=param.valence
-    )
     hit = value >= threshold if tox.inclusive else value > threshold
     if not hit:
         return []
-    unit = "INR" if tox.unit == "1" else tox.unit
     return [
         Supratherapeutic(
-            drug=drug_map.name, parameter=tox.parameter, value=_round(value), unit=unit, threshold=threshold
+            drug=drug_map.name,
+            parameter=tox.parameter,
+            value=_round(value),
+            unit=display_unit(tox.unit),
+            threshold=threshold,
         )
     ]
 
@@ -135,7 +139,8 @@ def _symptoms(view: PatientView, drug_map: DrugMap) -> list[SymptomMatch]:
     ]
 
 
-def _level(view: PatientView, drug: str, parameter: str, unit: str) -> float | None:
+def _level(view: PatientView, parameter: str, unit: str) -> float | None:
+    """The latest reading of ``parameter`` converted to ``unit``, or ``None``."""
     reading = view.readings.get(parameter)
     if reading is None or reading.value is None:
         return None
@@ -150,7 +155,7 @@ def _flags(view: PatientView, drug_map: DrugMap) -> list[LevelFlag]:
     for f in drug_map.indication_flags:
         if not any(t in view.condition_text for t in f.condition_terms):
             continue
-        value = _level(view, drug_map.name, f.parameter, f.unit)
+        value = _level(view, f.parameter, f.unit)
         if value is not None and value > f.above:
             flags.append(
                 LevelFlag(
@@ -166,7 +171,7 @@ def _flags(view: PatientView, drug_map: DrugMap) -> list[LevelFlag]:
 
 
 def _alert(view: PatientView, drug: str, parameter: str, alert: LabAlert) -> LevelFlag | None:
-    value = _level(view, drug, parameter, alert.unit)
+    value = _level(view, parameter, alert.unit)
     if value is None or not _OPS[alert.op](value, alert.value):
         return None
     return LevelFlag(

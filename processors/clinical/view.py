@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cached_property
 
 from processors.clinical.exceptions import UnitError
@@ -37,6 +37,7 @@ from processors.clinical.records import (
     PatientState,
 )
 from processors.clinical.sanitise import parse_instant
+from processors.clinical.units import ucum_to_pint
 
 LOINC = "http://loinc.org"
 ACTIVE_STATEMENT = frozenset({"active", "intended", "on-hold", "unknown", None})
@@ -194,13 +195,13 @@ class PatientView:
                     )
                 except UnitError as exc:
                     self.issues.append(f"Observation/{obs.id}: {exc}")
-                if not obs.unit and param.unit != "1":
+                if not obs.unit and ucum_to_pint(param.unit) != "dimensionless":
                     self.issues.append(f"Observation/{obs.id}: no unit; read as {param.unit}")
             reading = Reading(
                 parameter=param.key, observation=obs, effective=when, value=value, unit=param.unit
             )
             prev = best.get(param.key)
-            if prev is None or _later(reading, prev):
+            if prev is None or _recency(reading) > _recency(prev):
                 best[param.key] = reading
         return best
 
@@ -209,7 +210,6 @@ class PatientView:
         return any(term in m.match_text for m in self.medications)
 
 
-def _later(a: Reading, b: Reading) -> bool:
-    if a.effective is None or b.effective is None:
-        return b.effective is None and (a.effective is not None or a.observation.id > b.observation.id)
-    return (a.effective, a.observation.id) > (b.effective, b.observation.id)
+def _recency(reading: Reading) -> tuple[datetime, str]:
+    # Undated readings rank below dated ones; the id breaks ties so the choice never depends on order.
+    return (reading.effective or datetime.min.replace(tzinfo=UTC), reading.observation.id)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from clinical_builders import AS_OF, lab, load_bundle, med, mini_bundle
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from processors.clinical.assess import process_event
 from processors.clinical.fhir_input import parse_document
@@ -89,3 +91,14 @@ def test_invalid_resources_are_reported_with_their_error_and_siblings_survive():
     assert [(i.resource_type, i.resource_id) for i in parsed.invalid] == [("Observation", "r000")]
     assert "status" in parsed.invalid[0].error
     assert len(parsed.changes["p"]) == 2  # the Patient and the valid Observation
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.randoms(use_true_random=False))
+def test_arrival_order_of_resources_never_changes_the_assessment(knowledge, rnd):
+    bundle = load_bundle("PT-TEST-008")
+    baseline = run(updates(bundle, "PT-TEST-008"), knowledge)[0]
+    entries = list(bundle["entry"])
+    rnd.shuffle(entries)
+    shuffled = run(updates({**bundle, "entry": entries}, "PT-TEST-008"), knowledge)[0]
+    assert shuffled.last_digest == baseline.last_digest
