@@ -13,9 +13,14 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from streams.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from processors.clinical.knowledge import GateFlags
 
 app = typer.Typer(help="Deterministic clinical gates on FHIR R4 (issue 5).", no_args_is_help=True)
 
@@ -23,6 +28,21 @@ app = typer.Typer(help="Deterministic clinical gates on FHIR R4 (issue 5).", no_
 @app.callback()
 def clinical() -> None:
     """Deterministic clinical gates on FHIR R4: Phase 0, NTI, traffic light, safety patterns."""
+
+
+def gate_flags(
+    settings: Settings, *, tier_b: bool | None = None, esc032: bool | None = None, esc033: bool | None = None
+) -> GateFlags:
+    """The gate flags of this process: settings (environment), overridden by explicit command-line flags."""
+    from processors.clinical.knowledge import GateFlags
+
+    return GateFlags(
+        tier_b_class_maps=settings.clinical_tier_b_class_maps if tier_b is None else tier_b,
+        esc032_staleness=settings.clinical_esc032_staleness if esc032 is None else esc032,
+        esc033_compound=settings.clinical_esc033_compound if esc033 is None else esc033,
+        esc033_min_class=settings.clinical_esc033_min_class,
+        rule_a_enforced=settings.clinical_rule_a_enforced,
+    )
 
 
 def _parse_as_of(value: str) -> datetime:
@@ -53,16 +73,25 @@ def assess_command(
     automation_bias: Annotated[
         str | None, typer.Option(help="Automation-bias risk (LOW / HIGH); Rule A.")
     ] = None,
-    tier_b: Annotated[bool, typer.Option("--tier-b/--no-tier-b", help="ESC-021 Tier B class maps.")] = False,
+    tier_b: Annotated[
+        bool | None,
+        typer.Option(
+            "--tier-b/--no-tier-b", help="ESC-021 Tier B class maps (env CLINGATE_CLINICAL_TIER_B)."
+        ),
+    ] = None,
     esc032: Annotated[
-        bool, typer.Option("--esc032/--no-esc032", help="ESC-032 staleness escalation.")
-    ] = False,
-    esc033: Annotated[bool, typer.Option("--esc033/--no-esc033", help="ESC-033 compound rule.")] = False,
+        bool | None,
+        typer.Option("--esc032/--no-esc032", help="ESC-032 staleness rule (env CLINGATE_CLINICAL_ESC032)."),
+    ] = None,
+    esc033: Annotated[
+        bool | None,
+        typer.Option("--esc033/--no-esc033", help="ESC-033 compound rule (env CLINGATE_CLINICAL_ESC033)."),
+    ] = None,
 ) -> None:
     """Assess the patients of a FHIR bundle and print the assessment JSON."""
     from processors.clinical.assess import assess
     from processors.clinical.fhir_input import parse_document
-    from processors.clinical.knowledge import GateFlags, default_knowledge
+    from processors.clinical.knowledge import default_knowledge
     from processors.clinical.state import PatientUpdate, reduce_update
     from processors.clinical.traffic_light import ReviewInputs
 
@@ -78,7 +107,7 @@ def assess_command(
         revision_count=revisions,
         audit_verdict=audit_verdict,
     )
-    flags = GateFlags(tier_b_class_maps=tier_b, esc032_staleness=esc032, esc033_compound=esc033)
+    flags = gate_flags(get_settings(), tier_b=tier_b, esc032=esc032, esc033=esc033)
     results = []
     for patient_id in sorted(parsed.changes):
         state, _ = reduce_update(

@@ -6,7 +6,7 @@
 * Synthea patients: generated offline by ``tietai-synthea`` (the ``synthea`` extra) with a fixed seed and
   reference date, once per cache.
 
-Cache root: ``$CLINGATE_CACHE_DIR`` or ``$XDG_CACHE_HOME/clingate`` or ``~/.cache/clingate``.
+Cache root: ``<settings.home>/test-data`` (``$CLINGATE_HOME``, default ``~/.cache/clingate``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 import tarfile
@@ -23,6 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from streams.settings import get_settings
+
 HL7_VERSION = "4.0.1"
 HL7_URL = f"https://registry.npmjs.org/hl7.fhir.r4.examples/-/hl7.fhir.r4.examples-{HL7_VERSION}.tgz"
 HL7_SHA1 = "537ea7db3f3c7b3575fe2eaa7808bad21261cca3"  # dist.shasum published by the npm registry
@@ -30,10 +31,7 @@ SYNTHEA_ARGS = ("-p", "3", "-s", "2026", "-a", "70-90", "-r", "20260329")
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("CLINGATE_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "clingate"
-    )
-    path = Path(root)
+    path = get_settings().home / "test-data"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
