@@ -113,3 +113,19 @@ def test_state_is_never_mutated_in_place():
     snapshot = state.model_dump()
     apply(state, version(2, value=2.0), ResourceDelete(resource_type="Observation", id="o1"))
     assert state.model_dump() == snapshot
+
+
+def test_stream_state_survives_a_json_round_trip(knowledge):
+    from clinical_builders import AS_OF, load_bundle
+
+    from processors.clinical.assess import ClinicalStreamState, process_event
+    from processors.clinical.fhir_input import parse_document
+
+    parsed = parse_document(load_bundle("PT-TEST-010"))
+    state, _ = process_event(
+        None,
+        PatientUpdate(patient_id="PT-TEST-010", changes=tuple(parsed.changes["PT-TEST-010"])),
+        AS_OF,
+        knowledge,
+    )
+    assert ClinicalStreamState.model_validate_json(state.model_dump_json()) == state
