@@ -7,8 +7,9 @@ Choices recorded here:
   synthetic data lacks it) counts as current too, since dropping a drug can only de-escalate.
   Completed, stopped, cancelled, entered-in-error, not-taken and draft do not count. Identical
   medication texts are one medication (Synthea repeats the same request at every encounter).
-* **Medication match text** is the lower-cased medication text plus the generics the drug vocabulary
-  resolves its tokens to; the seed's substring rule runs over it.
+* **Medication match text** is the lower-cased medication name (CodeableConcept text / display, or the
+  referenced Medication's) plus the generics the drug vocabulary resolves its tokens to; the seed's
+  substring rule runs over it. Dosage instructions are shown in the medication list but never matched.
 * **Clinical text** (symptom stems) is Condition code text / displays / notes, Encounter reasonCode texts,
   and observation notes and text values outside the laboratory category. Medication strings are never
   part of it, so "ondansetron prn nausea" is not a nausea symptom. Conditions whose clinicalStatus is
@@ -100,13 +101,15 @@ class PatientView:
             if not text:
                 self.issues.append(f"{rec.resource_type}/{rec.id}: medication has no readable name")
                 continue
-            if rec.dosage_text and rec.dosage_text.lower() not in text.lower():
+            name = text.lower()
+            if rec.dosage_text and rec.dosage_text.lower() not in name:
                 text = f"{text} {rec.dosage_text}"
             if text in seen:
                 continue
-            lower = text.lower()
-            generics = self.knowledge.vocabulary.generics(lower)
-            seen[text] = ActiveMedication(text=text, match_text=" | ".join((lower, *generics)))
+            # Matching runs over the medication's name only: a dosage instruction such as "do not take
+            # with antacids" must not read as the patient taking an antacid.
+            generics = self.knowledge.vocabulary.generics(name)
+            seen[text] = ActiveMedication(text=text, match_text=" | ".join((name, *generics)))
         return tuple(seen.values())
 
     @cached_property

@@ -305,3 +305,12 @@ def test_class_maps_never_reach_critical(knowledge):
         GateFlags(tier_b_class_maps=True),
     )
     assert nti.severity == "ELEVATED"
+
+
+def test_dosage_instructions_are_never_read_as_medications(knowledge):
+    dosage = [{"text": "daily; do not take with antacids or verapamil"}]
+    statement = {**med("digoxin 0.125 mg"), "dosage": dosage}
+    nti = run(knowledge, [statement])
+    assert nti.interactions == []
+    result = assess(state_from(mini_bundle("p", [statement])), AS_OF, None, knowledge)
+    assert result.medications == ["digoxin 0.125 mg daily; do not take with antacids or verapamil"]
