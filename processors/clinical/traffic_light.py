@@ -45,7 +45,7 @@ SUBCATEGORIES = {
     "SAFETYSTOP": "SAFETY_STOP",
 }
 UNCLASSIFIED = "UNCLASSIFIED_MANUAL_REVIEW"
-DISPOSITIONS = {"CONCUR": "CONCUR", "DISSENT": "DISSENT", "CAPACITYLIMIT": "CAPACITY_LIMIT"}
+DISPOSITIONS = {"CONCUR": "CONCUR", "DISSENT": "DISSENT", "CAPACITYLIMIT": "CAPACITY_LIMIT", **SUBCATEGORIES}
 SUBCATEGORY_LIGHT = {"JUDGMENT_CALL": "YELLOW", "DATA_GAP": "RED", "SAFETY_STOP": "RED"}
 
 
@@ -72,7 +72,11 @@ def canonical_subcategory(raw: str | None) -> str | None:
 
 
 def canonical_disposition(raw: str | None) -> str | None:
-    """Canonical disposition (CONCUR / DISSENT / CAPACITY_LIMIT), the upper-cased raw value otherwise."""
+    """Canonical disposition, the upper-cased raw value when unrecognised.
+
+    The seed's base mapping lists JUDGMENT_CALL / DATA_GAP / SAFETY_STOP beside the dispositions, so a
+    reviewer that reports one of them as its disposition is understood too.
+    """
     if raw is None or not raw.strip():
         return None
     return DISPOSITIONS.get(_squash(raw), raw.strip().upper())
@@ -182,6 +186,8 @@ def compute_traffic_light(
             sub = None
         if disposition == "CONCUR":
             base = "GREEN"
+        elif disposition in SUBCATEGORY_LIGHT:
+            base = SUBCATEGORY_LIGHT[disposition]
         elif disposition in DISPOSITIONS.values():
             base = SUBCATEGORY_LIGHT.get(sub or "", "RED")
         else:

@@ -75,6 +75,8 @@ def test_subcategory_canonicalisation(raw, canonical):
         ("CAPACITY_LIMIT", None, "RED"),
         ("capacity limit", None, "RED"),
         ("SHRUG", None, "RED"),
+        ("JUDGMENT_CALL", None, "YELLOW"),
+        ("DataGap", None, "RED"),
         ("CONCUR", "gibberish", "RED"),
     ],
 )
