@@ -285,20 +285,29 @@ def normalise(resource: Mapping[str, Any], issues: tuple[str, ...], medications:
     raise FhirInvalid(f"resource type {rtype} is not read by the clinical gates", rtype, resource.get("id"))
 
 
-def parse_document(document: Mapping[str, Any], default_patient: str | None = None) -> ParsedInput:
+def parse_document(document: Any, default_patient: str | None = None) -> ParsedInput:
     """Parse a FHIR resource or Bundle into per-patient changes, invalid resources and ignored counts.
 
     Args:
         document: parsed JSON of one resource or a Bundle.
         default_patient: the patient id to use for resources that name none (the Kafka key in the
-            stream); resources without a patient and without a default are reported invalid.
+            stream); without one, such resources are counted under ``ignored`` as "(no patient)".
 
     Returns:
         The parsed input. Never raises for content problems: they are reported in ``invalid``.
     """
     out = ParsedInput()
+    if not isinstance(document, Mapping):
+        out.invalid.append(InvalidResource(None, None, f"not a FHIR JSON object ({type(document).__name__})"))
+        return out
     if document.get("resourceType") == "Bundle":
-        entries = list(document.get("entry") or ())
+        raw_entries = document.get("entry") or []
+        raw_entries = raw_entries if isinstance(raw_entries, list) else [raw_entries]
+        entries = [e for e in raw_entries if isinstance(e, Mapping)]
+        for _ in range(len(raw_entries) - len(entries)):
+            out.invalid.append(
+                InvalidResource("Bundle", document.get("id"), "Bundle.entry item is not an object")
+            )
     else:
         entries = [{"resource": document}]
     medications: dict[str, str] = {}
@@ -315,14 +324,13 @@ def parse_document(document: Mapping[str, Any], default_patient: str | None = No
         if request.get("method") == "DELETE":
             target = str(request.get("url", "")).split("?", 1)[0]
             rtype, _, rid = target.partition("/")
+            owner = rid if rtype == "Patient" else default_patient
             if rtype not in SUPPORTED or not rid:
                 out.count(f"DELETE {rtype}")
-            elif default_patient is None:
+            elif owner is None:
                 out.invalid.append(InvalidResource(rtype, rid, f"DELETE {target!r} needs a patient key"))
             else:
-                out.changes.setdefault(default_patient, []).append(
-                    ResourceDelete(resource_type=rtype, id=rid)
-                )
+                out.changes.setdefault(owner, []).append(ResourceDelete(resource_type=rtype, id=rid))
             continue
         raw = entry.get("resource")
         if not isinstance(raw, Mapping):

@@ -102,3 +102,12 @@ def test_arrival_order_of_resources_never_changes_the_assessment(knowledge, rnd)
     rnd.shuffle(entries)
     shuffled = run(updates({**bundle, "entry": entries}, "PT-TEST-008"), knowledge)[0]
     assert shuffled.last_digest == baseline.last_digest
+
+
+def test_malformed_documents_are_reported_not_raised():
+    assert parse_document([1, 2]).invalid[0].error.startswith("not a FHIR JSON object")
+    parsed = parse_document(
+        {"resourceType": "Bundle", "entry": ["x", {"resource": {"resourceType": "Patient"}}]}
+    )
+    assert [i.error for i in parsed.invalid] == ["Bundle.entry item is not an object"]
+    assert parsed.total() == 2
