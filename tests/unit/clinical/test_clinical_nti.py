@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 from clinical_builders import AS_OF, condition, encounter, lab, med, mini_bundle, state_from
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from processors.clinical.assess import assess
 from processors.clinical.knowledge import GateFlags, load_knowledge
@@ -314,3 +316,22 @@ def test_dosage_instructions_are_never_read_as_medications(knowledge):
     assert nti.interactions == []
     result = assess(state_from(mini_bundle("p", [statement])), AS_OF, None, knowledge)
     assert result.medications == ["digoxin 0.125 mg daily; do not take with antacids or verapamil"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    level=st.one_of(st.none(), st.floats(min_value=0.1, max_value=4.0)),
+    symptom=st.booleans(),
+    interactor=st.booleans(),
+)
+def test_digoxin_severity_follows_the_section_4_algorithm(knowledge, level, symptom, interactor):
+    resources = [med("digoxin 0.125 mg daily")]
+    if level is not None:
+        resources.append(lab(*DIGOXIN, round(level, 2), "ng/mL"))
+    if symptom:
+        resources.append(encounter("anorexia"))
+    if interactor:
+        resources.append(med("verapamil 80 mg tid"))
+    supra = level is not None and round(level, 2) >= 2.0
+    expected = "CRITICAL" if supra and symptom else "ELEVATED" if supra or symptom or interactor else "NORMAL"
+    assert run(knowledge, resources).severity == expected

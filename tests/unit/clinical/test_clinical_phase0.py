@@ -152,3 +152,15 @@ def test_datetime_without_iso_token_is_invalid_and_reported():
     parsed = parse_document(mini_bundle("p", [bad]))
     assert [(i.resource_type, i.resource_id) for i in parsed.invalid] == [("Observation", "r000")]
     assert "effectiveDateTime" in parsed.invalid[0].error
+
+
+@given(
+    st.integers(min_value=-2_000_000_000, max_value=4_000_000_000).map(
+        lambda s: datetime.fromtimestamp(s, UTC)
+    ),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30),
+)
+def test_sanitiser_always_leaves_the_iso_token_alone(moment, suffix):
+    iso = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    clean, _ = sanitise_datetimes({"effectiveDateTime": f"{iso} {suffix}"})
+    assert clean["effectiveDateTime"] == iso
