@@ -53,6 +53,7 @@ def assess_view(
     """Run every gate over a prepared :class:`PatientView` (see :func:`assess`)."""
     if as_of.tzinfo is None:
         raise ValueError("as_of must be timezone-aware (time is data: pass the event time in UTC)")
+    as_of = as_of.astimezone(UTC)  # calendar days and ages are UTC dates
     knowledge = view.knowledge
     maps = knowledge.maps(tier_b=flags.tier_b_class_maps)
     age = patient_age(view.birth_date, as_of)

@@ -140,6 +140,11 @@ def assess_staleness(
 ) -> Staleness:
     """Per-observation staleness, MISSING dependencies, overall class and banner."""
     dated = _latest_per_code(view)
+    view.issues.extend(
+        f"Observation/{d.obs.id}: effective {d.obs.effective} is after the as-of instant (classed CURRENT)"
+        for d in dated
+        if d.effective > as_of
+    )
     param_of = {r.observation.id: key for key, r in view.readings.items()}
     entries = [
         StalenessObservation(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from clinical_builders import AS_OF, lab, med, mini_bundle, state_from
@@ -164,3 +164,22 @@ def test_sanitiser_always_leaves_the_iso_token_alone(moment, suffix):
     iso = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
     clean, _ = sanitise_datetimes({"effectiveDateTime": f"{iso} {suffix}"})
     assert clean["effectiveDateTime"] == iso
+
+
+def test_as_of_in_another_zone_counts_utc_calendar_days(knowledge):
+    state = state_from(
+        mini_bundle("p", [lab("2823-3", "Potassium", 4.0, "mmol/L", when="2026-03-28T20:00:00Z")])
+    )
+    tokyo = datetime(2026, 3, 29, 8, 0, tzinfo=timezone(timedelta(hours=9)))  # 2026-03-28T23:00Z
+    result = assess(state, tokyo, None, knowledge)
+    assert result.as_of == "2026-03-28T23:00:00Z"
+    assert result.staleness.observations[0].age_days == 0
+
+
+def test_future_dated_observation_is_current_and_reported(knowledge):
+    state = state_from(
+        mini_bundle("p", [lab("2823-3", "Potassium", 4.0, "mmol/L", when="2026-03-30T08:00:00Z")])
+    )
+    result = assess(state, AS_OF, None, knowledge)
+    assert result.staleness.observations[0].class_ == "CURRENT"
+    assert any("after the as-of instant" in i for i in result.issues)
