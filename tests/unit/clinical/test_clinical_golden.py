@@ -12,11 +12,12 @@ import pytest
 from clinical_builders import DATA
 from typer.testing import CliRunner
 
-from processors.clinical.traffic_light import ReviewInputs
+from processors.clinical.traffic_light import LIGHTS, ReviewInputs
 from streams.commands.clinical import app
 
 PUBLISHED = {
     # case: (age, NTI severity, NTI drugs, production light, shadow light, review inputs of the run)
+    # Part C divergence: 008 "Match", 009 "Agent E +1 level", 010 "Match (Rule C)", 012 "Agent E sole signal".
     "PT-TEST-008": (
         86,
         "ELEVATED",
@@ -68,6 +69,7 @@ def test_golden_case_reproduces_published_age_severity_drugs_and_lights(assess_c
     assert result.nti.severity == severity
     assert result.nti.drugs == drugs
     assert (result.traffic_light.light, result.traffic_light.shadow) == (light, shadow)
+    assert result.traffic_light.divergence_levels == LIGHTS.index(light) - LIGHTS.index(shadow)
 
 
 def test_pt010_trace_phase0_fields(assess_case):

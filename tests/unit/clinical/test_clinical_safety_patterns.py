@@ -73,9 +73,21 @@ def test_nti_critical_without_red_is_a_hard_fail(knowledge):
     assert [p.pattern_id for p in result.patterns if not p.passed] == ["nti_traffic_consistency"]
 
 
-def test_pt012_with_few_medications_still_needs_interaction_text(knowledge):
-    result = audit(knowledge, "PT-TEST-012", "Titrate as tolerated.")
-    assert result.patterns_fired == ["drug_interaction_assessment"] and not result.passed
+PUBLISHED_FIRED = {
+    # Supplementary Table 2, Post-Pipeline Validation activation records.
+    "PT-TEST-008": ["ich_differential", "drug_interaction_assessment", "bleeding_risk_coverage"],
+    "PT-TEST-009": ["drug_interaction_assessment"],
+    "PT-TEST-010": ["drug_interaction_assessment", "nti_traffic_consistency"],
+    "PT-TEST-012": [],
+}
+COVERING = "Rule out intracranial hemorrhage. Drug interaction assessment done. Bleeding risk reviewed."
+
+
+@pytest.mark.parametrize("case", sorted(PUBLISHED_FIRED))
+def test_golden_cases_fire_the_published_patterns_and_pass(knowledge, case):
+    result = audit(knowledge, case, COVERING)
+    assert result.patterns_fired == PUBLISHED_FIRED[case]
+    assert result.passed
 
 
 def test_audit_record_is_immutable_and_deterministic(knowledge):
