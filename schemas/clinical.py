@@ -63,6 +63,8 @@ class Interaction(_Part):
     drug: str
     category: str
     with_: str = Field(alias="with")
+    effect: str | None = None
+    detail: str | None = None
 
 
 class SymptomMatch(_Part):

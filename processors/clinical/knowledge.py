@@ -152,6 +152,7 @@ class DrugMap:
     conditional_monitoring: tuple[ConditionalMonitoring, ...] = ()
     dose_limits: tuple[DoseLimit, ...] = ()
     electrolyte_escalation: ElectrolyteEscalation | None = None
+    interaction_effects: Mapping[str, str] = field(default_factory=dict)
     interaction_details: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @property
@@ -321,6 +322,7 @@ def _drug_map(spec: Mapping[str, Any], source: str) -> DrugMap:
             )
             if escalation
             else None,
+            interaction_effects={str(k): str(v) for k, v in (spec.get("interaction_effects") or {}).items()},
             interaction_details={
                 str(k).lower(): {str(a): str(b) for a, b in v.items()}
                 for k, v in (spec.get("interaction_details") or {}).items()

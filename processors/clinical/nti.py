@@ -88,7 +88,16 @@ def _interactions(view: PatientView, drug_map: DrugMap) -> list[Interaction]:
             for med in view.medications:
                 own = any(t in med.match_text for t in drug_map.match)
                 if other in med.match_text and not own:
-                    found.append(Interaction(drug=drug_map.name, category=category, **{"with": other}))
+                    details = drug_map.interaction_details.get(other)
+                    found.append(
+                        Interaction(
+                            drug=drug_map.name,
+                            category=category,
+                            effect=drug_map.interaction_effects.get(category),
+                            detail="; ".join(details.values()) if details else None,
+                            **{"with": other},
+                        )
+                    )
                     break
     return found
 
