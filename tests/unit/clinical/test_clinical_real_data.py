@@ -95,4 +95,6 @@ def test_synthea_patients_assess_without_crash_and_stably(knowledge):
     assessments = json.loads(first)
     assert len(assessments) == len(documents)
     assert all(a["age"] is not None and a["staleness"]["observations"] for a in assessments)
+    # The fixed-seed population holds a warfarin patient (Synthea's atrial fibrillation module).
+    assert any("warfarin" in a["nti"]["drugs"] for a in assessments)
     assert all(error for _, _, error in invalid)
