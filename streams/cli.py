@@ -14,12 +14,13 @@ app = typer.Typer(
 
 def _register() -> None:
     # Imported here so `clingate --help` stays fast and each command module owns its group.
-    from streams.commands import broker, docs, llm, topics
+    from streams.commands import broker, clinical, docs, llm, topics
 
     app.add_typer(broker.app, name="broker")
     app.add_typer(docs.app, name="docs")
     app.add_typer(topics.app, name="topics")
     app.add_typer(llm.app, name="llm")
+    app.add_typer(clinical.app, name="clinical")
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -129,6 +130,31 @@ class Settings(BaseSettings):
         if value is None or not value.strip():
             return None
         return value.strip()
+    clinical_tier_b_class_maps: bool = Field(
+        default=False,
+        validation_alias="CLINGATE_CLINICAL_TIER_B",
+        description="Clinical gates: ESC-021 Tier B class-level NTI maps (opioids, benzodiazepines).",
+    )
+    clinical_esc032_staleness: bool = Field(
+        default=False,
+        validation_alias="CLINGATE_CLINICAL_ESC032",
+        description="Clinical gates: ESC-032, stale monitoring dependencies escalate the traffic light.",
+    )
+    clinical_esc033_compound: bool = Field(
+        default=False,
+        validation_alias="CLINGATE_CLINICAL_ESC033",
+        description="Clinical gates: ESC-033, NTI ELEVATED + stale NTI monitoring parameter -> RED.",
+    )
+    clinical_esc033_min_class: Literal["STALE", "PROFOUNDLY_STALE"] = Field(
+        default="PROFOUNDLY_STALE",
+        validation_alias="CLINGATE_CLINICAL_ESC033_MIN_CLASS",
+        description="Clinical gates: staleness class ESC-033 needs (the seed proposes PROFOUNDLY_STALE).",
+    )
+    clinical_rule_a_enforced: bool = Field(
+        default=False,
+        validation_alias="CLINGATE_CLINICAL_RULE_A",
+        description="Clinical gates: Rule A (automation bias) sets the production light (default: shadow).",
+    )
 
 
 @lru_cache(maxsize=1)

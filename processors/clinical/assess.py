@@ -1,0 +1,187 @@
+"""Assessment assembly and the pure patient-keyed stream processor.
+
+* :func:`assess` ``(patient_state, as_of, review_inputs) -> ClinicalAssessment`` runs every gate.
+* :func:`process_event` ``(state, event, now) -> (new_state, outputs)`` is what the patient-keyed stream
+  calls for each event on the co-partitioned topics: a FHIR update (reduce, re-assess, emit only if the
+  assessment changed), an adversarial review (store, re-assess, emit only if changed) or a deliverable
+  (emit an immutable SCDA audit). ``now`` is the event time and is the as-of instant of the assessment.
+
+"Changed" compares a SHA-256 digest of the assessment without its ``as_of`` field, so a replay of the
+same events emits the same assessments and nothing more.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, ConfigDict
+
+from processors.clinical.knowledge import ClinicalKnowledge, GateFlags
+from processors.clinical.nti import MEDICATION_COUNT_THRESHOLD, evaluate_nti
+from processors.clinical.phase0 import assess_staleness, medication_dependencies, patient_age
+from processors.clinical.records import PatientState
+from processors.clinical.safety_patterns import audit_deliverable
+from processors.clinical.state import ChangeOutcome, PatientUpdate, reduce_update
+from processors.clinical.traffic_light import ReviewInputs, compute_traffic_light
+from processors.clinical.view import PatientView
+from schemas.clinical import AdversarialReview, ClinicalAssessment, Deliverable, SafetyAudit
+
+
+def format_as_of(as_of: datetime) -> str:
+    """The contract's as-of rendering: UTC, seconds, ``Z``."""
+    return as_of.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _rules(flags: GateFlags) -> list[str]:
+    rules = []
+    if flags.tier_b_class_maps:
+        rules.append("ESC-021-tier-b")
+    if flags.esc032_staleness:
+        rules.append("ESC-032")
+    if flags.esc033_compound:
+        rules.append(f"ESC-033({flags.esc033_min_class})")
+    if flags.rule_a_enforced:
+        rules.append("Rule A enforced")
+    return rules
+
+
+def assess_view(
+    view: PatientView, as_of: datetime, review: ReviewInputs | None, flags: GateFlags
+) -> ClinicalAssessment:
+    """Run every gate over a prepared :class:`PatientView` (see :func:`assess`)."""
+    if as_of.tzinfo is None:
+        raise ValueError("as_of must be timezone-aware (time is data: pass the event time in UTC)")
+    as_of = as_of.astimezone(UTC)  # calendar days and ages are UTC dates
+    knowledge = view.knowledge
+    maps = knowledge.maps(tier_b=flags.tier_b_class_maps)
+    age = patient_age(view.birth_date, as_of)
+    deps = medication_dependencies(view, knowledge, maps)
+    staleness = assess_staleness(view, as_of, age, deps.all_parameters())
+    nti = evaluate_nti(view, maps, deps)
+    nti_parameters = {
+        m.name: deps.primary.get(m.name, []) + deps.conditional.get(m.name, [])
+        for m in maps
+        if m.name in nti.drugs or m.name in nti.classes
+    }
+    light = compute_traffic_light(nti, staleness, review, flags, nti_parameters, deps.all_parameters())
+    issues = sorted(
+        {
+            i
+            for r in view.state.resources.values()
+            for i in (f"{r.resource_type}/{r.id}: {x}" for x in r.issues)
+        }
+        | set(view.issues)
+    )
+    meds = [m.text for m in view.medications]
+    return ClinicalAssessment(
+        patient_id=view.state.patient_id,
+        as_of=format_as_of(as_of),
+        age=age,
+        staleness=staleness,
+        medications=meds,
+        medication_count=len(meds),
+        medication_count_flag=len(meds) >= MEDICATION_COUNT_THRESHOLD,
+        med_dependencies=deps.primary,
+        med_dependencies_conditional=deps.conditional,
+        nti=nti,
+        traffic_light=light,
+        rules=_rules(flags),
+        issues=issues,
+    )
+
+
+def assess(
+    state: PatientState,
+    as_of: datetime,
+    review: ReviewInputs | None,
+    knowledge: ClinicalKnowledge,
+    flags: GateFlags | None = None,
+) -> ClinicalAssessment:
+    """Assess one patient.
+
+    Args:
+        state: the patient's resources (latest versions).
+        as_of: assessment instant (timezone-aware); the event time in the stream.
+        review: adversarial review / audit inputs, or ``None`` (production light = shadow light).
+        knowledge: loaded clinical knowledge.
+        flags: rules beyond the seed (all off by default).
+
+    Returns:
+        The assessment per the output contract.
+    """
+    return assess_view(PatientView(state, knowledge), as_of, review, flags or GateFlags())
+
+
+def assessment_digest(assessment: ClinicalAssessment) -> str:
+    """SHA-256 of the assessment without ``as_of`` (what "the assessment changed" compares)."""
+    payload = assessment.model_dump(mode="json", exclude={"as_of"})
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def review_inputs(review: AdversarialReview | None) -> ReviewInputs | None:
+    """The traffic-light inputs carried by an adversarial review event."""
+    if review is None:
+        return None
+    return ReviewInputs(
+        disposition=review.disposition,
+        subcategory=review.subcategory,
+        automation_bias_risk=review.automation_bias_risk,
+        revision_count=review.revision_count,
+        audit_verdict=review.audit_verdict,
+    )
+
+
+class ClinicalStreamState(BaseModel):
+    """Per-patient state of the clinical stream (one table value per patient key)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    patient: PatientState
+    review: AdversarialReview | None = None
+    last_digest: str | None = None
+
+
+Output = ClinicalAssessment | SafetyAudit | ChangeOutcome
+
+
+def process_event(
+    state: ClinicalStreamState | None,
+    event: PatientUpdate | AdversarialReview | Deliverable,
+    now: datetime,
+    knowledge: ClinicalKnowledge,
+    flags: GateFlags | None = None,
+) -> tuple[ClinicalStreamState, list[Output]]:
+    """The stream processor: one event in, the new state and the outputs to emit.
+
+    Args:
+        state: the patient's stream state, ``None`` for a new patient.
+        event: a parsed FHIR update, an adversarial review or a deliverable, keyed by patient.
+        now: event time.
+        knowledge: loaded clinical knowledge.
+        flags: rules beyond the seed.
+
+    Returns:
+        New state and outputs: change outcomes, an assessment when it changed, an audit per deliverable.
+    """
+    flags = flags or GateFlags()
+    patient_id = event.patient_id
+    current = state or ClinicalStreamState(patient=PatientState(patient_id=patient_id))
+    outputs: list[Output] = []
+    if isinstance(event, Deliverable):
+        view = PatientView(current.patient, knowledge)
+        assessment = assess_view(view, now, review_inputs(current.review), flags)
+        return current, [audit_deliverable(assessment, view, event, knowledge)]
+    if isinstance(event, PatientUpdate):
+        patient, outcomes = reduce_update(current.patient, event, now)
+        outputs.extend(outcomes)
+        current = current.model_copy(update={"patient": patient})
+    else:
+        current = current.model_copy(update={"review": event})
+    assessment = assess(current.patient, now, review_inputs(current.review), knowledge, flags)
+    digest = assessment_digest(assessment)
+    if digest != current.last_digest:
+        outputs.append(assessment)
+        current = current.model_copy(update={"last_digest": digest})
+    return current, outputs

@@ -1,0 +1,1 @@
+"""Clinical knowledge data (YAML); read by :func:`processors.clinical.knowledge.load_knowledge`."""

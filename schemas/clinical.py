@@ -1,0 +1,222 @@
+"""Clinical-gate events: the assessment (output contract), adversarial review, deliverable, safety audit.
+
+``ClinicalAssessment`` is the contract of ``clingate.clinical.assessments`` and of
+``clingate clinical assess`` (shared spec ``clinical-assessment.md``): its field names and value sets
+are fixed; fields beyond the contract are additions only. Two contract field names are Python keywords
+(``class``, ``with``); the models use aliases and serialise by alias, so ``model_dump(mode="json")``
+produces the contract's names and the Avro datum.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.base import AvroModel
+
+StalenessClass = Literal["CURRENT", "RECENT", "STALE", "PROFOUNDLY_STALE", "MISSING"]
+Severity = Literal["NORMAL", "ELEVATED", "CRITICAL"]
+Light = Literal["GREEN", "YELLOW", "RED"]
+
+_PART = ConfigDict(
+    frozen=True, extra="forbid", serialize_by_alias=True, validate_by_name=True, validate_by_alias=True
+)
+
+
+class _Part(BaseModel):
+    model_config = _PART
+
+
+class StalenessObservation(_Part):
+    """Staleness of the latest observation of one code, or a MISSING monitoring dependency."""
+
+    code: str
+    display: str
+    effective: str | None
+    age_days: int | None
+    class_: StalenessClass = Field(alias="class")
+    parameter: str | None = None
+
+
+class Staleness(_Part):
+    """Phase 0 temporal gate output (ESC-001)."""
+
+    overall: StalenessClass
+    banner: str
+    observations: list[StalenessObservation]
+
+
+class Supratherapeutic(_Part):
+    """A level at or beyond a drug map's toxicity threshold."""
+
+    drug: str
+    parameter: str
+    value: float
+    unit: str
+    threshold: float
+
+
+class Interaction(_Part):
+    """A concurrent medication in one of a drug map's interaction categories."""
+
+    drug: str
+    category: str
+    with_: str = Field(alias="with")
+    effect: str | None = None
+    detail: str | None = None
+
+
+class SymptomMatch(_Part):
+    """A toxicity symptom stem found in clinical text."""
+
+    drug: str
+    category: str
+    stem: str
+
+
+class DrugSeverity(_Part):
+    """Severity of one NTI map, evaluated on its own (overall = maximum)."""
+
+    drug: str
+    kind: Literal["drug", "class"]
+    severity: Severity
+
+
+class LevelFlag(_Part):
+    """A non-severity flag on a level (digoxin above the HFrEF target) or a lab alert (K+ < 3.5)."""
+
+    drug: str
+    flag: str
+    parameter: str
+    value: float
+    unit: str
+    threshold: float
+
+
+class MonitoringPriority(_Part):
+    """Escalated monitoring priority of a parameter (digoxin + electrolyte depleter -> CRITICAL)."""
+
+    drug: str
+    parameter: str
+    priority: str
+    reason: str
+
+
+class DoseLimitCheck(_Part):
+    """A combination dose cap (atorvastatin <= 40 mg with amiodarone)."""
+
+    drug: str
+    medication: str
+    with_: str = Field(alias="with")
+    max_mg: float
+    current_mg: float | None
+    exceeded: bool
+
+
+class Nti(_Part):
+    """NTI drug evaluation gate output (ESC-023)."""
+
+    severity: Severity
+    drugs: list[str]
+    classes: list[str] = []
+    per_drug: list[DrugSeverity] = []
+    supratherapeutic: list[Supratherapeutic]
+    interactions: list[Interaction]
+    symptoms: list[SymptomMatch]
+    warnings: list[str]
+    must_retrieve: list[str]
+    flags: list[LevelFlag] = []
+    lab_alerts: list[LevelFlag] = []
+    monitoring_priority: list[MonitoringPriority] = []
+    dose_limits: list[DoseLimitCheck] = []
+
+
+class TrafficLight(_Part):
+    """Urgency classification with provenance (production, shadow, divergence)."""
+
+    light: Light
+    sources: list[str]
+    shadow: Light
+    shadow_sources: list[str] = []
+    shadow_mode: list[str] = []
+    divergence: Literal["MATCH", "PRODUCTION_HIGHER", "SHADOW_HIGHER"] = "MATCH"
+    divergence_levels: int = 0
+    notes: list[str] = []
+
+
+class ClinicalAssessment(AvroModel):
+    """One patient's deterministic clinical assessment (contract: clinical-assessment.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", serialize_by_alias=True)
+    avro_name = "clingate.clinical.ClinicalAssessment"
+
+    patient_id: str
+    as_of: str
+    age: int | None
+    staleness: Staleness
+    medications: list[str]
+    medication_count: int = 0
+    medication_count_flag: bool
+    med_dependencies: dict[str, list[str]]
+    med_dependencies_conditional: dict[str, list[str]] = Field(default_factory=dict)
+    nti: Nti
+    traffic_light: TrafficLight
+    rules: list[str] = Field(default_factory=list)
+    issues: list[str] = Field(default_factory=list)
+
+
+class AdversarialReview(AvroModel):
+    """The adversarial reviewer's outputs for a patient (co-partitioned with FHIR updates by patient id)."""
+
+    avro_name = "clingate.clinical.AdversarialReview"
+
+    patient_id: str
+    review_id: str
+    event_time: str
+    disposition: str | None = None
+    subcategory: str | None = None
+    automation_bias_risk: str | None = None
+    revision_count: int | None = None
+    audit_verdict: str | None = None
+
+
+class Deliverable(AvroModel):
+    """A pharmacist deliverable (care plan / adjudication brief) text to be audited by SCDA."""
+
+    avro_name = "clingate.clinical.Deliverable"
+
+    patient_id: str
+    deliverable_id: str
+    event_time: str
+    text: str
+
+
+class PatternResult(_Part):
+    """One SCDA safety pattern's result."""
+
+    pattern_id: str
+    esc_id: str
+    name: str
+    fired: bool
+    passed: bool
+    detail: str
+
+
+class SafetyAudit(AvroModel):
+    """Immutable SCDA audit record, one per deliverable; ``audit_id`` is a digest of its inputs."""
+
+    avro_name = "clingate.clinical.SafetyAudit"
+
+    audit_id: str
+    patient_id: str
+    deliverable_id: str
+    as_of: str
+    passed: bool
+    hard_fail_count: int
+    patterns: list[PatternResult]
+    patterns_fired: list[str]
+    patterns_skipped: list[str]
+    nti_severity: Severity
+    traffic_light: Light
+    assessment_digest: str
