@@ -131,8 +131,25 @@ def test_the_classifier_ignores_case_and_spacing() -> None:
 # --- properties -----------------------------------------------------------------------------
 
 _WORDS = st.sampled_from(
-    ["fever", "cough", "rash", "aspirin", "heparin", "sepsis", "anemia", "troponin", "biopsy",
-     "pneumonia", "headache", "insulin", "the", "and", "of", "was", "with"]
+    [
+        "fever",
+        "cough",
+        "rash",
+        "aspirin",
+        "heparin",
+        "sepsis",
+        "anemia",
+        "troponin",
+        "biopsy",
+        "pneumonia",
+        "headache",
+        "insulin",
+        "the",
+        "and",
+        "of",
+        "was",
+        "with",
+    ]
 )
 _UNITS = st.sampled_from(["", " mg", "mg", " ng/ml", " days", " %", " weeks"])
 _NUMBERS = st.builds(
