@@ -33,7 +33,9 @@ class RocksDBStore(Store):
         try:
             self._db = Rdict(str(path), options)
         except Exception as exc:  # rocksdict raises a bare Exception for I/O and lock errors
-            raise StateError(f"cannot open RocksDB store at {path}: {exc}; is another process using it?") from exc
+            raise StateError(
+                f"cannot open RocksDB store at {path}: {exc}; is another process using it?"
+            ) from exc
         self._closed = False
 
     def get(self, key: bytes) -> bytes | None:

@@ -107,4 +107,3 @@ class DBPMEngine:
             "preempted_entities": list(mem.preempted()),
             "as_of": format_time(as_of) if as_of is not None else None,
         }
-

@@ -107,7 +107,9 @@ def _check_payload(task: str, kind: str, payload: Mapping[str, object]) -> None:
             raise BadEvent("field payload.'ner_categories' must be a list of strings")
         difficulty = payload.get("difficulty")
         if difficulty is not None and (
-            isinstance(difficulty, bool) or not isinstance(difficulty, int | float) or not 0 <= difficulty <= 1
+            isinstance(difficulty, bool)
+            or not isinstance(difficulty, int | float)
+            or not 0 <= difficulty <= 1
         ):
             raise BadEvent("field payload.'difficulty' must be a number in [0, 1]")
 

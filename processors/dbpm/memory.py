@@ -101,11 +101,11 @@ def source_names(bits: int) -> tuple[str, ...]:
 class KeyValue(Protocol):
     """What the engine needs from its state: a :class:`state.base.Transaction` satisfies it."""
 
-    def get(self, key: bytes) -> bytes | None: ...  # noqa: D102
-    def exists(self, key: bytes) -> bool: ...  # noqa: D102
-    def set(self, key: bytes, value: bytes) -> None: ...  # noqa: D102
-    def delete(self, key: bytes) -> None: ...  # noqa: D102
-    def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]: ...  # noqa: D102
+    def get(self, key: bytes) -> bytes | None: ...
+    def exists(self, key: bytes) -> bool: ...
+    def set(self, key: bytes, value: bytes) -> None: ...
+    def delete(self, key: bytes) -> None: ...
+    def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]: ...
 
 
 class Pattern(NamedTuple):
@@ -217,7 +217,9 @@ class Memory:
         sig_bytes = sig.encode()
         tag = _tag(task)
         self.kv.delete(b"B" + tag + sig_bytes)
-        self.kv.delete(b"I" + tag + order_key(old.severity, old.ref_time, self._half_life_s[task]) + sig_bytes)
+        self.kv.delete(
+            b"I" + tag + order_key(old.severity, old.ref_time, self._half_life_s[task]) + sig_bytes
+        )
         self._bump(b"NB" + tag, -1)
         if task == QA:
             self._bump_qa(old.category, -old.count if sig.startswith("qa::") else 0, -old.count, 0)
@@ -267,7 +269,10 @@ class Memory:
         """All whitelist entries of ``task`` in signature order."""
         prefix = b"W" + _tag(task)
         for key, raw in self.kv.iter_prefix(prefix):
-            yield key[len(prefix) :].decode(), WhiteEntry(*_WHITE.unpack_from(raw), raw[_WHITE.size :].decode())
+            yield (
+                key[len(prefix) :].decode(),
+                WhiteEntry(*_WHITE.unpack_from(raw), raw[_WHITE.size :].decode()),
+            )
 
     # -- counts ------------------------------------------------------------------------------
 
