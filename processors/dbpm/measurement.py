@@ -116,6 +116,33 @@ def measurement_category(task: str, payload: Mapping[str, Any]) -> str:
     return str(payload["category"])
 
 
+_CANDIDATE_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "ner": ("entity", "category"),
+    "re": ("head", "head_type", "relation", "tail", "tail_type"),
+    "qa": ("question", "answer", "category"),
+}
+
+
+def pairing_key(task: str, patient_id: str, payload: Mapping[str, Any]) -> tuple[str, ...]:
+    """The key pairing a gate event with the verdict on the same candidate.
+
+    Replay-stream verdicts carry no candidate id, so a verdict belongs to the pending gate event of
+    the same task and patient whose contract payload fields (the ``payload`` list of the replay
+    contract for the task, extras such as ``error_class`` or ``ner_categories`` left out) are equal.
+    An open task (none of ``ner``, ``re``, ``qa``) uses all its payload fields.
+
+    Args:
+        task: the event's task.
+        patient_id: the event's patient.
+        payload: the event's payload.
+
+    Returns:
+        A hashable key, equal for a gate event and its verdict.
+    """
+    fields = _CANDIDATE_FIELDS.get(task) or tuple(sorted(payload))
+    return (task, patient_id, *(str(payload.get(name, "")) for name in fields))
+
+
 class LiftStatus(StrEnum):
     """Whether a lift is a finite positive number, or which degenerate case it is."""
 

@@ -111,8 +111,8 @@ def test_entity_rejections_concentrate_on_few_strings(stream: list[dict]) -> Non
         for e in stream
         if e["kind"] == "verdict" and e["task"] == "ner" and e["verdict"] == "hard_fail"
     )
-    top_ten = sum(count for _, count in rejected.most_common(10))
-    assert top_ten / sum(rejected.values()) > 0.7
+    assert len(rejected) <= 10
+    assert rejected.most_common(1)[0][1] > 0.25 * sum(rejected.values())
 
 
 def test_about_11_percent_of_qa_pairs_fail_more_often_without_ner_coverage(stream: list[dict]) -> None:

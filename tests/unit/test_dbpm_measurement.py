@@ -20,6 +20,7 @@ from processors.dbpm.measurement import (
     TagCounts,
     is_tagged,
     measurement_category,
+    pairing_key,
     verdict_outcome,
 )
 
@@ -226,3 +227,12 @@ def test_inconsistent_channel_counts_are_rejected() -> None:
         ChannelPopulation("ner", patterns=1, block_eligible=1, downgrade_band=1)
     with pytest.raises(ValueError):
         ChannelPopulation("ner").merge(ChannelPopulation("re"))
+
+
+def test_a_gate_and_its_verdict_share_a_pairing_key_whatever_their_extras() -> None:
+    question = {"question": "Which tests?", "answer": "ct", "category": "tests"}
+    gate = pairing_key("qa", "p-1", {**question, "ner_categories": ["Tests"], "difficulty": 0.1})
+    verdict = pairing_key("qa", "p-1", {**question, "error_class": "unsupported"})
+    assert gate == verdict
+    assert pairing_key("qa", "p-2", question) != gate
+    assert pairing_key("summary", "p-1", {"text": "a"}) == ("summary", "p-1", "a")
