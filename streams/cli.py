@@ -14,8 +14,9 @@ app = typer.Typer(
 
 def _register() -> None:
     # Imported here so `clingate --help` stays fast and each command module owns its group.
-    from streams.commands import broker, replay, topics
+    from streams.commands import bench, broker, replay, topics
 
+    app.add_typer(bench.app, name="bench")
     app.add_typer(broker.app, name="broker")
     app.add_typer(replay.app, name="replay")
     app.add_typer(topics.app, name="topics")

@@ -54,6 +54,10 @@ from enum import StrEnum
 from statistics import NormalDist
 from typing import Any
 
+from processors.dbpm.config import QA, RE
+from processors.dbpm.events import PAYLOAD_FIELDS
+from processors.dbpm.signatures import qa_category
+
 VERIFIER_SOURCE = "verifier_mmed"
 """The only verdict source that measures a gate (module docstring)."""
 
@@ -109,18 +113,11 @@ def measurement_category(task: str, payload: Mapping[str, Any]) -> str:
         NER: the category as given; QA: the category lower-cased and stripped (``other`` if empty);
         RE: ``HEAD_TYPE|TAIL_TYPE``, each part stripped and upper-cased.
     """
-    if task == "re":
+    if task == RE:
         return f"{str(payload['head_type']).strip().upper()}|{str(payload['tail_type']).strip().upper()}"
-    if task == "qa":
-        return str(payload.get("category", "")).strip().lower() or "other"
+    if task == QA:
+        return qa_category(str(payload.get("category", "")))
     return str(payload["category"])
-
-
-_CANDIDATE_FIELDS: Mapping[str, tuple[str, ...]] = {
-    "ner": ("entity", "category"),
-    "re": ("head", "head_type", "relation", "tail", "tail_type"),
-    "qa": ("question", "answer", "category"),
-}
 
 
 def pairing_key(task: str, patient_id: str, payload: Mapping[str, Any]) -> tuple[str, ...]:
@@ -139,7 +136,7 @@ def pairing_key(task: str, patient_id: str, payload: Mapping[str, Any]) -> tuple
     Returns:
         A hashable key, equal for a gate event and its verdict.
     """
-    fields = _CANDIDATE_FIELDS.get(task) or tuple(sorted(payload))
+    fields = PAYLOAD_FIELDS.get(task) or tuple(sorted(payload))
     return (task, patient_id, *(str(payload.get(name, "")) for name in fields))
 
 
@@ -218,11 +215,14 @@ class TagCounts:
         if not (0 <= self.fail_tagged <= self.fail_total and 0 <= self.pass_tagged <= self.pass_total):
             raise ValueError(f"tagged counts must lie in [0, total]: {self}")
 
-    def record(self, outcome: Outcome, tagged: bool) -> TagCounts:
-        """Return the counts with one more pair of the given outcome, tagged or not."""
+    def record(self, outcome: Outcome, tagged: bool, pairs: int = 1) -> TagCounts:
+        """Return the counts with ``pairs`` more pairs of the given outcome, all tagged or all not."""
+        if pairs < 0:
+            raise ValueError(f"pairs must be >= 0, got {pairs}")
+        tags = pairs if tagged else 0
         if outcome is Outcome.FAIL:
-            return replace(self, fail_tagged=self.fail_tagged + tagged, fail_total=self.fail_total + 1)
-        return replace(self, pass_tagged=self.pass_tagged + tagged, pass_total=self.pass_total + 1)
+            return replace(self, fail_tagged=self.fail_tagged + tags, fail_total=self.fail_total + pairs)
+        return replace(self, pass_tagged=self.pass_tagged + tags, pass_total=self.pass_total + pairs)
 
     def merge(self, other: TagCounts) -> TagCounts:
         """Add two sets of counts (e.g. from two partitions)."""

@@ -37,17 +37,44 @@ The vocabulary is our own; the six violating type-triples are the paper's (§6.2
 
 from __future__ import annotations
 
+import gc
 import json
+import math
 import random
-from collections.abc import Iterator, Sequence
+import resource
+import tempfile
+import time
+from array import array
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import typer
+
+from processors.dbpm import DBPMConfig, DBPMEngine, GateEvent, load_ontology, parse_event
+from processors.dbpm.measurement import (
+    ChannelPopulation,
+    Outcome,
+    PopulationReport,
+    SelectivityCell,
+    SelectivityCounts,
+    TagCounts,
+    is_tagged,
+    measurement_category,
+    pairing_key,
+    verdict_outcome,
+)
+from processors.dbpm.memory import Memory
 from processors.dbpm.qa_classifier import classify_qa_error
+from state import MemoryStore, Store, Transaction
+from streams.commands.replay import StoreKind
 
 STREAM_START = datetime(2026, 5, 4, tzinfo=UTC)
+PATIENTS_PER_DAY = 500.0
 
 STAGE_SECONDS: dict[str, float] = {"ner": 24.6, "re": 14.7, "qa": 43.1}
 """Per-patient stage means of Table 5, in seconds."""
@@ -59,7 +86,7 @@ class StreamShape:
 
     seed: int = 0
     start: datetime = STREAM_START
-    patients_per_day: float = 500.0
+    patients_per_day: float = PATIENTS_PER_DAY
     ner_per_patient: tuple[int, int] = (20, 34)
     re_per_patient: tuple[int, int] = (22, 36)
     qa_per_patient: tuple[int, int] = (4, 8)
@@ -470,5 +497,338 @@ def write_stream(path: Path, n_events: int, shape: StreamShape | None = None) ->
     return written
 
 
-def _sizes(text: str) -> Sequence[int]:
-    return [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+# --- benchmark --------------------------------------------------------------------------------
+
+
+class BenchStores(StrEnum):
+    """Which stores a benchmark run covers."""
+
+    memory = "memory"
+    rocksdb = "rocksdb"
+    both = "both"
+
+    def kinds(self) -> tuple[StoreKind, ...]:
+        """The store kinds this choice stands for, memory first."""
+        if self is BenchStores.both:
+            return (StoreKind.memory, StoreKind.rocksdb)
+        return (StoreKind(self.value),)
+
+
+@dataclass(frozen=True, slots=True)
+class DecileCost:
+    """Per-event cost over one tenth of a run, with the memory size reached at its end.
+
+    Attributes:
+        decile: 1 to 10.
+        first_event: 1-based index of the decile's first event.
+        last_event: 1-based index of its last event.
+        signatures: blocklist and whitelist signatures stored after its last event (all tasks).
+        p50_us: median per-event cost in microseconds.
+        p99_us: 99th-percentile per-event cost in microseconds.
+    """
+
+    decile: int
+    first_event: int
+    last_event: int
+    signatures: int
+    p50_us: float
+    p99_us: float
+
+
+@dataclass(frozen=True, slots=True)
+class BenchResult:
+    """The figures of one benchmark run (one stream size on one store)."""
+
+    events: int
+    store: str
+    commit_every: int
+    verdicts: int
+    gates: int
+    verdict_seconds: float
+    gate_seconds: float
+    p50_us: float
+    p99_us: float
+    deciles: tuple[DecileCost, ...]
+    decisions: tuple[tuple[str, str, int], ...]
+    logical_bytes: int
+    disk_bytes: int | None
+    rss_bytes: int
+    rss_growth_bytes: int
+    population: PopulationReport
+    selectivity: SelectivityCounts
+
+    @property
+    def verdict_rate(self) -> float:
+        """Verdict events applied per second of engine time."""
+        return self.verdicts / self.verdict_seconds if self.verdict_seconds else 0.0
+
+    @property
+    def gate_rate(self) -> float:
+        """Gate decisions per second of engine time."""
+        return self.gates / self.gate_seconds if self.gate_seconds else 0.0
+
+    def render(self) -> str:
+        """The run as a human-readable block: rates, costs per decile, sizes, population, lift."""
+        disk = "-" if self.disk_bytes is None else _mib(self.disk_bytes)
+        lines = [
+            f"== {self.events:,} events, store={self.store}, commit every {self.commit_every} event(s)",
+            f"verdict updates/s {self.verdict_rate:,.0f}   gate decisions/s {self.gate_rate:,.0f}   "
+            f"per-event cost p50 {self.p50_us:.1f} us  p99 {self.p99_us:.1f} us",
+            f"store size: logical {_mib(self.logical_bytes)}, on disk {disk}   "
+            f"RSS {_mib(self.rss_bytes)} (+{_mib(self.rss_growth_bytes)} during the run)",
+            "decisions: "
+            + ", ".join(f"{task} {decision} {count:,}" for task, decision, count in self.decisions),
+            f"{'decile':>6} {'events':>21} {'signatures':>11} {'p50 us':>8} {'p99 us':>8}",
+        ]
+        for d in self.deciles:
+            lines.append(
+                f"{d.decile:>6} {f'{d.first_event:,}-{d.last_event:,}':>21} {d.signatures:>11,} "
+                f"{d.p50_us:>8.1f} {d.p99_us:>8.1f}"
+            )
+        lines.append(self.population.render())
+        lines.append("gate selectivity per task (verifier verdicts; DOWNGRADE or BLOCK = tagged):")
+        for task in self.selectivity.tasks():
+            counts = self.selectivity.task_total(task)
+            lines.append(
+                f"  {task:<4} FAIL {counts.fail_tagged:,}/{counts.fail_total:,} tagged, "
+                f"PASS {counts.pass_tagged:,}/{counts.pass_total:,} tagged, lift {counts.lift()}"
+            )
+        return "\n".join(lines)
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.1f} MiB"
+
+
+def _percentile(ordered: Sequence[int], q: float) -> float:
+    """Nearest-rank percentile of an ascending sequence of nanoseconds, in microseconds."""
+    if not ordered:
+        return 0.0
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[rank - 1] / 1_000.0
+
+
+def _rss_bytes() -> int:
+    """Current resident set size (Linux ``/proc``), else the peak RSS the OS reports."""
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _directory_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _signatures(state: Transaction, config: DBPMConfig) -> int:
+    memory = Memory(state, config)
+    return sum(memory.population(table, task) for table in ("B", "W") for task in config.tasks)
+
+
+def channel_population(
+    snapshot: Mapping[str, Any], config: DBPMConfig, fail_events: Mapping[str, int]
+) -> PopulationReport:
+    """The channel population of an engine snapshot (the replay contract's state document).
+
+    Args:
+        snapshot: :meth:`DBPMEngine.snapshot` output (severities effective at its ``as_of``).
+        config: the engine's configuration (thresholds and minimum support of Eq. 4).
+        fail_events: blocklist-path verdict events (hard_fail, soft_downgrade) seen per task.
+
+    Returns:
+        One :class:`ChannelPopulation` per configured task.
+    """
+    channels = []
+    for task, params in config.tasks.items():
+        patterns = snapshot["blocklist"].get(task, [])
+        block, down = params.block_threshold, config.downgrade_threshold
+        blocking = sum(1 for p in patterns if p["count"] >= params.min_support and p["severity"] > block)
+        band = sum(1 for p in patterns if down < p["severity"] <= block)
+        whitelist = len(snapshot["whitelist"].get(task, []))
+        channels.append(
+            ChannelPopulation(task, fail_events.get(task, 0), len(patterns), blocking, band, whitelist)
+        )
+    return PopulationReport.of(snapshot["as_of"], channels)
+
+
+def run_benchmark(
+    n_events: int,
+    store: StoreKind,
+    shape: StreamShape | None = None,
+    commit_every: int = 1,
+    config: DBPMConfig | None = None,
+) -> BenchResult:
+    """Drive the DBPM engine with ``n_events`` synthetic events and measure it.
+
+    The timed section of an event is the engine call plus, every ``commit_every`` events, the
+    commit of the store transaction; generating and parsing the event and the measurement
+    bookkeeping are outside it. Per-event costs are kept for the whole run and reported overall
+    and per decile next to the number of stored signatures, so a cost that grows with the memory
+    shows as rising decile percentiles.
+
+    Args:
+        n_events: stream length.
+        store: the store the memory lives in (RocksDB in a temporary directory, removed afterwards).
+        shape: the stream's shape (default: the paper's proportions, seed 0).
+        commit_every: events per committed transaction (1: every event is its own atomic commit).
+        config: the engine configuration (default: the paper's deployed values).
+
+    Returns:
+        The run's figures.
+    """
+    if n_events < 1 or commit_every < 1:
+        raise ValueError("n_events and commit_every must be positive")
+    config = config or DBPMConfig()
+    engine = DBPMEngine(config, load_ontology())
+    tasks = tuple(config.tasks)
+    bounds = [math.ceil(n_events * k / 10) for k in range(1, 11)]
+    costs = array("q")
+    verdict_ns = gate_ns = verdicts = 0
+    signatures_at: list[int] = []
+    decisions: Counter[tuple[str, str]] = Counter()
+    fail_events: Counter[str] = Counter()
+    pending: dict[tuple[str, ...], bool] = {}
+    observed: Counter[tuple[str, str, Outcome, bool]] = Counter()
+    gc.collect()
+    rss_before = _rss_bytes()
+    with tempfile.TemporaryDirectory(prefix="clingate-bench-") as tmp:
+        directory = Path(tmp) / "db" if store is StoreKind.rocksdb else None
+        kv = _open(store, directory)
+        txn = kv.transaction()
+        for index, obj in enumerate(generate_events(n_events, shape), start=1):
+            event = parse_event(obj, tasks)
+            started = time.perf_counter_ns()
+            txn, outputs = engine.process(txn, event, event.time)
+            if index % commit_every == 0:
+                txn.commit()
+                txn = kv.transaction()
+            cost = time.perf_counter_ns() - started
+            costs.append(cost)
+            key = pairing_key(event.task, event.patient_id, event.payload)
+            if isinstance(event, GateEvent):
+                gate_ns += cost
+                for decision in outputs:
+                    decisions[(event.task, decision.decision)] += 1
+                    pending[key] = is_tagged(decision.decision)
+            else:
+                verdict_ns += cost
+                verdicts += 1
+                if event.verdict != "success":
+                    fail_events[event.task] += 1
+                tagged = pending.pop(key, None)
+                outcome = verdict_outcome(event.verdict, event.source)
+                if tagged is not None and outcome is not None:
+                    category = measurement_category(event.task, event.payload)
+                    observed[(event.task, category, outcome, tagged)] += 1
+            if index == bounds[len(signatures_at)]:
+                signatures_at.append(_signatures(txn, config))
+        txn.commit()
+        snapshot = engine.snapshot(kv.transaction())
+        logical = sum(len(k) + len(v) for k, v in kv.iter_range(b"", None))
+        rss_after = _rss_bytes()
+        kv.close()
+        disk = _directory_bytes(directory) if directory is not None else None
+    deciles = []
+    first = 0
+    for decile, (last, signatures) in enumerate(zip(bounds, signatures_at, strict=True), start=1):
+        window = sorted(costs[first:last])
+        p50, p99 = _percentile(window, 0.5), _percentile(window, 0.99)
+        deciles.append(DecileCost(decile, first + 1, last, signatures, p50, p99))
+        first = last
+    ordered = sorted(costs)
+    selectivity = SelectivityCounts.from_cells(
+        SelectivityCell(task, category, TagCounts().record(outcome, tagged, pairs))
+        for (task, category, outcome, tagged), pairs in observed.items()
+    )
+    return BenchResult(
+        events=n_events,
+        store=store.value,
+        commit_every=commit_every,
+        verdicts=verdicts,
+        gates=n_events - verdicts,
+        verdict_seconds=verdict_ns / 1e9,
+        gate_seconds=gate_ns / 1e9,
+        p50_us=_percentile(ordered, 0.5),
+        p99_us=_percentile(ordered, 0.99),
+        deciles=tuple(deciles),
+        decisions=tuple((task, decision, count) for (task, decision), count in sorted(decisions.items())),
+        logical_bytes=logical,
+        disk_bytes=disk,
+        rss_bytes=rss_after,
+        rss_growth_bytes=max(0, rss_after - rss_before),
+        population=channel_population(snapshot, config, fail_events),
+        selectivity=selectivity,
+    )
+
+
+def _open(kind: StoreKind, directory: Path | None) -> Store:
+    if kind is StoreKind.memory:
+        return MemoryStore()
+    from state.rocksdb import RocksDBStore  # deferred: a memory-only run never loads RocksDB
+
+    assert directory is not None
+    return RocksDBStore(directory)
+
+
+# --- command ----------------------------------------------------------------------------------
+
+app = typer.Typer(help="Benchmark the DBPM engine on a synthetic stream, or write that stream.")
+
+
+def _parse_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part.strip().replace("_", "")) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise typer.BadParameter(f"expected comma-separated event counts, got {text!r}") from exc
+    if not sizes or min(sizes) < 1:
+        raise typer.BadParameter("event counts must be positive integers, e.g. 10000,100000")
+    return sizes
+
+
+@app.callback(invoke_without_command=True)
+def dbpm(
+    events: Annotated[
+        str, typer.Option("--events", help="Comma-separated stream sizes to benchmark, e.g. 10000,100000.")
+    ] = "10000,100000,1000000",
+    store: Annotated[BenchStores, typer.Option("--store", help="Store(s) to benchmark.")] = BenchStores.both,
+    write_stream_to: Annotated[
+        Path | None,
+        typer.Option(
+            "--write-stream",
+            help="Only write the synthetic stream (the largest --events size; smaller sizes are its "
+            "prefixes) to this JSON Lines file, and benchmark nothing.",
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the synthetic stream.")] = 0,
+    patients_per_day: Annotated[
+        float, typer.Option("--patients-per-day", min=1.0, help="Patient arrival rate (event time).")
+    ] = PATIENTS_PER_DAY,
+    commit_every: Annotated[
+        int, typer.Option("--commit-every", min=1, help="Events per committed store transaction.")
+    ] = 1,
+) -> None:
+    """Print verdict updates/s, gate decisions/s, per-event p50/p99 (overall and per decile), store
+    size and RSS for each stream size on each store; or, with --write-stream, just write the stream."""
+    sizes = _parse_sizes(events)
+    shape = StreamShape(seed=seed, patients_per_day=patients_per_day)
+    if write_stream_to is not None:
+        written = write_stream(write_stream_to, max(sizes), shape)
+        typer.echo(f"wrote {written:,} events to {write_stream_to}")
+        return
+    results = []
+    for size in sizes:
+        for kind in store.kinds():
+            result = run_benchmark(size, kind, shape, commit_every)
+            typer.echo(result.render() + "\n")
+            results.append(result)
+    typer.echo(f"{'events':>10} {'store':>8} {'verdicts/s':>11} {'gates/s':>9} {'p50 us':>7} {'p99 us':>7} "
+               f"{'disk':>10} {'RSS':>10}")
+    for r in results:
+        disk = "-" if r.disk_bytes is None else _mib(r.disk_bytes)
+        typer.echo(
+            f"{r.events:>10,} {r.store:>8} {r.verdict_rate:>11,.0f} {r.gate_rate:>9,.0f} {r.p50_us:>7.1f} "
+            f"{r.p99_us:>7.1f} {disk:>10} {_mib(r.rss_bytes):>10}"
+        )
