@@ -37,7 +37,9 @@ patterns). :class:`PopulationReport` makes that visible: per task, the fail even
 consumed, the patterns it holds, how many clear the BLOCK threshold, how many sit in the DOWNGRADE
 band and the whitelist size. A channel that consumed fail events but holds no BLOCK-clearing pattern
 is :attr:`ChannelStatus.INERT` and the rendering flags it. The engine fills the counts (it owns the
-thresholds); this module defines the structure, its merge and its rendering.
+thresholds); this module defines the structure, its merge and its rendering, and
+:func:`channel_population` derives it from the engine's snapshot (the replay contract's state
+document) for callers that count the fail events themselves.
 
 All values are frozen dataclasses that serialise to plain JSON (``to_json`` / ``from_json``) and
 merge by addition, so counters kept per partition combine into the totals. Merging population
@@ -54,7 +56,7 @@ from enum import StrEnum
 from statistics import NormalDist
 from typing import Any
 
-from processors.dbpm.config import QA, RE
+from processors.dbpm.config import QA, RE, DBPMConfig
 from processors.dbpm.events import PAYLOAD_FIELDS
 from processors.dbpm.signatures import qa_category
 
@@ -511,3 +513,29 @@ class PopulationReport:
                     "(paper §6.1)."
                 )
         return "\n".join(lines)
+
+
+def channel_population(
+    snapshot: Mapping[str, Any], config: DBPMConfig, fail_events: Mapping[str, int]
+) -> PopulationReport:
+    """The channel population of an engine snapshot (the replay contract's state document).
+
+    Args:
+        snapshot: ``DBPMEngine.snapshot`` output (severities effective at its ``as_of``).
+        config: the engine's configuration (thresholds and minimum support of Eq. 4).
+        fail_events: blocklist-path verdict events (hard_fail, soft_downgrade) seen per task.
+
+    Returns:
+        One :class:`ChannelPopulation` per configured task.
+    """
+    channels = []
+    for task, params in config.tasks.items():
+        patterns = snapshot["blocklist"].get(task, [])
+        block, down = params.block_threshold, config.downgrade_threshold
+        blocking = sum(1 for p in patterns if p["count"] >= params.min_support and p["severity"] > block)
+        band = sum(1 for p in patterns if down < p["severity"] <= block)
+        whitelist = len(snapshot["whitelist"].get(task, []))
+        channels.append(
+            ChannelPopulation(task, fail_events.get(task, 0), len(patterns), blocking, band, whitelist)
+        )
+    return PopulationReport.of(snapshot["as_of"], channels)

@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology, parse_event
-from processors.dbpm.measurement import ChannelStatus
+from processors.dbpm.measurement import ChannelStatus, channel_population
 from state import MemoryStore
-from streams.bench.dbpm import channel_population, generate_events, run_benchmark
+from streams.bench.dbpm import generate_events, run_benchmark
 from streams.commands.bench import app
 from streams.commands.replay import StoreKind
 

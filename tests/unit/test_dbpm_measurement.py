@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from processors.dbpm import DBPMConfig
 from processors.dbpm.measurement import (
     ChannelPopulation,
     ChannelStatus,
@@ -18,6 +19,7 @@ from processors.dbpm.measurement import (
     SelectivityCell,
     SelectivityCounts,
     TagCounts,
+    channel_population,
     is_tagged,
     measurement_category,
     pairing_key,
@@ -236,3 +238,27 @@ def test_a_gate_and_its_verdict_share_a_pairing_key_whatever_their_extras() -> N
     assert gate == verdict
     assert pairing_key("qa", "p-2", question) != gate
     assert pairing_key("summary", "p-1", {"text": "a"}) == ("summary", "p-1", "a")
+
+
+def test_channel_population_applies_the_block_clause_and_band_of_eq_4_to_a_snapshot() -> None:
+    config = DBPMConfig()  # RE: block above 0.70 with >= 2 observations; band (0.40, 0.70]
+    snapshot = {
+        "as_of": "2026-05-05T00:00:00Z",
+        "blocklist": {
+            "re": [
+                {"signature": "A|X|B", "severity": 0.71, "count": 2, "cross_task_hits": 0},  # blocks
+                {"signature": "A|Y|B", "severity": 0.90, "count": 1, "cross_task_hits": 0},  # lacks support
+                {"signature": "A|Z|B", "severity": 0.70, "count": 5, "cross_task_hits": 0},  # band top
+                {"signature": "C|X|D", "severity": 0.40, "count": 5, "cross_task_hits": 0},  # below band
+            ],
+            "ner": [],
+        },
+        "whitelist": {"re": [{"signature": "E|X|F", "confidence": 0.9, "count": 1}], "ner": []},
+        "preempted_entities": [],
+    }
+    report = channel_population(snapshot, config, {"re": 9, "ner": 4})
+    by_task = {c.task: c for c in report.channels}
+    assert by_task["re"] == ChannelPopulation("re", 9, 4, 1, 1, 1)
+    assert by_task["ner"].status is ChannelStatus.INERT
+    assert by_task["qa"].status is ChannelStatus.IDLE
+    assert report.as_of == "2026-05-05T00:00:00Z"
