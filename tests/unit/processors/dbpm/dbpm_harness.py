@@ -29,8 +29,10 @@ class Harness:
             _, out = self.engine.process(txn, event, event.time)
         return out
 
-    def verdict(self, task: str, verdict: str, payload: dict, *, at: float = T0, source: str = "verifier_mmed",
-                patient: str = "p1") -> None:  # fmt: skip
+    def verdict(
+        self, task: str, verdict: str, payload: dict, *, at: float = T0, source: str = "verifier_mmed",
+        patient: str = "p1",
+    ) -> None:  # fmt: skip
         self.send({"kind": "verdict", "ts": iso(at), "task": task, "verdict": verdict, "source": source,
                    "patient_id": patient, "payload": payload})  # fmt: skip
 
