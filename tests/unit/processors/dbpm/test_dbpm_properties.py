@@ -35,6 +35,8 @@ _re = st.builds(
     st.sampled_from(ENTITIES), st.sampled_from(TYPES), st.sampled_from(RELATIONS),
     st.sampled_from(ENTITIES), st.sampled_from(TYPES),
 )  # fmt: skip
+
+
 def _qa_payload(question: str, parts: list[str], category: str, error_class: str | None) -> dict:
     payload = {"question": question, "answer": ", ".join(parts), "category": category}
     return {**payload, "error_class": error_class} if error_class else payload
