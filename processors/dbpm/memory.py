@@ -163,8 +163,10 @@ class Memory:
 
     __slots__ = ("_half_life_s", "config", "kv")
 
-    def __init__(self, kv: KeyValue, config: DBPMConfig, half_lives_s: Mapping[str, float] | None = None) -> None:
-        """Bind ``config`` to ``kv``; ``half_lives_s`` (per task, seconds) may be precomputed by the caller."""
+    def __init__(
+        self, kv: KeyValue, config: DBPMConfig, half_lives_s: Mapping[str, float] | None = None
+    ) -> None:
+        """Bind ``config`` to ``kv``; the per-task half-lives in seconds may be precomputed by the caller."""
         self.kv = kv
         self.config = config
         self._half_life_s = half_lives_s if half_lives_s is not None else half_lives(config)
