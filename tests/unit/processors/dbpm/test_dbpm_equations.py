@@ -422,3 +422,16 @@ def test_maintenance_runs_once_per_boundary_and_is_idempotent():
         before = h.engine.snapshot(txn)
         assert maintain(mem, T0 + 40 * DAY) == 0
         assert h.engine.snapshot(txn) == before
+
+
+def test_the_task_set_is_open_for_further_tasks():
+    from processors.dbpm import TaskParams
+    from processors.dbpm.config import DEFAULT_TASKS
+
+    summary = TaskParams(0.15, 0.05, 0.03, 5.0, 0.65, 3, 200)
+    h = make(DBPMConfig(tasks={**DEFAULT_TASKS, "summary": summary}))
+    for _ in range(3):
+        h.verdict("summary", "hard_fail", {"entity": "Hallucinated Dose"})
+    decision = h.gate("summary", {"entity": "hallucinated dose"})
+    assert (decision.decision, decision.task) == ("BLOCK", "summary")
+    assert h.snapshot()["blocklist"]["summary"][0]["signature"] == "hallucinated dose"
