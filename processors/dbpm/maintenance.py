@@ -35,7 +35,7 @@ _KEY_SLACK = 1e-9
 
 
 def maintain(mem: Memory, now: float) -> int:
-    """Run the maintenance of every grid boundary passed since the last run (at most once).
+    """Run the maintenance due at event time ``now`` (at most once per boundary) and record it.
 
     Args:
         mem: the memory.
@@ -44,14 +44,30 @@ def maintain(mem: Memory, now: float) -> int:
     Returns:
         The number of patterns removed (pruned or evicted).
     """
+    as_of, last = mem.clock()
+    tick, removed = run_due(mem, now, last)
+    if tick != last:
+        mem.set_clock(as_of, tick)
+    return removed
+
+
+def run_due(mem: Memory, now: float, last: int | None) -> tuple[int, int]:
+    """Run the boundary maintenance due at ``now`` given the last boundary applied, without recording it.
+
+    Args:
+        mem: the memory.
+        now: the event time of the event about to be applied.
+        last: index of the last boundary applied (None: never).
+
+    Returns:
+        The index of the latest boundary at or before ``now`` and the number of patterns removed.
+    """
     interval = mem.config.maintenance_interval_s
     tick = math.floor(now / interval)
-    last = mem.tick()
     if last is not None and tick <= last:
-        return 0
-    mem.set_tick(tick)
+        return last, 0
     boundary = tick * interval
-    return sum(_prune(mem, task, boundary) + _cap(mem, task) for task in mem.config.tasks)
+    return tick, sum(_prune(mem, task, boundary) + _cap(mem, task) for task in mem.config.tasks)
 
 
 def _prune(mem: Memory, task: str, boundary: float) -> int:

@@ -115,7 +115,7 @@ def raised_pattern(
         max(old.ref_time, now),
         max(old.last_seen, now),
         old.count + 1,
-        mem.kappa(old, now),
+        old.kappa,
         old.kappa_ref,
         old.sources | sources,
         old.category,
