@@ -730,7 +730,7 @@ def run_benchmark(
     rss_before = _rss_bytes()
     with tempfile.TemporaryDirectory(prefix="clingate-bench-") as tmp:
         directory = Path(tmp) / "db" if store is StoreKind.rocksdb else None
-        kv = _open(store, directory)
+        kv = _open(directory)
         txn = kv.transaction()
         for index, obj in enumerate(generate_events(n_events, shape), start=1):
             event = parse_event(obj, tasks)
@@ -800,12 +800,12 @@ def run_benchmark(
     )
 
 
-def _open(kind: StoreKind, directory: Path | None) -> Store:
-    if kind is StoreKind.memory:
+def _open(directory: Path | None) -> Store:
+    """An empty store: in memory without a directory, else RocksDB in ``directory``."""
+    if directory is None:
         return MemoryStore()
     from state.rocksdb import RocksDBStore  # deferred: a memory-only run never loads RocksDB
 
-    assert directory is not None
     return RocksDBStore(directory)
 
 

@@ -217,3 +217,13 @@ def test_the_classifier_is_total_and_deterministic_on_any_text(answer: str, cont
 def test_an_answer_identical_to_its_context_is_supported(atoms: list[str]) -> None:
     text = " ".join(atoms)
     assert classify_qa_error(text, text) is None
+
+
+@given(atoms=_atoms(with_cues=True), data=st.data(), spaces=st.sampled_from([" ", "  ", "\t", " \n "]))
+def test_the_class_does_not_depend_on_letter_case_or_spacing(
+    atoms: list[str], data: st.DataObject, spaces: str
+) -> None:
+    context = " ".join(atoms)
+    answer = " ".join(data.draw(st.lists(st.sampled_from(atoms), min_size=1, max_size=6)))
+    expected = classify_qa_error(answer, context)
+    assert classify_qa_error(spaces.join(answer.upper().split(" ")), context.title()) == expected
