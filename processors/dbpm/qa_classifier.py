@@ -89,10 +89,11 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
+from types import MappingProxyType
 
 
 class QAErrorClass(StrEnum):
@@ -154,7 +155,7 @@ STOP_WORDS: frozenset[str] = frozenset(
 )
 """Function words (and answer boilerplate such as ``the patient``) that carry no grounding content."""
 
-UNIT_ALIASES: dict[str, str] = {
+UNIT_ALIASES: Mapping[str, str] = MappingProxyType({
     # mass
     "mg": "mg", "milligram": "mg", "milligrams": "mg",
     "g": "g", "gram": "g", "grams": "g",
@@ -180,7 +181,7 @@ UNIT_ALIASES: dict[str, str] = {
     "wk": "week", "wks": "week", "week": "week", "weeks": "week",
     "mo": "month", "month": "month", "months": "month",
     "y": "year", "yr": "year", "yrs": "year", "year": "year", "years": "year",
-}
+})
 """Unit spellings (after NFKC and case-folding) and the canonical unit each stands for."""
 
 _BOUNDARY_CHARS = ".;:!?"
