@@ -36,10 +36,10 @@ blocks, as the verifier-fed RE channel did at production scale (§6.1: 785,797 r
 patterns). :class:`PopulationReport` makes that visible: per task, the fail events the channel
 consumed, the patterns it holds, how many clear the BLOCK threshold, how many sit in the DOWNGRADE
 band and the whitelist size. A channel that consumed fail events but holds no BLOCK-clearing pattern
-is :attr:`ChannelStatus.INERT` and the rendering flags it. The engine fills the counts (it owns the
-thresholds); this module defines the structure, its merge and its rendering, and
-:func:`channel_population` derives it from the engine's snapshot (the replay contract's state
-document) for callers that count the fail events themselves.
+is :attr:`ChannelStatus.INERT` and the rendering flags it. This module defines the structure, its
+merge and its rendering; :func:`channel_population` fills it from the engine's snapshot (the replay
+contract's state document) and the engine's thresholds, with the fail-event counts the caller kept
+(the engine's state does not count consumed events).
 
 All values are frozen dataclasses that serialise to plain JSON (``to_json`` / ``from_json``) and
 merge by addition, so counters kept per partition combine into the totals. Merging population
@@ -56,14 +56,15 @@ from enum import StrEnum
 from statistics import NormalDist
 from typing import Any
 
-from processors.dbpm.config import QA, RE, DBPMConfig
+from processors.dbpm.config import HARD_FAIL, QA, RE, SOFT_DOWNGRADE, SUCCESS, DBPMConfig
 from processors.dbpm.events import PAYLOAD_FIELDS
+from processors.dbpm.gates import BLOCK, DOWNGRADE
 from processors.dbpm.signatures import qa_category
 
 VERIFIER_SOURCE = "verifier_mmed"
 """The only verdict source that measures a gate (module docstring)."""
 
-TAGGING_DECISIONS: frozenset[str] = frozenset({"DOWNGRADE", "BLOCK"})
+TAGGING_DECISIONS: frozenset[str] = frozenset({DOWNGRADE, BLOCK})
 """Gate decisions that count as a tag (Table 10: DOWNGRADE collapsed with BLOCK)."""
 
 
@@ -75,9 +76,9 @@ class Outcome(StrEnum):
 
 
 _VERDICT_OUTCOMES: Mapping[str, Outcome] = {
-    "hard_fail": Outcome.FAIL,
-    "soft_downgrade": Outcome.PASS,
-    "success": Outcome.PASS,
+    HARD_FAIL: Outcome.FAIL,
+    SOFT_DOWNGRADE: Outcome.PASS,
+    SUCCESS: Outcome.PASS,
 }
 
 
