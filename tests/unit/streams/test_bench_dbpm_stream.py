@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from processors.dbpm import load_ontology
 from processors.dbpm.qa_classifier import QAErrorClass
 from streams.bench.dbpm import StreamShape, generate_events, stream_lines, write_stream
 
@@ -155,3 +156,17 @@ def test_write_stream_writes_one_json_object_per_line(tmp_path: Path) -> None:
     lines = path.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 250
     assert [json.loads(line) for line in lines] == list(generate_events(250))
+
+
+def test_rule_based_verdicts_are_true_ontology_violations_and_accepted_relations_are_admitted(
+    stream: list[dict],
+) -> None:
+    ontology = load_ontology()
+    for event in stream:
+        if event["kind"] != "verdict" or event["task"] != "re":
+            continue
+        triple = (event["payload"]["head_type"], event["payload"]["relation"], event["payload"]["tail_type"])
+        if event["source"] == "rule_based":
+            assert ontology.violates(*triple), triple
+        if event["verdict"] == "success":
+            assert ontology.admits(*triple), triple
