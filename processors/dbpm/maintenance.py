@@ -67,7 +67,11 @@ def run_due(mem: Memory, now: float, last: int | None) -> tuple[int, int]:
     if last is not None and tick <= last:
         return last, 0
     boundary = tick * interval
-    return tick, sum(_prune(mem, task, boundary) + _cap(mem, task) for task in mem.config.tasks)
+    removed = 0
+    for task in mem.config.tasks:
+        removed += _prune(mem, task, boundary) + _cap(mem, task)
+        mem.raise_low_water(task)
+    return tick, removed
 
 
 def _prune(mem: Memory, task: str, boundary: float) -> int:

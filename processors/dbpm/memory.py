@@ -36,6 +36,7 @@ Key layout (first byte = table; task names and signatures are UTF-8):
                                     κ, κ ref time, source bits, then the QA category (UTF-8)
 ``W`` task NUL signature            whitelist entry: confidence, last seen, count, QA category
 ``I`` task NUL order8 signature     eviction index (empty value)
+``L`` task NUL                      eviction index low-water mark (order8 <= every live key)
 ``P`` entity                        NER-to-RE preemption set (empty value)
 ``D`` patient                       patient counters: upstream hard fails, NER yield (Eq. 8)
 ``C`` len16 patient category        a patient's accepted NER category (empty value)
@@ -53,6 +54,7 @@ from collections.abc import Iterator, Mapping
 from typing import NamedTuple, Protocol
 
 from processors.dbpm.config import QA, RULE_BASED, DBPMConfig
+from state.base import prefix_end
 
 _BLOCK = struct.Struct("<dddIHdB")
 _WHITE = struct.Struct("<ddI")
@@ -217,7 +219,11 @@ class Memory:
         else:
             self._bump(b"NB" + tag, 1)
         self.kv.set(b"B" + tag + sig_bytes, _BLOCK.pack(*new[:7]) + new.category.encode())
-        self.kv.set(b"I" + tag + order_key(new.severity, new.ref_time, half_life) + sig_bytes, b"")
+        order = order_key(new.severity, new.ref_time, half_life)
+        self.kv.set(b"I" + tag + order + sig_bytes, b"")
+        low = self.kv.get(b"L" + tag)
+        if low is None or order < low:
+            self.kv.set(b"L" + tag, order)
         if task == QA:
             delta = new.count - (old.count if old is not None else 0)
             classified = delta if sig.startswith("qa::") else 0
@@ -242,11 +248,27 @@ class Memory:
         """
         prefix = b"I" + _tag(task)
         skip = len(prefix) + _ORDER.size
-        for key, _ in self.kv.iter_prefix(prefix):
+        low = self.kv.get(b"L" + _tag(task))
+        start = prefix if low is None else prefix + low
+        for key, _ in self.kv.iter_range(start, prefix_end(prefix)):
             sig = key[skip:].decode()
             pattern = self.pattern(task, sig)
             if pattern is not None:
                 yield sig, pattern
+
+    def raise_low_water(self, task: str) -> None:
+        """Move the task's index low-water mark up to its lowest live entry (after removals).
+
+        Why: every update deletes an index entry, and a RocksDB scan from the start of the index
+        would wade through all those tombstones at every maintenance boundary, a cost that grows with
+        the stream's history. The mark is kept at or below every live index key (puts lower it), so
+        scans seek straight past the deleted region.
+        """
+        first = next(self.lowest(task), None)
+        if first is not None:
+            pattern = first[1]
+            low = order_key(pattern.severity, pattern.ref_time, self._half_life_s[task])
+            self.kv.set(b"L" + _tag(task), low)
 
     def patterns(self, task: str) -> Iterator[tuple[str, Pattern]]:
         """All patterns of ``task`` in signature order (reports and exports)."""
