@@ -1,0 +1,873 @@
+"""Synthetic DBPM replay streams and the DBPM engine benchmark (``clingate bench dbpm``).
+
+The generator writes the replay-stream contract (one JSON object per line: ``gate`` events asking for
+a decision, ``verdict`` events teaching the memory) for a synthetic cohort whose shape follows the
+paper's production run, so that the memory sees the same kind of traffic it would in deployment:
+
+* **Candidates per patient** (Table 5, corpus totals / 167,034 patients): NER 4,471,110 -> ~27,
+  RE 4,915,334 -> ~29, QA 1,035,199 -> ~6. Drawn uniformly from 20-34, 22-36 and 4-8.
+* **RE rejections** (§6.1, Table 5): 785,797 of 4,915,334 relations, ~16%, are verifier rejections,
+  spread over an open vocabulary of relation labels (modal prefixes, trailing prepositions, numeric
+  debris, case and spacing variants), so no verifier-fed RE signature recurs often: the diffuse
+  stream that left the paper's RE channel empty. A further ~2% are soft downgrades.
+* **Ontology violations** (§4.7, §6.2): ~3% of relations carry one of the six type-triples the paper
+  saw recur (tests-associated_with-diagnosis first), judged ``hard_fail`` by source ``rule_based``:
+  the concentrated stream that does populate the RE channel.
+* **NER rejections** concentrate on a few strings (§6.1: the NER channel populates): ~1.5% of
+  entities are rejected (``hard_fail``), all drawn from ten non-entity strings with Zipf weights.
+  Real entities are never hard-failed: a hard fail preempts every later relation on that string
+  (§4.4), and the paper's verifier rejected almost no real entities (Table 7: 33 NER verifier
+  rejections in 167,034 patients). ~0.5% of real entities get a ``soft_downgrade``, scattered.
+* **QA fails** (Table 10): 3,868 of 35,003 pairs, ~11%. As in §6.3 a patient lacking the NER bucket of
+  the asked category fails more often (16% against 5% when covered), so the NER-coverage gate has a
+  real signal to find (expected path lift ~1.5, Section 6.3 reports 1.52-1.84). The error class of a
+  failing answer is what :func:`processors.dbpm.qa_classifier.classify_qa_error` says about it against
+  the patient's synthetic narrative (never emitted), so stream and classifier agree by construction.
+  QA gate events carry the patient's accepted NER categories and the difficulty of Eq. (8).
+* **Time**: event time starts 2026-05-04T00:00:00Z (the paper run's first day); patients arrive one
+  after another at ``patients_per_day`` (default 500, so a 1M-event stream spans ~16 days, beyond
+  every half-life); within a patient the NER, RE and QA stages take the Table 5 stage means (24.6 s,
+  14.7 s, 43.1 s), compressed when patients arrive faster than that. Each gate event is followed
+  by its verdict; timestamps never decrease.
+
+Everything is drawn from one ``random.Random(seed)``, patient by patient, so a stream is a pure
+function of (``n_events``, :class:`StreamShape`) and a shorter stream is a prefix of a longer one.
+The vocabulary is our own; the six violating type-triples are the paper's (§6.2).
+
+The benchmark (:func:`run_benchmark`, ``clingate bench dbpm``) replays such a stream through the
+engine on the memory or the RocksDB store and reports, per run: verdict updates/s and gate
+decisions/s (engine time only), per-event p50/p99 overall and per decile of the run next to the
+number of signatures stored at the decile's end (a cost that grew with the memory would show as
+rising decile percentiles), the store's logical size and, for RocksDB, its size on disk, the
+process RSS, the decisions per task, the channel population (§7.3 (i)) and the gate lift per task
+(Eq. 10, pairing each gate event with the verdict that follows on the same candidate). By default
+every event is its own committed transaction (``--commit-every 1``), the strictest setting a
+stream worker could use, so the cost of a commit is in every event's figure.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import random
+import resource
+import tempfile
+import time
+from array import array
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from processors.dbpm import DBPMConfig, DBPMEngine, GateEvent, load_ontology, parse_event
+from processors.dbpm.measurement import (
+    Outcome,
+    PopulationReport,
+    SelectivityCell,
+    SelectivityCounts,
+    TagCounts,
+    channel_population,
+    is_tagged,
+    measurement_category,
+    pairing_key,
+    verdict_outcome,
+)
+from processors.dbpm.memory import Memory
+from processors.dbpm.qa_classifier import classify_qa_error
+from state import MemoryStore, Store, Transaction
+from streams.commands.replay import StoreKind
+
+STREAM_START = datetime(2026, 5, 4, tzinfo=UTC)
+PATIENTS_PER_DAY = 500.0
+
+STAGE_SECONDS: dict[str, float] = {"ner": 24.6, "re": 14.7, "qa": 43.1}
+"""Per-patient stage means of Table 5, in seconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamShape:
+    """The knobs of the synthetic stream; the defaults are the paper's proportions (module docstring)."""
+
+    seed: int = 0
+    start: datetime = STREAM_START
+    patients_per_day: float = PATIENTS_PER_DAY
+    ner_per_patient: tuple[int, int] = (20, 34)
+    re_per_patient: tuple[int, int] = (22, 36)
+    qa_per_patient: tuple[int, int] = (4, 8)
+    ner_fail_rate: float = 0.015
+    ner_soft_rate: float = 0.005
+    re_fail_rate: float = 0.16
+    re_soft_rate: float = 0.02
+    re_ontology_rate: float = 0.03
+    qa_fail_rate_covered: float = 0.05
+    qa_fail_rate_uncovered: float = 0.16
+
+
+# --- vocabulary -------------------------------------------------------------------------------
+
+_TERMS: dict[str, tuple[str, ...]] = {
+    "Diagnosis": (
+        "community-acquired pneumonia", "septic shock", "pulmonary embolism", "acute kidney injury",
+        "heart failure", "hypothyroidism", "sarcoidosis", "lupus nephritis", "infective endocarditis",
+        "pancreatitis", "appendicitis", "cholangitis", "bacterial meningitis", "ischemic stroke",
+        "myocarditis", "cirrhosis", "diffuse large b-cell lymphoma", "cutaneous melanoma",
+        "miliary tuberculosis", "takotsubo cardiomyopathy", "guillain-barre syndrome", "aortic dissection",
+    ),
+    "Symptoms": (
+        "dyspnea", "pleuritic chest pain", "hemoptysis", "vomiting", "watery diarrhea", "syncope",
+        "palpitations", "weight loss", "night sweats", "abdominal pain", "jaundice", "pruritus",
+        "arthralgia", "myalgia", "confusion", "seizures", "fatigue", "ankle edema", "dry cough", "fever",
+    ),
+    "Tests": (
+        "ct angiography", "lumbar puncture", "blood cultures", "d-dimer", "serum ferritin",
+        "c-reactive protein", "procalcitonin", "transthoracic echocardiogram", "mri of the brain",
+        "chest radiograph", "liver biopsy", "urinalysis", "serum lactate", "bone marrow aspirate",
+        "electrocardiogram",
+    ),
+    "Treatment": (
+        "piperacillin-tazobactam", "vancomycin", "dexamethasone", "rituximab", "enoxaparin",
+        "furosemide", "insulin glargine", "levothyroxine", "laparoscopic cholecystectomy", "hemodialysis",
+        "mechanical ventilation", "ceftriaxone", "acyclovir", "prednisolone", "amiodarone",
+    ),
+    "History": (
+        "prior myocardial infarction", "childhood asthma", "previous splenectomy", "renal transplant",
+        "hepatitis c infection", "treated breast cancer", "gestational diabetes", "atrial fibrillation",
+    ),
+    "Risk_Factor": (
+        "tobacco smoking", "obesity", "heavy alcohol use", "injection drug use", "hypertension",
+        "family history of colon cancer", "immunosuppression", "sedentary lifestyle",
+    ),
+    "Observation": (
+        "hepatomegaly", "splenomegaly", "bibasal crackles", "systolic murmur", "petechiae",
+        "cervical lymphadenopathy", "ascites",
+    ),
+    "Outcome_ClinicalStatus": ("full recovery", "persistent neurological deficit", "complete remission"),
+    "Outcome_Disposition": ("discharged home", "transferred to rehabilitation", "admitted to intensive care"),
+}
+
+_MODIFIERS: dict[str, tuple[str, ...]] = {
+    "Diagnosis": ("acute", "chronic", "severe", "recurrent", "suspected", "complicated"),
+    "Symptoms": ("progressive", "intermittent", "severe", "mild", "new-onset", "nocturnal"),
+    "Observation": ("marked", "mild", "bilateral", "tender"),
+}
+
+# Probability that a patient's NER output covers each category (the paper's saturated, mid and
+# sparse coverage regimes of Table 8).
+_COVERAGE: dict[str, float] = {
+    "Diagnosis": 0.96,
+    "Symptoms": 0.97,
+    "Tests": 0.95,
+    "Treatment": 0.97,
+    "History": 0.45,
+    "Risk_Factor": 0.5,
+    "Observation": 0.1,
+    "Outcome_ClinicalStatus": 0.05,
+    "Outcome_Disposition": 0.03,
+}
+
+_POOL_SIZE: dict[str, tuple[int, int]] = {
+    "Diagnosis": (2, 4),
+    "Symptoms": (4, 8),
+    "Tests": (4, 9),
+    "Treatment": (3, 7),
+    "History": (1, 3),
+    "Risk_Factor": (1, 3),
+    "Observation": (1, 3),
+    "Outcome_ClinicalStatus": (1, 1),
+    "Outcome_Disposition": (1, 1),
+}
+"""Distinct entities a covered category contributes to a patient (NER candidates draw from them)."""
+
+_JUNK_ENTITIES = (
+    "patient", "the patient", "unknown", "none", "normal", "history", "today", "left", "mg", "workup",
+)
+"""Non-entities an extractor emits and the verifier rejects: the concentrated NER fail stream."""
+
+_JUNK_WEIGHTS = tuple(1.0 / (rank + 1) for rank in range(len(_JUNK_ENTITIES)))
+
+_ADMISSIBLE: dict[tuple[str, str], tuple[str, ...]] = {
+    ("Treatment", "Diagnosis"): ("TREATS", "PREVENTS"),
+    ("Treatment", "Symptoms"): ("TREATS", "ALLEVIATES"),
+    ("Tests", "Diagnosis"): ("REVEALS", "CONFIRMS", "RULES_OUT"),
+    ("Symptoms", "Diagnosis"): ("INDICATES", "SUGGESTS"),
+    ("Risk_Factor", "Diagnosis"): ("INCREASES_RISK_OF",),
+    ("History", "Diagnosis"): ("HISTORY_OF", "PRECEDES"),
+    ("Diagnosis", "Diagnosis"): ("COMPLICATED_BY", "CAUSES"),
+    ("Treatment", "Tests"): ("GUIDED_BY", "NECESSITATES"),
+}
+"""Type pairs and relation labels the public DBPM ontology admits (accepted relations use these)."""
+
+_VIOLATIONS: tuple[tuple[str, str, str], ...] = (
+    ("Tests", "ASSOCIATED_WITH", "Diagnosis"),
+    ("Symptoms", "MANIFESTS", "Diagnosis"),
+    ("Symptoms", "CAUSES", "Diagnosis"),
+    ("Treatment", "PREVENTS", "Symptoms"),
+    ("History", "ASSOCIATED_WITH", "Diagnosis"),
+    ("Diagnosis", "ASSOCIATED_WITH", "History"),
+)
+"""The six ontology-violating type-triples of §6.2, most frequent first."""
+
+_VIOLATION_WEIGHTS = (0.3, 0.22, 0.18, 0.12, 0.1, 0.08)
+
+_LABEL_STEMS = (
+    "TREATS", "CAUSES", "REVEALS", "INDICATES", "PRECEDES", "FOLLOWS", "COMPLICATES", "MIMICS",
+    "TRIGGERS", "RESOLVES", "MONITORED", "EVALUATED", "DETECTED", "ATTRIBUTED", "RESPONDS", "REQUIRES",
+    "PROMPTED", "SUPPORTS", "EXCLUDES", "DIFFERENTIAL", "SECONDARY", "CO_OCCURS", "WORSENED", "IMPROVED",
+    "ADMINISTERED", "DISCONTINUED", "SHOWS", "CONSISTENT", "ASSOCIATED", "LINKED",
+)
+_LABEL_PREFIXES = ("", "", "MAY_", "LIKELY_", "POSSIBLY_", "NOT_", "WAS_", "IS_", "SUBSEQUENTLY_", "PARTLY_")
+_LABEL_SUFFIXES = ("", "_WITH", "_FOR", "_DURING", "_IN", "_BY", "_AFTER", "_TO", "#")
+
+_QA_TEMPLATES: dict[str, tuple[str, str | None]] = {
+    "diagnosis": ("What is the working diagnosis for this patient?", "Diagnosis"),
+    "symptoms": ("Which symptoms brought the patient to care?", "Symptoms"),
+    "tests": ("Which investigations were carried out?", "Tests"),
+    "treatment": ("What treatment did the patient receive?", "Treatment"),
+    "history": ("What past medical history is relevant?", "History"),
+    "risk_factor": ("Which risk factors are documented?", "Risk_Factor"),
+    "observation": ("What did the physical examination find?", "Observation"),
+    "outcome_clinicalstatus": ("What was the clinical status at last follow-up?", "Outcome_ClinicalStatus"),
+    "outcome_disposition": ("Where did the patient go after the admission?", "Outcome_Disposition"),
+    "adverse_event": ("Did treatment cause an adverse event?", None),
+    "outcome_mortality": ("Did the patient die during the reported course?", None),
+}
+"""The eleven QAR categories (§4.8): one question template each, and the NER bucket that grounds it."""
+
+_ABSTENTION = "not documented in the narrative"
+_HALLUCINATIONS = (
+    "tumour lysis syndrome", "anaphylaxis to penicillin", "hyperkalaemia", "stevens-johnson syndrome",
+    "death from multiorgan failure", "clostridioides difficile colitis",
+)
+
+
+# --- generation -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Entity:
+    text: str
+    category: str
+
+
+class _Timeline:
+    """Event times of one patient: stages back to back inside the patient's arrival slot."""
+
+    def __init__(self, shape: StreamShape, patient: int) -> None:
+        slot = 86_400.0 / shape.patients_per_day
+        self._offset = patient * slot
+        self._scale = min(1.0, 0.9 * slot / sum(STAGE_SECONDS.values()))
+        self._start = shape.start
+
+    def stage(self, task: str, candidates: int) -> Iterator[tuple[str, str]]:
+        """Yield (gate ts, verdict ts) for each candidate of a stage, then advance past the stage."""
+        duration = STAGE_SECONDS[task] * self._scale
+        step = duration / max(candidates, 1)
+        for k in range(candidates):
+            gate = self._offset + k * step
+            yield self._ts(gate), self._ts(gate + step / 2.0)
+        self._offset += duration
+
+    def _ts(self, seconds: float) -> str:
+        return (self._start + timedelta(seconds=int(seconds))).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _entity_text(rng: random.Random, category: str) -> str:
+    """An entity string: a term, often qualified as clinical text is (modifier, duration, dose, value).
+
+    Qualifiers make most strings unique, as in the paper's run (96,708 whitelisted NER signatures on
+    the 5,000-patient cohort, §6.5): the memory must hold an open, growing set of signatures. Day
+    numbers stay below 61 so the QA over-specification (61-99 months, :meth:`_Patient._answer`)
+    never meets an equal unitless number in the narrative.
+    """
+    term = rng.choice(_TERMS[category])
+    roll = rng.random()
+    if category in _MODIFIERS and roll < 0.3:
+        term = f"{rng.choice(_MODIFIERS[category])} {term}"
+    if category == "Diagnosis" and roll > 0.5:
+        return f"{term} on day {rng.randint(1, 60)}"
+    if category == "Symptoms" and roll > 0.3:
+        return f"{term} for {rng.randint(2, 60)} {rng.choice(('hours', 'days', 'weeks'))}"
+    if category == "Treatment" and roll < 0.6:
+        dose = rng.choice((2.5, 5, 10, 20, 25, 40, 50, 80, 100, 250, 400, 500, 750, 1000))
+        return f"{term} {dose:g} mg {rng.choice(('daily', 'twice daily', 'every 8 hours', 'weekly'))}"
+    if category == "Tests" and roll < 0.6:
+        unit = rng.choice(("mg/l", "ng/ml", "mmol/l", "u/l"))
+        return f"{term} {rng.randint(1, 999)}.{rng.randint(0, 9)} {unit}"
+    return term
+
+
+def _relation_label(rng: random.Random) -> str:
+    suffix = rng.choice(_LABEL_SUFFIXES)
+    if suffix == "#":
+        suffix = f"_{rng.randint(1, 99_999)}"
+    label = f"{rng.choice(_LABEL_PREFIXES)}{rng.choice(_LABEL_STEMS)}{suffix}"
+    spelling = rng.random()
+    if spelling < 0.1:
+        return label.lower()
+    if spelling < 0.15:
+        return label.replace("_", " ")
+    if spelling < 0.2:
+        return f" {label} "
+    return label
+
+
+def _verdict(
+    ts: str, task: str, verdict: str, source: str, pid: str, payload: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "kind": "verdict",
+        "ts": ts,
+        "task": task,
+        "verdict": verdict,
+        "source": source,
+        "patient_id": pid,
+        "payload": payload,
+    }
+
+
+def _gate(ts: str, task: str, pid: str, candidate_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "kind": "gate",
+        "ts": ts,
+        "task": task,
+        "patient_id": pid,
+        "candidate_id": candidate_id,
+        "payload": payload,
+    }
+
+
+class _Patient:
+    """One synthetic patient: entity pool, narrative, and the three stages' events in order."""
+
+    def __init__(self, rng: random.Random, shape: StreamShape, index: int) -> None:
+        self.rng = rng
+        self.shape = shape
+        self.pid = f"p-{index:06d}"
+        self.index = index
+        self.timeline = _Timeline(shape, index)
+        self.pool: dict[str, list[_Entity]] = {}
+        for category, probability in _COVERAGE.items():
+            if rng.random() < probability:
+                low, high = _POOL_SIZE[category]
+                texts = {_entity_text(rng, category) for _ in range(rng.randint(low, high))}
+                self.pool[category] = [_Entity(text, category) for text in sorted(texts)]
+        negated = rng.sample([t for t in _TERMS["Symptoms"] if not self._mentions(t)], 2)
+        sentences = [f"{e.text.capitalize()}." for entities in self.pool.values() for e in entities]
+        sentences += [f"No {symptom}." for symptom in negated]
+        self.narrative = " ".join(sentences)
+        self.negated_symptoms = negated
+        self.accepted: set[str] = set()
+        self.verifier_rejections = 0
+        self.ner_yield = 0
+
+    def _mentions(self, term: str) -> bool:
+        return any(term in e.text for entities in self.pool.values() for e in entities)
+
+    def _entities(self) -> list[_Entity]:
+        return [e for entities in self.pool.values() for e in entities]
+
+    def _of(self, category: str) -> _Entity:
+        entities = self.pool.get(category)
+        return self.rng.choice(entities) if entities else _Entity(self.rng.choice(_TERMS[category]), category)
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        yield from self._ner()
+        yield from self._re()
+        yield from self._qa()
+
+    def _candidate(self, task: str, k: int) -> str:
+        return f"c-{self.index:06d}-{task}-{k:04d}"
+
+    def _ner(self) -> Iterator[dict[str, Any]]:
+        rng, shape = self.rng, self.shape
+        entities = self._entities()
+        n = rng.randint(*shape.ner_per_patient)
+        for k, (gate_ts, verdict_ts) in enumerate(self.timeline.stage("ner", n)):
+            roll = rng.random()
+            if roll < shape.ner_fail_rate or not entities:
+                category = rng.choice(("Diagnosis", "Symptoms", "History", "Tests"))
+                entity = _Entity(rng.choices(_JUNK_ENTITIES, _JUNK_WEIGHTS)[0], category)
+                verdict = "hard_fail"
+            else:
+                entity = rng.choice(entities)
+                verdict = "soft_downgrade" if roll < shape.ner_fail_rate + shape.ner_soft_rate else "success"
+            payload = {"entity": entity.text, "category": entity.category}
+            yield _gate(gate_ts, "ner", self.pid, self._candidate("ner", k), payload)
+            yield _verdict(verdict_ts, "ner", verdict, "verifier_mmed", self.pid, dict(payload))
+            if verdict == "success":
+                self.accepted.add(entity.category)
+                self.ner_yield += 1
+            elif verdict == "hard_fail":
+                self.verifier_rejections += 1
+
+    def _re(self) -> Iterator[dict[str, Any]]:
+        rng, shape = self.rng, self.shape
+        pairs = sorted(_ADMISSIBLE)
+        entities = self._entities() or [self._of("Diagnosis")]
+        n = rng.randint(*shape.re_per_patient)
+        for k, (gate_ts, verdict_ts) in enumerate(self.timeline.stage("re", n)):
+            roll = rng.random()
+            source = "verifier_mmed"
+            if roll < shape.re_ontology_rate:
+                head_type, relation, tail_type = rng.choices(_VIOLATIONS, _VIOLATION_WEIGHTS)[0]
+                head, tail = self._of(head_type), self._of(tail_type)
+                verdict, source = "hard_fail", "rule_based"
+            elif roll < shape.re_ontology_rate + shape.re_fail_rate:
+                head, tail = rng.choice(entities), rng.choice(entities)
+                relation, verdict = _relation_label(rng), "hard_fail"
+            else:
+                head_type, tail_type = rng.choice(pairs)
+                head, tail = self._of(head_type), self._of(tail_type)
+                relation = rng.choice(_ADMISSIBLE[(head_type, tail_type)])
+                soft = roll < shape.re_ontology_rate + shape.re_fail_rate + shape.re_soft_rate
+                verdict = "soft_downgrade" if soft else "success"
+            payload = {
+                "head": head.text,
+                "head_type": head.category,
+                "relation": relation,
+                "tail": tail.text,
+                "tail_type": tail.category,
+            }
+            yield _gate(gate_ts, "re", self.pid, self._candidate("re", k), payload)
+            yield _verdict(verdict_ts, "re", verdict, source, self.pid, dict(payload))
+            if verdict == "hard_fail" and source == "verifier_mmed":
+                self.verifier_rejections += 1
+
+    def _answer(self, bucket: str | None, fails: bool) -> str:
+        rng = self.rng
+        grounded = self.pool.get(bucket, []) if bucket else []
+        if not grounded:
+            return rng.choice(_HALLUCINATIONS) if fails and rng.random() < 0.5 else _ABSTENTION
+        texts = [e.text for e in grounded[:3]]
+        if not fails:
+            return ", ".join(texts)
+        mode = rng.random()
+        if mode < 0.3:
+            return f"no {texts[0]}" if rng.random() < 0.5 else rng.choice(self.negated_symptoms)
+        if mode < 0.7:
+            return f"{', '.join(texts)} for {rng.randint(61, 99)} months"
+        return rng.choice(_HALLUCINATIONS)
+
+    def _qa(self) -> Iterator[dict[str, Any]]:
+        rng, shape = self.rng, self.shape
+        n = rng.randint(*shape.qa_per_patient)
+        categories = rng.sample(sorted(_QA_TEMPLATES), n)
+        difficulty = round(self.verifier_rejections / max(self.verifier_rejections + self.ner_yield, 1), 4)
+        ner_categories = sorted(self.accepted)
+        for k, ((gate_ts, verdict_ts), category) in enumerate(
+            zip(self.timeline.stage("qa", n), categories, strict=True)
+        ):
+            question, bucket = _QA_TEMPLATES[category]
+            covered = bucket is not None and bucket in self.accepted
+            fail_rate = shape.qa_fail_rate_covered if covered else shape.qa_fail_rate_uncovered
+            fails = rng.random() < fail_rate
+            answer = self._answer(bucket, fails)
+            payload: dict[str, Any] = {"question": question, "answer": answer, "category": category}
+            gate_payload = {**payload, "ner_categories": ner_categories, "difficulty": difficulty}
+            yield _gate(gate_ts, "qa", self.pid, self._candidate("qa", k), gate_payload)
+            verdict_payload = dict(payload)
+            if fails:
+                error_class = classify_qa_error(answer, self.narrative)
+                if error_class is not None:
+                    verdict_payload["error_class"] = error_class.value
+            verdict = "hard_fail" if fails else "success"
+            yield _verdict(verdict_ts, "qa", verdict, "verifier_mmed", self.pid, verdict_payload)
+
+
+def generate_events(n_events: int, shape: StreamShape | None = None) -> Iterator[dict[str, Any]]:
+    """Yield the first ``n_events`` events of the synthetic stream described by ``shape``.
+
+    Args:
+        n_events: how many events to yield (the last patient is cut wherever the count falls).
+        shape: the stream's proportions and seed; the module docstring gives the defaults' sources.
+
+    Returns:
+        An iterator of replay-contract event objects, in processing order.
+    """
+    shape = shape or StreamShape()
+    rng = random.Random(shape.seed)
+    emitted = 0
+    patient = 0
+    while emitted < n_events:
+        for event in _Patient(rng, shape, patient).events():
+            yield event
+            emitted += 1
+            if emitted == n_events:
+                return
+        patient += 1
+
+
+def stream_lines(n_events: int, shape: StreamShape | None = None) -> Iterator[str]:
+    """Yield the stream of :func:`generate_events` as compact JSON Lines (without newlines)."""
+    for event in generate_events(n_events, shape):
+        yield json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+
+
+def write_stream(path: Path, n_events: int, shape: StreamShape | None = None) -> int:
+    """Write ``n_events`` events to ``path`` as JSON Lines and return how many were written."""
+    written = 0
+    with path.open("w", encoding="utf-8") as out:
+        for line in stream_lines(n_events, shape):
+            out.write(line + "\n")
+            written += 1
+    return written
+
+
+# --- benchmark --------------------------------------------------------------------------------
+
+
+class BenchStores(StrEnum):
+    """Which stores a benchmark run covers."""
+
+    memory = "memory"
+    rocksdb = "rocksdb"
+    both = "both"
+
+    def kinds(self) -> tuple[StoreKind, ...]:
+        """The store kinds this choice stands for, memory first."""
+        if self is BenchStores.both:
+            return (StoreKind.memory, StoreKind.rocksdb)
+        return (StoreKind(self.value),)
+
+
+@dataclass(frozen=True, slots=True)
+class Costs:
+    """Per-event cost percentiles in microseconds, on the wall clock and in thread CPU time.
+
+    Wall time is what a caller waits; CPU time is the engine's own work, unaffected by other
+    processes competing for the cores (a shared 2-core machine inflates wall-clock tails).
+    """
+
+    wall_p50_us: float
+    wall_p99_us: float
+    cpu_p50_us: float
+    cpu_p99_us: float
+
+    @classmethod
+    def of(cls, wall_ns: Sequence[int], cpu_ns: Sequence[int]) -> Costs:
+        """Percentiles of two equally long series of nanosecond costs."""
+        wall, cpu = sorted(wall_ns), sorted(cpu_ns)
+        return cls(
+            _percentile(wall, 0.5), _percentile(wall, 0.99), _percentile(cpu, 0.5), _percentile(cpu, 0.99)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DecileCost:
+    """Per-event cost over one tenth of a run, with the memory size reached at its end.
+
+    Attributes:
+        decile: 1 to 10.
+        first_event: 1-based index of the decile's first event.
+        last_event: 1-based index of its last event.
+        signatures: blocklist and whitelist signatures stored after its last event (all tasks).
+        costs: per-event cost percentiles over the decile.
+    """
+
+    decile: int
+    first_event: int
+    last_event: int
+    signatures: int
+    costs: Costs
+
+
+@dataclass(frozen=True, slots=True)
+class BenchResult:
+    """The figures of one benchmark run (one stream size on one store).
+
+    ``*_cpu_seconds`` are thread CPU time spent in the timed sections, ``*_wall_seconds`` wall time.
+    """
+
+    events: int
+    store: str
+    commit_every: int
+    verdicts: int
+    gates: int
+    verdict_cpu_seconds: float
+    gate_cpu_seconds: float
+    verdict_wall_seconds: float
+    gate_wall_seconds: float
+    costs: Costs
+    deciles: tuple[DecileCost, ...]
+    decisions: tuple[tuple[str, str, int], ...]
+    logical_bytes: int
+    disk_bytes: int | None
+    rss_bytes: int
+    rss_growth_bytes: int
+    population: PopulationReport
+    selectivity: SelectivityCounts
+
+    @property
+    def verdict_rate(self) -> float:
+        """Verdict events applied per second of engine CPU time."""
+        return self.verdicts / self.verdict_cpu_seconds if self.verdict_cpu_seconds else 0.0
+
+    @property
+    def gate_rate(self) -> float:
+        """Gate decisions per second of engine CPU time."""
+        return self.gates / self.gate_cpu_seconds if self.gate_cpu_seconds else 0.0
+
+    @property
+    def wall_rate(self) -> float:
+        """Events per second of wall-clock time in the timed sections."""
+        wall = self.verdict_wall_seconds + self.gate_wall_seconds
+        return self.events / wall if wall else 0.0
+
+    def render(self) -> str:
+        """The run as a human-readable block: rates, costs per decile, sizes, population, lift."""
+        disk = "-" if self.disk_bytes is None else _mib(self.disk_bytes)
+        c = self.costs
+        lines = [
+            f"== {self.events:,} events, store={self.store}, commit every {self.commit_every} event(s)",
+            f"verdict updates/s {self.verdict_rate:,.0f}   gate decisions/s {self.gate_rate:,.0f}   "
+            f"(engine CPU time; wall clock: {self.wall_rate:,.0f} events/s)",
+            f"per-event cost: CPU p50 {c.cpu_p50_us:.1f} us, p99 {c.cpu_p99_us:.1f} us; "
+            f"wall p50 {c.wall_p50_us:.1f} us, p99 {c.wall_p99_us:.1f} us",
+            f"store size: logical {_mib(self.logical_bytes)}, on disk {disk}   "
+            f"RSS {_mib(self.rss_bytes)} (+{_mib(self.rss_growth_bytes)} during the run)",
+            "decisions: "
+            + ", ".join(f"{task} {decision} {count:,}" for task, decision, count in self.decisions),
+            f"{'decile':>6} {'events':>21} {'signatures':>11} {'CPU p50':>8} {'CPU p99':>8} "
+            f"{'wall p50':>9} {'wall p99':>9}  (us)",
+        ]
+        for d in self.deciles:
+            dc = d.costs
+            lines.append(
+                f"{d.decile:>6} {f'{d.first_event:,}-{d.last_event:,}':>21} {d.signatures:>11,} "
+                f"{dc.cpu_p50_us:>8.1f} {dc.cpu_p99_us:>8.1f} {dc.wall_p50_us:>9.1f} {dc.wall_p99_us:>9.1f}"
+            )
+        lines.append(self.population.render())
+        lines.append("gate selectivity per task (verifier verdicts; DOWNGRADE or BLOCK = tagged):")
+        for task in self.selectivity.tasks():
+            counts = self.selectivity.task_total(task)
+            lines.append(
+                f"  {task:<4} FAIL {counts.fail_tagged:,}/{counts.fail_total:,} tagged, "
+                f"PASS {counts.pass_tagged:,}/{counts.pass_total:,} tagged, lift {counts.lift()}"
+            )
+        return "\n".join(lines)
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.1f} MiB"
+
+
+def _percentile(ordered: Sequence[int], q: float) -> float:
+    """Nearest-rank percentile of an ascending sequence of nanoseconds, in microseconds."""
+    if not ordered:
+        return 0.0
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[rank - 1] / 1_000.0
+
+
+def _rss_bytes() -> int:
+    """Current resident set size (Linux ``/proc``), else the peak RSS the OS reports."""
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _directory_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _signatures(state: Transaction, config: DBPMConfig) -> int:
+    memory = Memory(state, config)
+    return sum(memory.population(table, task) for table in ("B", "W") for task in config.tasks)
+
+
+def run_benchmark(
+    n_events: int,
+    store: StoreKind,
+    shape: StreamShape | None = None,
+    commit_every: int = 1,
+    config: DBPMConfig | None = None,
+) -> BenchResult:
+    """Drive the DBPM engine with ``n_events`` synthetic events and measure it.
+
+    The timed section of an event is the engine call plus, every ``commit_every`` events, the
+    commit of the store transaction; generating and parsing the event and the measurement
+    bookkeeping are outside it. Each section is timed on the wall clock and in thread CPU time
+    (RocksDB's background flush and compaction threads are not in the latter). Per-event costs are
+    kept for the whole run and reported overall and per decile next to the number of stored
+    signatures, so a cost that grows with the memory shows as rising decile percentiles.
+
+    Args:
+        n_events: stream length.
+        store: the store the memory lives in (RocksDB in a temporary directory, removed afterwards).
+        shape: the stream's shape (default: the paper's proportions, seed 0).
+        commit_every: events per committed transaction (1: every event is its own atomic commit).
+        config: the engine configuration (default: the paper's deployed values).
+
+    Returns:
+        The run's figures.
+    """
+    if n_events < 1 or commit_every < 1:
+        raise ValueError("n_events and commit_every must be positive")
+    config = config or DBPMConfig()
+    engine = DBPMEngine(config, load_ontology())
+    tasks = tuple(config.tasks)
+    bounds = [math.ceil(n_events * k / 10) for k in range(1, 11)]
+    wall_costs, cpu_costs = array("q"), array("q")
+    wall_spent: Counter[str] = Counter()  # nanoseconds per event kind ("gate", "verdict")
+    cpu_spent: Counter[str] = Counter()
+    verdicts = 0
+    signatures_at: list[int] = []
+    decisions: Counter[tuple[str, str]] = Counter()
+    fail_events: Counter[str] = Counter()
+    pending: dict[tuple[str, ...], bool] = {}
+    observed: Counter[tuple[str, str, Outcome, bool]] = Counter()
+    gc.collect()
+    rss_before = _rss_bytes()
+    with tempfile.TemporaryDirectory(prefix="clingate-bench-") as tmp:
+        directory = Path(tmp) / "db" if store is StoreKind.rocksdb else None
+        kv = _open(directory)
+        txn = kv.transaction()
+        for index, obj in enumerate(generate_events(n_events, shape), start=1):
+            event = parse_event(obj, tasks)
+            cpu_started = time.thread_time_ns()
+            wall_started = time.perf_counter_ns()
+            txn, outputs = engine.process(txn, event, event.time)
+            if index % commit_every == 0:
+                txn.commit()
+                txn = kv.transaction()
+            wall = time.perf_counter_ns() - wall_started
+            cpu = time.thread_time_ns() - cpu_started
+            wall_costs.append(wall)
+            cpu_costs.append(cpu)
+            wall_spent[obj["kind"]] += wall
+            cpu_spent[obj["kind"]] += cpu
+            key = pairing_key(event.task, event.patient_id, event.payload)
+            if isinstance(event, GateEvent):
+                for decision in outputs:
+                    decisions[(event.task, decision.decision)] += 1
+                    pending[key] = is_tagged(decision.decision)
+            else:
+                verdicts += 1
+                if event.verdict != "success":
+                    fail_events[event.task] += 1
+                tagged = pending.pop(key, None)
+                outcome = verdict_outcome(event.verdict, event.source)
+                if tagged is not None and outcome is not None:
+                    category = measurement_category(event.task, event.payload)
+                    observed[(event.task, category, outcome, tagged)] += 1
+            if index == bounds[len(signatures_at)]:
+                signatures_at.append(_signatures(txn, config))
+        txn.commit()
+        snapshot = engine.snapshot(kv.transaction())
+        logical = sum(len(k) + len(v) for k, v in kv.iter_range(b"", None))
+        rss_after = _rss_bytes()
+        kv.close()
+        disk = _directory_bytes(directory) if directory is not None else None
+    deciles = []
+    first = 0
+    for decile, (last, signatures) in enumerate(zip(bounds, signatures_at, strict=True), start=1):
+        costs = Costs.of(wall_costs[first:last], cpu_costs[first:last])
+        deciles.append(DecileCost(decile, first + 1, last, signatures, costs))
+        first = last
+    selectivity = SelectivityCounts.from_cells(
+        SelectivityCell(task, category, TagCounts().record(outcome, tagged, pairs))
+        for (task, category, outcome, tagged), pairs in observed.items()
+    )
+    return BenchResult(
+        events=n_events,
+        store=store.value,
+        commit_every=commit_every,
+        verdicts=verdicts,
+        gates=n_events - verdicts,
+        verdict_cpu_seconds=cpu_spent["verdict"] / 1e9,
+        gate_cpu_seconds=cpu_spent["gate"] / 1e9,
+        verdict_wall_seconds=wall_spent["verdict"] / 1e9,
+        gate_wall_seconds=wall_spent["gate"] / 1e9,
+        costs=Costs.of(wall_costs, cpu_costs),
+        deciles=tuple(deciles),
+        decisions=tuple((task, decision, count) for (task, decision), count in sorted(decisions.items())),
+        logical_bytes=logical,
+        disk_bytes=disk,
+        rss_bytes=rss_after,
+        rss_growth_bytes=max(0, rss_after - rss_before),
+        population=channel_population(snapshot, config, fail_events),
+        selectivity=selectivity,
+    )
+
+
+def _open(directory: Path | None) -> Store:
+    """An empty store: in memory without a directory, else RocksDB in ``directory``."""
+    if directory is None:
+        return MemoryStore()
+    from state.rocksdb import RocksDBStore  # deferred: a memory-only run never loads RocksDB
+
+    return RocksDBStore(directory)
+
+
+# --- command ----------------------------------------------------------------------------------
+
+app = typer.Typer(help="Benchmark the DBPM engine on a synthetic stream, or write that stream.")
+
+
+def _parse_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part.strip().replace("_", "")) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise typer.BadParameter(f"expected comma-separated event counts, got {text!r}") from exc
+    if not sizes or min(sizes) < 1:
+        raise typer.BadParameter("event counts must be positive integers, e.g. 10000,100000")
+    return sizes
+
+
+@app.callback(invoke_without_command=True)
+def dbpm(
+    events: Annotated[
+        str, typer.Option("--events", help="Comma-separated stream sizes to benchmark, e.g. 10000,100000.")
+    ] = "10000,100000,1000000",
+    store: Annotated[BenchStores, typer.Option("--store", help="Store(s) to benchmark.")] = BenchStores.both,
+    write_stream_to: Annotated[
+        Path | None,
+        typer.Option(
+            "--write-stream",
+            help="Only write the synthetic stream (the largest --events size; smaller sizes are its "
+            "prefixes) to this JSON Lines file, and benchmark nothing.",
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the synthetic stream.")] = 0,
+    patients_per_day: Annotated[
+        float, typer.Option("--patients-per-day", min=1.0, help="Patient arrival rate (event time).")
+    ] = PATIENTS_PER_DAY,
+    commit_every: Annotated[
+        int, typer.Option("--commit-every", min=1, help="Events per committed store transaction.")
+    ] = 1,
+) -> None:
+    """Print verdict updates/s, gate decisions/s, per-event p50/p99 (overall and per decile, CPU
+    and wall time), store size and RSS for each size on each store; or just write the stream."""
+    sizes = _parse_sizes(events)
+    shape = StreamShape(seed=seed, patients_per_day=patients_per_day)
+    if write_stream_to is not None:
+        written = write_stream(write_stream_to, max(sizes), shape)
+        typer.echo(f"wrote {written:,} events to {write_stream_to}")
+        return
+    results = []
+    for size in sizes:
+        for kind in store.kinds():
+            result = run_benchmark(size, kind, shape, commit_every)
+            typer.echo(result.render() + "\n")
+            results.append(result)
+    typer.echo(
+        f"{'events':>10} {'store':>8} {'verdicts/s':>11} {'gates/s':>9} {'CPU p50':>8} {'CPU p99':>8} "
+        f"{'wall p99':>9} {'disk':>10} {'RSS':>10}"
+    )
+    for r in results:
+        disk = "-" if r.disk_bytes is None else _mib(r.disk_bytes)
+        typer.echo(
+            f"{r.events:>10,} {r.store:>8} {r.verdict_rate:>11,.0f} {r.gate_rate:>9,.0f} "
+            f"{r.costs.cpu_p50_us:>8.1f} {r.costs.cpu_p99_us:>8.1f} {r.costs.wall_p99_us:>9.1f} "
+            f"{disk:>10} {_mib(r.rss_bytes):>10}"
+        )
