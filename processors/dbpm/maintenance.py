@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 
-from processors.dbpm.memory import Memory
+from processors.dbpm.memory import Memory, order_key
 
 # Tolerance on the index key when looking for prunable patterns: the key is exact to ~1e-12, the
 # floor test itself is made on the exactly decayed severity.
@@ -70,20 +70,25 @@ def run_due(mem: Memory, now: float, last: int | None) -> tuple[int, int]:
     removed = 0
     for task in mem.config.tasks:
         removed += _prune(mem, task, boundary) + _cap(mem, task)
-        mem.raise_low_water(task)
+        mem.set_low_water(task)
     return tick, removed
 
 
 def _prune(mem: Memory, task: str, boundary: float) -> int:
     floor = mem.config.prune_floor
-    # log2(eff(b)) = key - b / h: patterns with key below log2(floor) + b / h are below the floor.
-    limit = math.log2(floor) + boundary / mem.half_life_s(task) + _KEY_SLACK
+    # log2(eff(b)) = key - b / h: entries with key below log2(floor) + b / h are below the floor.
+    limit = order_key(floor, boundary, mem.half_life_s(task), slack=_KEY_SLACK)
+    stale: list[bytes] = []
     doomed = []
-    for sig, pattern in mem.lowest(task):
-        if math.log2(max(pattern.severity, 1e-300)) + pattern.ref_time / mem.half_life_s(task) >= limit:
+    for key, order, sig, pattern in mem.index_walk(task):
+        if order >= limit:
             break
-        if mem.severity(task, pattern, boundary) < floor:
+        if pattern is None:
+            stale.append(key)
+        elif mem.severity(task, pattern, boundary) < floor:
             doomed.append((sig, pattern))
+    for key in stale:
+        mem.kv.delete(key)
     for sig, pattern in doomed:
         mem.delete_pattern(task, sig, pattern)
     return len(doomed)
@@ -96,11 +101,17 @@ def _cap(mem: Memory, task: str) -> int:
     excess = mem.population("B", task) - cap
     if excess <= 0:
         return 0
+    stale: list[bytes] = []
     doomed = []
-    for item in mem.lowest(task):
-        doomed.append(item)
+    for key, _, sig, pattern in mem.index_walk(task):
+        if pattern is None:
+            stale.append(key)
+            continue
+        doomed.append((sig, pattern))
         if len(doomed) == excess:
             break
+    for key in stale:
+        mem.kv.delete(key)
     for sig, pattern in doomed:
         mem.delete_pattern(task, sig, pattern)
     return len(doomed)

@@ -35,7 +35,7 @@ def test_index_walk_from_the_low_water_mark_sees_every_live_pattern_in_severity_
             elif op == "delete" and old is not None:
                 mem.delete_pattern("ner", sig, old)
             else:
-                mem.raise_low_water("ner")
+                mem.set_low_water("ner")
         live = dict(mem.patterns("ner"))
         h = mem.half_life_s("ner")
         expected = sorted(live, key=lambda s: (order_key(live[s].severity, live[s].ref_time, h), s))
