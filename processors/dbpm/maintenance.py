@@ -10,11 +10,14 @@ The memory is therefore a function of the event stream alone.
 
 At a boundary b, for every task:
 
-1. **Prune**: every pattern whose effective severity at b is below 0.01 is deleted. The eviction
-   index is walked from the lowest key up and the walk stops at the first pattern at or above the
-   floor, so the cost is the number of pruned patterns, not the memory size.
+1. **Prune**: every pattern whose effective severity at b is below 0.01 is deleted.
 2. **Cap**: while the task holds more than C_t patterns, the one with the lowest effective severity
    (ties: lowest signature) is evicted. Caps are policy, not a memory limit: ``cap=None`` disables.
+
+Both happen in one walk up the eviction index from its low-water mark: entries are removed while
+they are below the floor or the task is over its cap, stale index entries met on the way are
+deleted, and the walk stops at the first entry kept above the floor, which becomes the new mark. The
+cost is the number of entries removed, not the memory size.
 
 The cross-task hit counter κ decays by one per boundary crossed since it was last raised; that is
 evaluated lazily on read (:meth:`Memory.kappa`), which is the same as decrementing every κ at every
@@ -67,51 +70,39 @@ def run_due(mem: Memory, now: float, last: int | None) -> tuple[int, int]:
     if last is not None and tick <= last:
         return last, 0
     boundary = tick * interval
-    removed = 0
-    for task in mem.config.tasks:
-        removed += _prune(mem, task, boundary) + _cap(mem, task)
-        mem.set_low_water(task)
-    return tick, removed
+    return tick, sum(_maintain_task(mem, task, boundary) for task in mem.config.tasks)
 
 
-def _prune(mem: Memory, task: str, boundary: float) -> int:
+def _maintain_task(mem: Memory, task: str, boundary: float) -> int:
+    """Prune, cap and drop stale index entries of one task in a single walk up the eviction index."""
     floor = mem.config.prune_floor
+    cap = mem.config.tasks[task].cap
+    excess = mem.population("B", task) - cap if cap is not None else 0
     # log2(eff(b)) = key - b / h: entries with key below log2(floor) + b / h are below the floor.
     limit = order_key(floor, boundary, mem.half_life_s(task), slack=_KEY_SLACK)
     stale: list[bytes] = []
     doomed = []
+    first_kept = last_removed = None
     for key, order, sig, pattern in mem.index_walk(task):
-        if order >= limit:
-            break
+        below = order < limit
         if pattern is None:
-            stale.append(key)
-        elif mem.severity(task, pattern, boundary) < floor:
+            if below or len(doomed) < excess:
+                stale.append(key)
+                last_removed = order
+                continue
+        elif (below and mem.severity(task, pattern, boundary) < floor) or len(doomed) < excess:
             doomed.append((sig, pattern))
-    for key in stale:
-        mem.kv.delete(key)
-    for sig, pattern in doomed:
-        mem.delete_pattern(task, sig, pattern)
-    return len(doomed)
-
-
-def _cap(mem: Memory, task: str) -> int:
-    cap = mem.config.tasks[task].cap
-    if cap is None:
-        return 0
-    excess = mem.population("B", task) - cap
-    if excess <= 0:
-        return 0
-    stale: list[bytes] = []
-    doomed = []
-    for key, _, sig, pattern in mem.index_walk(task):
-        if pattern is None:
-            stale.append(key)
+            last_removed = order
             continue
-        doomed.append((sig, pattern))
-        if len(doomed) == excess:
+        if first_kept is None:
+            first_kept = order  # every entry left is at or above the first one kept
+        if not below:
             break
     for key in stale:
         mem.kv.delete(key)
     for sig, pattern in doomed:
         mem.delete_pattern(task, sig, pattern)
+    low = first_kept if first_kept is not None else last_removed
+    if low is not None:
+        mem.set_low_water(task, low)
     return len(doomed)

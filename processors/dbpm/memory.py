@@ -276,15 +276,18 @@ class Memory:
             if pattern is not None:
                 yield sig, pattern
 
-    def set_low_water(self, task: str) -> None:
-        """Move the task's index low-water mark up to its lowest index entry (after removals).
+    def set_low_water(self, task: str, order: bytes | None = None) -> None:
+        """Raise the task's index low-water mark to ``order`` (default: its lowest index entry).
 
-        The mark stays at or below every index entry (puts lower it), so walks seek straight past
-        the deleted region below it.
+        The mark MUST stay at or below every index entry (puts lower it), so walks seek straight
+        past the deleted region below it. Maintenance passes the order of the first entry it kept.
         """
-        first = next(self.index_walk(task), None)
-        if first is not None:
-            self.kv.set(b"L" + _tag(task), first[1])
+        if order is None:
+            first = next(self.index_walk(task), None)
+            if first is None:
+                return
+            order = first[1]
+        self.kv.set(b"L" + _tag(task), order)
 
     def patterns(self, task: str) -> Iterator[tuple[str, Pattern]]:
         """All patterns of ``task`` in signature order (reports and exports)."""

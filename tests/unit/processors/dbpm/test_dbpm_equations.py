@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from dbpm_harness import DAY, T0, make, ner, qa, rel
 
@@ -390,7 +392,7 @@ def test_maintenance_caps_evict_the_lowest_effective_severity():
     from processors.dbpm.config import DEFAULT_TASKS
 
     tasks = dict(DEFAULT_TASKS)
-    tasks["ner"] = DEFAULT_TASKS["ner"].__class__(0.15, 0.05, 0.03, 5.0, 0.65, 3, 2)
+    tasks["ner"] = replace(DEFAULT_TASKS["ner"], cap=2)
     h = make(DBPMConfig(tasks=tasks))
     h.verdict("ner", "hard_fail", ner("old strong"), at=T0)  # 0.5 at T0 -> 0.25 at +5d
     h.verdict("ner", "soft_downgrade", ner("new weak"), at=T0 + 5 * DAY)  # 0.25 at +5d (ties by name)
