@@ -437,3 +437,13 @@ def test_the_task_set_is_open_for_further_tasks():
     decision = h.gate("summary", {"entity": "hallucinated dose"})
     assert (decision.decision, decision.task) == ("BLOCK", "summary")
     assert h.snapshot()["blocklist"]["summary"][0]["signature"] == "hallucinated dose"
+
+
+def test_ontology_loader_reads_a_document_in_the_shipped_format():
+    from processors.dbpm import load_ontology
+
+    onto = load_ontology(
+        "priors:\n  - {head_type: Drug, tail_type: Disease, relations: [cures]}\naliases:\n  HEALS: CURES\n"
+    )
+    assert onto.admits("drug", "heals", "DISEASE")
+    assert onto.violates("Drug", "CAUSES", "Disease")
