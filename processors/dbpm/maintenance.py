@@ -42,7 +42,7 @@ def maintain(mem: Memory, now: float) -> int:
 
     Args:
         mem: the memory.
-        now: the event time of the event about to be applied.
+        now: an event time no earlier than the last event applied.
 
     Returns:
         The number of patterns removed (pruned or evicted).
@@ -52,6 +52,18 @@ def maintain(mem: Memory, now: float) -> int:
     if tick != last:
         mem.set_clock(as_of, tick)
     return removed
+
+
+def advance_clock(mem: Memory, now: float) -> None:
+    """The engine's per-event bookkeeping: due maintenance (when enabled), then ``as_of`` moves to ``now``.
+
+    One read and at most one write of the clock record per event.
+    """
+    as_of, last = mem.clock()
+    tick = run_due(mem, now, last)[0] if mem.config.flags.maintenance else last
+    latest = now if as_of is None or now > as_of else as_of
+    if latest != as_of or tick != last:
+        mem.set_clock(latest, tick)
 
 
 def run_due(mem: Memory, now: float, last: int | None) -> tuple[int, int]:
