@@ -19,9 +19,8 @@ Eviction index. Caps evict the lowest *effective* severity. With one half-life p
 index entry under that key (8 order-preserving bytes, then the signature to break ties); pruning walks
 the index from the bottom until the first entry at or above the floor and eviction pops from the
 bottom, so maintenance costs O(log n + k) for k removed (or stale, see :meth:`Memory.index_walk`)
-entries, never a scan. (Key precision is
-~1e-12 in log2 units for present-day timestamps; patterns that close in severity may be ordered by
-signature instead.)
+entries, never a scan. (Key precision is ~1e-12 in log2 units for present-day timestamps; patterns
+that close in severity may be ordered by signature instead.)
 
 Values are fixed-layout ``struct`` records (a pattern is 39 bytes plus its QA category): measured
 against JSON lists on this engine's pattern record, packing plus unpacking is ~15x faster and the
@@ -37,13 +36,13 @@ Key layout (first byte = table; task names and signatures are UTF-8):
                                     κ, κ ref time, source bits, then the QA category (UTF-8)
 ``W`` task NUL signature            whitelist entry: confidence, last seen, count, QA category
 ``I`` task NUL order8 signature     eviction index (empty value)
-``L`` task NUL                      eviction index low-water mark (order8 <= every live key)
+``L`` task NUL                      eviction index low-water mark (order8 <= every index key)
 ``P`` entity                        NER-to-RE preemption set (empty value)
 ``D`` patient                       patient counters: upstream hard fails, NER yield (Eq. 8)
 ``C`` len16 patient category        a patient's accepted NER category (empty value)
 ``Q`` category                      QA category counts: classified fails, fails, successes
 ``N`` table task                    population of a table for a task
-``M`` name                          engine metadata: maintenance tick, last event time
+``Mclock``                          latest event time applied, last maintenance boundary index
 ==================================  =========================================================
 """
 
