@@ -7,8 +7,8 @@ memory in the contract's state format. Tools outside the project compare these f
 so the output is byte-identical across runs: JSON with a fixed key order, Python's shortest float
 repr, ``\\n`` line ends, state lists sorted by signature.
 
-Bad input (a line that is not JSON, or an event with an unknown kind / task / verdict or a missing
-or mistyped field, see :mod:`processors.dbpm.events`) is reported on stderr as ``line N: reason``
+Bad input (a line that is not UTF-8 or not JSON, or an event with an unknown kind / task / verdict
+or a missing or mistyped field, see :mod:`processors.dbpm.events`) is reported on stderr as ``line N: reason``
 and written to the dead-letter output (``--dlq``, default ``<out>.dlq.jsonl``; always rewritten, so
 it describes this run) as ``{"line": N, "error": reason, "raw": original line}``; replay continues
 with the next line. Blank lines are bad input too (nothing is dropped silently).
