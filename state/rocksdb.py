@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import Options, Rdict, ReadOptions, WriteBatch
 
 from state.base import _TOMBSTONE, Store
 from state.exceptions import StateError
@@ -63,7 +63,13 @@ class RocksDBStore(Store):
 
     def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         """Committed pairs with ``start <= key < end`` (``end=None``: unbounded), ascending."""
-        it = self._db.iter()
+        if end is None:
+            it = self._db.iter()
+        else:
+            # The bound lets RocksDB stop at ``end`` instead of skipping tombstones beyond it.
+            options = ReadOptions()
+            options.set_iterate_upper_bound(end)
+            it = self._db.iter(options)
         it.seek(start)
         while it.valid():
             key = it.key()

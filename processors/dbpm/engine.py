@@ -21,7 +21,7 @@ from typing import TypeVar
 from processors.dbpm.config import QA, RE, DBPMConfig
 from processors.dbpm.events import Event, GateEvent, format_time
 from processors.dbpm.gates import ALLOW, Decision, gate_ner, gate_qa, gate_relation
-from processors.dbpm.maintenance import run_due
+from processors.dbpm.maintenance import advance_clock
 from processors.dbpm.memory import KeyValue, Memory, half_lives
 from processors.dbpm.ontology import Ontology
 from processors.dbpm.signatures import signature
@@ -63,10 +63,7 @@ class DBPMEngine:
                 return state, [Decision(event.candidate_id, ALLOW, "disabled", event.task, sig, None, 0, 1.0)]
             return state, []
         mem = Memory(state, cfg, self._half_lives)
-        as_of, tick = mem.clock()
-        new_tick = run_due(mem, now, tick)[0] if cfg.flags.maintenance else tick
-        if as_of is None or now > as_of or new_tick != tick:
-            mem.set_clock(now if as_of is None or now > as_of else as_of, new_tick)
+        advance_clock(mem, now)
         if not isinstance(event, GateEvent):
             apply_verdict(mem, event, now)
             return state, []

@@ -15,12 +15,12 @@ reference time decays nothing (``t - ref`` is clamped at 0) and leaves the refer
 
 Eviction index. Caps evict the lowest *effective* severity. With one half-life per task,
 ``log2(eff(t)) = log2(sev) + ref / h - t / h``, so ordering patterns by the time-invariant key
-``log2(sev) + ref / h`` orders them by effective severity at every instant t. Each pattern has one
+``log2(sev) + ref / h`` orders them by effective severity at every instant t. Each pattern has a live
 index entry under that key (8 order-preserving bytes, then the signature to break ties); pruning walks
-the index from the bottom until the first pattern at or above the floor and eviction pops from the
-bottom, so maintenance costs O(log n + k) for k removed patterns, never a scan. (Key precision is
-~1e-12 in log2 units for present-day timestamps; patterns that close in severity may be ordered by
-signature instead.)
+the index from the bottom until the first entry at or above the floor and eviction pops from the
+bottom, so maintenance costs O(log n + k) for k removed (or stale, see :meth:`Memory.index_walk`)
+entries, never a scan. (Key precision is ~1e-12 in log2 units for present-day timestamps; patterns
+that close in severity may be ordered by signature instead.)
 
 Values are fixed-layout ``struct`` records (a pattern is 39 bytes plus its QA category): measured
 against JSON lists on this engine's pattern record, packing plus unpacking is ~15x faster and the
@@ -36,13 +36,13 @@ Key layout (first byte = table; task names and signatures are UTF-8):
                                     κ, κ ref time, source bits, then the QA category (UTF-8)
 ``W`` task NUL signature            whitelist entry: confidence, last seen, count, QA category
 ``I`` task NUL order8 signature     eviction index (empty value)
-``L`` task NUL                      eviction index low-water mark (order8 <= every live key)
+``L`` task NUL                      eviction index low-water mark (order8 <= every index key)
 ``P`` entity                        NER-to-RE preemption set (empty value)
 ``D`` patient                       patient counters: upstream hard fails, NER yield (Eq. 8)
 ``C`` len16 patient category        a patient's accepted NER category (empty value)
 ``Q`` category                      QA category counts: classified fails, fails, successes
 ``N`` table task                    population of a table for a task
-``M`` name                          engine metadata: maintenance tick, last event time
+``Mclock``                          latest event time applied, last maintenance boundary index
 ==================================  =========================================================
 """
 
@@ -143,9 +143,9 @@ def decayed(severity: float, ref_time: float, now: float, half_life_s: float) ->
     return severity * 2.0 ** (-elapsed / half_life_s)
 
 
-def order_key(severity: float, ref_time: float, half_life_s: float) -> bytes:
-    """The time-invariant eviction order ``log2(sev) + ref / h`` as 8 order-preserving bytes."""
-    value = math.log2(severity) + ref_time / half_life_s if severity > 0.0 else -math.inf
+def order_key(severity: float, ref_time: float, half_life_s: float, slack: float = 0.0) -> bytes:
+    """The time-invariant eviction order ``log2(sev) + ref / h`` (+ ``slack``) as 8 order-preserving bytes."""
+    value = math.log2(severity) + ref_time / half_life_s + slack if severity > 0.0 else -math.inf
     (bits,) = _ORDER.unpack(struct.pack(">d", value))
     bits = (bits ^ _MASK) if bits & _SIGN else (bits | _SIGN)
     return _ORDER.pack(bits)
@@ -210,16 +210,16 @@ class Memory:
         return max(0, pattern.kappa - max(0, crossed))
 
     def put_pattern(self, task: str, sig: str, new: Pattern, old: Pattern | None) -> None:
-        """Store ``new`` over ``old`` (as read in this transaction), keeping index and counts in step."""
+        """Store ``new`` over ``old`` (as read in this transaction), keeping index and counts in step.
+
+        The old index entry is left in place (it becomes stale, see :meth:`index_walk`).
+        """
         sig_bytes = sig.encode()
         tag = _tag(task)
-        half_life = self._half_life_s[task]
-        if old is not None:
-            self.kv.delete(b"I" + tag + order_key(old.severity, old.ref_time, half_life) + sig_bytes)
-        else:
+        if old is None:
             self._bump(b"NB" + tag, 1)
         self.kv.set(b"B" + tag + sig_bytes, _BLOCK.pack(*new[:7]) + new.category.encode())
-        order = order_key(new.severity, new.ref_time, half_life)
+        order = order_key(new.severity, new.ref_time, self._half_life_s[task])
         self.kv.set(b"I" + tag + order + sig_bytes, b"")
         low = self.kv.get(b"L" + tag)
         if low is None or order < low:
@@ -230,7 +230,7 @@ class Memory:
             self._bump_qa(new.category, classified, delta, 0)
 
     def delete_pattern(self, task: str, sig: str, old: Pattern) -> None:
-        """Remove a pattern (pruning, eviction) with its index entry and counts."""
+        """Remove a pattern (pruning, eviction) with its current index entry and counts."""
         sig_bytes = sig.encode()
         tag = _tag(task)
         self.kv.delete(b"B" + tag + sig_bytes)
@@ -241,34 +241,52 @@ class Memory:
         if task == QA:
             self._bump_qa(old.category, -old.count if sig.startswith("qa::") else 0, -old.count, 0)
 
-    def lowest(self, task: str) -> Iterator[tuple[str, Pattern]]:
-        """Patterns of ``task`` in ascending effective severity (the eviction index), lazily.
+    def index_walk(self, task: str) -> Iterator[tuple[bytes, bytes, str, Pattern | None]]:
+        """Index entries of ``task`` from the low-water mark up: ``(key, order8, signature, pattern)``.
 
-        The caller MUST NOT write while consuming the iterator.
+        ``pattern`` is None for a *stale* entry (its pattern was updated to another key or removed);
+        the caller may delete stale keys. The caller MUST NOT write while consuming the iterator.
+
+        Why stale entries: deleting the old entry on every update would leave a RocksDB tombstone
+        among the live entries, and each maintenance walk would wade through all of them, a cost that
+        grows with the stream's history. With the paper's constants an update does not lower a
+        pattern's key (the new severity is at least the effective one and the reference time only
+        moves forward), so stale entries sit below their pattern's live entry; maintenance walks from
+        the bottom, deletes the stale ones it meets (their tombstones then lie below the low-water
+        mark, which seeks skip) and reaches every stale entry once its key falls under the prune
+        limit. Correctness does not rely on that order, only the cost does.
         """
         prefix = b"I" + _tag(task)
         skip = len(prefix) + _ORDER.size
+        half_life = self._half_life_s[task]
         low = self.kv.get(b"L" + _tag(task))
         start = prefix if low is None else prefix + low
         for key, _ in self.kv.iter_range(start, prefix_end(prefix)):
+            order = key[len(prefix) : skip]
             sig = key[skip:].decode()
             pattern = self.pattern(task, sig)
+            if pattern is not None and order_key(pattern.severity, pattern.ref_time, half_life) != order:
+                pattern = None
+            yield key, order, sig, pattern
+
+    def lowest(self, task: str) -> Iterator[tuple[str, Pattern]]:
+        """Live patterns of ``task`` in ascending effective severity (ties: signature), lazily."""
+        for _, _, sig, pattern in self.index_walk(task):
             if pattern is not None:
                 yield sig, pattern
 
-    def raise_low_water(self, task: str) -> None:
-        """Move the task's index low-water mark up to its lowest live entry (after removals).
+    def set_low_water(self, task: str, order: bytes | None = None) -> None:
+        """Raise the task's index low-water mark to ``order`` (default: its lowest index entry).
 
-        Why: every update deletes an index entry, and a RocksDB scan from the start of the index
-        would wade through all those tombstones at every maintenance boundary, a cost that grows with
-        the stream's history. The mark is kept at or below every live index key (puts lower it), so
-        scans seek straight past the deleted region.
+        The mark MUST stay at or below every index entry (puts lower it), so walks seek straight
+        past the deleted region below it. Maintenance passes the order of the first entry it kept.
         """
-        first = next(self.lowest(task), None)
-        if first is not None:
-            pattern = first[1]
-            low = order_key(pattern.severity, pattern.ref_time, self._half_life_s[task])
-            self.kv.set(b"L" + _tag(task), low)
+        if order is None:
+            first = next(self.index_walk(task), None)
+            if first is None:
+                return
+            order = first[1]
+        self.kv.set(b"L" + _tag(task), order)
 
     def patterns(self, task: str) -> Iterator[tuple[str, Pattern]]:
         """All patterns of ``task`` in signature order (reports and exports)."""

@@ -7,8 +7,8 @@ memory in the contract's state format. Tools outside the project compare these f
 so the output is byte-identical across runs: JSON with a fixed key order, Python's shortest float
 repr, ``\\n`` line ends, state lists sorted by signature.
 
-Bad input (a line that is not JSON, or an event with an unknown kind / task / verdict or a missing
-or mistyped field, see :mod:`processors.dbpm.events`) is reported on stderr as ``line N: reason``
+Bad input (a line that is not UTF-8 or not JSON, or an event with an unknown kind / task / verdict
+or a missing or mistyped field, see :mod:`processors.dbpm.events`) is reported on stderr as ``line N: reason``
 and written to the dead-letter output (``--dlq``, default ``<out>.dlq.jsonl``; always rewritten, so
 it describes this run) as ``{"line": N, "error": reason, "raw": original line}``; replay continues
 with the next line. Blank lines are bad input too (nothing is dropped silently).
@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -33,7 +33,7 @@ from typing import Annotated, TextIO
 
 import typer
 
-from processors.dbpm import BadEvent, DBPMConfig, DBPMEngine, load_ontology, parse_event
+from processors.dbpm import BadEvent, DBPMConfig, DBPMEngine, Event, load_ontology, parse_event
 from state import MemoryStore, Store
 
 app = typer.Typer(help="Replay a DBPM event stream (JSON Lines) through the engine.", no_args_is_help=True)
@@ -76,8 +76,24 @@ def open_store(kind: StoreKind, path: Path | None) -> Iterator[Store]:
         yield store
 
 
+def _read(line: str | bytes, tasks: tuple[str, ...]) -> tuple[str, Event | str]:
+    """The line's text and its event, or the reason it is bad input."""
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return line.decode("utf-8", errors="replace").rstrip("\r\n"), f"not UTF-8: {exc}"
+    raw = line.rstrip("\r\n")
+    try:
+        return raw, parse_event(json.loads(raw), tasks)
+    except json.JSONDecodeError as exc:
+        return raw, f"not JSON: {exc}"
+    except BadEvent as exc:
+        return raw, str(exc)
+
+
 def replay_stream(
-    events: TextIO,
+    events: Iterable[str] | Iterable[bytes],
     decisions: TextIO,
     dead_letters: TextIO,
     store: Store,
@@ -90,7 +106,8 @@ def replay_stream(
     """Replay ``events`` into ``store`` through ``engine``, writing decisions and dead letters.
 
     Args:
-        events: the input stream, one JSON event per line.
+        events: the input lines, one JSON event each (bytes are decoded as UTF-8; a line that is
+            not UTF-8 is bad input like any other).
         decisions: where decision lines go.
         dead_letters: where bad lines go (one JSON object each).
         store: an empty store (it holds the final memory afterwards).
@@ -107,14 +124,11 @@ def replay_stream(
     applied = written = bad = 0
     txn = store.transaction()
     for number, line in enumerate(events, start=1):
-        raw = line.rstrip("\n")
-        try:
-            event = parse_event(json.loads(raw), tasks)
-        except (json.JSONDecodeError, BadEvent) as exc:
-            reason = f"not JSON: {exc}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raw, event = _read(line, tasks)
+        if isinstance(event, str):
             bad += 1
-            print(f"line {number}: {reason}", file=report)
-            dead_letters.write(json.dumps({"line": number, "error": reason, "raw": raw}) + "\n")
+            print(f"line {number}: {event}", file=report)
+            dead_letters.write(json.dumps({"line": number, "error": event, "raw": raw}) + "\n")
             continue
         txn, outputs = engine.process(txn, event, event.time)
         for decision in outputs:
@@ -180,7 +194,7 @@ def replay(
     dlq_path = dlq if dlq is not None else out.with_name(out.name + ".dlq.jsonl")
     with (
         open_store(store, store_path) as kv,
-        in_.open(encoding="utf-8", newline="\n") as events,
+        in_.open("rb") as events,
         out.open("w", encoding="utf-8", newline="\n") as decisions,
         dlq_path.open("w", encoding="utf-8", newline="\n") as dead_letters,
     ):

@@ -101,13 +101,14 @@ def test_bad_lines_are_reported_with_line_numbers_and_skipped(tmp_path):
         json.dumps({**_NER_GATE, "candidate_id": "c2"}),
     ]
     events = tmp_path / "events.jsonl"
-    events.write_text("\n".join(lines) + "\n")
+    events.write_bytes(("\n".join(lines) + "\n").encode() + b'{"kind": "gate", "ts": "\xff"}\n')
     out = tmp_path / "decisions.jsonl"
     code, stderr = _run(tmp_path, "--in", str(events), "--out", str(out))
     assert code == 0
     assert [json.loads(line)["candidate_id"] for line in out.read_text().splitlines()] == ["c1", "c2"]
     dead = [json.loads(line) for line in (tmp_path / "decisions.jsonl.dlq.jsonl").read_text().splitlines()]
-    assert [d["line"] for d in dead] == [2, 3, 4, 5, 6, 7]
+    assert [d["line"] for d in dead] == [2, 3, 4, 5, 6, 7, 9]
+    assert "not UTF-8" in dead[6]["error"]
     assert dead[0]["raw"] == "{not json"
     assert "unknown kind 'vote'" in dead[1]["error"]
     assert "unknown task 'summary'" in dead[2]["error"]

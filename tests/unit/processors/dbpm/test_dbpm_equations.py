@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from dbpm_harness import DAY, T0, make, ner, qa, rel
 
@@ -390,7 +392,7 @@ def test_maintenance_caps_evict_the_lowest_effective_severity():
     from processors.dbpm.config import DEFAULT_TASKS
 
     tasks = dict(DEFAULT_TASKS)
-    tasks["ner"] = DEFAULT_TASKS["ner"].__class__(0.15, 0.05, 0.03, 5.0, 0.65, 3, 2)
+    tasks["ner"] = replace(DEFAULT_TASKS["ner"], cap=2)
     h = make(DBPMConfig(tasks=tasks))
     h.verdict("ner", "hard_fail", ner("old strong"), at=T0)  # 0.5 at T0 -> 0.25 at +5d
     h.verdict("ner", "soft_downgrade", ner("new weak"), at=T0 + 5 * DAY)  # 0.25 at +5d (ties by name)
@@ -435,3 +437,13 @@ def test_the_task_set_is_open_for_further_tasks():
     decision = h.gate("summary", {"entity": "hallucinated dose"})
     assert (decision.decision, decision.task) == ("BLOCK", "summary")
     assert h.snapshot()["blocklist"]["summary"][0]["signature"] == "hallucinated dose"
+
+
+def test_ontology_loader_reads_a_document_in_the_shipped_format():
+    from processors.dbpm import load_ontology
+
+    onto = load_ontology(
+        "priors:\n  - {head_type: Drug, tail_type: Disease, relations: [cures]}\naliases:\n  HEALS: CURES\n"
+    )
+    assert onto.admits("drug", "heals", "DISEASE")
+    assert onto.violates("Drug", "CAUSES", "Disease")

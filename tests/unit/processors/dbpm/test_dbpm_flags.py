@@ -132,3 +132,18 @@ def test_maintenance_flag_controls_pruning_and_counter_decay(maintenance):
     assert (mem.pattern("ner", "sepsis") is None) is maintenance
     if not maintenance:
         assert mem.kappa(mem.pattern("ner", "metformin"), T0 + 60 * DAY) == 3
+
+
+def test_configuration_is_frozen_and_validated():
+    config = DBPMConfig()
+    with pytest.raises(AttributeError):
+        config.downgrade_threshold = 0.5  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        config.tasks["ner"] = config.tasks["re"]  # type: ignore[index]
+    with pytest.raises(ValueError, match="NUL"):
+        DBPMConfig(tasks={"bad\x00task": config.tasks["ner"]})
+    with pytest.raises(ValueError, match="maintenance_interval_s"):
+        DBPMConfig(maintenance_interval_s=0)
+    assert config.weight("cross_task_qa") == 0.2
+    assert config.weight("never_heard_of_it") == 1.0
+    assert config.with_flags(source_weights=False).weight("cross_task_qa") == 1.0
