@@ -55,7 +55,10 @@ from pydantic import (
 
 
 def _to_utc(value: datetime) -> datetime:
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError as exc:  # e.g. 0001-01-01T00:00+02:00: no UTC instant exists
+        raise ValueError(f"{value.isoformat()} has no UTC representation") from exc
 
 
 def _iso_utc(value: datetime) -> str:
@@ -110,6 +113,8 @@ that text back into bytes before writing Avro, so the wire carries the bytes the
 class AvroModel(BaseModel):
     """A frozen event model bound to one Avro schema by its full name."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # ser_json_inf_nan: an Avro double carries inf and NaN; the default JSON dump would turn them into
+    # null, which the schema rejects.
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
 
     avro_name: ClassVar[str]

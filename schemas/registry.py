@@ -44,8 +44,8 @@ from typing import Any
 import avro.schema
 import fastavro
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
-from fastavro.schema import to_parsing_canonical_form
 from fastavro.schema import fingerprint as fastavro_fingerprint
+from fastavro.schema import to_parsing_canonical_form
 from fastavro.types import Schema
 from pydantic_core import PydanticUndefined
 
