@@ -11,13 +11,13 @@ Convention (every event clingate reads or writes follows it):
 Free-form JSON documents (a FHIR resource, a relation payload of an open task) travel as Avro strings
 holding JSON, so the schema stays stable while the document evolves.
 
-Further rules, checked by :mod:`schemas.registry` when it loads (a violation fails start-up and the tests):
+Further rules (:mod:`schemas.registry` checks docs, names and enums when it loads, failing start-up and
+the tests; the round-trip and compatibility tests check the rest):
 
-* every record field carries a ``doc``; a field that may be absent is ``["null", T]`` with
-  ``"default": null`` in the schema and ``T | None = None`` in the model, so a later reader can add it
-  without breaking older writers (fields added after a release MUST have a default);
-* the model's field names are exactly the record's field names, and a field has a default in the model
-  exactly when it has one in the schema;
+* every record field carries a ``doc``; a field that may be absent SHOULD be ``["null", T]`` with
+  ``"default": null`` in the schema and ``T | None = None`` in the model; a field added after a release
+  MUST have a default (the compatibility test refuses it otherwise);
+* the model's field names (or their aliases) are exactly the record's field names;
 * every named type (record, enum) nested in a schema has a full name in the ``clingate.<area>`` namespace,
   and a record type reused by another schema file is referenced there by its full name (the registry
   resolves references across files; see :mod:`schemas.registry`);
@@ -25,7 +25,8 @@ Further rules, checked by :mod:`schemas.registry` when it loads (a violation fai
   exception to "the JSON dump is the Avro datum", undone by the serde);
 * an Avro ``int`` field is bounded to 32 bits in the model (``Field(ge=..., le=...)``) so that the model
   rejects what the schema cannot carry;
-* a schema's enum mirrors a :class:`enum.StrEnum` whose values are the symbols.
+* a schema's enum is mirrored by a :class:`enum.StrEnum` of the same name (checked: values equal the
+  symbols) or a ``Literal``.
 
 Time. Every event carries its event time in a field typed :data:`EventTime`. Choice (the brief left
 ``timestamp-millis`` or ISO strings open): an Avro ``string`` holding ISO 8601 in UTC with a ``Z``

@@ -23,10 +23,10 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import annotated_types
 from hypothesis import strategies as st
-from pydantic import AfterValidator, AwareDatetime, ValidationError
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from schemas.base import AvroModel, JsonText
+from schemas.base import JsonText
 
 INT64 = (-(2**63), 2**63 - 1)
 
@@ -85,7 +85,7 @@ def for_type(tp: Any, metadata: list[Any], examples: list[Any] | None = None) ->
         return st.dictionaries(st.text(), for_type(value, [], None), max_size=3)
     if isinstance(tp, type) and issubclass(tp, Enum):
         return st.sampled_from(list(tp))
-    if isinstance(tp, type) and issubclass(tp, AvroModel):
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
         return st.deferred(lambda: model_strategy(tp))
     if tp is bool:
         return st.booleans()
@@ -142,20 +142,25 @@ FIXUPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 }
 
 
-_CACHE: dict[type[AvroModel], st.SearchStrategy[Any]] = {}
+_CACHE: dict[type[BaseModel], st.SearchStrategy[Any]] = {}
 
 
-def model_strategy(model: type[AvroModel]) -> st.SearchStrategy[Any]:
-    """Valid instances of ``model``, derived from its fields (plus its fixup, if any)."""
+def model_strategy(model: type[BaseModel]) -> st.SearchStrategy[Any]:
+    """Valid instances of ``model`` (an event model or a plain nested one), derived from its fields.
+
+    Drafts are keyed by alias where a field has one (validation by alias always works).
+    """
     if model not in _CACHE:
-        fixup = FIXUPS.get(model.avro_name, lambda draft: draft)
+        fixup = FIXUPS.get(getattr(model, "avro_name", ""), lambda draft: draft)
 
-        def build(draft: dict[str, Any]) -> AvroModel | None:
+        def build(draft: dict[str, Any]) -> BaseModel | None:
             try:
                 return model.model_validate(fixup(draft))
             except ValidationError:
                 return None
 
-        drafts = st.fixed_dictionaries({name: _field(info) for name, info in model.model_fields.items()})
+        drafts = st.fixed_dictionaries(
+            {info.alias or name: _field(info) for name, info in model.model_fields.items()}
+        )
         _CACHE[model] = drafts.map(build).filter(lambda instance: instance is not None)
     return _CACHE[model]
