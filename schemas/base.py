@@ -11,8 +11,8 @@ Convention (every event clingate reads or writes follows it):
 Free-form JSON documents (a FHIR resource, a relation payload of an open task) travel as Avro strings
 holding JSON, so the schema stays stable while the document evolves.
 
-Further rules (:mod:`schemas.registry` checks docs, names and enums when it loads, failing start-up and
-the tests; the round-trip and compatibility tests check the rest):
+Further rules (:mod:`schemas.registry` checks names and enums when it loads, failing start-up; the
+tests check the rest):
 
 * every record field carries a ``doc``; a field that may be absent SHOULD be ``["null", T]`` with
   ``"default": null`` in the schema and ``T | None = None`` in the model; a field added after a release

@@ -97,7 +97,7 @@ def _registry(current: dict, *released: dict) -> SchemaRegistry:
     versions = tuple(make_version(Probe.avro_name, s, n) for n, s in enumerate(released, 1))
     current_version = make_version(Probe.avro_name, current, None)
     entry = SchemaEntry(current_version, Probe, Path("test/Probe.avsc"), True, versions)
-    return SchemaRegistry({Probe.avro_name: entry})
+    return SchemaRegistry({Probe.avro_name: entry}, {})
 
 
 def test_a_record_of_an_older_version_reads_into_the_current_model_with_defaults():

@@ -50,6 +50,16 @@ def test_every_named_type_is_namespaced_under_its_area():
         assert name.startswith(f"clingate.{area_of(entry.path)}.")
 
 
+def test_every_schema_and_field_is_documented():
+    undocumented = [
+        f"{name}.{f['name']}" if f else name
+        for name, schema in load_registry().named.items()
+        for f in ([None] if not schema.get("doc") else []) + schema.get("fields", [])
+        if f is None or not f.get("doc")
+    ]
+    assert undocumented == [], "add a doc to: " + ", ".join(undocumented)
+
+
 @pytest.fixture
 def avro_copy(tmp_path: Path) -> Path:
     root = tmp_path / "avro"
@@ -67,12 +77,6 @@ def test_a_field_only_in_the_model_is_refused(avro_copy: Path):
     _edit(avro_copy / "dbpm" / "Narrative.avsc", lambda s: s["fields"].pop())
     only_in_model = re.escape("clingate.dbpm.Narrative.metadata: in Narrative, not in")
     with pytest.raises(SchemaRegistryError, match=only_in_model):
-        build_registry(avro_copy, avro_copy / "_released")
-
-
-def test_an_undocumented_field_is_refused(avro_copy: Path):
-    _edit(avro_copy / "dbpm" / "Narrative.avsc", lambda s: s["fields"][0].pop("doc"))
-    with pytest.raises(SchemaRegistryError, match=re.escape("Narrative.ts: field has no doc")):
         build_registry(avro_copy, avro_copy / "_released")
 
 
