@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Generic, TypeVar
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, Message, Producer
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message, Producer
 
 from schemas.base import AvroModel
 from schemas.common import DeadLetter, Header, Stage
@@ -185,6 +185,7 @@ class DeadLetterRouter:
                 be committed.
         """
         topic = dlq_name(failed.record.topic)
+        value = self._serde.encode(failed.dead_letter(), topic=topic)
         errors: list[KafkaError] = []
         delivered: list[bool] = []
 
@@ -194,19 +195,26 @@ class DeadLetterRouter:
             else:
                 delivered.append(True)
 
-        self._producer.produce(
-            topic,
-            key=failed.record.key,
-            value=self._serde.encode(failed.dead_letter(), topic=topic),
-            headers=failed.kafka_headers(),
-            on_delivery=on_delivery,
-        )
-        self._producer.flush(self._timeout_s)
+        try:
+            self._producer.produce(
+                topic, key=failed.record.key, value=value, headers=failed.kafka_headers(),
+                on_delivery=on_delivery,
+            )  # fmt: skip
+        except (KafkaException, BufferError) as exc:
+            errors.append(exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else KafkaError(
+                KafkaError._FAIL, str(exc)))
+        else:
+            self._producer.flush(self._timeout_s)
         if errors or not delivered:
-            reason = errors[0].str() if errors else f"no acknowledgement within {self._timeout_s}s"
+            coordinates = f"{failed.record.topic}[{failed.record.partition}]@{failed.record.offset}"
+            if errors and errors[0].code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                hint = (f"the dead letter is {len(value)} bytes: raise max.message.bytes of {topic} and "
+                        "the producer's message.max.bytes above it")  # fmt: skip
+            else:
+                hint = errors[0].str() if errors else f"no acknowledgement within {self._timeout_s}s"
             raise DeadLetterDeliveryError(
-                f"dead letter for {failed.record.topic}[{failed.record.partition}]@{failed.record.offset} "
-                f"not written to {topic}: {reason}; the source offset was not committed, retry the record"
+                f"dead letter for {coordinates} not written to {topic}: {hint}; "
+                "the source offset was not committed, retry the record"
             )
 
     def route(self, record: SourceRecord, expected: type[M]) -> M | None:

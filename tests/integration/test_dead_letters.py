@@ -1,10 +1,11 @@
 """Bad records go to the dead-letter topic, whole, and processing continues: through the real broker.
 
-Large values need three limits raised together (librdkafka and broker defaults are ~1 MB): the topic's
-``max.message.bytes`` on the source AND its ``.dlq`` topic (a dead letter carries the original value,
-so it is slightly larger), the producer's ``message.max.bytes``, and on the consumer
-``fetch.message.max.bytes`` (librdkafka would grow it on its own, but slowly). The broker-wide
-``message.max.bytes`` can stay at its default: the topic-level setting overrides it.
+Large values need two limits raised (librdkafka's and the broker's defaults are ~1 MB; each alone
+fails with MSG_SIZE_TOO_LARGE): the topic-level ``max.message.bytes`` of the source AND of its ``.dlq``
+topic (a dead letter carries the original value, so it is slightly larger), and the producer's
+``message.max.bytes``. The broker-wide ``message.max.bytes`` can stay at its default (the topic
+setting overrides it), and a default consumer reads 5 MB (librdkafka grows its fetch size); the test
+still sets ``fetch.message.max.bytes`` so the large records do not cost extra fetch rounds.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from schemas.common import DeadLetter
 from schemas.dbpm import Candidate, NerPayload, Verdict, VerdictLabel
 from schemas.registry import load_registry
 from schemas.serde import SINGLE_OBJECT_MAGIC, SingleObjectSerde
-from streams.dlq import DeadLetterRouter, SourceRecord, header_map
+from streams.dlq import DeadLetterDeliveryError, DeadLetterRouter, SourceRecord, header_map
 from topics.admin import Outcome, admin_client, ensure_topics
 from topics.catalog import TopicSpec, dlq_name
 
@@ -163,3 +164,37 @@ def test_bad_records_are_dead_lettered_with_reason_and_coordinates_and_good_ones
     assert by_label["missing field"][1]["reason"] in {"malformed", "invalid"}
     assert by_label["5 MB"][1]["reason"] == "unknown_schema"
     assert len(by_label["5 MB"][0].value or b"") == FIVE_MB + 2
+
+
+def test_a_dead_letter_the_broker_refuses_leaves_the_offset_uncommitted_and_says_which_limit(
+    kafka_bootstrap: str,
+):
+    """Scenario: a bad value just under the source topic's default 1 MB limit arrives; its dead letter
+    (value plus reason and coordinates) is over the .dlq topic's default limit. The router raises
+    DeadLetterDeliveryError naming max.message.bytes, the consumer does not commit, and the record is
+    still there for the next poll once the operator raises the limit: nothing is skipped.
+    """
+    source = f"test.dlq-limit.{os.urandom(6).hex()}"
+    specs = [TopicSpec(name, "test key", "test", partitions=1) for name in (source, dlq_name(source))]
+    ensure_topics(admin_client(kafka_bootstrap), specs)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": MAX_BYTES})
+    producer.produce(source, value=b"\x00" * 1_048_000)
+    assert producer.flush(30) == 0
+
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"{source}.gate",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
+    consumer.subscribe([source])
+    try:
+        message = None
+        for _ in range(60):
+            message = consumer.poll(1.0)
+            if message is not None:
+                break
+        assert message is not None and message.error() is None
+        router = DeadLetterRouter(producer, SERDE, timeout_s=20)
+        with pytest.raises(DeadLetterDeliveryError, match=r"raise max\.message\.bytes of .*\.dlq"):
+            router.route(SourceRecord.from_message(message), Candidate)
+        [committed] = consumer.committed([TopicPartition(source, 0)], timeout=10)
+        assert committed.offset < 0  # nothing committed: the record will be read again
+    finally:
+        consumer.close()
