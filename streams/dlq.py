@@ -10,11 +10,20 @@ Two layers, so the step works the same under confluent-kafka consumers and faust
 * :func:`decode_record` is pure: a framework-neutral :class:`SourceRecord` (bytes and coordinates) in,
   :class:`Decoded` or :class:`DecodeFailed` out, as data. Failures are values, not exceptions, so a
   caller cannot forget one and an agent cannot crash-restart past an offset (faust#315).
-* :class:`DeadLetterRouter` produces a :class:`DecodeFailed` to the dead-letter topic with a
-  confluent-kafka producer and returns only once the broker has acknowledged it; the caller commits the
-  source offset after that, never before (committing first could lose the record if the produce
-  failed). A faust agent instead sends :meth:`DecodeFailed.dead_letter` (encoded with the serde) with
-  :meth:`DecodeFailed.kafka_headers` to ``dlq_name(topic)`` through its own producer and awaits it.
+* :func:`dead_letter_record` (pure) builds the record to produce: topic, key, value, headers.
+  :class:`DeadLetterRouter` produces it with a confluent-kafka producer and returns only once the
+  broker has acknowledged it; the caller commits the source offset after that, never before
+  (committing first would lose the record if the produce failed). A faust agent sends the same record
+  through a raw-bytes topic and awaits the send before the event is acknowledged::
+
+      outcome = decode_record(serde, SourceRecord(event.message.topic, event.message.partition,
+                              event.message.offset, int(event.message.timestamp * 1000),
+                              event.message.key, event.message.value, tuple(event.headers.items())),
+                              Candidate)
+      if isinstance(outcome, DecodeFailed):
+          out = dead_letter_record(serde, outcome)
+          await app.topic(out.topic, value_serializer="raw").send(
+              key=out.key, value=out.value, headers=out.headers)
 
 The dead-letter record: key = the original key; value = a ``clingate.common.DeadLetter`` (original
 value, key and headers byte for byte, the reason, the stage and the coordinates), encoded with the
@@ -135,6 +144,27 @@ class DecodeFailed:
         return [(HEADER_PREFIX + name, value.encode("utf-8")) for name, value in values.items()]
 
 
+@dataclass(frozen=True)
+class OutgoingRecord:
+    """A record to produce, independent of the client library that produces it."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    headers: list[tuple[str, bytes]]
+
+
+def dead_letter_record(serde: Serde, failed: DecodeFailed) -> OutgoingRecord:
+    """The dead-letter record of ``failed``: to ``<source>.dlq``, original key, DeadLetter value, headers."""
+    topic = dlq_name(failed.record.topic)
+    return OutgoingRecord(
+        topic=topic,
+        key=failed.record.key,
+        value=serde.encode(failed.dead_letter(), topic=topic),
+        headers=failed.kafka_headers(),
+    )
+
+
 def decode_record(serde: Serde, record: SourceRecord, expected: type[M]) -> Decoded[M] | DecodeFailed:
     """Decode a consumed record into ``expected`` or say why not; pure, never raises for bad bytes.
 
@@ -184,38 +214,35 @@ class DeadLetterRouter:
             DeadLetterDeliveryError: not acknowledged in time or rejected; the source offset MUST NOT
                 be committed.
         """
-        topic = dlq_name(failed.record.topic)
-        value = self._serde.encode(failed.dead_letter(), topic=topic)
-        errors: list[KafkaError] = []
-        delivered: list[bool] = []
-
-        def on_delivery(error: KafkaError | None, _message: Message) -> None:
-            if error is not None:
-                errors.append(error)
-            else:
-                delivered.append(True)
-
+        out = dead_letter_record(self._serde, failed)
+        reports: list[KafkaError | None] = []
         try:
             self._producer.produce(
-                topic, key=failed.record.key, value=value, headers=failed.kafka_headers(),
-                on_delivery=on_delivery,
+                out.topic, key=out.key, value=out.value, headers=out.headers,
+                on_delivery=lambda error, _message: reports.append(error),
             )  # fmt: skip
-        except (KafkaException, BufferError) as exc:
-            errors.append(exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else KafkaError(
-                KafkaError._FAIL, str(exc)))
+        except KafkaException as exc:  # refused before sending, e.g. over the producer's size limit
+            reports.append(exc.args[0])
+        except BufferError:
+            reports.append(KafkaError(KafkaError._QUEUE_FULL))
         else:
             self._producer.flush(self._timeout_s)
-        if errors or not delivered:
-            coordinates = f"{failed.record.topic}[{failed.record.partition}]@{failed.record.offset}"
-            if errors and errors[0].code() == KafkaError.MSG_SIZE_TOO_LARGE:
-                hint = (f"the dead letter is {len(value)} bytes: raise max.message.bytes of {topic} and "
-                        "the producer's message.max.bytes above it")  # fmt: skip
-            else:
-                hint = errors[0].str() if errors else f"no acknowledgement within {self._timeout_s}s"
-            raise DeadLetterDeliveryError(
-                f"dead letter for {coordinates} not written to {topic}: {hint}; "
-                "the source offset was not committed, retry the record"
+        # Compared by identity: KafkaError's == against None leaves a TypeError pending in the C extension.
+        if len(reports) == 1 and reports[0] is None:
+            return
+        error = reports[0] if reports else None
+        if error is not None and error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+            detail = (
+                f"the dead letter is {len(out.value)} bytes: raise max.message.bytes of {out.topic} "
+                "and the producer's message.max.bytes above it"
             )
+        else:
+            detail = error.str() if error is not None else f"no acknowledgement within {self._timeout_s}s"
+        record = failed.record
+        raise DeadLetterDeliveryError(
+            f"dead letter for {record.topic}[{record.partition}]@{record.offset} not written to {out.topic}: "
+            f"{detail}; the source offset was not committed, retry the record"
+        )
 
     def route(self, record: SourceRecord, expected: type[M]) -> M | None:
         """Decode ``record``; dead-letter it when it fails. The caller commits the offset after.

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from schemas.common import DeadLetter, Stage
 from schemas.dbpm import Candidate, NerPayload, Verdict, VerdictLabel
 from schemas.serde import DecodeReason, SingleObjectSerde
-from streams.dlq import Decoded, DecodeFailed, SourceRecord, decode_record, header_map
+from streams.dlq import Decoded, DecodeFailed, SourceRecord, dead_letter_record, decode_record, header_map
 
 SERDE = SingleObjectSerde()
 TS = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
@@ -76,6 +76,15 @@ def test_the_dead_letter_headers_name_exception_message_and_source_coordinates()
         "stage": "decode",
         "reason": "bad_magic",
     }
+
+
+def test_the_dead_letter_record_goes_to_the_dlq_of_its_source_under_the_original_key():
+    failed = decode_record(SERDE, _record(b"garbage"), Candidate)
+    assert isinstance(failed, DecodeFailed)
+    out = dead_letter_record(SERDE, failed)
+    assert (out.topic, out.key) == ("clingate.dbpm.candidates.dlq", b"p-1")
+    assert out.headers == failed.kafka_headers()
+    assert SERDE.decode(out.value, DeadLetter) == failed.dead_letter()
 
 
 def test_a_record_without_a_timestamp_gets_the_epoch_not_the_wall_clock():
