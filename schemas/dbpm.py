@@ -25,9 +25,6 @@ from pydantic import Field, model_validator
 
 from schemas.base import AvroModel, EventTime, JsonText
 
-GATED_TASKS: frozenset[str] = frozenset({"ner", "re", "qa"})
-"""Tasks whose payload is a typed record; every other task carries a :class:`JsonPayload`."""
-
 
 class NerPayload(AvroModel):
     """A named entity (task ``ner``)."""
@@ -82,11 +79,15 @@ class JsonPayload(AvroModel):
 Payload = NerPayload | RePayload | QaPayload | JsonPayload
 """The union every candidate and verdict carries."""
 
-_PAYLOAD_BY_TASK: dict[str, type[AvroModel]] = {"ner": NerPayload, "re": RePayload, "qa": QaPayload}
+PAYLOAD_BY_TASK: dict[str, type[AvroModel]] = {"ner": NerPayload, "re": RePayload, "qa": QaPayload}
+"""The typed payload of each gated task; every other task carries a :class:`JsonPayload`."""
+
+GATED_TASKS: frozenset[str] = frozenset(PAYLOAD_BY_TASK)
+"""Tasks the DBPM gate reads (``ner``, ``re``, ``qa``)."""
 
 
 def _check_payload_matches_task(task: str, payload: Payload) -> None:
-    expected = _PAYLOAD_BY_TASK.get(task, JsonPayload)
+    expected = PAYLOAD_BY_TASK.get(task, JsonPayload)
     if not isinstance(payload, expected):
         raise ValueError(
             f"task {task!r} carries a {expected.__name__}, got a {type(payload).__name__}"

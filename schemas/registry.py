@@ -2,7 +2,9 @@
 
 Discovery. Every ``schemas/avro/<area>/<Name>.avsc`` is a schema (directories whose name starts with
 ``_``, such as ``_released``, are not); every area directory names a model module ``schemas.<area>``,
-which is imported and whose :class:`~schemas.base.AvroModel` subclasses are the models. A new area or
+which is imported and whose :class:`~schemas.base.AvroModel` subclasses are the models; every other
+module of the package except the serde machinery (base, registry, serde, release) is a model module
+too, so models written before their schemas are caught. A new area or
 a new schema is therefore picked up without editing this file, and :func:`load_registry` refuses to
 build a registry in which the two listings disagree (an event schema without a model, a model without
 a schema, a field present on one side only, an enum whose symbols differ from the
@@ -38,6 +40,7 @@ import copy
 import importlib
 import inspect
 import json
+import pkgutil
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -271,6 +274,19 @@ def compatibility_errors(reader: dict[str, Any], writer: dict[str, Any]) -> list
 # -------------------------------------------------------------------------------------------- models
 
 
+_INFRASTRUCTURE_MODULES = frozenset({"base", "registry", "serde", "release"})
+
+
+def model_areas() -> set[str]:
+    """Areas that have a model module ``schemas/<area>.py`` (whether or not they have schemas)."""
+    package = Path(__file__).parent
+    return {
+        info.name
+        for info in pkgutil.iter_modules([str(package)])
+        if not info.ispkg and not info.name.startswith("_") and info.name not in _INFRASTRUCTURE_MODULES
+    }
+
+
 def _model_module(area: str) -> ModuleType:
     try:
         return importlib.import_module(f"schemas.{area}")
@@ -340,7 +356,7 @@ def build_registry(root: Path = AVRO_ROOT, released_root: Path = RELEASED_ROOT) 
             problems.append(f"{path.name} in {area_of(path)}/ must define {expected_full_name(path)}")
     models: dict[str, type[AvroModel]] = {}
     enums: dict[str, dict[str, type[StrEnum]]] = {}
-    for area in sorted({area_of(path) for path in files}):
+    for area in sorted({area_of(path) for path in files} | model_areas()):
         module = _model_module(area)
         enums[area] = _enums_of(module)
         for model in _models_of(module):

@@ -112,12 +112,11 @@ def _field(info: FieldInfo) -> st.SearchStrategy[Any]:
 
 
 def _payload_task(draft: dict[str, Any]) -> dict[str, Any]:
-    from schemas.dbpm import GATED_TASKS, JsonPayload, NerPayload, QaPayload, RePayload
+    from schemas.dbpm import GATED_TASKS, PAYLOAD_BY_TASK, JsonPayload
 
-    typed = {NerPayload: "ner", RePayload: "re", QaPayload: "qa"}
     payload = draft["payload"]
     if not isinstance(payload, JsonPayload):
-        return {**draft, "task": typed[type(payload)]}
+        return {**draft, "task": next(t for t, cls in PAYLOAD_BY_TASK.items() if isinstance(payload, cls))}
     if draft["task"] in GATED_TASKS:
         return {**draft, "task": f"{draft['task']}-free-text"}
     return draft

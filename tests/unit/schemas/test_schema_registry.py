@@ -19,6 +19,7 @@ from schemas.registry import (
     build_registry,
     expected_full_name,
     load_registry,
+    model_areas,
     schema_files,
 )
 
@@ -27,7 +28,8 @@ def test_every_schema_file_has_a_model_and_every_model_a_schema():
     registry = load_registry()
     files = schema_files()
     assert {expected_full_name(path) for path in files} == {e.full_name for e in registry.events()}
-    for area in {area_of(path) for path in files}:
+    assert {area_of(path) for path in files} == model_areas()
+    for area in model_areas():
         module = importlib.import_module(f"schemas.{area}")
         models = {
             cls for _, cls in inspect.getmembers(module, inspect.isclass)
