@@ -22,7 +22,8 @@ tests check the rest):
   and a record type reused by another schema file is referenced there by its full name (the registry
   resolves references across files; see :mod:`schemas.registry`);
 * an Avro ``bytes`` field is typed :data:`RawBytes` in the model (its JSON form is base64 text, the one
-  exception to "the JSON dump is the Avro datum", undone by the serde);
+  exception to "the JSON dump is the Avro datum", undone by the serde) and shares a union only with
+  ``null``;
 * an Avro ``int`` field is bounded to 32 bits in the model (``Field(ge=..., le=...)``) so that the model
   rejects what the schema cannot carry;
 * a schema's enum is mirrored by a :class:`enum.StrEnum` of the same name (checked: values equal the

@@ -126,7 +126,7 @@ def _bytes_adapter(schema: Schema) -> Callable[[Any], Any] | None:
                 return lambda value: base64.b64decode(value) if isinstance(value, str) else value
             return build(named[node]) if node in named else None
         if isinstance(node, list):
-            return _union([build(branch) for branch in node])
+            return _union(node, [build(branch) for branch in node])
         kind = node["type"]
         if kind in ("record", "enum", "fixed"):
             named[node["name"]] = node
@@ -144,12 +144,14 @@ def _bytes_adapter(schema: Schema) -> Callable[[Any], Any] | None:
             return None if item is None else (lambda value: {k: item(v) for k, v in value.items()})
         return build(kind) if isinstance(kind, str) and kind not in ("enum", "fixed") else None
 
-    def _union(branches: list[Callable[[Any], Any] | None]) -> Callable[[Any], Any] | None:
+    def _union(node: list[Any], branches: list[Callable[[Any], Any] | None]) -> Callable[[Any], Any] | None:
         active = [fn for fn in branches if fn is not None]
         if not active:
             return None
-        if len(active) > 1:
-            raise ValueError("a union may hold at most one branch containing bytes")
+        if len([branch for branch in node if branch != "null"]) > 1:
+            # The JSON dump does not say which branch a value took, so base64 text could not be told
+            # from a string of another branch.
+            raise ValueError("bytes may only appear in a union with null (e.g. [\"null\", \"bytes\"])")
         (only,) = active
         return lambda value: None if value is None else only(value)
 
