@@ -22,13 +22,13 @@ Two layers, so the step works the same under confluent-kafka consumers and faust
                               Candidate)
       if isinstance(outcome, DecodeFailed):
           out = dead_letter_record(serde, outcome)
-          await app.topic(out.topic, value_serializer="raw").send(
+          await app.topic(out.topic, key_serializer="raw", value_serializer="raw").send(
               key=out.key, value=out.value, headers=out.headers)
 
 The dead-letter record: key = the original key; value = a ``clingate.common.DeadLetter`` (original
 value, key and headers byte for byte, the reason, the stage and the coordinates), encoded with the
-process's serde; headers in the style of Kafka KIP-1034 (whose Streams DLQ names them
-``__streams.errors.*``; ours are ``__clingate.errors.*`` with the same suffixes plus ``stage`` and
+process's serde; headers in the style of Kafka KIP-1034 (exception name, message, source topic,
+partition and offset, here under the prefix ``__clingate.errors.``, plus ``stage`` and the serde's
 ``reason``) so that a tool that does not read Avro can triage.
 
 Choices: a tombstone (null value) on an event topic is a decode failure (events are never deleted by
