@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import fastavro
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from model_strategies import model_strategy
 
@@ -64,7 +64,7 @@ def _as_seen_by(version: SchemaVersion, datum: object) -> object:
 
 @pytest.mark.parametrize(("entry", "old"), RELEASED, ids=lambda x: getattr(x, "full_name", None) or
                          f"v{getattr(x, 'version', '')}")
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_records_written_with_a_released_version_decode_without_losing_its_fields(
     entry: SchemaEntry, old: SchemaVersion, data

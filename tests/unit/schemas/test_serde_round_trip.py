@@ -13,29 +13,24 @@ from schemas.registry import load_registry
 from schemas.serde import ConfluentRegistrySerde, SingleObjectSerde
 
 MODELS = sorted((entry.model for entry in load_registry().entries.values()), key=lambda m: m.avro_name)
+EVENTS = [entry.model for entry in load_registry().events()]
 SINGLE_OBJECT = SingleObjectSerde()
 REGISTRY_FORMAT = ConfluentRegistrySerde(SchemaRegistryClient.new_client({"url": "mock://round-trip"}))
-ROUND_TRIP = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.avro_name)
-@ROUND_TRIP
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_every_model_round_trips_through_single_object_encoding(model: type[AvroModel], data):
+def test_every_model_round_trips_through_its_json_dump_and_single_object_encoding(
+    model: type[AvroModel], data
+):
     instance = data.draw(model_strategy(model))
+    assert model.model_validate(instance.model_dump(mode="json")) == instance
     assert SINGLE_OBJECT.decode(SINGLE_OBJECT.encode(instance), model) == instance
 
 
-@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.avro_name)
-@ROUND_TRIP
-@given(data=st.data())
-def test_every_model_json_dump_validates_back_to_itself(model: type[AvroModel], data):
-    instance = data.draw(model_strategy(model))
-    assert model.model_validate(instance.model_dump(mode="json")) == instance
-
-
-@pytest.mark.parametrize("model", [e.model for e in load_registry().events()], ids=lambda m: m.avro_name)
-@settings(max_examples=10, deadline=None)
+@pytest.mark.parametrize("model", EVENTS, ids=lambda m: m.avro_name)
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_every_event_round_trips_through_the_registry_wire_format(model: type[AvroModel], data):
     instance = data.draw(model_strategy(model))
