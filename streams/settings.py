@@ -36,6 +36,26 @@ class Settings(BaseSettings):
         validation_alias="CLINGATE_HOME",
         description="Cache directory for broker artifacts, broker data and worker state.",
     )
+    broker_dir: Path | None = Field(
+        default=None,
+        validation_alias="CLINGATE_BROKER_DIR",
+        description="Directory of the broker that `clingate broker start|stop|status` manages "
+        "(data, logs, pid file). Default: <CLINGATE_HOME>/broker.",
+    )
+    topic_partitions: int = Field(
+        default=6,
+        ge=1,
+        validation_alias="CLINGATE_TOPIC_PARTITIONS",
+        description="Partitions of every data topic in the catalog (the unit of consumer parallelism; "
+        "dead-letter topics always get 1).",
+    )
+    topic_replication: int = Field(
+        default=1,
+        ge=1,
+        validation_alias="CLINGATE_TOPIC_REPLICATION",
+        description="Replication factor of every catalog topic: 1 on a single local broker, 3 on a "
+        "production cluster.",
+    )
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,605 @@
+"""A real Kafka broker for tests and commands, chosen three ways.
+
+:func:`provide_broker` gives a bootstrap address:
+
+1. ``KAFKA_BOOTSTRAP_SERVERS`` is set: that cluster is used as it is.
+2. Else a Docker engine answers a ping: testcontainers' Kafka module starts a KRaft broker
+   (:data:`TESTCONTAINERS_IMAGE`, the Confluent build of the same Kafka line as below).
+3. Else :class:`LocalKafka` starts a native single-node KRaft broker from Maven Central jars.
+
+The native broker is the one developers and CI run here. Its jars are resolved once by
+``mvn dependency:copy-dependencies`` from ``deploy/local/pom.xml`` (where the Kafka version is
+chosen, see the comment there) into ``<home>/kafka/<version>-<pom digest>/libs``; the digest
+means an edited pom never reuses a stale cache. Maven runs only when that directory is missing,
+and a repeat run needs no network once ``~/.m2`` holds the artifacts (plugin version pinned).
+
+A :class:`LocalKafka` owns one directory::
+
+    broker.json        ports and cluster id, kept so a restart reuses them (same bootstrap address)
+    server.properties  written at every start from BROKER_DEFAULTS + listeners + extra properties
+    kafka.pid          pid of the running JVM
+    jvm.out            the JVM's own stdout/stderr (crashes before logging starts)
+    logs/server.log    the broker log (deploy/local/log4j.properties)
+    data/              log.dirs: topic data and the KRaft metadata log
+
+Stopping and starting again on the same directory keeps every topic and record, which is what
+the chaos tests need. ``extra_properties`` override any generated property (a SASL/ACL variant
+replaces listeners and adds JAAS settings) and ``client_config`` is what the readiness probe
+connects with.
+
+Choices where the issue left room:
+- The JVM runs in its own session (``start_new_session``) so ``clingate broker start`` can exit
+  and leave it running; tests stop it explicitly in fixture teardown.
+- ``offsets.topic.num.partitions`` and ``transaction.state.log.num.partitions`` are 1: creating
+  the default 50 partitions on the first group join or transaction costs seconds on a 2-core
+  machine and buys nothing on one broker.
+- Readiness is a TCP connect to the listener followed by a metadata request that lists this
+  broker; only then does :meth:`LocalKafka.start` return.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Literal
+
+from confluent_kafka.admin import AdminClient
+
+from streams.settings import Settings
+
+DEPLOY_LOCAL = Path(__file__).resolve().parents[1] / "deploy" / "local"
+KAFKA_POM = DEPLOY_LOCAL / "pom.xml"
+LOG4J_CONFIG = DEPLOY_LOCAL / "log4j.properties"
+
+# Kafka 3.9 inside Confluent Platform 7.9: the same broker line as the native path.
+TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.9.0"
+
+JVM_OPTIONS: tuple[str, ...] = (
+    "-Xms128m",
+    "-Xmx512m",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-Djava.awt.headless=true",
+)
+
+# Broker settings shared by the native broker (server.properties) and the container (KAFKA_* env):
+# single-node durability, fast group start-up, and topics only from the catalog.
+BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
+    {
+        "auto.create.topics.enable": "false",
+        "default.replication.factor": "1",
+        "min.insync.replicas": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "1",
+        "group.initial.rebalance.delay.ms": "0",
+    }
+)
+
+_NODE_ID = 1
+_STOP_SIGNAL = signal.SIGTERM
+
+
+class BrokerError(RuntimeError):
+    """The local broker could not be provisioned, started or stopped; the message says what to do."""
+
+
+def kafka_version(pom: Path = KAFKA_POM) -> str:
+    """The Kafka version chosen in the pom's ``kafka.version`` property.
+
+    Args:
+        pom: The pom to read.
+
+    Returns:
+        The version string, e.g. ``"3.9.2"``.
+    """
+    namespace = {"m": "http://maven.apache.org/POM/4.0.0"}
+    element = ET.parse(pom).getroot().find("m:properties/m:kafka.version", namespace)
+    if element is None or not (element.text or "").strip():
+        raise BrokerError(f"{pom} declares no <kafka.version> property")
+    return (element.text or "").strip()
+
+
+def ensure_artifacts(home: Path, pom: Path = KAFKA_POM) -> Path:
+    """Return the directory of broker jars, resolving them with Maven only if not cached yet.
+
+    Safe to call from concurrent processes: each resolves into its own temporary directory and
+    the first to finish publishes it by an atomic rename.
+
+    Args:
+        home: The clingate cache directory (``Settings.home``).
+        pom: The pom listing the broker artifacts.
+
+    Returns:
+        The ``libs`` directory, for a ``-cp libs/*`` class path.
+
+    Raises:
+        BrokerError: Maven is missing or failed.
+    """
+    digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:12]
+    libs = home / "kafka" / f"{kafka_version(pom)}-{digest}" / "libs"
+    if libs.is_dir():
+        return libs
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise BrokerError(
+            "Maven (mvn) is not on the PATH: install Maven 3.6+ and Java 17 to run the local Kafka "
+            "broker, or set KAFKA_BOOTSTRAP_SERVERS to use an existing cluster."
+        )
+    libs.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix="libs.", dir=libs.parent))
+    command = [
+        mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+        "-DincludeScope=runtime", f"-DoutputDirectory={staging}",
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        output = (result.stdout + result.stderr).strip().splitlines()[-30:]
+        raise BrokerError(
+            f"Resolving Kafka jars with Maven failed (exit {result.returncode}); Maven Central must be "
+            "reachable the first time. Last output:\n" + "\n".join(output)
+        )
+    try:
+        staging.rename(libs)
+    except OSError:
+        # Another process published the same artifacts first; theirs are identical.
+        shutil.rmtree(staging, ignore_errors=True)
+    return libs
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _new_cluster_id() -> str:
+    # Kafka's Uuid text form: 16 random bytes, URL-safe base64 without padding (22 characters).
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+
+
+def wait_for_kafka(
+    bootstrap: str,
+    timeout: float,
+    client_config: Mapping[str, str] | None = None,
+    alive: Callable[[], bool] = lambda: True,
+) -> None:
+    """Block until a metadata request to ``bootstrap`` lists at least one broker.
+
+    Args:
+        bootstrap: The bootstrap address.
+        timeout: Seconds to wait in total.
+        client_config: Extra librdkafka settings (security) for the probe.
+        alive: Checked between attempts; when it turns false, waiting stops at once.
+
+    Raises:
+        BrokerError: The broker did not answer in time, or ``alive`` turned false.
+    """
+    deadline = time.monotonic() + timeout
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **(client_config or {})})
+    last_error = "no answer"
+    while time.monotonic() < deadline:
+        if not alive():
+            raise BrokerError(f"the broker process exited before {bootstrap} answered")
+        try:
+            metadata = admin.list_topics(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
+        except Exception as error:  # KafkaException: not reachable yet
+            last_error = str(error)
+            time.sleep(0.2)
+            continue
+        if metadata.brokers:
+            return
+    raise BrokerError(f"no Kafka broker answered a metadata request at {bootstrap} within {timeout:.0f}s "
+                      f"(last error: {last_error})")
+
+
+def _tcp_reachable(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    """What :meth:`LocalKafka.status` reports."""
+
+    running: bool
+    pid: int | None
+    bootstrap: str | None
+    directory: Path
+    log_file: Path
+
+
+class LocalKafka:
+    """A native single-node KRaft broker living in one directory.
+
+    The broker MUST be stopped with :meth:`stop` (it runs in its own session and outlives the
+    Python process otherwise). Starting again on the same directory reuses its data, cluster id
+    and, when still free, its port.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        home: Path,
+        extra_properties: Mapping[str, str] | None = None,
+        client_config: Mapping[str, str] | None = None,
+    ) -> None:
+        """Describe a broker; nothing is started until :meth:`start`.
+
+        Args:
+            directory: The broker's own directory (created on start).
+            home: The clingate cache directory holding the jar cache.
+            extra_properties: server.properties entries that override the generated ones.
+            client_config: librdkafka settings the readiness probe needs (e.g. SASL credentials).
+        """
+        self.directory = directory
+        self.home = home
+        self.extra_properties = dict(extra_properties or {})
+        self.client_config = dict(client_config or {})
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid_file(self) -> Path:
+        """Holds the pid of the running JVM."""
+        return self.directory / "kafka.pid"
+
+    @property
+    def log_file(self) -> Path:
+        """The broker's server.log."""
+        return self.directory / "logs" / "server.log"
+
+    @property
+    def properties_file(self) -> Path:
+        """The server.properties of the last start."""
+        return self.directory / "server.properties"
+
+    @property
+    def _state_file(self) -> Path:
+        return self.directory / "broker.json"
+
+    @property
+    def _jvm_output(self) -> Path:
+        return self.directory / "jvm.out"
+
+    def _state(self) -> dict[str, object]:
+        try:
+            return dict(json.loads(self._state_file.read_text()))
+        except FileNotFoundError:
+            return {}
+
+    def _pid(self) -> int | None:
+        """The pid in the pid file if that process is alive and is this broker's JVM."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        if self._process is not None and self._process.pid == pid and self._process.poll() is not None:
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        cmdline = Path(f"/proc/{pid}/cmdline")
+        # Where /proc exists, guard against a recycled pid (e.g. after a reboot).
+        if cmdline.exists() and str(self.properties_file).encode() not in cmdline.read_bytes():
+            return None
+        return pid
+
+    @property
+    def bootstrap(self) -> str | None:
+        """The bootstrap address while running, else None."""
+        if self._pid() is None:
+            return None
+        return f"127.0.0.1:{self._state()['port']}"
+
+    def status(self) -> BrokerStatus:
+        """Whether the broker runs, with its pid and address."""
+        pid = self._pid()
+        return BrokerStatus(
+            running=pid is not None,
+            pid=pid,
+            bootstrap=self.bootstrap if pid is not None else None,
+            directory=self.directory,
+            log_file=self.log_file,
+        )
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of the broker log and of the JVM's own output, for error messages."""
+        parts = []
+        for path in (self.log_file, self._jvm_output):
+            if path.exists():
+                text = path.read_text(errors="replace").splitlines()[-lines:]
+                if text:
+                    parts.append(f"--- {path} ---\n" + "\n".join(text))
+        return "\n".join(parts) or "(no broker output yet)"
+
+    def _server_properties(self, port: int, controller_port: int) -> dict[str, str]:
+        properties = {
+            "process.roles": "broker,controller",
+            "node.id": str(_NODE_ID),
+            "controller.quorum.voters": f"{_NODE_ID}@127.0.0.1:{controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(self.directory / "data"),
+            **BROKER_DEFAULTS,
+        }
+        properties.update(self.extra_properties)
+        return properties
+
+    def _java(self, libs: Path, main_class: str, *arguments: str) -> list[str]:
+        java = shutil.which("java")
+        if java is None:
+            raise BrokerError("java is not on the PATH: install Java 17 to run the local Kafka broker.")
+        return [
+            java,
+            *JVM_OPTIONS,
+            f"-Dkafka.logs.dir={self.log_file.parent}",
+            f"-Dlog4j.configuration={LOG4J_CONFIG.as_uri()}",
+            "-cp",
+            f"{libs}{os.sep}*",
+            main_class,
+            *arguments,
+        ]
+
+    def start(self, port: int | None = None, timeout: float = 90.0) -> str:
+        """Start the broker (if not running) and wait until it answers.
+
+        Args:
+            port: Listener port; default: the port of the previous start if still free, else any
+                free port.
+            timeout: Seconds to wait for readiness.
+
+        Returns:
+            The bootstrap address, ``127.0.0.1:<port>``.
+
+        Raises:
+            BrokerError: Java or Maven is missing, or the broker did not become ready (the
+                message carries the tail of its log).
+        """
+        running = self.bootstrap
+        if running is not None:
+            if port is not None and running != f"127.0.0.1:{port}":
+                raise BrokerError(f"the broker in {self.directory} already runs at {running}")
+            return running
+        libs = ensure_artifacts(self.home)
+        state = self._state()
+        previous = state.get("port")
+        if port is None:
+            port = previous if isinstance(previous, int) and _port_is_free(previous) else free_port()
+        previous_controller = state.get("controller_port")
+        controller_port = (
+            previous_controller
+            if isinstance(previous_controller, int) and previous_controller != port
+            and _port_is_free(previous_controller)
+            else free_port()
+        )
+        cluster_id = str(state.get("cluster_id") or _new_cluster_id())
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        self._state_file.write_text(
+            json.dumps({"port": port, "controller_port": controller_port, "cluster_id": cluster_id})
+        )
+        properties = self._server_properties(port, controller_port)
+        self.properties_file.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
+        if not (self.directory / "data" / "meta.properties").exists():
+            self._format(libs, cluster_id)
+        with self._jvm_output.open("ab") as output:
+            self._process = subprocess.Popen(
+                self._java(libs, "kafka.Kafka", str(self.properties_file)),
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.pid_file.write_text(f"{self._process.pid}\n")
+        bootstrap = f"127.0.0.1:{port}"
+        process = self._process
+        try:
+            deadline = time.monotonic() + timeout
+            while not _tcp_reachable(port):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise BrokerError(f"the broker never listened on {bootstrap}")
+                time.sleep(0.1)
+            wait_for_kafka(
+                bootstrap, max(1.0, deadline - time.monotonic()), self.client_config,
+                alive=lambda: process.poll() is None,
+            )  # fmt: skip
+        except BrokerError as error:
+            self.stop()
+            raise BrokerError(f"Local Kafka broker failed to start: {error}.\n{self.log_tail()}") from error
+        return bootstrap
+
+    def _format(self, libs: Path, cluster_id: str) -> None:
+        command = self._java(
+            libs, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.properties_file)
+        )
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise BrokerError(f"Formatting the broker storage failed:\n{result.stdout}{result.stderr}")
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Stop the broker and wait until its JVM is gone (SIGKILL after ``timeout`` seconds).
+
+        Args:
+            timeout: Seconds to allow a clean (controlled) shutdown.
+
+        Returns:
+            True if a running broker was stopped, False if none was running.
+        """
+        pid = self._pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            self._reap()
+            return False
+        os.kill(pid, _STOP_SIGNAL)
+        if not self._wait_gone(pid, timeout):
+            os.kill(pid, signal.SIGKILL)
+            if not self._wait_gone(pid, 10.0):
+                raise BrokerError(f"the broker JVM (pid {pid}) survived SIGKILL")
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def kill(self) -> bool:
+        """Kill the broker abruptly (SIGKILL, no controlled shutdown), as a crash would.
+
+        Returns:
+            True if a running broker was killed.
+        """
+        pid = self._pid()
+        if pid is None:
+            return False
+        os.kill(pid, signal.SIGKILL)
+        self._wait_gone(pid, 10.0)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def _reap(self) -> None:
+        if self._process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(timeout=0)
+            self._process = None
+
+    def _wait_gone(self, pid: int, timeout: float) -> bool:
+        if self._process is not None and self._process.pid == pid:
+            # Our own child: wait() also reaps it, so no zombie is left behind.
+            try:
+                self._process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return False
+            self._process = None
+            return True
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return True
+            time.sleep(0.1)
+        return False
+
+
+def docker_engine_available(timeout: float = 2.0) -> bool:
+    """True if a Docker engine answers a ping (a ``docker`` client binary alone is not enough).
+
+    Args:
+        timeout: Seconds to wait for the engine's answer.
+    """
+    try:
+        import docker
+    except ImportError:
+        return False
+    try:
+        client = docker.from_env(timeout=max(1, round(timeout)))
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:  # DockerException, connection and permission errors: no usable engine
+        return False
+
+
+@contextlib.contextmanager
+def _container_broker() -> Iterator[str]:
+    from testcontainers.community.kafka import KafkaContainer
+
+    container = KafkaContainer(image=TESTCONTAINERS_IMAGE).with_kraft()
+    for key, value in BROKER_DEFAULTS.items():
+        # The Confluent image maps KAFKA_FOO_BAR to foo.bar in server.properties.
+        container.with_env("KAFKA_" + key.upper().replace(".", "_"), value)
+    container.start()
+    try:
+        bootstrap = container.get_bootstrap_server()
+        wait_for_kafka(bootstrap, timeout=60.0)
+        yield bootstrap
+    finally:
+        container.stop()
+
+
+@dataclass(frozen=True)
+class Broker:
+    """A broker handed out by :func:`provide_broker`.
+
+    ``local`` is set only for the native broker, so that a test can stop, kill or restart it.
+    """
+
+    bootstrap: str
+    origin: Literal["environment", "testcontainers", "native"]
+    local: LocalKafka | None = None
+
+
+def local_broker(settings: Settings) -> LocalKafka:
+    """The broker that ``clingate broker start|stop|status`` manages (default ``<home>/broker``)."""
+    return LocalKafka(settings.broker_dir or settings.home / "broker", home=settings.home)
+
+
+def configured_bootstrap(settings: Settings) -> str | None:
+    """The address a command should talk to when none is given on its command line.
+
+    Returns:
+        ``KAFKA_BOOTSTRAP_SERVERS`` if set, else the address of a running ``clingate broker``,
+        else None (nothing to talk to).
+    """
+    return settings.kafka_bootstrap_servers or local_broker(settings).bootstrap
+
+
+@contextlib.contextmanager
+def provide_broker(settings: Settings, directory: Path) -> Iterator[Broker]:
+    """Give a running broker for the duration of the block: env var, else Docker, else native.
+
+    Args:
+        settings: Supplies ``kafka_bootstrap_servers`` and the cache ``home``.
+        directory: Where a native broker keeps its data (use a fresh temporary directory for a
+            throw-away broker).
+
+    Yields:
+        The broker; one started here is stopped when the block exits.
+    """
+    if settings.kafka_bootstrap_servers:
+        yield Broker(settings.kafka_bootstrap_servers, "environment")
+        return
+    if docker_engine_available():
+        with _container_broker() as bootstrap:
+            yield Broker(bootstrap, "testcontainers")
+        return
+    local = LocalKafka(directory, home=settings.home)
+    bootstrap = local.start()
+    try:
+        yield Broker(bootstrap, "native", local)
+    finally:
+        local.stop()

@@ -1,0 +1,124 @@
+"""``clingate topics create|describe``: the topic catalog against a cluster.
+
+Bootstrap address: ``--bootstrap``, else ``KAFKA_BOOTSTRAP_SERVERS``, else the broker of
+``clingate broker start``. Scale: ``--partitions`` / ``--replication``, else
+``CLINGATE_TOPIC_PARTITIONS`` / ``CLINGATE_TOPIC_REPLICATION`` (6 and 1).
+
+``create`` exits 1 when a topic exists with a different configuration: clingate never alters
+an existing topic (see :mod:`topics.admin`), and running on mismatched partitions would silently
+break co-partitioning, so the operator has to decide.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from streams.broker import configured_bootstrap
+from streams.settings import Settings, get_settings
+from topics.admin import Outcome, TopicReport, admin_client, ensure_topics, inspect_topics
+from topics.catalog import DAY_MS, Catalog, build_catalog
+
+app = typer.Typer(help="Create the catalog's topics on a cluster, or describe them.", no_args_is_help=True)
+_out = Console()
+_err = Console(stderr=True)
+
+Bootstrap = Annotated[
+    str | None,
+    typer.Option(help="Bootstrap address. Default: KAFKA_BOOTSTRAP_SERVERS, else the `clingate broker`."),
+]
+Partitions = Annotated[
+    int | None,
+    typer.Option(min=1, help="Partitions per data topic. Default: CLINGATE_TOPIC_PARTITIONS or 6."),
+]
+Replication = Annotated[
+    int | None, typer.Option(min=1, help="Replication factor. Default: CLINGATE_TOPIC_REPLICATION or 1.")
+]
+Timeout = Annotated[float, typer.Option(help="Seconds per broker request.")]
+
+_STYLE = {
+    Outcome.CREATED: "green",
+    Outcome.EXISTS: "cyan",
+    Outcome.EXISTS_DIFFERENT_CONFIG: "bold red",
+    Outcome.MISSING: "yellow",
+}
+
+
+def _catalog(settings: Settings, partitions: int | None, replication: int | None) -> Catalog:
+    return build_catalog(
+        partitions=partitions or settings.topic_partitions,
+        replication=replication or settings.topic_replication,
+    )
+
+
+def _retention(ms: int) -> str:
+    if ms < 0:
+        return "forever"
+    return f"{ms / DAY_MS:g} d" if ms % DAY_MS == 0 else f"{ms} ms"
+
+
+def _reports_table(reports: list[TopicReport], title: str) -> Table:
+    table = Table(title=title)
+    for column in ("topic", "outcome", "partitions", "replication", "differences"):
+        table.add_column(column)
+    for report in reports:
+        style = _STYLE[report.outcome]
+        table.add_row(
+            report.spec.name, f"[{style}]{report.outcome}[/{style}]", str(report.spec.partitions),
+            str(report.spec.replication), "\n".join(report.differences),
+        )  # fmt: skip
+    return table
+
+
+@app.command()
+def create(
+    bootstrap: Bootstrap = None,
+    partitions: Partitions = None,
+    replication: Replication = None,
+    timeout: Timeout = 30.0,
+) -> None:
+    """Create every catalog topic that is missing; report CREATED / EXISTS / EXISTS_DIFFERENT_CONFIG."""
+    settings = get_settings()
+    address = bootstrap or configured_bootstrap(settings)
+    if address is None:
+        _err.print(
+            "No Kafka cluster: pass --bootstrap, set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`."
+        )
+        raise typer.Exit(2)
+    reports = ensure_topics(admin_client(address), _catalog(settings, partitions, replication), timeout)
+    _out.print(_reports_table(reports, f"topics on {address}"))
+    counts = {outcome: sum(r.outcome is outcome for r in reports) for outcome in Outcome}
+    _err.print(", ".join(f"{count} {outcome}" for outcome, count in counts.items() if count))
+    if counts[Outcome.EXISTS_DIFFERENT_CONFIG]:
+        _err.print("Some topics differ from the catalog; clingate does not alter them: fix or recreate them.")
+        raise typer.Exit(1)
+
+
+@app.command()
+def describe(
+    bootstrap: Bootstrap = None,
+    partitions: Partitions = None,
+    replication: Replication = None,
+    timeout: Timeout = 30.0,
+) -> None:
+    """Print the catalog; with a reachable cluster, also each topic's state there."""
+    settings = get_settings()
+    catalog = _catalog(settings, partitions, replication)
+    table = Table(title="clingate topic catalog")
+    columns = ("topic", "key", "value schema", "partitions", "replication", "cleanup", "retention", "dlq")
+    for column in columns:
+        table.add_column(column)
+    for spec in catalog:
+        dlq = spec.dlq
+        table.add_row(
+            spec.name, spec.key, spec.value_schema, str(spec.partitions), str(spec.replication),
+            spec.cleanup_policy, _retention(spec.retention_ms), dlq.name if dlq else "",
+        )  # fmt: skip
+    _out.print(table)
+    address = bootstrap or configured_bootstrap(settings)
+    if address is not None:
+        reports = inspect_topics(admin_client(address), catalog, timeout)
+        _out.print(_reports_table(reports, f"state on {address}"))
