@@ -10,13 +10,101 @@ Convention (every event clingate reads or writes follows it):
 
 Free-form JSON documents (a FHIR resource, a relation payload of an open task) travel as Avro strings
 holding JSON, so the schema stays stable while the document evolves.
+
+Further rules, checked by :mod:`schemas.registry` when it loads (a violation fails start-up and the tests):
+
+* every record field carries a ``doc``; a field that may be absent is ``["null", T]`` with
+  ``"default": null`` in the schema and ``T | None = None`` in the model, so a later reader can add it
+  without breaking older writers (fields added after a release MUST have a default);
+* the model's field names are exactly the record's field names, and a field has a default in the model
+  exactly when it has one in the schema;
+* every named type (record, enum) nested in a schema has a full name in the ``clingate.<area>`` namespace,
+  and a record type reused by another schema file is referenced there by its full name (the registry
+  resolves references across files; see :mod:`schemas.registry`);
+* an Avro ``bytes`` field is typed :data:`RawBytes` in the model (its JSON form is base64 text, the one
+  exception to "the JSON dump is the Avro datum", undone by the serde);
+* an Avro ``int`` field is bounded to 32 bits in the model (``Field(ge=..., le=...)``) so that the model
+  rejects what the schema cannot carry;
+* a schema's enum mirrors a :class:`enum.StrEnum` whose values are the symbols.
+
+Time. Every event carries its event time in a field typed :data:`EventTime`. Choice (the brief left
+``timestamp-millis`` or ISO strings open): an Avro ``string`` holding ISO 8601 in UTC with a ``Z``
+suffix, e.g. ``2026-05-04T10:00:00Z`` (microseconds appear only when non-zero). Why: the replay-stream
+contract writes ``ts`` exactly so, ``model_dump(mode="json")`` yields it without a per-field Avro
+adapter (the convention above), a record read with ``kcat`` is legible, and no precision is lost to
+millisecond truncation. The cost, ~15 bytes per event more than a ``long``, is accepted. Naive
+datetimes are rejected: an event time without a zone is ambiguous and would break replays.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+import base64
+import binascii
+import json
+from datetime import UTC, datetime
+from typing import Annotated, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    PlainSerializer,
+)
+
+
+def _to_utc(value: datetime) -> datetime:
+    return value.astimezone(UTC)
+
+
+def _iso_utc(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _require_json(value: str) -> str:
+    try:
+        json.loads(value)
+    except ValueError as exc:
+        raise ValueError(f"not a JSON document: {exc}") from exc
+    return value
+
+
+def _bytes_from_base64_text(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            return base64.b64decode(value, validate=True)
+        except binascii.Error as exc:
+            raise ValueError(f"not base64 text: {exc}") from exc
+    return value
+
+
+def _base64_text(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
+
+
+EventTime = Annotated[
+    AwareDatetime,
+    AfterValidator(_to_utc),
+    PlainSerializer(_iso_utc, return_type=str, when_used="json"),
+]
+"""An event time: a zone-aware datetime normalised to UTC, serialised as ISO 8601 with ``Z``."""
+
+JsonText = Annotated[str, AfterValidator(_require_json)]
+"""A JSON document carried as text (an Avro ``string``); validated to parse, kept verbatim."""
+
+
+RawBytes = Annotated[
+    bytes,
+    BeforeValidator(_bytes_from_base64_text),
+    PlainSerializer(_base64_text, return_type=str, when_used="json"),
+]
+"""Raw bytes (an Avro ``bytes``): the model holds them as given; their JSON form is base64 text.
+
+JSON cannot hold arbitrary bytes, so ``model_dump(mode="json")`` writes base64 and validation accepts
+either bytes (from the Avro reader or a constructor) or base64 text (from a JSON dump). The serde turns
+that text back into bytes before writing Avro, so the wire carries the bytes themselves.
+"""
 
 
 class AvroModel(BaseModel):

@@ -1,0 +1,190 @@
+"""DBPM events: narratives, candidates, verdicts and gate decisions.
+
+The field names and values mirror the replay-stream contract (``specs/replay-stream.md``) so that a
+replay line and a topic record say the same thing; ``kind`` is dropped because each event type has its
+own topic.
+
+Payload design (the task set is open). ``payload`` is an Avro union of the three typed records the gate
+reads (:class:`NerPayload`, :class:`RePayload`, :class:`QaPayload`) plus :class:`JsonPayload`, a JSON
+document for every other task (summary, medications, temporal_events, and tasks not yet named). A new
+task therefore needs no schema change; a task that becomes gated gets a typed record appended to the
+union, which is a backward-compatible change. The models check that the branch matches ``task``: a
+``ner`` event with a relation payload is rejected at decode time and dead-lettered instead of being
+learned from.
+
+``task`` and ``source`` stay strings (open sets: unknown sources weigh 1.0 by contract); ``verdict`` and
+``decision`` are closed enums, as the contract makes any other value bad input.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import ClassVar, Self
+
+from pydantic import Field, model_validator
+
+from schemas.base import AvroModel, EventTime, JsonText
+
+GATED_TASKS: frozenset[str] = frozenset({"ner", "re", "qa"})
+"""Tasks whose payload is a typed record; every other task carries a :class:`JsonPayload`."""
+
+
+class NerPayload(AvroModel):
+    """A named entity (task ``ner``)."""
+
+    avro_name: ClassVar[str] = "clingate.dbpm.NerPayload"
+
+    entity: str
+    category: str
+
+
+class RePayload(AvroModel):
+    """A relation between two typed entities (task ``re``)."""
+
+    avro_name: ClassVar[str] = "clingate.dbpm.RePayload"
+
+    head: str
+    head_type: str
+    relation: str
+    tail: str
+    tail_type: str
+
+
+class QaErrorClass(StrEnum):
+    """Why a failing QA answer failed."""
+
+    UNSUPPORTED = "unsupported"
+    CONTRADICTED = "contradicted"
+    OVER_SPECIFIED = "over_specified"
+
+
+class QaPayload(AvroModel):
+    """A question-answer pair (task ``qa``); the optional fields are used as given when present."""
+
+    avro_name: ClassVar[str] = "clingate.dbpm.QaPayload"
+
+    question: str
+    answer: str
+    category: str
+    error_class: QaErrorClass | None = None
+    ner_categories: tuple[str, ...] | None = None
+    difficulty: float | None = None
+
+
+class JsonPayload(AvroModel):
+    """The payload of a task without a typed record, as a JSON document."""
+
+    avro_name: ClassVar[str] = "clingate.dbpm.JsonPayload"
+
+    document: JsonText = Field(examples=['{"summary": "stable, discharged home"}'])
+
+
+Payload = NerPayload | RePayload | QaPayload | JsonPayload
+"""The union every candidate and verdict carries."""
+
+_PAYLOAD_BY_TASK: dict[str, type[AvroModel]] = {"ner": NerPayload, "re": RePayload, "qa": QaPayload}
+
+
+def _check_payload_matches_task(task: str, payload: Payload) -> None:
+    expected = _PAYLOAD_BY_TASK.get(task, JsonPayload)
+    if not isinstance(payload, expected):
+        raise ValueError(
+            f"task {task!r} carries a {expected.__name__}, got a {type(payload).__name__}"
+        )
+
+
+class Candidate(AvroModel):
+    """A candidate extraction asking the gate for a decision (the replay stream's gate event)."""
+
+    avro_name: ClassVar[str] = "clingate.dbpm.Candidate"
+
+    ts: EventTime
+    task: str = Field(examples=["ner", "re", "qa", "summary"])
+    patient_id: str
+    candidate_id: str
+    payload: Payload
+
+    @model_validator(mode="after")
+    def _payload_matches_task(self) -> Self:
+        _check_payload_matches_task(self.task, self.payload)
+        return self
+
+
+class VerdictLabel(StrEnum):
+    """The categorical verdict of a judged candidate."""
+
+    HARD_FAIL = "hard_fail"
+    SOFT_DOWNGRADE = "soft_downgrade"
+    SUCCESS = "success"
+
+
+class Verdict(AvroModel):
+    """A verifier or rule-based judgement of a candidate (the replay stream's verdict event)."""
+
+    avro_name: ClassVar[str] = "clingate.dbpm.Verdict"
+
+    ts: EventTime
+    task: str = Field(examples=["ner", "re", "qa", "summary"])
+    verdict: VerdictLabel
+    source: str = Field(examples=["verifier_mmed", "rule_based", "cross_task_re"])
+    patient_id: str
+    payload: Payload
+    candidate_id: str | None = None
+
+    @model_validator(mode="after")
+    def _payload_matches_task(self) -> Self:
+        _check_payload_matches_task(self.task, self.payload)
+        return self
+
+
+class Decision(StrEnum):
+    """Outcome of the DBPM gate."""
+
+    ALLOW = "ALLOW"
+    DOWNGRADE = "DOWNGRADE"
+    BLOCK = "BLOCK"
+
+
+class GateDecision(AvroModel):
+    """The gate's decision on one candidate with the evidence it rested on.
+
+    ``ts``, ``task``, ``patient_id`` and ``candidate_id`` repeat the candidate's so that consumers can
+    key and filter decisions without opening ``candidate``; they MUST agree with it.
+    """
+
+    avro_name: ClassVar[str] = "clingate.dbpm.GateDecision"
+
+    ts: EventTime
+    task: str
+    patient_id: str
+    candidate_id: str
+    decision: Decision
+    rule: str
+    signature: str
+    severity: float | None = None
+    confidence_multiplier: float
+    provenance: tuple[str, ...] = ()
+    candidate: Candidate
+
+    @model_validator(mode="after")
+    def _agrees_with_candidate(self) -> Self:
+        mine = (self.ts, self.task, self.patient_id, self.candidate_id)
+        theirs = (self.candidate.ts, self.candidate.task, self.candidate.patient_id,
+                  self.candidate.candidate_id)
+        if mine != theirs:
+            raise ValueError(
+                "ts, task, patient_id and candidate_id must repeat the candidate's: "
+                f"{mine} != {theirs}"
+            )
+        return self
+
+
+class Narrative(AvroModel):
+    """A clinical narrative of one patient."""
+
+    avro_name: ClassVar[str] = "clingate.dbpm.Narrative"
+
+    ts: EventTime
+    patient_id: str
+    text: str
+    metadata: dict[str, str] | None = None

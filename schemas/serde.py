@@ -1,0 +1,404 @@
+"""Encoding and decoding of every clingate event: one interface, two wire formats.
+
+* :class:`SingleObjectSerde` (default): Avro single-object encoding as the Avro specification defines
+  it: the two marker bytes ``0xC3 0x01``, the 8-byte little-endian CRC-64-AVRO (Rabin) fingerprint of
+  the writer schema's Parsing Canonical Form, then the Avro binary datum. The fingerprint identifies
+  the writer schema among the current and released schemas of :mod:`schemas.registry`, so no network
+  service is needed and a record written with a released older version is read through Avro schema
+  resolution into the current model.
+* :class:`ConfluentRegistrySerde` (when a registry URL is configured): the Confluent wire format, magic
+  byte ``0`` + 4-byte big-endian schema id + Avro binary, through ``confluent_kafka.schema_registry``'s
+  ``AvroSerializer`` / ``AvroDeserializer`` (subjects follow its default ``<topic>-value`` strategy, so
+  ``topic`` is required there).
+
+Build one serde per process with :func:`make_serde` and reuse it: schemas are parsed once, by the
+registry, and the hot path only looks up dictionaries.
+
+Every failure to decode raises :class:`SchemaDecodeError`, whose ``reason`` says which of the five
+things went wrong (bad magic, unknown schema, wrong schema for the topic, malformed bytes, validation)
+so that the dead-letter step can record it without parsing messages.
+
+The datum written is ``model.model_dump(mode="json")`` (the convention of :mod:`schemas.base`), with
+the one documented exception that :data:`~schemas.base.RawBytes` fields, base64 text in JSON, are
+written as the bytes they stand for.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import struct
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Any, Protocol, TypeVar, overload
+
+import fastavro
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
+from fastavro.types import Schema
+from pydantic import ValidationError
+
+from schemas.base import AvroModel
+from schemas.registry import SchemaEntry, SchemaRegistry, SchemaVersion, load_registry
+
+M = TypeVar("M", bound=AvroModel)
+
+SINGLE_OBJECT_MAGIC = b"\xc3\x01"
+"""The two marker bytes of Avro single-object encoding."""
+
+SINGLE_OBJECT_HEADER_SIZE = len(SINGLE_OBJECT_MAGIC) + 8
+
+CONFLUENT_MAGIC = 0
+"""First byte of the Confluent Schema Registry wire format."""
+
+# What fastavro raises on bytes that are not a datum of the writer schema: short reads, varints that
+# overflow, invalid UTF-8, union/enum indexes out of range, negative lengths.
+_MALFORMED = (EOFError, ValueError, IndexError, KeyError, OverflowError, struct.error, MemoryError)
+
+
+class DecodeReason(StrEnum):
+    """Why bytes could not become a model."""
+
+    BAD_MAGIC = "bad_magic"
+    UNKNOWN_SCHEMA = "unknown_schema"
+    WRONG_SCHEMA = "wrong_schema"
+    MALFORMED = "malformed"
+    INVALID = "invalid"
+
+
+class SchemaDecodeError(ValueError):
+    """Bytes could not be decoded into the expected model.
+
+    Attributes:
+        reason: which check failed.
+        writer: full name of the writer schema when it was identified.
+    """
+
+    def __init__(self, reason: DecodeReason, message: str, *, writer: str | None = None) -> None:
+        super().__init__(f"{reason.value}: {message}")
+        self.reason = reason
+        self.writer = writer
+
+
+class SchemaEncodeError(ValueError):
+    """A model could not be written with its schema (a value the schema cannot carry)."""
+
+
+class Serde(Protocol):
+    """Turns models into record values and back; build once, reuse (schemas are parsed once)."""
+
+    def encode(self, model: AvroModel, *, topic: str | None = None) -> bytes:
+        """The record value of ``model`` (``topic`` names the subject where the format needs one)."""
+        ...
+
+    @overload
+    def decode(self, data: bytes, expected: type[M], *, topic: str | None = None) -> M: ...
+
+    @overload
+    def decode(self, data: bytes, expected: None = None, *, topic: str | None = None) -> AvroModel: ...
+
+    def decode(
+        self, data: bytes, expected: type[AvroModel] | None = None, *, topic: str | None = None
+    ) -> AvroModel:
+        """The model encoded in ``data``; MUST be an ``expected`` when given.
+
+        Raises:
+            SchemaDecodeError: for every way ``data`` can fail.
+        """
+        ...
+
+
+# ----------------------------------------------------------------------------------- datum adapting
+
+
+def _bytes_adapter(schema: Schema) -> Callable[[Any], Any] | None:
+    """A function turning the JSON dump's base64 text into bytes where the schema says ``bytes``.
+
+    ``None`` when the schema holds no ``bytes`` (the common case: the datum is written as dumped).
+    """
+    named: dict[str, Any] = {}
+
+    def build(node: Any) -> Callable[[Any], Any] | None:
+        if isinstance(node, str):
+            if node == "bytes":
+                return lambda value: base64.b64decode(value) if isinstance(value, str) else value
+            return build(named[node]) if node in named else None
+        if isinstance(node, list):
+            return _union([build(branch) for branch in node])
+        kind = node["type"]
+        if kind in ("record", "enum", "fixed"):
+            named[node["name"]] = node
+        if kind == "record":
+            adapters = {f["name"]: build(f["type"]) for f in node["fields"]}
+            active = {name: fn for name, fn in adapters.items() if fn is not None}
+            if not active:
+                return None
+            return lambda value: {k: (active[k](v) if k in active else v) for k, v in value.items()}
+        if kind == "array":
+            item = build(node["items"])
+            return None if item is None else (lambda value: [item(v) for v in value])
+        if kind == "map":
+            item = build(node["values"])
+            return None if item is None else (lambda value: {k: item(v) for k, v in value.items()})
+        return build(kind) if isinstance(kind, str) and kind not in ("enum", "fixed") else None
+
+    def _union(branches: list[Callable[[Any], Any] | None]) -> Callable[[Any], Any] | None:
+        active = [fn for fn in branches if fn is not None]
+        if not active:
+            return None
+        if len(active) > 1:
+            raise ValueError("a union may hold at most one branch containing bytes")
+        (only,) = active
+        return lambda value: None if value is None else only(value)
+
+    return build(schema)
+
+
+def _datum(model: AvroModel, adapter: Callable[[Any], Any] | None) -> Any:
+    dumped = model.model_dump(mode="json")
+    return dumped if adapter is None else adapter(dumped)
+
+
+def _validate(model_cls: type[M], datum: Any, writer: str) -> M:
+    try:
+        return model_cls.model_validate(datum)
+    except ValidationError as exc:
+        raise SchemaDecodeError(
+            DecodeReason.INVALID,
+            f"{writer} record rejected by {model_cls.__qualname__}: {exc.error_count()} error(s): "
+            + "; ".join(f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()),
+            writer=writer,
+        ) from exc
+
+
+def _describe_foreign(data: bytes) -> str:
+    """A hint for the operator about what unknown bytes look like."""
+    if not data:
+        return "the value is empty"
+    if data[:1] == bytes([CONFLUENT_MAGIC]):
+        return "it looks like the Confluent registry wire format (magic byte 0)"
+    if data[:2] == SINGLE_OBJECT_MAGIC:
+        return "it looks like Avro single-object encoding"
+    if data.lstrip()[:1] in (b"{", b"["):
+        return "it looks like JSON"
+    return f"it starts with {data[:4].hex()}"
+
+
+def _write(parsed: Schema, datum: Any, name: str) -> bytes:
+    buffer = io.BytesIO()
+    try:
+        fastavro.schemaless_writer(buffer, parsed, datum)
+    except (*_MALFORMED, TypeError, AttributeError) as exc:
+        raise SchemaEncodeError(f"{name}: the model holds a value its schema cannot carry: {exc}") from exc
+    return buffer.getvalue()
+
+
+# ------------------------------------------------------------------------------ single-object serde
+
+
+class SingleObjectSerde:
+    """Avro single-object encoding (``0xC3 0x01`` + CRC-64-AVRO fingerprint + Avro binary)."""
+
+    def __init__(self, registry: SchemaRegistry | None = None) -> None:
+        """Index the registry's current and released schemas by fingerprint.
+
+        Args:
+            registry: the schemas to know; the repository's own by default.
+        """
+        self._registry = registry or load_registry()
+        self._writers: dict[bytes, tuple[SchemaVersion, SchemaEntry]] = {}
+        self._adapters: dict[str, Callable[[Any], Any] | None] = {}
+        for entry in self._registry.entries.values():
+            for version in (*entry.released, entry.current):
+                self._writers[version.fingerprint] = (version, entry)
+            self._adapters[entry.full_name] = _bytes_adapter(entry.current.parsed)
+
+    def encode(self, model: AvroModel, *, topic: str | None = None) -> bytes:
+        """The single-object encoding of ``model``; ``topic`` is not needed by this format.
+
+        Raises:
+            SchemaEncodeError: the model holds a value its schema cannot carry.
+        """
+        entry = self._registry.for_model(type(model))
+        body = _write(entry.current.parsed, _datum(model, self._adapters[entry.full_name]), entry.full_name)
+        return SINGLE_OBJECT_MAGIC + entry.current.fingerprint + body
+
+    def decode(
+        self, data: bytes, expected: type[AvroModel] | None = None, *, topic: str | None = None
+    ) -> Any:
+        """The model encoded in ``data``, read into the current version of its schema.
+
+        Args:
+            data: a record value.
+            expected: the model the topic carries; any other writer schema is ``wrong_schema``.
+            topic: unused by this format (kept for a uniform interface).
+
+        Raises:
+            SchemaDecodeError: bad magic, unknown fingerprint, wrong schema, malformed bytes or a
+                datum the model rejects.
+        """
+        if data[:2] != SINGLE_OBJECT_MAGIC:
+            raise SchemaDecodeError(
+                DecodeReason.BAD_MAGIC, f"not Avro single-object encoding: {_describe_foreign(data)}"
+            )
+        if len(data) < SINGLE_OBJECT_HEADER_SIZE:
+            raise SchemaDecodeError(
+                DecodeReason.MALFORMED, f"truncated header: {len(data)} bytes, the header alone is 10"
+            )
+        fingerprint = data[2:SINGLE_OBJECT_HEADER_SIZE]
+        known = self._writers.get(fingerprint)
+        if known is None:
+            raise SchemaDecodeError(
+                DecodeReason.UNKNOWN_SCHEMA,
+                f"no current or released schema has fingerprint {fingerprint.hex()} "
+                "(written by a newer clingate, or not by clingate at all)",
+            )
+        writer, entry = known
+        if expected is not None and entry.full_name != expected.avro_name:
+            raise SchemaDecodeError(
+                DecodeReason.WRONG_SCHEMA,
+                f"expected {expected.avro_name}, the record was written as {entry.full_name}",
+                writer=entry.full_name,
+            )
+        reader = None if writer is entry.current else entry.current.parsed
+        buffer = io.BytesIO(data)
+        buffer.seek(SINGLE_OBJECT_HEADER_SIZE)
+        try:
+            datum = fastavro.schemaless_reader(buffer, writer.parsed, reader)
+        except (*_MALFORMED, fastavro.read.SchemaResolutionError) as exc:
+            raise SchemaDecodeError(
+                DecodeReason.MALFORMED,
+                f"bytes are not a {entry.full_name} datum: {type(exc).__name__}: {exc}",
+                writer=entry.full_name,
+            ) from exc
+        if buffer.tell() != len(data):
+            raise SchemaDecodeError(
+                DecodeReason.MALFORMED,
+                f"{len(data) - buffer.tell()} trailing bytes after the {entry.full_name} datum",
+                writer=entry.full_name,
+            )
+        return _validate(entry.model, datum, entry.full_name)
+
+
+# ----------------------------------------------------------------------------------- registry serde
+
+
+class ConfluentRegistrySerde:
+    """The Confluent Schema Registry wire format through ``confluent_kafka.schema_registry``.
+
+    Schemas are registered on first use under the ``<topic>-value`` subject (the serializer's default),
+    in their standalone form. Decoding reads with the expected model's current schema as the reader, so
+    the registry's older versions resolve into the current model.
+    """
+
+    def __init__(self, client: SchemaRegistryClient, registry: SchemaRegistry | None = None) -> None:
+        """Wrap a registry client.
+
+        Args:
+            client: e.g. ``SchemaRegistryClient.new_client({"url": url})``.
+            registry: the schemas to know; the repository's own by default.
+        """
+        self._client = client
+        self._registry = registry or load_registry()
+        self._serializers: dict[str, AvroSerializer] = {}
+        self._deserializers: dict[str, AvroDeserializer] = {}
+        self._writer_names: dict[int, str] = {}
+
+    def _serializer(self, entry: SchemaEntry) -> AvroSerializer:
+        serializer = self._serializers.get(entry.full_name)
+        if serializer is None:
+            adapter = _bytes_adapter(entry.current.parsed)
+            serializer = AvroSerializer(
+                self._client,
+                json.dumps(entry.current.schema),
+                to_dict=lambda model, _ctx: _datum(model, adapter),
+            )
+            self._serializers[entry.full_name] = serializer
+        return serializer
+
+    def _deserializer(self, entry: SchemaEntry) -> AvroDeserializer:
+        deserializer = self._deserializers.get(entry.full_name)
+        if deserializer is None:
+            deserializer = AvroDeserializer(self._client, json.dumps(entry.current.schema))
+            self._deserializers[entry.full_name] = deserializer
+        return deserializer
+
+    def _writer_name(self, schema_id: int) -> str:
+        name = self._writer_names.get(schema_id)
+        if name is None:
+            try:
+                registered = self._client.get_schema(schema_id)
+            except Exception as exc:  # the client raises its own error types per transport
+                raise SchemaDecodeError(
+                    DecodeReason.UNKNOWN_SCHEMA, f"registry has no schema id {schema_id}: {exc}"
+                ) from exc
+            try:
+                name = str(json.loads(registered.schema_str)["name"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise SchemaDecodeError(
+                    DecodeReason.UNKNOWN_SCHEMA, f"schema id {schema_id} is not a named Avro record"
+                ) from exc
+            self._writer_names[schema_id] = name
+        return name
+
+    def encode(self, model: AvroModel, *, topic: str | None = None) -> bytes:
+        """The Confluent wire format of ``model``, registering its schema under ``<topic>-value``.
+
+        Raises:
+            ValueError: no topic given (the subject is derived from it).
+            SchemaEncodeError: the model holds a value its schema cannot carry.
+        """
+        if topic is None:
+            raise ValueError("the registry wire format needs the topic to name the subject")
+        entry = self._registry.for_model(type(model))
+        try:
+            data = self._serializer(entry)(model, SerializationContext(topic, MessageField.VALUE))
+        except SerializationError as exc:
+            raise SchemaEncodeError(f"{entry.full_name}: {exc}") from exc
+        assert data is not None  # a model is never serialised as a tombstone
+        return data
+
+    def decode(
+        self, data: bytes, expected: type[AvroModel] | None = None, *, topic: str | None = None
+    ) -> Any:
+        """The model encoded in ``data`` (Confluent wire format).
+
+        Raises:
+            SchemaDecodeError: as :meth:`SingleObjectSerde.decode`.
+        """
+        if len(data) < 5 or data[0] != CONFLUENT_MAGIC:
+            raise SchemaDecodeError(
+                DecodeReason.BAD_MAGIC, f"not the registry wire format: {_describe_foreign(data)}"
+            )
+        writer = self._writer_name(int.from_bytes(data[1:5], "big"))
+        entry = self._registry.entries.get(writer)
+        if entry is None:
+            raise SchemaDecodeError(DecodeReason.UNKNOWN_SCHEMA, f"{writer} is not a clingate schema")
+        if expected is not None and writer != expected.avro_name:
+            raise SchemaDecodeError(
+                DecodeReason.WRONG_SCHEMA,
+                f"expected {expected.avro_name}, the record was written as {writer}",
+                writer=writer,
+            )
+        context = SerializationContext(topic or "", MessageField.VALUE)
+        try:
+            datum = self._deserializer(entry)(data, context)
+        except (SerializationError, *_MALFORMED) as exc:
+            raise SchemaDecodeError(
+                DecodeReason.MALFORMED, f"bytes are not a {writer} datum: {exc}", writer=writer
+            ) from exc
+        return _validate(entry.model, datum, writer)
+
+
+def make_serde(schema_registry_url: str | None = None) -> Serde:
+    """The serde of this process: the registry wire format when a URL is configured, else single-object.
+
+    Args:
+        schema_registry_url: ``Settings.schema_registry_url``; ``mock://<scope>`` selects the client
+            library's in-memory registry (tests).
+    """
+    if schema_registry_url:
+        return ConfluentRegistrySerde(SchemaRegistryClient.new_client({"url": schema_registry_url}))
+    return SingleObjectSerde()
