@@ -1,0 +1,58 @@
+"""DBPM, Dynamic Bidirectional Pattern Memory (arXiv 2607.00870), as a pure, deterministic engine.
+
+Public API (stable; the Kafka runtime, the replay command and the measurement tools use only this)::
+
+    from processors.dbpm import DBPMConfig, DBPMEngine, Flags, load_ontology, parse_event
+    from state import MemoryStore            # or state.rocksdb.RocksDBStore(path)
+
+    engine = DBPMEngine(DBPMConfig(), load_ontology())
+    store = MemoryStore()
+    with store.transaction() as txn:         # commits atomically on exit
+        event = parse_event(json_object)     # raises BadEvent on contract violations
+        txn, decisions = engine.process(txn, event, event.time)
+    engine.snapshot(store.transaction())     # the replay contract's state document
+
+* :class:`DBPMEngine` ``.process(state, event, now) -> (state, [Decision])``: ``state`` is any
+  key-value object with get / exists / set / delete / iter_prefix (a :class:`state.base.Transaction`);
+  ``now`` MUST be the event time (seconds since the epoch); a gate event yields one :class:`Decision`
+  (``decision`` ALLOW | DOWNGRADE | BLOCK, ``rule``, ``severity``, ``support``, ``multiplier``,
+  ``sources``, ``policy``; ``to_json(provenance)`` gives the contract's decision line).
+* :class:`DBPMConfig` (frozen; ``with_flags(**changes)``) and :class:`Flags`: every constant of the
+  paper with its citation, and the ablation flags of Table 12.
+* :func:`parse_event` / :class:`VerdictEvent` / :class:`GateEvent` / :class:`BadEvent`: the replay
+  contract's events; :func:`parse_time` / :func:`format_time` for its timestamps.
+* :func:`load_ontology` / :class:`Ontology`: Eq. 6 (``violates``), the RE gate's admitted check
+  (``admits``) and ``violation_event`` (the Filter's rule-based verdict for a live pipeline).
+* Gate outcome constants :data:`ALLOW`, :data:`DOWNGRADE`, :data:`BLOCK`.
+
+Modules: ``config`` (parameters, flags), ``signatures`` (§3.1), ``events`` (contract), ``ontology``
+(§4.7), ``memory`` (store layout, lazy decay, eviction index), ``update`` (Algorithm 1, §4.4),
+``gates`` (Eq. 4, §4.7, §4.8), ``maintenance`` (§4.6), ``engine`` (facade). Each module docstring
+records the choices made where the paper is silent.
+"""
+
+from processors.dbpm.config import DBPMConfig, Flags, TaskParams
+from processors.dbpm.engine import DBPMEngine
+from processors.dbpm.events import BadEvent, Event, GateEvent, VerdictEvent, format_time, parse_event, parse_time
+from processors.dbpm.gates import ALLOW, BLOCK, DOWNGRADE, Decision
+from processors.dbpm.ontology import Ontology, load_ontology
+
+__all__ = [
+    "ALLOW",
+    "BLOCK",
+    "DOWNGRADE",
+    "BadEvent",
+    "DBPMConfig",
+    "DBPMEngine",
+    "Decision",
+    "Event",
+    "Flags",
+    "GateEvent",
+    "Ontology",
+    "TaskParams",
+    "VerdictEvent",
+    "format_time",
+    "load_ontology",
+    "parse_event",
+    "parse_time",
+]

@@ -1,0 +1,145 @@
+"""DBPM input events in the replay-stream contract, validated into typed, immutable values.
+
+The contract (``replay-stream.md``) fixes the field names: ``kind`` (``verdict`` | ``gate``), ``ts``
+(ISO 8601 UTC), ``task``, ``verdict`` and ``source`` (verdicts), ``candidate_id`` (gates),
+``patient_id`` and a task-specific ``payload``. An event with an unknown kind, task or verdict, a
+missing field or a field of the wrong type raises :class:`BadEvent` with a reason an operator can act
+on; callers route it to their dead-letter output and carry on.
+
+Choices: a timestamp must carry a zone (``Z`` or an offset); naive times are rejected rather than
+guessed. Payload values must be strings; QA gates may add ``ner_categories`` (list of strings) and
+``difficulty`` (a number in [0, 1]); QA verdicts may add ``error_class`` (a string). Extra payload
+fields are kept and ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from processors.dbpm.config import NER, QA, RE, VERDICTS
+
+#: Payload fields each contract task requires (open tasks require ``entity``, like NER).
+PAYLOAD_FIELDS: Mapping[str, tuple[str, ...]] = {
+    NER: ("entity", "category"),
+    RE: ("head", "head_type", "relation", "tail", "tail_type"),
+    QA: ("question", "answer", "category"),
+}
+_OPEN_TASK_FIELDS = ("entity",)
+
+
+class BadEvent(ValueError):
+    """An input record that does not follow the replay-stream contract (the message says why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictEvent:
+    """A verifier (or rule-based) verdict on a candidate: feeds the memory (Algorithm 1)."""
+
+    ts: str
+    time: float
+    task: str
+    verdict: str
+    source: str
+    patient_id: str
+    payload: Mapping[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class GateEvent:
+    """A candidate asking for a gate decision (Eq. 4, §4.7, §4.8)."""
+
+    ts: str
+    time: float
+    task: str
+    patient_id: str
+    candidate_id: str
+    payload: Mapping[str, object]
+
+
+Event = VerdictEvent | GateEvent
+
+
+def parse_time(ts: str) -> float:
+    """Seconds since the Unix epoch of an ISO 8601 timestamp with a zone.
+
+    Raises:
+        BadEvent: not ISO 8601, or without a zone.
+    """
+    try:
+        moment = datetime.fromisoformat(ts)
+    except (TypeError, ValueError) as exc:
+        raise BadEvent(f"ts {ts!r} is not an ISO 8601 timestamp") from exc
+    if moment.tzinfo is None:
+        raise BadEvent(f"ts {ts!r} has no zone; write UTC as ...Z")
+    return moment.timestamp()
+
+
+def format_time(seconds: float) -> str:
+    """ISO 8601 UTC with ``Z`` (microseconds only when non-zero), the contract's ``ts`` format."""
+    moment = datetime.fromtimestamp(seconds, UTC)
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    if moment.microsecond:
+        text += f".{moment.microsecond:06d}"
+    return text + "Z"
+
+
+def _string(obj: Mapping[str, object], name: str, where: str) -> str:
+    value = obj.get(name)
+    if value is None:
+        raise BadEvent(f"missing field {where}{name!r}")
+    if not isinstance(value, str):
+        raise BadEvent(f"field {where}{name!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _check_payload(task: str, kind: str, payload: Mapping[str, object]) -> None:
+    for name in PAYLOAD_FIELDS.get(task, _OPEN_TASK_FIELDS):
+        _string(payload, name, "payload.")
+    if task != QA:
+        return
+    if kind == "verdict" and payload.get("error_class") is not None:
+        _string(payload, "error_class", "payload.")
+    if kind == "gate":
+        cats = payload.get("ner_categories")
+        if cats is not None and (not isinstance(cats, list) or not all(isinstance(c, str) for c in cats)):
+            raise BadEvent("field payload.'ner_categories' must be a list of strings")
+        difficulty = payload.get("difficulty")
+        if difficulty is not None and (
+            isinstance(difficulty, bool) or not isinstance(difficulty, int | float) or not 0 <= difficulty <= 1
+        ):
+            raise BadEvent("field payload.'difficulty' must be a number in [0, 1]")
+
+
+def parse_event(obj: object, tasks: Collection[str] = (NER, RE, QA)) -> Event:
+    """Validate one decoded JSON value as a contract event.
+
+    Args:
+        obj: the decoded JSON line.
+        tasks: the task names accepted (the contract's three by default).
+
+    Raises:
+        BadEvent: the value does not follow the contract.
+    """
+    if not isinstance(obj, dict):
+        raise BadEvent(f"an event must be a JSON object, got {type(obj).__name__}")
+    kind = _string(obj, "kind", "")
+    if kind not in ("verdict", "gate"):
+        raise BadEvent(f"unknown kind {kind!r} (expected 'verdict' or 'gate')")
+    task = _string(obj, "task", "")
+    if task not in tasks:
+        raise BadEvent(f"unknown task {task!r} (expected one of {', '.join(sorted(tasks))})")
+    ts = _string(obj, "ts", "")
+    time = parse_time(ts)
+    patient_id = _string(obj, "patient_id", "")
+    payload = obj.get("payload")
+    if not isinstance(payload, dict):
+        raise BadEvent("missing field 'payload' (an object)")
+    _check_payload(task, kind, payload)
+    if kind == "verdict":
+        verdict = _string(obj, "verdict", "")
+        if verdict not in VERDICTS:
+            raise BadEvent(f"unknown verdict {verdict!r} (expected one of {', '.join(VERDICTS)})")
+        return VerdictEvent(ts, time, task, verdict, _string(obj, "source", ""), patient_id, payload)
+    return GateEvent(ts, time, task, patient_id, _string(obj, "candidate_id", ""), payload)

@@ -1,0 +1,352 @@
+"""The DBPM memory as small records in an ordered key-value store (layout, codecs, lazy decay).
+
+Why records and not one document. The paper's reference keeps the whole memory in one JSON file and
+rewrites it every 200 events, so the cost of an event grows with the memory. Here every pattern,
+whitelist entry, preempted entity and patient counter is its own key, and an event touches a constant
+number of them: per-event cost is O(1) in the number of stored signatures (constraint C1, §3.3), and
+the store can hold millions of signatures.
+
+Lazy, exact wall-clock decay (Eq. 5). A pattern stores its severity *at a reference time* and never a
+decayed copy. Its effective severity at event time t is ``sev * 2 ** (-(t - ref) / h_t)``, computed
+on read. Reading, saving or pruning therefore never decays twice, and no result depends on how often
+state is saved. An update first takes the effective severity at the event time, applies Eq. 3 to it
+and stores the result with the event time as the new reference. An event older than a record's
+reference time decays nothing (``t - ref`` is clamped at 0) and leaves the reference unchanged.
+
+Eviction index. Caps evict the lowest *effective* severity. With one half-life per task,
+``log2(eff(t)) = log2(sev) + ref / h - t / h``, so ordering patterns by the time-invariant key
+``log2(sev) + ref / h`` orders them by effective severity at every instant t. Each pattern has one
+index entry under that key (8 order-preserving bytes, then the signature to break ties); pruning walks
+the index from the bottom until the first pattern at or above the floor and eviction pops from the
+bottom, so maintenance costs O(log n + k) for k removed patterns, never a scan. (Key precision is
+~1e-12 in log2 units for present-day timestamps; patterns that close in severity may be ordered by
+signature instead.)
+
+Counts are kept incrementally: the population of each (table, task) and, for QA, the per-category
+observation counts of Eq. 7, so reports, caps and the QA fallback never scan the memory.
+
+Key layout (first byte = table; task names and signatures are UTF-8):
+
+==================================  =========================================================
+``B`` task NUL signature            blocklist pattern: severity, ref time, last seen, count,
+                                    κ, κ ref time, source bits, then the QA category (UTF-8)
+``W`` task NUL signature            whitelist entry: confidence, last seen, count, QA category
+``I`` task NUL order8 signature     eviction index (empty value)
+``P`` entity                        NER-to-RE preemption set (empty value)
+``D`` patient                       patient counters: upstream hard fails, NER yield (Eq. 8)
+``C`` len16 patient category        a patient's accepted NER category (empty value)
+``Q`` category                      QA category counts: classified fails, fails, successes
+``N`` table task                    population of a table for a task
+``M`` name                          engine metadata: maintenance tick, last event time
+==================================  =========================================================
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterator
+from typing import NamedTuple, Protocol
+
+from processors.dbpm.config import QA, RULE_BASED, DBPMConfig
+
+_BLOCK = struct.Struct("<dddIHdB")
+_WHITE = struct.Struct("<ddI")
+_PAIR = struct.Struct("<QQ")
+_TRIPLE = struct.Struct("<QQQ")
+_COUNT = struct.Struct("<Q")
+_TICK = struct.Struct("<q")
+_TIME = struct.Struct("<d")
+_LEN16 = struct.Struct("<H")
+_ORDER = struct.Struct(">Q")
+_SIGN = 1 << 63
+_MASK = (1 << 64) - 1
+
+_META_TICK = b"Mtick"
+_META_AS_OF = b"Mas_of"
+
+#: Source-provenance bits of a pattern (which kinds of signal contributed to it).
+SOURCE_VERIFIER = 1
+SOURCE_RULE_BASED = 2
+SOURCE_CROSS_TASK = 4
+SOURCE_SELF = 8
+SOURCE_OTHER = 16
+_SOURCE_NAMES = (
+    (SOURCE_VERIFIER, "verifier"),
+    (SOURCE_RULE_BASED, "rule_based"),
+    (SOURCE_CROSS_TASK, "cross_task"),
+    (SOURCE_SELF, "verifier_self"),
+    (SOURCE_OTHER, "other"),
+)
+
+
+def source_bit(source: str) -> int:
+    """The provenance bit of a Table 4 source label."""
+    if source == "verifier_mmed":
+        return SOURCE_VERIFIER
+    if source == RULE_BASED:
+        return SOURCE_RULE_BASED
+    if source.startswith("cross_task"):
+        return SOURCE_CROSS_TASK
+    if source == "verifier_self":
+        return SOURCE_SELF
+    return SOURCE_OTHER
+
+
+def source_names(bits: int) -> tuple[str, ...]:
+    """The names of the provenance bits set in ``bits``, in a fixed order."""
+    return tuple(name for bit, name in _SOURCE_NAMES if bits & bit)
+
+
+class KeyValue(Protocol):
+    """What the engine needs from its state: a :class:`state.base.Transaction` satisfies it."""
+
+    def get(self, key: bytes) -> bytes | None: ...  # noqa: D102
+    def exists(self, key: bytes) -> bool: ...  # noqa: D102
+    def set(self, key: bytes, value: bytes) -> None: ...  # noqa: D102
+    def delete(self, key: bytes) -> None: ...  # noqa: D102
+    def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]: ...  # noqa: D102
+
+
+class Pattern(NamedTuple):
+    """A blocklist pattern (§4.3): severity at ``ref_time``, observations, κ and provenance."""
+
+    severity: float
+    ref_time: float
+    last_seen: float
+    count: int
+    kappa: int
+    kappa_ref: float
+    sources: int
+    category: str
+
+
+class WhiteEntry(NamedTuple):
+    """A whitelist entry (§4.3): confidence, observations, last seen, QA category."""
+
+    confidence: float
+    last_seen: float
+    count: int
+    category: str
+
+
+def decayed(severity: float, ref_time: float, now: float, half_life_s: float) -> float:
+    """Eq. 5 evaluated lazily: ``severity * 2 ** (-(now - ref_time) / h)``, no growth backwards."""
+    elapsed = now - ref_time
+    if elapsed <= 0.0:
+        return severity
+    return severity * 2.0 ** (-elapsed / half_life_s)
+
+
+def order_key(severity: float, ref_time: float, half_life_s: float) -> bytes:
+    """The time-invariant eviction order ``log2(sev) + ref / h`` as 8 order-preserving bytes."""
+    value = math.log2(severity) + ref_time / half_life_s if severity > 0.0 else -math.inf
+    (bits,) = _ORDER.unpack(struct.pack(">d", value))
+    bits = (bits ^ _MASK) if bits & _SIGN else (bits | _SIGN)
+    return _ORDER.pack(bits)
+
+
+def _tag(task: str) -> bytes:
+    return task.encode() + b"\x00"
+
+
+class Memory:
+    """Typed access to the DBPM records of one state transaction (no caching: reads are live).
+
+    Every method reads or writes through the passed-in key-value object only; a Memory holds no
+    state of its own, so creating one per event is free and a gate always sees the latest write.
+    """
+
+    __slots__ = ("_half_life_s", "config", "kv")
+
+    def __init__(self, kv: KeyValue, config: DBPMConfig) -> None:
+        self.kv = kv
+        self.config = config
+        self._half_life_s = {task: p.half_life_days * 86400.0 for task, p in config.tasks.items()}
+
+    # -- blocklist ---------------------------------------------------------------------------
+
+    def half_life_s(self, task: str) -> float:
+        """The task's wall-clock half-life in seconds (Eq. 5)."""
+        return self._half_life_s[task]
+
+    def pattern(self, task: str, sig: str) -> Pattern | None:
+        """The blocklist pattern of ``sig`` on ``task`` as stored (not decayed), or None."""
+        raw = self.kv.get(b"B" + _tag(task) + sig.encode())
+        if raw is None:
+            return None
+        return Pattern(*_BLOCK.unpack_from(raw), raw[_BLOCK.size :].decode())
+
+    def severity(self, task: str, pattern: Pattern | None, now: float) -> float:
+        """The effective severity B(σ, t) at ``now`` (0 for an absent pattern)."""
+        if pattern is None:
+            return 0.0
+        return decayed(pattern.severity, pattern.ref_time, now, self._half_life_s[task])
+
+    def kappa(self, pattern: Pattern | None, now: float) -> int:
+        """The effective cross-task hit counter κ: minus one per maintenance boundary since raised.
+
+        Without maintenance κ never decays (``--no-maintenance``).
+        """
+        if pattern is None:
+            return 0
+        if not self.config.flags.maintenance or pattern.kappa == 0:
+            return pattern.kappa
+        interval = self.config.maintenance_interval_s
+        crossed = math.floor(now / interval) - math.floor(pattern.kappa_ref / interval)
+        return max(0, pattern.kappa - max(0, crossed))
+
+    def put_pattern(self, task: str, sig: str, new: Pattern, old: Pattern | None) -> None:
+        """Store ``new`` over ``old`` (as read in this transaction), keeping index and counts in step."""
+        sig_bytes = sig.encode()
+        tag = _tag(task)
+        half_life = self._half_life_s[task]
+        if old is not None:
+            self.kv.delete(b"I" + tag + order_key(old.severity, old.ref_time, half_life) + sig_bytes)
+        else:
+            self._bump(b"NB" + tag, 1)
+        self.kv.set(b"B" + tag + sig_bytes, _BLOCK.pack(*new[:7]) + new.category.encode())
+        self.kv.set(b"I" + tag + order_key(new.severity, new.ref_time, half_life) + sig_bytes, b"")
+        if task == QA:
+            delta = new.count - (old.count if old is not None else 0)
+            classified = delta if sig.startswith("qa::") else 0
+            self._bump_qa(new.category, classified, delta, 0)
+
+    def delete_pattern(self, task: str, sig: str, old: Pattern) -> None:
+        """Remove a pattern (pruning, eviction) with its index entry and counts."""
+        sig_bytes = sig.encode()
+        tag = _tag(task)
+        self.kv.delete(b"B" + tag + sig_bytes)
+        self.kv.delete(b"I" + tag + order_key(old.severity, old.ref_time, self._half_life_s[task]) + sig_bytes)
+        self._bump(b"NB" + tag, -1)
+        if task == QA:
+            self._bump_qa(old.category, -old.count if sig.startswith("qa::") else 0, -old.count, 0)
+
+    def lowest(self, task: str) -> Iterator[tuple[str, Pattern]]:
+        """Patterns of ``task`` in ascending effective severity (the eviction index), lazily.
+
+        The caller MUST NOT write while consuming the iterator.
+        """
+        prefix = b"I" + _tag(task)
+        skip = len(prefix) + _ORDER.size
+        for key, _ in self.kv.iter_prefix(prefix):
+            sig = key[skip:].decode()
+            pattern = self.pattern(task, sig)
+            if pattern is not None:
+                yield sig, pattern
+
+    def patterns(self, task: str) -> Iterator[tuple[str, Pattern]]:
+        """All patterns of ``task`` in signature order (reports and exports)."""
+        prefix = b"B" + _tag(task)
+        for key, raw in self.kv.iter_prefix(prefix):
+            yield key[len(prefix) :].decode(), Pattern(*_BLOCK.unpack_from(raw), raw[_BLOCK.size :].decode())
+
+    # -- whitelist ---------------------------------------------------------------------------
+
+    def is_whitelisted(self, task: str, sig: str) -> bool:
+        """σ ∈ W_t: the signature has a whitelist entry on ``task``."""
+        return self.kv.exists(b"W" + _tag(task) + sig.encode())
+
+    def white(self, task: str, sig: str) -> WhiteEntry | None:
+        """The whitelist entry of ``sig`` on ``task``, or None."""
+        raw = self.kv.get(b"W" + _tag(task) + sig.encode())
+        if raw is None:
+            return None
+        return WhiteEntry(*_WHITE.unpack_from(raw), raw[_WHITE.size :].decode())
+
+    def put_white(self, task: str, sig: str, new: WhiteEntry, old: WhiteEntry | None) -> None:
+        """Store a whitelist entry, keeping counts in step."""
+        tag = _tag(task)
+        if old is None:
+            self._bump(b"NW" + tag, 1)
+        self.kv.set(b"W" + tag + sig.encode(), _WHITE.pack(*new[:3]) + new.category.encode())
+        if task == QA:
+            self._bump_qa(new.category, 0, 0, new.count - (old.count if old is not None else 0))
+
+    def whites(self, task: str) -> Iterator[tuple[str, WhiteEntry]]:
+        """All whitelist entries of ``task`` in signature order."""
+        prefix = b"W" + _tag(task)
+        for key, raw in self.kv.iter_prefix(prefix):
+            yield key[len(prefix) :].decode(), WhiteEntry(*_WHITE.unpack_from(raw), raw[_WHITE.size :].decode())
+
+    # -- counts ------------------------------------------------------------------------------
+
+    def population(self, table: str, task: str) -> int:
+        """Number of records of ``table`` (``"B"`` blocklist, ``"W"`` whitelist) for ``task``."""
+        raw = self.kv.get(b"N" + table.encode() + _tag(task))
+        return 0 if raw is None else _COUNT.unpack(raw)[0]
+
+    def _bump(self, key: bytes, delta: int) -> None:
+        raw = self.kv.get(key)
+        self.kv.set(key, _COUNT.pack((0 if raw is None else _COUNT.unpack(raw)[0]) + delta))
+
+    def qa_counts(self, category: str) -> tuple[int, int, int]:
+        """Eq. 7 inputs of a QA category: classified-fail count, all-fail count, success count."""
+        raw = self.kv.get(b"Q" + category.encode())
+        return (0, 0, 0) if raw is None else _TRIPLE.unpack(raw)
+
+    def _bump_qa(self, category: str, classified: int, fails: int, successes: int) -> None:
+        key = b"Q" + category.encode()
+        a, b, c = self.qa_counts(category)
+        self.kv.set(key, _TRIPLE.pack(a + classified, b + fails, c + successes))
+
+    # -- preemption set (§4.4) ----------------------------------------------------------------
+
+    def is_preempted(self, entity_sig: str) -> bool:
+        """The entity signature is in the NER-to-RE preemption set."""
+        return self.kv.exists(b"P" + entity_sig.encode())
+
+    def preempt(self, entity_sig: str) -> None:
+        """Add an entity signature to the preemption set (kept forever, §4.4)."""
+        self.kv.set(b"P" + entity_sig.encode(), b"")
+
+    def preempted(self) -> Iterator[str]:
+        """The preemption set in signature order."""
+        for key, _ in self.kv.iter_prefix(b"P"):
+            yield key[1:].decode()
+
+    # -- per-patient state (Eq. 8, Eq. 9) -----------------------------------------------------
+
+    def patient_counts(self, patient_id: str) -> tuple[int, int]:
+        """(upstream hard fails, NER yield) of a patient, the inputs of Eq. 8."""
+        raw = self.kv.get(b"D" + patient_id.encode())
+        return (0, 0) if raw is None else _PAIR.unpack(raw)
+
+    def add_patient_counts(self, patient_id: str, rejections: int, yields: int) -> None:
+        """Add to a patient's Eq. 8 counters."""
+        rej, yld = self.patient_counts(patient_id)
+        self.kv.set(b"D" + patient_id.encode(), _PAIR.pack(rej + rejections, yld + yields))
+
+    def _category_key(self, patient_id: str, category: str) -> bytes:
+        pid = patient_id.encode()
+        return b"C" + _LEN16.pack(len(pid)) + pid + category.encode()
+
+    def add_patient_category(self, patient_id: str, category: str) -> None:
+        """Record an accepted NER category (normalised lower-case) for a patient."""
+        self.kv.set(self._category_key(patient_id, category), b"")
+
+    def has_patient_category(self, patient_id: str, category: str) -> bool:
+        """The patient has an accepted NER fact in ``category`` (normalised lower-case)."""
+        return self.kv.exists(self._category_key(patient_id, category))
+
+    # -- metadata -----------------------------------------------------------------------------
+
+    def tick(self) -> int | None:
+        """Index of the last maintenance boundary applied, or None before the first."""
+        raw = self.kv.get(_META_TICK)
+        return None if raw is None else _TICK.unpack(raw)[0]
+
+    def set_tick(self, tick: int) -> None:
+        """Record the last maintenance boundary applied."""
+        self.kv.set(_META_TICK, _TICK.pack(tick))
+
+    def as_of(self) -> float | None:
+        """Event time of the last event applied, or None for an empty memory."""
+        raw = self.kv.get(_META_AS_OF)
+        return None if raw is None else _TIME.unpack(raw)[0]
+
+    def set_as_of(self, now: float) -> None:
+        """Record the event time of the event being applied (never moves backwards)."""
+        last = self.as_of()
+        if last is None or now > last:
+            self.kv.set(_META_AS_OF, _TIME.pack(now))

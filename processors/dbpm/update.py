@@ -1,0 +1,201 @@
+"""The memory update operator U (paper Algorithm 1, Eq. 3) and cross-task propagation (§4.4).
+
+Per verdict event (σ, t, v, τ, s):
+
+* **success** -> whitelist path (§4.3): confidence 0.90 on first sighting, else
+  ``min(0.99, conf + eta_success_t)``; count + 1; last seen = τ. Returns before any severity change.
+* **hard_fail / soft_downgrade** -> blocklist path: a new pattern starts at ``w_s * σ0(v)`` (0.50 /
+  0.25) with count 1 and κ 0; an existing one becomes ``min(1, ρ_v * B(σ, τ) + w_s * η_{v,t})`` with
+  count + 1 (Eq. 3), where B(σ, τ) is the severity *effective at τ* (Eq. 5, lazily decayed; see
+  :mod:`processors.dbpm.memory`). The reference time and last-seen time become τ.
+* Then, for a direct (not propagated) **hard_fail** with cross-task ON:
+  - RE -> NER: the head and tail entity strings receive soft evidence at the ``cross_task_re`` weight;
+  - QA -> NER: the comma-separated parts of the answer receive it at the ``cross_task_qa`` weight;
+    in both directions a target is normalised like a NER signature, must satisfy 4 < length < 60
+    (Algorithm 1 line 23; the paper states the bound for RE only, the contract's example stream shows
+    it on QA parts too: a ``yes`` part is not propagated), and each distinct target counts once per
+    event;
+  - NER -> RE: the entity signature (longer than 4 characters) joins the preemption set, whatever
+    the source; it stays there (a later success does not lift it).
+
+Propagate(e, w) (Algorithm 1 lines 36-45) applies the four invariants of §4.4: it does nothing when
+e is on the NER whitelist (whitelist protection), when κ(e) >= 3 (propagation cap), or when
+B(e, NER) >= 0.55 (severity-zone guard); otherwise it runs the soft_downgrade update with weight w,
+keeps only half of the increment, and raises κ. The propagated update never propagates itself
+(recursion prevention), and it never preempts.
+
+Per-patient state for the QA gate is kept from the same verdict stream (Eq. 8 and Eq. 9): a NER
+success adds one to the patient's NER yield and records its category (lower-cased) as accepted; a
+direct NER or RE hard_fail, whatever its source, adds one upstream rejection. (The paper counts
+"verifier rejections"; the contract's example stream also counts the Filter's rule-based hard fails,
+and soft downgrades are not rejections.)
+
+Numeric guard: severities and confidences are clipped to [0, 1] (constraint C3).
+"""
+
+from __future__ import annotations
+
+from processors.dbpm.config import (
+    CROSS_TASK_QA,
+    CROSS_TASK_RE,
+    HARD_FAIL,
+    NER,
+    QA,
+    RE,
+    RULE_BASED,
+    SOFT_DOWNGRADE,
+    SUCCESS,
+    DBPMConfig,
+)
+from processors.dbpm.events import VerdictEvent
+from processors.dbpm.memory import SOURCE_CROSS_TASK, Memory, Pattern, WhiteEntry, source_bit
+from processors.dbpm.signatures import ner_signature, qa_category, signature
+
+
+def _clip(value: float) -> float:
+    return 0.0 if value < 0.0 else 1.0 if value > 1.0 else value
+
+
+def effective_verdict(config: DBPMConfig, task: str, verdict: str) -> str:
+    """The verdict as applied: with uncertainty OFF an ambiguous QA verdict counts as success."""
+    if task == QA and verdict == SOFT_DOWNGRADE and not config.flags.uncertainty:
+        return SUCCESS
+    return verdict
+
+
+def record_success(mem: Memory, task: str, sig: str, now: float, category: str = "") -> None:
+    """The whitelist path of §4.3 (Algorithm 1 lines 4-7)."""
+    cfg = mem.config
+    old = mem.white(task, sig)
+    if old is None:
+        new = WhiteEntry(cfg.whitelist_initial, now, 1, category)
+    else:
+        confidence = min(cfg.whitelist_ceiling, old.confidence + cfg.tasks[task].eta_success)
+        new = WhiteEntry(_clip(confidence), max(old.last_seen, now), old.count + 1, old.category)
+    mem.put_white(task, sig, new, old)
+
+
+def raised_pattern(
+    mem: Memory,
+    task: str,
+    old: Pattern | None,
+    verdict: str,
+    weight: float,
+    now: float,
+    *,
+    sources: int,
+    category: str = "",
+) -> tuple[float, Pattern]:
+    """The severity update of Eq. 3 (Algorithm 1 lines 9-16), computed without writing.
+
+    Args:
+        mem: the memory (read for the effective severity and κ).
+        task: the task.
+        old: the stored pattern, or None for a first sighting.
+        verdict: ``hard_fail`` or ``soft_downgrade``.
+        weight: the source weight w_s.
+        now: the event time τ.
+        sources: provenance bits to add to the pattern.
+        category: the QA category of a new pattern ("" for other tasks).
+
+    Returns:
+        The effective severity before the update (0 for a new pattern) and the updated pattern.
+    """
+    cfg = mem.config
+    hard = verdict == HARD_FAIL
+    if old is None:
+        severity = weight * (cfg.initial_severity_hard_fail if hard else cfg.initial_severity_soft_downgrade)
+        return 0.0, Pattern(_clip(severity), now, now, 1, 0, now, sources, category)
+    params = cfg.tasks[task]
+    before = mem.severity(task, old, now)
+    rho = cfg.rho_hard_fail if hard else cfg.rho_soft_downgrade
+    eta = params.eta_hard_fail if hard else params.eta_soft_downgrade
+    return before, Pattern(
+        _clip(min(1.0, rho * before + weight * eta)),
+        max(old.ref_time, now),
+        max(old.last_seen, now),
+        old.count + 1,
+        mem.kappa(old, now),
+        old.kappa_ref,
+        old.sources | sources,
+        old.category,
+    )
+
+
+def propagate(mem: Memory, entity: str, weight: float, now: float) -> bool:
+    """Propagate(e, w) of Algorithm 1: graded cross-task soft evidence on the NER pattern of ``entity``.
+
+    Args:
+        mem: the memory.
+        entity: the entity string, already normalised as a NER signature.
+        weight: the cross-task source weight (``cross_task_re`` or ``cross_task_qa``).
+        now: the event time.
+
+    Returns:
+        True when evidence was recorded, False when a guard (whitelist, cap, zone) stopped it.
+    """
+    cfg = mem.config
+    if mem.is_whitelisted(NER, entity):
+        return False
+    old = mem.pattern(NER, entity)
+    kappa = mem.kappa(old, now)
+    if kappa >= cfg.propagation_cap:
+        return False
+    before = mem.severity(NER, old, now)
+    if before >= cfg.severity_zone_guard:
+        return False
+    _, raised = raised_pattern(mem, NER, old, SOFT_DOWNGRADE, weight, now, sources=SOURCE_CROSS_TASK)
+    halved = before + cfg.propagation_increment_factor * (raised.severity - before)
+    mem.put_pattern(NER, entity, raised._replace(severity=_clip(halved), kappa=kappa + 1, kappa_ref=now), old)
+    return True
+
+
+def apply_verdict(mem: Memory, event: VerdictEvent, now: float) -> None:
+    """Apply one verdict event to the memory (Algorithm 1 with the guards of §4.4).
+
+    Args:
+        mem: the memory of the current state transaction.
+        event: the verdict.
+        now: the event time (seconds since the epoch).
+    """
+    cfg = mem.config
+    flags = cfg.flags
+    task = event.task
+    if task == RE and event.source == RULE_BASED and not flags.ontology_filter:
+        return
+    verdict = effective_verdict(cfg, task, event.verdict)
+    payload = event.payload
+    category = qa_category(payload["category"]) if task == QA else ""  # type: ignore[arg-type]
+
+    if task == NER and verdict == SUCCESS:
+        mem.add_patient_counts(event.patient_id, 0, 1)
+        mem.add_patient_category(event.patient_id, str(payload["category"]).strip().lower())
+    elif verdict == HARD_FAIL and task in (NER, RE):
+        mem.add_patient_counts(event.patient_id, 1, 0)
+
+    if verdict == SUCCESS:
+        record_success(mem, task, signature(task, payload), now, category)
+        return
+
+    error_class = payload.get("error_class") if task == QA else None
+    sig = signature(task, payload, error_class)  # type: ignore[arg-type]
+    old = mem.pattern(task, sig)
+    _, new = raised_pattern(
+        mem, task, old, verdict, cfg.weight(event.source), now, sources=source_bit(event.source), category=category
+    )
+    mem.put_pattern(task, sig, new, old)
+    if verdict != HARD_FAIL or not flags.cross_task:
+        return
+    if task == RE:
+        targets = [payload["head"], payload["tail"]]
+        weight = cfg.weight(CROSS_TASK_RE)
+    elif task == QA:
+        targets = str(payload["answer"]).split(",")
+        weight = cfg.weight(CROSS_TASK_QA)
+    else:
+        if task == NER and len(sig) >= cfg.preempt_min_length:
+            mem.preempt(sig)
+        return
+    for entity in dict.fromkeys(ner_signature(t) for t in targets):  # type: ignore[arg-type]
+        if cfg.propagation_min_length <= len(entity) <= cfg.propagation_max_length:
+            propagate(mem, entity, weight, now)

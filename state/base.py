@@ -1,0 +1,200 @@
+"""The store interface of clingate: ordered byte keys, byte values, atomic batched writes.
+
+Why this shape. Processors keep their memory as many small records (one per signature, per patient,
+per index entry) so that the cost of one event does not depend on how many records exist. They reach
+those records only through a :class:`Transaction`, which gives them read-your-writes and is committed
+atomically, together with optional *offset markers* (e.g. the input or changelog offset a Kafka
+runtime has processed up to), so that data and position can never diverge after a crash.
+
+Contracts (every backend MUST meet them; ``tests/unit/state/test_store.py`` runs one suite on all):
+
+* keys and values are ``bytes``; iteration is in ascending unsigned-byte order of keys;
+* a transaction's reads see its own uncommitted writes and deletes, and the committed store
+  otherwise; nothing it writes is visible in the store before :meth:`Transaction.commit`;
+* :meth:`Transaction.commit` applies every write, delete and offset marker of the transaction at
+  once or not at all; a transaction is single-use (commit or abort, then it is closed);
+* keys starting with :data:`RESERVED_PREFIX` belong to the store (offset markers); callers MUST NOT
+  write them directly.
+
+One writer per store: a store is opened by one process, and at most one transaction is open at a
+time (the second one would not see the first one's writes).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from types import TracebackType
+
+from state.exceptions import StateError
+
+#: Key prefix owned by the store itself (offset markers). Data keys MUST NOT start with it.
+RESERVED_PREFIX = b"\xff\xff"
+_OFFSET_PREFIX = RESERVED_PREFIX + b"offset\x00"
+# A deleted key inside a transaction's write buffer (``None`` would be ambiguous with "absent").
+_TOMBSTONE = object()
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key that starts with ``prefix`` (None: no upper bound)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+class Store(abc.ABC):
+    """A committed key-value store with ordered iteration; writes go through :meth:`transaction`."""
+
+    @abc.abstractmethod
+    def get(self, key: bytes) -> bytes | None:
+        """Return the committed value of ``key``, or None when absent."""
+
+    def exists(self, key: bytes) -> bool:
+        """True when ``key`` has a committed value."""
+        return self.get(key) is not None
+
+    @abc.abstractmethod
+    def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """Committed ``(key, value)`` pairs with ``start <= key < end`` in ascending key order.
+
+        ``end=None`` means no upper bound. Writing to the store while iterating is not allowed.
+        """
+
+    def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Committed ``(key, value)`` pairs whose key starts with ``prefix``, ascending."""
+        return self.iter_range(prefix, prefix_end(prefix))
+
+    @abc.abstractmethod
+    def _apply(self, writes: dict[bytes, object]) -> None:
+        """Apply a write buffer (value bytes, or the tombstone) atomically. Transactions only."""
+
+    def get_offset(self, name: str) -> int | None:
+        """The committed offset marker ``name`` (see :meth:`Transaction.set_offset`), or None."""
+        raw = self.get(_OFFSET_PREFIX + name.encode())
+        return None if raw is None else int(raw)
+
+    def transaction(self) -> Transaction:
+        """Open a transaction over this store (at most one at a time)."""
+        return Transaction(self)
+
+    def close(self) -> None:  # noqa: B027 - optional hook, a no-op for stores holding no resources
+        """Release the store's resources; the store MUST NOT be used afterwards."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Transaction:
+    """A write buffer over a :class:`Store` with read-your-writes and an atomic commit.
+
+    Used as a context manager it commits when the block exits normally and aborts on an exception.
+    """
+
+    __slots__ = ("_closed", "_store", "_writes")
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._writes: dict[bytes, object] = {}
+        self._closed = False
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key`` as this transaction sees it (its own writes first)."""
+        value = self._writes.get(key)
+        if value is None:
+            return self._store.get(key)
+        return None if value is _TOMBSTONE else value  # type: ignore[return-value]
+
+    def exists(self, key: bytes) -> bool:
+        """True when ``key`` has a value as this transaction sees it."""
+        return self.get(key) is not None
+
+    def set(self, key: bytes, value: bytes) -> None:
+        """Write ``value`` under ``key`` (visible to this transaction at once, to others on commit)."""
+        self._check_open()
+        if key.startswith(RESERVED_PREFIX):
+            raise StateError(f"key {key!r} is in the store's reserved namespace; use set_offset()")
+        self._writes[key] = value
+
+    def delete(self, key: bytes) -> None:
+        """Delete ``key`` (a no-op when absent)."""
+        self._check_open()
+        self._writes[key] = _TOMBSTONE
+
+    def set_offset(self, name: str, offset: int) -> None:
+        """Record offset marker ``name`` so that it commits atomically with this transaction's data."""
+        self._check_open()
+        self._writes[_OFFSET_PREFIX + name.encode()] = str(int(offset)).encode()
+
+    def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` pairs with ``start <= key < end`` as this transaction sees them, ascending.
+
+        The buffered writes in the range are merged with the committed store. The caller MUST NOT
+        write through this transaction while consuming the iterator (collect first, then write).
+        """
+        pending = sorted(k for k in self._writes if k >= start and (end is None or k < end))
+        committed = self._store.iter_range(start, end)
+        i = 0
+        for key, value in committed:
+            while i < len(pending) and pending[i] < key:
+                yield from self._pending_item(pending[i])
+                i += 1
+            if i < len(pending) and pending[i] == key:
+                yield from self._pending_item(key)
+                i += 1
+            else:
+                yield key, value
+        for key in pending[i:]:
+            yield from self._pending_item(key)
+
+    def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` pairs whose key starts with ``prefix``, as this transaction sees them."""
+        return self.iter_range(prefix, prefix_end(prefix))
+
+    def _pending_item(self, key: bytes) -> Iterator[tuple[bytes, bytes]]:
+        value = self._writes[key]
+        if value is not _TOMBSTONE:
+            yield key, value  # type: ignore[misc]
+
+    @property
+    def pending(self) -> int:
+        """Number of keys written or deleted and not yet committed."""
+        return len(self._writes)
+
+    def commit(self) -> None:
+        """Apply every buffered write, delete and offset marker atomically, then close."""
+        self._check_open()
+        self._store._apply(self._writes)
+        self._writes = {}
+        self._closed = True
+
+    def abort(self) -> None:
+        """Discard the buffered writes and close."""
+        self._writes = {}
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StateError("transaction already committed or aborted; open a new one")
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None and not self._closed:
+            self.commit()
+        else:
+            self.abort()
