@@ -1,0 +1,29 @@
+"""Fixtures the whole suite shares: one real Kafka broker per test session.
+
+``kafka_bootstrap`` is the address to use. It comes from :func:`streams.broker.provide_broker`:
+``KAFKA_BOOTSTRAP_SERVERS`` if set, else a testcontainers broker where a Docker engine answers,
+else a native KRaft broker in a temporary directory, stopped when the session ends. The broker
+starts only when an integration test first asks for it, so unit-only runs never start one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from streams.broker import Broker, provide_broker
+from streams.settings import get_settings
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """The session's broker (``.local`` is the :class:`LocalKafka` when it is a native one)."""
+    with provide_broker(get_settings(), tmp_path_factory.mktemp("kafka")) as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker: Broker) -> str:
+    """Bootstrap address of the session's broker."""
+    return kafka_broker.bootstrap
