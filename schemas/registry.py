@@ -142,6 +142,12 @@ def expected_full_name(path: Path) -> str:
     return f"{NAMESPACE_ROOT}.{area_of(path)}.{path.stem}"
 
 
+def snapshot_path(full_name: str, version: int, root: Path = RELEASED_ROOT) -> Path:
+    """Where version ``version`` of ``clingate.<area>.<Name>`` is snapshotted."""
+    _, area, name = full_name.split(".")
+    return root / area / f"{name}.v{version}.avsc"
+
+
 def released_files(root: Path = RELEASED_ROOT) -> dict[str, dict[int, Path]]:
     """Released snapshots by full name, then version number."""
     found: dict[str, dict[int, Path]] = {}
@@ -224,7 +230,12 @@ def standalone(full_name: str, named: Mapping[str, Schema]) -> dict[str, Any]:
     return expand(full_name)
 
 
-def _version(full_name: str, schema: dict[str, Any], version: int | None) -> SchemaVersion:
+def make_version(full_name: str, schema: dict[str, Any], version: int | None) -> SchemaVersion:
+    """Parse, check (reference parser) and fingerprint one standalone schema.
+
+    Raises:
+        SchemaRegistryError: the reference Avro implementation rejects the schema.
+    """
     parsed = fastavro.parse_schema(schema, named_schemas={})
     canonical = to_parsing_canonical_form(parsed)
     fingerprint = bytes.fromhex(fastavro_fingerprint(canonical, "CRC-64-AVRO"))
@@ -354,10 +365,10 @@ def build_registry(root: Path = AVRO_ROOT, released_root: Path = RELEASED_ROOT) 
     for full_name, model in models.items():
         path = defined_in[full_name]
         versions = tuple(
-            _version(full_name, json.loads(snapshot.read_text(encoding="utf-8")), number)
+            make_version(full_name, json.loads(snapshot.read_text(encoding="utf-8")), number)
             for number, snapshot in sorted(released.get(full_name, {}).items())
         )
-        current = _version(full_name, standalone(full_name, named), None)
+        current = make_version(full_name, standalone(full_name, named), None)
         same = [v for v in versions if v.fingerprint == current.fingerprint]
         if same:
             current = same[-1]

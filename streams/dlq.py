@@ -1,0 +1,234 @@
+"""The decode step and the dead-letter route every consumer of clingate shares.
+
+Nothing is silently dropped: a record that cannot become the model its topic carries goes, whole, to
+the dead-letter topic of its source (``<source>.dlq``, named by :func:`topics.catalog.dlq_name`) with
+the reason and its coordinates, and only then is its offset committed; processing continues with the
+next record.
+
+Two layers, so the step works the same under confluent-kafka consumers and faust agents:
+
+* :func:`decode_record` is pure: a framework-neutral :class:`SourceRecord` (bytes and coordinates) in,
+  :class:`Decoded` or :class:`DecodeFailed` out, as data. Failures are values, not exceptions, so a
+  caller cannot forget one and an agent cannot crash-restart past an offset (faust#315).
+* :class:`DeadLetterRouter` produces a :class:`DecodeFailed` to the dead-letter topic with a
+  confluent-kafka producer and returns only once the broker has acknowledged it; the caller commits the
+  source offset after that, never before (committing first could lose the record if the produce
+  failed). A faust agent instead sends :meth:`DecodeFailed.dead_letter` (encoded with the serde) with
+  :meth:`DecodeFailed.kafka_headers` to ``dlq_name(topic)`` through its own producer and awaits it.
+
+The dead-letter record: key = the original key; value = a ``clingate.common.DeadLetter`` (original
+value, key and headers byte for byte, the reason, the stage and the coordinates), encoded with the
+process's serde; headers in the style of Kafka KIP-1034 (whose Streams DLQ names them
+``__streams.errors.*``; ours are ``__clingate.errors.*`` with the same suffixes plus ``stage`` and
+``reason``) so that a tool that does not read Avro can triage.
+
+Choices: a tombstone (null value) on an event topic is a decode failure (events are never deleted by
+key); a record without a Kafka timestamp gets the Unix epoch as its dead letter's event time, not the
+wall clock, so a replay of the dead-letter topic is deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Generic, TypeVar
+
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, Message, Producer
+
+from schemas.base import AvroModel
+from schemas.common import DeadLetter, Header, Stage
+from schemas.serde import DecodeReason, SchemaDecodeError, Serde
+from topics.catalog import dlq_name
+
+M = TypeVar("M", bound=AvroModel)
+
+HEADER_PREFIX = "__clingate.errors."
+"""Prefix of the dead-letter headers (KIP-1034 style)."""
+
+_VALIDATE_REASONS = frozenset({DecodeReason.INVALID, DecodeReason.WRONG_SCHEMA})
+"""Reasons that mean the bytes were read but the content is not what the topic carries."""
+
+
+class DeadLetterDeliveryError(Exception):
+    """The dead letter was not acknowledged by the broker: do NOT commit the source offset; retry."""
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """A consumed record, independent of the client library that consumed it."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int | None
+    """The record's Kafka timestamp; ``None`` when the broker reports none."""
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = field(default=())
+
+    @classmethod
+    def from_message(cls, message: Message) -> SourceRecord:
+        """The view of a confluent-kafka message (one that is not an error event)."""
+        kind, timestamp = message.timestamp()
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        assert topic is not None and partition is not None and offset is not None  # data messages
+        return cls(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            timestamp_ms=None if kind == TIMESTAMP_NOT_AVAILABLE else timestamp,
+            key=message.key(),
+            value=message.value(),
+            headers=tuple(message.headers() or ()),
+        )
+
+
+@dataclass(frozen=True)
+class Decoded(Generic[M]):
+    """A record that decoded into the model its topic carries."""
+
+    record: SourceRecord
+    value: M
+
+
+@dataclass(frozen=True)
+class DecodeFailed:
+    """A record that did not decode, with everything its dead letter needs."""
+
+    record: SourceRecord
+    stage: Stage
+    error_type: str
+    reason: str
+    decode_reason: DecodeReason | None
+    """The serde's classification; ``None`` for failures outside the serde (a tombstone)."""
+    expected_schema: str
+
+    def dead_letter(self) -> DeadLetter:
+        """The dead-letter event of this failure."""
+        record = self.record
+        return DeadLetter(
+            ts=datetime.fromtimestamp((record.timestamp_ms or 0) / 1000, tz=UTC),
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            stage=self.stage,
+            error_type=self.error_type,
+            error=self.reason,
+            key=record.key,
+            value=record.value,
+            headers=tuple(Header(key=k, value=v) for k, v in record.headers),
+            expected_schema=self.expected_schema,
+        )
+
+    def kafka_headers(self) -> list[tuple[str, bytes]]:
+        """The KIP-1034-style headers of the dead-letter record."""
+        values = {
+            "exception": self.error_type,
+            "message": self.reason,
+            "topic": self.record.topic,
+            "partition": str(self.record.partition),
+            "offset": str(self.record.offset),
+            "stage": self.stage.value,
+            "reason": self.decode_reason.value if self.decode_reason else "",
+        }
+        return [(HEADER_PREFIX + name, value.encode("utf-8")) for name, value in values.items()]
+
+
+def decode_record(serde: Serde, record: SourceRecord, expected: type[M]) -> Decoded[M] | DecodeFailed:
+    """Decode a consumed record into ``expected`` or say why not; pure, never raises for bad bytes.
+
+    Args:
+        serde: the process's serde.
+        record: the consumed record.
+        expected: the model the record's topic carries.
+    """
+    if record.value is None:
+        return DecodeFailed(
+            record, Stage.DECODE, "TombstoneError",
+            "null value (tombstone) on an event topic", None, expected.avro_name,
+        )
+    try:
+        value = serde.decode(record.value, expected, topic=record.topic)
+    except SchemaDecodeError as exc:
+        stage = Stage.VALIDATE if exc.reason in _VALIDATE_REASONS else Stage.DECODE
+        return DecodeFailed(
+            record, stage, type(exc).__name__, str(exc), exc.reason, expected.avro_name
+        )
+    return Decoded(record, value)
+
+
+class DeadLetterRouter:
+    """Produces dead letters with a confluent-kafka producer and waits for the broker's acknowledgement.
+
+    The producer's ``message.max.bytes`` MUST admit the largest source record plus ~1 KiB (the dead
+    letter carries the original value), as MUST the dead-letter topic's ``max.message.bytes``.
+    """
+
+    def __init__(self, producer: Producer, serde: Serde, *, timeout_s: float = 30.0) -> None:
+        """Bind the router to a producer and a serde.
+
+        Args:
+            producer: a producer with ``acks=all`` and idempotence (the caller configures it).
+            serde: the process's serde, used to encode the dead letters.
+            timeout_s: how long to wait for the acknowledgement of one dead letter.
+        """
+        self._producer = producer
+        self._serde = serde
+        self._timeout_s = timeout_s
+
+    def send(self, failed: DecodeFailed) -> None:
+        """Produce ``failed`` to the dead-letter topic of its source and wait until it is acknowledged.
+
+        Raises:
+            DeadLetterDeliveryError: not acknowledged in time or rejected; the source offset MUST NOT
+                be committed.
+        """
+        topic = dlq_name(failed.record.topic)
+        errors: list[KafkaError] = []
+        delivered: list[bool] = []
+
+        def on_delivery(error: KafkaError | None, _message: Message) -> None:
+            if error is not None:
+                errors.append(error)
+            else:
+                delivered.append(True)
+
+        self._producer.produce(
+            topic,
+            key=failed.record.key,
+            value=self._serde.encode(failed.dead_letter(), topic=topic),
+            headers=failed.kafka_headers(),
+            on_delivery=on_delivery,
+        )
+        self._producer.flush(self._timeout_s)
+        if errors or not delivered:
+            reason = errors[0].str() if errors else f"no acknowledgement within {self._timeout_s}s"
+            raise DeadLetterDeliveryError(
+                f"dead letter for {failed.record.topic}[{failed.record.partition}]@{failed.record.offset} "
+                f"not written to {topic}: {reason}; the source offset was not committed, retry the record"
+            )
+
+    def route(self, record: SourceRecord, expected: type[M]) -> M | None:
+        """Decode ``record``; dead-letter it when it fails. The caller commits the offset after.
+
+        Returns:
+            The decoded model, or ``None`` when the record went to the dead-letter topic.
+
+        Raises:
+            DeadLetterDeliveryError: as :meth:`send`.
+        """
+        outcome = decode_record(self._serde, record, expected)
+        if isinstance(outcome, DecodeFailed):
+            self.send(outcome)
+            return None
+        return outcome.value
+
+
+def header_map(headers: Sequence[tuple[str, bytes | None]]) -> dict[str, str]:
+    """The dead-letter headers of a record as text, without the prefix (for triage tools and tests)."""
+    return {
+        name.removeprefix(HEADER_PREFIX): (value or b"").decode("utf-8", "replace")
+        for name, value in headers
+        if name.startswith(HEADER_PREFIX)
+    }
