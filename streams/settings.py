@@ -103,6 +103,19 @@ class Settings(BaseSettings):
         "before it decides on the view it has (the lag is then recorded in the decision's provenance).",
     )
 
+    dbpm_cross_task: bool = Field(
+        default=True,
+        validation_alias="CLINGATE_DBPM_CROSS_TASK",
+        description="DBPM cross-task propagation (paper §4.4). Off for event-for-event comparisons "
+        "with the in-process engine.",
+    )
+    dbpm_maintenance: bool = Field(
+        default=True,
+        validation_alias="CLINGATE_DBPM_MAINTENANCE",
+        description="DBPM event-time maintenance (pruning, caps, hit-counter decay, paper §4.6), per "
+        "memory partition. Off for event-for-event comparisons.",
+    )
+
     @property
     def worker_dir(self) -> Path:
         """The worker's data directory (``worker_datadir`` or ``<home>/worker``)."""

@@ -33,6 +33,7 @@ records are encoded by the engine's own codec, not by Faust.
 
 from __future__ import annotations
 
+import shutil
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ STORE_SCHEME = "clingate"
 BOUNDARY_KEY = b"\xfe\xfeinput-offset"
 # Offset marker (state.base offset markers) holding the last changelog offset applied locally.
 _CHANGELOG_MARKER = "changelog"
+_WRITE_THROUGH_STAGE = "write through ChangelogStore.stage(partition, writes, input_offset)"
 
 
 @dataclass(slots=True)
@@ -130,13 +132,18 @@ class ChangelogStore(SerializedStore):
         staged = ((k, v) for k, v in sorted(pending.items()) if v is not None)
         yield from merge(committed, staged)  # type: ignore[misc]
 
-    def committed_view(self) -> StateStore:
-        """A read-only :class:`state.base.Store` over the durable data of every local partition.
+    def durable_get(self, partition: int, key: bytes) -> bytes | None:
+        """Read ``key`` from the durable (changelog-acknowledged) data of ``partition`` only."""
+        return self._partition(partition).db.get(key)
 
-        This is the replicated view (GlobalKTable pattern) for a global table: each key lives in
-        exactly one partition (one writer per key), so partitions are merged by key order.
+    def durable_partitions(self) -> list[StateStore]:
+        """The durable data of every partition held locally, in partition order.
+
+        For a global table this is the replicated view of the GlobalKTable pattern: the worker's
+        own partitions as far as the changelog acknowledged them, the others as far as the standby
+        follower has read.
         """
-        return _CommittedView(self)
+        return [self._partitions[p].db for p in sorted(self._partitions)]
 
     # -- Faust's store interface ------------------------------------------------------------
 
@@ -207,20 +214,25 @@ class ChangelogStore(SerializedStore):
         await super().stop()
 
     def _get(self, key: bytes) -> bytes | None:
-        for part in self._partitions.values():
-            value = part.db.get(key)
+        for db in self.durable_partitions():
+            value = db.get(key)
             if value is not None:
                 return value
         return None
 
     def _set(self, key: bytes, value: bytes | None) -> None:
-        raise TypeError("write through ChangelogStore.stage(partition, writes, input_offset)")
+        raise TypeError(_WRITE_THROUGH_STAGE)
 
     def _del(self, key: bytes) -> None:
-        raise TypeError("write through ChangelogStore.stage(partition, writes, input_offset)")
+        raise TypeError(_WRITE_THROUGH_STAGE)
 
     def _iteritems(self) -> Iterator[tuple[bytes, bytes]]:
-        return self.committed_view().iter_range(b"", None)
+        # Faust's table views (len, iteration, the web /table pages): durable data, partition by
+        # partition, without the store's own bookkeeping keys.
+        for db in self.durable_partitions():
+            for key, value in db.iter_range(b"", None):
+                if not key.startswith((BOUNDARY_KEY, RESERVED_PREFIX)):
+                    yield key, value
 
     def _iterkeys(self) -> Iterator[bytes]:
         return (k for k, _ in self._iteritems())
@@ -233,6 +245,23 @@ class ChangelogStore(SerializedStore):
 
     def _contains(self, key: bytes) -> bool:
         return self._get(key) is not None
+
+    def reset_state(self) -> None:
+        """Delete the local data of every partition (Kafka's changelog is untouched)."""
+        for partition in list(self._partitions):
+            self._partitions.pop(partition).db.close()
+        for path in Path(self.app.conf.tabledir).glob(f"{self.table.name}-*.db"):
+            shutil.rmtree(path)
+
+    async def backup_partition(
+        self, tp: TP | int, flush: bool = True, purge: bool = False, keep: int = 1
+    ) -> None:
+        """Not offered: the changelog is the backup (a new host recovers from it)."""
+        raise NotImplementedError("ChangelogStore has no local backups; the changelog is the backup")
+
+    def restore_backup(self, tp: TP | int, latest: bool = True, backup_id: int = 0) -> None:
+        """Not offered: see :meth:`backup_partition`."""
+        raise NotImplementedError("ChangelogStore has no local backups; the changelog is the backup")
 
     def _clear(self) -> None:
         raise TypeError("a changelog-backed table is cleared by deleting its topic and data directory")
@@ -260,20 +289,3 @@ class ChangelogStore(SerializedStore):
                 else:
                     txn.set(key, value)
             txn.set_offset(_CHANGELOG_MARKER, changelog_offset)
-
-
-class _CommittedView(StateStore):
-    """Read-only merge of a :class:`ChangelogStore`'s durable partitions."""
-
-    def __init__(self, store: ChangelogStore) -> None:
-        self._store = store
-
-    def get(self, key: bytes) -> bytes | None:
-        return self._store._get(key)
-
-    def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-        parts = [p.db.iter_range(start, end) for p in list(self._store._partitions.values())]
-        return (kv for kv in merge(*parts) if not kv[0].startswith((BOUNDARY_KEY, RESERVED_PREFIX)))
-
-    def _apply(self, writes: dict[bytes, object]) -> None:
-        raise TypeError("the replicated view is read-only; writers stage through ChangelogStore")
