@@ -55,7 +55,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from heapq import merge
 from typing import Any
 
@@ -137,19 +137,24 @@ class PartitionWriter(Store):
 
 
 class MergedView(Store):
-    """Read-only view of a partitioned memory as one memory (the gates' replicated view)."""
+    """Read-only view of a partitioned memory as one memory (the gates' replicated view).
 
-    def __init__(self, tables: ChangelogStore) -> None:
-        self._tables = tables
+    Args:
+        partitions: returns the partition stores to merge (called on every read, so partitions
+            assigned later are seen).
+    """
+
+    def __init__(self, partitions: Callable[[], Sequence[Store]]) -> None:
+        self._partitions = partitions
 
     def get(self, key: bytes) -> bytes | None:
         """``key``'s value across partitions (:func:`processors.dbpm.partitioned.merge_values`)."""
-        values = [v for v in (db.get(key) for db in self._tables.durable_partitions()) if v is not None]
+        values = [v for v in (db.get(key) for db in self._partitions()) if v is not None]
         return merge_values(key, values) if values else None
 
     def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         """Merged pairs in ``[start, end)``, ascending, one per key."""
-        streams = [db.iter_range(start, end) for db in self._tables.durable_partitions()]
+        streams = [db.iter_range(start, end) for db in self._partitions()]
         group: list[bytes] = []
         current: bytes | None = None
         for key, value in merge(*streams, key=lambda kv: kv[0]):
@@ -216,7 +221,7 @@ class DbpmAgents:
         self._serde = serde
         self._topics = topics
         self._barrier_timeout_s = barrier_timeout_s
-        self._view = MergedView(memory)
+        self._view = MergedView(memory.durable_partitions)
 
     # -- memory agent -----------------------------------------------------------------------
 

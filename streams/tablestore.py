@@ -69,6 +69,40 @@ class _Staged:
     future: FutureMessage | None = None
 
 
+def write_group(store: StateStore, records: Iterable[tuple[bytes, bytes | None]], changelog_offset: int) -> None:
+    """Apply one changelog group to ``store`` atomically, with the changelog offset it ends at."""
+    with store.transaction() as txn:
+        for key, value in records:
+            if value is None:
+                txn.delete(key)
+            else:
+                txn.set(key, value)
+        txn.set_offset(_CHANGELOG_MARKER, changelog_offset)
+
+
+@dataclass(slots=True)
+class ChangelogFollower:
+    """Applies changelog records read in order to a store, whole groups only.
+
+    Records after the last boundary are held until their boundary arrives; :meth:`drop_partial`
+    discards them (the writer that produced them died and its input will be processed again).
+    """
+
+    store: StateStore
+    partial: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+
+    def add(self, key: bytes, value: bytes | None, offset: int) -> None:
+        """Feed the next changelog record (``value=None``: deletion) at changelog ``offset``."""
+        self.partial.append((key, value))
+        if key == BOUNDARY_KEY:
+            write_group(self.store, self.partial, offset)
+            self.partial = []
+
+    def drop_partial(self) -> None:
+        """Forget the records of an unfinished group."""
+        self.partial = []
+
+
 @dataclass(slots=True)
 class _Partition:
     """Per-partition state: the local database, staged writes, and an incomplete changelog group."""
@@ -77,8 +111,10 @@ class _Partition:
     staged: deque[_Staged] = field(default_factory=deque)
     # Latest staged entry per key: the writer's read-your-writes overlay.
     overlay: dict[bytes, _Staged] = field(default_factory=dict)
-    # Records read from the changelog after the last boundary (recovery / standby).
-    partial: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+    follower: ChangelogFollower = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.follower = ChangelogFollower(self.db)
 
 
 class ChangelogStore(SerializedStore):
@@ -166,7 +202,7 @@ class ChangelogStore(SerializedStore):
             return
         group = [part.staged.popleft() for _ in range(cut)]
         last_offset = group[-1].future.result().offset  # type: ignore[union-attr]
-        self._write(part, ((e.key, e.value) for e in group), last_offset)
+        write_group(part.db, ((e.key, e.value) for e in group), last_offset)
         for entry in group:
             if part.overlay.get(entry.key) is entry:
                 del part.overlay[entry.key]
@@ -175,17 +211,13 @@ class ChangelogStore(SerializedStore):
         """Recovery and standby: apply complete groups read from the changelog, hold partial ones."""
         for event in batch:
             message = event.message
-            part = self._partition(message.partition)
-            part.partial.append((message.key, message.value))
-            if message.key == BOUNDARY_KEY:
-                self._write(part, part.partial, message.offset)
-                part.partial = []
+            self._partition(message.partition).follower.add(message.key, message.value, message.offset)
 
     async def on_recovery_completed(self, active_tps: set[TP], standby_tps: set[TP]) -> None:
         """Drop incomplete groups of partitions this worker now writes: their input is re-delivered."""
         for tp in active_tps:
             if tp.topic == self.table.changelog_topic_name and tp not in standby_tps:
-                self._partition(tp.partition).partial = []
+                self._partition(tp.partition).follower.drop_partial()
 
     def revoke_partitions(self, tps: Iterable[TP]) -> None:
         """Close the databases of revoked partitions (their staged writes are flushed or lost)."""
@@ -279,13 +311,3 @@ class ChangelogStore(SerializedStore):
         directory = Path(self.app.conf.tabledir)
         directory.mkdir(parents=True, exist_ok=True)
         return directory / f"{self.table.name}-{partition}.db"
-
-    @staticmethod
-    def _write(part: _Partition, records: Iterable[tuple[bytes, bytes | None]], changelog_offset: int) -> None:
-        with part.db.transaction() as txn:
-            for key, value in records:
-                if value is None:
-                    txn.delete(key)
-                else:
-                    txn.set(key, value)
-            txn.set_offset(_CHANGELOG_MARKER, changelog_offset)
