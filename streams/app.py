@@ -69,6 +69,8 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         value_serializer="raw",
         producer_acks=-1,
         consumer_auto_offset_reset="earliest",
+        broker_session_timeout=settings.consumer_session_timeout_s,
+        broker_heartbeat_interval=settings.consumer_session_timeout_s / 10,
         autodiscover=False,
     )
 

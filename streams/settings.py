@@ -82,6 +82,13 @@ class Settings(BaseSettings):
         validation_alias="CLINGATE_TABLE_STANDBY_REPLICAS",
         description="Standby copies of each partitioned table kept warm on other workers for fast failover.",
     )
+    consumer_session_timeout_s: float = Field(
+        default=30.0,
+        ge=6.0,
+        validation_alias="CLINGATE_CONSUMER_SESSION_TIMEOUT_S",
+        description="How long the group waits for a silent worker before its partitions move to the "
+        "others (a SIGKILLed worker is noticed only after this). The broker admits 6 s to 300 s.",
+    )
     dbpm_batch_max: int = Field(
         default=500,
         ge=1,
