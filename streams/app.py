@@ -38,7 +38,9 @@ MEMORY_TABLE = "dbpm-memory"
 
 def dbpm_engines(settings: Settings) -> tuple[DBPMEngine, DBPMEngine]:
     """The memory engine and the gate engine (maintenance off: gates never maintain the view)."""
-    config = DBPMConfig().with_flags(cross_task=settings.dbpm_cross_task, maintenance=settings.dbpm_maintenance)
+    config = DBPMConfig().with_flags(
+        cross_task=settings.dbpm_cross_task, maintenance=settings.dbpm_maintenance
+    )
     ontology = load_ontology()
     return DBPMEngine(config, ontology), DBPMEngine(config.with_flags(maintenance=False), ontology)
 

@@ -318,7 +318,9 @@ class DbpmAgents:
 
     # -- shared -----------------------------------------------------------------------------
 
-    async def _decode(self, event: EventT, expected: type[Candidate] | type[Verdict]) -> tuple[Any, Any] | None:
+    async def _decode(
+        self, event: EventT, expected: type[Candidate] | type[Verdict]
+    ) -> tuple[Any, Any] | None:
         """``(model, engine event)`` of a record, or None after dead-lettering a bad one."""
         record = _record(event)
         result = decode_record(self._serde, record, expected)

@@ -69,7 +69,9 @@ class _Staged:
     future: FutureMessage | None = None
 
 
-def write_group(store: StateStore, records: Iterable[tuple[bytes, bytes | None]], changelog_offset: int) -> None:
+def write_group(
+    store: StateStore, records: Iterable[tuple[bytes, bytes | None]], changelog_offset: int
+) -> None:
     """Apply one changelog group to ``store`` atomically, with the changelog offset it ends at."""
     with store.transaction() as txn:
         for key, value in records:

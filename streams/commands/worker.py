@@ -42,6 +42,7 @@ def worker(
     if bootstrap is None:
         typer.echo("No Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`.", err=True)
         raise typer.Exit(2)
-    ensure_topics(admin_client(bootstrap), build_catalog(settings.topic_partitions, settings.topic_replication))
+    catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
+    ensure_topics(admin_client(bootstrap), catalog)
     faust_app = create_app(settings, bootstrap)
     faust.Worker(faust_app, loglevel=loglevel).execute_from_commandline()

@@ -160,7 +160,8 @@ def test_worker_decides_and_learns_like_the_in_process_engine(kafka_bootstrap: s
     events = _events(600)
     engine = _comparison_engine()
 
-    result = replay_via_kafka(kafka_bootstrap, events, engine, make_serde(None), f"{app_id}-{MEMORY_TABLE}-changelog")
+    changelog = f"{app_id}-{MEMORY_TABLE}-changelog"
+    result = replay_via_kafka(kafka_bootstrap, events, engine, make_serde(None), changelog)
 
     expected_decisions, expected_state = _in_process(engine, events)
     assert _contract(result.decisions) == expected_decisions
