@@ -26,7 +26,7 @@ from processors.dbpm import DBPMEngine, parse_event
 from schemas.serde import make_serde
 from state.memory import MemoryStore
 from streams.app import MEMORY_TABLE, dbpm_engines
-from streams.broker import free_port
+from streams.broker import Broker, free_port
 from streams.kafka_replay import replay_via_kafka
 from streams.settings import Settings
 from topics.admin import admin_client, ensure_topics
@@ -202,5 +202,67 @@ def test_memory_survives_sigkill_and_restart_exactly_once(kafka_bootstrap: str, 
 
     expected_decisions, expected_state = _in_process(engine, events)
     assert kills, "the replay finished before the first kill; lengthen the stream"
+    assert _contract(result.decisions) == expected_decisions
+    assert result.state == expected_state
+
+
+def test_survivor_takes_over_a_stopped_workers_partitions_with_state(
+    kafka_bootstrap: str, start_workers
+) -> None:
+    """Scenario: two workers of one app share the partitions; one is stopped mid-replay.
+
+    The survivor is assigned the stopped worker's memory and candidate partitions, continues from
+    its standby copy of their memory (changelog tail only), and the replay ends with the in-process
+    engine's decisions and state.
+    """
+    app_id, [first, second] = start_workers(2, **COMPARISON_FLAGS)
+    events = _events(800)
+    engine = _comparison_engine()
+    stopper = threading.Timer(4.0, second.stop)
+    stopper.start()
+    try:
+        changelog = f"{app_id}-{MEMORY_TABLE}-changelog"
+        result = replay_via_kafka(
+            kafka_bootstrap, events, engine, make_serde(None), changelog, timeout_s=120.0
+        )
+    finally:
+        stopper.cancel()
+        stopper.join()
+
+    expected_decisions, expected_state = _in_process(engine, events)
+    assert b"[^Worker]: Ready" in first.log.read_bytes()
+    assert _contract(result.decisions) == expected_decisions
+    assert result.state == expected_state
+
+
+def test_replay_completes_exactly_across_a_broker_restart(kafka_broker: Broker, start_workers) -> None:
+    """Scenario: the (native, single-node) broker is stopped and started again mid-replay.
+
+    Producers and the worker ride out the outage (retries, reconnects, a group rejoin); afterwards
+    every candidate has its decision and the memory is the in-process engine's.
+    """
+    if kafka_broker.local is None:
+        pytest.skip("needs the native broker the session starts (KAFKA_BOOTSTRAP_SERVERS is set)")
+    local = kafka_broker.local
+    app_id, _ = start_workers(1, **COMPARISON_FLAGS)
+    events = _events(800)
+    engine = _comparison_engine()
+
+    def restart() -> None:
+        local.stop()
+        time.sleep(2.0)
+        local.start()
+
+    outage = threading.Timer(3.0, restart)
+    outage.start()
+    try:
+        changelog = f"{app_id}-{MEMORY_TABLE}-changelog"
+        result = replay_via_kafka(
+            kafka_broker.bootstrap, events, engine, make_serde(None), changelog, timeout_s=180.0
+        )
+    finally:
+        outage.join()
+
+    expected_decisions, expected_state = _in_process(engine, events)
     assert _contract(result.decisions) == expected_decisions
     assert result.state == expected_state
