@@ -21,13 +21,18 @@ Choices (reasons in ``docs/faust-runtime.md``):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import faust
+from faust.sensors.prometheus import setup_prometheus_sensors
 from faust.stores import STORES
 from faust.types import StreamT, TopicT
+from prometheus_client import CollectorRegistry
 
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
 from schemas.serde import make_serde
 from streams.dbpm import DbpmAgents
+from streams.metrics import DbpmMetrics
 from streams.settings import Settings
 from streams.tablestore import STORE_SCHEME, ChangelogStore
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_TO_VERIFY, DBPM_VERDICTS, dlq_name
@@ -43,6 +48,14 @@ def dbpm_engines(settings: Settings) -> tuple[DBPMEngine, DBPMEngine]:
     )
     ontology = load_ontology()
     return DBPMEngine(config, ontology), DBPMEngine(config.with_flags(maintenance=False), ontology)
+
+
+def _lag(app: faust.App, topics: tuple[str, ...]) -> Iterator[tuple[str, int, int]]:
+    """(topic, partition, end offset - committed offset) of the app's assigned input partitions."""
+    monitor = app.monitor
+    for tp, end in list(monitor.tp_end_offsets.items()):
+        if tp.topic in topics:
+            yield tp.topic, tp.partition, max(end - monitor.tp_committed_offsets.get(tp, 0), 0)
 
 
 def create_app(settings: Settings, bootstrap: str) -> faust.App:
@@ -88,6 +101,9 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         help="DBPM memory records, partitioned by signature.",
     )  # fmt: skip
     engine, gate_engine = dbpm_engines(settings)
+    registry = CollectorRegistry()
+    setup_prometheus_sensors(app, pattern="/metrics", registry=registry, name_prefix="clingate")
+    metrics = DbpmMetrics(registry)
     agents = DbpmAgents(
         engine,
         gate_engine,
@@ -101,7 +117,9 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
             dlq_name(DBPM_CANDIDATES): topic(dlq_name(DBPM_CANDIDATES), 1),
         },
         settings.dbpm_barrier_timeout_s,
+        metrics,
     )
+    metrics.watch(lambda: _lag(app, (DBPM_VERDICTS, DBPM_CANDIDATES)), agents.view, engine.config)
     batch, linger = settings.dbpm_batch_max, settings.dbpm_batch_linger_s
 
     async def dbpm_memory(stream: StreamT) -> None:

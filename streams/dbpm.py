@@ -71,6 +71,7 @@ from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.serde import Serde
 from state.base import Store, Transaction
 from streams.dlq import Decoded, DecodeFailed, SourceRecord, decode_record
+from streams.metrics import DbpmMetrics
 from streams.tablestore import ChangelogStore
 from topics.catalog import dlq_name
 
@@ -202,6 +203,7 @@ class DbpmAgents:
         serde: the process's serde.
         topics: ``decisions``, ``to_verify`` and the dead-letter topics by source topic name.
         barrier_timeout_s: see :attr:`streams.settings.Settings.dbpm_barrier_timeout_s`.
+        metrics: where decisions, latencies and dead letters are counted.
     """
 
     def __init__(
@@ -213,6 +215,7 @@ class DbpmAgents:
         serde: Serde,
         topics: dict[str, TopicT],
         barrier_timeout_s: float,
+        metrics: DbpmMetrics,
     ) -> None:
         self._engine = engine
         self._gate_engine = gate_engine
@@ -221,7 +224,8 @@ class DbpmAgents:
         self._serde = serde
         self._topics = topics
         self._barrier_timeout_s = barrier_timeout_s
-        self._view = MergedView(memory.durable_partitions)
+        self._metrics = metrics
+        self.view = MergedView(memory.durable_partitions)
 
     # -- memory agent -----------------------------------------------------------------------
 
@@ -267,13 +271,17 @@ class DbpmAgents:
 
     async def decide(self, events: Sequence[EventT]) -> None:
         """Decide one batch of candidates; every decision is sent, ALLOW and DOWNGRADE also to verify."""
+        loop = asyncio.get_running_loop()
         for event in events:
+            started = loop.time()
             decoded = await self._decode(event, Candidate)
             if decoded is None:
                 continue
             candidate, gate = decoded
             waited_out = await self._barrier(gate.time)
-            txn = Transaction(self._view)
+            if waited_out:
+                self._metrics.barrier_timeouts.inc()
+            txn = Transaction(self.view)
             _, [decision] = self._gate_engine.process(txn, gate, gate.time)
             txn.abort()
             out = self._decision_record(candidate, decision, waited_out)
@@ -282,6 +290,8 @@ class DbpmAgents:
             await self._topics["decisions"].send(key=key, value=value)
             if decision.decision != BLOCK:
                 await self._topics["to_verify"].send(key=key, value=value)
+            self._metrics.decisions.labels(gate.task, decision.decision).inc()
+            self._metrics.gate_latency.observe(loop.time() - started)
 
     @staticmethod
     def _decision_record(candidate: Candidate, decision: Decision, waited_out: bool) -> GateDecision:
@@ -343,3 +353,4 @@ class DbpmAgents:
             headers=failed.kafka_headers(),
         )
         await fut  # delivered before the source offset can be committed
+        self._metrics.dead_letters.labels(failed.record.topic).inc()

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
 from processors.dbpm import DBPMEngine, parse_event
 from schemas.dbpm import Candidate, GateDecision, Verdict
@@ -74,6 +74,20 @@ def _consumer(bootstrap: str) -> Consumer:
     })  # fmt: skip
 
 
+def end_offset(client: Consumer, topic: str, partition: int, timeout_s: float = 30.0) -> int:
+    """The end offset of a partition, waiting out a leader election (fresh topic, broker restart)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return client.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)[1]
+        except KafkaException:
+            # NOT_LEADER / LEADER_NOT_AVAILABLE while a partition gets its leader; librdkafka does
+            # not mark them retriable here, so every error is retried until the deadline.
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def _partitions(client: Consumer, topic: str) -> list[int]:
     return sorted(client.list_topics(topic, timeout=30).topics[topic].partitions)
 
@@ -86,8 +100,8 @@ class _DecisionCollector:
         self._consumer = _consumer(bootstrap)
         assignment = []
         for p in _partitions(self._consumer, DBPM_DECISIONS):
-            _, high = self._consumer.get_watermark_offsets(TopicPartition(DBPM_DECISIONS, p), timeout=30)
-            assignment.append(TopicPartition(DBPM_DECISIONS, p, high))
+            end = end_offset(self._consumer, DBPM_DECISIONS, p)
+            assignment.append(TopicPartition(DBPM_DECISIONS, p, end))
         self._consumer.assign(assignment)
         self.seen: dict[str, GateDecision] = {}
 
@@ -186,7 +200,7 @@ def _changelog(bootstrap: str, topic: str) -> Iterator[tuple[int, bytes, bytes |
     try:
         ends: dict[int, int] = {}
         for p in _partitions(consumer, topic):
-            _, ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            ends[p] = end_offset(consumer, topic, p)
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p, end in ends.items() if end])
         remaining = {p for p, end in ends.items() if end}
         while remaining:

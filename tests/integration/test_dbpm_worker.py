@@ -27,7 +27,7 @@ from schemas.serde import make_serde
 from state.memory import MemoryStore
 from streams.app import MEMORY_TABLE, dbpm_engines
 from streams.broker import Broker, free_port
-from streams.kafka_replay import replay_via_kafka
+from streams.kafka_replay import end_offset, replay_via_kafka
 from streams.settings import Settings
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import DBPM_CANDIDATES, DBPM_VERDICTS, build_catalog
@@ -97,8 +97,7 @@ def _commit_end_offsets(bootstrap: str, group: str) -> None:
         ends = []
         for topic in (DBPM_VERDICTS, DBPM_CANDIDATES):
             for p in consumer.list_topics(topic, timeout=30).topics[topic].partitions:
-                _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-                ends.append(TopicPartition(topic, p, high))
+                ends.append(TopicPartition(topic, p, end_offset(consumer, topic, p)))
         consumer.commit(offsets=ends, asynchronous=False)
     finally:
         consumer.close()
