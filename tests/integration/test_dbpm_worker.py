@@ -247,10 +247,14 @@ def test_replay_completes_exactly_across_a_broker_restart(kafka_broker: Broker, 
     events = _events(800)
     engine = _comparison_engine()
 
+    port = int(kafka_broker.bootstrap.rsplit(":", 1)[1])
+
     def restart() -> None:
         local.stop()
         time.sleep(2.0)
-        local.start()
+        # Same port explicitly: clients keep the address they bootstrapped with, and
+        # LocalKafka.start() moves to another port when its probe finds the old one in TIME_WAIT.
+        local.start(port=port)
 
     outage = threading.Timer(3.0, restart)
     outage.start()
