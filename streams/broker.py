@@ -11,7 +11,8 @@ The native broker is the one developers and CI run here. Its jars are resolved o
 ``mvn dependency:copy-dependencies`` from ``deploy/local/pom.xml`` (where the Kafka version is
 chosen, see the comment there) into ``<home>/kafka/<version>-<pom digest>/libs``; the digest
 means an edited pom never reuses a stale cache. Maven runs only when that directory is missing,
-and a repeat run needs no network once ``~/.m2`` holds the artifacts (plugin version pinned).
+offline first, so a repeat run needs no network once ``~/.m2`` holds the artifacts (the plugin
+version is pinned for that).
 
 A :class:`LocalKafka` owns one directory::
 
@@ -94,7 +95,6 @@ BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
 )
 
 _NODE_ID = 1
-_STOP_SIGNAL = signal.SIGTERM
 
 
 class BrokerError(RuntimeError):
@@ -146,10 +146,14 @@ def ensure_artifacts(home: Path, pom: Path = KAFKA_POM) -> Path:
     libs.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="libs.", dir=libs.parent))
     command = [
-        mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+        mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(pom), "dependency:copy-dependencies",
         "-DincludeScope=runtime", f"-DoutputDirectory={staging}",
     ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    # Offline first: with the artifacts already in ~/.m2 this needs no network at all; only a
+    # machine that never resolved them goes online.
+    result = subprocess.run([*command, "--offline"], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         shutil.rmtree(staging, ignore_errors=True)
         output = (result.stdout + result.stderr).strip().splitlines()[-30:]
@@ -165,20 +169,27 @@ def ensure_artifacts(home: Path, pom: Path = KAFKA_POM) -> Path:
     return libs
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_port(preferred: object = None, taken: tuple[int, ...] = ()) -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now.
 
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
+    Args:
+        preferred: A port to return if it is an int, free and not in ``taken`` (a restart keeps
+            its address this way).
+        taken: Ports to avoid.
+    """
+    candidates = [preferred] if isinstance(preferred, int) and preferred not in taken else []
+    for port in [*candidates, 0]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            # As the JVM does: a just-stopped broker's connections in TIME_WAIT don't make a port taken.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            bound = int(sock.getsockname()[1])
+            if bound not in taken:
+                return bound
+    return free_port(taken=taken)
 
 
 def _new_cluster_id() -> str:
@@ -261,10 +272,13 @@ class LocalKafka:
         Args:
             directory: The broker's own directory (created on start).
             home: The clingate cache directory holding the jar cache.
-            extra_properties: server.properties entries that override the generated ones.
+            extra_properties: server.properties entries that override the generated ones; the
+                placeholders ``{port}`` and ``{controller_port}`` in a value are replaced by the
+                ports of this start (e.g. ``SASL_PLAINTEXT://127.0.0.1:{port}``).
             client_config: librdkafka settings the readiness probe needs (e.g. SASL credentials).
         """
-        self.directory = directory
+        # Absolute, because the pid check matches this path in the JVM's command line.
+        self.directory = directory.absolute()
         self.home = home
         self.extra_properties = dict(extra_properties or {})
         self.client_config = dict(client_config or {})
@@ -337,14 +351,26 @@ class LocalKafka:
             log_file=self.log_file,
         )
 
-    def log_tail(self, lines: int = 40) -> str:
-        """The last lines of the broker log and of the JVM's own output, for error messages."""
+    def log_tail(self, lines: int = 30) -> str:
+        """The broker's ERROR/FATAL lines and the last lines of its logs, for error messages.
+
+        The errors come first because a failed start ends in pages of orderly shutdown messages
+        that bury the cause (e.g. ``Address already in use``).
+        """
         parts = []
         for path in (self.log_file, self._jvm_output):
-            if path.exists():
-                text = path.read_text(errors="replace").splitlines()[-lines:]
-                if text:
-                    parts.append(f"--- {path} ---\n" + "\n".join(text))
+            text = path.read_text(errors="replace").splitlines() if path.exists() else []
+            if not text:
+                continue
+            # An ERROR line, plus the exception line under it (where the cause is usually spelled out).
+            errors = [
+                line + ("" if following.startswith("[") else f"\n    {following}")
+                for line, following in zip(text, [*text[1:], "["], strict=True)
+                if " ERROR " in line or " FATAL " in line
+            ][-10:]
+            if errors:
+                parts.append(f"--- errors in {path} ---\n" + "\n".join(errors))
+            parts.append(f"--- end of {path} ---\n" + "\n".join(text[-lines:]))
         return "\n".join(parts) or "(no broker output yet)"
 
     def _server_properties(self, port: int, controller_port: int) -> dict[str, str]:
@@ -360,7 +386,10 @@ class LocalKafka:
             "log.dirs": str(self.directory / "data"),
             **BROKER_DEFAULTS,
         }
-        properties.update(self.extra_properties)
+        properties.update(
+            (key, value.replace("{port}", str(port)).replace("{controller_port}", str(controller_port)))
+            for key, value in self.extra_properties.items()
+        )
         return properties
 
     def _java(self, libs: Path, main_class: str, *arguments: str) -> list[str]:
@@ -400,16 +429,8 @@ class LocalKafka:
             return running
         libs = ensure_artifacts(self.home)
         state = self._state()
-        previous = state.get("port")
-        if port is None:
-            port = previous if isinstance(previous, int) and _port_is_free(previous) else free_port()
-        previous_controller = state.get("controller_port")
-        controller_port = (
-            previous_controller
-            if isinstance(previous_controller, int) and previous_controller != port
-            and _port_is_free(previous_controller)
-            else free_port()
-        )
+        port = port or free_port(state.get("port"))
+        controller_port = free_port(state.get("controller_port"), taken=(port,))
         cluster_id = str(state.get("cluster_id") or _new_cluster_id())
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         self._state_file.write_text(
@@ -462,18 +483,7 @@ class LocalKafka:
         Returns:
             True if a running broker was stopped, False if none was running.
         """
-        pid = self._pid()
-        if pid is None:
-            self.pid_file.unlink(missing_ok=True)
-            self._reap()
-            return False
-        os.kill(pid, _STOP_SIGNAL)
-        if not self._wait_gone(pid, timeout):
-            os.kill(pid, signal.SIGKILL)
-            if not self._wait_gone(pid, 10.0):
-                raise BrokerError(f"the broker JVM (pid {pid}) survived SIGKILL")
-        self.pid_file.unlink(missing_ok=True)
-        return True
+        return self._end(signal.SIGTERM, timeout)
 
     def kill(self) -> bool:
         """Kill the broker abruptly (SIGKILL, no controlled shutdown), as a crash would.
@@ -481,19 +491,19 @@ class LocalKafka:
         Returns:
             True if a running broker was killed.
         """
-        pid = self._pid()
-        if pid is None:
-            return False
-        os.kill(pid, signal.SIGKILL)
-        self._wait_gone(pid, 10.0)
-        self.pid_file.unlink(missing_ok=True)
-        return True
+        return self._end(signal.SIGKILL, 0.0)
 
-    def _reap(self) -> None:
-        if self._process is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._process.wait(timeout=0)
-            self._process = None
+    def _end(self, first_signal: signal.Signals, grace: float) -> bool:
+        pid = self._pid()
+        if pid is not None:
+            os.kill(pid, first_signal)
+            if not self._wait_gone(pid, grace):
+                os.kill(pid, signal.SIGKILL)
+                if not self._wait_gone(pid, 10.0):
+                    raise BrokerError(f"the broker JVM (pid {pid}) survived SIGKILL")
+        self.pid_file.unlink(missing_ok=True)
+        self._process = None
+        return pid is not None
 
     def _wait_gone(self, pid: int, timeout: float) -> bool:
         if self._process is not None and self._process.pid == pid:
@@ -534,14 +544,28 @@ def docker_engine_available(timeout: float = 2.0) -> bool:
         return False
 
 
+def confluent_image_env(properties: Mapping[str, str]) -> dict[str, str]:
+    """Broker properties as the Confluent image's environment (``foo.bar`` -> ``KAFKA_FOO_BAR``).
+
+    Confluent's documentation maps ``_`` and ``-`` to ``__`` / ``___`` or the reverse depending on
+    the release, so property names containing them are refused rather than guessed.
+
+    Raises:
+        ValueError: A property name contains ``_`` or ``-``.
+    """
+    ambiguous = [key for key in properties if "_" in key or "-" in key]
+    if ambiguous:
+        raise ValueError(f"no reliable Confluent image variable for {ambiguous}")
+    return {"KAFKA_" + key.replace(".", "_").upper(): value for key, value in properties.items()}
+
+
 @contextlib.contextmanager
 def _container_broker() -> Iterator[str]:
     from testcontainers.community.kafka import KafkaContainer
 
     container = KafkaContainer(image=TESTCONTAINERS_IMAGE).with_kraft()
-    for key, value in BROKER_DEFAULTS.items():
-        # The Confluent image maps KAFKA_FOO_BAR to foo.bar in server.properties.
-        container.with_env("KAFKA_" + key.upper().replace(".", "_"), value)
+    for name, value in confluent_image_env(BROKER_DEFAULTS).items():
+        container.with_env(name, value)
     container.start()
     try:
         bootstrap = container.get_bootstrap_server()

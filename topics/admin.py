@@ -14,12 +14,13 @@ ours and are ignored. ``cleanup.policy`` is compared as a set (``compact,delete`
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, ResourceType
 
 from topics.catalog import TopicSpec
 
@@ -60,14 +61,35 @@ def _normalise(name: str, value: str) -> str:
     return value
 
 
+def _read_state(
+    admin: AdminClient, specs: list[TopicSpec], timeout: float
+) -> tuple[ClusterMetadata, dict[str, dict[str, str]]]:
+    """Metadata and configs of ``specs``, retried while a new topic is not visible everywhere yet.
+
+    A topic just created (by us or a concurrent creator) is committed by the controller before the
+    broker's metadata cache has it; for that short window the broker answers UNKNOWN_TOPIC_OR_PART.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            metadata = admin.list_topics(timeout=timeout)
+            if any(spec.name not in metadata.topics or metadata.topics[spec.name].error for spec in specs):
+                raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+            resources = [ConfigResource(ResourceType.TOPIC, spec.name) for spec in specs]
+            futures = admin.describe_configs(resources, request_timeout=timeout) if resources else {}
+            configs = {
+                resource.name: {name: entry.value for name, entry in future.result(timeout=timeout).items()}
+                for resource, future in futures.items()
+            }
+            return metadata, configs
+        except KafkaException as error:
+            if error.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def _differences(admin: AdminClient, specs: list[TopicSpec], timeout: float) -> dict[str, tuple[str, ...]]:
-    metadata = admin.list_topics(timeout=timeout)
-    resources = [ConfigResource(ResourceType.TOPIC, spec.name) for spec in specs]
-    futures = admin.describe_configs(resources, request_timeout=timeout) if resources else {}
-    configs_by_name = {
-        resource.name: {name: entry.value for name, entry in future.result(timeout=timeout).items()}
-        for resource, future in futures.items()
-    }
+    metadata, configs_by_name = _read_state(admin, specs, timeout)
     result: dict[str, tuple[str, ...]] = {}
     for spec in specs:
         topic = metadata.topics[spec.name]

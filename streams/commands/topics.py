@@ -11,9 +11,12 @@ break co-partitioning, so the operator has to decide.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Annotated
 
 import typer
+from confluent_kafka import KafkaException
 from rich.console import Console
 from rich.table import Table
 
@@ -73,6 +76,15 @@ def _reports_table(reports: list[TopicReport], title: str) -> Table:
     return table
 
 
+@contextlib.contextmanager
+def _cluster_errors_reported(address: str) -> Iterator[None]:
+    try:
+        yield
+    except KafkaException as error:
+        _err.print(f"Kafka at {address} failed: {error.args[0]}. Is it running and reachable?")
+        raise typer.Exit(2) from error
+
+
 @app.command()
 def create(
     bootstrap: Bootstrap = None,
@@ -88,7 +100,8 @@ def create(
             "No Kafka cluster: pass --bootstrap, set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`."
         )
         raise typer.Exit(2)
-    reports = ensure_topics(admin_client(address), _catalog(settings, partitions, replication), timeout)
+    with _cluster_errors_reported(address):
+        reports = ensure_topics(admin_client(address), _catalog(settings, partitions, replication), timeout)
     _out.print(_reports_table(reports, f"topics on {address}"))
     counts = {outcome: sum(r.outcome is outcome for r in reports) for outcome in Outcome}
     _err.print(", ".join(f"{count} {outcome}" for outcome, count in counts.items() if count))
@@ -120,5 +133,6 @@ def describe(
     _out.print(table)
     address = bootstrap or configured_bootstrap(settings)
     if address is not None:
-        reports = inspect_topics(admin_client(address), catalog, timeout)
+        with _cluster_errors_reported(address):
+            reports = inspect_topics(admin_client(address), catalog, timeout)
         _out.print(_reports_table(reports, f"state on {address}"))

@@ -3,7 +3,8 @@
 aiokafka 0.14 is what faust-streaming 0.15 runs on (agents, tables, exactly-once); confluent-kafka
 (librdkafka) is used by the admin code, the LLM consumer groups and the tools. Each test proves a
 record crosses from one stack to the other, through a consumer group, and that transactions work
-on the single-node broker (transaction state log replication 1, min ISR 1).
+on the single-node broker (transaction state log replication 1, min ISR 1); a last test runs a
+real faust agent with a table under exactly_once.
 """
 
 from __future__ import annotations
@@ -141,3 +142,45 @@ def test_aiokafka_transactional_producer_commits_like_faust_exactly_once(
     received = asyncio.run(produce_and_read())
 
     assert [value for _, value in received] == [b"v0", b"v1", b"v2"]
+
+
+def test_faust_exactly_once_agent_counts_into_a_table_and_forwards(
+    kafka_bootstrap: str, new_topic: Callable[..., str]
+):
+    """Scenario: a faust-streaming agent under exactly_once creates its own changelog topic (broker
+    auto-creation is off), counts into a table and forwards every record in committed transactions."""
+    import faust
+
+    source_name, sink_name = new_topic("faust", partitions=2), new_topic("faust", partitions=2)
+    app = faust.App(
+        f"clingate-test-{source_name}", broker=f"kafka://{kafka_bootstrap}", store="memory://",
+        web_enabled=False, topic_partitions=2, topic_replication_factor=1,
+        processing_guarantee="exactly_once",
+    )  # fmt: skip
+    raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
+    source, sink = app.topic(source_name, partitions=2, **raw), app.topic(sink_name, partitions=2, **raw)
+    counts = app.Table("counts", default=int, partitions=2)
+
+    @app.agent(source)
+    async def count(stream: faust.StreamT) -> None:
+        async for key, value in stream.items():
+            counts[key] += 1
+            await sink.send(key=key, value=value)
+
+    async def run() -> dict[bytes, int]:
+        await app.start()
+        try:
+            producer = Producer({"bootstrap.servers": kafka_bootstrap})
+            for i in range(9):
+                producer.produce(source_name, key=f"patient-{i % 3}".encode(), value=b"event")
+            assert producer.flush(30) == 0
+            async with asyncio.timeout(60):
+                while sum(counts.values()) < 9:
+                    await asyncio.sleep(0.1)
+            return dict(counts.items())
+        finally:
+            await app.stop()
+
+    assert asyncio.run(run()) == {b"patient-0": 3, b"patient-1": 3, b"patient-2": 3}
+    forwarded = _confluent_consume(kafka_bootstrap, sink_name, 9, **{"isolation.level": "read_committed"})
+    assert len(forwarded) == 9

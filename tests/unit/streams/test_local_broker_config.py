@@ -10,8 +10,11 @@ import pytest
 
 from streams.broker import (
     BROKER_DEFAULTS,
+    BrokerError,
     LocalKafka,
+    confluent_image_env,
     docker_engine_available,
+    ensure_artifacts,
     kafka_version,
     provide_broker,
 )
@@ -32,9 +35,11 @@ def test_server_properties_bind_loopback_and_make_topics_come_from_the_catalog(t
     assert properties["log.dirs"] == str(tmp_path / "data")
 
 
-def test_extra_properties_override_generated_ones(tmp_path: Path):
-    broker = LocalKafka(tmp_path, home=tmp_path, extra_properties={"listeners": "SASL_PLAINTEXT://127.0.0.1:1"})
-    assert broker._server_properties(port=2, controller_port=3)["listeners"] == "SASL_PLAINTEXT://127.0.0.1:1"
+def test_extra_properties_override_generated_ones_with_this_starts_ports(tmp_path: Path):
+    listeners = "SASL_PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}"
+    broker = LocalKafka(tmp_path, home=tmp_path, extra_properties={"listeners": listeners})
+    properties = broker._server_properties(port=2, controller_port=3)
+    assert properties["listeners"] == "SASL_PLAINTEXT://127.0.0.1:2,CONTROLLER://127.0.0.1:3"
 
 
 def test_broker_defaults_are_single_node_safe():
@@ -64,3 +69,16 @@ def test_docker_client_without_engine_is_detected_quickly(monkeypatch: pytest.Mo
     started = time.monotonic()
     assert docker_engine_available() is False
     assert time.monotonic() - started < 3.0
+
+
+def test_container_broker_gets_the_same_settings_as_the_native_one():
+    environment = confluent_image_env(BROKER_DEFAULTS)
+    assert environment["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "1"
+    assert environment["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+    assert len(environment) == len(BROKER_DEFAULTS)
+
+
+def test_missing_maven_is_reported_with_what_to_do(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BrokerError, match="KAFKA_BOOTSTRAP_SERVERS"):
+        ensure_artifacts(tmp_path / "home")
