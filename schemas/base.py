@@ -11,13 +11,13 @@ Convention (every event clingate reads or writes follows it):
 Free-form JSON documents (a FHIR resource, a relation payload of an open task) travel as Avro strings
 holding JSON, so the schema stays stable while the document evolves.
 
-Further rules, checked by :mod:`schemas.registry` when it loads (a violation fails start-up and the tests):
+Further rules (:mod:`schemas.registry` checks names and enums when it loads, failing start-up; the
+tests check the rest):
 
-* every record field carries a ``doc``; a field that may be absent is ``["null", T]`` with
-  ``"default": null`` in the schema and ``T | None = None`` in the model, so a later reader can add it
-  without breaking older writers (fields added after a release MUST have a default);
-* the model's field names are exactly the record's field names, and a field has a default in the model
-  exactly when it has one in the schema;
+* every record field carries a ``doc``; a field that may be absent SHOULD be ``["null", T]`` with
+  ``"default": null`` in the schema and ``T | None = None`` in the model; a field added after a release
+  MUST have a default (the compatibility test refuses it otherwise);
+* the model's field names (or their aliases) are exactly the record's field names;
 * every named type (record, enum) nested in a schema has a full name in the ``clingate.<area>`` namespace,
   and a record type reused by another schema file is referenced there by its full name (the registry
   resolves references across files; see :mod:`schemas.registry`);
@@ -25,7 +25,8 @@ Further rules, checked by :mod:`schemas.registry` when it loads (a violation fai
   exception to "the JSON dump is the Avro datum", undone by the serde);
 * an Avro ``int`` field is bounded to 32 bits in the model (``Field(ge=..., le=...)``) so that the model
   rejects what the schema cannot carry;
-* a schema's enum mirrors a :class:`enum.StrEnum` whose values are the symbols.
+* a schema's enum is mirrored by a :class:`enum.StrEnum` of the same name (checked: values equal the
+  symbols) or a ``Literal``.
 
 Time. Every event carries its event time in a field typed :data:`EventTime`. Choice (the brief left
 ``timestamp-millis`` or ISO strings open): an Avro ``string`` holding ISO 8601 in UTC with a ``Z``
@@ -55,7 +56,10 @@ from pydantic import (
 
 
 def _to_utc(value: datetime) -> datetime:
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError as exc:  # e.g. 0001-01-01T00:00+02:00: no UTC instant exists
+        raise ValueError(f"{value.isoformat()} has no UTC representation") from exc
 
 
 def _iso_utc(value: datetime) -> str:
@@ -110,6 +114,8 @@ that text back into bytes before writing Avro, so the wire carries the bytes the
 class AvroModel(BaseModel):
     """A frozen event model bound to one Avro schema by its full name."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # ser_json_inf_nan: an Avro double carries inf and NaN; the default JSON dump would turn them into
+    # null, which the schema rejects.
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
 
     avro_name: ClassVar[str]

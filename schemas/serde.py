@@ -171,6 +171,14 @@ def _validate(model_cls: type[M], datum: Any, writer: str) -> M:
             + "; ".join(f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()),
             writer=writer,
         ) from exc
+    except Exception as exc:
+        # A model validator that crashes on hostile input (MemoryError on a huge count, OverflowError)
+        # must not crash the consumer: the record would be re-read forever and block its partition.
+        raise SchemaDecodeError(
+            DecodeReason.INVALID,
+            f"{writer} record made {model_cls.__qualname__} fail: {type(exc).__name__}: {exc}",
+            writer=writer,
+        ) from exc
 
 
 def _describe_foreign(data: bytes) -> str:

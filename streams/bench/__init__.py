@@ -1,0 +1,1 @@
+"""Benchmarks, one module per area, exposed as ``clingate bench <area>``."""
