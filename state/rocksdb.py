@@ -5,15 +5,19 @@ commit or at this one, never in between (the atomic data+offset write Kafka Stre
 rely on). The database runs in raw mode (bytes keys and values, no pickling) with the default
 bytewise comparator, which gives the ascending unsigned-byte order the interface promises.
 
-One process owns one directory: RocksDB's LOCK file refuses a second opener.
+One process owns one directory: RocksDB's LOCK file refuses a second opener. Because of that single
+writer, the store can keep a bounded read cache of committed values, absent keys included (a gate
+mostly asks about signatures that have no record); commits update it, so it is never stale. The cache
+holds at most ``cache_entries`` keys and drops the oldest quarter when full.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import Options, Rdict, ReadOptions, WriteBatch
 
 from state.base import _TOMBSTONE, Store
 from state.exceptions import StateError
@@ -22,8 +26,12 @@ from state.exceptions import StateError
 class RocksDBStore(Store):
     """A :class:`~state.base.Store` persisted in a RocksDB directory."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, cache_entries: int = 1 << 18) -> None:
         """Open (creating if needed) the RocksDB database at ``path``.
+
+        Args:
+            path: the database directory.
+            cache_entries: size bound of the read cache (0 disables it).
 
         Raises:
             StateError: the directory cannot be opened (e.g. another process holds its lock).
@@ -33,16 +41,35 @@ class RocksDBStore(Store):
         try:
             self._db = Rdict(str(path), options)
         except Exception as exc:  # rocksdict raises a bare Exception for I/O and lock errors
-            raise StateError(f"cannot open RocksDB store at {path}: {exc}; is another process using it?") from exc
+            raise StateError(
+                f"cannot open RocksDB store at {path}: {exc}; is another process using it?"
+            ) from exc
         self._closed = False
+        self._cache: dict[bytes, bytes | None] = {}
+        self._cache_entries = cache_entries
 
     def get(self, key: bytes) -> bytes | None:
         """Return the committed value of ``key``, or None when absent."""
-        return self._db.get(key)
+        cache = self._cache
+        if key in cache:
+            return cache[key]
+        value = self._db.get(key)
+        if self._cache_entries:
+            if len(cache) >= self._cache_entries:
+                for old in list(islice(cache, max(1, self._cache_entries // 4))):
+                    del cache[old]
+            cache[key] = value
+        return value
 
     def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         """Committed pairs with ``start <= key < end`` (``end=None``: unbounded), ascending."""
-        it = self._db.iter()
+        if end is None:
+            it = self._db.iter()
+        else:
+            # The bound lets RocksDB stop at ``end`` instead of skipping tombstones beyond it.
+            options = ReadOptions()
+            options.set_iterate_upper_bound(end)
+            it = self._db.iter(options)
         it.seek(start)
         while it.valid():
             key = it.key()
@@ -61,6 +88,10 @@ class RocksDBStore(Store):
             else:
                 batch.put(key, value)
         self._db.write(batch)
+        cache = self._cache
+        for key, value in writes.items():
+            if key in cache:
+                cache[key] = None if value is _TOMBSTONE else value  # type: ignore[assignment]
 
     def close(self) -> None:
         """Flush and close the database (idempotent)."""

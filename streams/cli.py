@@ -14,9 +14,10 @@ app = typer.Typer(
 
 def _register() -> None:
     # Imported here so `clingate --help` stays fast and each command module owns its group.
-    from streams.commands import broker, topics, worker
+    from streams.commands import broker, replay, topics, worker
 
     app.add_typer(broker.app, name="broker")
+    app.add_typer(replay.app, name="replay")
     app.add_typer(topics.app, name="topics")
     app.add_typer(worker.app, name="worker")
 

@@ -33,7 +33,15 @@ records the choices made where the paper is silent.
 
 from processors.dbpm.config import DBPMConfig, Flags, TaskParams
 from processors.dbpm.engine import DBPMEngine
-from processors.dbpm.events import BadEvent, Event, GateEvent, VerdictEvent, format_time, parse_event, parse_time
+from processors.dbpm.events import (
+    BadEvent,
+    Event,
+    GateEvent,
+    VerdictEvent,
+    format_time,
+    parse_event,
+    parse_time,
+)
 from processors.dbpm.gates import ALLOW, BLOCK, DOWNGRADE, Decision
 from processors.dbpm.ontology import Ontology, load_ontology
 

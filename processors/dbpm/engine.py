@@ -21,8 +21,8 @@ from typing import TypeVar
 from processors.dbpm.config import QA, RE, DBPMConfig
 from processors.dbpm.events import Event, GateEvent, format_time
 from processors.dbpm.gates import ALLOW, Decision, gate_ner, gate_qa, gate_relation
-from processors.dbpm.maintenance import maintain
-from processors.dbpm.memory import KeyValue, Memory
+from processors.dbpm.maintenance import run_due
+from processors.dbpm.memory import KeyValue, Memory, half_lives
 from processors.dbpm.ontology import Ontology
 from processors.dbpm.signatures import signature
 from processors.dbpm.update import apply_verdict
@@ -38,11 +38,12 @@ class DBPMEngine:
         ontology: the relation ontology (see :func:`processors.dbpm.ontology.load_ontology`).
     """
 
-    __slots__ = ("config", "ontology")
+    __slots__ = ("_half_lives", "config", "ontology")
 
     def __init__(self, config: DBPMConfig, ontology: Ontology) -> None:
         self.config = config
         self.ontology = ontology
+        self._half_lives = half_lives(config)
 
     def process(self, state: S, event: Event, now: float) -> tuple[S, list[Decision]]:
         """Apply one event at event time ``now`` and return the state and the decisions it produced.
@@ -61,10 +62,11 @@ class DBPMEngine:
                 sig = signature(event.task, event.payload)
                 return state, [Decision(event.candidate_id, ALLOW, "disabled", event.task, sig, None, 0, 1.0)]
             return state, []
-        mem = Memory(state, cfg)
-        if cfg.flags.maintenance:
-            maintain(mem, now)
-        mem.set_as_of(now)
+        mem = Memory(state, cfg, self._half_lives)
+        as_of, tick = mem.clock()
+        new_tick = run_due(mem, now, tick)[0] if cfg.flags.maintenance else tick
+        if as_of is None or now > as_of or new_tick != tick:
+            mem.set_clock(now if as_of is None or now > as_of else as_of, new_tick)
         if not isinstance(event, GateEvent):
             apply_verdict(mem, event, now)
             return state, []
@@ -82,8 +84,8 @@ class DBPMEngine:
         Lists are sorted by signature (code-point order); ``as_of`` is the latest event time applied
         (``None`` for an empty memory). ``cross_task_hits`` is κ effective at ``as_of``.
         """
-        mem = Memory(state, self.config)
-        as_of = mem.as_of()
+        mem = Memory(state, self.config, self._half_lives)
+        as_of = mem.clock()[0]
         at = as_of if as_of is not None else 0.0
         blocklist: dict[str, list[dict[str, object]]] = {}
         whitelist: dict[str, list[dict[str, object]]] = {}
@@ -107,4 +109,3 @@ class DBPMEngine:
             "preempted_entities": list(mem.preempted()),
             "as_of": format_time(as_of) if as_of is not None else None,
         }
-

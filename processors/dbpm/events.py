@@ -27,6 +27,11 @@ PAYLOAD_FIELDS: Mapping[str, tuple[str, ...]] = {
     QA: ("question", "answer", "category"),
 }
 _OPEN_TASK_FIELDS = ("entity",)
+# Top-level string fields of each kind, in the order their absence is reported.
+_KIND_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "verdict": ("task", "ts", "patient_id", "verdict", "source"),
+    "gate": ("task", "ts", "patient_id", "candidate_id"),
+}
 
 
 class BadEvent(ValueError):
@@ -94,9 +99,14 @@ def _string(obj: Mapping[str, object], name: str, where: str) -> str:
     return value
 
 
+def _require_strings(obj: Mapping[str, object], names: tuple[str, ...], where: str) -> None:
+    for name in names:
+        if type(obj.get(name)) is not str:
+            _string(obj, name, where)  # raises with the precise reason
+
+
 def _check_payload(task: str, kind: str, payload: Mapping[str, object]) -> None:
-    for name in PAYLOAD_FIELDS.get(task, _OPEN_TASK_FIELDS):
-        _string(payload, name, "payload.")
+    _require_strings(payload, PAYLOAD_FIELDS.get(task, _OPEN_TASK_FIELDS), "payload.")
     if task != QA:
         return
     if kind == "verdict" and payload.get("error_class") is not None:
@@ -107,7 +117,9 @@ def _check_payload(task: str, kind: str, payload: Mapping[str, object]) -> None:
             raise BadEvent("field payload.'ner_categories' must be a list of strings")
         difficulty = payload.get("difficulty")
         if difficulty is not None and (
-            isinstance(difficulty, bool) or not isinstance(difficulty, int | float) or not 0 <= difficulty <= 1
+            isinstance(difficulty, bool)
+            or not isinstance(difficulty, int | float)
+            or not 0 <= difficulty <= 1
         ):
             raise BadEvent("field payload.'difficulty' must be a number in [0, 1]")
 
@@ -124,22 +136,22 @@ def parse_event(obj: object, tasks: Collection[str] = (NER, RE, QA)) -> Event:
     """
     if not isinstance(obj, dict):
         raise BadEvent(f"an event must be a JSON object, got {type(obj).__name__}")
-    kind = _string(obj, "kind", "")
-    if kind not in ("verdict", "gate"):
+    kind = obj.get("kind")
+    if not isinstance(kind, str) or kind not in _KIND_FIELDS:
+        _string(obj, "kind", "")
         raise BadEvent(f"unknown kind {kind!r} (expected 'verdict' or 'gate')")
-    task = _string(obj, "task", "")
+    _require_strings(obj, _KIND_FIELDS[kind], "")
+    task = obj["task"]
     if task not in tasks:
         raise BadEvent(f"unknown task {task!r} (expected one of {', '.join(sorted(tasks))})")
-    ts = _string(obj, "ts", "")
-    time = parse_time(ts)
-    patient_id = _string(obj, "patient_id", "")
     payload = obj.get("payload")
     if not isinstance(payload, dict):
         raise BadEvent("missing field 'payload' (an object)")
     _check_payload(task, kind, payload)
+    ts = obj["ts"]
     if kind == "verdict":
-        verdict = _string(obj, "verdict", "")
+        verdict = obj["verdict"]
         if verdict not in VERDICTS:
             raise BadEvent(f"unknown verdict {verdict!r} (expected one of {', '.join(VERDICTS)})")
-        return VerdictEvent(ts, time, task, verdict, _string(obj, "source", ""), patient_id, payload)
-    return GateEvent(ts, time, task, patient_id, _string(obj, "candidate_id", ""), payload)
+        return VerdictEvent(ts, parse_time(ts), task, verdict, obj["source"], obj["patient_id"], payload)
+    return GateEvent(ts, parse_time(ts), task, obj["patient_id"], obj["candidate_id"], payload)

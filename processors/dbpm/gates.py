@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from processors.dbpm.config import NER, QA, RE
+from processors.dbpm.config import QA, RE
 from processors.dbpm.events import GateEvent
 from processors.dbpm.memory import SOURCE_RULE_BASED, Memory, source_names
 from processors.dbpm.ontology import Ontology
@@ -99,7 +99,9 @@ class Decision:
         return out
 
 
-def _three_tier(mem: Memory, event: GateEvent, task: str, sig: str, now: float, whitelisted: bool) -> Decision:
+def _three_tier(
+    mem: Memory, event: GateEvent, task: str, sig: str, now: float, whitelisted: bool
+) -> Decision:
     cfg = mem.config
     if whitelisted:
         return _decide(mem, event, ALLOW, "whitelist", sig, None, 0, ("whitelist",))
@@ -113,7 +115,9 @@ def _three_tier(mem: Memory, event: GateEvent, task: str, sig: str, now: float, 
     if count >= params.min_support and severity > params.block_threshold:
         return _decide(mem, event, BLOCK, "block", sig, severity, count, sources, pattern.sources)
     if count >= 1 and cfg.downgrade_threshold < severity <= params.block_threshold:
-        return _decide(mem, event, DOWNGRADE, "downgrade_band", sig, severity, count, sources, pattern.sources)
+        return _decide(
+            mem, event, DOWNGRADE, "downgrade_band", sig, severity, count, sources, pattern.sources
+        )
     rule = "above_block_without_support" if severity > params.block_threshold else "below_band"
     return _decide(mem, event, ALLOW, rule, sig, severity, count, sources)
 
@@ -138,7 +142,12 @@ def _decide(
     if decision == DOWNGRADE and not flags.three_tier:
         decision = ALLOW
         policy.append("three_tier_off")
-    if decision == BLOCK and event.task == RE and flags.ontology_tag_only and pattern_sources & SOURCE_RULE_BASED:
+    if (
+        decision == BLOCK
+        and event.task == RE
+        and flags.ontology_tag_only
+        and pattern_sources & SOURCE_RULE_BASED
+    ):
         decision = DOWNGRADE
         policy.append("ontology_tag_only")
     if decision == BLOCK and flags.downgrade_first:
@@ -146,7 +155,16 @@ def _decide(
         policy.append("downgrade_first")
     multiplier = {ALLOW: 1.0, DOWNGRADE: mem.config.downgrade_multiplier, BLOCK: 0.0}[decision]
     return Decision(
-        event.candidate_id, decision, rule, event.task, sig, severity, support, multiplier, sources, tuple(policy)
+        event.candidate_id,
+        decision,
+        rule,
+        event.task,
+        sig,
+        severity,
+        support,
+        multiplier,
+        sources,
+        tuple(policy),
     )
 
 
@@ -214,7 +232,9 @@ def gate_qa(mem: Memory, event: GateEvent, now: float) -> Decision:
         difficulty = patient_difficulty(mem, event.patient_id)
         sources = ("fail_rate", "difficulty")
     if rate is None:
-        return _decide(mem, event, ALLOW, "fallback_insufficient_observations", sig, severity, support, sources)
+        return _decide(
+            mem, event, ALLOW, "fallback_insufficient_observations", sig, severity, support, sources
+        )
     if rate > cfg.qa_fail_rate_threshold and difficulty > cfg.qa_difficulty_threshold:
         return _decide(mem, event, DOWNGRADE, "fail_rate_difficulty", sig, severity, support, sources)
     return _decide(mem, event, ALLOW, "fallback_below_thresholds", sig, severity, support, sources)

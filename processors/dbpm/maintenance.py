@@ -10,11 +10,14 @@ The memory is therefore a function of the event stream alone.
 
 At a boundary b, for every task:
 
-1. **Prune**: every pattern whose effective severity at b is below 0.01 is deleted. The eviction
-   index is walked from the lowest key up and the walk stops at the first pattern at or above the
-   floor, so the cost is the number of pruned patterns, not the memory size.
+1. **Prune**: every pattern whose effective severity at b is below 0.01 is deleted.
 2. **Cap**: while the task holds more than C_t patterns, the one with the lowest effective severity
    (ties: lowest signature) is evicted. Caps are policy, not a memory limit: ``cap=None`` disables.
+
+Both happen in one walk up the eviction index from its low-water mark: entries are removed while
+they are below the floor or the task is over its cap, stale index entries met on the way are
+deleted, and the walk stops at the first entry kept above the floor, which becomes the new mark. The
+cost is the number of entries removed, not the memory size.
 
 The cross-task hit counter κ decays by one per boundary crossed since it was last raised; that is
 evaluated lazily on read (:meth:`Memory.kappa`), which is the same as decrementing every κ at every
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from processors.dbpm.memory import Memory
+from processors.dbpm.memory import Memory, order_key
 
 # Tolerance on the index key when looking for prunable patterns: the key is exact to ~1e-12, the
 # floor test itself is made on the exactly decayed severity.
@@ -35,7 +38,7 @@ _KEY_SLACK = 1e-9
 
 
 def maintain(mem: Memory, now: float) -> int:
-    """Run the maintenance of every grid boundary passed since the last run (at most once).
+    """Run the maintenance due at event time ``now`` (at most once per boundary) and record it.
 
     Args:
         mem: the memory.
@@ -44,43 +47,62 @@ def maintain(mem: Memory, now: float) -> int:
     Returns:
         The number of patterns removed (pruned or evicted).
     """
+    as_of, last = mem.clock()
+    tick, removed = run_due(mem, now, last)
+    if tick != last:
+        mem.set_clock(as_of, tick)
+    return removed
+
+
+def run_due(mem: Memory, now: float, last: int | None) -> tuple[int, int]:
+    """Run the boundary maintenance due at ``now`` given the last boundary applied, without recording it.
+
+    Args:
+        mem: the memory.
+        now: the event time of the event about to be applied.
+        last: index of the last boundary applied (None: never).
+
+    Returns:
+        The index of the latest boundary at or before ``now`` and the number of patterns removed.
+    """
     interval = mem.config.maintenance_interval_s
     tick = math.floor(now / interval)
-    last = mem.tick()
     if last is not None and tick <= last:
-        return 0
-    mem.set_tick(tick)
+        return last, 0
     boundary = tick * interval
-    return sum(_prune(mem, task, boundary) + _cap(mem, task) for task in mem.config.tasks)
+    return tick, sum(_maintain_task(mem, task, boundary) for task in mem.config.tasks)
 
 
-def _prune(mem: Memory, task: str, boundary: float) -> int:
+def _maintain_task(mem: Memory, task: str, boundary: float) -> int:
+    """Prune, cap and drop stale index entries of one task in a single walk up the eviction index."""
     floor = mem.config.prune_floor
-    # log2(eff(b)) = key - b / h: patterns with key below log2(floor) + b / h are below the floor.
-    limit = math.log2(floor) + boundary / mem.half_life_s(task) + _KEY_SLACK
-    doomed = []
-    for sig, pattern in mem.lowest(task):
-        if math.log2(max(pattern.severity, 1e-300)) + pattern.ref_time / mem.half_life_s(task) >= limit:
-            break
-        if mem.severity(task, pattern, boundary) < floor:
-            doomed.append((sig, pattern))
-    for sig, pattern in doomed:
-        mem.delete_pattern(task, sig, pattern)
-    return len(doomed)
-
-
-def _cap(mem: Memory, task: str) -> int:
     cap = mem.config.tasks[task].cap
-    if cap is None:
-        return 0
-    excess = mem.population("B", task) - cap
-    if excess <= 0:
-        return 0
+    excess = mem.population("B", task) - cap if cap is not None else 0
+    # log2(eff(b)) = key - b / h: entries with key below log2(floor) + b / h are below the floor.
+    limit = order_key(floor, boundary, mem.half_life_s(task), slack=_KEY_SLACK)
+    stale: list[bytes] = []
     doomed = []
-    for item in mem.lowest(task):
-        doomed.append(item)
-        if len(doomed) == excess:
+    first_kept = last_removed = None
+    for key, order, sig, pattern in mem.index_walk(task):
+        below = order < limit
+        if pattern is None:
+            if below or len(doomed) < excess:
+                stale.append(key)
+                last_removed = order
+                continue
+        elif (below and mem.severity(task, pattern, boundary) < floor) or len(doomed) < excess:
+            doomed.append((sig, pattern))
+            last_removed = order
+            continue
+        if first_kept is None:
+            first_kept = order  # every entry left is at or above the first one kept
+        if not below:
             break
+    for key in stale:
+        mem.kv.delete(key)
     for sig, pattern in doomed:
         mem.delete_pattern(task, sig, pattern)
+    low = first_kept if first_kept is not None else last_removed
+    if low is not None:
+        mem.set_low_water(task, low)
     return len(doomed)

@@ -115,7 +115,7 @@ def raised_pattern(
         max(old.ref_time, now),
         max(old.last_seen, now),
         old.count + 1,
-        mem.kappa(old, now),
+        old.kappa,
         old.kappa_ref,
         old.sources | sources,
         old.category,
@@ -181,7 +181,14 @@ def apply_verdict(mem: Memory, event: VerdictEvent, now: float) -> None:
     sig = signature(task, payload, error_class)  # type: ignore[arg-type]
     old = mem.pattern(task, sig)
     _, new = raised_pattern(
-        mem, task, old, verdict, cfg.weight(event.source), now, sources=source_bit(event.source), category=category
+        mem,
+        task,
+        old,
+        verdict,
+        cfg.weight(event.source),
+        now,
+        sources=source_bit(event.source),
+        category=category,
     )
     mem.put_pattern(task, sig, new, old)
     if verdict != HARD_FAIL or not flags.cross_task:

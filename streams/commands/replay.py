@@ -1,0 +1,196 @@
+"""``clingate replay``: run the DBPM engine over a JSON Lines event stream (the replay contract).
+
+``clingate replay --in EVENTS.jsonl --out DECISIONS.jsonl [--state-out STATE.json]
+[--store memory|rocksdb] [--no-maintenance]`` reads events in input order, applies each to the
+engine at its own event time, writes one decision line per gate event and, on request, the final
+memory in the contract's state format. Tools outside the project compare these files line by line,
+so the output is byte-identical across runs: JSON with a fixed key order, Python's shortest float
+repr, ``\\n`` line ends, state lists sorted by signature.
+
+Bad input (a line that is not JSON, or an event with an unknown kind / task / verdict or a missing
+or mistyped field, see :mod:`processors.dbpm.events`) is reported on stderr as ``line N: reason``
+and written to the dead-letter output (``--dlq``, default ``<out>.dlq.jsonl``; always rewritten, so
+it describes this run) as ``{"line": N, "error": reason, "raw": original line}``; replay continues
+with the next line. Blank lines are bad input too (nothing is dropped silently).
+
+State is committed in batches of ``--commit-every`` events (one atomic write batch each); the batch
+size changes I/O only, never a result. ``--store rocksdb`` keeps the memory in a RocksDB directory:
+``--store-path`` (which must not exist yet, so a replay always starts from an empty memory) or a
+temporary directory removed afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, TextIO
+
+import typer
+
+from processors.dbpm import BadEvent, DBPMConfig, DBPMEngine, load_ontology, parse_event
+from state import MemoryStore, Store
+
+app = typer.Typer(help="Replay a DBPM event stream (JSON Lines) through the engine.", no_args_is_help=True)
+
+
+class StoreKind(StrEnum):
+    """Where the replay keeps the memory."""
+
+    memory = "memory"
+    rocksdb = "rocksdb"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayStats:
+    """Counts of one replay run."""
+
+    events: int
+    decisions: int
+    bad_lines: int
+
+
+@contextmanager
+def open_store(kind: StoreKind, path: Path | None) -> Iterator[Store]:
+    """Open an empty store of ``kind`` (RocksDB at ``path``, or in a temporary directory)."""
+    if kind is StoreKind.memory:
+        yield MemoryStore()
+        return
+    from state.rocksdb import RocksDBStore  # deferred: the memory path never loads RocksDB
+
+    if path is not None:
+        if path.exists():
+            raise typer.BadParameter(f"{path} exists; a replay starts from an empty store, pick a new path")
+        with RocksDBStore(path) as store:
+            yield store
+        return
+    with (
+        tempfile.TemporaryDirectory(prefix="clingate-replay-") as tmp,
+        RocksDBStore(Path(tmp) / "db") as store,
+    ):
+        yield store
+
+
+def replay_stream(
+    events: TextIO,
+    decisions: TextIO,
+    dead_letters: TextIO,
+    store: Store,
+    engine: DBPMEngine,
+    *,
+    provenance: bool = False,
+    commit_every: int = 1000,
+    report: TextIO | None = None,
+) -> ReplayStats:
+    """Replay ``events`` into ``store`` through ``engine``, writing decisions and dead letters.
+
+    Args:
+        events: the input stream, one JSON event per line.
+        decisions: where decision lines go.
+        dead_letters: where bad lines go (one JSON object each).
+        store: an empty store (it holds the final memory afterwards).
+        engine: the DBPM engine.
+        provenance: append the decision's provenance fields after ``decision``.
+        commit_every: events per committed transaction.
+        report: where ``line N: reason`` reports go (stderr by default).
+
+    Returns:
+        The number of events applied, decisions written and bad lines.
+    """
+    report = report if report is not None else sys.stderr
+    tasks = tuple(engine.config.tasks)
+    applied = written = bad = 0
+    txn = store.transaction()
+    for number, line in enumerate(events, start=1):
+        raw = line.rstrip("\n")
+        try:
+            event = parse_event(json.loads(raw), tasks)
+        except (json.JSONDecodeError, BadEvent) as exc:
+            reason = f"not JSON: {exc}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+            bad += 1
+            print(f"line {number}: {reason}", file=report)
+            dead_letters.write(json.dumps({"line": number, "error": reason, "raw": raw}) + "\n")
+            continue
+        txn, outputs = engine.process(txn, event, event.time)
+        for decision in outputs:
+            decisions.write(json.dumps(decision.to_json(provenance)) + "\n")
+        written += len(outputs)
+        applied += 1
+        if applied % commit_every == 0:
+            txn.commit()
+            txn = store.transaction()
+    txn.commit()
+    return ReplayStats(applied, written, bad)
+
+
+def write_state(path: Path, store: Store, engine: DBPMEngine) -> None:
+    """Write the final memory in the contract's state format (indented JSON, trailing newline)."""
+    txn = store.transaction()
+    try:
+        document = engine.snapshot(txn)
+    finally:
+        txn.abort()
+    path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+
+
+@app.callback(invoke_without_command=True)
+def replay(
+    in_: Annotated[
+        Path, typer.Option("--in", help="Input events, JSON Lines (replay contract).", exists=True)
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Output decisions, one JSON line per gate event.")],
+    state_out: Annotated[
+        Path | None, typer.Option("--state-out", help="Write the final memory state (contract format) here.")
+    ] = None,
+    store: Annotated[StoreKind, typer.Option("--store", help="Keep the memory in memory or in RocksDB.")] = (
+        StoreKind.memory
+    ),
+    no_maintenance: Annotated[
+        bool,
+        typer.Option(
+            "--no-maintenance",
+            help="Turn off pruning, caps and κ decay (§4.6): for cross-implementation diffs.",
+        ),
+    ] = False,
+    dlq: Annotated[
+        Path | None,
+        typer.Option("--dlq", help="Dead-letter output for bad lines (default: <out>.dlq.jsonl)."),
+    ] = None,
+    provenance: Annotated[
+        bool, typer.Option("--provenance", help="Add rule, severity, support and sources to each decision.")
+    ] = False,
+    store_path: Annotated[
+        Path | None,
+        typer.Option("--store-path", help="RocksDB directory to create and keep (default: a temporary one)."),
+    ] = None,
+    commit_every: Annotated[
+        int, typer.Option("--commit-every", min=1, help="Events per committed batch.")
+    ] = 1000,
+) -> None:
+    """Run the DBPM engine over EVENTS.jsonl and write the decisions (and the final state)."""
+    config = DBPMConfig()
+    if no_maintenance:
+        config = config.with_flags(maintenance=False)
+    engine = DBPMEngine(config, load_ontology())
+    dlq_path = dlq if dlq is not None else out.with_name(out.name + ".dlq.jsonl")
+    with (
+        open_store(store, store_path) as kv,
+        in_.open(encoding="utf-8", newline="\n") as events,
+        out.open("w", encoding="utf-8", newline="\n") as decisions,
+        dlq_path.open("w", encoding="utf-8", newline="\n") as dead_letters,
+    ):
+        stats = replay_stream(
+            events, decisions, dead_letters, kv, engine, provenance=provenance, commit_every=commit_every
+        )
+        if state_out is not None:
+            write_state(state_out, kv, engine)
+    typer.echo(
+        f"replayed {stats.events} events: {stats.decisions} decisions, {stats.bad_lines} bad lines"
+        + (f" (see {dlq_path})" if stats.bad_lines else ""),
+        err=True,
+    )

@@ -1,0 +1,147 @@
+"""One contract suite for every state store backend (memory and RocksDB)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from state import RESERVED_PREFIX, MemoryStore, StateError, Store, prefix_end
+from state.rocksdb import RocksDBStore
+
+
+@pytest.fixture(params=["memory", "rocksdb"])
+def store(request, tmp_path) -> Iterator[Store]:
+    if request.param == "memory":
+        yield MemoryStore()
+    else:
+        with RocksDBStore(tmp_path / "db") as db:
+            yield db
+
+
+def _put(store: Store, items: dict[bytes, bytes]) -> None:
+    with store.transaction() as txn:
+        for key, value in items.items():
+            txn.set(key, value)
+
+
+def test_committed_writes_are_readable(store):
+    _put(store, {b"a": b"1", b"b": b"2"})
+    assert store.get(b"a") == b"1"
+    assert store.exists(b"b")
+    assert store.get(b"c") is None
+    assert not store.exists(b"c")
+
+
+def test_transaction_reads_its_own_writes_and_deletes(store):
+    _put(store, {b"a": b"1"})
+    txn = store.transaction()
+    txn.set(b"b", b"2")
+    txn.delete(b"a")
+    assert txn.get(b"b") == b"2"
+    assert txn.get(b"a") is None
+    assert not txn.exists(b"a")
+    assert store.get(b"a") == b"1", "uncommitted delete must not be visible in the store"
+    assert store.get(b"b") is None, "uncommitted write must not be visible in the store"
+    txn.commit()
+    assert store.get(b"a") is None
+    assert store.get(b"b") == b"2"
+
+
+def test_abort_discards_everything(store):
+    txn = store.transaction()
+    txn.set(b"k", b"v")
+    txn.set_offset("input", 7)
+    txn.abort()
+    assert store.get(b"k") is None
+    assert store.get_offset("input") is None
+
+
+def test_exception_in_context_aborts(store):
+    with pytest.raises(RuntimeError), store.transaction() as txn:
+        txn.set(b"k", b"v")
+        raise RuntimeError("boom")
+    assert store.get(b"k") is None
+
+
+def test_offset_commits_atomically_with_data(store):
+    with store.transaction() as txn:
+        txn.set(b"k", b"v")
+        txn.set_offset("input-0", 41)
+    assert store.get_offset("input-0") == 41
+    assert store.get(b"k") == b"v"
+    with store.transaction() as txn:
+        txn.set_offset("input-0", 42)
+    assert store.get_offset("input-0") == 42
+
+
+def test_reserved_keys_cannot_be_written_directly(store):
+    txn = store.transaction()
+    with pytest.raises(StateError):
+        txn.set(RESERVED_PREFIX + b"x", b"v")
+
+
+def test_closed_transaction_refuses_writes(store):
+    txn = store.transaction()
+    txn.commit()
+    with pytest.raises(StateError):
+        txn.set(b"a", b"b")
+
+
+def test_prefix_and_range_iteration_are_ordered_and_bounded(store):
+    _put(store, {b"a\x00": b"0", b"ab": b"1", b"ac": b"2", b"b": b"3", b"a\xff": b"4"})
+    assert [k for k, _ in store.iter_prefix(b"a")] == [b"a\x00", b"ab", b"ac", b"a\xff"]
+    assert [k for k, _ in store.iter_range(b"ab", b"b")] == [b"ab", b"ac", b"a\xff"]
+    assert [k for k, _ in store.iter_range(b"ac", None)] == [b"ac", b"a\xff", b"b"]
+
+
+def test_transaction_iteration_merges_pending_writes(store):
+    _put(store, {b"p1": b"old", b"p2": b"x", b"p4": b"y"})
+    txn = store.transaction()
+    txn.set(b"p1", b"new")
+    txn.delete(b"p2")
+    txn.set(b"p3", b"z")
+    txn.set(b"q", b"outside")
+    assert list(txn.iter_prefix(b"p")) == [(b"p1", b"new"), (b"p3", b"z"), (b"p4", b"y")]
+
+
+def test_prefix_end_is_the_first_key_after_the_prefix():
+    assert prefix_end(b"ab") == b"ac"
+    assert prefix_end(b"a\xff") == b"b"
+    assert prefix_end(b"\xff\xff") is None
+
+
+def test_rocksdb_store_survives_reopen(tmp_path):
+    with RocksDBStore(tmp_path / "db") as db, db.transaction() as txn:
+        txn.set(b"k", b"v")
+        txn.set_offset("changelog", 3)
+    with RocksDBStore(tmp_path / "db") as db:
+        assert db.get(b"k") == b"v"
+        assert db.get_offset("changelog") == 3
+
+
+def test_rocksdb_directory_has_one_owner(tmp_path):
+    with RocksDBStore(tmp_path / "db"), pytest.raises(StateError):
+        RocksDBStore(tmp_path / "db")
+
+
+_keys = st.binary(min_size=1, max_size=4).filter(lambda k: not k.startswith(RESERVED_PREFIX))
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=st.lists(st.tuples(st.booleans(), _keys, st.binary(max_size=3)), max_size=30))
+def test_memory_store_matches_a_dict_model(ops):
+    store = MemoryStore()
+    model: dict[bytes, bytes] = {}
+    with store.transaction() as txn:
+        for is_set, key, value in ops:
+            if is_set:
+                txn.set(key, value)
+                model[key] = value
+            else:
+                txn.delete(key)
+                model.pop(key, None)
+        assert list(txn.iter_range(b"", None)) == sorted(model.items())
+    assert list(store.iter_range(b"", None)) == sorted(model.items())
