@@ -22,7 +22,6 @@ time, as the contract defines it (the workers record only verdict times in the m
 
 from __future__ import annotations
 
-import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
 from processors.dbpm import DBPMEngine, parse_event
+from processors.dbpm.memory import Memory
 from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.serde import Serde
 from state.base import Store
@@ -39,9 +39,6 @@ from state.memory import MemoryStore
 from streams.dbpm import TICK_HEADER, MergedView, verdict_key
 from streams.tablestore import ChangelogFollower
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
-
-_AS_OF = b"Mas_of"
-_TIME = struct.Struct("<d")
 
 
 class ReplayTimeout(TimeoutError):
@@ -230,8 +227,9 @@ def read_state(bootstrap: str, changelog: str, engine: DBPMEngine, as_of: float 
         follower.add(key, value, offset)
     stores: list[Store] = [followers[p].store for p in sorted(followers)]
     if as_of is not None:
+        # A one-record partition holding the stream's clock; the view takes the latest time.
         stamp = MemoryStore()
         with stamp.transaction() as txn:
-            txn.set(_AS_OF, _TIME.pack(as_of))
+            Memory(txn, engine.config).set_clock(as_of, None)
         stores.append(stamp)
     return engine.snapshot(MergedView(lambda: stores).transaction())

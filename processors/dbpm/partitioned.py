@@ -13,8 +13,9 @@ in-process engine does:
 
 * ``D`` patient counters, ``Q`` QA category counts, ``N`` populations: unsigned 64-bit little-endian
   counters, summed element-wise (the engine only ever adds to them);
-* ``Mas_of`` (last event time): the latest; ``Mtick`` (maintenance boundary): the earliest, the one
-  every partition has passed;
+* ``Mclock`` (latest event time, last maintenance boundary): the latest time and the earliest
+  boundary, the one every partition has passed;
+* ``L`` eviction-index low-water marks (a bound below every live index key): the lowest;
 * every other record: one writer, one value; several values for such a key mean two writers, which
   only cross-task propagation applied inline can cause (its difference from the in-process engine is
   measured, not hidden): the first partition's value is taken.
@@ -25,15 +26,15 @@ applies per partition. Comparisons with the in-process engine run with maintenan
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Sequence
 
+from processors.dbpm.memory import _CLOCK, _META_CLOCK
+
 _U64 = struct.Struct("<Q")
-_TIME = struct.Struct("<d")
-_TICK = struct.Struct("<q")
 _COUNTERS = (b"D", b"Q", b"N")
-_AS_OF = b"Mas_of"
-_TICK_KEY = b"Mtick"
+_LOW_WATER = b"L"
 
 
 def _sum_counters(values: Sequence[bytes]) -> bytes:
@@ -43,6 +44,12 @@ def _sum_counters(values: Sequence[bytes]) -> bytes:
         for i, (count,) in enumerate(_U64.iter_unpack(raw)):
             totals[i] += count
     return b"".join(_U64.pack(t) for t in totals)
+
+
+def _merge_clocks(values: Sequence[bytes]) -> bytes:
+    clocks = [_CLOCK.unpack(v) for v in values]
+    times = [t for t, _ in clocks if not math.isnan(t)]
+    return _CLOCK.pack(max(times) if times else math.nan, min(tick for _, tick in clocks))
 
 
 def merge_values(key: bytes, values: Sequence[bytes]) -> bytes:
@@ -56,8 +63,8 @@ def merge_values(key: bytes, values: Sequence[bytes]) -> bytes:
         return values[0]
     if key.startswith(_COUNTERS):
         return _sum_counters(values)
-    if key == _AS_OF:
-        return _TIME.pack(max(_TIME.unpack(v)[0] for v in values))
-    if key == _TICK_KEY:
-        return _TICK.pack(min(_TICK.unpack(v)[0] for v in values))
+    if key == _META_CLOCK:
+        return _merge_clocks(values)
+    if key.startswith(_LOW_WATER):
+        return min(values)
     return values[0]

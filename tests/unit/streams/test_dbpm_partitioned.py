@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processors.dbpm import DBPMConfig, DBPMEngine, GateEvent, load_ontology, parse_event
+from processors.dbpm.memory import Memory
 from state.base import Store, Transaction
 from state.memory import MemoryStore
 from streams.dbpm import MergedView, verdict_key
@@ -51,6 +52,6 @@ def test_partitioned_memory_gates_exactly_like_one_memory(partitions: int, salt:
     # Severities are reported at as_of; gates do not record it in the view, so align it first.
     stamp = MemoryStore()
     with stamp.transaction() as txn:
-        txn.set(b"Mas_of", single.get(b"Mas_of"))  # type: ignore[arg-type]
+        Memory(txn, CONFIG).set_clock(Memory(single.transaction(), CONFIG).clock()[0], None)
     parts.append(stamp)
     assert ENGINE.snapshot(view.transaction()) == ENGINE.snapshot(single.transaction())
