@@ -22,12 +22,14 @@ Consistency model.
   agent owning that partition, ``concurrency=1``); the records a memory partition writes (one
   changelog partition, applied by readers in order, whole batches at a time:
   :mod:`streams.tablestore`); the candidates of one patient (one key, one partition, one gate agent).
-* Ordered by the barrier: every memory partition publishes a watermark, the event time up to
-  which it has applied verdicts (verdict times, and ticks that the publisher writes to idle
-  partitions). A gate at event time ``t`` waits until every partition's durable watermark is at
-  least ``t``, so it sees every verdict published before it; after ``barrier_timeout`` it decides on
-  the view it has (live producers that never tick) and says so in the decision's provenance
-  (``barrier_timeout``).
+* Ordered by the barrier, for candidates that ask for it (header ``clingate-barrier``; the replay
+  publisher sets it): every memory partition publishes a watermark, the event time up to which it
+  has applied verdicts (verdict times, and ticks that the publisher writes to idle partitions). Such
+  a gate at event time ``t`` waits until every partition's durable watermark is at least ``t``, so
+  it sees every verdict published before it; after ``barrier_timeout`` it decides on the view it
+  has and says so in the decision's provenance (``barrier_timeout``). Live candidates carry no such
+  header and never wait: live verdict partitions have no ticks, so a barrier would cost every gate
+  the full timeout.
 * May race: a gate and verdicts published *after* its candidate (a gate can see newer memory than
   the in-process engine would). In a live pipeline those verdicts are concurrent with the gate;
   ``replay --via-kafka`` restores the in-process order by publishing the next verdicts only after
@@ -81,6 +83,8 @@ log = logging.getLogger(__name__)
 WATERMARK_KEY = b"\xfe\xfewatermark"
 #: Header of a watermark tick on ``clingate.dbpm.verdicts`` (value: ISO event time, record value empty).
 TICK_HEADER = "clingate-watermark"
+#: Header of a candidate that asks its gate to wait for the memory to reach its event time.
+BARRIER_HEADER = "clingate-barrier"
 _TIME = struct.Struct("<d")
 
 
@@ -278,7 +282,7 @@ class DbpmAgents:
             if decoded is None:
                 continue
             candidate, gate = decoded
-            waited_out = await self._barrier(gate.time)
+            waited_out = _header(event, BARRIER_HEADER) is not None and await self._barrier(gate.time)
             if waited_out:
                 self._metrics.barrier_timeouts.inc()
             txn = Transaction(self.view)

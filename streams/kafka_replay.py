@@ -8,7 +8,8 @@ same formats as the in-process replay.
 Order (the consistency model of :mod:`streams.dbpm`). The stream is cut into runs of consecutive
 verdicts and runs of consecutive gate events. A verdict run is produced as is. Before a gate run,
 every verdict partition gets a watermark tick at the first gate's event time (every verdict before
-it is already produced, so the memory agents may advance to it), and the verdicts after the run are
+it is already produced, so the memory agents may advance to it), the candidates carry the
+``clingate-barrier`` header (their gates wait for the memory), and the verdicts after the run are
 produced only once the decisions of the whole run have been consumed. A gate therefore sees exactly
 the verdicts that precede it in the stream, as in the in-process engine, whatever the workers'
 lag. (A live pipeline needs no such lockstep: the verdict of a candidate exists only after its
@@ -36,7 +37,7 @@ from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.serde import Serde
 from state.base import Store
 from state.memory import MemoryStore
-from streams.dbpm import TICK_HEADER, MergedView, verdict_key
+from streams.dbpm import BARRIER_HEADER, TICK_HEADER, MergedView, verdict_key
 from streams.tablestore import ChangelogFollower
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
 
@@ -162,12 +163,15 @@ def replay_via_kafka(
                     producer.produce(DBPM_VERDICTS, key=key, value=value)
                 continue
             tick = [(TICK_HEADER, batch[0]["ts"].encode())]
+            barrier = [(BARRIER_HEADER, b"")]
             for p in verdict_partitions:
                 producer.produce(DBPM_VERDICTS, value=b"", partition=p, headers=tick)
             for obj in batch:
                 candidate = Candidate.model_validate(_record(obj))
                 value = serde.encode(candidate, topic=DBPM_CANDIDATES)
-                producer.produce(DBPM_CANDIDATES, key=candidate.patient_id.encode(), value=value)
+                producer.produce(
+                    DBPM_CANDIDATES, key=candidate.patient_id.encode(), value=value, headers=barrier
+                )
                 order.append(candidate.candidate_id)
             producer.flush()
             collector.wait_for((o["candidate_id"] for o in batch), timeout_s)

@@ -107,7 +107,8 @@ class Settings(BaseSettings):
         ge=0,
         validation_alias="CLINGATE_DBPM_BARRIER_TIMEOUT_S",
         description="Longest time a gate waits for every memory partition to reach its event time "
-        "before it decides on the view it has (the lag is then recorded in the decision's provenance).",
+        "(only candidates with the clingate-barrier header wait, e.g. replays) before it decides on the "
+        "view it has (then recorded in the decision's provenance).",
     )
 
     dbpm_cross_task: bool = Field(
