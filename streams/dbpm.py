@@ -291,9 +291,10 @@ class DbpmAgents:
             out = self._decision_record(candidate, decision, waited_out)
             value = self._serde.encode(out, topic=self._topics["decisions"].get_topic_name())
             key = candidate.patient_id.encode()
-            await self._topics["decisions"].send(key=key, value=value)
+            # Buffered sends: Faust flushes its producer before it commits the candidate's offset.
+            self._topics["decisions"].send_soon(key=key, value=value)
             if decision.decision != BLOCK:
-                await self._topics["to_verify"].send(key=key, value=value)
+                self._topics["to_verify"].send_soon(key=key, value=value)
             self._metrics.decisions.labels(gate.task, decision.decision).inc()
             self._metrics.gate_latency.observe(loop.time() - started)
 
