@@ -14,7 +14,7 @@ app = typer.Typer(
 
 def _register() -> None:
     # Imported here so `clingate --help` stays fast and each command module owns its group.
-    from streams.commands import bench, broker, clinical, docs, llm, replay, topics
+    from streams.commands import bench, broker, clinical, docs, llm, replay, topics, worker
 
     app.add_typer(bench.app, name="bench")
     app.add_typer(broker.app, name="broker")
@@ -23,6 +23,7 @@ def _register() -> None:
     app.add_typer(llm.app, name="llm")
     app.add_typer(replay.app, name="replay")
     app.add_typer(topics.app, name="topics")
+    app.add_typer(worker.app, name="worker")
 
 
 def main() -> None:

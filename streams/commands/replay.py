@@ -92,6 +92,27 @@ def _read(line: str | bytes, tasks: tuple[str, ...]) -> tuple[str, Event | str]:
         return raw, str(exc)
 
 
+@dataclass
+class EventReader:
+    """Reads contract events from JSON Lines; bad lines are reported and dead-lettered, not raised."""
+
+    dead_letters: TextIO
+    tasks: tuple[str, ...]
+    report: TextIO
+    bad: int = 0
+
+    def read(self, events: Iterable[str | bytes]) -> Iterator[tuple[str, Event]]:
+        """``(line text, parsed event)`` for every good line, in input order."""
+        for number, line in enumerate(events, start=1):
+            raw, event = _read(line, self.tasks)
+            if isinstance(event, str):
+                self.bad += 1
+                print(f"line {number}: {event}", file=self.report)
+                self.dead_letters.write(json.dumps({"line": number, "error": event, "raw": raw}) + "\n")
+                continue
+            yield raw, event
+
+
 def replay_stream(
     events: Iterable[str] | Iterable[bytes],
     decisions: TextIO,
@@ -119,17 +140,12 @@ def replay_stream(
     Returns:
         The number of events applied, decisions written and bad lines.
     """
-    report = report if report is not None else sys.stderr
-    tasks = tuple(engine.config.tasks)
-    applied = written = bad = 0
+    reader = EventReader(
+        dead_letters, tuple(engine.config.tasks), report if report is not None else sys.stderr
+    )
+    applied = written = 0
     txn = store.transaction()
-    for number, line in enumerate(events, start=1):
-        raw, event = _read(line, tasks)
-        if isinstance(event, str):
-            bad += 1
-            print(f"line {number}: {event}", file=report)
-            dead_letters.write(json.dumps({"line": number, "error": event, "raw": raw}) + "\n")
-            continue
+    for _, event in reader.read(events):
         txn, outputs = engine.process(txn, event, event.time)
         for decision in outputs:
             decisions.write(json.dumps(decision.to_json(provenance)) + "\n")
@@ -139,7 +155,7 @@ def replay_stream(
             txn.commit()
             txn = store.transaction()
     txn.commit()
-    return ReplayStats(applied, written, bad)
+    return ReplayStats(applied, written, reader.bad)
 
 
 def write_state(path: Path, store: Store, engine: DBPMEngine) -> None:
@@ -185,6 +201,14 @@ def replay(
     commit_every: Annotated[
         int, typer.Option("--commit-every", min=1, help="Events per committed batch.")
     ] = 1000,
+    via_kafka: Annotated[
+        bool,
+        typer.Option(
+            "--via-kafka",
+            help="Publish through the broker to running `clingate worker`s (same CLINGATE_APP_ID and "
+            "CLINGATE_DBPM_* settings) and collect their decisions and memory.",
+        ),
+    ] = False,
 ) -> None:
     """Run the DBPM engine over EVENTS.jsonl and write the decisions (and the final state)."""
     config = DBPMConfig()
@@ -192,6 +216,9 @@ def replay(
         config = config.with_flags(maintenance=False)
     engine = DBPMEngine(config, load_ontology())
     dlq_path = dlq if dlq is not None else out.with_name(out.name + ".dlq.jsonl")
+    if via_kafka:
+        _replay_via_kafka(in_, out, state_out, dlq_path, no_maintenance, provenance)
+        return
     with (
         open_store(store, store_path) as kv,
         in_.open("rb") as events,
@@ -206,5 +233,46 @@ def replay(
     typer.echo(
         f"replayed {stats.events} events: {stats.decisions} decisions, {stats.bad_lines} bad lines"
         + (f" (see {dlq_path})" if stats.bad_lines else ""),
+        err=True,
+    )
+
+
+def _replay_via_kafka(
+    in_: Path, out: Path, state_out: Path | None, dlq_path: Path, no_maintenance: bool, provenance: bool
+) -> None:
+    """``--via-kafka``: the workers decide; this process publishes, collects and writes the files."""
+    from schemas.serde import make_serde
+    from streams.app import MEMORY_TABLE, dbpm_engines
+    from streams.broker import configured_bootstrap
+    from streams.kafka_replay import replay_via_kafka
+    from streams.settings import get_settings
+
+    settings = get_settings()
+    if no_maintenance == settings.dbpm_maintenance:
+        raise typer.BadParameter(
+            "--no-maintenance must match the workers: start them with CLINGATE_DBPM_MAINTENANCE="
+            f"{'false' if no_maintenance else 'true'} and set it here too"
+        )
+    bootstrap = configured_bootstrap(settings)
+    if bootstrap is None:
+        typer.echo("No Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`.", err=True)
+        raise typer.Exit(2)
+    engine, _ = dbpm_engines(settings)
+    with in_.open("rb") as events, dlq_path.open("w", encoding="utf-8", newline="\n") as dead_letters:
+        reader = EventReader(dead_letters, tuple(engine.config.tasks), sys.stderr)
+        objects = [json.loads(raw) for raw, _ in reader.read(events)]
+    result = replay_via_kafka(
+        bootstrap, objects, engine, make_serde(settings.schema_registry_url),
+        f"{settings.app_id}-{MEMORY_TABLE}-changelog",
+    )  # fmt: skip
+    with out.open("w", encoding="utf-8", newline="\n") as decisions:
+        for decision in result.decisions:
+            line = decision if provenance else {k: decision[k] for k in ("candidate_id", "decision")}
+            decisions.write(json.dumps(line) + "\n")
+    if state_out is not None:
+        state_out.write_text(json.dumps(result.state, indent=1) + "\n", encoding="utf-8")
+    typer.echo(
+        f"replayed {len(objects)} events via Kafka: {len(result.decisions)} decisions, "
+        f"{reader.bad} bad lines",
         err=True,
     )

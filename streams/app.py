@@ -1,0 +1,135 @@
+"""The Faust application of a clingate worker: topics, the memory table and the DBPM agents.
+
+:func:`create_app` builds one app from :class:`~streams.settings.Settings`; nothing happens at
+import time. ``clingate worker`` runs it (:mod:`streams.commands.worker`).
+
+Choices (reasons in ``docs/faust-runtime.md``):
+
+* ``processing_guarantee="at_least_once"`` with effectively-once state: Faust's exactly-once does
+  not cover outputs on other partitions, never persists the changelog offset (full replay on every
+  restart) and does not roll back the local store. State is made exactly-once by
+  :mod:`streams.tablestore` (durable only after the changelog acknowledged it, whole groups,
+  re-delivered input skipped by offset).
+* Every agent has ``concurrency=1`` (faust-streaming#606: commits past in-flight events).
+* The memory is a :class:`faust.GlobalTable` whose changelog has as many partitions as the verdict
+  topic, on our store (URL scheme :data:`streams.tablestore.STORE_SCHEME`), with raw bytes keys and
+  values (the engine encodes its records).
+* Catalog topics are not declared by Faust (``internal=False``); ``topics/`` creates them. Faust
+  creates only its own internal topics (the changelog, the assignor's leader topic).
+* Records are raw bytes for Faust; :mod:`schemas.serde` encodes and decodes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import faust
+from faust.sensors.prometheus import setup_prometheus_sensors
+from faust.stores import STORES
+from faust.types import StreamT, TopicT
+from prometheus_client import CollectorRegistry
+
+from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
+from schemas.serde import make_serde
+from streams.dbpm import DbpmAgents
+from streams.metrics import DbpmMetrics
+from streams.settings import Settings
+from streams.tablestore import STORE_SCHEME, ChangelogStore
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_TO_VERIFY, DBPM_VERDICTS, dlq_name
+
+#: Name of the memory table (its changelog topic is ``<app id>-dbpm-memory-changelog``).
+MEMORY_TABLE = "dbpm-memory"
+
+
+def dbpm_engines(settings: Settings) -> tuple[DBPMEngine, DBPMEngine]:
+    """The memory engine and the gate engine (maintenance off: gates never maintain the view)."""
+    config = DBPMConfig().with_flags(
+        cross_task=settings.dbpm_cross_task, maintenance=settings.dbpm_maintenance
+    )
+    ontology = load_ontology()
+    return DBPMEngine(config, ontology), DBPMEngine(config.with_flags(maintenance=False), ontology)
+
+
+def _lag(app: faust.App, topics: tuple[str, ...]) -> Iterator[tuple[str, int, int]]:
+    """(topic, partition, end offset - committed offset) of the app's assigned input partitions."""
+    monitor = app.monitor
+    for tp, end in list(monitor.tp_end_offsets.items()):
+        if tp.topic in topics:
+            yield tp.topic, tp.partition, max(end - monitor.tp_committed_offsets.get(tp, 0), 0)
+
+
+def create_app(settings: Settings, bootstrap: str) -> faust.App:
+    """Build the worker's Faust app.
+
+    Args:
+        settings: the process settings (ids, ports, data directory, DBPM flags, batching).
+        bootstrap: Kafka bootstrap servers, ``host:port[,host:port...]``.
+
+    Returns:
+        The app, its agents registered; run it with :class:`faust.Worker`.
+    """
+    STORES.aliases[STORE_SCHEME] = f"{ChangelogStore.__module__}:{ChangelogStore.__qualname__}"
+    partitions = settings.topic_partitions
+    app = faust.App(
+        settings.app_id,
+        broker=[f"kafka://{host}" for host in bootstrap.split(",")],
+        store=f"{STORE_SCHEME}://",
+        datadir=str(settings.worker_dir),
+        web_port=settings.web_port,
+        processing_guarantee="at_least_once",
+        table_standby_replicas=settings.table_standby_replicas,
+        topic_partitions=partitions,
+        topic_replication_factor=settings.topic_replication,
+        key_serializer="raw",
+        value_serializer="raw",
+        producer_acks=-1,
+        consumer_auto_offset_reset="earliest",
+        broker_session_timeout=settings.consumer_session_timeout_s,
+        broker_heartbeat_interval=settings.consumer_session_timeout_s / 10,
+        autodiscover=False,
+    )
+
+    def topic(name: str, topic_partitions: int | None = None) -> TopicT:
+        return app.topic(
+            name, partitions=topic_partitions or partitions, internal=False,
+            key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
+        )  # fmt: skip
+
+    # bytes key and value types give the raw serializers (Collection._serializer_from_type).
+    memory = app.GlobalTable(
+        MEMORY_TABLE, partitions=partitions, key_type=bytes, value_type=bytes,
+        help="DBPM memory records, partitioned by signature.",
+    )  # fmt: skip
+    engine, gate_engine = dbpm_engines(settings)
+    registry = CollectorRegistry()
+    setup_prometheus_sensors(app, pattern="/metrics", registry=registry, name_prefix="clingate")
+    metrics = DbpmMetrics(registry)
+    agents = DbpmAgents(
+        engine,
+        gate_engine,
+        memory.data,  # type: ignore[arg-type]
+        partitions,
+        make_serde(settings.schema_registry_url),
+        {
+            "decisions": topic(DBPM_DECISIONS),
+            "to_verify": topic(DBPM_TO_VERIFY),
+            dlq_name(DBPM_VERDICTS): topic(dlq_name(DBPM_VERDICTS), 1),
+            dlq_name(DBPM_CANDIDATES): topic(dlq_name(DBPM_CANDIDATES), 1),
+        },
+        settings.dbpm_barrier_timeout_s,
+        metrics,
+    )
+    metrics.watch(lambda: _lag(app, (DBPM_VERDICTS, DBPM_CANDIDATES)), agents.view, engine.config)
+    batch, linger = settings.dbpm_batch_max, settings.dbpm_batch_linger_s
+
+    async def dbpm_memory(stream: StreamT) -> None:
+        async for events in stream.take_events(batch, within=linger):
+            await agents.apply_verdicts(events)
+
+    async def dbpm_gate(stream: StreamT) -> None:
+        async for events in stream.take_events(batch, within=linger):
+            await agents.decide(events)
+
+    app.agent(topic(DBPM_VERDICTS), name="dbpm-memory", concurrency=1)(dbpm_memory)
+    app.agent(topic(DBPM_CANDIDATES), name="dbpm-gate", concurrency=1)(dbpm_gate)
+    return app

@@ -1,0 +1,206 @@
+"""``clingate bench dbpm-kafka``: gate throughput and latency through the broker and running workers.
+
+Drives the application as a client would: candidates produced to ``clingate.dbpm.candidates``,
+decisions consumed from ``clingate.dbpm.decisions``. Start the workers first (``clingate worker``;
+the same ``CLINGATE_APP_ID`` as here is not needed, the bench only talks to topics).
+
+Measured, in one run:
+
+1. the in-process gate (the engine over an in-memory store holding the same memory): candidates/s,
+   the reference for the Kafka overhead ratio;
+2. the sustained maximum through Kafka: a burst of candidates produced as fast as possible, rate =
+   decisions consumed / time from first produce to last decision;
+3. end-to-end latency (produce call -> decision consumed) at 25%, 50% and 90% of that maximum,
+   candidates paced in 10 ms slices: p50 and p99.
+
+The memory is the replay example's verdicts (published once, before the measurements, when
+``--load-memory``); candidates are the example's gate events with fresh candidate ids, so every
+run decides real DBPM questions. Candidates carry no barrier header: live gates never wait.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from itertools import cycle
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from processors.dbpm import GateEvent, VerdictEvent, parse_event
+from schemas.dbpm import Candidate, GateDecision, Verdict
+from schemas.serde import Serde, make_serde
+from state.memory import MemoryStore
+from streams.app import dbpm_engines
+from streams.broker import configured_bootstrap
+from streams.dbpm import verdict_key
+from streams.kafka_replay import end_offset
+from streams.settings import get_settings
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
+
+
+@dataclass(frozen=True)
+class LatencyPoint:
+    """Latency at one offered rate."""
+
+    fraction: float
+    offered_per_s: float
+    achieved_per_s: float
+    p50_ms: float
+    p99_ms: float
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """One bench run."""
+
+    in_process_per_s: float
+    kafka_max_per_s: float
+    overhead_ratio: float
+    latency: list[LatencyPoint]
+
+
+def _events(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    objects = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return [o for o in objects if o["kind"] == "verdict"], [o for o in objects if o["kind"] == "gate"]
+
+
+def _record(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k != "kind"}
+
+
+def in_process_rate(verdicts: list[dict[str, Any]], gates: list[dict[str, Any]], n: int) -> float:
+    """Gate decisions per second of the engine alone, over the memory the verdicts build."""
+    engine, gate_engine = dbpm_engines(get_settings())
+    store = MemoryStore()
+    with store.transaction() as txn:
+        for obj in verdicts:
+            event = parse_event(obj)
+            engine.process(txn, event, event.time)
+    events = [parse_event(o) for o in gates]
+    started = time.perf_counter()
+    for _, event in zip(range(n), cycle(events), strict=False):
+        txn = store.transaction()
+        gate_engine.process(txn, event, event.time)
+        txn.abort()
+    return n / (time.perf_counter() - started)
+
+
+class _Client:
+    def __init__(self, bootstrap: str, serde: Serde) -> None:
+        self.serde = serde
+        self.producer = Producer({
+            "bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 20,
+            "enable.idempotence": True, "acks": "all", "queue.buffering.max.messages": 1_000_000,
+        })  # fmt: skip
+        self.consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": f"clingate-bench-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+        })  # fmt: skip
+        topic = self.consumer.list_topics(DBPM_DECISIONS, timeout=30).topics[DBPM_DECISIONS]
+        self.consumer.assign([
+            TopicPartition(DBPM_DECISIONS, p, end_offset(self.consumer, DBPM_DECISIONS, p))
+            for p in topic.partitions
+        ])  # fmt: skip
+
+    def load(self, engine_verdicts: list[dict[str, Any]]) -> None:
+        engine, _ = dbpm_engines(get_settings())
+        for obj in engine_verdicts:
+            event = parse_event(obj)
+            assert isinstance(event, VerdictEvent)
+            value = self.serde.encode(Verdict.model_validate(_record(obj)), topic=DBPM_VERDICTS)
+            self.producer.produce(DBPM_VERDICTS, key=verdict_key(engine, event), value=value)
+        self.producer.flush()
+
+    def candidates(self, gates: list[dict[str, Any]]) -> Iterator[tuple[str, bytes, bytes]]:
+        run = uuid.uuid4().hex[:8]
+        for i, obj in enumerate(cycle(gates)):
+            assert isinstance(parse_event(obj), GateEvent)
+            candidate = Candidate.model_validate({**_record(obj), "candidate_id": f"bench-{run}-{i}"})
+            value = self.serde.encode(candidate, topic=DBPM_CANDIDATES)
+            yield candidate.candidate_id, candidate.patient_id.encode(), value
+
+    def run(
+        self, stream: Iterator[tuple[str, bytes, bytes]], n: int, rate: float | None
+    ) -> tuple[float, list[float]]:
+        """Produce ``n`` candidates (paced at ``rate``/s if given); (achieved rate, latencies in s)."""
+        sent: dict[str, float] = {}
+        latencies: list[float] = []
+        started = time.perf_counter()
+        slice_s = 0.01
+        produced = 0
+        while produced < n or len(latencies) < n:
+            now = time.perf_counter()
+            due = n if rate is None else min(n, int((now - started) * rate) + 1)
+            while produced < due:
+                candidate_id, key, value = next(stream)
+                sent[candidate_id] = time.perf_counter()
+                self.producer.produce(DBPM_CANDIDATES, key=key, value=value)
+                produced += 1
+            self.producer.poll(0)
+            for message in self.consumer.consume(num_messages=10_000, timeout=slice_s):
+                if message.error():
+                    continue
+                decision = self.serde.decode(message.value(), GateDecision, topic=DBPM_DECISIONS)
+                t0 = sent.pop(decision.candidate_id, None)
+                if t0 is not None:
+                    latencies.append(time.perf_counter() - t0)
+            if time.perf_counter() - started > 600:
+                raise TimeoutError(f"only {len(latencies)} of {n} decisions in 600 s: are workers running?")
+        return n / (time.perf_counter() - started), latencies
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=1000)[int(q * 1000) - 1] if len(values) > 1 else values[0]
+
+
+def dbpm_kafka(
+    events: Annotated[Path, typer.Option("--events", exists=True, help="A replay-contract stream.")],
+    n: Annotated[int, typer.Option("-n", help="Candidates per measurement.")] = 20_000,
+    load_memory: Annotated[
+        bool, typer.Option(help="Publish the stream's verdicts first (once per deployment).")
+    ] = True,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the result as JSON.")] = None,
+) -> None:
+    """Measure gate throughput and latency through Kafka against the in-process engine."""
+    settings = get_settings()
+    bootstrap = configured_bootstrap(settings)
+    if bootstrap is None:
+        typer.echo("No Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`.", err=True)
+        raise typer.Exit(2)
+    verdicts, gates = _events(events)
+    reference = in_process_rate(verdicts, gates, n)
+    client = _Client(bootstrap, make_serde(settings.schema_registry_url))
+    if load_memory:
+        client.load(verdicts)
+    stream = client.candidates(gates)
+    maximum, _ = client.run(stream, n, None)
+    points = []
+    for fraction in (0.25, 0.5, 0.9):
+        offered = maximum * fraction
+        achieved, latencies = client.run(stream, max(1000, int(n * fraction)), offered)
+        points.append(LatencyPoint(
+            fraction, offered, achieved, _percentile(latencies, 0.5) * 1e3, _percentile(latencies, 0.99) * 1e3
+        ))  # fmt: skip
+    result = BenchResult(reference, maximum, reference / maximum, points)
+    typer.echo(f"in-process gate: {reference:,.0f} candidates/s")
+    typer.echo(
+        f"through Kafka:   {maximum:,.0f} candidates/s sustained (overhead x{result.overhead_ratio:.1f})"
+    )
+    for p in points:
+        typer.echo(
+            f"  at {p.fraction:.0%} ({p.offered_per_s:,.0f}/s offered, {p.achieved_per_s:,.0f}/s achieved): "
+            f"p50 {p.p50_ms:.1f} ms, p99 {p.p99_ms:.1f} ms"
+        )
+    if json_out is not None:
+        json_out.write_text(json.dumps(asdict(result), indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    typer.run(dbpm_kafka)

@@ -1,0 +1,239 @@
+"""Replay a DBPM stream through a running broker and workers; collect decisions and final state.
+
+This is the engine of ``clingate replay --via-kafka``: it produces the replay stream's events to
+``clingate.dbpm.verdicts`` and ``clingate.dbpm.candidates``, collects the decisions from
+``clingate.dbpm.decisions`` and rebuilds the final memory from the memory table's changelog, in the
+same formats as the in-process replay.
+
+Order (the consistency model of :mod:`streams.dbpm`). The stream is cut into runs of consecutive
+verdicts and runs of consecutive gate events. A verdict run is produced as is. Before a gate run,
+every verdict partition gets a watermark tick at the first gate's event time (every verdict before
+it is already produced, so the memory agents may advance to it), the candidates carry the
+``clingate-barrier`` header (their gates wait for the memory), and the verdicts after the run are
+produced only once the decisions of the whole run have been consumed. A gate therefore sees exactly
+the verdicts that precede it in the stream, as in the in-process engine, whatever the workers'
+lag. (A live pipeline needs no such lockstep: the verdict of a candidate exists only after its
+decision.)
+
+Final state: the changelog of the memory table is read from the beginning, complete groups only,
+into one in-memory store per partition; :class:`~streams.dbpm.MergedView` merges them and the
+engine's ``snapshot`` writes the contract's state document. ``as_of`` is the stream's last event
+time, as the contract defines it (the workers record only verdict times in the memory).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import groupby
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+
+from processors.dbpm import DBPMEngine, parse_event
+from processors.dbpm.memory import Memory
+from schemas.dbpm import Candidate, GateDecision, Verdict
+from schemas.serde import Serde
+from state.base import Store
+from state.memory import MemoryStore
+from streams.dbpm import BARRIER_HEADER, TICK_HEADER, MergedView, verdict_key
+from streams.tablestore import ChangelogFollower
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
+
+
+class ReplayTimeout(TimeoutError):
+    """Decisions did not arrive in time: are workers running with the same topics and app id?"""
+
+
+@dataclass(frozen=True)
+class KafkaReplayResult:
+    """What a replay through Kafka produced."""
+
+    decisions: list[dict[str, Any]]
+    """One contract decision object per gate event, in input order, provenance fields included."""
+    state: dict[str, object]
+    """The final memory in the contract's state format."""
+
+
+def _producer(bootstrap: str) -> Producer:
+    # murmur2_random: Java's partitioner, the one Faust (aiokafka) uses, so that "the partition of a
+    # key" means the same thing to this producer and to the workers (co-partitioning).
+    return Producer({
+        "bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "enable.idempotence": True,
+        "acks": "all", "linger.ms": 2,
+    })  # fmt: skip
+
+
+def _consumer(bootstrap: str) -> Consumer:
+    return Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"clingate-replay-{time.time_ns()}",
+        "enable.auto.commit": False, "isolation.level": "read_committed",
+    })  # fmt: skip
+
+
+def end_offset(client: Consumer, topic: str, partition: int, timeout_s: float = 30.0) -> int:
+    """The end offset of a partition, waiting out a leader election (fresh topic, broker restart)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return client.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)[1]
+        except KafkaException:
+            # NOT_LEADER / LEADER_NOT_AVAILABLE while a partition gets its leader; librdkafka does
+            # not mark them retriable here, so every error is retried until the deadline.
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _partitions(client: Consumer, topic: str) -> list[int]:
+    return sorted(client.list_topics(topic, timeout=30).topics[topic].partitions)
+
+
+class _DecisionCollector:
+    """Consumes ``clingate.dbpm.decisions`` from its end at construction time."""
+
+    def __init__(self, bootstrap: str, serde: Serde) -> None:
+        self._serde = serde
+        self._consumer = _consumer(bootstrap)
+        assignment = []
+        for p in _partitions(self._consumer, DBPM_DECISIONS):
+            end = end_offset(self._consumer, DBPM_DECISIONS, p)
+            assignment.append(TopicPartition(DBPM_DECISIONS, p, end))
+        self._consumer.assign(assignment)
+        self.seen: dict[str, GateDecision] = {}
+
+    def wait_for(self, candidate_ids: Iterable[str], timeout_s: float) -> None:
+        """Consume until every id in ``candidate_ids`` has a decision (duplicates are dropped)."""
+        missing = set(candidate_ids) - self.seen.keys()
+        deadline = time.monotonic() + timeout_s
+        while missing:
+            if time.monotonic() > deadline:
+                raise ReplayTimeout(f"{len(missing)} decisions missing, e.g. {sorted(missing)[:3]}")
+            message = self._consumer.poll(0.05)
+            if message is None or message.error():
+                continue
+            decision = self._serde.decode(message.value(), GateDecision, topic=DBPM_DECISIONS)
+            self.seen.setdefault(decision.candidate_id, decision)
+            missing.discard(decision.candidate_id)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _record(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k != "kind"}
+
+
+def replay_via_kafka(
+    bootstrap: str,
+    events: Sequence[dict[str, Any]],
+    engine: DBPMEngine,
+    serde: Serde,
+    memory_changelog: str,
+    *,
+    timeout_s: float = 60.0,
+) -> KafkaReplayResult:
+    """Publish ``events`` (contract objects, in order), wait for every decision, rebuild the state.
+
+    Args:
+        bootstrap: the broker.
+        events: the replay stream's events (already validated JSON objects).
+        engine: an engine configured as the workers are (for verdict keys and the snapshot).
+        serde: the process's serde.
+        memory_changelog: the memory table's changelog topic (``<app id>-dbpm-memory-changelog``).
+        timeout_s: longest wait for the decisions of one gate run.
+
+    Raises:
+        ReplayTimeout: a run's decisions did not arrive within ``timeout_s``.
+    """
+    producer = _producer(bootstrap)
+    collector = _DecisionCollector(bootstrap, serde)
+    probe = _consumer(bootstrap)
+    verdict_partitions = _partitions(probe, DBPM_VERDICTS)
+    probe.close()
+    order: list[str] = []
+    try:
+        for kind, run in groupby(events, key=lambda e: e["kind"]):
+            batch = list(run)
+            if kind == "verdict":
+                for obj in batch:
+                    key = verdict_key(engine, parse_event(obj))  # type: ignore[arg-type]
+                    value = serde.encode(Verdict.model_validate(_record(obj)), topic=DBPM_VERDICTS)
+                    producer.produce(DBPM_VERDICTS, key=key, value=value)
+                continue
+            tick = [(TICK_HEADER, batch[0]["ts"].encode())]
+            barrier = [(BARRIER_HEADER, b"")]
+            for p in verdict_partitions:
+                producer.produce(DBPM_VERDICTS, value=b"", partition=p, headers=tick)
+            for obj in batch:
+                candidate = Candidate.model_validate(_record(obj))
+                value = serde.encode(candidate, topic=DBPM_CANDIDATES)
+                producer.produce(
+                    DBPM_CANDIDATES, key=candidate.patient_id.encode(), value=value, headers=barrier
+                )
+                order.append(candidate.candidate_id)
+            producer.flush()
+            collector.wait_for((o["candidate_id"] for o in batch), timeout_s)
+        producer.flush()
+        decisions = [_decision_json(collector.seen[c]) for c in order]
+    finally:
+        collector.close()
+    last = parse_event(events[-1]).time if events else None
+    return KafkaReplayResult(decisions, read_state(bootstrap, memory_changelog, engine, last))
+
+
+def _decision_json(decision: GateDecision) -> dict[str, Any]:
+    return {
+        "candidate_id": decision.candidate_id,
+        "decision": decision.decision.value,
+        "rule": decision.rule,
+        "signature": decision.signature,
+        "severity": decision.severity,
+        "multiplier": decision.confidence_multiplier,
+        "sources": list(decision.provenance),
+    }
+
+
+def _changelog(bootstrap: str, topic: str) -> Iterator[tuple[int, bytes, bytes | None, int]]:
+    """Every record of ``topic`` up to its current end: ``(partition, key, value, offset)``."""
+    consumer = _consumer(bootstrap)
+    try:
+        ends: dict[int, int] = {}
+        for p in _partitions(consumer, topic):
+            ends[p] = end_offset(consumer, topic, p)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p, end in ends.items() if end])
+        remaining = {p for p, end in ends.items() if end}
+        while remaining:
+            message = consumer.poll(1.0)
+            if message is None or message.error():
+                continue
+            p = message.partition()
+            yield p, message.key(), message.value(), message.offset()
+            if message.offset() + 1 >= ends[p]:
+                remaining.discard(p)
+    finally:
+        consumer.close()
+
+
+def read_state(bootstrap: str, changelog: str, engine: DBPMEngine, as_of: float | None) -> dict[str, object]:
+    """The memory's state document, rebuilt from the memory table's changelog.
+
+    Args:
+        bootstrap: the broker.
+        changelog: the memory table's changelog topic.
+        engine: for the snapshot (its configuration decides the tasks listed).
+        as_of: the stream's last event time (None: the memory's own).
+    """
+    followers: dict[int, ChangelogFollower] = {}
+    for partition, key, value, offset in _changelog(bootstrap, changelog):
+        follower = followers.setdefault(partition, ChangelogFollower(MemoryStore()))
+        follower.add(key, value, offset)
+    stores: list[Store] = [followers[p].store for p in sorted(followers)]
+    if as_of is not None:
+        # A one-record partition holding the stream's clock; the view takes the latest time.
+        stamp = MemoryStore()
+        with stamp.transaction() as txn:
+            Memory(txn, engine.config).set_clock(as_of, None)
+        stores.append(stamp)
+    return engine.snapshot(MergedView(lambda: stores).transaction())

@@ -1,0 +1,271 @@
+"""The DBPM engine run by real ``clingate worker`` processes against the session broker.
+
+Each test starts workers as subprocesses (the only way to SIGKILL one), with their own app id (so
+their own consumer group and memory changelog) and with the group's input offsets committed at the
+current end of the catalog topics, so records other tests left there are not theirs to process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from processors.dbpm import DBPMEngine, parse_event
+from schemas.serde import make_serde
+from state.memory import MemoryStore
+from streams.app import MEMORY_TABLE, dbpm_engines
+from streams.broker import Broker, free_port
+from streams.kafka_replay import end_offset, replay_via_kafka
+from streams.settings import Settings
+from topics.admin import admin_client, ensure_topics
+from topics.catalog import DBPM_CANDIDATES, DBPM_VERDICTS, build_catalog
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+# The public replay example lives next to the repository (``../shared/specs/...``); from a nested
+# checkout (a worktree) it is found in the nearest ancestor that has it.
+EXAMPLE = next(
+    (p / "shared" / "specs" / "replay-example" / "events.jsonl" for p in REPO.parents
+     if (p / "shared" / "specs" / "replay-example" / "events.jsonl").exists()),
+    REPO.parent / "shared" / "specs" / "replay-example" / "events.jsonl",
+)  # fmt: skip
+COMPARISON_FLAGS = {
+    "CLINGATE_DBPM_CROSS_TASK": "false",
+    "CLINGATE_DBPM_MAINTENANCE": "false",
+    # A SIGKILLed worker's partitions are reassigned after the session timeout: the broker's minimum.
+    "CLINGATE_CONSUMER_SESSION_TIMEOUT_S": "6",
+}
+
+
+class Worker:
+    """One ``clingate worker`` subprocess; restartable on the same data directory."""
+
+    def __init__(self, bootstrap: str, app_id: str, datadir: Path, env: dict[str, str]) -> None:
+        self.datadir = datadir
+        self.log = datadir.with_suffix(".log")
+        self._env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "CLINGATE_APP_ID": app_id, **env}
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 90.0) -> None:
+        """Start the worker and wait until Faust reports it ready."""
+        offset = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("ab") as out:
+            self._process = subprocess.Popen(
+                [sys.executable, "-W", "ignore", "-m", "streams.cli", "worker", "-l", "info",
+                 "--web-port", str(free_port()), "--datadir", str(self.datadir)],
+                cwd=REPO, env=self._env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        deadline = time.monotonic() + timeout_s
+        while b"[^Worker]: Ready" not in self.log.read_bytes()[offset:]:
+            assert self._process.poll() is None, f"worker exited: see {self.log}"
+            assert time.monotonic() < deadline, f"worker not ready in {timeout_s}s: see {self.log}"
+            time.sleep(0.2)
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no commit, no clean close."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGKILL)
+        self._process.wait()
+
+    def stop(self) -> None:
+        """SIGTERM and wait for the clean stop."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def _commit_end_offsets(bootstrap: str, group: str) -> None:
+    """Start ``group`` at the current end of the DBPM input topics."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        ends = []
+        for topic in (DBPM_VERDICTS, DBPM_CANDIDATES):
+            for p in consumer.list_topics(topic, timeout=30).topics[topic].partitions:
+                ends.append(TopicPartition(topic, p, end_offset(consumer, topic, p)))
+        consumer.commit(offsets=ends, asynchronous=False)
+    finally:
+        consumer.close()
+
+
+@pytest.fixture
+def start_workers(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., tuple[str, list[Worker]]]]:
+    """Factory: ``start_workers(n, **env)`` -> (app id, n ready workers of one fresh app)."""
+    ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
+    started: list[Worker] = []
+
+    def start(count: int = 1, **env: str) -> tuple[str, list[Worker]]:
+        app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
+        _commit_end_offsets(kafka_bootstrap, app_id)
+        workers = [Worker(kafka_bootstrap, app_id, tmp_path / f"{app_id}-{i}", env) for i in range(count)]
+        for worker in workers:
+            started.append(worker)
+            worker.start()
+        return app_id, workers
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+def _events(limit: int) -> list[dict[str, Any]]:
+    with EXAMPLE.open() as lines:
+        return [json.loads(line) for _, line in zip(range(limit), lines, strict=False)]
+
+
+def _in_process(engine: DBPMEngine, events: list[dict[str, Any]]) -> tuple[list[dict[str, object]], object]:
+    store = MemoryStore()
+    decisions: list[dict[str, object]] = []
+    for obj in events:
+        event = parse_event(obj)
+        with store.transaction() as txn:
+            _, out = engine.process(txn, event, event.time)
+        decisions += [d.to_json() for d in out]
+    return decisions, engine.snapshot(store.transaction())
+
+
+def _contract(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"candidate_id": d["candidate_id"], "decision": d["decision"]} for d in decisions]
+
+
+def _comparison_engine() -> DBPMEngine:
+    engine, _ = dbpm_engines(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
+    return engine
+
+
+def test_worker_decides_and_learns_like_the_in_process_engine(kafka_bootstrap: str, start_workers) -> None:
+    """Scenario: a worker replays a slice of the public replay example through the broker.
+
+    With cross-task propagation and maintenance off, every gate event gets exactly one decision,
+    the same as the in-process engine gives, and the memory rebuilt from the worker's changelog is
+    the in-process engine's final state.
+    """
+    app_id, _ = start_workers(1, **COMPARISON_FLAGS)
+    events = _events(600)
+    engine = _comparison_engine()
+
+    changelog = f"{app_id}-{MEMORY_TABLE}-changelog"
+    result = replay_via_kafka(kafka_bootstrap, events, engine, make_serde(None), changelog)
+
+    expected_decisions, expected_state = _in_process(engine, events)
+    assert _contract(result.decisions) == expected_decisions
+    assert result.state == expected_state
+
+
+def test_memory_survives_sigkill_and_restart_exactly_once(kafka_bootstrap: str, start_workers) -> None:
+    """Scenario: the worker is SIGKILLed at random points of a replay and restarted each time.
+
+    Killed workers leave uncommitted input, unacknowledged changelog records and staged writes
+    behind. After every restart (local RocksDB plus changelog tail) the replay completes with every
+    decision and the memory the in-process engine has: no verdict is lost or applied twice.
+    """
+    app_id, [worker] = start_workers(1, **COMPARISON_FLAGS)
+    events = _events(800)
+    engine = _comparison_engine()
+    done = threading.Event()
+    kills: list[float] = []
+
+    def chaos() -> None:
+        for delay in (2.0, 3.5, 2.5):
+            if done.wait(delay):
+                return
+            worker.kill()
+            kills.append(time.monotonic())
+            worker.start()
+
+    thread = threading.Thread(target=chaos, daemon=True)
+    thread.start()
+    try:
+        result = replay_via_kafka(
+            kafka_bootstrap, events, engine, make_serde(None), f"{app_id}-{MEMORY_TABLE}-changelog",
+            timeout_s=120.0,
+        )  # fmt: skip
+    finally:
+        done.set()
+        thread.join()
+
+    expected_decisions, expected_state = _in_process(engine, events)
+    assert kills, "the replay finished before the first kill; lengthen the stream"
+    assert _contract(result.decisions) == expected_decisions
+    assert result.state == expected_state
+
+
+def test_survivor_takes_over_a_stopped_workers_partitions_with_state(
+    kafka_bootstrap: str, start_workers
+) -> None:
+    """Scenario: two workers of one app share the partitions; one is stopped mid-replay.
+
+    The survivor is assigned the stopped worker's memory and candidate partitions, continues from
+    its standby copy of their memory (changelog tail only), and the replay ends with the in-process
+    engine's decisions and state.
+    """
+    app_id, [first, second] = start_workers(2, **COMPARISON_FLAGS)
+    events = _events(800)
+    engine = _comparison_engine()
+    stopper = threading.Timer(4.0, second.stop)
+    stopper.start()
+    try:
+        changelog = f"{app_id}-{MEMORY_TABLE}-changelog"
+        result = replay_via_kafka(
+            kafka_bootstrap, events, engine, make_serde(None), changelog, timeout_s=120.0
+        )
+    finally:
+        stopper.cancel()
+        stopper.join()
+
+    expected_decisions, expected_state = _in_process(engine, events)
+    assert b"[^Worker]: Ready" in first.log.read_bytes()
+    assert _contract(result.decisions) == expected_decisions
+    assert result.state == expected_state
+
+
+def test_replay_completes_exactly_across_a_broker_restart(kafka_broker: Broker, start_workers) -> None:
+    """Scenario: the (native, single-node) broker is stopped and started again mid-replay.
+
+    Producers and the worker ride out the outage (retries, reconnects, a group rejoin); afterwards
+    every candidate has its decision and the memory is the in-process engine's.
+    """
+    if kafka_broker.local is None:
+        pytest.skip("needs the native broker the session starts (KAFKA_BOOTSTRAP_SERVERS is set)")
+    local = kafka_broker.local
+    app_id, _ = start_workers(1, **COMPARISON_FLAGS)
+    events = _events(800)
+    engine = _comparison_engine()
+
+    port = int(kafka_broker.bootstrap.rsplit(":", 1)[1])
+
+    def restart() -> None:
+        local.stop()
+        time.sleep(2.0)
+        # Same port explicitly: clients keep the address they bootstrapped with, and
+        # LocalKafka.start() moves to another port when its probe finds the old one in TIME_WAIT.
+        local.start(port=port)
+
+    outage = threading.Timer(3.0, restart)
+    outage.start()
+    try:
+        changelog = f"{app_id}-{MEMORY_TABLE}-changelog"
+        result = replay_via_kafka(
+            kafka_broker.bootstrap, events, engine, make_serde(None), changelog, timeout_s=180.0
+        )
+    finally:
+        outage.join()
+
+    expected_decisions, expected_state = _in_process(engine, events)
+    assert _contract(result.decisions) == expected_decisions
+    assert result.state == expected_state

@@ -1,0 +1,54 @@
+"""Changelog groups are applied whole or not at all, wherever the changelog is cut."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from state.memory import MemoryStore
+from streams.tablestore import BOUNDARY_KEY, ChangelogFollower
+
+_keys = st.sampled_from([b"Bner\x00a", b"Bner\x00b", b"Dp-1", b"Pa"])
+_write = st.tuples(_keys, st.one_of(st.none(), st.binary(min_size=1, max_size=4)))
+_groups = st.lists(st.lists(_write, max_size=4), min_size=1, max_size=6)
+
+
+def _records(groups: list[list[tuple[bytes, bytes | None]]]) -> list[tuple[bytes, bytes | None]]:
+    records: list[tuple[bytes, bytes | None]] = []
+    for offset, group in enumerate(groups):
+        records += [*group, (BOUNDARY_KEY, str(offset).encode())]
+    return records
+
+
+def _applied(groups: list[list[tuple[bytes, bytes | None]]]) -> dict[bytes, bytes]:
+    state: dict[bytes, bytes] = {}
+    for offset, group in enumerate(groups):
+        for key, value in [*group, (BOUNDARY_KEY, str(offset).encode())]:
+            if value is None:
+                state.pop(key, None)
+            else:
+                state[key] = value
+    return state
+
+
+@given(groups=_groups, data=st.data())
+def test_a_cut_changelog_leaves_exactly_the_complete_groups(groups, data) -> None:
+    records = _records(groups)
+    cut = data.draw(st.integers(min_value=0, max_value=len(records)))
+    follower = ChangelogFollower(MemoryStore())
+    for offset, (key, value) in enumerate(records[:cut]):
+        follower.add(key, value, offset)
+    complete = sum(1 for key, _ in records[:cut] if key == BOUNDARY_KEY)
+    got = {k: v for k, v in follower.store.iter_range(b"", b"\xff")}
+    assert got == _applied(groups[:complete])
+
+
+def test_a_dropped_partial_group_never_reaches_the_store() -> None:
+    follower = ChangelogFollower(MemoryStore())
+    follower.add(b"Bner\x00a", b"old", 0)
+    follower.drop_partial()
+    follower.add(b"Bner\x00b", b"new", 1)
+    follower.add(BOUNDARY_KEY, b"7", 2)
+    assert follower.store.get(b"Bner\x00a") is None
+    assert follower.store.get(b"Bner\x00b") == b"new"
+    assert follower.store.get_offset("changelog") == 2
