@@ -7,9 +7,7 @@ the unchanged engine on the verdicts keyed to it, and gates read all partitions 
 
 from __future__ import annotations
 
-import json
 import zlib
-from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,18 +17,14 @@ from processors.dbpm.memory import Memory
 from state.base import Store, Transaction
 from state.memory import MemoryStore
 from streams.dbpm import MergedView, verdict_key
+from tests.replay_example import example_events, needs_example
 
-REPO = Path(__file__).resolve().parents[3]
-EXAMPLE = next(
-    (p / "shared" / "specs" / "replay-example" / "events.jsonl" for p in REPO.parents
-     if (p / "shared" / "specs" / "replay-example" / "events.jsonl").exists()),
-    REPO.parent / "shared" / "specs" / "replay-example" / "events.jsonl",
-)  # fmt: skip
-EVENTS = [parse_event(json.loads(line)) for line in EXAMPLE.read_text().splitlines()[:1500]]
+EVENTS = [parse_event(obj) for obj in example_events(1500)]
 CONFIG = DBPMConfig().with_flags(cross_task=False, maintenance=False)
 ENGINE = DBPMEngine(CONFIG, load_ontology())
 
 
+@needs_example
 @settings(max_examples=8, deadline=None)
 @given(partitions=st.integers(min_value=1, max_value=7), salt=st.integers(min_value=0, max_value=2**16))
 def test_partitioned_memory_gates_exactly_like_one_memory(partitions: int, salt: int) -> None:

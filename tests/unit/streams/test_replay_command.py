@@ -12,13 +12,7 @@ from typer.testing import CliRunner
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
 from state import MemoryStore
 from streams.commands.replay import app, replay_stream
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
-EXAMPLE = REPO_ROOT.parent / "shared" / "specs" / "replay-example"
-needs_example = pytest.mark.skipif(
-    not (EXAMPLE / "events.jsonl").exists(),
-    reason=f"the replay contract's example is not beside the clone ({EXAMPLE}); CI provides ../shared",
-)
+from tests.replay_example import EXAMPLE, needs_example
 
 _NER_GATE = {
     "kind": "gate",
