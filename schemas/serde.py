@@ -29,19 +29,28 @@ import base64
 import io
 import json
 import struct
+import warnings
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar, overload
 
 import fastavro
-from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 from fastavro.types import Schema
 from pydantic import ValidationError
 
 from schemas.base import AvroModel
 from schemas.registry import SchemaEntry, SchemaRegistry, SchemaVersion, load_registry
+
+with warnings.catch_warnings():
+    # The registry client imports authlib's httpx integration, which warns on every import; the warning
+    # concerns authlib's own packaging and would otherwise greet every clingate command. authlib installs
+    # an "always" filter for its warnings when first imported, so ours must go in after it.
+    import authlib.deprecate  # noqa: F401
+
+    warnings.filterwarnings("ignore", message="The httpx module is deprecated")
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 
 M = TypeVar("M", bound=AvroModel)
 
