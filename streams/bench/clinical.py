@@ -231,7 +231,8 @@ def clinical(
     typer.echo(f"stream path (one resource per event, re-assess each): {_rate(resources, stream_s)} events")
     if through_kafka:
         run = uuid.uuid4().hex[:8]
-        fresh = [_patient_bundle(random.Random(seed), i, f"bench-{run}") for i in range(patients)]
+        fresh_rng = random.Random(seed)
+        fresh = [_patient_bundle(fresh_rng, i, f"bench-{run}") for i in range(patients)]
         # Same seed and generator: the population measured above, under fresh patient ids.
         updates, expected = _stream_events(fresh, knowledge)
         rate, seconds = _through_kafka(updates, expected)
