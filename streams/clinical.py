@@ -31,13 +31,16 @@ Choices:
 * **Time**: ``now`` is the record's event time (``FhirUpdate.ts``, ``event_time`` of reviews and
   deliverables), never the wall clock; replaying the topics gives the same outputs.
 * **Dead letters** (:mod:`streams.dlq`, awaited before the offset can be committed): undecodable records;
+  a record the processor raised on (stage ``process``; the patient's state is left as it was);
   a record whose key is not its ``patient_id`` (its state would live on the wrong partition); a FHIR
   update with invalid resources (error type ``FhirInvalid``, the validation errors as the reason). The
   valid resources of such an update are still applied: validation is per resource
   (:func:`processors.clinical.fhir_input.parse_document`), and a resource that names another patient
   than the key is one of the invalid ones.
-* **Retention**: a patient's state lives until ``Patient/<id>`` is deleted (the reducer empties it);
-  the changelog is compacted, so it holds one record per patient.
+* **Retention**: deleting ``Patient/<id>`` empties the patient's resources (the reducer); the key itself
+  (last review, last assessment digest) stays, so a patient seen once costs one small record for good.
+  The changelog is compacted (one record per patient). Not done yet: expiring keys after a period of
+  event-time inactivity.
 """
 
 from __future__ import annotations
@@ -168,14 +171,21 @@ class ClinicalAgent:
             if done is not None and offset <= int(done):
                 continue  # re-delivered after a crash: already applied
             writes[marker], last_offset = str(offset).encode(), offset
-            decoded = await self._decode(SourceRecord.from_event(event))
+            record = SourceRecord.from_event(event)
+            decoded = await self._decode(record)
             if decoded is None:
                 continue
             item, now = decoded
             key = item.patient_id.encode()
             raw = read(key)
             state = None if raw is None else ClinicalStreamState.model_validate_json(raw)
-            new_state, outputs = process_event(state, item, now, self._knowledge, self._flags)
+            try:
+                new_state, outputs = process_event(state, item, now, self._knowledge, self._flags)
+            except Exception as exc:  # a poison record must not stop the partition: DLQ, state unchanged
+                await self._dead_letter(DecodeFailed(
+                    record, Stage.PROCESS, type(exc).__name__, str(exc), None, INPUTS[record.topic].avro_name
+                ))  # fmt: skip
+                continue
             if new_state != state:
                 writes[key] = new_state.model_dump_json().encode()
             for out in outputs:

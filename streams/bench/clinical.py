@@ -9,7 +9,7 @@ separately:
 * assessment: reduce the validated changes into patient state and run every gate
   (:func:`processors.clinical.assess.assess`), assessments per second;
 * stream path: the pure stream processor (:func:`processors.clinical.assess.process_event`) fed one
-  resource per event, as the patient-keyed agent will call it (re-assess on every update, emit on change).
+  resource per event, as the patient-keyed agent calls it (re-assess on every update, emit on change).
 
 Knowledge loading (YAML, pint registry, drug vocabulary) is done once before timing and reported.
 
