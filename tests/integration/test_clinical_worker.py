@@ -62,7 +62,7 @@ def _bundle(*resources: dict[str, Any], deletes: tuple[str, ...] = ()) -> dict[s
 def _scenario() -> tuple[list[FhirUpdate], dict[str, dict[str, Any]], str]:
     """The FHIR updates of the simulated days, the final resource set, and the invalid resource's id.
 
-    Day 20: the patient, the medications and an amiodarone statement entered in error (as one bundle).
+    Day 20: the patient, the medications and an amiodarone statement deleted later (as one bundle).
     Day 22-24: one laboratory result a day, then the heart rate and the conditions. The digoxin level
     arrives as version 2 (2.1 ng/mL); its older version 1 (0.8 ng/mL) arrives late, at the event time
     of the update before it, and must change nothing (no assessment). Day 26: the amiodarone
