@@ -9,15 +9,21 @@ produces the contract's names and the Avro datum.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.base import AvroModel
+from schemas.base import AvroModel, EventTime
 
 StalenessClass = Literal["CURRENT", "RECENT", "STALE", "PROFOUNDLY_STALE", "MISSING"]
 Severity = Literal["NORMAL", "ELEVATED", "CRITICAL"]
 Light = Literal["GREEN", "YELLOW", "RED"]
+
+Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
+"""An Avro ``int``: the model rejects what the schema cannot carry (signed: a birth date or an observation
+in the future gives a negative age)."""
+Count32 = Annotated[int, Field(ge=0, le=2**31 - 1)]
+"""A count carried as an Avro ``int``."""
 
 _PART = ConfigDict(
     frozen=True, extra="forbid", serialize_by_alias=True, validate_by_name=True, validate_by_alias=True
@@ -34,7 +40,7 @@ class StalenessObservation(_Part):
     code: str
     display: str
     effective: str | None
-    age_days: int | None
+    age_days: Int32 | None
     class_: StalenessClass = Field(alias="class")
     parameter: str | None = None
 
@@ -141,7 +147,7 @@ class TrafficLight(_Part):
     shadow_sources: list[str] = []
     shadow_mode: list[str] = []
     divergence: Literal["MATCH", "PRODUCTION_HIGHER", "SHADOW_HIGHER"] = "MATCH"
-    divergence_levels: int = 0
+    divergence_levels: Count32 = 0
     notes: list[str] = []
 
 
@@ -153,10 +159,10 @@ class ClinicalAssessment(AvroModel):
 
     patient_id: str
     as_of: str
-    age: int | None
+    age: Int32 | None
     staleness: Staleness
     medications: list[str]
-    medication_count: int = 0
+    medication_count: Count32 = 0
     medication_count_flag: bool
     med_dependencies: dict[str, list[str]]
     med_dependencies_conditional: dict[str, list[str]] = Field(default_factory=dict)
@@ -173,11 +179,11 @@ class AdversarialReview(AvroModel):
 
     patient_id: str
     review_id: str
-    event_time: str
+    event_time: EventTime
     disposition: str | None = None
     subcategory: str | None = None
     automation_bias_risk: str | None = None
-    revision_count: int | None = None
+    revision_count: Count32 | None = None
     audit_verdict: str | None = None
 
 
@@ -188,7 +194,7 @@ class Deliverable(AvroModel):
 
     patient_id: str
     deliverable_id: str
-    event_time: str
+    event_time: EventTime
     text: str
 
 
@@ -213,7 +219,7 @@ class SafetyAudit(AvroModel):
     deliverable_id: str
     as_of: str
     passed: bool
-    hard_fail_count: int
+    hard_fail_count: Count32
     patterns: list[PatternResult]
     patterns_fired: list[str]
     patterns_skipped: list[str]

@@ -151,7 +151,8 @@ class DocumentBundle(_Part):
     @model_validator(mode="after")
     def _pages_are_numbered_one_to_total(self) -> Self:
         numbers = [page.page_num for page in self.pages]
-        if sorted(numbers) != list(range(1, self.total_pages + 1)):
+        # Length first: a hostile total_pages (an Avro long) must not allocate a huge range.
+        if len(numbers) != self.total_pages or sorted(numbers) != list(range(1, self.total_pages + 1)):
             raise ValueError(
                 f"bundle {self.doc_id}: pages must be numbered 1..{self.total_pages} once each, got {numbers}"
             )

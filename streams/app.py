@@ -1,4 +1,4 @@
-"""The Faust application of a clingate worker: topics, the memory table and the DBPM agents.
+"""The Faust application of a clingate worker: topics, tables, the DBPM agents and the clinical agent.
 
 :func:`create_app` builds one app from :class:`~streams.settings.Settings`; nothing happens at
 import time. ``clingate worker`` runs it (:mod:`streams.commands.worker`).
@@ -16,6 +16,8 @@ Choices (reasons in ``docs/faust-runtime.md``):
   values (the engine encodes its records).
 * Catalog topics are not declared by Faust (``internal=False``); ``topics/`` creates them. Faust
   creates only its own internal topics (the changelog, the assignor's leader topic).
+* The clinical agent (:mod:`streams.clinical`) runs on the same app: one agent over the three
+  patient-keyed topics, its patient table a partitioned :class:`faust.Table` on the same store.
 * Records are raw bytes for Faust; :mod:`schemas.serde` encodes and decodes them.
 """
 
@@ -29,16 +31,29 @@ from faust.stores import STORES
 from faust.types import StreamT, TopicT
 from prometheus_client import CollectorRegistry
 
+from processors.clinical.knowledge import default_knowledge
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
 from schemas.serde import make_serde
+from streams.clinical import INPUTS as CLINICAL_INPUTS
+from streams.clinical import ClinicalAgent, gate_flags
 from streams.dbpm import DbpmAgents
 from streams.metrics import DbpmMetrics
 from streams.settings import Settings
 from streams.tablestore import STORE_SCHEME, ChangelogStore
-from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_TO_VERIFY, DBPM_VERDICTS, dlq_name
+from topics.catalog import (
+    CLINICAL_ASSESSMENTS,
+    CLINICAL_SAFETY_AUDITS,
+    DBPM_CANDIDATES,
+    DBPM_DECISIONS,
+    DBPM_TO_VERIFY,
+    DBPM_VERDICTS,
+    dlq_name,
+)
 
 #: Name of the memory table (its changelog topic is ``<app id>-dbpm-memory-changelog``).
 MEMORY_TABLE = "dbpm-memory"
+#: Name of the clinical patient table (changelog ``<app id>-clinical-patients-changelog``).
+PATIENT_TABLE = "clinical-patients"
 
 
 def dbpm_engines(settings: Settings) -> tuple[DBPMEngine, DBPMEngine]:
@@ -89,9 +104,9 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         autodiscover=False,
     )
 
-    def topic(name: str, topic_partitions: int | None = None) -> TopicT:
+    def topic(*names: str, topic_partitions: int | None = None) -> TopicT:
         return app.topic(
-            name, partitions=topic_partitions or partitions, internal=False,
+            *names, partitions=topic_partitions or partitions, internal=False,
             key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
         )  # fmt: skip
 
@@ -101,6 +116,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         help="DBPM memory records, partitioned by signature.",
     )  # fmt: skip
     engine, gate_engine = dbpm_engines(settings)
+    serde = make_serde(settings.schema_registry_url)
     registry = CollectorRegistry()
     setup_prometheus_sensors(app, pattern="/metrics", registry=registry, name_prefix="clingate")
     metrics = DbpmMetrics(registry)
@@ -109,12 +125,12 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         gate_engine,
         memory.data,  # type: ignore[arg-type]
         partitions,
-        make_serde(settings.schema_registry_url),
+        serde,
         {
             "decisions": topic(DBPM_DECISIONS),
             "to_verify": topic(DBPM_TO_VERIFY),
-            dlq_name(DBPM_VERDICTS): topic(dlq_name(DBPM_VERDICTS), 1),
-            dlq_name(DBPM_CANDIDATES): topic(dlq_name(DBPM_CANDIDATES), 1),
+            dlq_name(DBPM_VERDICTS): topic(dlq_name(DBPM_VERDICTS), topic_partitions=1),
+            dlq_name(DBPM_CANDIDATES): topic(dlq_name(DBPM_CANDIDATES), topic_partitions=1),
         },
         settings.dbpm_barrier_timeout_s,
         metrics,
@@ -132,4 +148,26 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
 
     app.agent(topic(DBPM_VERDICTS), name="dbpm-memory", concurrency=1)(dbpm_memory)
     app.agent(topic(DBPM_CANDIDATES), name="dbpm-gate", concurrency=1)(dbpm_gate)
+
+    patients = app.Table(
+        PATIENT_TABLE, partitions=partitions, key_type=bytes, value_type=bytes,
+        help="Clinical stream state per patient (latest FHIR resources, review, last assessment digest).",
+    )  # fmt: skip
+    clinical = ClinicalAgent(
+        patients.data,  # type: ignore[arg-type]
+        serde,
+        default_knowledge(),
+        gate_flags(settings),
+        {
+            CLINICAL_ASSESSMENTS: topic(CLINICAL_ASSESSMENTS),
+            CLINICAL_SAFETY_AUDITS: topic(CLINICAL_SAFETY_AUDITS),
+            **{dlq_name(t): topic(dlq_name(t), topic_partitions=1) for t in CLINICAL_INPUTS},
+        },
+    )
+
+    async def clinical_patients(stream: StreamT) -> None:
+        async for events in stream.take_events(batch, within=linger):
+            await clinical.process(events)
+
+    app.agent(topic(*CLINICAL_INPUTS), name="clinical-patients", concurrency=1)(clinical_patients)
     return app

@@ -72,10 +72,9 @@ from schemas.common import Stage
 from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.serde import Serde
 from state.base import Store, Transaction
-from streams.dlq import Decoded, DecodeFailed, SourceRecord, decode_record
+from streams.dlq import Decoded, DecodeFailed, SourceRecord, decode_record, send_dead_letter
 from streams.metrics import DbpmMetrics
 from streams.tablestore import ChangelogStore
-from topics.catalog import dlq_name
 
 log = logging.getLogger(__name__)
 
@@ -174,19 +173,6 @@ class MergedView(Store):
     def _apply(self, writes: dict[bytes, object]) -> None:
         # A gate's only writes are bookkeeping (the engine's as-of time); the view is never written.
         return
-
-
-def _record(event: EventT) -> SourceRecord:
-    message = event.message
-    return SourceRecord(
-        topic=message.topic,
-        partition=message.partition,
-        offset=message.offset,
-        timestamp_ms=None if message.timestamp is None else int(message.timestamp * 1000),
-        key=message.key,
-        value=message.value,
-        headers=tuple((k, v) for k, v in (message.headers or [])),
-    )
 
 
 def _header(event: EventT, name: str) -> bytes | None:
@@ -337,7 +323,7 @@ class DbpmAgents:
         self, event: EventT, expected: type[Candidate] | type[Verdict]
     ) -> tuple[Any, Any] | None:
         """``(model, engine event)`` of a record, or None after dead-lettering a bad one."""
-        record = _record(event)
+        record = SourceRecord.from_event(event)
         result = decode_record(self._serde, record, expected)
         if isinstance(result, Decoded):
             try:
@@ -349,13 +335,7 @@ class DbpmAgents:
         return None
 
     async def _dead_letter(self, failed: DecodeFailed) -> None:
-        topic = self._topics[dlq_name(failed.record.topic)]
         log.warning("dead-lettering %s[%d]@%d: %s", failed.record.topic, failed.record.partition,
                     failed.record.offset, failed.reason)
-        fut = await topic.send(
-            key=failed.record.key,
-            value=self._serde.encode(failed.dead_letter(), topic=topic.get_topic_name()),
-            headers=failed.kafka_headers(),
-        )
-        await fut  # delivered before the source offset can be committed
+        await send_dead_letter(self._topics, self._serde, failed)
         self._metrics.dead_letters.labels(failed.record.topic).inc()

@@ -16,14 +16,9 @@ Two layers, so the step works the same under confluent-kafka consumers and faust
   (committing first would lose the record if the produce failed). A faust agent sends the same record
   through a raw-bytes topic and awaits the send before the event is acknowledged::
 
-      outcome = decode_record(serde, SourceRecord(event.message.topic, event.message.partition,
-                              event.message.offset, int(event.message.timestamp * 1000),
-                              event.message.key, event.message.value, tuple(event.headers.items())),
-                              Candidate)
+      outcome = decode_record(serde, SourceRecord.from_event(event), Candidate)
       if isinstance(outcome, DecodeFailed):
-          out = dead_letter_record(serde, outcome)
-          await app.topic(out.topic, key_serializer="raw", value_serializer="raw").send(
-              key=out.key, value=out.value, headers=out.headers)
+          await send_dead_letter(topics, serde, outcome)
 
 The dead-letter record: key = the original key; value = a ``clingate.common.DeadLetter`` (original
 value, key and headers byte for byte, the reason, the stage and the coordinates), encoded with the
@@ -38,10 +33,10 @@ wall clock, so a replay of the dead-letter topic is deterministic.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message, Producer
 
@@ -49,6 +44,9 @@ from schemas.base import AvroModel
 from schemas.common import DeadLetter, Header, Stage
 from schemas.serde import DecodeReason, SchemaDecodeError, Serde
 from topics.catalog import dlq_name
+
+if TYPE_CHECKING:  # faust is the agents' dependency, not the decode step's
+    from faust.types import EventT, TopicT
 
 M = TypeVar("M", bound=AvroModel)
 
@@ -90,6 +88,20 @@ class SourceRecord:
             key=message.key(),
             value=message.value(),
             headers=tuple(message.headers() or ()),
+        )
+
+    @classmethod
+    def from_event(cls, event: EventT) -> SourceRecord:
+        """The view of a Faust event (raw-bytes topic: key and value are the record's bytes)."""
+        message = event.message
+        return cls(
+            topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            timestamp_ms=None if message.timestamp is None else int(message.timestamp * 1000),
+            key=message.key,
+            value=message.value,
+            headers=tuple((k, v) for k, v in (message.headers or [])),
         )
 
 
@@ -258,6 +270,22 @@ class DeadLetterRouter:
             self.send(outcome)
             return None
         return outcome.value
+
+
+async def send_dead_letter(topics: Mapping[str, TopicT], serde: Serde, failed: DecodeFailed) -> None:
+    """Faust agents: send ``failed``'s dead letter to its source's DLQ and await the acknowledgement.
+
+    Args:
+        topics: the agent's raw-bytes topics by name; MUST hold ``dlq_name(source topic)``.
+        serde: the process's serde.
+        failed: the failure to dead-letter.
+
+    Returns only once the broker acknowledged the dead letter, so the source offset, committed by Faust
+    after the event is acknowledged, is never committed for a record that went nowhere.
+    """
+    out = dead_letter_record(serde, failed)
+    fut = await topics[out.topic].send(key=out.key, value=out.value, headers=out.headers)
+    await fut
 
 
 def header_map(headers: Sequence[tuple[str, bytes | None]]) -> dict[str, str]:

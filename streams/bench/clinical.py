@@ -9,10 +9,17 @@ separately:
 * assessment: reduce the validated changes into patient state and run every gate
   (:func:`processors.clinical.assess.assess`), assessments per second;
 * stream path: the pure stream processor (:func:`processors.clinical.assess.process_event`) fed one
-  resource per event, as the patient-keyed agent will call it (re-assess on every update, emit on change).
+  resource per event, as the patient-keyed agent calls it (re-assess on every update, emit on change).
 
 Knowledge loading (YAML, pint registry, drug vocabulary) is done once before timing and reported.
-Kafka throughput is not measured here: the stream wiring is a separate issue.
+
+With ``--through-kafka`` (a broker and at least one running ``clingate worker`` needed, as for
+``clingate bench dbpm-kafka``) it also measures the path through the stream: the same population, one
+resource per ``clingate.fhir.updates`` record (patient ids fresh per run, so the workers' patient
+state starts empty), produced as fast as possible; rate = FHIR updates / time from the first produce
+to the last assessment consumed from ``clingate.clinical.assessments``. The number of assessments to
+wait for is known in advance: the pure stream processor run on the same events emits exactly as many
+(assessments are emitted only on change).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import json
 import random
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -73,8 +81,8 @@ REASONS = (
 )
 
 
-def _patient_bundle(rng: random.Random, index: int) -> dict[str, Any]:
-    pid = f"bench-{index:05d}"
+def _patient_bundle(rng: random.Random, index: int, prefix: str = "bench") -> dict[str, Any]:
+    pid = f"{prefix}-{index:05d}"
     subject = {"reference": f"Patient/{pid}"}
     resources: list[dict[str, Any]] = [
         {
@@ -164,6 +172,10 @@ def clinical(
     patients: Annotated[int, typer.Option(help="Patients in the generated population.")] = 200,
     seed: Annotated[int, typer.Option(help="Population seed (same seed, same bundles).")] = 7,
     repeat: Annotated[int, typer.Option(help="Timed passes over the population (best is reported).")] = 3,
+    through_kafka: Annotated[
+        bool,
+        typer.Option(help="Also measure through the broker and running workers (clingate worker)."),
+    ] = False,
 ) -> None:
     """Benchmark FHIR parsing, in-process assessment and the pure stream path of the clinical gates."""
     from processors.clinical.assess import assess, process_event
@@ -217,3 +229,99 @@ def clinical(
     each_ms = 1000 * assess_s / len(states)
     typer.echo(f"assessment (in process): {_rate(len(states), assess_s)} assessments ({each_ms:.2f} ms each)")
     typer.echo(f"stream path (one resource per event, re-assess each): {_rate(resources, stream_s)} events")
+    if through_kafka:
+        run = uuid.uuid4().hex[:8]
+        fresh_rng = random.Random(seed)
+        fresh = [_patient_bundle(fresh_rng, i, f"bench-{run}") for i in range(patients)]
+        # Same seed and generator: the population measured above, under fresh patient ids.
+        updates, expected = _stream_events(fresh, knowledge)
+        rate, seconds = _through_kafka(updates, expected)
+        typer.echo(
+            f"through the stream (broker + workers): {rate:,.0f} FHIR updates/s "
+            f"({len(updates)} updates, {expected} assessments in {seconds:.1f} s)"
+        )
+
+
+def _stream_events(bundles: list[dict[str, Any]], knowledge: Any) -> tuple[list[Any], int]:
+    """One FHIR update per resource, and the number of assessments the stream emits for them."""
+    from processors.clinical.assess import process_event
+    from schemas.clinical import ClinicalAssessment
+    from schemas.fhir import FhirUpdate
+    from streams.clinical import fhir_input
+
+    updates = []
+    expected = 0
+    for bundle in bundles:
+        patient = bundle["entry"][0]["resource"]["id"]
+        state = None
+        for entry in bundle["entry"]:
+            resource = entry["resource"]
+            update = FhirUpdate(
+                ts=AS_OF, patient_id=patient, resource_type=resource["resourceType"],
+                resource=json.dumps(resource),
+            )  # fmt: skip
+            updates.append(update)
+            change, _ = fhir_input(update)
+            if change is not None:
+                state, outputs = process_event(state, change, AS_OF, knowledge)
+                expected += sum(isinstance(o, ClinicalAssessment) for o in outputs)
+    return updates, expected
+
+
+def _through_kafka(updates: list[Any], expected: int, timeout_s: float = 600.0) -> tuple[float, float]:
+    """Produce ``updates``, consume until ``expected`` of their assessments arrived: (updates/s, seconds)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from schemas.serde import make_serde
+    from streams.broker import configured_bootstrap
+    from streams.kafka_replay import end_offset
+    from streams.settings import get_settings
+    from topics.catalog import CLINICAL_ASSESSMENTS, FHIR_UPDATES
+
+    settings = get_settings()
+    bootstrap = configured_bootstrap(settings)
+    if bootstrap is None:
+        raise typer.BadParameter(
+            "no Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`"
+        )
+    serde = make_serde(settings.schema_registry_url)
+    patients = {u.patient_id.encode() for u in updates}
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"clingate-bench-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+        }
+    )
+    partitions = (
+        consumer.list_topics(CLINICAL_ASSESSMENTS, timeout=30).topics[CLINICAL_ASSESSMENTS].partitions
+    )
+    consumer.assign(
+        [
+            TopicPartition(CLINICAL_ASSESSMENTS, p, end_offset(consumer, CLINICAL_ASSESSMENTS, p))
+            for p in partitions
+        ]
+    )
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 20,
+        "enable.idempotence": True, "acks": "all", "queue.buffering.max.messages": 1_000_000,
+    })  # fmt: skip
+    try:
+        started = time.perf_counter()
+        for update in updates:
+            value = serde.encode(update, topic=FHIR_UPDATES)
+            producer.produce(FHIR_UPDATES, key=update.patient_id.encode(), value=value)
+            producer.poll(0)
+        producer.flush(60)
+        received = 0
+        while received < expected:
+            if time.perf_counter() - started > timeout_s:
+                raise TimeoutError(
+                    f"only {received} of {expected} assessments in {timeout_s:.0f} s: workers?"
+                )
+            for message in consumer.consume(num_messages=10_000, timeout=0.1):
+                received += message.error() is None and message.key() in patients
+        seconds = time.perf_counter() - started
+    finally:
+        consumer.close()
+    return len(updates) / seconds, seconds

@@ -13,14 +13,11 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from streams.settings import Settings, get_settings
-
-if TYPE_CHECKING:
-    from processors.clinical.knowledge import GateFlags
+from streams.settings import get_settings
 
 app = typer.Typer(help="Deterministic clinical gates on FHIR R4 (issue 5).", no_args_is_help=True)
 
@@ -28,21 +25,6 @@ app = typer.Typer(help="Deterministic clinical gates on FHIR R4 (issue 5).", no_
 @app.callback()
 def clinical() -> None:
     """Deterministic clinical gates on FHIR R4: Phase 0, NTI, traffic light, safety patterns."""
-
-
-def gate_flags(
-    settings: Settings, *, tier_b: bool | None = None, esc032: bool | None = None, esc033: bool | None = None
-) -> GateFlags:
-    """The gate flags of this process: settings (environment), overridden by explicit command-line flags."""
-    from processors.clinical.knowledge import GateFlags
-
-    return GateFlags(
-        tier_b_class_maps=settings.clinical_tier_b_class_maps if tier_b is None else tier_b,
-        esc032_staleness=settings.clinical_esc032_staleness if esc032 is None else esc032,
-        esc033_compound=settings.clinical_esc033_compound if esc033 is None else esc033,
-        esc033_min_class=settings.clinical_esc033_min_class,
-        rule_a_enforced=settings.clinical_rule_a_enforced,
-    )
 
 
 def _parse_as_of(value: str) -> datetime:
@@ -94,6 +76,7 @@ def assess_command(
     from processors.clinical.knowledge import default_knowledge
     from processors.clinical.state import PatientUpdate, reduce_update
     from processors.clinical.traffic_light import ReviewInputs
+    from streams.clinical import gate_flags
 
     when = _parse_as_of(as_of)
     parsed = parse_document(json.loads(bundle.read_text(encoding="utf-8")))

@@ -1,4 +1,4 @@
-"""``clingate worker``: run one DBPM worker (Faust conventions: ``--loglevel``, ``--web-port``).
+"""``clingate worker``: one stream worker, DBPM and clinical agents (Faust flags ``-l``, ``--web-port``).
 
 The worker ensures the catalog topics exist (idempotent), builds the app of :mod:`streams.app`
 and runs it with :class:`faust.Worker`, which handles SIGTERM/SIGINT with a clean stop (flush,
@@ -19,7 +19,7 @@ from streams.settings import get_settings
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import build_catalog
 
-app = typer.Typer(help="Run a DBPM stream worker.", no_args_is_help=False)
+app = typer.Typer(help="Run a stream worker (DBPM and clinical agents).", no_args_is_help=False)
 
 
 @app.callback(invoke_without_command=True)
@@ -32,7 +32,7 @@ def worker(
         Path | None, typer.Option(help="Worker state directory [env CLINGATE_WORKER_DATADIR].")
     ] = None,
 ) -> None:
-    """Start a worker: memory agent and gate agent of the DBPM engine, until stopped."""
+    """Start a worker: the DBPM memory and gate agents and the clinical agent, until stopped."""
     from streams.app import create_app  # faust app construction is heavy; keep --help fast
 
     settings = get_settings()

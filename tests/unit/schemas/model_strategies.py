@@ -133,11 +133,18 @@ def _fhir_resource_type(draft: dict[str, Any]) -> dict[str, Any]:
     return {**draft, "resource": json.dumps({**resource, "resourceType": draft["resource_type"]})}
 
 
+def _pages_numbered(draft: dict[str, Any]) -> dict[str, Any]:
+    pages = [page.model_copy(update={"page_num": i}) for i, page in enumerate(draft["pages"], 1)]
+    return {**draft, "pages": pages, "total_pages": len(pages)}
+
+
+#: Keyed by Avro full name, or by class name for a nested model (which has none).
 FIXUPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "clingate.dbpm.Candidate": _payload_task,
     "clingate.dbpm.Verdict": _payload_task,
     "clingate.dbpm.GateDecision": _decision_repeats_candidate,
     "clingate.fhir.FhirUpdate": _fhir_resource_type,
+    "DocumentBundle": _pages_numbered,
 }
 
 
@@ -150,7 +157,7 @@ def model_strategy(model: type[BaseModel]) -> st.SearchStrategy[Any]:
     Drafts are keyed by alias where a field has one (validation by alias always works).
     """
     if model not in _CACHE:
-        fixup = FIXUPS.get(getattr(model, "avro_name", ""), lambda draft: draft)
+        fixup = FIXUPS.get(getattr(model, "avro_name", model.__name__), lambda draft: draft)
 
         def build(draft: dict[str, Any]) -> BaseModel | None:
             try:
