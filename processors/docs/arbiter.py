@@ -264,7 +264,7 @@ def _finish(
     last = history[-1]
     disposition = Disposition(
         doc_id=state.request.doc_id,
-        event_time_ms=state.request.event_time_ms,
+        ts=state.request.ts,
         decision=decision,
         rule_fired=last.rule_fired,
         rule=RULES[last.rule_fired - 1].condition,

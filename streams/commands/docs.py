@@ -95,10 +95,9 @@ def verify(
     call, note = (None, "--no-llm: running rules-only") if no_llm else configured_llm()
     if call is None:
         typer.echo(note, err=True)
-    event_time = datetime.fromisoformat(doc.processing_timestamp.replace("Z", "+00:00"))
     request = ClassificationRequest(
         doc_id=doc.doc_id,
-        event_time_ms=int(event_time.timestamp() * 1000),
+        ts=datetime.fromisoformat(doc.processing_timestamp.replace("Z", "+00:00")),
         classification=output,
         bundle=doc,
         production_label=production_label,
