@@ -5,15 +5,15 @@
 * ``show-packet`` renders a review packet in the terminal, the matched evidence highlighted in the
   real page text around it.
 
-The topic-backed ``reviews`` / ``review DOC_ID`` commands come with the Kafka wiring. LLM seam:
-:func:`configured_llm` is where the project's LLM client (``streams.llm``) plugs in; until it does,
-``verify`` runs rules-only and says so on stderr and in the disposition.
+LLM: ``verify`` calls the project's LLM client (``streams.llm``) when ``CLINGATE_LLM_URL`` and
+``CLINGATE_LLM_MODEL`` give the operational role a server (:func:`streams.docs_arbiter.configured_call`);
+otherwise, or with ``--no-llm``, it runs rules-only and says "rules-only: LLM not configured" on stderr
+and in the disposition.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import sys
 from datetime import datetime
@@ -27,7 +27,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from processors.docs.arbiter import ArbiterConfig
+from processors.docs.arbiter import ArbiterConfig, Finished
 from processors.docs.packet import format_issue
 from processors.docs.v3 import load_trap_rules
 from schemas.docs import (
@@ -39,7 +39,9 @@ from schemas.docs import (
     ReviewPacket,
     Severity,
 )
-from streams.docs_arbiter import LlmCall, arbitrate
+from streams.docs_arbiter import LLM_ROLE, arbitrate, configured_call
+from streams.llm import LlmClient
+from streams.llm.config import resolve_role
 from streams.settings import get_settings
 
 app = typer.Typer(
@@ -51,18 +53,17 @@ M = TypeVar("M", bound=BaseModel)
 _SEVERITY_STYLE = {Severity.BLOCKER: "bold red", Severity.MAJOR: "yellow", Severity.MINOR: "cyan"}
 
 
-def configured_llm() -> tuple[LlmCall | None, str]:
-    """The LLM call to use, or None with the reason the arbiter runs rules-only.
-
-    This is the seam for the LLM client of the GPU-consumer issue: once ``streams.llm`` offers a
-    client, build an :data:`~streams.docs_arbiter.LlmCall` from it here.
-    """
-    if importlib.util.find_spec("streams.llm") is None:
-        return None, "LLM not configured (no streams.llm client in this build): running rules-only"
-    return (
-        None,
-        "LLM client present but not wired into the arbiter (streams/commands/docs.py): running rules-only",
-    )
+async def _decide(request: ClassificationRequest, no_llm: bool) -> Finished:
+    """Run the arbiter on one request with the configured LLM (or rules-only), closing the client."""
+    settings = get_settings()
+    trap_rules = load_trap_rules(settings.docs_trap_rules)
+    async with LlmClient.from_settings(settings) as client:
+        call = None if no_llm else configured_call(client)
+        if call is None:
+            reason = "--no-llm" if no_llm else resolve_role(settings, LLM_ROLE).status
+            typer.echo(f"rules-only: LLM not configured ({reason})", err=True)
+        config = ArbiterConfig(trap_rules=trap_rules, llm_enabled=call is not None)
+        return await arbitrate(request, config, call)
 
 
 def _load(model: type[M], path: Path) -> M:
@@ -92,9 +93,6 @@ def verify(
     """Verify a classification against its bundle and print the disposition JSON."""
     output = _load(ClassificationOutput, classification)
     doc = _load(DocumentBundle, bundle)
-    call, note = (None, "--no-llm: running rules-only") if no_llm else configured_llm()
-    if call is None:
-        typer.echo(note, err=True)
     request = ClassificationRequest(
         doc_id=doc.doc_id,
         ts=datetime.fromisoformat(doc.processing_timestamp.replace("Z", "+00:00")),
@@ -102,10 +100,7 @@ def verify(
         bundle=doc,
         production_label=production_label,
     )
-    config = ArbiterConfig(
-        trap_rules=load_trap_rules(get_settings().docs_trap_rules), llm_enabled=call is not None
-    )
-    finished = asyncio.run(arbitrate(request, config, call))
+    finished = asyncio.run(_decide(request, no_llm))
     typer.echo(json.dumps(finished.disposition.model_dump(mode="json"), indent=2, ensure_ascii=False))
     if packet_out is not None and finished.packet is not None:
         packet_out.write_text(
