@@ -58,7 +58,8 @@ def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningServer]:
 
 def _invoke(classification: str, *extra: str) -> Result:
     bundle = str(DATA / "bundle_doc2_6.json")
-    result = runner.invoke(app, ["verify", "--classification", str(DATA / classification), "--bundle", bundle, *extra])
+    args = ["verify", "--classification", str(DATA / classification), "--bundle", bundle, *extra]
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     return result
 
