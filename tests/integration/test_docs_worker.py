@@ -1,0 +1,202 @@
+"""The classification arbiter's stream processor (``clingate docs worker``) on a real broker.
+
+The worker runs in-process on its own event-loop thread, exactly as ``clingate docs worker`` runs it,
+against the catalog's docs topics. Every document id carries a per-test suffix, so tests sharing the
+session broker (and its catalog topics) only ever read their own records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from processors.docs.v3 import load_trap_rules
+from schemas.common import DeadLetter
+from schemas.docs import (
+    ClassificationOutput,
+    ClassificationRequest,
+    Decision,
+    Disposition,
+    DocumentBundle,
+    DocumentType,
+    GroundTruth,
+    GroundTruthSource,
+    Review,
+    ReviewDecision,
+    ReviewPacket,
+    ReviewStatus,
+)
+from schemas.serde import SingleObjectSerde
+from streams.dlq import header_map
+from streams.docs import DocsWorker, producer_config, run_worker
+from streams.settings import get_settings
+from topics.admin import admin_client, ensure_topics
+from topics.catalog import (
+    DOCS_CLASSIFICATIONS,
+    DOCS_DISPOSITIONS,
+    DOCS_GROUND_TRUTH,
+    DOCS_REVIEW_PACKETS,
+    DOCS_REVIEWS,
+    build_catalog,
+    dlq_name,
+)
+
+pytestmark = pytest.mark.integration
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "docs"
+SERDE = SingleObjectSerde()
+TS = datetime(2025, 2, 18, 14, 30, tzinfo=UTC)
+
+
+def _request(classification: str, bundle: str, doc_id: str) -> ClassificationRequest:
+    doc = DocumentBundle.model_validate_json((DATA / f"{bundle}.json").read_bytes())
+    output = ClassificationOutput.model_validate_json((DATA / f"{classification}.json").read_bytes())
+    return ClassificationRequest(
+        doc_id=doc_id, ts=TS, classification=output, bundle=doc.model_copy(update={"doc_id": doc_id})
+    )
+
+
+@pytest.fixture
+def docs_worker(kafka_bootstrap: str) -> Iterator[DocsWorker]:
+    """A rules-only docs worker in its own consumer group, stopped (cleanly) after the test."""
+    settings = get_settings()
+    catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
+    ensure_topics(admin_client(kafka_bootstrap), catalog)
+    ready: list[DocsWorker] = []
+    holder: dict[str, object] = {}
+
+    def main() -> None:
+        async def run() -> None:
+            stop = asyncio.Event()
+            holder["loop"], holder["stop"] = asyncio.get_running_loop(), stop
+            await run_worker(
+                kafka_bootstrap, SERDE, load_trap_rules(), None, group_id=f"docs-test-{uuid.uuid4().hex}",
+                max_in_flight=8, stop=stop, on_ready=ready.append,
+            )  # fmt: skip
+
+        asyncio.run(run())
+
+    thread = threading.Thread(target=main, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not ready and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready, "docs worker did not start"
+    yield ready[0]
+    loop, stop = holder["loop"], holder["stop"]
+    assert isinstance(loop, asyncio.AbstractEventLoop) and isinstance(stop, asyncio.Event)
+    loop.call_soon_threadsafe(stop.set)
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
+def _publish(bootstrap: str, topic: str, key: str, value: bytes) -> None:
+    producer = Producer(producer_config(bootstrap))
+    producer.produce(topic, key=key.encode("utf-8"), value=value)
+    assert producer.flush(30) == 0
+
+
+def _collect(
+    bootstrap: str, topics: list[str], wanted: Callable[[dict[str, list]], bool], timeout_s: float = 60.0
+) -> dict[str, list]:
+    """Read ``topics`` from the beginning into {topic: [(key, value, headers)]} until ``wanted``."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False})  # fmt: skip
+    partitions = [
+        TopicPartition(topic, p, OFFSET_BEGINNING)
+        for topic in topics
+        for p in consumer.list_topics(topic, timeout=30).topics[topic].partitions
+    ]
+    consumer.assign(partitions)
+    seen: dict[str, list] = {topic: [] for topic in topics}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not wanted(seen) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error() is not None:
+                continue
+            seen[message.topic()].append(
+                ((message.key() or b"").decode(), message.value(), message.headers() or [])
+            )
+    finally:
+        consumer.close()
+    return seen
+
+
+def _values(seen: dict[str, list], topic: str, key: str, model: type) -> list:
+    return [SERDE.decode(value, model, topic=topic) for k, value, _ in seen[topic] if k == key]
+
+
+def test_trap_cases_bad_record_and_review_flow_through_the_docs_worker(kafka_bootstrap: str, docs_worker):
+    """Scenario: the seed's trap cases are published to clingate.docs.classifications with a bad record.
+
+    The Quest CBC classified as Genomic PRIMARY escalates to the SME with a pending review packet; the
+    share-sum example is auto-fixed and accepted on its retry; the undecodable record lands on the
+    classifications DLQ with its coordinates, and the worker carries on. An SME then corrects the
+    Quest document to OTHER through clingate.docs.reviews: ground truth SME_CORRECTED is published and
+    the packet's latest value on the compacted packet topic is reviewed.
+    """
+    run = uuid.uuid4().hex[:8]
+    quest, share_sum, bad = f"quest-{run}", f"share-sum-{run}", f"bad-{run}"
+    quest_request = _request("classification_quest_genomic", "bundle_quest_cbc", quest)
+    share_sum_request = _request("classification_doc2_6_share_sum", "bundle_doc2_6", share_sum)
+    _publish(kafka_bootstrap, DOCS_CLASSIFICATIONS, quest, SERDE.encode(quest_request))
+    _publish(kafka_bootstrap, DOCS_CLASSIFICATIONS, bad, b"\x13\x37 not a classification")
+    _publish(kafka_bootstrap, DOCS_CLASSIFICATIONS, share_sum, SERDE.encode(share_sum_request))
+
+    def decided(seen: dict[str, list]) -> bool:
+        keys = {k for k, _, _ in seen[DOCS_DISPOSITIONS]}
+        dead = {k for k, _, _ in seen[dlq_name(DOCS_CLASSIFICATIONS)]}
+        packets = {k for k, _, _ in seen[DOCS_REVIEW_PACKETS]}
+        return {quest, share_sum} <= keys and bad in dead and quest in packets
+
+    topics = [DOCS_DISPOSITIONS, DOCS_REVIEW_PACKETS, dlq_name(DOCS_CLASSIFICATIONS)]
+    seen = _collect(kafka_bootstrap, topics, decided)
+    assert decided(seen), {t: [k for k, _, _ in v] for t, v in seen.items()}
+
+    [quest_disposition] = _values(seen, DOCS_DISPOSITIONS, quest, Disposition)
+    assert quest_disposition.decision is Decision.ESCALATE_TO_SME
+    assert any(i.agent == "V3" and i.severity == "BLOCKER" for i in quest_disposition.issues)
+    [packet] = _values(seen, DOCS_REVIEW_PACKETS, quest, ReviewPacket)
+    assert packet.review_status is ReviewStatus.PENDING
+
+    [accepted] = _values(seen, DOCS_DISPOSITIONS, share_sum, Disposition)
+    assert (accepted.decision, len(accepted.attempts)) == (Decision.AUTO_ACCEPT, 2)
+    assert accepted.attempts[0].decision is Decision.AUTO_RETRY
+    shares = [c.segment_share for c in accepted.final_classification.segments[0].classifications]
+    assert shares == [0.472, 0.283, 0.094, 0.075, 0.075]
+    assert _values(seen, DOCS_REVIEW_PACKETS, share_sum, ReviewPacket) == []
+
+    [(_, dead_value, dead_headers)] = [r for r in seen[dlq_name(DOCS_CLASSIFICATIONS)] if r[0] == bad]
+    letter = SERDE.decode(dead_value, DeadLetter)
+    assert (letter.topic, letter.value) == (DOCS_CLASSIFICATIONS, b"\x13\x37 not a classification")
+    assert header_map(dead_headers)["topic"] == DOCS_CLASSIFICATIONS
+
+    review = Review(doc_id=quest, ts=TS, reviewer="sme-1", decision=ReviewDecision.CORRECTS,
+                    corrected_dominant_type=DocumentType.OTHER, notes="routine CBC, not genomic")  # fmt: skip
+    _publish(kafka_bootstrap, DOCS_REVIEWS, quest, SERDE.encode(review))
+
+    def reviewed(seen: dict[str, list]) -> bool:
+        return any(k == quest for k, _, _ in seen[DOCS_GROUND_TRUTH]) and len(
+            [k for k, _, _ in seen[DOCS_REVIEW_PACKETS] if k == quest]
+        ) >= 2
+
+    seen = _collect(kafka_bootstrap, [DOCS_GROUND_TRUTH, DOCS_REVIEW_PACKETS], reviewed)
+    assert reviewed(seen)
+    [truth] = _values(seen, DOCS_GROUND_TRUTH, quest, GroundTruth)
+    assert truth.ground_truth_source is GroundTruthSource.SME_CORRECTED
+    assert truth.ground_truth_classification.dominant_type_overall is DocumentType.OTHER
+    assert truth.primary_dominant_type is DocumentType.GENOMIC_REPORT
+    latest = _values(seen, DOCS_REVIEW_PACKETS, quest, ReviewPacket)[-1]
+    assert latest.review_status is ReviewStatus.REVIEWED
+    assert docs_worker.packets.packets[quest].review_status is ReviewStatus.REVIEWED
+    assert json.loads(json.dumps(truth.model_dump(mode="json")))["doc_id"] == quest
