@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -38,6 +39,9 @@ from schemas.docs import (
 from schemas.serde import SingleObjectSerde
 from streams.dlq import header_map
 from streams.docs import DocsWorker, producer_config, run_worker
+from streams.docs_arbiter import client_call
+from streams.llm import Endpoint, LlmClient, Role
+from streams.llm.testserver import DEFAULT_MODEL, OpenAiTestServer
 from streams.settings import get_settings
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import (
@@ -65,43 +69,66 @@ def _request(classification: str, bundle: str, doc_id: str) -> ClassificationReq
     )
 
 
-@pytest.fixture
-def docs_worker(kafka_bootstrap: str) -> Iterator[DocsWorker]:
-    """A rules-only docs worker in its own consumer group, stopped (cleanly) after the test."""
+@contextmanager
+def _running_worker(bootstrap: str, llm_latency_s: float | None = None) -> Iterator[tuple[DocsWorker, list]]:
+    """A docs worker in its own consumer group on an event-loop thread, stopped cleanly on exit.
+
+    With ``llm_latency_s`` the worker's LLM calls go through the project's client to an in-process
+    test server answering after that latency (yielded second, for its counters); else it is rules-only.
+    """
     settings = get_settings()
     catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
-    ensure_topics(admin_client(kafka_bootstrap), catalog)
+    ensure_topics(admin_client(bootstrap), catalog)
     ready: list[DocsWorker] = []
+    servers: list[OpenAiTestServer] = []
     holder: dict[str, object] = {}
 
-    def main() -> None:
-        async def run() -> None:
-            stop = asyncio.Event()
-            holder["loop"], holder["stop"] = asyncio.get_running_loop(), stop
+    async def run() -> None:
+        stop = asyncio.Event()
+        holder["loop"], holder["stop"] = asyncio.get_running_loop(), stop
+        call = None
+        if llm_latency_s is not None:
+            server = OpenAiTestServer(latency_s=llm_latency_s)
+            servers.append(server)
+            client = LlmClient({Role.DEFAULT: Endpoint(await server.start(), DEFAULT_MODEL)})
+            call = client_call(client)
+        try:
             await run_worker(
-                kafka_bootstrap, SERDE, load_trap_rules(), None, group_id=f"docs-test-{uuid.uuid4().hex}",
+                bootstrap, SERDE, load_trap_rules(), call, group_id=f"docs-test-{uuid.uuid4().hex}",
                 max_in_flight=8, stop=stop, on_ready=ready.append,
             )  # fmt: skip
+        finally:
+            if servers:
+                await client.aclose()
+                await servers[0].stop()
 
-        asyncio.run(run())
-
-    thread = threading.Thread(target=main, daemon=True)
+    thread = threading.Thread(target=lambda: asyncio.run(run()), daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
     while not ready and time.monotonic() < deadline:
         time.sleep(0.05)
     assert ready, "docs worker did not start"
-    yield ready[0]
-    loop, stop = holder["loop"], holder["stop"]
-    assert isinstance(loop, asyncio.AbstractEventLoop) and isinstance(stop, asyncio.Event)
-    loop.call_soon_threadsafe(stop.set)
-    thread.join(timeout=30)
-    assert not thread.is_alive()
+    try:
+        yield ready[0], servers
+    finally:
+        loop, stop = holder["loop"], holder["stop"]
+        assert isinstance(loop, asyncio.AbstractEventLoop) and isinstance(stop, asyncio.Event)
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout=30)
+        assert not thread.is_alive()
 
 
-def _publish(bootstrap: str, topic: str, key: str, value: bytes) -> None:
+@pytest.fixture
+def docs_worker(kafka_bootstrap: str) -> Iterator[DocsWorker]:
+    """A rules-only docs worker."""
+    with _running_worker(kafka_bootstrap) as (worker, _servers):
+        yield worker
+
+
+def _publish(bootstrap: str, topic: str, *records: tuple[str, bytes]) -> None:
     producer = Producer(producer_config(bootstrap))
-    producer.produce(topic, key=key.encode("utf-8"), value=value)
+    for key, value in records:
+        producer.produce(topic, key=key.encode("utf-8"), value=value)
     assert producer.flush(30) == 0
 
 
@@ -149,9 +176,10 @@ def test_trap_cases_bad_record_and_review_flow_through_the_docs_worker(kafka_boo
     quest, share_sum, bad = f"quest-{run}", f"share-sum-{run}", f"bad-{run}"
     quest_request = _request("classification_quest_genomic", "bundle_quest_cbc", quest)
     share_sum_request = _request("classification_doc2_6_share_sum", "bundle_doc2_6", share_sum)
-    _publish(kafka_bootstrap, DOCS_CLASSIFICATIONS, quest, SERDE.encode(quest_request))
-    _publish(kafka_bootstrap, DOCS_CLASSIFICATIONS, bad, b"\x13\x37 not a classification")
-    _publish(kafka_bootstrap, DOCS_CLASSIFICATIONS, share_sum, SERDE.encode(share_sum_request))
+    _publish(
+        kafka_bootstrap, DOCS_CLASSIFICATIONS, (quest, SERDE.encode(quest_request)),
+        (bad, b"\x13\x37 not a classification"), (share_sum, SERDE.encode(share_sum_request)),
+    )  # fmt: skip
 
     def decided(seen: dict[str, list]) -> bool:
         keys = {k for k, _, _ in seen[DOCS_DISPOSITIONS]}
@@ -183,7 +211,7 @@ def test_trap_cases_bad_record_and_review_flow_through_the_docs_worker(kafka_boo
 
     review = Review(doc_id=quest, ts=TS, reviewer="sme-1", decision=ReviewDecision.CORRECTS,
                     corrected_dominant_type=DocumentType.OTHER, notes="routine CBC, not genomic")  # fmt: skip
-    _publish(kafka_bootstrap, DOCS_REVIEWS, quest, SERDE.encode(review))
+    _publish(kafka_bootstrap, DOCS_REVIEWS, (quest, SERDE.encode(review)))
 
     def reviewed(seen: dict[str, list]) -> bool:
         return any(k == quest for k, _, _ in seen[DOCS_GROUND_TRUTH]) and len(
@@ -200,3 +228,25 @@ def test_trap_cases_bad_record_and_review_flow_through_the_docs_worker(kafka_boo
     assert latest.review_status is ReviewStatus.REVIEWED
     assert docs_worker.packets.packets[quest].review_status is ReviewStatus.REVIEWED
     assert json.loads(json.dumps(truth.model_dump(mode="json")))["doc_id"] == quest
+
+
+def test_llm_calls_of_different_documents_overlap_in_the_worker(kafka_bootstrap: str):
+    """Scenario: six clean documents arrive while the LLM answers each call after 0.5 s.
+
+    Each document needs three LLM calls (V2, V3, V4, requested together). The worker decides several
+    documents at once, so the server sees more calls in flight than one document makes, and each
+    disposition counts its three calls.
+    """
+    run = uuid.uuid4().hex[:8]
+    ids = [f"clean-{run}-{n}" for n in range(6)]
+    requests = [_request("classification_doc2_6_clean", "bundle_doc2_6", doc_id) for doc_id in ids]
+    with _running_worker(kafka_bootstrap, llm_latency_s=0.5) as (_worker, servers):
+        _publish(kafka_bootstrap, DOCS_CLASSIFICATIONS, *((r.doc_id, SERDE.encode(r)) for r in requests))
+        seen = _collect(
+            kafka_bootstrap, [DOCS_DISPOSITIONS],
+            lambda seen: set(ids) <= {k for k, _, _ in seen[DOCS_DISPOSITIONS]},
+        )  # fmt: skip
+        peak = servers[0].peak_in_flight
+    dispositions = [_values(seen, DOCS_DISPOSITIONS, doc_id, Disposition)[0] for doc_id in ids]
+    assert {(d.decision, d.llm_mode, d.llm_calls) for d in dispositions} == {(Decision.AUTO_ACCEPT, "LLM", 3)}
+    assert peak > 3, f"LLM calls did not overlap across documents (peak {peak})"
