@@ -22,7 +22,7 @@ import asyncio
 import json
 import signal
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, TypeVar
 
@@ -254,8 +254,8 @@ def review(
 ) -> None:
     """Show one packet with its context highlighted and publish the SME's decision to clingate.docs.reviews.
 
-    The review's event time is the packet's event time: the CLI is not a processor, but ground truth
-    must replay identically, so no wall-clock time enters the record.
+    The review's event time is the moment the SME decides (this command is the event's source, not a
+    processor); it is recorded in the event, so a replay of the reviews topic sees the same time.
     """
     bootstrap = _bootstrap()
     follower = _packets(bootstrap)
@@ -271,7 +271,7 @@ def review(
         corrected_type = typer.prompt("Corrected dominant type", type=DocumentType)
     try:
         event = Review(
-            doc_id=doc_id, ts=packet.ts, reviewer=reviewer, decision=decision,
+            doc_id=doc_id, ts=datetime.now(UTC), reviewer=reviewer, decision=decision,
             corrected_dominant_type=corrected_type,
             corrected_segments=_load_list(Segment, corrected_segments),
             corrected_mixture=_load_list(MixtureEntry, corrected_mixture), notes=notes,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from typer.testing import CliRunner
 
 from processors.docs.v3 import load_trap_rules
 from schemas.common import DeadLetter
@@ -31,12 +32,11 @@ from schemas.docs import (
     DocumentType,
     GroundTruth,
     GroundTruthSource,
-    Review,
-    ReviewDecision,
     ReviewPacket,
     ReviewStatus,
 )
 from schemas.serde import SingleObjectSerde
+from streams.commands.docs import app as docs_cli
 from streams.dlq import header_map
 from streams.docs import DocsWorker, producer_config, run_worker
 from streams.docs_arbiter import client_call
@@ -49,7 +49,6 @@ from topics.catalog import (
     DOCS_DISPOSITIONS,
     DOCS_GROUND_TRUTH,
     DOCS_REVIEW_PACKETS,
-    DOCS_REVIEWS,
     build_catalog,
     dlq_name,
 )
@@ -163,14 +162,17 @@ def _values(seen: dict[str, list], topic: str, key: str, model: type) -> list:
     return [SERDE.decode(value, model, topic=topic) for k, value, _ in seen[topic] if k == key]
 
 
-def test_trap_cases_bad_record_and_review_flow_through_the_docs_worker(kafka_bootstrap: str, docs_worker):
+def test_trap_cases_bad_record_and_review_flow_through_the_docs_worker(
+    kafka_bootstrap: str, docs_worker: DocsWorker, monkeypatch: pytest.MonkeyPatch
+):
     """Scenario: the seed's trap cases are published to clingate.docs.classifications with a bad record.
 
     The Quest CBC classified as Genomic PRIMARY escalates to the SME with a pending review packet; the
     share-sum example is auto-fixed and accepted on its retry; the undecodable record lands on the
     classifications DLQ with its coordinates, and the worker carries on. An SME then corrects the
-    Quest document to OTHER through clingate.docs.reviews: ground truth SME_CORRECTED is published and
-    the packet's latest value on the compacted packet topic is reviewed.
+    Quest document to OTHER with ``clingate docs review`` (after ``clingate docs reviews`` listed it as
+    pending): ground truth SME_CORRECTED is published and the packet's latest value on the compacted
+    packet topic is reviewed.
     """
     run = uuid.uuid4().hex[:8]
     quest, share_sum, bad = f"quest-{run}", f"share-sum-{run}", f"bad-{run}"
@@ -209,9 +211,20 @@ def test_trap_cases_bad_record_and_review_flow_through_the_docs_worker(kafka_boo
     assert (letter.topic, letter.value) == (DOCS_CLASSIFICATIONS, b"\x13\x37 not a classification")
     assert header_map(dead_headers)["topic"] == DOCS_CLASSIFICATIONS
 
-    review = Review(doc_id=quest, ts=TS, reviewer="sme-1", decision=ReviewDecision.CORRECTS,
-                    corrected_dominant_type=DocumentType.OTHER, notes="routine CBC, not genomic")  # fmt: skip
-    _publish(kafka_bootstrap, DOCS_REVIEWS, (quest, SERDE.encode(review)))
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap)
+    get_settings.cache_clear()
+    try:
+        listed = CliRunner().invoke(docs_cli, ["reviews"])
+        assert listed.exit_code == 0, listed.output
+        assert quest in listed.stdout and share_sum not in listed.stdout
+        recorded = CliRunner().invoke(docs_cli, [
+            "review", quest, "--reviewer", "sme-1", "--decision", "CORRECTS", "--corrected-type", "OTHER",
+            "--notes", "routine CBC, not genomic",
+        ])  # fmt: skip
+    finally:
+        get_settings.cache_clear()
+    assert recorded.exit_code == 0, recorded.output
+    assert "Routine lab vendor detected" in recorded.stdout  # the packet was rendered before deciding
 
     def reviewed(seen: dict[str, list]) -> bool:
         return any(k == quest for k, _, _ in seen[DOCS_GROUND_TRUTH]) and len(
