@@ -113,6 +113,8 @@ class PacketFollower:
         self._consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": f"clingate-packet-reader-{uuid.uuid4().hex}",
             "enable.auto.commit": False, "isolation.level": "read_committed",
+            # Between catch-ups nobody polls: bound what librdkafka prefetches meanwhile (default 64 MiB).
+            "queued.max.messages.kbytes": 8192,
         })  # fmt: skip
         metadata = self._consumer.list_topics(topic, timeout=30)
         partitions = sorted(metadata.topics[topic].partitions)
