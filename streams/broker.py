@@ -468,8 +468,11 @@ class LocalKafka:
 
     def _format(self, libs: Path, cluster_id: str) -> None:
         command = self._java(
-            libs, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.properties_file)
-        )
+            # "--cluster-id=ID", not "-t ID": a random id may start with "-", which argparse then takes
+            # for an option ("expected one argument").
+            libs, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
+            "-c", str(self.properties_file),
+        )  # fmt: skip
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise BrokerError(f"Formatting the broker storage failed:\n{result.stdout}{result.stderr}")
