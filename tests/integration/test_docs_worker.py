@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from typer.testing import CliRunner
 
 from processors.docs.v3 import load_trap_rules
@@ -49,6 +49,7 @@ from topics.catalog import (
     DOCS_DISPOSITIONS,
     DOCS_GROUND_TRUTH,
     DOCS_REVIEW_PACKETS,
+    DOCS_REVIEWS,
     build_catalog,
     dlq_name,
 )
@@ -74,12 +75,17 @@ def _running_worker(
 ) -> Iterator[tuple[DocsWorker, list]]:
     """A docs worker in its own consumer group on an event-loop thread, stopped cleanly on exit.
 
-    With ``llm_latency_s`` the worker's LLM calls go through the project's client to an in-process
-    test server answering after that latency (yielded second, for its counters); else it is rules-only.
+    A new group (``group_id`` None) starts at the end of the input topics. With ``llm_latency_s`` the
+    worker's LLM calls go through the project's client to an in-process test server answering after
+    that latency (yielded second, for its counters); else it is rules-only.
     """
     settings = get_settings()
     catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
     ensure_topics(admin_client(bootstrap), catalog)
+    if group_id is None:  # a fresh group reads only this test's records, not the session's earlier ones
+        group_id = f"docs-test-{uuid.uuid4().hex}"
+        for topic in (DOCS_CLASSIFICATIONS, DOCS_REVIEWS):
+            _start_group_at_end(bootstrap, group_id, topic)
     ready: list[DocsWorker] = []
     servers: list[OpenAiTestServer] = []
     holder: dict[str, object] = {}
@@ -96,7 +102,7 @@ def _running_worker(
         try:
             await run_worker(
                 bootstrap, SERDE, load_trap_rules(), call, max_in_flight=8, stop=stop, on_ready=ready.append,
-                group_id=group_id or f"docs-test-{uuid.uuid4().hex}",
+                group_id=group_id,
             )  # fmt: skip
         finally:
             if servers:
@@ -158,6 +164,29 @@ def _collect(
     finally:
         consumer.close()
     return seen
+
+
+def _start_group_at_end(bootstrap: str, group: str, topic: str) -> None:
+    """Commit ``group``'s offsets at the current end of ``topic``, so it reads only what comes next."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            try:  # a topic created a moment ago may have no partition leader yet
+                numbers = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+                partitions = [TopicPartition(topic, p) for p in numbers]
+                ends = [
+                    TopicPartition(topic, tp.partition, consumer.get_watermark_offsets(tp, timeout=30)[1])
+                    for tp in partitions
+                ]
+                break
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        consumer.commit(offsets=ends, asynchronous=False)
+    finally:
+        consumer.close()
 
 
 def _values(seen: dict[str, list], topic: str, key: str, model: type) -> list:
@@ -276,6 +305,7 @@ def test_documents_in_flight_when_a_worker_stops_are_decided_by_the_next_one(kaf
     """
     run = uuid.uuid4().hex[:8]
     group = f"docs-resume-{run}"
+    _start_group_at_end(kafka_bootstrap, group, DOCS_CLASSIFICATIONS)  # other tests' documents are not ours
     ids = {f"resume-{run}-{n}" for n in range(4)}
     requests = [_request("classification_doc2_6_clean", "bundle_doc2_6", doc_id) for doc_id in sorted(ids)]
     with _running_worker(kafka_bootstrap, llm_latency_s=30.0, group_id=group) as (_first, servers):
