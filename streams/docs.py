@@ -40,12 +40,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from processors.docs.arbiter import ArbiterConfig, Finished
 from processors.docs.packet import ground_truth
@@ -128,15 +137,31 @@ class PacketFollower:
         """Record a packet this process has just published (read-your-writes before it is read back)."""
         self.packets[packet.doc_id] = packet
 
+    def _ends(self, timeout_s: float) -> dict[int, int]:
+        """The end offset of every non-empty partition, retried while a partition has no leader yet."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                ends = {}
+                for tp in self._partitions:
+                    low, high = self._consumer.get_watermark_offsets(
+                        TopicPartition(self._topic, tp.partition), timeout=timeout_s, cached=False
+                    )
+                    if high > low:
+                        ends[tp.partition] = high
+                return ends
+            except KafkaException:  # e.g. NOT_LEADER_FOR_PARTITION right after the topic was created
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+
     def catch_up(self, timeout_s: float = 30.0) -> None:
-        """Read until every partition's end as of now (or ``timeout_s`` passes)."""
-        ends = {}
-        for tp in self._partitions:
-            low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(self._topic, tp.partition), timeout=timeout_s, cached=False
-            )
-            if high > low:
-                ends[tp.partition] = high
+        """Read until every partition's end as of now (or ``timeout_s`` passes).
+
+        Raises:
+            KafkaException: the partitions' end offsets could not be read within ``timeout_s``.
+        """
+        ends = self._ends(timeout_s)
         deadline_polls = max(1, int(timeout_s / 0.2))
         for _ in range(deadline_polls):
             if all(self._next.get(p, 0) >= end for p, end in ends.items()):
