@@ -7,8 +7,9 @@ Topology (topic names from :mod:`topics.catalog`):
 * ``clingate.docs.reviews`` (Review) + the document's packet -> ``clingate.docs.ground-truth`` and the
   packet again, now ``reviewed``. The packet topic is compacted and keyed by document id, so its latest
   value per document is the review queue (``clingate docs reviews`` lists the pending ones);
-* a record that does not decode into its topic's model, or a review with no packet to close, goes to
-  the topic's dead-letter topic (:mod:`streams.dlq`) before its offset is committed.
+* a record that does not decode into its topic's model, a review with no packet to close, or a request
+  on which the arbiter raises (a bug; stage ``process``) goes to the topic's dead-letter topic
+  (:mod:`streams.dlq`) before its offset is committed.
 
 Decision: a confluent-kafka consumer loop, not a Faust agent. The arbiter keeps no table state: a
 document is decided from its own record (the step machine of :mod:`processors.docs.arbiter`), and the
@@ -291,6 +292,10 @@ class DocsWorker:
         self._produce(DOCS_REVIEW_PACKETS, reviewed.doc_id, reviewed, errors)
         self.packets.remember(reviewed)
 
+    @staticmethod
+    def _task_error(entry: _Entry) -> BaseException | None:
+        return None if entry.task is None else entry.task.exception()
+
     def _publish_ready(self, router: DeadLetterRouter) -> int:
         """Publish the outputs of every finished head of queue, flush, then commit; return records done."""
         errors: list[KafkaError] = []
@@ -303,6 +308,10 @@ class DocsWorker:
                     router.send(entry.failed)
                 elif entry.review is not None:
                     self._review_outputs(entry, router, errors)
+                elif (error := self._task_error(entry)) is not None:
+                    # A processor bug on this input: dead-letter it rather than crash-loop on it.
+                    name, expected = type(error).__name__, ClassificationRequest.avro_name
+                    router.send(DecodeFailed(entry.record, Stage.PROCESS, name, str(error), None, expected))
                 else:
                     assert entry.task is not None
                     finished = entry.task.result()
