@@ -5,8 +5,7 @@ The shapes follow the agentic evaluation system's ``ClassificationOutput`` and `
 
 * Enum values are the Avro enum symbols (``GENOMIC_REPORT``); the human names the seed prints
   ("Genomic Report") come from :data:`DOCUMENT_TYPE_NAMES`, so every message reads like the seed.
-* Times are ``event_time_ms`` (epoch milliseconds, UTC) as plain Avro ``long``: the datum of
-  ``model_dump(mode="json")`` must be valid Avro, and a logical type would be read back as a datetime.
+* Event time is ``ts``, an ISO 8601 UTC string (:data:`schemas.base.EventTime`), the project convention.
 * ``self_evaluation`` has no published structure; it is a confidence, a summary and a list of concerns.
 * The document mixture carries presence level and confidence besides the overall share, because the
   seed's trap examples read "document_mixture: Genomic Report → PRIMARY (confidence 0.78)".
@@ -14,6 +13,9 @@ The shapes follow the agentic evaluation system's ``ClassificationOutput`` and `
   duplicated type; a mapping would make both unrepresentable and hide the classifier's error.
 * ``DocumentBundle`` validates its own page numbering (pages 1..total_pages, each once): a bundle that
   breaks it is schema-invalid input for the dead-letter queue, not one of the seed's issue kinds.
+  ``total_pages`` is at most :data:`MAX_BUNDLE_PAGES` (10,000; the source gives no limit, and clinical
+  documents have tens of pages) and the check never builds a list of ``total_pages`` numbers, so a
+  hostile count costs nothing.
 * An :class:`Issue` carries, besides the seed's fields, the structured place it concerns (segment,
   document type, page, text to locate) so the review packet can show the page context without parsing
   the human ``location`` string, and the :class:`FixKind` that repairs it (``auto_fixable`` is exactly
@@ -27,7 +29,7 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schemas.base import AvroModel
+from schemas.base import AvroModel, EventTime
 
 
 class _Part(BaseModel):
@@ -139,20 +141,24 @@ class Page(_Part):
     layout_metadata: LayoutMetadata = Field(default_factory=LayoutMetadata)
 
 
+MAX_BUNDLE_PAGES = 10_000
+"""The largest ``total_pages`` a bundle may claim (see the module docstring)."""
+
+
 class DocumentBundle(_Part):
     """The Document AI extraction: the single source of truth for what the PDF says (slide 3)."""
 
     doc_id: str
     file_path: str
-    total_pages: int
+    total_pages: int = Field(ge=1, le=MAX_BUNDLE_PAGES)
     processing_timestamp: str
     pages: list[Page]
 
     @model_validator(mode="after")
     def _pages_are_numbered_one_to_total(self) -> Self:
         numbers = [page.page_num for page in self.pages]
-        # Length first: a hostile total_pages (an Avro long) must not allocate a huge range.
-        if len(numbers) != self.total_pages or sorted(numbers) != list(range(1, self.total_pages + 1)):
+        # Compare lengths first: the range is then no longer than the pages actually sent.
+        if len(numbers) != self.total_pages or sorted(numbers) != list(range(1, len(numbers) + 1)):
             raise ValueError(
                 f"bundle {self.doc_id}: pages must be numbered 1..{self.total_pages} once each, got {numbers}"
             )
@@ -169,7 +175,7 @@ class ClassificationRequest(AvroModel):
     avro_name = "clingate.docs.ClassificationRequest"
 
     doc_id: str
-    event_time_ms: int
+    ts: EventTime
     classification: ClassificationOutput
     bundle: DocumentBundle
     production_label: DocumentType | None = None
@@ -282,7 +288,7 @@ class Disposition(AvroModel):
     avro_name = "clingate.docs.Disposition"
 
     doc_id: str
-    event_time_ms: int
+    ts: EventTime
     decision: Decision
     rule_fired: int
     rule: str
@@ -331,7 +337,7 @@ class ReviewPacket(AvroModel):
     avro_name = "clingate.docs.ReviewPacket"
 
     doc_id: str
-    event_time_ms: int
+    ts: EventTime
     pdf_filename: str
     file_path: str
     total_pages: int
@@ -361,7 +367,7 @@ class Review(AvroModel):
     avro_name = "clingate.docs.Review"
 
     doc_id: str
-    event_time_ms: int
+    ts: EventTime
     reviewer: str
     decision: ReviewDecision
     corrected_dominant_type: DocumentType | None = None
@@ -389,7 +395,7 @@ class GroundTruth(AvroModel):
     avro_name = "clingate.docs.GroundTruth"
 
     doc_id: str
-    event_time_ms: int
+    ts: EventTime
     ground_truth_source: GroundTruthSource
     ground_truth_classification: ClassificationOutput
     primary_dominant_type: DocumentType

@@ -468,9 +468,10 @@ class LocalKafka:
 
     def _format(self, libs: Path, cluster_id: str) -> None:
         command = self._java(
-            # ``--cluster-id=`` form: a random id may begin with "-" and would be read as an option.
-            libs, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c",
-            str(self.properties_file),
+            # "--cluster-id=ID", not "-t ID": a random id may start with "-", which argparse then takes
+            # for an option ("expected one argument").
+            libs, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
+            "-c", str(self.properties_file),
         )  # fmt: skip
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:

@@ -63,6 +63,19 @@ class Settings(BaseSettings):
         description="YAML of the classification arbiter's V3 trap rules (vendor, keyword and "
         "header/footer rule sets). Unset: the packaged processors/docs/v3_trap_rules.yaml.",
     )
+    docs_group_id: str = Field(
+        default="clingate-docs",
+        validation_alias="CLINGATE_DOCS_GROUP_ID",
+        description="Consumer group of `clingate docs worker` (its own group: the arbiter is not a Faust "
+        "agent, see streams/docs.py).",
+    )
+    docs_max_in_flight: int = Field(
+        default=32,
+        ge=1,
+        validation_alias="CLINGATE_DOCS_MAX_IN_FLIGHT",
+        description="Documents the docs worker verifies at once (their LLM calls overlap); at the bound "
+        "it pauses its partitions until one finishes.",
+    )
 
     # --- LLM serving (streams.llm). Role URL > CLINGATE_LLM_URL > none (the role's LLM phases are off).
     llm_url: str | None = Field(

@@ -22,7 +22,9 @@ Choices where the source left room (revisit with the pipeline owners):
   partition: they are low volume, and each dead letter carries its source partition and offset.
 - Cleanup: latest-value topics keyed by an entity (assessments per patient, dispositions per
   document) are ``compact,delete``: the newest value per key survives compaction and nothing lives
-  longer than the retention. Ground truth is ``compact`` only: a label is kept until replaced.
+  longer than the retention. Ground truth and review packets are ``compact`` only: a label is kept
+  until replaced, and a packet until its reviewed version replaces the pending one (the packet topic
+  is the review queue that ``clingate docs reviews`` reads).
   Everything else is an event log, ``delete``.
 - Retention: event logs 7 days (enough to rebuild state by replay after an incident of a long
   weekend); verdicts and decisions 30 days, since DBPM memory is learnt from verdicts and decisions
@@ -150,7 +152,10 @@ _DECLARED: tuple[TopicSpec, ...] = (
         DOCS_DISPOSITIONS, "document_id (latest disposition per document)", "clingate.docs.Disposition",
         cleanup_policy="compact,delete", retention_ms=30 * DAY_MS,
     ),
-    TopicSpec(DOCS_REVIEW_PACKETS, "document_id", "clingate.docs.ReviewPacket"),
+    TopicSpec(
+        DOCS_REVIEW_PACKETS, "document_id (latest packet per document)", "clingate.docs.ReviewPacket",
+        cleanup_policy="compact", retention_ms=-1,
+    ),
     TopicSpec(DOCS_REVIEWS, "document_id", "clingate.docs.Review", consumed=True),
     TopicSpec(
         DOCS_GROUND_TRUTH, "document_id (latest label per document)", "clingate.docs.GroundTruth",

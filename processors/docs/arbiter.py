@@ -67,7 +67,7 @@ MAX_RETRIES = 2
 """Retries after the first attempt: three verification attempts in all (slide 8)."""
 
 RULES_ONLY_NOTE = (
-    "rules-only: no LLM is configured, so the V2 semantic check, the V3 contextual check and the V4 "
+    "rules-only: LLM not configured, so the V2 semantic check, the V3 contextual check and the V4 "
     "evidence-quality judgement did not run; every rule phase did"
 )
 LLM_NOTE = "LLM phases ran within the seed's budget; per-attempt phases run and skipped are listed"
@@ -264,7 +264,7 @@ def _finish(
     last = history[-1]
     disposition = Disposition(
         doc_id=state.request.doc_id,
-        event_time_ms=state.request.event_time_ms,
+        ts=state.request.ts,
         decision=decision,
         rule_fired=last.rule_fired,
         rule=RULES[last.rule_fired - 1].condition,

@@ -13,6 +13,8 @@ Choices:
   honoured, and would only burn a retry until cycle detection caught it.
 * A phase that fails (timeout, unparsable answer) becomes a MAJOR, non-fixable issue of its agent,
   so the document escalates (V5 rule 4) rather than passing a check that never ran.
+* A phase reports at most 3 findings of bounded length (see :class:`LlmFinding`): the seed's
+  operational calls are greedy and small, and three findings per phase already escalate any document.
 * V3's contextual check reads the first 4,000 characters of the document text, the pages joined in
   order with a blank line between them.
 """
@@ -52,20 +54,26 @@ class _Frozen(BaseModel):
 
 
 class LlmFinding(_Frozen):
-    """One issue as a model reports it."""
+    """One issue as a model reports it.
+
+    Field order is generation order and critical-first (the LLM client's schema linter): the severity
+    decision before any prose, required fields before optional ones. Every string and the findings list
+    are bounded so that a greedy answer fits the operational call budget (256 tokens): an answer that
+    overruns it is a failed call, which escalates, never a partial judgement.
+    """
 
     severity: Severity
-    message: str
-    location: str = ""
-    suggested_fix: str | None = None
-    page: int | None = None
-    evidence_text: str | None = None
+    message: str = Field(max_length=200, description="What is wrong, in one sentence")
+    location: str = Field(default="", max_length=80, description="Segment, type or page concerned")
+    page: int | None = Field(default=None, ge=1, le=10_000)
+    evidence_text: str | None = Field(default=None, max_length=120, description="Text to locate on the page")
+    suggested_fix: str | None = Field(default=None, max_length=160)
 
 
 class LlmJudgement(_Frozen):
     """The answer every phase must produce (its JSON schema constrains decoding)."""
 
-    findings: list[LlmFinding] = Field(default_factory=list)
+    findings: list[LlmFinding] = Field(default_factory=list, max_length=3)
 
 
 JUDGEMENT_SCHEMA: dict[str, Any] = LlmJudgement.model_json_schema()

@@ -115,7 +115,7 @@ def build_review_packet(request: ClassificationRequest, disposition: Disposition
     production = request.production_label
     return ReviewPacket(
         doc_id=request.doc_id,
-        event_time_ms=disposition.event_time_ms,
+        ts=disposition.ts,
         pdf_filename=request.bundle.file_path.rsplit("/", 1)[-1],
         file_path=request.bundle.file_path,
         total_pages=request.bundle.total_pages,
@@ -164,7 +164,7 @@ def ground_truth(packet: ReviewPacket, review: Review) -> tuple[ReviewPacket, Gr
         source = GroundTruthSource.SME_CORRECTED
     truth = GroundTruth(
         doc_id=packet.doc_id,
-        event_time_ms=review.event_time_ms,
+        ts=review.ts,
         ground_truth_source=source,
         ground_truth_classification=classification,
         primary_dominant_type=original.dominant_type_overall,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -54,12 +55,16 @@ class StubLlmRun:
         return self.documents / self.wall_s
 
 
+BENCH_TIME = datetime(2026, 1, 1, tzinfo=UTC)
+"""The event time of every benchmark request (a benchmark decides nothing by time)."""
+
+
 def load_request(classification: Path, bundle: Path) -> ClassificationRequest:
     """The benchmark document as a request (event time fixed: a benchmark decides nothing by time)."""
     doc = DocumentBundle.model_validate_json(bundle.read_bytes())
     return ClassificationRequest(
         doc_id=doc.doc_id,
-        event_time_ms=0,
+        ts=BENCH_TIME,
         classification=ClassificationOutput.model_validate_json(classification.read_bytes()),
         bundle=doc,
     )

@@ -3,31 +3,38 @@
 * ``verify`` runs V1–V5 with auto-fix and retries on a classification and its bundle and prints the
   disposition JSON (``--packet-out`` also writes the review packet of an escalation);
 * ``show-packet`` renders a review packet in the terminal, the matched evidence highlighted in the
-  real page text around it.
+  real page text around it;
+* ``worker`` runs the stream processor of :mod:`streams.docs` (its own consumer group, not part of
+  ``clingate worker``);
+* ``reviews`` lists the pending packets of the compacted ``clingate.docs.review-packets`` topic;
+  ``review DOC_ID`` shows one and records the SME's decision on ``clingate.docs.reviews`` (the worker
+  turns it into ground truth and marks the packet reviewed).
 
-The topic-backed ``reviews`` / ``review DOC_ID`` commands come with the Kafka wiring. LLM seam:
-:func:`configured_llm` is where the project's LLM client (``streams.llm``) plugs in; until it does,
-``verify`` runs rules-only and says so on stderr and in the disposition.
+LLM: ``verify`` calls the project's LLM client (``streams.llm``) when ``CLINGATE_LLM_URL`` and
+``CLINGATE_LLM_MODEL`` give the operational role a server (:func:`streams.docs_arbiter.configured_call`);
+otherwise, or with ``--no-llm``, it runs rules-only and says "rules-only: LLM not configured" on stderr
+and in the disposition.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
+import signal
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
+from confluent_kafka import Producer
 from pydantic import BaseModel, ValidationError
 from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from processors.docs.arbiter import ArbiterConfig
+from processors.docs.arbiter import ArbiterConfig, Finished
 from processors.docs.packet import format_issue
 from processors.docs.v3 import load_trap_rules
 from schemas.docs import (
@@ -36,11 +43,22 @@ from schemas.docs import (
     ClassificationRequest,
     DocumentBundle,
     DocumentType,
+    MixtureEntry,
+    Review,
+    ReviewDecision,
     ReviewPacket,
+    Segment,
     Severity,
 )
-from streams.docs_arbiter import LlmCall, arbitrate
-from streams.settings import get_settings
+from schemas.serde import make_serde
+from streams.broker import configured_bootstrap
+from streams.docs import PacketFollower, producer_config, run_worker
+from streams.docs_arbiter import LLM_ROLE, arbitrate, configured_call
+from streams.llm import LlmClient
+from streams.llm.config import resolve_role
+from streams.settings import Settings, get_settings
+from topics.admin import admin_client, ensure_topics
+from topics.catalog import DOCS_REVIEWS, build_catalog
 
 app = typer.Typer(
     help="Classification arbiter: verify classifications, render review packets.", no_args_is_help=True
@@ -51,18 +69,21 @@ M = TypeVar("M", bound=BaseModel)
 _SEVERITY_STYLE = {Severity.BLOCKER: "bold red", Severity.MAJOR: "yellow", Severity.MINOR: "cyan"}
 
 
-def configured_llm() -> tuple[LlmCall | None, str]:
-    """The LLM call to use, or None with the reason the arbiter runs rules-only.
+def _rules_only(settings: Settings, no_llm: bool = False) -> str:
+    reason = "--no-llm" if no_llm else resolve_role(settings, LLM_ROLE).status
+    return f"rules-only: LLM not configured ({reason})"
 
-    This is the seam for the LLM client of the GPU-consumer issue: once ``streams.llm`` offers a
-    client, build an :data:`~streams.docs_arbiter.LlmCall` from it here.
-    """
-    if importlib.util.find_spec("streams.llm") is None:
-        return None, "LLM not configured (no streams.llm client in this build): running rules-only"
-    return (
-        None,
-        "LLM client present but not wired into the arbiter (streams/commands/docs.py): running rules-only",
-    )
+
+async def _decide(request: ClassificationRequest, no_llm: bool) -> Finished:
+    """Run the arbiter on one request with the configured LLM (or rules-only), closing the client."""
+    settings = get_settings()
+    trap_rules = load_trap_rules(settings.docs_trap_rules)
+    async with LlmClient.from_settings(settings) as client:
+        call = None if no_llm else configured_call(client)
+        if call is None:
+            typer.echo(_rules_only(settings, no_llm), err=True)
+        config = ArbiterConfig(trap_rules=trap_rules, llm_enabled=call is not None)
+        return await arbitrate(request, config, call)
 
 
 def _load(model: type[M], path: Path) -> M:
@@ -92,21 +113,14 @@ def verify(
     """Verify a classification against its bundle and print the disposition JSON."""
     output = _load(ClassificationOutput, classification)
     doc = _load(DocumentBundle, bundle)
-    call, note = (None, "--no-llm: running rules-only") if no_llm else configured_llm()
-    if call is None:
-        typer.echo(note, err=True)
-    event_time = datetime.fromisoformat(doc.processing_timestamp.replace("Z", "+00:00"))
     request = ClassificationRequest(
         doc_id=doc.doc_id,
-        event_time_ms=int(event_time.timestamp() * 1000),
+        ts=datetime.fromisoformat(doc.processing_timestamp.replace("Z", "+00:00")),
         classification=output,
         bundle=doc,
         production_label=production_label,
     )
-    config = ArbiterConfig(
-        trap_rules=load_trap_rules(get_settings().docs_trap_rules), llm_enabled=call is not None
-    )
-    finished = asyncio.run(arbitrate(request, config, call))
+    finished = asyncio.run(_decide(request, no_llm))
     typer.echo(json.dumps(finished.disposition.model_dump(mode="json"), indent=2, ensure_ascii=False))
     if packet_out is not None and finished.packet is not None:
         packet_out.write_text(
@@ -157,6 +171,131 @@ def render_packet(packet: ReviewPacket) -> RenderableType:
                 body.append(line)
         parts.append(Panel(Group(*body), border_style=_SEVERITY_STYLE[issue.severity]))
     return Group(*parts)
+
+
+def _bootstrap() -> str:
+    bootstrap = configured_bootstrap(get_settings())
+    if bootstrap is None:
+        typer.echo("No Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`.", err=True)
+        raise typer.Exit(2)
+    return bootstrap
+
+
+def _packets(bootstrap: str) -> PacketFollower:
+    follower = PacketFollower(bootstrap, make_serde(get_settings().schema_registry_url))
+    follower.catch_up()
+    return follower
+
+
+@app.command()
+def worker(
+    max_in_flight: Annotated[
+        int | None,
+        typer.Option(help="Documents decided at once [env CLINGATE_DOCS_MAX_IN_FLIGHT, default 32]."),
+    ] = None,
+) -> None:
+    """Run the arbiter stream processor (consumer group CLINGATE_DOCS_GROUP_ID) until SIGINT/SIGTERM."""
+    settings = get_settings()
+    bootstrap = _bootstrap()
+    catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
+    ensure_topics(admin_client(bootstrap), catalog)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        async with LlmClient.from_settings(settings) as client:
+            call = configured_call(client)
+            typer.echo("LLM phases on" if call else _rules_only(settings), err=True)
+            rules = load_trap_rules(settings.docs_trap_rules)
+            done = await run_worker(
+                bootstrap, make_serde(settings.schema_registry_url), rules, call,
+                group_id=settings.docs_group_id, stop=stop,
+                max_in_flight=max_in_flight or settings.docs_max_in_flight,
+            )  # fmt: skip
+        typer.echo(f"stopped after {done.decided} documents", err=True)
+
+    asyncio.run(main())
+
+
+@app.command()
+def reviews() -> None:
+    """List the review packets pending an SME decision (oldest first)."""
+    follower = _packets(_bootstrap())
+    try:
+        pending = follower.pending()
+    finally:
+        follower.close()
+    table = Table("doc_id", "event time", "classified as", "rule", "issues")
+    for packet in pending:
+        dominant = DOCUMENT_TYPE_NAMES[packet.classification.dominant_type_overall]
+        issues = str(packet.total_issues)
+        table.add_row(packet.doc_id, packet.ts.isoformat(), dominant, str(packet.rule_fired), issues)
+    Console(file=sys.stdout).print(table)
+    typer.echo(f"{len(pending)} pending", err=True)
+
+
+@app.command()
+def review(
+    doc_id: Annotated[str, typer.Argument(help="The document to review.")],
+    reviewer: Annotated[str, typer.Option(help="Who decides.", prompt=True)],
+    decision: Annotated[ReviewDecision, typer.Option(help="AGREES or CORRECTS.", prompt=True)],
+    corrected_type: Annotated[
+        DocumentType | None, typer.Option(help="The correct dominant type (CORRECTS only).")
+    ] = None,
+    corrected_segments: Annotated[
+        Path | None, typer.Option(help="JSON list of corrected segments (CORRECTS only).")
+    ] = None,
+    corrected_mixture: Annotated[
+        Path | None, typer.Option(help="JSON list of the corrected document mixture (CORRECTS only).")
+    ] = None,
+    notes: Annotated[str, typer.Option(help="Notes for the ground-truth record.")] = "",
+) -> None:
+    """Show one packet with its context highlighted and publish the SME's decision to clingate.docs.reviews.
+
+    The review's event time is the moment the SME decides (this command is the event's source, not a
+    processor); it is recorded in the event, so a replay of the reviews topic sees the same time.
+    """
+    bootstrap = _bootstrap()
+    follower = _packets(bootstrap)
+    try:
+        packet = follower.packets.get(doc_id)
+    finally:
+        follower.close()
+    if packet is None:
+        typer.echo(f"no review packet for {doc_id}: see `clingate docs reviews`", err=True)
+        raise typer.Exit(1)
+    Console(file=sys.stdout).print(render_packet(packet))
+    if decision is ReviewDecision.CORRECTS and corrected_type is None:
+        corrected_type = typer.prompt("Corrected dominant type", type=DocumentType)
+    try:
+        event = Review(
+            doc_id=doc_id, ts=datetime.now(UTC), reviewer=reviewer, decision=decision,
+            corrected_dominant_type=corrected_type,
+            corrected_segments=_load_list(Segment, corrected_segments),
+            corrected_mixture=_load_list(MixtureEntry, corrected_mixture), notes=notes,
+        )  # fmt: skip
+    except ValidationError as error:
+        typer.echo(f"invalid review: {error}", err=True)
+        raise typer.Exit(2) from error
+    producer = Producer(producer_config(bootstrap))
+    serde = make_serde(get_settings().schema_registry_url)
+    producer.produce(DOCS_REVIEWS, key=doc_id.encode("utf-8"), value=serde.encode(event, topic=DOCS_REVIEWS))
+    if producer.flush(30):
+        typer.echo("the review was not acknowledged by Kafka; nothing recorded, try again", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"review of {doc_id} recorded ({decision.value})", err=True)
+
+
+def _load_list(model: type[M], path: Path | None) -> list[M] | None:
+    if path is None:
+        return None
+    try:
+        return [model.model_validate(item) for item in json.loads(path.read_bytes())]
+    except (OSError, ValueError) as error:
+        typer.echo(f"invalid {model.__name__} list in {path}: {error}", err=True)
+        raise typer.Exit(2) from error
 
 
 @app.command("show-packet")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from processors.docs.llm import LlmFinding, LlmJudgement, LlmPhase, LlmRequest, LlmResult
@@ -44,7 +45,7 @@ def example(key: str, production_label: DocumentType | None = None) -> Classific
     doc = bundle(b)
     return ClassificationRequest(
         doc_id=doc.doc_id,
-        event_time_ms=1_739_889_000_000,
+        ts=datetime(2025, 2, 18, 14, 30, tzinfo=UTC),
         classification=classification(c),
         bundle=doc,
         production_label=production_label,

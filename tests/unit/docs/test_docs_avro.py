@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import fastavro
@@ -49,7 +50,7 @@ def _instances(config, key: str) -> list[AvroModel]:
     if finished.packet is not None:
         correction = Review(
             doc_id=request.doc_id,
-            event_time_ms=5,
+            ts=datetime(2026, 1, 1, tzinfo=UTC),
             reviewer="sme",
             decision=ReviewDecision.CORRECTS,
             corrected_dominant_type=DocumentType.OTHER,

@@ -65,7 +65,7 @@ def test_verify_without_an_llm_client_says_so_and_runs_rules_only():
         str(DATA / "bundle_doc2_6.json"),
     )
     assert result.exit_code == 0
-    assert "running rules-only" in result.stderr
+    assert "rules-only: LLM not configured" in result.stderr
     assert json.loads(result.stdout)["llm_mode"] == "RULES_ONLY"
 
 

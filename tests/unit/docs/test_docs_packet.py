@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from docs_examples import example
 
@@ -9,6 +11,8 @@ from processors.docs.arbiter import run
 from processors.docs.issues import make_issue
 from processors.docs.packet import format_issue, ground_truth, issue_context, sort_issues
 from schemas.docs import Agent, DocumentType, FixKind, Review, ReviewDecision, ReviewStatus, Severity
+
+REVIEW_TIME = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_issues_sort_blocker_major_minor_then_agent_then_id():
@@ -103,14 +107,14 @@ def test_the_seed_format_adds_the_repair_of_an_auto_fixable_issue():
 def test_a_review_for_another_document_is_refused(rules_only):
     packet = run(example("quest"), rules_only).packet
     assert packet is not None
-    review = Review(doc_id="other", event_time_ms=1, reviewer="r", decision=ReviewDecision.AGREES)
+    review = Review(doc_id="other", ts=REVIEW_TIME, reviewer="r", decision=ReviewDecision.AGREES)
     with pytest.raises(ValueError, match="cannot close"):
         ground_truth(packet, review)
 
 
 def test_a_correction_without_a_type_is_invalid():
     with pytest.raises(ValueError, match="corrected_dominant_type"):
-        Review(doc_id="d", event_time_ms=1, reviewer="r", decision=ReviewDecision.CORRECTS)
+        Review(doc_id="d", ts=REVIEW_TIME, reviewer="r", decision=ReviewDecision.CORRECTS)
 
 
 def test_corrected_segments_and_mixture_replace_the_primary_ones(rules_only):
@@ -120,7 +124,7 @@ def test_corrected_segments_and_mixture_replace_the_primary_ones(rules_only):
     mixture = list(reversed(packet.classification.document_mixture))
     review = Review(
         doc_id=packet.doc_id,
-        event_time_ms=2,
+        ts=REVIEW_TIME,
         reviewer="r",
         decision=ReviewDecision.CORRECTS,
         corrected_dominant_type=DocumentType.OTHER,

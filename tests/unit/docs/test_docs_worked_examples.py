@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from docs_examples import MAJOR_SEMANTIC, example, judge_with
 
 from processors.docs.arbiter import run
@@ -131,7 +133,7 @@ def test_sme_corrects_quest_panel_to_other_giving_sme_corrected_ground_truth(rul
     assert packet is not None
     review = Review(
         doc_id=packet.doc_id,
-        event_time_ms=packet.event_time_ms + 60_000,
+        ts=packet.ts + timedelta(minutes=1),
         reviewer="sme-1",
         decision=ReviewDecision.CORRECTS,
         corrected_dominant_type=DocumentType.OTHER,
@@ -148,7 +150,7 @@ def test_sme_corrects_quest_panel_to_other_giving_sme_corrected_ground_truth(rul
 def test_sme_validates_keeps_the_primary_classification_unchanged(rules_only):
     packet = run(example("requisition"), rules_only).packet
     assert packet is not None
-    review = Review(doc_id=packet.doc_id, event_time_ms=1, reviewer="sme-2", decision=ReviewDecision.AGREES)
+    review = Review(doc_id=packet.doc_id, ts=packet.ts, reviewer="sme-2", decision=ReviewDecision.AGREES)
     _, truth = ground_truth(packet, review)
     assert truth.ground_truth_source is GroundTruthSource.SME_VALIDATED
     assert truth.ground_truth_classification == packet.classification

@@ -8,7 +8,8 @@ documents, strings mixed with the field's declared ``examples``).
 
 Cross-field rules that a model enforces with a validator (a payload matching its task) would make
 random drafts mostly invalid; :data:`FIXUPS` repairs a draft for such models before validation, keyed by
-Avro full name. Drafts that are still invalid are rejected; if a new model's validator rejects too much,
+Avro full name (a nested record's full name for a nested model, e.g. ``clingate.docs.DocumentBundle``).
+Drafts that are still invalid are rejected; if a new model's validator rejects too much,
 hypothesis's health check fails and the model needs a fixup here.
 """
 
@@ -133,22 +134,27 @@ def _fhir_resource_type(draft: dict[str, Any]) -> dict[str, Any]:
     return {**draft, "resource": json.dumps({**resource, "resourceType": draft["resource_type"]})}
 
 
-def _pages_numbered(draft: dict[str, Any]) -> dict[str, Any]:
-    pages = [page.model_copy(update={"page_num": i}) for i, page in enumerate(draft["pages"], 1)]
+def _bundle_pages_numbered(draft: dict[str, Any]) -> dict[str, Any]:
+    pages = [page.model_copy(update={"page_num": n}) for n, page in enumerate(draft["pages"], start=1)]
     return {**draft, "pages": pages, "total_pages": len(pages)}
 
 
-#: Keyed by Avro full name, or by class name for a nested model (which has none).
 FIXUPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "clingate.dbpm.Candidate": _payload_task,
     "clingate.dbpm.Verdict": _payload_task,
     "clingate.dbpm.GateDecision": _decision_repeats_candidate,
     "clingate.fhir.FhirUpdate": _fhir_resource_type,
-    "DocumentBundle": _pages_numbered,
+    "clingate.docs.DocumentBundle": _bundle_pages_numbered,
 }
 
 
 _CACHE: dict[type[BaseModel], st.SearchStrategy[Any]] = {}
+
+
+def _avro_full_name(model: type[BaseModel]) -> str:
+    """An event model's ``avro_name``; for a nested model, its record's name in its module's area."""
+    area = model.__module__.rsplit(".", 1)[-1]
+    return getattr(model, "avro_name", f"clingate.{area}.{model.__name__}")
 
 
 def model_strategy(model: type[BaseModel]) -> st.SearchStrategy[Any]:
@@ -157,7 +163,7 @@ def model_strategy(model: type[BaseModel]) -> st.SearchStrategy[Any]:
     Drafts are keyed by alias where a field has one (validation by alias always works).
     """
     if model not in _CACHE:
-        fixup = FIXUPS.get(getattr(model, "avro_name", model.__name__), lambda draft: draft)
+        fixup = FIXUPS.get(_avro_full_name(model), lambda draft: draft)
 
         def build(draft: dict[str, Any]) -> BaseModel | None:
             try:
