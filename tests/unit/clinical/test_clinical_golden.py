@@ -2,7 +2,7 @@
 
 Sources (PharmMesh escape register supplement): Supplementary Table 2 (ages, NTI severities),
 Supplementary Data 1 section 6 (key findings), Supplementary Note 3 (PT-TEST-010 trace), Supplementary
-Table 3 Part C (production / shadow lights and divergence). The bundles in tests/data/clinical/ are
+Table 3 Part C (production / shadow lights and divergence). The bundles in streams/demo_data/clinical/ are
 synthetic, built from the case descriptions.
 """
 

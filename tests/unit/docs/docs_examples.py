@@ -1,4 +1,4 @@
-"""Example inputs of tests/data/docs and stub judgements for the arbiter's tests.
+"""Example inputs of streams/demo_data/docs and stub judgements for the arbiter's tests.
 
 A stub judgement is a pure callable ``LlmRequest -> LlmResult``: the arbiter emits requests as data,
 so no client, broker or network is involved, and nothing is mocked.
@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 
 from processors.docs.llm import LlmFinding, LlmJudgement, LlmPhase, LlmRequest, LlmResult
 from schemas.docs import ClassificationOutput, ClassificationRequest, DocumentBundle, DocumentType, Severity
+from streams.demo_data import DOCS
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "docs"
+DATA = DOCS
 
 EXAMPLES = {
     "clean": ("classification_doc2_6_clean", "bundle_doc2_6"),
