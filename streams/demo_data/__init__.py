@@ -18,3 +18,30 @@ CLINICAL = Path(__file__).parent / "clinical"
 
 DOCS = Path(__file__).parent / "docs"
 """Directory of the classification-arbiter examples (``bundle_*.json``, ``classification_*.json``)."""
+
+DOCS_EXAMPLES: dict[str, tuple[str, str]] = {
+    "clean": ("classification_doc2_6_clean", "bundle_doc2_6"),
+    "share_sum": ("classification_doc2_6_share_sum", "bundle_doc2_6"),
+    "segment_count": ("classification_doc2_6_segment_count", "bundle_doc2_6"),
+    "fabricated": ("classification_doc2_6_fabricated", "bundle_doc2_6"),
+    "header_footer": ("classification_doc2_6_header_footer", "bundle_doc2_6"),
+    "quest": ("classification_quest_genomic", "bundle_quest_cbc"),
+    "requisition": ("classification_requisition", "bundle_requisition"),
+}
+"""Each example: ``case -> (classification file stem, bundle file stem)`` under :data:`DOCS`."""
+
+GOLDEN_REVIEWS: dict[str, dict[str, str | int | None]] = {
+    "PT-TEST-008": {"disposition": "CONCUR", "subcategory": None, "automation_bias_risk": "LOW",
+                    "revision_count": 2, "audit_verdict": "MODIFICATION_REQUIRED"},
+    "PT-TEST-009": {"disposition": "DISSENT", "subcategory": None, "automation_bias_risk": "LOW",
+                    "revision_count": 1, "audit_verdict": "APPROVED"},
+    "PT-TEST-010": {"disposition": "CONCUR", "subcategory": None, "automation_bias_risk": "LOW",
+                    "revision_count": 2, "audit_verdict": "APPROVED"},
+    "PT-TEST-012": {"disposition": "DISSENT", "subcategory": "DATAGAP", "automation_bias_risk": "LOW",
+                    "revision_count": 1, "audit_verdict": "APPROVED"},
+}  # fmt: skip
+"""The review inputs of each golden case's published run (Supplementary Table 3 Part C of the
+PharmMesh escape register supplement): keyword arguments of ``ReviewInputs``."""
+
+GOLDEN_AS_OF = "2026-03-29T00:00:00Z"
+"""The assessment instant of the golden cases (the system date of their published runs)."""

@@ -11,19 +11,11 @@ from collections.abc import Callable
 
 from processors.docs.llm import LlmFinding, LlmJudgement, LlmPhase, LlmRequest, LlmResult
 from schemas.docs import ClassificationOutput, ClassificationRequest, DocumentBundle, DocumentType, Severity
-from streams.demo_data import DOCS
+from streams.demo_data import DOCS, DOCS_EXAMPLES
 
 DATA = DOCS
 
-EXAMPLES = {
-    "clean": ("classification_doc2_6_clean", "bundle_doc2_6"),
-    "share_sum": ("classification_doc2_6_share_sum", "bundle_doc2_6"),
-    "segment_count": ("classification_doc2_6_segment_count", "bundle_doc2_6"),
-    "fabricated": ("classification_doc2_6_fabricated", "bundle_doc2_6"),
-    "header_footer": ("classification_doc2_6_header_footer", "bundle_doc2_6"),
-    "quest": ("classification_quest_genomic", "bundle_quest_cbc"),
-    "requisition": ("classification_requisition", "bundle_requisition"),
-}
+EXAMPLES = DOCS_EXAMPLES
 
 
 def load_json(name: str) -> dict:
