@@ -535,6 +535,8 @@ def step_dbpm(
         population=population,
         selectivity=selectivity,
         snapshots=snapshots,
+        differing=differing,
+        same_state=result.state == expected_state,
         blocks=sum(n for (_, d), n in per_task.items() if d == "BLOCK"),
     )
     _print_dbpm(console, results.dbpm)
@@ -661,7 +663,7 @@ def step_clinical(console: Console, bootstrap: str, serde: Serde, generated: int
         producer.poll(0)
     if producer.flush(30):
         raise DemoError(f"assessments not delivered to {CLINICAL_ASSESSMENTS}")
-    results.lights = Counter(a.traffic_str(light.light) for a in produced)
+    results.lights = Counter(str(a.traffic_light.light) for a in produced)
     distribution = ", ".join(f"{k} {results.lights[k]}" for k in ("RED", "YELLOW", "GREEN"))
     console.print(
         f"  {len(produced)} assessments published to {CLINICAL_ASSESSMENTS}; lights: {distribution}"
