@@ -900,7 +900,7 @@ def _summary_rows(results: Results) -> list[tuple[str, str]]:
         ("verifier calls saved (BLOCKs)", f"{dbpm['blocks']:,}"),
         ("DBPM throughput via Kafka", f"{dbpm['events'] / dbpm['wall_s']:,.0f} events/s"),
         ("Kafka decisions = in-process", "yes" if dbpm["same"] else "NO"),
-        ("inert channels", ", ".join(dbpm["population"].inert_channels) or "none"),
+        ("inert channels", ", ".join(dbpm["population"].inert_channels()) or "none"),
         ("clinical assessments", f"{sum(results.lights.values())} ({dict(results.lights)})"),
         ("docs dispositions", str(len(results.dispositions))),
         ("dead letters added", str(sum(results.dead_letters["added"].values()))),
