@@ -360,7 +360,10 @@ def step_schemas(
     from schemas.registry import load_registry
 
     registry = load_registry()
-    by_schema = {spec.value_schema: spec.name for spec in catalog if not spec.name.endswith(".dlq")}
+    by_schema: dict[str, str] = {}
+    for spec in catalog:  # the first declared topic of a schema is its home (Candidate: candidates)
+        if not spec.name.endswith(".dlq"):
+            by_schema.setdefault(spec.value_schema, spec.name)
     producer, consumer = _producer(bootstrap), _consumer(bootstrap)
     table = Table(
         "schema", "topic", "bytes", "round trip", title="one event per schema", title_justify="left"
