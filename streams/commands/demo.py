@@ -498,6 +498,43 @@ def _replay_with_progress(
     return outcome["result"], time.perf_counter() - started
 
 
+def _settled_state(
+    bootstrap: str, app_id: str, engine: Any, events: list[dict[str, Any]]
+) -> dict[str, object]:
+    """The worker's final memory, read once it has committed every verdict.
+
+    ``replay_via_kafka`` reads the changelog as soon as the last decision arrives; verdicts after
+    the last gate run (the stream ends with one) may not be applied by then. The worker commits an
+    input offset only after the changelog acknowledged the writes of the records before it, so
+    waiting until the group's committed offsets on the verdict topic reach its end (60 s at most)
+    and reading the changelog then gives the memory after the whole stream.
+    """
+    from processors.dbpm import parse_event
+    from streams.app import MEMORY_TABLE
+    from streams.kafka_replay import read_state
+
+    consumer = _consumer(bootstrap, app_id)
+    try:
+        partitions = consumer.list_topics(DBPM_VERDICTS, timeout=30).topics[DBPM_VERDICTS].partitions
+        wanted = [TopicPartition(DBPM_VERDICTS, p) for p in partitions]
+        ends = {
+            p: consumer.get_watermark_offsets(tp, timeout=30)[1]
+            for p, tp in zip(partitions, wanted, strict=True)
+        }
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            committed = consumer.committed(wanted, timeout=30)
+            if all(tp.offset >= ends[tp.partition] for tp in committed):
+                break
+            time.sleep(0.5)
+        else:
+            raise DemoError(f"the DBPM worker did not commit the last verdicts within 60 s ({app_id})")
+    finally:
+        consumer.close()
+    changelog = f"{app_id}-{MEMORY_TABLE}-changelog"
+    return read_state(bootstrap, changelog, engine, parse_event(events[-1]).time)
+
+
 def step_dbpm(
     console: Console, bootstrap: str, serde: Serde, patients: int, workdir: Path, results: Results
 ) -> None:
@@ -516,14 +553,15 @@ def step_dbpm(
     with WorkerProcess(bootstrap, app_id, workdir / app_id):
         console.print(f"  worker ready (app id {app_id})")
         result, wall = _replay_with_progress(console, bootstrap, events, engine, serde, app_id)
+        state = _settled_state(bootstrap, app_id, engine, events)
         step_dead_letters_worker(console, bootstrap, results)
     with console.status("in-process reference run"):
         expected, expected_state, snapshots = _in_process(engine, events)
     contract = [{"candidate_id": d["candidate_id"], "decision": d["decision"]} for d in result.decisions]
     differing = sum(1 for a, b in zip(contract, expected, strict=True) if a != b)
-    same = contract == expected and result.state == expected_state
+    same = contract == expected and state == expected_state
     selectivity, fail_events = _measure(events, result.decisions)
-    population = channel_population(result.state, engine.config, fail_events)
+    population = channel_population(state, engine.config, fail_events)
     per_task = Counter(
         (e["task"], d["decision"])
         for e, d in zip((e for e in events if e["kind"] == "gate"), result.decisions, strict=True)
@@ -539,7 +577,7 @@ def step_dbpm(
         selectivity=selectivity,
         snapshots=snapshots,
         differing=differing,
-        same_state=result.state == expected_state,
+        same_state=state == expected_state,
         blocks=sum(n for (_, d), n in per_task.items() if d == "BLOCK"),
     )
     _print_dbpm(console, results.dbpm)
@@ -667,7 +705,7 @@ def step_clinical(console: Console, bootstrap: str, serde: Serde, generated: int
     if producer.flush(30):
         raise DemoError(f"assessments not delivered to {CLINICAL_ASSESSMENTS}")
     results.lights = Counter(str(a.traffic_light.light) for a in produced)
-    distribution = ", ".join(f"{k} {results.lights[k]}" for k in ("RED", "YELLOW", "GREEN"))
+    distribution = _lights(results.lights)
     console.print(
         f"  {len(produced)} assessments published to {CLINICAL_ASSESSMENTS}; lights: {distribution}"
     )
@@ -891,10 +929,14 @@ def write_report(path: Path, results: Results) -> None:
     path.write_text(report.page("clingate demo report", sections), encoding="utf-8")
 
 
+def _lights(lights: Counter[str]) -> str:
+    return ", ".join(f"{light} {lights[light]}" for light in ("RED", "YELLOW", "GREEN"))
+
+
 def _summary_rows(results: Results) -> list[tuple[str, str]]:
     dbpm = results.dbpm
     return [
-        ("topics", f"{len(results.topics)} ({Counter(t[2] for t in results.topics)})"),
+        ("topics", ", ".join(f"{n} {o}" for o, n in sorted(Counter(t[2] for t in results.topics).items()))),
         ("schemas round-tripped", f"{sum(r[3] for r in results.round_trips)}/{len(results.round_trips)}"),
         (
             "DBPM patients / events / candidates",
@@ -904,7 +946,7 @@ def _summary_rows(results: Results) -> list[tuple[str, str]]:
         ("DBPM throughput via Kafka", f"{dbpm['events'] / dbpm['wall_s']:,.0f} events/s"),
         ("Kafka decisions = in-process", "yes" if dbpm["same"] else "NO"),
         ("inert channels", ", ".join(dbpm["population"].inert_channels()) or "none"),
-        ("clinical assessments", f"{sum(results.lights.values())} ({dict(results.lights)})"),
+        ("clinical assessments", f"{sum(results.lights.values())}: " + _lights(results.lights)),
         ("docs dispositions", str(len(results.dispositions))),
         ("dead letters added", str(sum(results.dead_letters["added"].values()))),
         *((f"time: {k}", f"{v:.1f} s") for k, v in results.timings.items()),
