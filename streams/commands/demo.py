@@ -977,7 +977,7 @@ def _broker(stack: ExitStack, settings: Settings, console: Console) -> Broker:
 
 @app.callback(invoke_without_command=True)
 def demo(
-    patients: Annotated[int, typer.Option(min=1, help="Patients in the synthetic DBPM stream.")] = 100,
+    patients: Annotated[int, typer.Option(min=1, help="Patients in the synthetic DBPM stream.")] = 200,
     clinical_patients: Annotated[
         int, typer.Option(min=0, help="Generated patients for the clinical gates.")
     ] = 100,
@@ -1019,6 +1019,7 @@ def demo(
                 for topic, count in sorted(results.dead_letters["added"].items()):
                     table.add_row(topic, str(count))
                 console.print(table)
+                console.print(f"  ({dlq_name(FHIR_UPDATES)} also holds the DeadLetter sample of step 2)")
         except DemoError as error:
             console.print(f"[red]demo failed:[/] {error}")
             raise typer.Exit(1) from error
