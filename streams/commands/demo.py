@@ -813,25 +813,19 @@ def write_report(path: Path, results: Results) -> None:
     dbpm = results.dbpm
     start = dbpm["snapshots"][0][0] if dbpm["snapshots"] else 0.0
     hours = [(t - start) / 3600 for t, _ in dbpm["snapshots"]]
-    population = [
-        report.Series(
-            f"{task} blocklist",
-            [
-                (h, len(s["blocklist"].get(task, [])))
-                for h, (_, s) in zip(hours, dbpm["snapshots"], strict=True)
-            ],
-        )
-        for task in ("ner", "re", "qa")
-    ] + [
-        report.Series(
-            f"{task} whitelist",
-            [
-                (h, len(s["whitelist"].get(task, [])))
-                for h, (_, s) in zip(hours, dbpm["snapshots"], strict=True)
-            ],
-        )
-        for task in ("ner", "re", "qa")
-    ]
+    population = {
+        side: [
+            report.Series(
+                task,
+                [
+                    (h, len(snap[side].get(task, [])))
+                    for h, (_, snap) in zip(hours, dbpm["snapshots"], strict=True)
+                ],
+            )
+            for task in ("ner", "re", "qa")
+        ]
+        for side in ("blocklist", "whitelist")
+    }
     final = dbpm["snapshots"][-1][1] if dbpm["snapshots"] else {"blocklist": {}}
     ranked = sorted(
         (
@@ -859,7 +853,12 @@ def write_report(path: Path, results: Results) -> None:
         ("Summary", report.table(["measure", "value"], _summary_rows(results))),
         (
             "DBPM memory population",
-            report.line_chart("signatures held over event time", population, "signatures"),
+            report.line_chart(
+                "blocklist signatures held over event time", population["blocklist"], "patterns"
+            )
+            + report.line_chart(
+                "whitelist signatures held over event time", population["whitelist"], "signatures"
+            ),
         ),
         (
             "Severity trajectories",
@@ -977,7 +976,7 @@ def _broker(stack: ExitStack, settings: Settings, console: Console) -> Broker:
 
 @app.callback(invoke_without_command=True)
 def demo(
-    patients: Annotated[int, typer.Option(min=1, help="Patients in the synthetic DBPM stream.")] = 200,
+    patients: Annotated[int, typer.Option(min=1, help="Patients in the synthetic DBPM stream.")] = 150,
     clinical_patients: Annotated[
         int, typer.Option(min=0, help="Generated patients for the clinical gates.")
     ] = 100,
