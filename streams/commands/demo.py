@@ -974,23 +974,16 @@ def _broker(stack: ExitStack, settings: Settings, console: Console) -> Broker:
     return broker
 
 
-@app.callback(invoke_without_command=True)
-def demo(
-    patients: Annotated[int, typer.Option(min=1, help="Patients in the synthetic DBPM stream.")] = 150,
-    clinical_patients: Annotated[
-        int, typer.Option(min=0, help="Generated patients for the clinical gates.")
-    ] = 100,
-    report_path: Annotated[Path, typer.Option("--report", help="Where to write the HTML report.")] = Path(
-        "report.html"
-    ),
+def _run_steps(
+    console: Console,
+    settings: Settings,
+    serde: Serde,
+    catalog: Catalog,
+    results: Results,
+    patients: int,
+    clinical_patients: int,
 ) -> None:
-    """Run clingate end to end on Kafka (KAFKA_BOOTSTRAP_SERVERS, else a broker of its own) and report."""
-    console = Console()
-    settings = get_settings()
-    serde = make_serde(settings.schema_registry_url)
-    catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
-    results = Results()
-    started = time.perf_counter()
+    """Steps 1-6; everything started here (broker, worker, temporary directories) is stopped on exit."""
     with _terminate_as_exit(), ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="clingate-demo-")))
         try:
@@ -1022,6 +1015,30 @@ def demo(
         except DemoError as error:
             console.print(f"[red]demo failed:[/] {error}")
             raise typer.Exit(1) from error
+
+
+@app.callback(invoke_without_command=True)
+def demo(
+    patients: Annotated[int, typer.Option(min=1, help="Patients in the synthetic DBPM stream.")] = 150,
+    clinical_patients: Annotated[
+        int, typer.Option(min=0, help="Generated patients for the clinical gates.")
+    ] = 100,
+    report_path: Annotated[Path, typer.Option("--report", help="Where to write the HTML report.")] = Path(
+        "report.html"
+    ),
+) -> None:
+    """Run clingate end to end on Kafka (KAFKA_BOOTSTRAP_SERVERS, else a broker of its own) and report."""
+    console = Console()
+    settings = get_settings()
+    serde = make_serde(settings.schema_registry_url)
+    catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
+    results = Results()
+    started = time.perf_counter()
+    try:
+        _run_steps(console, settings, serde, catalog, results, patients, clinical_patients)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted:[/] the worker and broker this demo started are stopped")
+        raise typer.Exit(130) from None
     results.timings["total"] = time.perf_counter() - started
     console.rule("[bold]7. summary")
     summary = Table("measure", "value", title="clingate demo summary", title_justify="left")
