@@ -14,12 +14,13 @@ app = typer.Typer(
 
 def _register() -> None:
     # Imported here so `clingate --help` stays fast and each command module owns its group.
-    from streams.commands import bench, broker, clinical, config, docs, llm, replay, topics, worker
+    from streams.commands import bench, broker, clinical, config, demo, docs, llm, replay, topics, worker
 
     app.add_typer(bench.app, name="bench")
     app.add_typer(broker.app, name="broker")
     app.add_typer(clinical.app, name="clinical")
     app.add_typer(config.app, name="config")
+    app.add_typer(demo.app, name="demo")
     app.add_typer(docs.app, name="docs")
     app.add_typer(llm.app, name="llm")
     app.add_typer(replay.app, name="replay")

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from processors.clinical.fhir_input import parse_document
 from processors.clinical.records import PatientState
 from processors.clinical.state import PatientUpdate, reduce_update
+from streams.demo_data import CLINICAL
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "clinical"
+DATA = CLINICAL
 AS_OF = datetime(2026, 3, 29, tzinfo=UTC)
 
 

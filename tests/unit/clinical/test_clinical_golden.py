@@ -2,7 +2,7 @@
 
 Sources (PharmMesh escape register supplement): Supplementary Table 2 (ages, NTI severities),
 Supplementary Data 1 section 6 (key findings), Supplementary Note 3 (PT-TEST-010 trace), Supplementary
-Table 3 Part C (production / shadow lights and divergence). The bundles in tests/data/clinical/ are
+Table 3 Part C (production / shadow lights and divergence). The bundles in streams/demo_data/clinical/ are
 synthetic, built from the case descriptions.
 """
 
@@ -14,9 +14,11 @@ from typer.testing import CliRunner
 
 from processors.clinical.traffic_light import LIGHTS, ReviewInputs
 from streams.commands.clinical import app
+from streams.demo_data import GOLDEN_REVIEWS
 
 PUBLISHED = {
-    # case: (age, NTI severity, NTI drugs, production light, shadow light, review inputs of the run)
+    # case: (age, NTI severity, NTI drugs, production light, shadow light, review inputs of the run);
+    # the review inputs are package data (streams.demo_data.GOLDEN_REVIEWS), shared with `clingate demo`.
     # Part C divergence: 008 "Match", 009 "Agent E +1 level", 010 "Match (Rule C)", 012 "Agent E sole signal".
     "PT-TEST-008": (
         86,
@@ -24,7 +26,7 @@ PUBLISHED = {
         ["digoxin", "warfarin"],
         "RED",
         "RED",
-        ReviewInputs("CONCUR", None, "LOW", 2, "MODIFICATION_REQUIRED"),
+        ReviewInputs(**GOLDEN_REVIEWS["PT-TEST-008"]),
     ),
     "PT-TEST-009": (
         68,
@@ -32,7 +34,7 @@ PUBLISHED = {
         ["warfarin"],
         "RED",
         "YELLOW",
-        ReviewInputs("DISSENT", None, "LOW", 1, "APPROVED"),
+        ReviewInputs(**GOLDEN_REVIEWS["PT-TEST-009"]),
     ),
     "PT-TEST-010": (
         82,
@@ -40,7 +42,7 @@ PUBLISHED = {
         ["digoxin"],
         "RED",
         "RED",
-        ReviewInputs("CONCUR", None, "LOW", 2, "APPROVED"),
+        ReviewInputs(**GOLDEN_REVIEWS["PT-TEST-010"]),
     ),
     "PT-TEST-012": (
         62,
@@ -48,7 +50,7 @@ PUBLISHED = {
         [],
         "RED",
         "GREEN",
-        ReviewInputs("DISSENT", "DATAGAP", "LOW", 1, "APPROVED"),
+        ReviewInputs(**GOLDEN_REVIEWS["PT-TEST-012"]),
     ),
 }
 

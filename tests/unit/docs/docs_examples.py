@@ -1,4 +1,4 @@
-"""Example inputs of tests/data/docs and stub judgements for the arbiter's tests.
+"""Example inputs of streams/demo_data/docs and stub judgements for the arbiter's tests.
 
 A stub judgement is a pure callable ``LlmRequest -> LlmResult``: the arbiter emits requests as data,
 so no client, broker or network is involved, and nothing is mocked.
@@ -9,22 +9,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 
 from processors.docs.llm import LlmFinding, LlmJudgement, LlmPhase, LlmRequest, LlmResult
 from schemas.docs import ClassificationOutput, ClassificationRequest, DocumentBundle, DocumentType, Severity
+from streams.demo_data import DOCS, DOCS_EXAMPLES
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "docs"
+DATA = DOCS
 
-EXAMPLES = {
-    "clean": ("classification_doc2_6_clean", "bundle_doc2_6"),
-    "share_sum": ("classification_doc2_6_share_sum", "bundle_doc2_6"),
-    "segment_count": ("classification_doc2_6_segment_count", "bundle_doc2_6"),
-    "fabricated": ("classification_doc2_6_fabricated", "bundle_doc2_6"),
-    "header_footer": ("classification_doc2_6_header_footer", "bundle_doc2_6"),
-    "quest": ("classification_quest_genomic", "bundle_quest_cbc"),
-    "requisition": ("classification_requisition", "bundle_requisition"),
-}
+EXAMPLES = DOCS_EXAMPLES
 
 
 def load_json(name: str) -> dict:

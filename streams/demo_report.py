@@ -1,0 +1,155 @@
+"""``report.html`` of ``clingate demo``: one self-contained page, charts drawn as inline SVG.
+
+Inline SVG rather than a plotting library: the page must open offline (no network fonts or scripts),
+and the installed environment has no plotting library among the runtime dependencies (matplotlib
+arrives only with a test extra). Four charts: the memory population over event time, the severity
+trajectories of the top signatures, the lift per QA category with its 95% CI, and the traffic-light
+distribution. Every chart also lists its numbers in a table, so nothing depends on reading a plot.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+_W, _H, _PAD = 640, 260, 48
+_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+_LIGHT_COLOURS = {"RED": "#d62728", "YELLOW": "#e6b800", "GREEN": "#2ca02c"}
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line of a line chart: ``points`` are ``(x, y)`` with x in event-time hours."""
+
+    name: str
+    points: Sequence[tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """One bar of an interval chart: a point estimate with its confidence interval (None: undefined)."""
+
+    label: str
+    value: float | None
+    low: float | None
+    high: float | None
+    text: str
+
+
+def _scale(lo: float, hi: float, a: float, b: float) -> Callable[[float], float]:
+    span = (hi - lo) or 1.0
+    return lambda v: a + (v - lo) / span * (b - a)
+
+
+def _frame(title: str, body: str, y_max: float, y_label: str, x_label: str) -> str:
+    ticks = "".join(
+        f'<text x="{_PAD - 6}" y="{_H - _PAD - k / 4 * (_H - 2 * _PAD) + 4:.1f}" text-anchor="end" '
+        f'font-size="10">{y_max * k / 4:.3g}</text>'
+        for k in range(5)
+    )
+    return (
+        f"<figure><figcaption>{html.escape(title)}</figcaption>"
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" '
+        f'font-family="sans-serif">'
+        f'<line x1="{_PAD}" y1="{_H - _PAD}" x2="{_W - _PAD}" y2="{_H - _PAD}" stroke="#333"/>'
+        f'<line x1="{_PAD}" y1="{_PAD / 2}" x2="{_PAD}" y2="{_H - _PAD}" stroke="#333"/>{ticks}'
+        f'<text x="{_W / 2}" y="{_H - 8}" text-anchor="middle" font-size="11">{html.escape(x_label)}</text>'
+        f'<text x="12" y="{_H / 2}" transform="rotate(-90 12 {_H / 2})" text-anchor="middle" '
+        f'font-size="11">{html.escape(y_label)}</text>{body}</svg></figure>'
+    )
+
+
+def line_chart(
+    title: str, series: Sequence[Series], y_label: str, x_label: str = "event time (hours)"
+) -> str:
+    """An SVG line chart with a legend; an empty ``series`` gives a chart that says so."""
+    xs = [x for s in series for x, _ in s.points] or [0.0, 1.0]
+    ys = [y for s in series for _, y in s.points] or [1.0]
+    y_max = max(max(ys), 1e-9) * 1.05
+    sx = _scale(min(xs), max(xs), _PAD, _W - _PAD - 120)
+    sy = _scale(0.0, y_max, _H - _PAD, _PAD / 2)
+    parts = []
+    for i, s in enumerate(series):
+        colour = _COLOURS[i % len(_COLOURS)]
+        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s.points)
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.8" points="{path}"/>')
+        parts.append(
+            f'<rect x="{_W - _PAD - 110}" y="{_PAD / 2 + 14 * i}" width="10" height="10" fill="{colour}"/>'
+            f'<text x="{_W - _PAD - 96}" y="{_PAD / 2 + 14 * i + 9}" font-size="10">'
+            f"{html.escape(s.name[:22])}</text>"
+        )
+    if not series:
+        parts.append(f'<text x="{_W / 2}" y="{_H / 2}" text-anchor="middle">no data</text>')
+    return _frame(title, "".join(parts), y_max, y_label, x_label)
+
+
+def interval_chart(title: str, bars: Sequence[Interval], y_label: str) -> str:
+    """Point estimates with CI whiskers; a dashed line at 1 (no selectivity); undefined ones are labelled."""
+    finite = [b.high for b in bars if b.high is not None and math.isfinite(b.high)]
+    y_max = max([*finite, 2.0]) * 1.1
+    sy = _scale(0.0, y_max, _H - _PAD, _PAD / 2)
+    step = (_W - 2 * _PAD) / max(len(bars), 1)
+    parts = [
+        f'<line x1="{_PAD}" x2="{_W - _PAD}" y1="{sy(1.0):.1f}" y2="{sy(1.0):.1f}" stroke="#999" '
+        'stroke-dasharray="4 3"/>'
+    ]
+    for i, b in enumerate(bars):
+        cx = _PAD + step * (i + 0.5)
+        parts.append(
+            f'<text x="{cx:.1f}" y="{_H - _PAD + 14}" text-anchor="middle" font-size="10">'
+            f"{html.escape(b.label[:14])}</text>"
+        )
+        if b.value is None or b.low is None or b.high is None:
+            parts.append(
+                f'<text x="{cx:.1f}" y="{sy(0.5):.1f}" text-anchor="middle" font-size="9">'
+                f"{html.escape(b.text[:18])}</text>"
+            )
+            continue
+        parts.append(
+            f'<line x1="{cx:.1f}" x2="{cx:.1f}" y1="{sy(b.low):.1f}" y2="{sy(b.high):.1f}" stroke="#333"/>'
+            f'<circle cx="{cx:.1f}" cy="{sy(b.value):.1f}" r="4" fill="{_COLOURS[0]}"/>'
+        )
+    return _frame(title, "".join(parts), y_max, y_label, "category")
+
+
+def bar_chart(title: str, counts: Mapping[str, int], y_label: str) -> str:
+    """Vertical bars, one per key, coloured by traffic light where the key is one."""
+    y_max = max([*counts.values(), 1]) * 1.1
+    sy = _scale(0.0, y_max, _H - _PAD, _PAD / 2)
+    step = (_W - 2 * _PAD) / max(len(counts), 1)
+    parts = []
+    for i, (label, count) in enumerate(counts.items()):
+        x = _PAD + step * i + step * 0.2
+        colour = _LIGHT_COLOURS.get(label, _COLOURS[i % len(_COLOURS)])
+        parts.append(
+            f'<rect x="{x:.1f}" y="{sy(count):.1f}" width="{step * 0.6:.1f}" '
+            f'height="{_H - _PAD - sy(count):.1f}" fill="{colour}"/>'
+            f'<text x="{x + step * 0.3:.1f}" y="{sy(count) - 4:.1f}" text-anchor="middle" font-size="11">'
+            f"{count}</text>"
+            f'<text x="{x + step * 0.3:.1f}" y="{_H - _PAD + 14}" text-anchor="middle" font-size="11">'
+            f"{html.escape(label)}</text>"
+        )
+    return _frame(title, "".join(parts), y_max, y_label, "")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """An HTML table of the given cells (escaped)."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def page(title: str, sections: Sequence[tuple[str, str]]) -> str:
+    """The whole document: ``sections`` are ``(heading, HTML body)``; no external resource."""
+    style = (
+        "body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}"
+        "table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 8px;"
+        "font-size:13px;text-align:left}figure{margin:1em 0}figcaption{font-weight:bold;margin-bottom:4px}"
+    )
+    body = "".join(f"<h2>{html.escape(h)}</h2>{content}" for h, content in sections)
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>\n"
+    )
