@@ -26,6 +26,7 @@ from schemas.clinical import AdversarialReview, ClinicalAssessment
 from schemas.fhir import FhirUpdate
 from schemas.serde import make_serde
 from streams.clinical import INPUTS, fhir_input, gate_flags
+from streams.demo_data import CLINICAL
 from streams.dlq import header_map
 from streams.kafka_replay import end_offset
 from streams.settings import Settings
@@ -36,7 +37,7 @@ from topics.catalog import CLINICAL_ASSESSMENTS, CLINICAL_REVIEWS, FHIR_UPDATES,
 pytestmark = pytest.mark.integration
 
 PATIENT = "PT-TEST-010"
-BUNDLE = REPO / "tests" / "data" / "clinical" / f"{PATIENT}.json"
+BUNDLE = CLINICAL / f"{PATIENT}.json"
 AS_OF = "2026-03-29T00:00:00Z"
 
 

@@ -15,7 +15,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
@@ -37,6 +36,7 @@ from schemas.docs import (
 )
 from schemas.serde import SingleObjectSerde
 from streams.commands.docs import app as docs_cli
+from streams.demo_data import DOCS
 from streams.dlq import header_map
 from streams.docs import DocsWorker, producer_config, run_worker
 from streams.docs_arbiter import client_call
@@ -56,14 +56,13 @@ from topics.catalog import (
 
 pytestmark = pytest.mark.integration
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "docs"
 SERDE = SingleObjectSerde()
 TS = datetime(2025, 2, 18, 14, 30, tzinfo=UTC)
 
 
 def _request(classification: str, bundle: str, doc_id: str) -> ClassificationRequest:
-    doc = DocumentBundle.model_validate_json((DATA / f"{bundle}.json").read_bytes())
-    output = ClassificationOutput.model_validate_json((DATA / f"{classification}.json").read_bytes())
+    doc = DocumentBundle.model_validate_json((DOCS / f"{bundle}.json").read_bytes())
+    output = ClassificationOutput.model_validate_json((DOCS / f"{classification}.json").read_bytes())
     return ClassificationRequest(
         doc_id=doc_id, ts=TS, classification=output, bundle=doc.model_copy(update={"doc_id": doc_id})
     )
