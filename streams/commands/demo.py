@@ -636,7 +636,7 @@ def assessments(bundle: dict[str, Any], when: datetime, review: Any) -> list[Any
     from processors.clinical.fhir_input import parse_document
     from processors.clinical.knowledge import default_knowledge
     from processors.clinical.state import PatientUpdate, reduce_update
-    from streams.commands.clinical import gate_flags
+    from streams.clinical import gate_flags
 
     knowledge, flags = default_knowledge(), gate_flags(get_settings())
     parsed = parse_document(bundle)
