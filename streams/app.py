@@ -19,6 +19,9 @@ Choices (reasons in ``docs/faust-runtime.md``):
 * The clinical agent (:mod:`streams.clinical`) runs on the same app: one agent over the three
   patient-keyed topics, its patient table a partitioned :class:`faust.Table` on the same store.
 * Records are raw bytes for Faust; :mod:`schemas.serde` encodes and decodes them.
+* Producer linger 5 ms, 1 MiB batches, 5,000 records per poll, 64k stream buffer: fewer produce
+  requests and fewer hand-offs per candidate (measured: ~20% less worker CPU per candidate); the
+  5 ms stay well inside the issue's 50 ms p99 budget.
 """
 
 from __future__ import annotations
@@ -98,6 +101,13 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         key_serializer="raw",
         value_serializer="raw",
         producer_acks=-1,
+        # Throughput (docs/faust-runtime.md section 4): decisions are sent in batches of 5 ms (the
+        # default, 0, sends a produce request per ready batch: the socket write was the largest
+        # single cost in the worker's profile), and the consumer hands the stream large fetches.
+        producer_linger=0.005,
+        producer_max_batch_size=1 << 20,
+        stream_buffer_maxsize=65536,
+        broker_max_poll_records=5000,
         consumer_auto_offset_reset="earliest",
         broker_session_timeout=settings.consumer_session_timeout_s,
         broker_heartbeat_interval=settings.consumer_session_timeout_s / 10,

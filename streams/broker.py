@@ -95,6 +95,8 @@ BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
 )
 
 _NODE_ID = 1
+#: Seconds a restart keeps trying its previous ports before it moves (clients know the old address).
+_PORT_REUSE_WAIT_S = 10.0
 
 
 class BrokerError(RuntimeError):
@@ -169,27 +171,41 @@ def ensure_artifacts(home: Path, pom: Path = KAFKA_POM) -> Path:
     return libs
 
 
-def free_port(preferred: object = None, taken: tuple[int, ...] = ()) -> int:
+def _bindable(port: int) -> int | None:
+    """``port`` (or, for 0, the port the kernel picked) if a listener could bind it now, else None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the JVM's listener does: a just-stopped broker's connections in TIME_WAIT don't make a
+        # port taken; only a socket that listens (or one bound without SO_REUSEADDR) does.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return None
+        return int(sock.getsockname()[1])
+
+
+def free_port(preferred: object = None, taken: tuple[int, ...] = (), wait: float = 0.0) -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now.
 
     Args:
-        preferred: A port to return if it is an int, free and not in ``taken`` (a restart keeps
-            its address this way).
+        preferred: A port to return if it is an int, bindable and not in ``taken`` (a restart keeps
+            its address this way, so clients that bootstrapped with it find the broker again).
         taken: Ports to avoid.
+        wait: Seconds to keep retrying ``preferred`` while it is busy (e.g. a socket of the
+            stopped broker still closing) before giving up on it for any free port.
     """
-    candidates = [preferred] if isinstance(preferred, int) and preferred not in taken else []
-    for port in [*candidates, 0]:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            # As the JVM does: a just-stopped broker's connections in TIME_WAIT don't make a port taken.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            bound = int(sock.getsockname()[1])
-            if bound not in taken:
-                return bound
-    return free_port(taken=taken)
+    if isinstance(preferred, int) and preferred not in taken:
+        deadline = time.monotonic() + wait
+        while True:
+            if _bindable(preferred) == preferred:
+                return preferred
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
+    while True:
+        port = _bindable(0)
+        if port is not None and port not in taken:
+            return port
 
 
 def _new_cluster_id() -> str:
@@ -411,8 +427,8 @@ class LocalKafka:
         """Start the broker (if not running) and wait until it answers.
 
         Args:
-            port: Listener port; default: the port of the previous start if still free, else any
-                free port.
+            port: Listener port; default: the port of the previous start (retried for
+                :data:`_PORT_REUSE_WAIT_S` while busy), else any free port.
             timeout: Seconds to wait for readiness.
 
         Returns:
@@ -429,8 +445,8 @@ class LocalKafka:
             return running
         libs = ensure_artifacts(self.home)
         state = self._state()
-        port = port or free_port(state.get("port"))
-        controller_port = free_port(state.get("controller_port"), taken=(port,))
+        port = port or free_port(state.get("port"), wait=_PORT_REUSE_WAIT_S)
+        controller_port = free_port(state.get("controller_port"), taken=(port,), wait=_PORT_REUSE_WAIT_S)
         cluster_id = str(state.get("cluster_id") or _new_cluster_id())
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         self._state_file.write_text(

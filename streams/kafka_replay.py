@@ -37,7 +37,7 @@ from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.serde import Serde
 from state.base import Store
 from state.memory import MemoryStore
-from streams.dbpm import BARRIER_HEADER, TICK_HEADER, MergedView, verdict_key
+from streams.dbpm import BARRIER_HEADER, TICK_HEADER, MergedView, producer_config, verdict_key
 from streams.tablestore import ChangelogFollower
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
 
@@ -57,12 +57,7 @@ class KafkaReplayResult:
 
 
 def _producer(bootstrap: str) -> Producer:
-    # murmur2_random: Java's partitioner, the one Faust (aiokafka) uses, so that "the partition of a
-    # key" means the same thing to this producer and to the workers (co-partitioning).
-    return Producer({
-        "bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "enable.idempotence": True,
-        "acks": "all", "linger.ms": 2,
-    })  # fmt: skip
+    return Producer(producer_config(bootstrap, **{"linger.ms": 2}))
 
 
 def _consumer(bootstrap: str) -> Consumer:

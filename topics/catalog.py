@@ -33,6 +33,15 @@ Choices where the source left room (revisit with the pipeline owners):
   30 days drops out (its last value is then in the downstream store).
 - ``min.insync.replicas`` is 2 from replication 3 on (so ``acks=all`` survives one broker loss),
   else 1.
+- Record size: every declared topic sets ``max.message.bytes`` to :data:`DATA_MAX_MESSAGE_BYTES`
+  (8 MiB: a 5 MB narrative or document must pass; the broker default is ~1 MB). A dead letter is its
+  source record plus reason and coordinates, so each ``.dlq`` topic's limit is derived from its
+  source's plus :data:`DLQ_HEADROOM_BYTES`; otherwise the largest records a topic admits would be the
+  ones that can never be dead-lettered. Producers and consumers must raise their own limits
+  (``message.max.bytes``, ``fetch.message.max.bytes``) to match.
+- Keys: verdicts are keyed ``task|signature`` of the memory record they update
+  (``streams.dbpm.verdict_key``), partitioned with Java's murmur2 (``streams.dbpm.producer_config``),
+  so each signature has one writer; everything about a patient is keyed by patient id.
 """
 
 from __future__ import annotations
@@ -49,6 +58,12 @@ DLQ_SUFFIX = ".dlq"
 DLQ_PARTITIONS = 1
 DLQ_RETENTION_MS = 30 * DAY_MS
 DEAD_LETTER_SCHEMA = "clingate.common.DeadLetter"
+#: ``max.message.bytes`` of every declared data topic.
+DATA_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+#: What a dead-letter topic admits beyond its source topic (reason, coordinates, headers).
+DLQ_HEADROOM_BYTES = 1024 * 1024
+#: Kafka's broker-wide ``message.max.bytes`` default, the limit of a topic that sets none.
+BROKER_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
 # Topic names, for code that refers to a topic (one definition each, used in the registry below).
 DBPM_NARRATIVES = "clingate.dbpm.narratives"
@@ -92,6 +107,7 @@ class TopicSpec:
         cleanup_policy: ``cleanup.policy``.
         retention_ms: ``retention.ms`` (-1 keeps records forever).
         consumed: clingate consumes the topic, so it has a dead-letter sibling.
+        max_message_bytes: ``max.message.bytes``; None leaves the broker's default.
         extra: Further topic configs, as (name, value) pairs.
     """
 
@@ -103,6 +119,7 @@ class TopicSpec:
     cleanup_policy: CleanupPolicy = "delete"
     retention_ms: int = 7 * DAY_MS
     consumed: bool = False
+    max_message_bytes: int | None = None
     extra: tuple[tuple[str, str], ...] = ()
 
     @property
@@ -117,6 +134,8 @@ class TopicSpec:
             partitions=DLQ_PARTITIONS,
             replication=self.replication,
             retention_ms=DLQ_RETENTION_MS,
+            max_message_bytes=(self.max_message_bytes or BROKER_DEFAULT_MAX_MESSAGE_BYTES)
+            + DLQ_HEADROOM_BYTES,
         )
 
     @property
@@ -126,6 +145,7 @@ class TopicSpec:
             "cleanup.policy": self.cleanup_policy,
             "retention.ms": str(self.retention_ms),
             "min.insync.replicas": str(min_insync_replicas(self.replication)),
+            **({} if self.max_message_bytes is None else {"max.message.bytes": str(self.max_message_bytes)}),
             **dict(self.extra),
         }
 
@@ -133,7 +153,11 @@ class TopicSpec:
 _DECLARED: tuple[TopicSpec, ...] = (
     TopicSpec(DBPM_NARRATIVES, "patient_id", "clingate.dbpm.Narrative", consumed=True),
     TopicSpec(DBPM_CANDIDATES, "patient_id", "clingate.dbpm.Candidate", consumed=True),
-    TopicSpec(DBPM_VERDICTS, "patient_id", "clingate.dbpm.Verdict", retention_ms=30 * DAY_MS, consumed=True),
+    TopicSpec(
+        DBPM_VERDICTS, "task|signature (streams.dbpm.verdict_key; murmur2 partitioner)",
+        "clingate.dbpm.Verdict",
+        retention_ms=30 * DAY_MS, consumed=True,
+    ),
     TopicSpec(DBPM_DECISIONS, "patient_id", "clingate.dbpm.GateDecision", retention_ms=30 * DAY_MS),
     TopicSpec(DBPM_TO_VERIFY, "patient_id", "clingate.dbpm.GateDecision", consumed=True),
     TopicSpec(DBPM_VERIFIED, "patient_id", "clingate.dbpm.Candidate"),
@@ -219,7 +243,12 @@ def build_catalog(partitions: int = DEFAULT_PARTITIONS, replication: int = 1) ->
     """
     if partitions < 1 or replication < 1:
         raise ValueError("partitions and replication must be at least 1")
-    declared = tuple(replace(spec, partitions=partitions, replication=replication) for spec in _DECLARED)
+    declared = tuple(
+        replace(
+            spec, partitions=partitions, replication=replication, max_message_bytes=DATA_MAX_MESSAGE_BYTES
+        )
+        for spec in _DECLARED
+    )
     dead_letters = tuple(spec.dlq for spec in declared if spec.dlq is not None)
     return Catalog(declared + dead_letters)
 

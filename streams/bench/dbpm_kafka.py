@@ -39,7 +39,7 @@ from schemas.serde import Serde, make_serde
 from state.memory import MemoryStore
 from streams.app import dbpm_engines
 from streams.broker import configured_bootstrap
-from streams.dbpm import verdict_key
+from streams.dbpm import producer_config, verdict_key
 from streams.kafka_replay import end_offset
 from streams.settings import get_settings
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
@@ -95,10 +95,9 @@ def in_process_rate(verdicts: list[dict[str, Any]], gates: list[dict[str, Any]],
 class _Client:
     def __init__(self, bootstrap: str, serde: Serde) -> None:
         self.serde = serde
-        self.producer = Producer({
-            "bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 20,
-            "enable.idempotence": True, "acks": "all", "queue.buffering.max.messages": 1_000_000,
-        })  # fmt: skip
+        self.producer = Producer(
+            producer_config(bootstrap, **{"linger.ms": 20, "queue.buffering.max.messages": 1_000_000})
+        )
         self.consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": f"clingate-bench-{uuid.uuid4().hex}",
             "enable.auto.commit": False,

@@ -52,9 +52,9 @@ def _candidate_missing_candidate_id() -> bytes:
 
 
 def _create_topics(bootstrap: str, source: str) -> None:
-    big = (("max.message.bytes", str(MAX_BYTES)),)
-    names = (source, dlq_name(source))
-    specs = [TopicSpec(name, "test key", "test", partitions=1, extra=big) for name in names]
+    spec = TopicSpec(source, "test key", "test", partitions=1, consumed=True, max_message_bytes=MAX_BYTES)
+    assert spec.dlq is not None  # its limit is derived from the source's, with headroom
+    specs = [spec, spec.dlq]
     assert all(r.outcome is Outcome.CREATED for r in ensure_topics(admin_client(bootstrap), specs))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from streams.broker import (
     confluent_image_env,
     docker_engine_available,
     ensure_artifacts,
+    free_port,
     kafka_version,
     provide_broker,
 )
@@ -82,3 +84,33 @@ def test_missing_maven_is_reported_with_what_to_do(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(BrokerError, match="KAFKA_BOOTSTRAP_SERVERS"):
         ensure_artifacts(tmp_path / "home")
+
+
+def test_a_port_whose_connections_are_in_time_wait_is_still_free_for_a_restart():
+    """The closing side of a connection keeps it in TIME_WAIT on the broker's port for a minute."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = listener.accept()
+        accepted.close()  # the server closes first: its end goes to TIME_WAIT
+        client.recv(1)
+        client.close()
+    assert free_port(port) == port
+
+
+def test_a_port_someone_listens_on_is_given_up_after_the_wait():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        started = time.monotonic()
+        assert free_port(port, wait=0.5) != port
+        assert time.monotonic() - started >= 0.5
+
+
+def test_free_port_avoids_taken_ports():
+    first = free_port()
+    assert free_port(first, taken=(first,)) != first

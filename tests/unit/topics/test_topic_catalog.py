@@ -9,8 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from topics.catalog import (
+    BROKER_DEFAULT_MAX_MESSAGE_BYTES,
     CATALOG,
+    DATA_MAX_MESSAGE_BYTES,
     DEAD_LETTER_SCHEMA,
+    DLQ_HEADROOM_BYTES,
     DLQ_PARTITIONS,
     Catalog,
     TopicSpec,
@@ -88,12 +91,13 @@ def test_latest_value_topics_are_compacted():
     assert CATALOG.get("clingate.docs.ground-truth").cleanup_policy == "compact"
 
 
-def test_topic_configs_carry_cleanup_retention_and_min_isr():
+def test_topic_configs_carry_cleanup_retention_min_isr_and_record_size():
     spec = CATALOG.get("clingate.clinical.assessments")
     assert spec.configs == {
         "cleanup.policy": "compact,delete",
         "retention.ms": str(30 * 24 * 3600 * 1000),
         "min.insync.replicas": "1",
+        "max.message.bytes": str(DATA_MAX_MESSAGE_BYTES),
     }
 
 
@@ -123,3 +127,28 @@ def test_scale_applies_to_every_data_topic_and_dead_letter_topics_keep_one_parti
 def test_scale_below_one_is_rejected(partitions, replication):
     with pytest.raises(ValueError):
         build_catalog(partitions=partitions, replication=replication)
+
+
+def test_every_dead_letter_topic_admits_more_than_its_source_topic():
+    for spec in CATALOG:
+        if spec.dlq is not None:
+            assert spec.max_message_bytes is not None
+            dlq = CATALOG.get(spec.dlq.name)
+            assert int(dlq.configs["max.message.bytes"]) == spec.max_message_bytes + DLQ_HEADROOM_BYTES
+
+
+def test_declared_data_topics_admit_five_megabyte_records():
+    assert all(int(spec.configs["max.message.bytes"]) > 5 * 1024 * 1024 for spec in _declared(CATALOG))
+
+
+@given(st.one_of(st.none(), st.integers(min_value=1, max_value=2**30)))
+def test_a_dead_letter_limit_exceeds_its_source_limit_even_when_the_source_keeps_the_default(
+    limit: int | None,
+):
+    source = TopicSpec("clingate.test.source", "k", "v", consumed=True, max_message_bytes=limit)
+    assert source.dlq is not None and source.dlq.max_message_bytes is not None
+    assert source.dlq.max_message_bytes >= (limit or BROKER_DEFAULT_MAX_MESSAGE_BYTES) + DLQ_HEADROOM_BYTES
+
+
+def test_verdicts_are_keyed_by_task_and_signature():
+    assert CATALOG.get("clingate.dbpm.verdicts").key.startswith("task|signature")
