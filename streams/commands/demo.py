@@ -317,13 +317,13 @@ def schema_samples(assessment: AvroModel, request: AvroModel, finished: Any) -> 
         *([packet] if packet is not None else []),
         Review(
             doc_id=disposition.doc_id,
-            event_time_ms=disposition.event_time_ms,
+            ts=disposition.ts,
             reviewer="sme-demo",
             decision=ReviewDecision.AGREES,
         ),
         GroundTruth(
             doc_id=disposition.doc_id,
-            event_time_ms=disposition.event_time_ms,
+            ts=disposition.ts,
             ground_truth_source=GroundTruthSource.SME_VALIDATED,
             ground_truth_classification=disposition.final_classification,
             primary_dominant_type=disposition.final_classification.dominant_type_overall,
@@ -725,7 +725,7 @@ def verify_example(case: str) -> tuple[Any, Any]:
     when = datetime.fromisoformat(bundle.processing_timestamp.replace("Z", "+00:00"))
     request = ClassificationRequest(
         doc_id=f"{bundle.doc_id}-{case}",
-        event_time_ms=int(when.timestamp() * 1000),
+        ts=when,
         classification=output,
         bundle=bundle,
     )
