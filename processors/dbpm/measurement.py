@@ -373,6 +373,45 @@ class SelectivityCounts:
         return "\n".join(lines)
 
 
+@dataclass
+class SelectivityTracker:
+    """Pairs each gate decision with the verdict on the same candidate, in stream order.
+
+    Feed it the stream's events in processing order: :meth:`gate` for a gate event with the decision it
+    got, :meth:`verdict` for a verdict event. A verdict is counted against the pending gate decision of
+    the same candidate (:func:`pairing_key`); verdicts with no pending gate (rule-based or propagated
+    sources, or a live stream that starts mid-way) are not pairs and only count as fail events. It is an
+    accumulator: deterministic, no I/O, and its result merges across partitions like the counts it yields.
+    """
+
+    pending: dict[tuple[str, ...], bool] = field(default_factory=dict)
+    observed: dict[tuple[str, str, Outcome, bool], int] = field(default_factory=dict)
+    fail_events: dict[str, int] = field(default_factory=dict)
+
+    def gate(self, task: str, patient_id: str, payload: Mapping[str, Any], decision: str) -> None:
+        """Record the decision a gate event got; its verdict, when it comes, is paired with it."""
+        self.pending[pairing_key(task, patient_id, payload)] = is_tagged(decision)
+
+    def verdict(
+        self, task: str, patient_id: str, payload: Mapping[str, Any], verdict: str, source: str
+    ) -> None:
+        """Record a verdict event; pair it with its candidate's pending gate decision, if any."""
+        if verdict != SUCCESS:
+            self.fail_events[task] = self.fail_events.get(task, 0) + 1
+        tagged = self.pending.pop(pairing_key(task, patient_id, payload), None)
+        outcome = verdict_outcome(verdict, source)
+        if tagged is not None and outcome is not None:
+            cell = (task, measurement_category(task, payload), outcome, tagged)
+            self.observed[cell] = self.observed.get(cell, 0) + 1
+
+    def counts(self) -> SelectivityCounts:
+        """The paired tag-versus-verdict counts so far."""
+        return SelectivityCounts.from_cells(
+            SelectivityCell(task, category, TagCounts().record(outcome, tagged, pairs))
+            for (task, category, outcome, tagged), pairs in self.observed.items()
+        )
+
+
 class ChannelStatus(StrEnum):
     """Whether a task's blocklist channel can block anything (§7.3 (i))."""
 

@@ -67,16 +67,10 @@ import typer
 
 from processors.dbpm import DBPMConfig, DBPMEngine, GateEvent, load_ontology, parse_event
 from processors.dbpm.measurement import (
-    Outcome,
     PopulationReport,
-    SelectivityCell,
     SelectivityCounts,
-    TagCounts,
+    SelectivityTracker,
     channel_population,
-    is_tagged,
-    measurement_category,
-    pairing_key,
-    verdict_outcome,
 )
 from processors.dbpm.memory import Memory
 from processors.dbpm.qa_classifier import classify_qa_error
@@ -723,9 +717,7 @@ def run_benchmark(
     verdicts = 0
     signatures_at: list[int] = []
     decisions: Counter[tuple[str, str]] = Counter()
-    fail_events: Counter[str] = Counter()
-    pending: dict[tuple[str, ...], bool] = {}
-    observed: Counter[tuple[str, str, Outcome, bool]] = Counter()
+    tracker = SelectivityTracker()
     gc.collect()
     rss_before = _rss_bytes()
     with tempfile.TemporaryDirectory(prefix="clingate-bench-") as tmp:
@@ -746,20 +738,13 @@ def run_benchmark(
             cpu_costs.append(cpu)
             wall_spent[obj["kind"]] += wall
             cpu_spent[obj["kind"]] += cpu
-            key = pairing_key(event.task, event.patient_id, event.payload)
             if isinstance(event, GateEvent):
                 for decision in outputs:
                     decisions[(event.task, decision.decision)] += 1
-                    pending[key] = is_tagged(decision.decision)
+                    tracker.gate(event.task, event.patient_id, event.payload, decision.decision)
             else:
                 verdicts += 1
-                if event.verdict != "success":
-                    fail_events[event.task] += 1
-                tagged = pending.pop(key, None)
-                outcome = verdict_outcome(event.verdict, event.source)
-                if tagged is not None and outcome is not None:
-                    category = measurement_category(event.task, event.payload)
-                    observed[(event.task, category, outcome, tagged)] += 1
+                tracker.verdict(event.task, event.patient_id, event.payload, event.verdict, event.source)
             if index == bounds[len(signatures_at)]:
                 signatures_at.append(_signatures(txn, config))
         txn.commit()
@@ -774,10 +759,7 @@ def run_benchmark(
         costs = Costs.of(wall_costs[first:last], cpu_costs[first:last])
         deciles.append(DecileCost(decile, first + 1, last, signatures, costs))
         first = last
-    selectivity = SelectivityCounts.from_cells(
-        SelectivityCell(task, category, TagCounts().record(outcome, tagged, pairs))
-        for (task, category, outcome, tagged), pairs in observed.items()
-    )
+    selectivity = tracker.counts()
     return BenchResult(
         events=n_events,
         store=store.value,
@@ -795,7 +777,7 @@ def run_benchmark(
         disk_bytes=disk,
         rss_bytes=rss_after,
         rss_growth_bytes=max(0, rss_after - rss_before),
-        population=channel_population(snapshot, config, fail_events),
+        population=channel_population(snapshot, config, tracker.fail_events),
         selectivity=selectivity,
     )
 

@@ -427,36 +427,16 @@ def _in_process(engine: Any, events: list[dict[str, Any]]) -> tuple[list[dict[st
 
 def _measure(events: list[dict[str, Any]], decisions: list[dict[str, Any]]) -> tuple[Any, Counter[str]]:
     """Selectivity counts (gate decision paired with its verdict) and fail events per task."""
-    from processors.dbpm.measurement import (
-        SelectivityCell,
-        SelectivityCounts,
-        TagCounts,
-        is_tagged,
-        measurement_category,
-        pairing_key,
-        verdict_outcome,
-    )
+    from processors.dbpm.measurement import SelectivityTracker
 
     by_candidate = {d["candidate_id"]: d["decision"] for d in decisions}
-    pending: dict[tuple[str, ...], bool] = {}
-    fail_events: Counter[str] = Counter()
-    observed: Counter[tuple[str, str, Any, bool]] = Counter()
+    tracker = SelectivityTracker()
     for e in events:
-        key = pairing_key(e["task"], e["patient_id"], e["payload"])
         if e["kind"] == "gate":
-            pending[key] = is_tagged(by_candidate[e["candidate_id"]])
-            continue
-        if e["verdict"] != "success":
-            fail_events[e["task"]] += 1
-        tagged = pending.pop(key, None)
-        outcome = verdict_outcome(e["verdict"], e["source"])
-        if tagged is not None and outcome is not None:
-            observed[(e["task"], measurement_category(e["task"], e["payload"]), outcome, tagged)] += 1
-    selectivity = SelectivityCounts.from_cells(
-        SelectivityCell(task, category, TagCounts().record(outcome, tagged, pairs))
-        for (task, category, outcome, tagged), pairs in observed.items()
-    )
-    return selectivity, fail_events
+            tracker.gate(e["task"], e["patient_id"], e["payload"], by_candidate[e["candidate_id"]])
+        else:
+            tracker.verdict(e["task"], e["patient_id"], e["payload"], e["verdict"], e["source"])
+    return tracker.counts(), Counter(tracker.fail_events)
 
 
 def _replay_with_progress(

@@ -18,6 +18,7 @@ from processors.dbpm.measurement import (
     PopulationReport,
     SelectivityCell,
     SelectivityCounts,
+    SelectivityTracker,
     TagCounts,
     channel_population,
     is_tagged,
@@ -262,3 +263,16 @@ def test_channel_population_applies_the_block_clause_and_band_of_eq_4_to_a_snaps
     assert by_task["ner"].status is ChannelStatus.INERT
     assert by_task["qa"].status is ChannelStatus.IDLE
     assert report.as_of == "2026-05-05T00:00:00Z"
+
+
+def test_tracker_pairs_each_verdict_with_its_candidates_gate_decision():
+    tracker = SelectivityTracker()
+    payload = {"question": "Q?", "answer": "A", "category": "diagnosis"}
+    tracker.gate("qa", "p1", payload, "DOWNGRADE")
+    tracker.verdict("qa", "p1", payload, "hard_fail", "verifier_mmed")
+    tracker.gate("qa", "p2", payload, "ALLOW")
+    tracker.verdict("qa", "p2", payload, "success", "verifier_mmed")
+    tracker.verdict("qa", "p3", payload, "hard_fail", "verifier_mmed")  # no pending gate: not a pair
+    cell = tracker.counts().cell("qa", "diagnosis")
+    assert (cell.fail_tagged, cell.fail_total, cell.pass_tagged, cell.pass_total) == (1, 1, 0, 1)
+    assert tracker.fail_events == {"qa": 2}
