@@ -39,7 +39,7 @@ from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
 from schemas.serde import make_serde
 from streams.clinical import INPUTS as CLINICAL_INPUTS
 from streams.clinical import ClinicalAgent, gate_flags
-from streams.dbpm import DbpmAgents
+from streams.dbpm import MEMORY_TABLE, DbpmAgents
 from streams.metrics import DbpmMetrics
 from streams.settings import Settings
 from streams.tablestore import STORE_SCHEME, ChangelogStore
@@ -53,8 +53,6 @@ from topics.catalog import (
     dlq_name,
 )
 
-#: Name of the memory table (its changelog topic is ``<app id>-dbpm-memory-changelog``).
-MEMORY_TABLE = "dbpm-memory"
 #: Name of the clinical patient table (changelog ``<app id>-clinical-patients-changelog``).
 PATIENT_TABLE = "clinical-patients"
 

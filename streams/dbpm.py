@@ -83,6 +83,15 @@ WATERMARK_KEY = b"\xfe\xfewatermark"
 #: Header of a watermark tick on ``clingate.dbpm.verdicts`` (value: ISO event time, record value empty).
 TICK_HEADER = "clingate-watermark"
 #: Header of a candidate that asks its gate to wait for the memory to reach its event time.
+#: Name of the memory table (its changelog topic is :func:`memory_changelog`).
+MEMORY_TABLE = "dbpm-memory"
+
+
+def memory_changelog(app_id: str) -> str:
+    """The memory table's changelog topic of the workers of ``app_id`` (Faust's naming)."""
+    return f"{app_id}-{MEMORY_TABLE}-changelog"
+
+
 BARRIER_HEADER = "clingate-barrier"
 _TIME = struct.Struct("<d")
 

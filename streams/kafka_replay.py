@@ -37,7 +37,14 @@ from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.serde import Serde
 from state.base import Store
 from state.memory import MemoryStore
-from streams.dbpm import BARRIER_HEADER, TICK_HEADER, MergedView, producer_config, verdict_key
+from streams.dbpm import (
+    BARRIER_HEADER,
+    TICK_HEADER,
+    MergedView,
+    memory_changelog,
+    producer_config,
+    verdict_key,
+)
 from streams.tablestore import ChangelogFollower
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
 
@@ -125,22 +132,26 @@ def replay_via_kafka(
     events: Sequence[dict[str, Any]],
     engine: DBPMEngine,
     serde: Serde,
-    memory_changelog: str,
+    app_id: str,
     *,
     timeout_s: float = 60.0,
 ) -> KafkaReplayResult:
     """Publish ``events`` (contract objects, in order), wait for every decision, rebuild the state.
+
+    The state is read only once the workers have committed every verdict: a stream that ends with
+    verdicts has no decision to wait for, and reading the changelog when the last decision arrives
+    would miss them.
 
     Args:
         bootstrap: the broker.
         events: the replay stream's events (already validated JSON objects).
         engine: an engine configured as the workers are (for verdict keys and the snapshot).
         serde: the process's serde.
-        memory_changelog: the memory table's changelog topic (``<app id>-dbpm-memory-changelog``).
-        timeout_s: longest wait for the decisions of one gate run.
+        app_id: the workers' application id (their consumer group; names the memory changelog).
+        timeout_s: longest wait for the decisions of one gate run, and for the final commit.
 
     Raises:
-        ReplayTimeout: a run's decisions did not arrive within ``timeout_s``.
+        ReplayTimeout: a run's decisions, or the workers' final commit, did not arrive in ``timeout_s``.
     """
     producer = _producer(bootstrap)
     collector = _DecisionCollector(bootstrap, serde)
@@ -174,8 +185,35 @@ def replay_via_kafka(
         decisions = [_decision_json(collector.seen[c]) for c in order]
     finally:
         collector.close()
+    wait_until_consumed(bootstrap, app_id, DBPM_VERDICTS, timeout_s)
     last = parse_event(events[-1]).time if events else None
-    return KafkaReplayResult(decisions, read_state(bootstrap, memory_changelog, engine, last))
+    return KafkaReplayResult(decisions, read_state(bootstrap, memory_changelog(app_id), engine, last))
+
+
+def wait_until_consumed(bootstrap: str, group: str, topic: str, timeout_s: float) -> None:
+    """Block until ``group`` has committed the current end offset of every partition of ``topic``.
+
+    A DBPM worker commits an input offset only after the changelog acknowledged the writes of the
+    records before it, so once this returns the changelog holds the memory after every record
+    published to ``topic`` so far.
+
+    Raises:
+        ReplayTimeout: the group did not get there within ``timeout_s``.
+    """
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        wanted = [TopicPartition(topic, p) for p in _partitions(consumer, topic)]
+        ends = {tp.partition: end_offset(consumer, topic, tp.partition) for tp in wanted}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            committed = consumer.committed(wanted, timeout=30)
+            if all(tp.offset >= ends[tp.partition] for tp in committed):
+                return
+            if time.monotonic() > deadline:
+                raise ReplayTimeout(f"group {group} did not commit the end of {topic} in {timeout_s:.0f} s")
+            time.sleep(0.2)
+    finally:
+        consumer.close()
 
 
 def _decision_json(decision: GateDecision) -> dict[str, Any]:

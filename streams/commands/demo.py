@@ -443,7 +443,6 @@ def _replay_with_progress(
     console: Console, bootstrap: str, events: list[dict[str, Any]], engine: Any, serde: Serde, app_id: str
 ) -> tuple[Any, float]:
     """``replay_via_kafka`` in a thread; a progress bar follows the decisions topic's end offsets."""
-    from streams.app import MEMORY_TABLE
     from streams.kafka_replay import replay_via_kafka
 
     gates = sum(1 for e in events if e["kind"] == "gate")
@@ -452,7 +451,7 @@ def _replay_with_progress(
     def run() -> None:
         try:
             outcome["result"] = replay_via_kafka(
-                bootstrap, events, engine, serde, f"{app_id}-{MEMORY_TABLE}-changelog", timeout_s=60.0
+                bootstrap, events, engine, serde, app_id, timeout_s=60.0
             )
         except BaseException as error:  # re-raised in the main thread
             outcome["error"] = error
@@ -478,43 +477,6 @@ def _replay_with_progress(
     return outcome["result"], time.perf_counter() - started
 
 
-def _settled_state(
-    bootstrap: str, app_id: str, engine: Any, events: list[dict[str, Any]]
-) -> dict[str, object]:
-    """The worker's final memory, read once it has committed every verdict.
-
-    ``replay_via_kafka`` reads the changelog as soon as the last decision arrives; verdicts after
-    the last gate run (the stream ends with one) may not be applied by then. The worker commits an
-    input offset only after the changelog acknowledged the writes of the records before it, so
-    waiting until the group's committed offsets on the verdict topic reach its end (60 s at most)
-    and reading the changelog then gives the memory after the whole stream.
-    """
-    from processors.dbpm import parse_event
-    from streams.app import MEMORY_TABLE
-    from streams.kafka_replay import read_state
-
-    consumer = _consumer(bootstrap, app_id)
-    try:
-        partitions = consumer.list_topics(DBPM_VERDICTS, timeout=30).topics[DBPM_VERDICTS].partitions
-        wanted = [TopicPartition(DBPM_VERDICTS, p) for p in partitions]
-        ends = {
-            p: consumer.get_watermark_offsets(tp, timeout=30)[1]
-            for p, tp in zip(partitions, wanted, strict=True)
-        }
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            committed = consumer.committed(wanted, timeout=30)
-            if all(tp.offset >= ends[tp.partition] for tp in committed):
-                break
-            time.sleep(0.5)
-        else:
-            raise DemoError(f"the DBPM worker did not commit the last verdicts within 60 s ({app_id})")
-    finally:
-        consumer.close()
-    changelog = f"{app_id}-{MEMORY_TABLE}-changelog"
-    return read_state(bootstrap, changelog, engine, parse_event(events[-1]).time)
-
-
 def step_dbpm(
     console: Console, bootstrap: str, serde: Serde, patients: int, workdir: Path, results: Results
 ) -> None:
@@ -533,7 +495,7 @@ def step_dbpm(
     with WorkerProcess(bootstrap, app_id, workdir / app_id):
         console.print(f"  worker ready (app id {app_id})")
         result, wall = _replay_with_progress(console, bootstrap, events, engine, serde, app_id)
-        state = _settled_state(bootstrap, app_id, engine, events)
+        state = result.state
         step_dead_letters_worker(console, bootstrap, results)
     with console.status("in-process reference run"):
         expected, expected_state, snapshots = _in_process(engine, events)

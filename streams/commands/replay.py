@@ -242,7 +242,7 @@ def _replay_via_kafka(
 ) -> None:
     """``--via-kafka``: the workers decide; this process publishes, collects and writes the files."""
     from schemas.serde import make_serde
-    from streams.app import MEMORY_TABLE, dbpm_engines
+    from streams.app import dbpm_engines
     from streams.broker import configured_bootstrap
     from streams.kafka_replay import replay_via_kafka
     from streams.settings import get_settings
@@ -263,7 +263,7 @@ def _replay_via_kafka(
         objects = [json.loads(raw) for raw, _ in reader.read(events)]
     result = replay_via_kafka(
         bootstrap, objects, engine, make_serde(settings.schema_registry_url),
-        f"{settings.app_id}-{MEMORY_TABLE}-changelog",
+        settings.app_id,
     )  # fmt: skip
     with out.open("w", encoding="utf-8", newline="\n") as decisions:
         for decision in result.decisions:

@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, TopicPartition
 from processors.dbpm import DBPMEngine, parse_event
 from schemas.serde import make_serde
 from state.memory import MemoryStore
-from streams.app import MEMORY_TABLE, dbpm_engines
+from streams.app import dbpm_engines
 from streams.broker import Broker, free_port
 from streams.kafka_replay import end_offset, replay_via_kafka
 from streams.settings import Settings
@@ -159,8 +159,7 @@ def test_worker_decides_and_learns_like_the_in_process_engine(kafka_bootstrap: s
     events = _events(600)
     engine = _comparison_engine()
 
-    changelog = f"{app_id}-{MEMORY_TABLE}-changelog"
-    result = replay_via_kafka(kafka_bootstrap, events, engine, make_serde(None), changelog)
+    result = replay_via_kafka(kafka_bootstrap, events, engine, make_serde(None), app_id)
 
     expected_decisions, expected_state = _in_process(engine, events)
     assert _contract(result.decisions) == expected_decisions
@@ -192,7 +191,7 @@ def test_memory_survives_sigkill_and_restart_exactly_once(kafka_bootstrap: str, 
     thread.start()
     try:
         result = replay_via_kafka(
-            kafka_bootstrap, events, engine, make_serde(None), f"{app_id}-{MEMORY_TABLE}-changelog",
+            kafka_bootstrap, events, engine, make_serde(None), app_id,
             timeout_s=120.0,
         )  # fmt: skip
     finally:
@@ -220,9 +219,8 @@ def test_survivor_takes_over_a_stopped_workers_partitions_with_state(
     stopper = threading.Timer(4.0, second.stop)
     stopper.start()
     try:
-        changelog = f"{app_id}-{MEMORY_TABLE}-changelog"
         result = replay_via_kafka(
-            kafka_bootstrap, events, engine, make_serde(None), changelog, timeout_s=120.0
+            kafka_bootstrap, events, engine, make_serde(None), app_id, timeout_s=120.0
         )
     finally:
         stopper.cancel()
@@ -256,9 +254,8 @@ def test_replay_completes_exactly_across_a_broker_restart(kafka_broker: Broker, 
     outage = threading.Timer(3.0, restart)
     outage.start()
     try:
-        changelog = f"{app_id}-{MEMORY_TABLE}-changelog"
         result = replay_via_kafka(
-            kafka_broker.bootstrap, events, engine, make_serde(None), changelog, timeout_s=180.0
+            kafka_broker.bootstrap, events, engine, make_serde(None), app_id, timeout_s=180.0
         )
     finally:
         outage.join()
