@@ -190,6 +190,20 @@ def replay_via_kafka(
     return KafkaReplayResult(decisions, read_state(bootstrap, memory_changelog(app_id), engine, last))
 
 
+def commit_end_offsets(bootstrap: str, group: str, topics: Sequence[str]) -> None:
+    """Start ``group`` at the current end of ``topics``: records already there are not this run's."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        ends = [
+            TopicPartition(topic, p, end_offset(consumer, topic, p))
+            for topic in topics
+            for p in _partitions(consumer, topic)
+        ]
+        consumer.commit(offsets=ends, asynchronous=False)
+    finally:
+        consumer.close()
+
+
 def wait_until_consumed(bootstrap: str, group: str, topic: str, timeout_s: float) -> None:
     """Block until ``group`` has committed the current end offset of every partition of ``topic``.
 

@@ -58,7 +58,7 @@ from types import FrameType
 from typing import Annotated, Any
 
 import typer
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -114,27 +114,17 @@ def _consumer(bootstrap: str, group: str | None = None) -> Consumer:
 
 
 def _end_offsets(consumer: Consumer, topics: Sequence[str]) -> dict[str, int]:
-    """Sum of the end offsets of each topic's partitions.
+    """Sum of the end offsets of each topic's partitions (a partition still electing its leader just
+    after creation is waited out for 30 s by :func:`streams.kafka_replay.end_offset`)."""
+    from streams.kafka_replay import end_offset
 
-    Just after creation a partition may have no leader yet; such lookups are retried for 30 s.
-    """
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            metadata = consumer.list_topics(timeout=30).topics
-            return {
-                topic: sum(
-                    consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-                    for p in metadata[topic].partitions
-                )
-                for topic in topics
-            }
-        except KafkaException as error:
-            if not error.args[0].retriable() and error.args[0].code() != KafkaError.NOT_LEADER_FOR_PARTITION:
-                raise
-            if time.monotonic() > deadline:
-                raise DemoError(f"end offsets of {list(topics)} unavailable for 30 s: {error}") from error
-            time.sleep(0.5)
+    try:
+        metadata = consumer.list_topics(timeout=30).topics
+        return {
+            topic: sum(end_offset(consumer, topic, p) for p in metadata[topic].partitions) for topic in topics
+        }
+    except KafkaException as error:
+        raise DemoError(f"end offsets of {list(topics)} unavailable for 30 s: {error}") from error
 
 
 def _produce(producer: Producer, topic: str, key: bytes | None, value: bytes) -> tuple[int, int]:
@@ -218,21 +208,6 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
-
-
-def _commit_end_offsets(bootstrap: str, group: str, topics: Sequence[str]) -> None:
-    """Start ``group`` at the current end of ``topics`` (records already there are not the demo's)."""
-    consumer = _consumer(bootstrap, group)
-    try:
-        metadata = consumer.list_topics(timeout=30).topics
-        offsets = [
-            TopicPartition(t, p, consumer.get_watermark_offsets(TopicPartition(t, p), timeout=30)[1])
-            for t in topics
-            for p in metadata[t].partitions
-        ]
-        consumer.commit(offsets=offsets, asynchronous=False)
-    finally:
-        consumer.close()
 
 
 @contextmanager
@@ -483,6 +458,7 @@ def step_dbpm(
     """Step 3: DBPM through a worker, measured, compared with the in-process engine."""
     from processors.dbpm.measurement import channel_population
     from streams.app import dbpm_engines
+    from streams.kafka_replay import commit_end_offsets
 
     engine, _ = dbpm_engines(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
     with console.status(f"generating the synthetic stream of {patients} patients"):
@@ -490,7 +466,7 @@ def step_dbpm(
     gates = sum(1 for e in events if e["kind"] == "gate")
     console.print(f"  stream: {patients} patients, {len(events):,} events ({gates:,} candidates)")
     app_id = f"clingate-demo-{uuid.uuid4().hex[:8]}"
-    _commit_end_offsets(bootstrap, app_id, [DBPM_VERDICTS, DBPM_CANDIDATES])
+    commit_end_offsets(bootstrap, app_id, [DBPM_VERDICTS, DBPM_CANDIDATES])
     console.print("  starting a DBPM worker (clingate worker) ...")
     with WorkerProcess(bootstrap, app_id, workdir / app_id):
         console.print(f"  worker ready (app id {app_id})")

@@ -20,14 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from processors.dbpm import DBPMEngine, parse_event
 from schemas.serde import make_serde
 from state.memory import MemoryStore
 from streams.app import dbpm_engines
 from streams.broker import Broker, free_port
-from streams.kafka_replay import end_offset, replay_via_kafka
+from streams.kafka_replay import commit_end_offsets, replay_via_kafka
 from streams.settings import Settings
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import DBPM_CANDIDATES, DBPM_VERDICTS, build_catalog
@@ -90,19 +89,6 @@ class Worker:
                 self.kill()
 
 
-def _commit_end_offsets(bootstrap: str, group: str) -> None:
-    """Start ``group`` at the current end of the DBPM input topics."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        ends = []
-        for topic in (DBPM_VERDICTS, DBPM_CANDIDATES):
-            for p in consumer.list_topics(topic, timeout=30).topics[topic].partitions:
-                ends.append(TopicPartition(topic, p, end_offset(consumer, topic, p)))
-        consumer.commit(offsets=ends, asynchronous=False)
-    finally:
-        consumer.close()
-
-
 @pytest.fixture
 def start_workers(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., tuple[str, list[Worker]]]]:
     """Factory: ``start_workers(n, **env)`` -> (app id, n ready workers of one fresh app)."""
@@ -111,7 +97,7 @@ def start_workers(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[...
 
     def start(count: int = 1, **env: str) -> tuple[str, list[Worker]]:
         app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
-        _commit_end_offsets(kafka_bootstrap, app_id)
+        commit_end_offsets(kafka_bootstrap, app_id, [DBPM_VERDICTS, DBPM_CANDIDATES])
         workers = [Worker(kafka_bootstrap, app_id, tmp_path / f"{app_id}-{i}", env) for i in range(count)]
         for worker in workers:
             started.append(worker)
