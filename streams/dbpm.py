@@ -73,6 +73,7 @@ from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.serde import Serde
 from state.base import Store, Transaction
 from streams.dlq import Decoded, DecodeFailed, SourceRecord, decode_record, send_dead_letter
+from streams.kafka_config import client_config
 from streams.metrics import DbpmMetrics
 from streams.tablestore import ChangelogStore
 
@@ -82,7 +83,6 @@ log = logging.getLogger(__name__)
 WATERMARK_KEY = b"\xfe\xfewatermark"
 #: Header of a watermark tick on ``clingate.dbpm.verdicts`` (value: ISO event time, record value empty).
 TICK_HEADER = "clingate-watermark"
-#: Header of a candidate that asks its gate to wait for the memory to reach its event time.
 #: Name of the memory table (its changelog topic is :func:`memory_changelog`).
 MEMORY_TABLE = "dbpm-memory"
 
@@ -92,6 +92,7 @@ def memory_changelog(app_id: str) -> str:
     return f"{app_id}-{MEMORY_TABLE}-changelog"
 
 
+#: Header of a candidate that asks its gate to wait for the memory to reach its event time.
 BARRIER_HEADER = "clingate-barrier"
 _TIME = struct.Struct("<d")
 
@@ -120,10 +121,9 @@ def producer_config(bootstrap: str, **overrides: object) -> dict[str, object]:
         **overrides: Further librdkafka settings (batching, queue sizes); dots spelt as in
             librdkafka, passed through a dict (``**{"linger.ms": 20}``).
     """
-    return {
-        "bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "enable.idempotence": True,
-        "acks": "all", **overrides,
-    }  # fmt: skip
+    return client_config(
+        bootstrap, partitioner="murmur2_random", **{"enable.idempotence": True, "acks": "all", **overrides}
+    )
 
 
 def contract_event(model: Candidate | Verdict) -> GateEvent | VerdictEvent:
