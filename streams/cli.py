@@ -12,6 +12,16 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _configure_logging() -> None:
+    # Once per process, before any command runs: format and level from the settings (streams.logs).
+    from streams.logs import configure
+    from streams.settings import get_settings
+
+    settings = get_settings()
+    configure(settings.log_level, settings.log_format)
+
+
 def _register() -> None:
     # Imported here so `clingate --help` stays fast and each command module owns its group.
     from streams.commands import bench, broker, clinical, config, demo, docs, llm, replay, topics, worker

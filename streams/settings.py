@@ -236,6 +236,33 @@ class Settings(BaseSettings):
         "memory partition. Off for event-for-event comparisons.",
     )
 
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO",
+        validation_alias="CLINGATE_LOG_LEVEL",
+        description="Log level of every clingate process (`clingate worker --loglevel` overrides it for "
+        "the worker). Clinical text is never logged at INFO or above.",
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        validation_alias="CLINGATE_LOG_FORMAT",
+        description="Log lines on stderr: `text` for people, `json` (one object per line with ts, level, "
+        "logger, message and the patient/candidate/document ids) for log collectors.",
+    )
+    docs_metrics_port: int = Field(
+        default=6067,
+        ge=0,
+        le=65535,
+        validation_alias="CLINGATE_DOCS_METRICS_PORT",
+        description="Port of `clingate docs worker`'s /metrics endpoint (Prometheus text format); 0 picks "
+        "a free port.",
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_upper(cls, value: object) -> object:
+        # `CLINGATE_LOG_LEVEL=info` is as good as INFO (Faust's -l takes lower case too).
+        return value.upper() if isinstance(value, str) else value
+
     @property
     def worker_dir(self) -> Path:
         """The worker's data directory (``worker_datadir`` or ``<home>/worker``)."""

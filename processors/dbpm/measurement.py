@@ -57,8 +57,9 @@ from statistics import NormalDist
 from typing import Any
 
 from processors.dbpm.config import HARD_FAIL, QA, RE, SOFT_DOWNGRADE, SUCCESS, DBPMConfig
-from processors.dbpm.events import PAYLOAD_FIELDS
+from processors.dbpm.events import PAYLOAD_FIELDS, format_time
 from processors.dbpm.gates import BLOCK, DOWNGRADE
+from processors.dbpm.memory import Memory
 from processors.dbpm.signatures import qa_category
 
 VERIFIER_SOURCE = "verifier_mmed"
@@ -387,10 +388,20 @@ class SelectivityTracker:
     pending: dict[tuple[str, ...], bool] = field(default_factory=dict)
     observed: dict[tuple[str, str, Outcome, bool], int] = field(default_factory=dict)
     fail_events: dict[str, int] = field(default_factory=dict)
+    max_pending: int | None = None
+    """Bound on gate decisions awaiting their verdict (None: unbounded, for finite replays). A live
+    worker MUST bound it: BLOCKed candidates are never verified, so their entries would never leave."""
+    expired: int = 0
+    """Gate decisions dropped unpaired, oldest first, to keep ``pending`` within ``max_pending``."""
 
     def gate(self, task: str, patient_id: str, payload: Mapping[str, Any], decision: str) -> None:
         """Record the decision a gate event got; its verdict, when it comes, is paired with it."""
-        self.pending[pairing_key(task, patient_id, payload)] = is_tagged(decision)
+        key = pairing_key(task, patient_id, payload)
+        self.pending.pop(key, None)  # a repeated candidate is the newest, not the oldest
+        self.pending[key] = is_tagged(decision)
+        if self.max_pending is not None and len(self.pending) > self.max_pending:
+            del self.pending[next(iter(self.pending))]
+            self.expired += 1
 
     def verdict(
         self, task: str, patient_id: str, payload: Mapping[str, Any], verdict: str, source: str
@@ -569,13 +580,54 @@ def channel_population(
         One :class:`ChannelPopulation` per configured task.
     """
     channels = []
-    for task, params in config.tasks.items():
+    for task in config.tasks:
         patterns = snapshot["blocklist"].get(task, [])
-        block, down = params.block_threshold, config.downgrade_threshold
-        blocking = sum(1 for p in patterns if p["count"] >= params.min_support and p["severity"] > block)
-        band = sum(1 for p in patterns if down < p["severity"] <= block)
+        blocking, band = _zones(config, task, ((p["count"], p["severity"]) for p in patterns))
         whitelist = len(snapshot["whitelist"].get(task, []))
         channels.append(
             ChannelPopulation(task, fail_events.get(task, 0), len(patterns), blocking, band, whitelist)
         )
     return PopulationReport.of(snapshot["as_of"], channels)
+
+
+def _zones(config: DBPMConfig, task: str, patterns: Iterable[tuple[int, float]]) -> tuple[int, int]:
+    """(BLOCK-clearing, DOWNGRADE-band) counts of ``(count, effective severity)`` pairs (Eq. 4)."""
+    params = config.tasks[task]
+    block, down = params.block_threshold, config.downgrade_threshold
+    blocking = band = 0
+    for count, severity in patterns:
+        if count >= params.min_support and severity > block:
+            blocking += 1
+        elif down < severity <= block:
+            band += 1
+    return blocking, band
+
+
+def memory_population(memory: Memory, fail_events: Mapping[str, int]) -> PopulationReport:
+    """The channel population of a live memory at its own clock, without scanning it.
+
+    Pattern and whitelist sizes are the memory's incremental counts; the BLOCK and DOWNGRADE zones walk
+    the eviction index from the DOWNGRADE threshold up (:meth:`Memory.above`), so the cost is the patterns
+    above that threshold, not the memory. Equals :func:`channel_population` of the memory's snapshot at
+    the same ``as_of``.
+
+    Args:
+        memory: the memory (one partition, or the merged view of all of them).
+        fail_events: blocklist-path verdict events seen per task (the caller counts them).
+    """
+    as_of, _ = memory.clock()
+    config = memory.config
+    channels = []
+    for task in config.tasks:
+        if as_of is None:
+            blocking = band = 0
+        else:
+            above = memory.above(task, config.downgrade_threshold, as_of)
+            blocking, band = _zones(
+                config, task, ((p.count, memory.severity(task, p, as_of)) for _, p in above)
+            )
+        channels.append(ChannelPopulation(
+            task, fail_events.get(task, 0), memory.population("B", task), blocking, band,
+            memory.population("W", task),
+        ))  # fmt: skip
+    return PopulationReport.of(None if as_of is None else format_time(as_of), channels)

@@ -275,6 +275,27 @@ class Memory:
             if pattern is not None:
                 yield sig, pattern
 
+    def above(self, task: str, floor: float, now: float) -> Iterator[tuple[str, Pattern]]:
+        """Live patterns of ``task`` whose effective severity at ``now`` exceeds ``floor``, via the index.
+
+        The index key orders patterns by effective severity at every instant, so the patterns above
+        ``floor`` at ``now`` are exactly the live entries from ``order_key(floor, now, h)`` up: the walk
+        costs the patterns above the floor plus the stale entries among them (see :meth:`index_walk`),
+        not the whole memory. Order: ascending effective severity.
+        """
+        prefix = b"I" + _tag(task)
+        skip = len(prefix) + _ORDER.size
+        half_life = self._half_life_s[task]
+        start = prefix + order_key(floor, now, half_life)
+        for key, _ in self.kv.iter_range(start, prefix_end(prefix)):
+            sig = key[skip:].decode()
+            pattern = self.pattern(task, sig)
+            order = key[len(prefix) : skip]
+            if pattern is None or order_key(pattern.severity, pattern.ref_time, half_life) != order:
+                continue  # stale entry
+            if self.severity(task, pattern, now) > floor:
+                yield sig, pattern
+
     def set_low_water(self, task: str, order: bytes | None = None) -> None:
         """Raise the task's index low-water mark to ``order`` (default: its lowest index entry).
 

@@ -18,6 +18,7 @@ import faust
 import typer
 
 from streams.broker import configured_bootstrap
+from streams.logs import logging_config
 from streams.settings import get_settings
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import build_catalog
@@ -27,7 +28,9 @@ app = typer.Typer(help="Run a stream worker (DBPM and clinical agents).", no_arg
 
 @app.callback(invoke_without_command=True)
 def worker(
-    loglevel: Annotated[str, typer.Option("--loglevel", "-l", help="Log level (Faust's -l).")] = "info",
+    loglevel: Annotated[
+        str | None, typer.Option("--loglevel", "-l", help="Log level (Faust's -l) [env CLINGATE_LOG_LEVEL].")
+    ] = None,
     web_port: Annotated[
         int | None, typer.Option(help="Web endpoint port [env CLINGATE_WEB_PORT, default 6066].")
     ] = None,
@@ -48,4 +51,8 @@ def worker(
     catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
     ensure_topics(admin_client(bootstrap), catalog)
     faust_app = create_app(settings, bootstrap)
-    faust.Worker(faust_app, loglevel=loglevel).execute_from_commandline()
+    level = (loglevel or settings.log_level).upper()
+    # Faust replaces the root handlers when it starts: hand it the clingate format (streams.logs).
+    faust.Worker(
+        faust_app, loglevel=level, logging_config=logging_config(level, settings.log_format)
+    ).execute_from_commandline()

@@ -276,3 +276,24 @@ def test_tracker_pairs_each_verdict_with_its_candidates_gate_decision():
     cell = tracker.counts().cell("qa", "diagnosis")
     assert (cell.fail_tagged, cell.fail_total, cell.pass_tagged, cell.pass_total) == (1, 1, 0, 1)
     assert tracker.fail_events == {"qa": 2}
+
+
+def test_a_bounded_tracker_drops_the_oldest_unverified_decision_and_counts_it():
+    tracker = SelectivityTracker(max_pending=2)
+    payloads = [{"question": f"Q{i}?", "answer": "A", "category": "diagnosis"} for i in range(3)]
+    for payload in payloads:
+        tracker.gate("qa", "p1", payload, "BLOCK")  # never verified in a live pipeline
+    assert len(tracker.pending) == 2 and tracker.expired == 1
+    tracker.verdict("qa", "p1", payloads[0], "hard_fail", "verifier_mmed")  # its decision expired
+    tracker.verdict("qa", "p1", payloads[2], "hard_fail", "verifier_mmed")
+    assert tracker.counts().cell("qa", "diagnosis") == TagCounts(fail_tagged=1, fail_total=1)
+
+
+@given(st.lists(st.integers(min_value=0, max_value=5), max_size=40), st.integers(min_value=1, max_value=4))
+def test_a_bounded_tracker_keeps_the_most_recently_gated_candidates(candidates: list[int], bound: int) -> None:
+    tracker = SelectivityTracker(max_pending=bound)
+    for i in candidates:
+        tracker.gate("ner", "p", {"text": f"t{i}", "category": "c"}, "ALLOW")
+    recent = list(dict.fromkeys(reversed(candidates)))[:bound]
+    expected = {pairing_key("ner", "p", {"text": f"t{i}", "category": "c"}) for i in recent}
+    assert set(tracker.pending) == expected
