@@ -12,7 +12,7 @@ from streams.bench.dbpm import generate_events
 
 
 @pytest.mark.parametrize("maintenance", [True, False])
-def test_memory_population_equals_the_snapshots_channel_population_along_the_stream(maintenance: bool) -> None:
+def test_memory_population_equals_the_snapshots_population_along_the_stream(maintenance: bool) -> None:
     config = DBPMConfig().with_flags(maintenance=maintenance)
     engine = DBPMEngine(config, load_ontology())
     store = MemoryStore()

@@ -290,7 +290,7 @@ def test_a_bounded_tracker_drops_the_oldest_unverified_decision_and_counts_it():
 
 
 @given(st.lists(st.integers(min_value=0, max_value=5), max_size=40), st.integers(min_value=1, max_value=4))
-def test_a_bounded_tracker_keeps_the_most_recently_gated_candidates(candidates: list[int], bound: int) -> None:
+def test_a_bounded_tracker_keeps_the_most_recently_gated_candidates(candidates: list[int], bound: int):
     tracker = SelectivityTracker(max_pending=bound)
     for i in candidates:
         tracker.gate("ner", "p", {"text": f"t{i}", "category": "c"}, "ALLOW")
