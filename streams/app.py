@@ -40,7 +40,7 @@ from schemas.serde import make_serde
 from streams.clinical import INPUTS as CLINICAL_INPUTS
 from streams.clinical import ClinicalAgent, gate_flags
 from streams.dbpm import MEMORY_TABLE, DbpmAgents
-from streams.metrics import DbpmMetrics
+from streams.metrics import ClinicalMetrics, DbpmMetrics
 from streams.settings import Settings
 from streams.tablestore import STORE_SCHEME, ChangelogStore
 from topics.catalog import (
@@ -143,7 +143,8 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         settings.dbpm_barrier_timeout_s,
         metrics,
     )
-    metrics.watch(lambda: _lag(app, (DBPM_VERDICTS, DBPM_CANDIDATES)), agents.view, engine.config)
+    inputs = (DBPM_VERDICTS, DBPM_CANDIDATES, *CLINICAL_INPUTS)
+    metrics.watch(lambda: _lag(app, inputs), agents.view, engine.config)
     batch, linger = settings.dbpm_batch_max, settings.dbpm_batch_linger_s
 
     async def dbpm_memory(stream: StreamT) -> None:
@@ -171,6 +172,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
             CLINICAL_SAFETY_AUDITS: topic(CLINICAL_SAFETY_AUDITS),
             **{dlq_name(t): topic(dlq_name(t), topic_partitions=1) for t in CLINICAL_INPUTS},
         },
+        ClinicalMetrics(registry),
     )
 
     async def clinical_patients(stream: StreamT) -> None:

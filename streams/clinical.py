@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -63,6 +64,8 @@ from schemas.common import Stage
 from schemas.fhir import FhirUpdate
 from schemas.serde import Serde
 from streams.dlq import DecodeFailed, SourceRecord, decode_record, send_dead_letter
+from streams.logs import log_dead_letter
+from streams.metrics import ClinicalMetrics
 from streams.settings import Settings
 from streams.tablestore import ChangelogStore
 from topics.catalog import (
@@ -132,6 +135,7 @@ class ClinicalAgent:
         knowledge: loaded clinical knowledge (immutable, shared).
         flags: gate flags of this process.
         topics: the output topics and the dead-letter topic of every input, by name.
+        metrics: where assessments, red sources, gate latency and dead letters are counted.
     """
 
     def __init__(
@@ -141,8 +145,10 @@ class ClinicalAgent:
         knowledge: ClinicalKnowledge,
         flags: GateFlags,
         topics: dict[str, TopicT],
+        metrics: ClinicalMetrics,
     ) -> None:
         self._patients = patients
+        self._metrics = metrics
         self._serde = serde
         self._knowledge = knowledge
         self._flags = flags
@@ -179,6 +185,7 @@ class ClinicalAgent:
             key = item.patient_id.encode()
             raw = read(key)
             state = None if raw is None else ClinicalStreamState.model_validate_json(raw)
+            started = time.perf_counter()
             try:
                 new_state, outputs = process_event(state, item, now, self._knowledge, self._flags)
             except Exception as exc:  # a poison record must not stop the partition: DLQ, state unchanged
@@ -186,6 +193,7 @@ class ClinicalAgent:
                     record, Stage.PROCESS, type(exc).__name__, str(exc), None, INPUTS[record.topic].avro_name
                 ))  # fmt: skip
                 continue
+            self._metrics.gate_latency.observe(time.perf_counter() - started)
             if new_state != state:
                 writes[key] = new_state.model_dump_json().encode()
             for out in outputs:
@@ -198,6 +206,8 @@ class ClinicalAgent:
 
     async def _emit(self, key: bytes, out: ClinicalAssessment | SafetyAudit) -> asyncio.Future:
         name = CLINICAL_ASSESSMENTS if isinstance(out, ClinicalAssessment) else CLINICAL_SAFETY_AUDITS
+        if isinstance(out, ClinicalAssessment):
+            self._metrics.assessed(out)
         return await self._topics[name].send(key=key, value=self._serde.encode(out, topic=name))
 
     async def _decode(self, record: SourceRecord) -> tuple[ClinicalInput, datetime] | None:
@@ -225,6 +235,6 @@ class ClinicalAgent:
         return value, value.event_time
 
     async def _dead_letter(self, failed: DecodeFailed) -> None:
-        log.warning("dead-lettering %s[%d]@%d: %s", failed.record.topic, failed.record.partition,
-                    failed.record.offset, failed.reason)  # fmt: skip
+        log_dead_letter(log, failed)
         await send_dead_letter(self._topics, self._serde, failed)
+        self._metrics.dead_letters.labels(failed.record.topic).inc()

@@ -74,6 +74,7 @@ from schemas.serde import Serde
 from state.base import Store, Transaction
 from streams.dlq import Decoded, DecodeFailed, SourceRecord, decode_record, send_dead_letter
 from streams.kafka_config import client_config
+from streams.logs import log_dead_letter
 from streams.metrics import DbpmMetrics
 from streams.tablestore import ChangelogStore
 
@@ -275,6 +276,9 @@ class DbpmAgents:
             _, verdict = decoded
             with Transaction(writer) as txn:
                 self._engine.process(txn, verdict, verdict.time)
+            self._metrics.verdict_applied(
+                verdict.task, verdict.patient_id, verdict.payload, verdict.verdict, verdict.source
+            )
             watermark = max(watermark, verdict.time)
         if last_offset is None:
             return
@@ -310,6 +314,7 @@ class DbpmAgents:
             if decision.decision != BLOCK:
                 self._topics["to_verify"].send_soon(key=key, value=value)
             self._metrics.decisions.labels(gate.task, decision.decision).inc()
+            self._metrics.selectivity.gate(gate.task, gate.patient_id, gate.payload, decision.decision)
             self._metrics.gate_latency.observe(loop.time() - started)
 
     @staticmethod
@@ -363,7 +368,6 @@ class DbpmAgents:
         return None
 
     async def _dead_letter(self, failed: DecodeFailed) -> None:
-        log.warning("dead-lettering %s[%d]@%d: %s", failed.record.topic, failed.record.partition,
-                    failed.record.offset, failed.reason)
+        log_dead_letter(log, failed)
         await send_dead_letter(self._topics, self._serde, failed)
         self._metrics.dead_letters.labels(failed.record.topic).inc()

@@ -56,6 +56,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from prometheus_client import CollectorRegistry
 
 from processors.docs.arbiter import ArbiterConfig, Finished
 from processors.docs.packet import ground_truth
@@ -66,6 +67,8 @@ from schemas.docs import ClassificationRequest, Review, ReviewPacket, ReviewStat
 from schemas.serde import Serde
 from streams.dlq import DeadLetterRouter, Decoded, DecodeFailed, SourceRecord, decode_record
 from streams.docs_arbiter import LlmCall, arbitrate
+from streams.logs import log_dead_letter
+from streams.metrics import DocsMetrics
 from topics.catalog import (
     DOCS_CLASSIFICATIONS,
     DOCS_DISPOSITIONS,
@@ -219,6 +222,7 @@ class DocsWorker:
         trap_rules: V3's rule sets.
         call: the LLM call, or None for rules-only.
         max_in_flight: documents decided at once.
+        metrics: dispositions, documents in flight and dead letters are counted here.
     """
 
     consumer: Consumer
@@ -228,6 +232,7 @@ class DocsWorker:
     trap_rules: TrapRules
     call: LlmCall | None
     max_in_flight: int
+    metrics: DocsMetrics
     queues: dict[tuple[str, int], deque[_Entry]] = field(default_factory=dict)
     decided: int = 0
     _paused: bool = False
@@ -285,12 +290,18 @@ class DocsWorker:
                 raise LookupError(f"no review packet for document {review.doc_id}")
             reviewed, truth = ground_truth(packet, review)
         except (LookupError, ValueError) as error:
-            router.send(DecodeFailed(entry.record, Stage.PROCESS, type(error).__name__, str(error), None,
-                                     Review.avro_name))  # fmt: skip
+            self._dead_letter(router, DecodeFailed(
+                entry.record, Stage.PROCESS, type(error).__name__, str(error), None, Review.avro_name
+            ))  # fmt: skip
             return
         self._produce(DOCS_GROUND_TRUTH, truth.doc_id, truth, errors)
         self._produce(DOCS_REVIEW_PACKETS, reviewed.doc_id, reviewed, errors)
         self.packets.remember(reviewed)
+
+    def _dead_letter(self, router: DeadLetterRouter, failed: DecodeFailed) -> None:
+        log_dead_letter(log, failed)
+        router.send(failed)
+        self.metrics.dead_letters.labels(failed.record.topic).inc()
 
     @staticmethod
     def _task_error(entry: _Entry) -> BaseException | None:
@@ -305,18 +316,20 @@ class DocsWorker:
             while queue and queue[0].done:
                 entry = queue.popleft()
                 if entry.failed is not None:
-                    router.send(entry.failed)
+                    self._dead_letter(router, entry.failed)
                 elif entry.review is not None:
                     self._review_outputs(entry, router, errors)
                 elif (error := self._task_error(entry)) is not None:
                     # A processor bug on this input: dead-letter it rather than crash-loop on it.
                     name, expected = type(error).__name__, ClassificationRequest.avro_name
-                    router.send(DecodeFailed(entry.record, Stage.PROCESS, name, str(error), None, expected))
+                    failed = DecodeFailed(entry.record, Stage.PROCESS, name, str(error), None, expected)
+                    self._dead_letter(router, failed)
                 else:
                     assert entry.task is not None
                     finished = entry.task.result()
                     disposition = finished.disposition
                     self._produce(DOCS_DISPOSITIONS, disposition.doc_id, disposition, errors)
+                    self.metrics.decided(disposition)
                     if finished.packet is not None:
                         self._produce(DOCS_REVIEW_PACKETS, finished.packet.doc_id, finished.packet, errors)
                         self.packets.remember(finished.packet)
@@ -352,7 +365,9 @@ class DocsWorker:
         try:
             while not stop.is_set():
                 self._backpressure()
-                room = max(1, self.max_in_flight - len(self._running()))
+                running = len(self._running())
+                self.metrics.in_flight.set(running)
+                room = max(1, self.max_in_flight - running)
                 for message in self.consumer.consume(num_messages=room, timeout=0):
                     self._accept(message)
                 if self._publish_ready(router) == 0:
@@ -389,6 +404,7 @@ async def run_worker(
     max_in_flight: int,
     stop: asyncio.Event,
     on_ready: Callable[[DocsWorker], None] | None = None,
+    metrics: DocsMetrics | None = None,
 ) -> DocsWorker:
     """Run one docs worker until ``stop`` is set; return it (its counters) when it stopped.
 
@@ -401,11 +417,13 @@ async def run_worker(
         max_in_flight: documents decided at once.
         stop: set it to stop the worker after the current step (outputs published so far are committed).
         on_ready: called with the worker once it is built.
+        metrics: the worker's metrics (their lag gauge hooks into the consumer); None: a private registry.
     """
-    consumer = Consumer(consumer_config(bootstrap, group_id))
+    metrics = metrics or DocsMetrics(CollectorRegistry())
+    consumer = Consumer({**consumer_config(bootstrap, group_id), **metrics.lag.client_config()})
     producer = Producer(producer_config(bootstrap))
     packets = PacketFollower(bootstrap, serde)
-    worker = DocsWorker(consumer, producer, serde, packets, trap_rules, call, max_in_flight)
+    worker = DocsWorker(consumer, producer, serde, packets, trap_rules, call, max_in_flight, metrics)
     if on_ready is not None:
         on_ready(worker)
     try:

@@ -26,6 +26,7 @@ from processors.docs.arbiter import ArbiterConfig, AwaitingLlm, Finished, resume
 from processors.docs.llm import LlmJudgement, LlmRequest, LlmResult
 from schemas.docs import ClassificationRequest
 from streams.llm import CALL_PROFILES, CallType, LlmClient, LlmOk, response_model
+from streams.metrics import LlmMetrics
 
 LlmCall = Callable[[LlmRequest], Awaitable[LlmResult]]
 """Answers one LLM request. The seam for the project's LLM client (streams/llm)."""
@@ -37,19 +38,21 @@ LLM_ROLE = CALL_PROFILES[CallType.OPERATIONAL].role
 """The client role that answers the arbiter's phases (its URL turns the LLM phases on)."""
 
 
-def configured_call(client: LlmClient) -> LlmCall | None:
+def configured_call(client: LlmClient, metrics: LlmMetrics | None = None) -> LlmCall | None:
     """The arbiter's :data:`LlmCall` through ``client``, or None when :data:`LLM_ROLE` has no server.
 
     None means rules-only: pass ``ArbiterConfig(llm_enabled=False)`` and the disposition says so.
+    ``metrics``, when given, counts every call (see :func:`client_call`).
     """
-    return client_call(client) if client.enabled(LLM_ROLE) else None
+    return client_call(client, metrics) if client.enabled(LLM_ROLE) else None
 
 
-def client_call(client: LlmClient) -> LlmCall:
+def client_call(client: LlmClient, metrics: LlmMetrics | None = None) -> LlmCall:
     """The :data:`LlmCall` that answers the arbiter's requests through ``client``.
 
     Args:
         client: the process's LLM client; it bounds the calls in flight and retries transient failures.
+        metrics: counts every answer (calls by outcome, retries, latency); None counts nothing.
 
     Returns:
         A call that never raises for server, network or output problems: they come back as a failed
@@ -62,6 +65,8 @@ def client_call(client: LlmClient) -> LlmCall:
             LlmJudgement,
             [{"role": "system", "content": request.system}, {"role": "user", "content": request.user}],
         )
+        if metrics is not None:
+            metrics.observe(answer)
         if isinstance(answer, LlmOk):
             return LlmResult(request_id=request.request_id, judgement=answer.value)
         return LlmResult(request_id=request.request_id, error=f"{answer.kind.value}: {answer.message}")

@@ -114,7 +114,9 @@ def logging_config(level: str, fmt: LogFormat) -> dict[str, Any]:
         "formatters": {"clingate": {"()": f"{factory.__module__}.{factory.__qualname__}"}},
         "handlers": {
             "stderr": {
-                "class": "logging.StreamHandler", "stream": "ext://sys.stderr", "formatter": "clingate",
+                "class": "logging.StreamHandler",
+                "stream": "ext://sys.stderr",
+                "formatter": "clingate",
             },
         },
         "root": {"level": level.upper(), "handlers": ["stderr"]},

@@ -1,72 +1,287 @@
-"""Prometheus metrics of a DBPM worker, served in text format at ``/metrics`` on its web port.
+"""Prometheus metrics of every clingate worker: one registry and one ``/metrics`` endpoint per process.
 
-Faust's own Prometheus sensor (:func:`faust.sensors.prometheus.setup_prometheus_sensors`) supplies
-the transport metrics, prefixed ``clingate_``: records received per topic
-(``clingate_messages_received_per_topic``), records sent per topic
-(``clingate_topic_messages_sent``), end and committed offsets per partition, commit and send
-latencies, rebalances. This module adds, on the same registry, what only the DBPM agents know:
+Every metric is named ``clingate_<area>_*`` and listed in the README's "Metrics" section (a test fails
+when a registered one is missing there). Where each process serves them:
 
-* ``clingate_dbpm_dead_letters_total{topic}``: records routed to the dead-letter topic of ``topic``;
-* ``clingate_dbpm_decisions_total{task,decision}``;
-* ``clingate_dbpm_gate_latency_seconds``: from taking a candidate to its decision being sent,
-  barrier wait included;
-* ``clingate_dbpm_barrier_timeouts_total``: gates decided without the memory having reached their
-  event time;
-* ``clingate_dbpm_consumer_lag{topic,partition}``: end offset minus committed offset, per
-  assigned input partition, computed at scrape time;
-* ``clingate_dbpm_memory_patterns{task,table}``: memory channel population (``B`` blocklist
-  patterns, ``W`` whitelist entries) from the replicated view, computed at scrape time from the
-  engine's incremental counts (no scan).
+* ``clingate worker`` (Faust: DBPM memory and gate agents, clinical agent): on the worker's web port
+  (``CLINGATE_WEB_PORT``) at ``/metrics``. Faust's own Prometheus sensor
+  (:func:`faust.sensors.prometheus.setup_prometheus_sensors`, prefix ``clingate``) adds the transport
+  metrics on the same registry: records received and sent per topic, end and committed offsets,
+  commit and send latencies, rebalances.
+* Workers that are plain confluent-kafka consumer groups (``clingate docs worker``, the LLM groups, a
+  non-Faust gate) have no web server of their own: they build a :class:`CollectorRegistry` and call
+  :func:`serve` once. Their consumer lag comes from librdkafka's statistics (:class:`LibrdkafkaLag`).
 
-Not yet exported (issue 4 lists them): the population of BLOCK-clearing patterns (needs an
-eviction-index walk per task) and lift with confidence intervals (needs verified outcomes).
+What the classes here add, by area (names, types and labels in the README):
+
+* :class:`DbpmMetrics`: decisions per task and decision, gate latency, barrier timeouts, dead letters,
+  verdicts applied; through :meth:`DbpmMetrics.watch` the consumer lag and the memory channel
+  population (:class:`MemoryPopulation`) computed at scrape time; and the gate's selectivity
+  (:class:`Selectivity`).
+* :class:`ClinicalMetrics`: assessments per traffic light, red sources, gate latency, dead letters.
+* :class:`DocsMetrics`: dispositions per decision, documents in flight, dead letters, LLM calls
+  (:class:`LlmMetrics`), consumer lag.
+
+Choices:
+
+* **Population without a scan.** Pattern and whitelist counts are the engine's incremental counters;
+  the BLOCK-clearing and DOWNGRADE-band counts walk the eviction index from the DOWNGRADE threshold up
+  (:func:`processors.dbpm.measurement.memory_population`), at the memory's own event-time clock.
+  Computed per scrape from the replicated view, so every worker reports the same global figure
+  (do not sum it across workers: take ``max``).
+* **Lift as the worker sees it.** The lift of Eq. 10 (``processors.dbpm.measurement``, whose maths is
+  used unchanged) pairs a gate decision with the verifier's verdict on the same candidate. A worker
+  pairs the decisions its gate agent made with the verdicts its memory agent applied; in a live
+  pipeline only ALLOWed and DOWNGRADEd candidates are verified, so the live lift is
+  ``P(DOWNGRADE | FAIL) / P(DOWNGRADE | PASS)`` among verified candidates (a BLOCK is never paired).
+  With several workers a pair is seen only when the candidate's partition and the verdict's partition
+  belong to the same worker: each worker's lift is then a sample of the pairs (the assignment does not
+  depend on the outcome), and the pair counters (``clingate_dbpm_selectivity_pairs_total``) add up
+  across workers for a fleet-wide lift. Pending decisions are bounded (:data:`MAX_PENDING_PAIRS`,
+  oldest dropped and counted) because BLOCKed candidates never get a verdict. Category: the
+  measurement module's (NER and QA category, RE ``HEAD|TAIL`` types); ``_all`` is the task total.
+* **Degenerate lifts**: ``clingate_dbpm_lift`` is ``+Inf`` when only FAIL pairs are tagged and 0 when
+  only PASS pairs are; an undefined lift (no pairs on a side, no tags) is absent; the interval exists
+  for finite lifts only.
+* **Red sources** are labelled by the rule before the first ``:`` of a traffic-light source
+  (``Rule C: NTI CRITICAL`` -> ``Rule C``): a bounded set, never patient content.
+* **Consumer lag** is one name for every worker, ``clingate_consumer_lag{topic,partition}``, over the
+  partitions the process owns: Faust's monitor (end minus committed offset) for the Faust worker,
+  librdkafka's ``consumer_lag`` statistic for the others.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import json
+import math
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from processors.dbpm.config import DBPMConfig
+from processors.dbpm.measurement import LiftStatus, SelectivityTracker, TagCounts, memory_population
 from processors.dbpm.memory import Memory
+from schemas.clinical import ClinicalAssessment
+from schemas.docs import Disposition
 from state.base import Store
+from streams.llm.result import LlmFailed, LlmOk
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 180.0)
+
+MAX_PENDING_PAIRS = 100_000
+"""Gate decisions a worker keeps waiting for their verdict (about 20 MB at most)."""
+
+ALL_CATEGORIES = "_all"
+"""The ``category`` label of a task's total lift."""
+
+LagSource = Callable[[], Iterable[tuple[str, int, int]]]
+"""Returns ``(topic, partition, lag)`` of the partitions the process consumes."""
 
 
-class _ScrapeTime(Collector):
-    """Gauges computed when Prometheus scrapes: consumer lag and memory population."""
+@dataclass(frozen=True)
+class MetricsEndpoint:
+    """A running ``/metrics`` HTTP server (see :func:`serve`).
 
-    def __init__(
-        self,
-        lag: Callable[[], Iterable[tuple[str, int, int]]],
-        view: Store,
-        config: DBPMConfig,
-    ) -> None:
-        self._lag = lag
-        self._view = view
-        self._config = config
+    Attributes:
+        port: the port it listens on (the chosen one when 0 was asked).
+        close: stops the server and frees the port.
+    """
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    port: int
+    close: Callable[[], None]
+
+
+def serve(registry: CollectorRegistry, port: int, addr: str = "0.0.0.0") -> MetricsEndpoint:
+    """Serve ``registry`` in Prometheus text format on ``addr:port`` (any path), from a daemon thread.
+
+    The one way a non-Faust clingate worker exposes its metrics; call it once per process, after the
+    metrics are registered, and :attr:`MetricsEndpoint.close` it on shutdown. Collectors run on the
+    server's thread: scrape-time collectors MUST only read state that is safe to read concurrently.
+
+    Args:
+        registry: the process's registry.
+        port: TCP port; 0 picks a free one (read it from the result).
+        addr: interface to bind; the default listens on every interface, as scrapers expect.
+
+    Returns:
+        The endpoint, with its port and a close function.
+    """
+    server, thread = start_http_server(port, addr=addr, registry=registry)
+
+    def close() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+    return MetricsEndpoint(server.server_port, close)
+
+
+class ConsumerLag(Collector):
+    """``clingate_consumer_lag{topic,partition}``: messages behind the end, per owned input partition."""
+
+    def __init__(self, source: LagSource) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        """One gauge sample per partition the source reports."""
         lag = GaugeMetricFamily(
-            "clingate_dbpm_consumer_lag", "End offset minus committed offset per input partition.",
+            "clingate_consumer_lag", "Messages between a consumed partition's end and the group's position.",
             labels=["topic", "partition"],
         )  # fmt: skip
-        for topic, partition, value in self._lag():
+        for topic, partition, value in self._source():
             lag.add_metric([topic, str(partition)], value)
         yield lag
+
+
+class LibrdkafkaLag:
+    """The consumer lag of a confluent-kafka consumer, from librdkafka's periodic statistics.
+
+    Merge :meth:`client_config` into the consumer's configuration; librdkafka then calls
+    :meth:`on_stats` from the consumer's own poll (so the worker's thread), and a scrape reads the latest
+    figures (one atomic reference swap, safe from the server thread).
+    """
+
+    def __init__(self, registry: CollectorRegistry, interval_ms: int = 5000) -> None:
+        """Register the lag gauge on ``registry``; statistics every ``interval_ms``."""
+        self._interval_ms = interval_ms
+        self._latest: tuple[tuple[str, int, int], ...] = ()
+        registry.register(ConsumerLag(lambda: self._latest))
+
+    def client_config(self) -> dict[str, object]:
+        """librdkafka settings that turn the statistics on and deliver them here."""
+        return {"statistics.interval.ms": self._interval_ms, "stats_cb": self.on_stats}
+
+    def on_stats(self, stats_json: str) -> None:
+        """Keep the ``consumer_lag`` of every assigned partition (librdkafka reports -1 when unknown)."""
+        stats = json.loads(stats_json)
+        self._latest = tuple(
+            (topic, int(partition), int(p["consumer_lag"]))
+            for topic, t in stats.get("topics", {}).items()
+            for partition, p in t.get("partitions", {}).items()
+            if partition != "-1" and p.get("consumer_lag", -1) >= 0
+        )
+
+
+class MemoryPopulation(Collector):
+    """Scrape-time gauges of the DBPM memory's channel population (module docstring)."""
+
+    def __init__(self, view: Store, config: DBPMConfig, fail_events: Callable[[], Mapping[str, int]]) -> None:
+        self._view = view
+        self._config = config
+        self._fail_events = fail_events
+
+    def collect(self) -> Iterator[Metric]:
+        """Patterns and whitelist per task, BLOCK-clearing and DOWNGRADE-band patterns, inert channels."""
+        report = memory_population(Memory(self._view.transaction(), self._config), self._fail_events())
         population = GaugeMetricFamily(
             "clingate_dbpm_memory_patterns", "Records per memory channel (B blocklist, W whitelist).",
             labels=["task", "table"],
         )  # fmt: skip
-        memory = Memory(self._view.transaction(), self._config)
-        for task in self._config.tasks:
-            for table in ("B", "W"):
-                population.add_metric([task, table], memory.population(table, task))
-        yield population
+        block = GaugeMetricFamily(
+            "clingate_dbpm_memory_block_patterns",
+            "Blocklist patterns that clear the BLOCK clause of Eq. 4 at the memory's event time.",
+            labels=["task"],
+        )
+        band = GaugeMetricFamily(
+            "clingate_dbpm_memory_downgrade_patterns",
+            "Blocklist patterns in the DOWNGRADE band of Eq. 4 at the memory's event time.",
+            labels=["task"],
+        )
+        inert = GaugeMetricFamily(
+            "clingate_dbpm_memory_channel_inert",
+            "1 when the task's channel consumed fail verdicts here but holds no BLOCK-clearing pattern.",
+            labels=["task"],
+        )
+        for channel in report.channels:
+            population.add_metric([channel.task, "B"], channel.patterns)
+            population.add_metric([channel.task, "W"], channel.whitelist)
+            block.add_metric([channel.task], channel.block_eligible)
+            band.add_metric([channel.task], channel.downgrade_band)
+            inert.add_metric([channel.task], 1.0 if channel.task in report.inert_channels() else 0.0)
+        yield from (population, block, band, inert)
+
+
+class Selectivity(Collector):
+    """The live gate selectivity: pairs of gate decisions and verdicts, lift with its 95% interval.
+
+    Feed it :meth:`gate` from the gate agent and :meth:`verdict` from the memory agent (module docstring).
+    Thread-safe: a lock guards the tracker, so it also works behind :func:`serve`.
+    """
+
+    def __init__(self, max_pending: int = MAX_PENDING_PAIRS) -> None:
+        self._tracker = SelectivityTracker(max_pending=max_pending)
+        self._lock = threading.Lock()
+
+    def gate(self, task: str, patient_id: str, payload: Mapping[str, Any], decision: str) -> None:
+        """Record a gate decision (see :meth:`SelectivityTracker.gate`)."""
+        with self._lock:
+            self._tracker.gate(task, patient_id, payload, decision)
+
+    def verdict(
+        self, task: str, patient_id: str, payload: Mapping[str, Any], verdict: str, source: str
+    ) -> None:
+        """Record a verdict applied to the memory (see :meth:`SelectivityTracker.verdict`)."""
+        with self._lock:
+            self._tracker.verdict(task, patient_id, payload, verdict, source)
+
+    def fail_events(self) -> dict[str, int]:
+        """Fail verdicts (not ``success``) applied per task by this process."""
+        with self._lock:
+            return dict(self._tracker.fail_events)
+
+    def collect(self) -> Iterator[Metric]:
+        """Pair counters, lift and interval per task and category, pending and expired decisions."""
+        with self._lock:
+            counts = self._tracker.counts()
+            pending, expired = len(self._tracker.pending), self._tracker.expired
+        pairs = CounterMetricFamily(
+            "clingate_dbpm_selectivity_pairs", "Gate decisions paired with the verifier's verdict.",
+            labels=["task", "category", "outcome", "tagged"],
+        )  # fmt: skip
+        lift = GaugeMetricFamily(
+            "clingate_dbpm_lift", "Lift of Eq. 10: P(tag | FAIL) / P(tag | PASS) over this worker's pairs.",
+            labels=["task", "category"],
+        )  # fmt: skip
+        low = GaugeMetricFamily(
+            "clingate_dbpm_lift_ci_low", "Lower bound of the lift's 95% delta-method interval.",
+            labels=["task", "category"],
+        )  # fmt: skip
+        high = GaugeMetricFamily(
+            "clingate_dbpm_lift_ci_high", "Upper bound of the lift's 95% delta-method interval.",
+            labels=["task", "category"],
+        )  # fmt: skip
+        rows: list[tuple[str, str, TagCounts]] = [(c.task, c.category, c.counts) for c in counts.cells]
+        for cell in counts.cells:
+            c = cell.counts
+            for outcome, tagged, n in (
+                ("FAIL", "true", c.fail_tagged), ("FAIL", "false", c.fail_total - c.fail_tagged),
+                ("PASS", "true", c.pass_tagged), ("PASS", "false", c.pass_total - c.pass_tagged),
+            ):  # fmt: skip
+                pairs.add_metric([cell.task, cell.category, outcome, tagged], n)
+        rows += [(task, ALL_CATEGORIES, counts.task_total(task)) for task in counts.tasks()]
+        for task, category, tag_counts in rows:
+            value = tag_counts.lift()
+            if value.status is LiftStatus.UNDEFINED:
+                continue
+            labels = [task, category]
+            infinite = value.status is LiftStatus.INFINITE
+            lift.add_metric(labels, math.inf if infinite else float(value.value or 0.0))
+            if value.status is LiftStatus.FINITE:
+                low.add_metric(labels, float(value.ci_low or 0.0))
+                high.add_metric(labels, float(value.ci_high or 0.0))
+        waiting = GaugeMetricFamily("clingate_dbpm_selectivity_pending", "Gate decisions awaiting a verdict.")
+        waiting.add_metric([], pending)
+        dropped = CounterMetricFamily(
+            "clingate_dbpm_selectivity_expired", "Gate decisions dropped unpaired (bound on pending)."
+        )
+        dropped.add_metric([], expired)
+        yield from (pairs, lift, low, high, waiting, dropped)
 
 
 class DbpmMetrics:
@@ -89,9 +304,103 @@ class DbpmMetrics:
             "clingate_dbpm_barrier_timeouts", "Gates decided before the memory reached their event time.",
             registry=registry,
         )  # fmt: skip
+        self.verdicts = Counter(
+            "clingate_dbpm_verdicts", "Verdicts applied to the memory.", ["task", "verdict", "source"],
+            registry=registry,
+        )  # fmt: skip
+        self.selectivity = Selectivity()
+        registry.register(self.selectivity)
 
-    def watch(
-        self, lag: Callable[[], Iterable[tuple[str, int, int]]], view: Store, config: DBPMConfig
-    ) -> None:
-        """Register the scrape-time gauges (consumer lag, memory population)."""
-        self.registry.register(_ScrapeTime(lag, view, config))
+    def verdict_applied(self, task: str, patient_id: str, payload: Mapping[str, Any], verdict: str,
+                        source: str) -> None:  # fmt: skip
+        """Count a verdict the memory agent applied and offer it to the selectivity pairing."""
+        self.verdicts.labels(task, verdict, source).inc()
+        self.selectivity.verdict(task, patient_id, payload, verdict, source)
+
+    def watch(self, lag: LagSource, view: Store, config: DBPMConfig) -> None:
+        """Register the scrape-time gauges: consumer lag and the memory channel population."""
+        self.registry.register(ConsumerLag(lag))
+        self.registry.register(MemoryPopulation(view, config, self.selectivity.fail_events))
+
+
+def red_source(source: str) -> str:
+    """The rule of a traffic-light source: the text before its first ``:`` (``Rule C: ...`` -> ``Rule C``)."""
+    return source.split(":", 1)[0].strip()
+
+
+class ClinicalMetrics:
+    """The clinical agent's metrics (on the Faust worker's registry)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.assessments = Counter(
+            "clingate_clinical_assessments", "Assessments published, by production traffic light.", ["light"],
+            registry=registry,
+        )  # fmt: skip
+        self.red_sources = Counter(
+            "clingate_clinical_red_sources", "Rules behind RED production lights (per assessment).",
+            ["source"], registry=registry,
+        )  # fmt: skip
+        self.gate_latency = Histogram(
+            "clingate_clinical_gate_latency_seconds", "Clinical gates on one record (process_event).",
+            buckets=_LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.dead_letters = Counter(
+            "clingate_clinical_dead_letters", "Records routed to a dead-letter topic.", ["topic"],
+            registry=registry,
+        )  # fmt: skip
+
+    def assessed(self, assessment: ClinicalAssessment) -> None:
+        """Count a published assessment by light and, when RED, by the rules that made it RED."""
+        light = assessment.traffic_light
+        self.assessments.labels(str(light.light)).inc()
+        if str(light.light) == "RED":
+            for rule in sorted({red_source(s) for s in light.sources if not s.startswith("Base")}):
+                self.red_sources.labels(rule).inc()
+
+
+class LlmMetrics:
+    """Calls through :class:`streams.llm.LlmClient`, by call type and outcome; shared by every LLM user."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.calls = Counter(
+            "clingate_llm_calls", "LLM calls by call type and outcome (ok or the failure kind).",
+            ["call_type", "outcome"], registry=registry,
+        )  # fmt: skip
+        self.retries = Counter(
+            "clingate_llm_retries", "HTTP attempts after the first one.", ["call_type"], registry=registry
+        )
+        self.latency = Histogram(
+            "clingate_llm_call_seconds", "Wall time of one call, retries included, queueing excluded.",
+            ["call_type"], buckets=_LLM_BUCKETS, registry=registry,
+        )  # fmt: skip
+
+    def observe(self, answer: LlmOk[Any] | LlmFailed) -> None:
+        """Count one call's answer."""
+        call_type = str(answer.call_type)
+        outcome = "ok" if isinstance(answer, LlmOk) else str(answer.kind)
+        self.calls.labels(call_type, outcome).inc()
+        if answer.attempts > 1:
+            self.retries.labels(call_type).inc(answer.attempts - 1)
+        self.latency.labels(call_type).observe(answer.latency_s)
+
+
+class DocsMetrics:
+    """The docs worker's metrics (``clingate docs worker``, served by :func:`serve`)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.dispositions = Counter(
+            "clingate_docs_dispositions", "Documents decided, by V5 decision and LLM mode.",
+            ["decision", "llm_mode"], registry=registry,
+        )  # fmt: skip
+        self.in_flight = Gauge("clingate_docs_in_flight", "Documents being decided now.", registry=registry)
+        self.dead_letters = Counter(
+            "clingate_docs_dead_letters", "Records routed to a dead-letter topic.", ["topic"],
+            registry=registry,
+        )  # fmt: skip
+        self.llm = LlmMetrics(registry)
+        self.lag = LibrdkafkaLag(registry)
+
+    def decided(self, disposition: Disposition) -> None:
+        """Count a published disposition."""
+        self.dispositions.labels(str(disposition.decision), str(disposition.llm_mode)).inc()

@@ -28,6 +28,7 @@ from typing import Annotated, TypeVar
 
 import typer
 from confluent_kafka import Producer
+from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ValidationError
 from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
@@ -56,6 +57,7 @@ from streams.docs import PacketFollower, producer_config, run_worker
 from streams.docs_arbiter import LLM_ROLE, arbitrate, configured_call
 from streams.llm import LlmClient
 from streams.llm.config import resolve_role
+from streams.metrics import DocsMetrics, serve
 from streams.settings import Settings, get_settings
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import DOCS_REVIEWS, build_catalog
@@ -193,9 +195,15 @@ def worker(
         int | None,
         typer.Option(help="Documents decided at once [env CLINGATE_DOCS_MAX_IN_FLIGHT, default 32]."),
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(help="Port of /metrics [env CLINGATE_DOCS_METRICS_PORT, default 6067]."),
+    ] = None,
 ) -> None:
     """Run the arbiter stream processor (consumer group CLINGATE_DOCS_GROUP_ID) until SIGINT/SIGTERM."""
     settings = get_settings()
+    metrics = DocsMetrics(CollectorRegistry())
+    port = settings.docs_metrics_port if metrics_port is None else metrics_port
     bootstrap = _bootstrap()
     catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
     ensure_topics(admin_client(bootstrap), catalog)
@@ -206,17 +214,23 @@ def worker(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         async with LlmClient.from_settings(settings) as client:
-            call = configured_call(client)
+            call = configured_call(client, metrics.llm)
             typer.echo("LLM phases on" if call else _rules_only(settings), err=True)
             rules = load_trap_rules(settings.docs_trap_rules)
             done = await run_worker(
                 bootstrap, make_serde(settings.schema_registry_url), rules, call,
                 group_id=settings.docs_group_id, stop=stop,
-                max_in_flight=max_in_flight or settings.docs_max_in_flight,
+                max_in_flight=max_in_flight or settings.docs_max_in_flight, metrics=metrics,
             )  # fmt: skip
         typer.echo(f"stopped after {done.decided} documents", err=True)
 
-    asyncio.run(main())
+    endpoint = serve(metrics.registry, port)
+    typer.echo(f"metrics on :{endpoint.port}/metrics", err=True)
+    try:
+        asyncio.run(main())
+    finally:
+        endpoint.close()
+
 
 
 @app.command()
