@@ -29,7 +29,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import faust
-from faust.sensors.prometheus import setup_prometheus_sensors
 from faust.stores import STORES
 from faust.types import StreamT, TopicT
 from prometheus_client import CollectorRegistry
@@ -40,7 +39,7 @@ from schemas.serde import make_serde
 from streams.clinical import INPUTS as CLINICAL_INPUTS
 from streams.clinical import ClinicalAgent, gate_flags
 from streams.dbpm import MEMORY_TABLE, DbpmAgents
-from streams.metrics import ClinicalMetrics, DbpmMetrics
+from streams.metrics import ClinicalMetrics, DbpmMetrics, faust_sensors
 from streams.settings import Settings
 from streams.tablestore import STORE_SCHEME, ChangelogStore
 from topics.catalog import (
@@ -126,7 +125,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
     engine, gate_engine = dbpm_engines(settings)
     serde = make_serde(settings.schema_registry_url)
     registry = CollectorRegistry()
-    setup_prometheus_sensors(app, pattern="/metrics", registry=registry, name_prefix="clingate")
+    faust_sensors(app, registry)
     metrics = DbpmMetrics(registry)
     agents = DbpmAgents(
         engine,

@@ -59,6 +59,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import faust
+from faust.sensors.prometheus import setup_prometheus_sensors
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -120,6 +122,11 @@ def serve(registry: CollectorRegistry, port: int, addr: str = "0.0.0.0") -> Metr
         thread.join(timeout=5)
 
     return MetricsEndpoint(server.server_port, close)
+
+
+def faust_sensors(app: faust.App, registry: CollectorRegistry) -> None:
+    """Faust's transport metrics (prefix ``clingate``) on ``registry``, served by the app at ``/metrics``."""
+    setup_prometheus_sensors(app, pattern="/metrics", registry=registry, name_prefix="clingate")
 
 
 class ConsumerLag(Collector):
