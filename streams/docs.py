@@ -181,8 +181,11 @@ class PacketFollower:
         self._next[record.partition] = record.offset + 1
         outcome = decode_record(self._serde, record, ReviewPacket)
         if isinstance(outcome, DecodeFailed):
-            log.warning("packet reader: skipping %s[%d]@%d: %s", record.topic, record.partition,
-                        record.offset, outcome.reason)  # fmt: skip
+            # The reason may quote the packet's text: DEBUG only (streams.logs).
+            ids = {"topic": record.topic, "partition": record.partition, "offset": record.offset}
+            log.warning("packet reader: skipping %s[%d]@%d (%s)", record.topic, record.partition,
+                        record.offset, outcome.error_type, extra=ids)  # fmt: skip
+            log.debug("packet reader: %s", outcome.reason, extra=ids)
             return
         self.packets[outcome.value.doc_id] = outcome.value
 
