@@ -6,10 +6,12 @@ that adding a metric without documenting it fails here.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import faust
+import yaml
 from prometheus_client import CollectorRegistry
 
 from processors.dbpm import DBPMConfig
@@ -62,3 +64,29 @@ def test_the_worker_metrics_cover_what_issues_4_and_8_ask_for() -> None:
         "clingate_docs_in_flight",
     }  # fmt: skip
     assert asked <= names
+
+
+DEPLOY = README.parent / "deploy"
+
+
+def test_the_grafana_dashboard_queries_only_documented_metrics_through_its_datasource_variable() -> None:
+    dashboard = json.loads((DEPLOY / "grafana" / "clingate.json").read_text(encoding="utf-8"))
+    assert [v["type"] for v in dashboard["templating"]["list"]] == ["datasource"]
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    assert all(p["datasource"]["uid"] == "${datasource}" for p in panels)
+    documented = set(re.findall(r"^\| `(clingate_[a-z0-9_]+)` \|", _metrics_section(), re.M))
+    queried = {
+        re.sub(r"_(bucket|sum|count)$", "", name)
+        for p in panels
+        for target in p["targets"]
+        for name in re.findall(r"clingate_[a-z0-9_]*[a-z0-9]", target["expr"])
+    }
+    assert queried, "the dashboard queries no clingate metric"
+    assert queried <= documented, sorted(queried - documented)
+
+
+def test_the_prometheus_example_scrapes_both_worker_endpoints() -> None:
+    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
+    statics = [s for job in config["scrape_configs"] for s in job.get("static_configs", [])]
+    targets = {target for s in statics for target in s["targets"]}
+    assert targets == {"localhost:6066", "localhost:6067"}
