@@ -57,6 +57,8 @@ class Worker:
         self.log = datadir.with_suffix(".log")
         self._env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "CLINGATE_APP_ID": app_id, **env}
         self._process: subprocess.Popen[bytes] | None = None
+        self.web_port = free_port()
+        """The port of the worker's web endpoint (``/metrics``)."""
 
     def start(self, timeout_s: float = 90.0) -> None:
         """Start the worker and wait until Faust reports it ready."""
@@ -64,7 +66,7 @@ class Worker:
         with self.log.open("ab") as out:
             self._process = subprocess.Popen(
                 [sys.executable, "-W", "ignore", "-m", "streams.cli", "worker", "-l", "info",
-                 "--web-port", str(free_port()), "--datadir", str(self.datadir)],
+                 "--web-port", str(self.web_port), "--datadir", str(self.datadir)],
                 cwd=REPO, env=self._env, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         deadline = time.monotonic() + timeout_s

@@ -1,0 +1,131 @@
+"""A real ``clingate worker`` logs JSON without clinical text and counts what it did on ``/metrics``.
+
+Uses the DBPM tests' :class:`Worker` subprocess (JSON logs at INFO) against the session broker.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from schemas.dbpm import Candidate, NerPayload
+from schemas.fhir import FhirUpdate
+from schemas.serde import make_serde
+from streams.clinical import INPUTS
+from streams.dbpm import producer_config
+from streams.demo_data import CLINICAL
+from streams.kafka_replay import commit_end_offsets, end_offset
+from streams.settings import Settings
+from tests.integration.test_dbpm_worker import Worker
+from topics.admin import admin_client, ensure_topics
+from topics.catalog import (
+    CLINICAL_ASSESSMENTS,
+    DBPM_CANDIDATES,
+    DBPM_DECISIONS,
+    DBPM_VERDICTS,
+    FHIR_UPDATES,
+    build_catalog,
+    dlq_name,
+)
+
+pytestmark = pytest.mark.integration
+
+PATIENT = "PT-TEST-010"
+CLINICAL_TEXT = "Patient reports crushing chest pain radiating to the left arm"
+
+
+def _tail(bootstrap: str, topics: list[str]) -> Consumer:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"tail-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False})  # fmt: skip
+    consumer.assign([
+        TopicPartition(topic, p, end_offset(consumer, topic, p))
+        for topic in topics
+        for p in consumer.list_topics(topic, timeout=30).topics[topic].partitions
+    ])  # fmt: skip
+    return consumer
+
+
+def _read(consumer: Consumer, wanted: dict[str, int], timeout_s: float = 90.0) -> dict[str, int]:
+    seen = dict.fromkeys(wanted, 0)
+    deadline = time.monotonic() + timeout_s
+    while any(seen[t] < n for t, n in wanted.items()):
+        assert time.monotonic() < deadline, f"records seen {seen}, wanted {wanted}"
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            seen[message.topic()] += 1
+    return seen
+
+
+@pytest.fixture
+def worker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Worker]:
+    """One ready worker of a fresh app logging JSON, its groups starting at the inputs' current end."""
+    ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
+    app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
+    commit_end_offsets(kafka_bootstrap, app_id, [DBPM_VERDICTS, DBPM_CANDIDATES, *INPUTS])
+    started = Worker(kafka_bootstrap, app_id, tmp_path / app_id, {"CLINGATE_LOG_FORMAT": "json"})
+    started.start()
+    yield started
+    started.stop()
+
+
+def test_a_worker_logs_ids_not_clinical_text_and_counts_its_work_on_metrics(
+    kafka_bootstrap: str, worker: Worker
+) -> None:
+    """Scenario: a FHIR bundle whose invalid Observation quotes clinical text, a candidate whose entity is
+    clinical text, and an undecodable candidate reach a worker logging JSON at INFO.
+
+    The patient is assessed RED and the invalid resource is dead-lettered, the good candidate decided and
+    the bad one dead-lettered. The worker's log is JSON lines carrying the dead letters' coordinates and
+    never the clinical text; ``/metrics`` counts the RED assessment with its rule, both dead letters and
+    the decision, and reports the memory population and the consumer lag.
+    """
+    bundle = json.loads((CLINICAL / f"{PATIENT}.json").read_text(encoding="utf-8"))
+    invalid = copy.deepcopy(next(e["resource"] for e in bundle["entry"]
+                                 if e["resource"]["resourceType"] == "Observation"))  # fmt: skip
+    invalid.update(id="obs-invalid", status=CLINICAL_TEXT, note=[{"text": CLINICAL_TEXT}])
+    bundle["entry"].append({"resource": invalid})
+    ts = datetime(2026, 3, 29, tzinfo=UTC)
+    update = FhirUpdate(ts=ts, patient_id=PATIENT, resource_type="Bundle", resource=json.dumps(bundle))
+    candidate = Candidate(ts=ts, task="ner", patient_id=PATIENT, candidate_id="c-1",
+                          payload=NerPayload(entity=CLINICAL_TEXT, category="Symptoms"))  # fmt: skip
+    serde = make_serde(None)
+    outputs = [CLINICAL_ASSESSMENTS, dlq_name(FHIR_UPDATES), DBPM_DECISIONS, dlq_name(DBPM_CANDIDATES)]
+    tail = _tail(kafka_bootstrap, outputs)
+    producer = Producer(producer_config(kafka_bootstrap))
+    try:
+        key = PATIENT.encode()
+        producer.produce(FHIR_UPDATES, key=key, value=serde.encode(update, topic=FHIR_UPDATES))
+        producer.produce(DBPM_CANDIDATES, key=key, value=serde.encode(candidate, topic=DBPM_CANDIDATES))
+        producer.produce(DBPM_CANDIDATES, key=key, value=b"not avro: " + CLINICAL_TEXT.encode())
+        producer.flush(30)
+        _read(tail, dict.fromkeys(outputs, 1))
+    finally:
+        tail.close()
+    with urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}/metrics", timeout=10) as response:
+        scraped = response.read().decode()
+    worker.stop()
+    log = worker.log.read_text(encoding="utf-8")
+
+    assert 'clingate_clinical_assessments_total{light="RED"} 1.0' in scraped
+    assert 'clingate_clinical_red_sources_total{source="Rule C"} 1.0' in scraped
+    assert 'clingate_clinical_dead_letters_total{topic="clingate.fhir.updates"} 1.0' in scraped
+    assert 'clingate_dbpm_dead_letters_total{topic="clingate.dbpm.candidates"} 1.0' in scraped
+    assert 'clingate_dbpm_decisions_total{decision="ALLOW",task="ner"} 1.0' in scraped
+    assert 'clingate_dbpm_memory_patterns{table="B",task="ner"} 0.0' in scraped
+    assert "# TYPE clingate_consumer_lag gauge" in scraped
+
+    assert CLINICAL_TEXT not in log
+    lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    assert lines and {"ts", "level", "logger", "message"} <= set(lines[0])
+    letters = [line for line in lines if line["message"].startswith("dead-lettering")]
+    assert {(x["topic"], x["error_type"]) for x in letters} >= {("clingate.fhir.updates", "FhirInvalid")}
+    assert {x["topic"] for x in letters} == {"clingate.fhir.updates", "clingate.dbpm.candidates"}
