@@ -32,6 +32,7 @@ from topics.catalog import (
     DBPM_CANDIDATES,
     DBPM_DECISIONS,
     DBPM_VERDICTS,
+    DOCS_CLASSIFICATIONS,
     FHIR_UPDATES,
     build_catalog,
     dlq_name,
@@ -129,3 +130,39 @@ def test_a_worker_logs_ids_not_clinical_text_and_counts_its_work_on_metrics(
     letters = [line for line in lines if line["message"].startswith("dead-lettering")]
     assert {(x["topic"], x["error_type"]) for x in letters} >= {("clingate.fhir.updates", "FhirInvalid")}
     assert {x["topic"] for x in letters} == {"clingate.fhir.updates", "clingate.dbpm.candidates"}
+
+
+def test_the_docs_worker_counts_dispositions_dead_letters_and_its_lag(kafka_bootstrap: str) -> None:
+    """Scenario: two classification requests and an undecodable record reach a rules-only docs worker.
+
+    Its registry counts two RULES_ONLY dispositions and one dead letter, no document is left in flight,
+    and librdkafka's statistics give the lag of every assigned input partition.
+    """
+    from tests.integration.test_docs_worker import SERDE, _publish, _request, _running_worker
+
+    requests = [_request("classification_doc2_6_clean", "bundle_doc2_6", f"obs-{uuid.uuid4().hex[:8]}")
+                for _ in range(2)]  # fmt: skip
+    with _running_worker(kafka_bootstrap) as (worker, _servers):
+        registry = worker.metrics.registry
+
+        def decided() -> float:
+            return sum(
+                s.value
+                for family in registry.collect() if family.name == "clingate_docs_dispositions"
+                for s in family.samples if s.name.endswith("_total") and s.labels["llm_mode"] == "RULES_ONLY"
+            )  # fmt: skip
+
+        def counted() -> bool:
+            topic = {"topic": DOCS_CLASSIFICATIONS}
+            letters = registry.get_sample_value("clingate_docs_dead_letters_total", topic)
+            lag = registry.get_sample_value("clingate_consumer_lag", {**topic, "partition": "0"})
+            return decided() == 2 and letters == 1 and lag == 0
+
+        _publish(kafka_bootstrap, DOCS_CLASSIFICATIONS,
+                 *((r.doc_id, SERDE.encode(r, topic=DOCS_CLASSIFICATIONS)) for r in requests),
+                 ("bad", b"not avro"))  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not counted():
+            assert time.monotonic() < deadline, "the docs worker did not count its records"
+            time.sleep(0.2)
+        assert registry.get_sample_value("clingate_docs_in_flight") == 0
