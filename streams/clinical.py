@@ -208,6 +208,9 @@ class ClinicalAgent:
         name = CLINICAL_ASSESSMENTS if isinstance(out, ClinicalAssessment) else CLINICAL_SAFETY_AUDITS
         if isinstance(out, ClinicalAssessment):
             self._metrics.assessed(out)
+            light = out.traffic_light.light
+            ids = {"patient_id": out.patient_id, "light": light}
+            log.info("assessment %s: %s", out.patient_id, light, extra=ids)
         return await self._topics[name].send(key=key, value=self._serde.encode(out, topic=name))
 
     async def _decode(self, record: SourceRecord) -> tuple[ClinicalInput, datetime] | None:

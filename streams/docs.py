@@ -333,6 +333,8 @@ class DocsWorker:
                     disposition = finished.disposition
                     self._produce(DOCS_DISPOSITIONS, disposition.doc_id, disposition, errors)
                     self.metrics.decided(disposition)
+                    ids = {"document_id": disposition.doc_id, "decision": str(disposition.decision)}
+                    log.info("document %s: %s", disposition.doc_id, disposition.decision, extra=ids)
                     if finished.packet is not None:
                         self._produce(DOCS_REVIEW_PACKETS, finished.packet.doc_id, finished.packet, errors)
                         self.packets.remember(finished.packet)
