@@ -57,10 +57,8 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import faust
-from faust.sensors.prometheus import setup_prometheus_sensors
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -73,11 +71,16 @@ from schemas.docs import Disposition
 from state.base import Store
 from streams.llm.result import LlmFailed, LlmOk
 
+if TYPE_CHECKING:  # the non-Faust workers import this module too: no Faust at run time for them
+    import faust
+
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 180.0)
 
 MAX_PENDING_PAIRS = 100_000
-"""Gate decisions a worker keeps waiting for their verdict (about 20 MB at most)."""
+"""Gate decisions a worker keeps waiting for their verdict. An entry is the candidate's pairing key (its
+payload fields), a few hundred bytes: tens of MB at the bound. At 1,000 candidates/s it covers a verifier
+that answers within 100 s."""
 
 ALL_CATEGORIES = "_all"
 """The ``category`` label of a task's total lift."""
@@ -126,6 +129,8 @@ def serve(registry: CollectorRegistry, port: int, addr: str = "0.0.0.0") -> Metr
 
 def faust_sensors(app: faust.App, registry: CollectorRegistry) -> None:
     """Faust's transport metrics (prefix ``clingate``) on ``registry``, served by the app at ``/metrics``."""
+    from faust.sensors.prometheus import setup_prometheus_sensors
+
     setup_prometheus_sensors(app, pattern="/metrics", registry=registry, name_prefix="clingate")
 
 

@@ -111,18 +111,29 @@ def test_a_worker_logs_ids_not_clinical_text_and_counts_its_work_on_metrics(
         _read(tail, dict.fromkeys(outputs, 1))
     finally:
         tail.close()
-    with urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}/metrics", timeout=10) as response:
-        scraped = response.read().decode()
+    expected = [
+        'clingate_clinical_assessments_total{light="RED"} 1.0',
+        'clingate_clinical_red_sources_total{source="Rule C"} 1.0',
+        'clingate_clinical_dead_letters_total{topic="clingate.fhir.updates"} 1.0',
+        'clingate_dbpm_dead_letters_total{topic="clingate.dbpm.candidates"} 1.0',
+        'clingate_dbpm_decisions_total{decision="ALLOW",task="ner"} 1.0',
+        'clingate_dbpm_memory_patterns{table="B",task="ner"} 0.0',
+        "# TYPE clingate_consumer_lag gauge",
+    ]
+    # A dead letter is counted once the worker has its acknowledgement, which may come just after a
+    # reader saw the record: scrape until the counts are there.
+    deadline = time.monotonic() + 30
+    while True:
+        with urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}/metrics", timeout=10) as response:
+            scraped = response.read().decode()
+        missing = [line for line in expected if line not in scraped]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     worker.stop()
     log = worker.log.read_text(encoding="utf-8")
 
-    assert 'clingate_clinical_assessments_total{light="RED"} 1.0' in scraped
-    assert 'clingate_clinical_red_sources_total{source="Rule C"} 1.0' in scraped
-    assert 'clingate_clinical_dead_letters_total{topic="clingate.fhir.updates"} 1.0' in scraped
-    assert 'clingate_dbpm_dead_letters_total{topic="clingate.dbpm.candidates"} 1.0' in scraped
-    assert 'clingate_dbpm_decisions_total{decision="ALLOW",task="ner"} 1.0' in scraped
-    assert 'clingate_dbpm_memory_patterns{table="B",task="ner"} 0.0' in scraped
-    assert "# TYPE clingate_consumer_lag gauge" in scraped
+    assert not missing, missing
 
     assert CLINICAL_TEXT not in log
     lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
