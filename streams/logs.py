@@ -17,8 +17,9 @@ Clinical text rule (issue 8): narratives, spans, answers, FHIR notes, document p
 that quote input values MUST NOT be logged at INFO or above. Such detail goes to the dead-letter record
 (which is access-controlled like the input topic) or to DEBUG. :func:`log_dead_letter` is the one way a
 worker reports a dead letter: coordinates and error type at WARNING, the reason (which may quote the
-record) at DEBUG only. ``tests/unit/streams/test_logs.py`` runs worker paths on records full of marker
-text and asserts none of it reaches INFO.
+record) at DEBUG only. ``tests/unit/streams/test_logs.py`` checks the rule on a FHIR validation error that
+quotes clinical text, and ``tests/integration/test_worker_observability.py`` runs a real worker at INFO on
+records full of clinical text and asserts none of it reaches its log.
 
 Choices:
 

@@ -39,7 +39,8 @@ band and the whitelist size. A channel that consumed fail events but holds no BL
 is :attr:`ChannelStatus.INERT` and the rendering flags it. This module defines the structure, its
 merge and its rendering; :func:`channel_population` fills it from the engine's snapshot (the replay
 contract's state document) and the engine's thresholds, with the fail-event counts the caller kept
-(the engine's state does not count consumed events).
+(the engine's state does not count consumed events); :func:`memory_population` fills the same structure
+from a live memory without scanning it (a running worker's metrics).
 
 All values are frozen dataclasses that serialise to plain JSON (``to_json`` / ``from_json``) and
 merge by addition, so counters kept per partition combine into the totals. Merging population
