@@ -164,7 +164,8 @@ def run_until_signalled(
 
     Ensures the catalog topics exist and serves ``/metrics`` on ``metrics_port`` (0: not served).
     """
-    ensure_topics(admin_client(bootstrap), build_catalog(settings.topic_partitions, settings.topic_replication))
+    catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
+    ensure_topics(admin_client(bootstrap), catalog)
     metrics = new_metrics()
     if metrics_port:
         start_http_server(metrics_port, registry=metrics.registry)

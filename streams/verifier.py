@@ -238,15 +238,17 @@ class Verifier:
         narrative = await self.narratives.get(candidate.patient_id, candidate.ts)
         if narrative is None:
             self.llm.metrics.unprocessed.labels(GROUP, "narrative_not_found").inc()
-            return [DecodeFailed(record, Stage.PROCESS, "NarrativeNotFound",
-                                 f"no narrative of patient {candidate.patient_id} at {candidate.ts:%Y-%m-%dT%H:%M:%SZ} "
-                                 f"on {DBPM_NARRATIVES}", None, GateDecision.avro_name)]  # fmt: skip
+            when = candidate.model_dump(mode="json")["ts"]
+            reason = f"no narrative of patient {candidate.patient_id} at {when} on {DBPM_NARRATIVES}"
+            return [DecodeFailed(record, Stage.PROCESS, "NarrativeNotFound", reason, None,
+                                 GateDecision.avro_name)]  # fmt: skip
         judged = await self.judge(decision, narrative)
         if isinstance(judged, list):
             self.llm.metrics.unprocessed.labels(GROUP, "verification_failed").inc()
             return [llm_failure(record, GateDecision.avro_name, judged)]
         verdict = verdict_event(candidate, judged, candidate.ts)
-        self.llm.metrics.verdicts.labels(candidate.task, verdict.verdict.value, str(judged.defaulted).lower()).inc()
+        defaulted = "true" if judged.defaulted else "false"
+        self.llm.metrics.verdicts.labels(candidate.task, verdict.verdict.value, defaulted).inc()
         outputs: list[Output | DecodeFailed] = [Output(
             DBPM_VERDICTS, verdict_key(self.engine, contract_event(verdict)),  # type: ignore[arg-type]
             self.serde.encode(verdict, topic=DBPM_VERDICTS),

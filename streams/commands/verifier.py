@@ -1,4 +1,7 @@
-"""``clingate generator``: the verifier consumer group (to-verify -> verdicts, verified), see :mod:`streams.verifier`."""
+"""``clingate verifier``: the verifier consumer group (to-verify -> verdicts, verified).
+
+See :mod:`streams.verifier`.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,9 @@ from streams.llm_groups import RoleDisabledError, run_until_signalled
 from streams.settings import get_settings
 from streams.verifier import run_verifier
 
-app = typer.Typer(help="Run a verifier group member (to-verify -> verdicts, verified).", no_args_is_help=False)
+app = typer.Typer(
+    help="Run a verifier group member (to-verify -> verdicts, verified).", no_args_is_help=False
+)
 
 
 @app.callback(invoke_without_command=True)
