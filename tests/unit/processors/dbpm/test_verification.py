@@ -157,4 +157,5 @@ def test_candidates_are_deduplicated_with_content_derived_ids() -> None:
 def test_qa_payloads_use_the_template_question_of_their_category() -> None:
     assert len(QA_TEMPLATES) == 11
     payload = qa_payload("treatment", "meropenem")
-    assert payload == {"question": QA_TEMPLATES["treatment"][0], "answer": "meropenem", "category": "treatment"}
+    question = QA_TEMPLATES["treatment"][0]
+    assert payload == {"question": question, "answer": "meropenem", "category": "treatment"}
