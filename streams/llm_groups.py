@@ -109,11 +109,10 @@ def consumer_config(bootstrap: str, group_id: str) -> dict[str, object]:
     })  # fmt: skip
 
 
-def require_role(settings: Settings, role: Role) -> None:
-    """Raise :class:`RoleDisabledError` when ``role`` has no server (its status line says why)."""
-    config = resolve_role(settings, role)
-    if config.endpoint is None:
-        raise RoleDisabledError(config.status)
+def require_role(client: LlmClient, settings: Settings, role: Role) -> None:
+    """Raise :class:`RoleDisabledError` when ``client`` has no server for ``role`` (the settings say why)."""
+    if not client.enabled(role):
+        raise RoleDisabledError(resolve_role(settings, role).status)
 
 
 async def run_loop(

@@ -157,8 +157,12 @@ class OrderedLoop:
             except BufferError:  # local queue full: let librdkafka send, then retry
                 self.producer.poll(0.1)
 
-    def _publish_ready(self) -> int:
-        """Publish every finished head of queue in order, flush, commit; return partitions committed."""
+    async def _publish_ready(self) -> int:
+        """Publish every finished head of queue in order, flush, commit; return partitions committed.
+
+        The flush waits in a worker thread so the calls in flight keep being served meanwhile; nothing
+        else produces during it (handlers return outputs, only this method produces them).
+        """
         errors: list[KafkaError] = []
         commits: list[TopicPartition] = []
         for (topic, partition), queue in self.queues.items():
@@ -176,7 +180,7 @@ class OrderedLoop:
                 commits.append(TopicPartition(topic, partition, last + 1))
         if not commits:
             return 0
-        remaining = self.producer.flush(30)
+        remaining = await asyncio.to_thread(self.producer.flush, 30)
         if errors or remaining:
             detail = ", ".join(e.str() for e in errors) or f"{remaining} outputs unacknowledged after 30 s"
             raise OutputDeliveryError(f"outputs not delivered ({detail}); input offsets not committed")
@@ -203,7 +207,7 @@ class OrderedLoop:
                 room = max(1, self.max_in_flight - len(self.in_flight()))
                 for message in self.consumer.consume(num_messages=room, timeout=0):
                     self._accept(message)
-                published = self._publish_ready()
+                published = await self._publish_ready()
                 if self.on_in_flight is not None:
                     self.on_in_flight(len(self.in_flight()))
                 if published == 0:

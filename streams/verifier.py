@@ -291,9 +291,9 @@ async def run_verifier(
     """
     from streams.app import dbpm_engines  # the Faust app module; imported only where a group runs
 
-    require_role(settings, Role.VERIFIER)
     own_client = client is None
     llm_client = client or LlmClient.from_settings(settings)
+    require_role(llm_client, settings, Role.VERIFIER)
     meters = metrics or new_metrics()
     serde = default_serde(settings)
     narratives = NarrativeCache(bootstrap, serde, settings.verifier_narrative_cache,
