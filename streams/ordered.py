@@ -6,19 +6,22 @@ yet publish and commit in input order. This loop gives them that, on one conflue
 one producer, the design :mod:`streams.docs` introduced for the arbiter:
 
 * one asyncio task per record (the caller's *handler*), at most ``max_in_flight`` unfinished at once,
-  and up to ``max_in_flight`` more records consumed and waiting to start; when that buffer is full the
-  loop pauses its assigned partitions and keeps polling (the group membership stays alive), and
-  resumes them when it has room. Why a buffer: a resumed partition is fetched only with the consumer's
-  next fetch request, which may wait behind a long poll of the other partitions (librdkafka
-  ``fetch.wait.max.ms``); without records at hand every finished call would leave its slot idle for
-  that long (measured: the verifier group at N = 1 reached half of N/L);
+  and up to ``max(max_in_flight, MIN_WAITING)`` more records consumed and waiting to start; when that
+  buffer is full the loop pauses its assigned partitions and keeps polling (the group membership stays
+  alive), and resumes them when it has room. Why a buffer: a resumed partition is fetched only with the
+  consumer's next fetch request, which may wait behind a long poll of the other partitions (librdkafka
+  ``fetch.wait.max.ms``); without records at hand every finished call would leave its slot idle for that
+  long (measured: the verifier group at N = 1 reached half of N/L);
 * per input partition, outputs are produced strictly in input order: a finished record waits for every
   earlier record of its partition, so the outputs of one input key (one partition) keep their order;
 * an offset is committed only after the outputs of that record and of every earlier record of its
-  partition were acknowledged by the broker (``flush`` then a synchronous commit). A crash re-delivers
-  the uncommitted records and their calls are made again: delivery is at least once, and the groups'
-  outputs are idempotent downstream (content-derived candidate ids, verdicts keyed by signature and
-  applied exactly once by the memory agent, consumers dedupe by candidate id);
+  partition were acknowledged by the broker (``flush``, then an asynchronous commit: a commit lost in a
+  crash re-delivers, it never skips). A crash re-delivers the uncommitted records and their calls are
+  made again: delivery is at least once. Candidates are idempotent downstream (content-derived ids;
+  consumers dedupe by candidate id). Verdicts are NOT: a verdict re-published after a crash is a new
+  record and the memory agent applies it as a second observation of its signature. The window is the
+  records between the last acknowledged commit and the crash (at most one step's worth); closing it
+  needs a transactional producer (``send_offsets_to_transaction``), a follow-up;
 * a handler returns its outputs as data: records to produce and dead letters (:class:`DecodeFailed`
   values, routed by :class:`streams.dlq.DeadLetterRouter`, which waits for the acknowledgement); a
   handler that raises (a bug) dead-letters its record with stage ``process`` instead of crash-looping;
@@ -47,6 +50,9 @@ log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.02
 """How long the loop waits for a record to finish when nothing was published."""
+
+MIN_WAITING = 32
+"""Records kept consumed and waiting to start, at least (``max(max_in_flight, MIN_WAITING)``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,11 +207,17 @@ class OrderedLoop:
         if errors or remaining:
             detail = ", ".join(e.str() for e in errors) or f"{remaining} outputs unacknowledged after 30 s"
             raise OutputDeliveryError(f"outputs not delivered ({detail}); input offsets not committed")
-        self.consumer.commit(offsets=commits, asynchronous=False)
+        # Asynchronous: the outputs are already acknowledged, so waiting for the commit's round trip
+        # buys nothing; a commit lost in a crash only re-delivers records whose outputs are idempotent.
+        self.consumer.commit(offsets=commits, asynchronous=True)
         return len(commits)
 
+    @property
+    def _buffer(self) -> int:
+        return max(self.max_in_flight, MIN_WAITING)
+
     def _backpressure(self) -> None:
-        full = len(self.waiting) >= self.max_in_flight
+        full = len(self.waiting) >= self._buffer
         if full != self._paused:
             (self.consumer.pause if full else self.consumer.resume)(self.consumer.assignment())
             self._paused = full
@@ -221,7 +233,7 @@ class OrderedLoop:
         try:
             while not stop.is_set():
                 self._backpressure()
-                room = max(1, self.max_in_flight - len(self.waiting))
+                room = max(1, self._buffer - len(self.waiting))
                 for message in self.consumer.consume(num_messages=room, timeout=0):
                     self._accept(message)
                 self._start()
