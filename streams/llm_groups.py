@@ -16,7 +16,7 @@ and scales by starting more processes with the same group id. LLM servers come f
 variables (:mod:`streams.llm.config`); with a role off, the group refuses to start and says which
 variables turn it on (every call would otherwise dead-letter its record).
 
-Running the loop programmatically (the demo does this; every argument has a settings default)::
+Running the loop programmatically (for the demo and the tests; every argument has a settings default)::
 
     import asyncio
     from streams.generator import run_generator
@@ -31,7 +31,14 @@ Running the loop programmatically (the demo does this; every argument has a sett
             run_verifier(bootstrap, settings, stop=stop),
         )
 
-or from the command line, next to ``clingate worker``: ``clingate generator`` and ``clingate verifier``
+Both also take ``client=`` (an :class:`~streams.llm.LlmClient` of your own, e.g. pointing at
+:mod:`streams.llm.testserver`; the caller then closes it), ``metrics=`` (a :class:`LlmGroupMetrics`, e.g.
+:func:`new_metrics`, to read the counters) and ``max_in_flight=``; ``run_generator`` takes
+``vocabulary=`` (``DrugVocabulary.empty()`` skips the ~2 s dictionary load). Each returns its stopped
+:class:`~streams.ordered.OrderedLoop` (``processed`` counts records). Start each group at the end of its
+input topics with :func:`streams.kafka_replay.commit_end_offsets` if older records are not its to process.
+
+Or from the command line, next to ``clingate worker``: ``clingate generator`` and ``clingate verifier``
 (each serves ``/metrics`` on its own port, ``CLINGATE_GENERATOR_METRICS_PORT`` /
 ``CLINGATE_VERIFIER_METRICS_PORT``).
 """
