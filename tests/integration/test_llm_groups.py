@@ -371,3 +371,37 @@ def test_verifier_group_benchmark_stays_under_the_littles_law_bound(kafka_bootst
     assert [(p.concurrency, p.latency_s) for p in points] == [(1, 0.05), (4, 0.05)]
     for point in points:
         assert point.calls >= 1 and 0 < point.ratio <= 1.1
+
+
+def test_candidates_in_flight_when_a_verifier_stops_are_verified_by_the_next_member(
+    kafka_bootstrap: str,
+) -> None:
+    """Scenario: a verifier member stops while its calls are in flight (nothing of them committed).
+
+    The next member of the same group resumes from the committed offsets and verifies them again:
+    every candidate gets its verdict, none is lost or dead-lettered.
+    """
+
+    async def scenario() -> None:
+        with served(responder=clinical_responder, latency_s=1.0) as ver_server:
+            settings = _settings(kafka_bootstrap, ver_server.base_url, ver_server.base_url)
+            tail = Tail(kafka_bootstrap, DBPM_VERDICTS, dlq_name(DBPM_TO_VERIFY))
+            run = uuid.uuid4().hex[:6]
+            ner = NerPayload(entity="sepsis", category="Diagnosis")
+            patients = [f"{run}-p{i}" for i in range(12)]
+            _publish(kafka_bootstrap, DBPM_NARRATIVES,
+                     [(p, _narrative(p, i, "Sepsis on meropenem.")) for i, p in enumerate(patients)])
+            decisions = [(p, _decision(p, i, ner)) for i, p in enumerate(patients)]
+            _publish(kafka_bootstrap, DBPM_TO_VERIFY, decisions)
+            stop = asyncio.Event()
+            first = asyncio.create_task(run_verifier(kafka_bootstrap, settings, stop=stop))
+            await tail.wait_for(lambda: ver_server.in_flight > 0)
+            stop.set()
+            await first
+            async with _groups(kafka_bootstrap, settings):
+                await tail.wait_for(lambda: {v.patient_id for v in tail.values(DBPM_VERDICTS, Verdict)}
+                                    >= set(patients))  # fmt: skip
+            assert tail.records[dlq_name(DBPM_TO_VERIFY)] == []
+            tail.close()
+
+    asyncio.run(scenario())
