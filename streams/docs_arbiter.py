@@ -66,7 +66,7 @@ def client_call(client: LlmClient, metrics: LlmMetrics | None = None) -> LlmCall
             [{"role": "system", "content": request.system}, {"role": "user", "content": request.user}],
         )
         if metrics is not None:
-            metrics.observe(answer)
+            metrics.observe("docs", answer)
         if isinstance(answer, LlmOk):
             return LlmResult(request_id=request.request_id, judgement=answer.value)
         return LlmResult(request_id=request.request_id, error=f"{answer.kind.value}: {answer.message}")

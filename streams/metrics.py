@@ -371,29 +371,34 @@ class ClinicalMetrics:
 
 
 class LlmMetrics:
-    """Calls through :class:`streams.llm.LlmClient`, by call type and outcome; shared by every LLM user."""
+    """Calls through :class:`streams.llm.LlmClient`, by caller group, call type and outcome.
+
+    Shared by every LLM user: the docs worker (group ``docs``) and the generator and verifier
+    groups (:class:`LlmGroupMetrics`), so a dashboard sums LLM traffic over one metric.
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.calls = Counter(
-            "clingate_llm_calls", "LLM calls by call type and outcome (ok or the failure kind).",
-            ["call_type", "outcome"], registry=registry,
+            "clingate_llm_calls", "LLM calls by group, call type and outcome (ok or the failure kind).",
+            ["group", "call_type", "outcome"], registry=registry,
         )  # fmt: skip
         self.retries = Counter(
-            "clingate_llm_retries", "HTTP attempts after the first one.", ["call_type"], registry=registry
-        )
+            "clingate_llm_retries", "HTTP attempts after the first one.", ["group", "call_type"],
+            registry=registry,
+        )  # fmt: skip
         self.latency = Histogram(
             "clingate_llm_call_seconds", "Wall time of one call, retries included, queueing excluded.",
-            ["call_type"], buckets=_LLM_BUCKETS, registry=registry,
+            ["group", "call_type"], buckets=_LLM_BUCKETS, registry=registry,
         )  # fmt: skip
 
-    def observe(self, answer: LlmOk[Any] | LlmFailed) -> None:
-        """Count one call's answer."""
+    def observe(self, group: str, answer: LlmOk[Any] | LlmFailed) -> None:
+        """Count one call's answer for the caller ``group``."""
         call_type = str(answer.call_type)
         outcome = "ok" if isinstance(answer, LlmOk) else str(answer.kind)
-        self.calls.labels(call_type, outcome).inc()
+        self.calls.labels(group, call_type, outcome).inc()
         if answer.attempts > 1:
-            self.retries.labels(call_type).inc(answer.attempts - 1)
-        self.latency.labels(call_type).observe(answer.latency_s)
+            self.retries.labels(group, call_type).inc(answer.attempts - 1)
+        self.latency.labels(group, call_type).observe(answer.latency_s)
 
 
 class DocsMetrics:
@@ -416,3 +421,35 @@ class DocsMetrics:
     def decided(self, disposition: Disposition) -> None:
         """Count a published disposition."""
         self.dispositions.labels(str(disposition.decision), str(disposition.llm_mode)).inc()
+
+
+class LlmGroupMetrics:
+    """Metrics of the LLM consumer groups (``clingate generator`` / ``clingate verifier``).
+
+    * the calls themselves: :class:`LlmMetrics` (``clingate_llm_calls_total{group,call_type,outcome}``,
+      retries, ``clingate_llm_call_seconds``); verifier calls per task are the ``*_verdict`` call types;
+    * ``clingate_llm_in_flight{group}``: records being processed;
+    * ``clingate_llm_verifier_calls_saved_total{task}``: BLOCK decisions seen on
+      ``clingate.dbpm.decisions``, each one verifier call not made;
+    * ``clingate_llm_verdicts_total{task,verdict,defaulted}``: memory verdicts published;
+    * ``clingate_llm_unprocessed_total{group,reason}``: records dead-lettered, by reason.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.llm = LlmMetrics(registry)
+        self.in_flight = Gauge(
+            "clingate_llm_in_flight", "Records being processed.", ["group"], registry=registry
+        )
+        self.calls_saved = Counter(
+            "clingate_llm_verifier_calls_saved", "Verifier calls not made because the gate BLOCKed.",
+            ["task"], registry=registry,
+        )  # fmt: skip
+        self.verdicts = Counter(
+            "clingate_llm_verdicts", "Memory verdicts published.", ["task", "verdict", "defaulted"],
+            registry=registry,
+        )  # fmt: skip
+        self.unprocessed = Counter(
+            "clingate_llm_unprocessed", "Records dead-lettered, by reason.", ["group", "reason"],
+            registry=registry,
+        )  # fmt: skip

@@ -30,14 +30,14 @@ from streams.metrics import (
 
 def test_serve_exposes_the_registry_in_prometheus_text_and_close_frees_the_port() -> None:
     registry = CollectorRegistry()
-    LlmMetrics(registry).calls.labels("operational", "ok").inc(3)
+    LlmMetrics(registry).calls.labels("docs", "operational", "ok").inc(3)
     endpoint = serve(registry, 0, addr="127.0.0.1")
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{endpoint.port}/metrics", timeout=5) as response:
             body = response.read().decode()
     finally:
         endpoint.close()
-    assert 'clingate_llm_calls_total{call_type="operational",outcome="ok"} 3.0' in body
+    assert 'clingate_llm_calls_total{call_type="operational",group="docs",outcome="ok"} 3.0' in body
     again = serve(registry, endpoint.port, addr="127.0.0.1")  # the port was released
     again.close()
 
@@ -152,10 +152,12 @@ def test_red_lights_are_counted_by_their_rules_never_by_their_text() -> None:
 def test_llm_answers_are_counted_by_outcome_with_their_retries() -> None:
     registry = CollectorRegistry()
     metrics = LlmMetrics(registry)
-    metrics.observe(LlmOk(None, CallType.OPERATIONAL, "http://s/v1", "m", attempts=3, latency_s=0.2))
-    metrics.observe(LlmFailed(FailureKind.TIMEOUT, "m", "d", CallType.OPERATIONAL, "http://s/v1", 4, 9.0))
+    metrics.observe("docs", LlmOk(None, CallType.OPERATIONAL, "http://s/v1", "m", attempts=3, latency_s=0.2))
+    failed = LlmFailed(FailureKind.TIMEOUT, "m", "d", CallType.OPERATIONAL, "http://s/v1", 4, 9.0)
+    metrics.observe("docs", failed)
+    docs = {"group": "docs", "call_type": "operational"}
     calls = "clingate_llm_calls_total"
-    assert registry.get_sample_value(calls, {"call_type": "operational", "outcome": "ok"}) == 1
-    assert registry.get_sample_value(calls, {"call_type": "operational", "outcome": "timeout"}) == 1
-    assert registry.get_sample_value("clingate_llm_retries_total", {"call_type": "operational"}) == 5
-    assert registry.get_sample_value("clingate_llm_call_seconds_count", {"call_type": "operational"}) == 2
+    assert registry.get_sample_value(calls, {**docs, "outcome": "ok"}) == 1
+    assert registry.get_sample_value(calls, {**docs, "outcome": "timeout"}) == 1
+    assert registry.get_sample_value("clingate_llm_retries_total", docs) == 5
+    assert registry.get_sample_value("clingate_llm_call_seconds_count", docs) == 2

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from processors.dbpm import DBPMConfig
 from state import MemoryStore
-from streams.metrics import ClinicalMetrics, DbpmMetrics, DocsMetrics, faust_sensors
+from streams.metrics import ClinicalMetrics, DbpmMetrics, DocsMetrics, LlmGroupMetrics, faust_sensors
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 _SUFFIX = {"counter": "_total"}
@@ -24,14 +24,15 @@ _SUFFIX = {"counter": "_total"}
 
 def every_metric() -> dict[str, str]:
     """Exposed name -> type of every clingate metric any worker registers."""
-    faust_worker, docs_worker = CollectorRegistry(), CollectorRegistry()
+    faust_worker, docs_worker, llm_group = CollectorRegistry(), CollectorRegistry(), CollectorRegistry()
     faust_sensors(faust.App("clingate-readme-test"), faust_worker)
     DbpmMetrics(faust_worker).watch(list, MemoryStore(), DBPMConfig())
     ClinicalMetrics(faust_worker)
     DocsMetrics(docs_worker)
+    LlmGroupMetrics(llm_group)
     return {
         family.name + _SUFFIX.get(family.type, ""): family.type
-        for registry in (faust_worker, docs_worker)
+        for registry in (faust_worker, docs_worker, llm_group)
         for family in registry.collect()
         if family.name.startswith("clingate_")
     }
