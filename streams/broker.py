@@ -61,6 +61,7 @@ from typing import Literal
 
 from confluent_kafka.admin import AdminClient
 
+from streams.kafka_config import client_config as kafka_client_config
 from streams.settings import Settings
 
 DEPLOY_LOCAL = Path(__file__).resolve().parents[1] / "deploy" / "local"
@@ -231,7 +232,7 @@ def wait_for_kafka(
         BrokerError: The broker did not answer in time, or ``alive`` turned false.
     """
     deadline = time.monotonic() + timeout
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **(client_config or {})})
+    admin = AdminClient(kafka_client_config(bootstrap, log_level=0, **(client_config or {})))
     last_error = "no answer"
     while time.monotonic() < deadline:
         if not alive():

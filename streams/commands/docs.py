@@ -197,8 +197,9 @@ def worker(
     """Run the arbiter stream processor (consumer group CLINGATE_DOCS_GROUP_ID) until SIGINT/SIGTERM."""
     settings = get_settings()
     bootstrap = _bootstrap()
-    catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
-    ensure_topics(admin_client(bootstrap), catalog)
+    if settings.ensure_topics_on_start:
+        catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
+        ensure_topics(admin_client(bootstrap), catalog)
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -1,8 +1,9 @@
 """``clingate worker``: one stream worker, DBPM and clinical agents (Faust flags ``-l``, ``--web-port``).
 
-The worker ensures the catalog topics exist (idempotent), builds the app of :mod:`streams.app`
-and runs it with :class:`faust.Worker`, which handles SIGTERM/SIGINT with a clean stop (flush,
-commit, close the stores). Run several workers with the same ``CLINGATE_APP_ID`` to share the
+The worker ensures the catalog topics exist (idempotent; off with ``CLINGATE_ENSURE_TOPICS=false``
+where a provisioning job owns them and the worker's principal may not create topics), builds the
+app of :mod:`streams.app` and runs it with :class:`faust.Worker`, which handles SIGTERM/SIGINT with a
+clean stop (flush, commit, close the stores). Run several workers with the same ``CLINGATE_APP_ID`` to share the
 partitions; each MUST have its own ``--datadir``.
 
 The classification arbiter is not part of this worker: it runs in its own consumer group with
@@ -45,7 +46,8 @@ def worker(
     if bootstrap is None:
         typer.echo("No Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`.", err=True)
         raise typer.Exit(2)
-    catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
-    ensure_topics(admin_client(bootstrap), catalog)
+    if settings.ensure_topics_on_start:
+        catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
+        ensure_topics(admin_client(bootstrap), catalog)
     faust_app = create_app(settings, bootstrap)
     faust.Worker(faust_app, loglevel=loglevel).execute_from_commandline()
