@@ -62,6 +62,7 @@ from typing import Literal
 from confluent_kafka.admin import AdminClient
 
 from streams.kafka_config import client_config as kafka_client_config
+from streams.kafka_config import security_config
 from streams.settings import Settings
 
 DEPLOY_LOCAL = Path(__file__).resolve().parents[1] / "deploy" / "local"
@@ -96,6 +97,8 @@ BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
 )
 
 _NODE_ID = 1
+#: SASL mechanism of :func:`sasl_local_kafka` (the default of CLINGATE_KAFKA_SASL_MECHANISM).
+SASL_MECHANISM = "SCRAM-SHA-512"
 #: Seconds a restart keeps trying its previous ports before it moves (clients know the old address).
 _PORT_REUSE_WAIT_S = 10.0
 
@@ -217,7 +220,7 @@ def _new_cluster_id() -> str:
 def wait_for_kafka(
     bootstrap: str,
     timeout: float,
-    client_config: Mapping[str, str] | None = None,
+    client_config: Mapping[str, object] | None = None,
     alive: Callable[[], bool] = lambda: True,
 ) -> None:
     """Block until a metadata request to ``bootstrap`` lists at least one broker.
@@ -282,7 +285,8 @@ class LocalKafka:
         *,
         home: Path,
         extra_properties: Mapping[str, str] | None = None,
-        client_config: Mapping[str, str] | None = None,
+        client_config: Mapping[str, object] | None = None,
+        scram_credentials: Mapping[str, str] | None = None,
     ) -> None:
         """Describe a broker; nothing is started until :meth:`start`.
 
@@ -293,12 +297,16 @@ class LocalKafka:
                 placeholders ``{port}`` and ``{controller_port}`` in a value are replaced by the
                 ports of this start (e.g. ``SASL_PLAINTEXT://127.0.0.1:{port}``).
             client_config: librdkafka settings the readiness probe needs (e.g. SASL credentials).
+            scram_credentials: user name -> password, written as SCRAM-SHA-512 credentials into the
+                metadata log when the storage is formatted (first start only; KIP-900), so that a
+                SASL listener can authenticate them from the first second.
         """
         # Absolute, because the pid check matches this path in the JVM's command line.
         self.directory = directory.absolute()
         self.home = home
         self.extra_properties = dict(extra_properties or {})
         self.client_config = dict(client_config or {})
+        self.scram_credentials = dict(scram_credentials or {})
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -489,6 +497,8 @@ class LocalKafka:
             # for an option ("expected one argument").
             libs, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
             "-c", str(self.properties_file),
+            *(f"--add-scram={SASL_MECHANISM}=[name={user},password={password}]"
+              for user, password in self.scram_credentials.items()),
         )  # fmt: skip
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
@@ -542,6 +552,66 @@ class LocalKafka:
                 return True
             time.sleep(0.1)
         return False
+
+
+def _jaas(login_module: str, **options: str) -> str:
+    # JAAS quoting: values are double-quoted; a quote or backslash inside one would end it early.
+    if any(ch in value for value in options.values() for ch in '"\\;'):
+        raise BrokerError('SASL user names and passwords of the local broker may not contain ", \\ or ;')
+    return f"{login_module} required " + " ".join(f'{key}="{value}"' for key, value in options.items()) + ";"
+
+
+def sasl_local_kafka(
+    directory: Path, *, home: Path, super_user: str, passwords: Mapping[str, str]
+) -> LocalKafka:
+    """A :class:`LocalKafka` that authenticates every client and authorises it by KRaft ACLs.
+
+    Clients connect to a ``SASL_PLAINTEXT`` listener with :data:`SASL_MECHANISM` (the mechanism a
+    production cluster uses over TLS; TLS is left out here because it adds a CA and keystores and
+    proves nothing more about the ACLs). Each user of ``passwords`` gets SCRAM credentials when the
+    storage is formatted. The ``StandardAuthorizer`` denies whatever no ACL allows
+    (``allow.everyone.if.no.acl.found=false``), except to ``super_user``, who creates topics and ACLs
+    (:mod:`topics.acls`) and whom the broker itself uses between its listeners.
+
+    The controller listener authenticates with SASL/PLAIN (static JAAS users): KRaft controllers
+    cannot check SCRAM credentials, which live in the metadata log they serve, and a PLAINTEXT
+    controller listener would make ``User:ANONYMOUS`` a required super user.
+
+    Args:
+        directory: The broker's own directory.
+        home: The clingate cache directory holding the jar cache.
+        super_user: The administrator's user name (must be a key of ``passwords``).
+        passwords: user name -> password of every principal that will connect.
+
+    Returns:
+        The broker, not started; its ``client_config`` authenticates as ``super_user``.
+    """
+    admin_password = passwords[super_user]
+    scram = _jaas("org.apache.kafka.common.security.scram.ScramLoginModule",
+                  username=super_user, password=admin_password)  # fmt: skip
+    plain = _jaas("org.apache.kafka.common.security.plain.PlainLoginModule", username=super_user,
+                  password=admin_password, **{f"user_{super_user}": admin_password})  # fmt: skip
+    properties = {
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": "SASL_PLAINTEXT://127.0.0.1:{port}",
+        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": SASL_MECHANISM,
+        "sasl.mechanism.inter.broker.protocol": SASL_MECHANISM,
+        f"listener.name.sasl_plaintext.{SASL_MECHANISM.lower()}.sasl.jaas.config": scram,
+        "sasl.mechanism.controller.protocol": "PLAIN",
+        "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.controller.plain.sasl.jaas.config": plain,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": f"User:{super_user}",
+        "allow.everyone.if.no.acl.found": "false",
+    }
+    probe = security_config(Settings(
+        kafka_security_protocol="SASL_PLAINTEXT", kafka_sasl_mechanism=SASL_MECHANISM,
+        kafka_username=super_user, kafka_password=admin_password,
+    ))  # fmt: skip
+    return LocalKafka(directory, home=home, extra_properties=properties, client_config=probe,
+                      scram_credentials=passwords)  # fmt: skip
 
 
 def docker_engine_available(timeout: float = 2.0) -> bool:

@@ -3,8 +3,8 @@
 The worker ensures the catalog topics exist (idempotent; off with ``CLINGATE_ENSURE_TOPICS=false``
 where a provisioning job owns them and the worker's principal may not create topics), builds the
 app of :mod:`streams.app` and runs it with :class:`faust.Worker`, which handles SIGTERM/SIGINT with a
-clean stop (flush, commit, close the stores). Run several workers with the same ``CLINGATE_APP_ID`` to share the
-partitions; each MUST have its own ``--datadir``.
+clean stop (flush, commit, close the stores). Run several workers with the same ``CLINGATE_APP_ID`` to
+share the partitions; each MUST have its own ``--datadir``.
 
 The classification arbiter is not part of this worker: it runs in its own consumer group with
 ``clingate docs worker`` (see :mod:`streams.docs` for why it is not a Faust agent).
