@@ -19,6 +19,7 @@ Choices:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -246,10 +247,26 @@ def ensure_acls(admin: AdminClient, plan: AclPlan, timeout: float = DEFAULT_TIME
 
     Raises:
         KafkaException: The cluster refused a creation (no authorizer configured, not authorised).
+        TimeoutError: The broker did not enforce the new bindings within ``timeout``.
     """
     present = _cluster_bindings(admin, plan, timeout)
     missing = [binding for binding in plan_bindings(plan) if binding not in present]
     futures = admin.create_acls(missing, request_timeout=timeout) if missing else {}
     for future in futures.values():
         future.result(timeout=timeout)
+    _await_visible(admin, plan, set(missing), timeout)
     return _reports(plan, present, set(missing))
+
+
+def _await_visible(admin: AdminClient, plan: AclPlan, created: set[AclBinding], timeout: float) -> None:
+    """Wait until the broker answering us enforces ``created``.
+
+    The controller commits new ACLs before the brokers' authorizers load them from the metadata
+    log; a client started right after provisioning would otherwise be refused for a moment, and an
+    immediate second run would create the same bindings again instead of reporting them as existing.
+    """
+    deadline = time.monotonic() + timeout
+    while not created <= _cluster_bindings(admin, plan, timeout):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the broker did not show {len(created)} new ACLs within {timeout:.0f}s")
+        time.sleep(0.1)

@@ -1,0 +1,196 @@
+"""SASL/SCRAM and ACLs on a dedicated local broker: principals stay inside their grants, workers still work.
+
+The broker is :func:`streams.broker.sasl_local_kafka` (its own, not the session broker: the session
+broker has no authorizer). Every client here authenticates through
+:func:`streams.kafka_config.client_config` with the settings of the principal it acts as; the
+worker is a real ``clingate worker`` subprocess configured only through ``CLINGATE_KAFKA_*``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from schemas.serde import make_serde
+from streams.broker import sasl_local_kafka
+from streams.kafka_config import client_config
+from streams.kafka_replay import replay_via_kafka
+from streams.settings import Settings, get_settings
+from tests.integration.test_dbpm_worker import (
+    COMPARISON_FLAGS,
+    Worker,
+    _comparison_engine,
+    _contract,
+    _events,
+    _in_process,
+)
+from topics.acls import DEFAULT_PLAN, AclOutcome, AclPlan, ensure_acls, load_plan
+from topics.admin import ensure_topics
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, build_catalog
+
+pytestmark = pytest.mark.integration
+
+ADMIN = "clingate-admin"
+USERS = (ADMIN, "clingate-worker", "clingate-generator", "clingate-verifier", "clingate-downstream")
+PASSWORDS = {name: f"{name}-{uuid.uuid4().hex[:8]}" for name in USERS}
+APP_ID = "clingate-secured"
+PARTITIONS = 2
+
+
+def _as(user: str) -> Settings:
+    return Settings(kafka_security_protocol="SASL_PLAINTEXT", kafka_sasl_mechanism="SCRAM-SHA-512",
+                    kafka_username=user, kafka_password=PASSWORDS[user])  # fmt: skip
+
+
+def _admin(bootstrap: str, user: str = ADMIN) -> AdminClient:
+    return AdminClient(client_config(bootstrap, settings=_as(user)))
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, AclPlan]]:
+    """A started SASL broker with the catalog's topics and the deployment's ACL plan applied."""
+    broker = sasl_local_kafka(tmp_path_factory.mktemp("sasl-kafka"), home=get_settings().home,
+                              super_user=ADMIN, passwords=PASSWORDS)  # fmt: skip
+    bootstrap = broker.start()
+    try:
+        ensure_topics(_admin(bootstrap), build_catalog(PARTITIONS))
+        plan = load_plan(DEFAULT_PLAN, app_id=APP_ID, docs_group_id="clingate-docs")
+        yield bootstrap, plan
+    finally:
+        broker.stop()
+
+
+def _produce_error(bootstrap: str, user: str, topic: str) -> int | None:
+    """The delivery error code of one record ``user`` writes to ``topic`` (None: delivered)."""
+    producer = Producer(client_config(bootstrap, settings=_as(user), **{"message.timeout.ms": 15000}))
+    outcome: list[KafkaError | None] = []
+    producer.produce(topic, key=b"PT-1", value=b"x", on_delivery=lambda error, _: outcome.append(error))
+    producer.flush(20)
+    assert outcome, "no delivery report"
+    return outcome[0].code() if outcome[0] is not None else None
+
+
+def _consume_error(bootstrap: str, user: str, topic: str, group: str) -> int | None:
+    """The first error ``user`` meets reading ``topic`` in ``group`` (None: a record arrived)."""
+    consumer = Consumer(client_config(bootstrap, settings=_as(user), **{
+        "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False,
+    }))  # fmt: skip
+    consumer.subscribe([topic])
+    try:
+        for _ in range(100):
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            return message.error().code() if message.error() else None
+        raise AssertionError(f"{user} read nothing from {topic} and got no error")
+    finally:
+        consumer.close()
+
+
+def test_acl_plan_applies_idempotently(secured: tuple[str, AclPlan]) -> None:
+    """Scenario: the plan is applied twice; the second run creates nothing."""
+    bootstrap, plan = secured
+    first = ensure_acls(_admin(bootstrap), plan)
+    second = ensure_acls(_admin(bootstrap), plan)
+    assert {r.outcome for r in first} <= {AclOutcome.CREATED, AclOutcome.EXISTS}
+    assert {r.outcome for r in second} == {AclOutcome.EXISTS}
+    assert len(second) == len(first)
+
+
+def test_principals_cannot_read_or_write_outside_their_grants(secured: tuple[str, AclPlan]) -> None:
+    """Scenario: each role tries its own topics and someone else's.
+
+    A generator writes candidates but not verdicts and cannot read decisions; a verifier cannot
+    write candidates; a downstream reader reads decisions, writes nothing and cannot join a worker's
+    group; a worker cannot create topics outside its application's prefix.
+    """
+    bootstrap, plan = secured
+    ensure_acls(_admin(bootstrap), plan)
+    denied = KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+    assert _produce_error(bootstrap, "clingate-generator", DBPM_CANDIDATES) is None
+    assert _produce_error(bootstrap, "clingate-generator", DBPM_VERDICTS) == denied
+    assert _consume_error(bootstrap, "clingate-generator", DBPM_DECISIONS, "clingate-generator-x") == denied
+    assert _produce_error(bootstrap, "clingate-verifier", DBPM_CANDIDATES) == denied
+
+    assert _produce_error(bootstrap, ADMIN, DBPM_DECISIONS) is None
+    assert _consume_error(bootstrap, "clingate-downstream", DBPM_DECISIONS, "clingate-downstream-a") is None
+    assert _produce_error(bootstrap, "clingate-downstream", DBPM_DECISIONS) == denied
+    assert _consume_error(bootstrap, "clingate-downstream", DBPM_DECISIONS, APP_ID) == (
+        KafkaError.GROUP_AUTHORIZATION_FAILED
+    )
+
+    worker = _admin(bootstrap, "clingate-worker")
+    with pytest.raises(KafkaException) as refused:
+        worker.create_topics([NewTopic("clingate.rogue", 1, 1)])["clingate.rogue"].result(timeout=30)
+    assert refused.value.args[0].code() == denied
+
+
+@pytest.fixture
+def as_admin(secured: tuple[str, AclPlan], monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The test process's own clients (the replay feeder) authenticate as the super user."""
+    monkeypatch.setenv("CLINGATE_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
+    monkeypatch.setenv("CLINGATE_KAFKA_USERNAME", ADMIN)
+    monkeypatch.setenv("CLINGATE_KAFKA_PASSWORD", PASSWORDS[ADMIN])
+    get_settings.cache_clear()
+    yield
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
+def test_worker_with_its_own_principal_decides_like_the_in_process_engine(
+    secured: tuple[str, AclPlan], as_admin: None, tmp_path: Path
+) -> None:
+    """Scenario: a ``clingate worker`` authenticated as clingate-worker replays a slice of the example.
+
+    The worker may not create catalog topics (CLINGATE_ENSURE_TOPICS=false; provisioning did),
+    creates its changelogs under its own prefix and joins its own group; every candidate gets the
+    in-process engine's decision and the memory rebuilt from its changelog is the engine's.
+    """
+    bootstrap, plan = secured
+    ensure_acls(_admin(bootstrap), plan)
+    worker = Worker(bootstrap, APP_ID, tmp_path / "worker", {
+        **COMPARISON_FLAGS,
+        "CLINGATE_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "CLINGATE_KAFKA_USERNAME": "clingate-worker",
+        "CLINGATE_KAFKA_PASSWORD": PASSWORDS["clingate-worker"],
+        "CLINGATE_ENSURE_TOPICS": "false",
+        "CLINGATE_TOPIC_PARTITIONS": str(PARTITIONS),
+    })  # fmt: skip
+    worker.start()
+    try:
+        events = _events(300)
+        engine = _comparison_engine()
+        result = replay_via_kafka(bootstrap, events, engine, make_serde(None), APP_ID, timeout_s=90.0)
+    finally:
+        worker.stop()
+
+    expected_decisions, expected_state = _in_process(engine, events)
+    assert _contract(result.decisions) == expected_decisions
+    assert result.state == expected_state
+    assert _count(bootstrap, "clingate-downstream", DBPM_DECISIONS) >= len(expected_decisions)
+
+
+def _count(bootstrap: str, user: str, topic: str) -> int:
+    """Records ``user`` reads from every partition of ``topic`` until 2 s pass without one."""
+    reader = Consumer(client_config(bootstrap, settings=_as(user), **{
+        "group.id": "clingate-downstream-count", "enable.auto.commit": False,
+    }))  # fmt: skip
+    reader.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    count, idle = 0, 0
+    try:
+        while idle < 10:
+            message = reader.poll(0.2)
+            if message is None:
+                idle += 1
+                continue
+            assert message.error() is None, message.error()
+            count, idle = count + 1, 0
+    finally:
+        reader.close()
+    return count
