@@ -562,13 +562,13 @@ def _jaas(login_module: str, **options: str) -> str:
 
 
 def sasl_local_kafka(
-    directory: Path, *, home: Path, super_user: str, passwords: Mapping[str, str]
+    directory: Path, *, home: Path, super_user: str, passwords: Mapping[str, str], tls_dir: Path | None = None
 ) -> LocalKafka:
     """A :class:`LocalKafka` that authenticates every client and authorises it by KRaft ACLs.
 
-    Clients connect to a ``SASL_PLAINTEXT`` listener with :data:`SASL_MECHANISM` (the mechanism a
-    production cluster uses over TLS; TLS is left out here because it adds a CA and keystores and
-    proves nothing more about the ACLs). Each user of ``passwords`` gets SCRAM credentials when the
+    Clients connect to a ``SASL_PLAINTEXT`` listener with :data:`SASL_MECHANISM`, or, given
+    ``tls_dir``, to a ``SASL_SSL`` one (as deploy/kafka/kafka-node.sh configures a production node;
+    the controller listener then uses TLS too). Each user of ``passwords`` gets SCRAM credentials when the
     storage is formatted. The ``StandardAuthorizer`` denies whatever no ACL allows
     (``allow.everyone.if.no.acl.found=false``), except to ``super_user``, who creates topics and ACLs
     (:mod:`topics.acls`) and whom the broker itself uses between its listeners.
@@ -582,6 +582,8 @@ def sasl_local_kafka(
         home: The clingate cache directory holding the jar cache.
         super_user: The administrator's user name (must be a key of ``passwords``).
         passwords: user name -> password of every principal that will connect.
+        tls_dir: Where ``deploy/security/make-certs.sh DIR 127.0.0.1`` wrote ``ca.pem`` and
+            ``127.0.0.1.pem``; None: no TLS.
 
     Returns:
         The broker, not started; its ``client_config`` authenticates as ``super_user``.
@@ -591,14 +593,15 @@ def sasl_local_kafka(
                   username=super_user, password=admin_password)  # fmt: skip
     plain = _jaas("org.apache.kafka.common.security.plain.PlainLoginModule", username=super_user,
                   password=admin_password, **{f"user_{super_user}": admin_password})  # fmt: skip
+    protocol = "SASL_SSL" if tls_dir is not None else "SASL_PLAINTEXT"
     properties = {
-        "listeners": "SASL_PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": "SASL_PLAINTEXT://127.0.0.1:{port}",
-        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
-        "inter.broker.listener.name": "SASL_PLAINTEXT",
+        "listeners": f"{protocol}://127.0.0.1:{{port}},CONTROLLER://127.0.0.1:{{controller_port}}",
+        "advertised.listeners": f"{protocol}://127.0.0.1:{{port}}",
+        "listener.security.protocol.map": f"{protocol}:{protocol},CONTROLLER:{protocol}",
+        "inter.broker.listener.name": protocol,
         "sasl.enabled.mechanisms": SASL_MECHANISM,
         "sasl.mechanism.inter.broker.protocol": SASL_MECHANISM,
-        f"listener.name.sasl_plaintext.{SASL_MECHANISM.lower()}.sasl.jaas.config": scram,
+        f"listener.name.{protocol.lower()}.{SASL_MECHANISM.lower()}.sasl.jaas.config": scram,
         "sasl.mechanism.controller.protocol": "PLAIN",
         "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
         "listener.name.controller.plain.sasl.jaas.config": plain,
@@ -606,9 +609,15 @@ def sasl_local_kafka(
         "super.users": f"User:{super_user}",
         "allow.everyone.if.no.acl.found": "false",
     }
+    if tls_dir is not None:
+        properties |= {
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(tls_dir / "127.0.0.1.pem"),
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(tls_dir / "ca.pem"),
+        }  # fmt: skip
     probe = security_config(Settings(
-        kafka_security_protocol="SASL_PLAINTEXT", kafka_sasl_mechanism=SASL_MECHANISM,
+        kafka_security_protocol=protocol, kafka_sasl_mechanism=SASL_MECHANISM,
         kafka_username=super_user, kafka_password=admin_password,
+        kafka_ssl_ca_file=tls_dir / "ca.pem" if tls_dir is not None else None,
     ))  # fmt: skip
     return LocalKafka(directory, home=home, extra_properties=properties, client_config=probe,
                       scram_credentials=passwords)  # fmt: skip

@@ -8,17 +8,21 @@ worker is a real ``clingate worker`` subprocess configured only through ``CLINGA
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaConsumer
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
 from schemas.serde import make_serde
 from streams.broker import sasl_local_kafka
-from streams.kafka_config import client_config
+from streams.kafka_config import client_config, faust_credentials
 from streams.kafka_replay import replay_via_kafka
 from streams.settings import Settings, get_settings
 from tests.integration.test_dbpm_worker import (
@@ -34,6 +38,8 @@ from topics.admin import ensure_topics
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, build_catalog
 
 pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
 
 ADMIN = "clingate-admin"
 USERS = (ADMIN, "clingate-worker", "clingate-generator", "clingate-verifier", "clingate-downstream")
@@ -194,3 +200,40 @@ def _count(bootstrap: str, user: str, topic: str) -> int:
     finally:
         reader.close()
     return count
+
+
+def test_both_client_libraries_authenticate_over_sasl_ssl_with_the_generated_ca(tmp_path: Path) -> None:
+    """Scenario: make-certs.sh makes a CA and the node certificate; the broker serves SASL_SSL.
+
+    A librdkafka producer (client_config) writes a record and an aiokafka consumer configured from
+    Faust's credentials (faust_credentials) reads it: both verify the broker against the CA file of
+    CLINGATE_KAFKA_SSL_CA_FILE, host name included.
+    """
+    certs = tmp_path / "certs"
+    subprocess.run([str(REPO / "deploy" / "security" / "make-certs.sh"), str(certs), "127.0.0.1"], check=True)
+    broker = sasl_local_kafka(tmp_path / "kafka", home=get_settings().home, super_user=ADMIN,
+                              passwords={ADMIN: PASSWORDS[ADMIN]}, tls_dir=certs)  # fmt: skip
+    bootstrap = broker.start()
+    try:
+        settings = Settings(kafka_security_protocol="SASL_SSL", kafka_username=ADMIN,
+                            kafka_password=PASSWORDS[ADMIN], kafka_ssl_ca_file=certs / "ca.pem")  # fmt: skip
+        admin = AdminClient(client_config(bootstrap, settings=settings))
+        admin.create_topics([NewTopic("tls-check", 1, 1)])["tls-check"].result(timeout=30)
+        producer = Producer(client_config(bootstrap, settings=settings))
+        producer.produce("tls-check", key=b"k", value=b"over TLS")
+        assert producer.flush(30) == 0
+
+        async def read_one() -> bytes:
+            consumer = AIOKafkaConsumer(
+                "tls-check", bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                **credentials_to_aiokafka_auth(faust_credentials(settings)),
+            )  # fmt: skip
+            await consumer.start()
+            try:
+                return (await asyncio.wait_for(consumer.getone(), 30)).value
+            finally:
+                await consumer.stop()
+
+        assert asyncio.run(read_one()) == b"over TLS"
+    finally:
+        broker.stop()
