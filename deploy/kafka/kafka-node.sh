@@ -17,7 +17,8 @@
 #   KAFKA_VOTERS         controller quorum, e.g. 1@kafka-1:9093,2@kafka-2:9093,3@kafka-3:9093
 #   KAFKA_ADVERTISED_HOST  the name clients reach this node by (and its certificate names)
 #   KAFKA_SUPER_USER     the admin principal's user name (default clingate-admin)
-#   SCRAM_USERS_FILE     lines "user password": every principal, the admin included
+#   SCRAM_USERS_DIR      one file per principal, named by its user name, holding its password (the
+#                        admin's included): a mounted Kubernetes Secret, or deploy/compose/secrets
 #   CERT_DIR             ca.pem and <KAFKA_ADVERTISED_HOST>.pem (deploy/security/make-certs.sh)
 #   KAFKA_DATA_DIR       log.dirs (default /var/lib/kafka/data)
 set -euo pipefail
@@ -25,16 +26,16 @@ set -euo pipefail
 host=${KAFKA_ADVERTISED_HOST:-$(hostname -f)}
 node_id=${KAFKA_NODE_ID:-$(( ${HOSTNAME##*-} + 1 ))}
 super_user=${KAFKA_SUPER_USER:-clingate-admin}
-users_file=${SCRAM_USERS_FILE:-/run/secrets/scram-users}
+users_dir=${SCRAM_USERS_DIR:-/run/secrets/scram}
 cert_dir=${CERT_DIR:-/certs}
 data_dir=${KAFKA_DATA_DIR:-/var/lib/kafka/data}
 config=/tmp/server.properties
 
-admin_password=$(awk -v u="$super_user" '$1 == u { print $2 }' "$users_file")
-if [ -z "$admin_password" ]; then
-  echo "kafka-node: $users_file has no line for the super user $super_user" >&2
+if [ ! -s "${users_dir}/${super_user}" ]; then
+  echo "kafka-node: ${users_dir}/${super_user} (the super user's password) is missing or empty" >&2
   exit 2
 fi
+admin_password=$(cat "${users_dir}/${super_user}")
 
 cat > "$config" <<PROPERTIES
 process.roles=broker,controller
@@ -71,9 +72,11 @@ PROPERTIES
 
 if [ ! -f "${data_dir}/meta.properties" ]; then
   scram_args=()
-  while read -r user password; do
-    [ -n "${user}" ] && scram_args+=("--add-scram=SCRAM-SHA-512=[name=${user},password=${password}]")
-  done < "$users_file"
+  for file in "${users_dir}"/*; do
+    # Kubernetes mounts a Secret with hidden ..data links beside the keys; the glob skips dot files.
+    [ -f "$file" ] || continue
+    scram_args+=("--add-scram=SCRAM-SHA-512=[name=$(basename "$file"),password=$(cat "$file")]")
+  done
   /opt/kafka/bin/kafka-storage.sh format --cluster-id="${KAFKA_CLUSTER_ID:?set KAFKA_CLUSTER_ID}" \
     -c "$config" "${scram_args[@]}"
 fi
