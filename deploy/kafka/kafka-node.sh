@@ -21,6 +21,9 @@
 #                        admin's included): a mounted Kubernetes Secret, or deploy/compose/secrets
 #   CERT_DIR             ca.pem and <KAFKA_ADVERTISED_HOST>.pem (deploy/security/make-certs.sh)
 #   KAFKA_DATA_DIR       log.dirs (default /var/lib/kafka/data)
+#   KAFKA_CLIENT_PORT, KAFKA_CONTROLLER_PORT  listener ports (default 9092, 9093)
+#   KAFKA_HOME           the Kafka installation (default /opt/kafka, as in the apache/kafka image)
+#   KAFKA_CONFIG_FILE    where to write server.properties (default /tmp/server.properties)
 set -euo pipefail
 
 host=${KAFKA_ADVERTISED_HOST:-$(hostname -f)}
@@ -29,7 +32,10 @@ super_user=${KAFKA_SUPER_USER:-clingate-admin}
 users_dir=${SCRAM_USERS_DIR:-/run/secrets/scram}
 cert_dir=${CERT_DIR:-/certs}
 data_dir=${KAFKA_DATA_DIR:-/var/lib/kafka/data}
-config=/tmp/server.properties
+client_port=${KAFKA_CLIENT_PORT:-9092}
+controller_port=${KAFKA_CONTROLLER_PORT:-9093}
+kafka_home=${KAFKA_HOME:-/opt/kafka}
+config=${KAFKA_CONFIG_FILE:-/tmp/server.properties}
 
 if [ ! -s "${users_dir}/${super_user}" ]; then
   echo "kafka-node: ${users_dir}/${super_user} (the super user's password) is missing or empty" >&2
@@ -41,8 +47,8 @@ cat > "$config" <<PROPERTIES
 process.roles=broker,controller
 node.id=${node_id}
 controller.quorum.voters=${KAFKA_VOTERS:?set KAFKA_VOTERS}
-listeners=SASL_SSL://:9092,CONTROLLER://:9093
-advertised.listeners=SASL_SSL://${host}:9092
+listeners=SASL_SSL://:${client_port},CONTROLLER://:${controller_port}
+advertised.listeners=SASL_SSL://${host}:${client_port}
 listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:SASL_SSL
 inter.broker.listener.name=SASL_SSL
 controller.listener.names=CONTROLLER
@@ -77,7 +83,7 @@ if [ ! -f "${data_dir}/meta.properties" ]; then
     [ -f "$file" ] || continue
     scram_args+=("--add-scram=SCRAM-SHA-512=[name=$(basename "$file"),password=$(cat "$file")]")
   done
-  /opt/kafka/bin/kafka-storage.sh format --cluster-id="${KAFKA_CLUSTER_ID:?set KAFKA_CLUSTER_ID}" \
+  "${kafka_home}/bin/kafka-storage.sh" format --cluster-id="${KAFKA_CLUSTER_ID:?set KAFKA_CLUSTER_ID}" \
     -c "$config" "${scram_args[@]}"
 fi
-exec /opt/kafka/bin/kafka-server-start.sh "$config"
+exec "${kafka_home}/bin/kafka-server-start.sh" "$config"

@@ -9,6 +9,8 @@ worker is a real ``clingate worker`` subprocess configured only through ``CLINGA
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -21,8 +23,15 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
 from schemas.serde import make_serde
-from streams.broker import sasl_local_kafka
-from streams.kafka_config import client_config, faust_credentials
+from streams.broker import (
+    JVM_OPTIONS,
+    LOG4J_CONFIG,
+    ensure_artifacts,
+    free_port,
+    sasl_local_kafka,
+    wait_for_kafka,
+)
+from streams.kafka_config import client_config, faust_credentials, security_config
 from streams.kafka_replay import replay_via_kafka
 from streams.settings import Settings, get_settings
 from tests.integration.test_dbpm_worker import (
@@ -71,9 +80,9 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Acl
         broker.stop()
 
 
-def _produce_error(bootstrap: str, user: str, topic: str) -> int | None:
-    """The delivery error code of one record ``user`` writes to ``topic`` (None: delivered)."""
-    producer = Producer(client_config(bootstrap, settings=_as(user), **{"message.timeout.ms": 15000}))
+def _produce_error(bootstrap: str, principal: Settings, topic: str) -> int | None:
+    """The delivery error code of one record ``principal`` writes to ``topic`` (None: delivered)."""
+    producer = Producer(client_config(bootstrap, settings=principal, **{"message.timeout.ms": 15000}))
     outcome: list[KafkaError | None] = []
     producer.produce(topic, key=b"PT-1", value=b"x", on_delivery=lambda error, _: outcome.append(error))
     producer.flush(20)
@@ -119,14 +128,14 @@ def test_principals_cannot_read_or_write_outside_their_grants(secured: tuple[str
     ensure_acls(_admin(bootstrap), plan)
     denied = KafkaError.TOPIC_AUTHORIZATION_FAILED
 
-    assert _produce_error(bootstrap, "clingate-generator", DBPM_CANDIDATES) is None
-    assert _produce_error(bootstrap, "clingate-generator", DBPM_VERDICTS) == denied
+    assert _produce_error(bootstrap, _as("clingate-generator"), DBPM_CANDIDATES) is None
+    assert _produce_error(bootstrap, _as("clingate-generator"), DBPM_VERDICTS) == denied
     assert _consume_error(bootstrap, "clingate-generator", DBPM_DECISIONS, "clingate-generator-x") == denied
-    assert _produce_error(bootstrap, "clingate-verifier", DBPM_CANDIDATES) == denied
+    assert _produce_error(bootstrap, _as("clingate-verifier"), DBPM_CANDIDATES) == denied
 
-    assert _produce_error(bootstrap, ADMIN, DBPM_DECISIONS) is None
+    assert _produce_error(bootstrap, _as(ADMIN), DBPM_DECISIONS) is None
     assert _consume_error(bootstrap, "clingate-downstream", DBPM_DECISIONS, "clingate-downstream-a") is None
-    assert _produce_error(bootstrap, "clingate-downstream", DBPM_DECISIONS) == denied
+    assert _produce_error(bootstrap, _as("clingate-downstream"), DBPM_DECISIONS) == denied
     assert _consume_error(bootstrap, "clingate-downstream", DBPM_DECISIONS, APP_ID) == (
         KafkaError.GROUP_AUTHORIZATION_FAILED
     )
@@ -237,3 +246,65 @@ def test_both_client_libraries_authenticate_over_sasl_ssl_with_the_generated_ca(
         assert asyncio.run(read_one()) == b"over TLS"
     finally:
         broker.stop()
+
+
+def _kafka_home(directory: Path) -> Path:
+    """A stand-in for the image's /opt/kafka: its two start scripts, on this machine's broker jars."""
+    libs = ensure_artifacts(get_settings().home)
+    java = " ".join([*JVM_OPTIONS, f"-Dkafka.logs.dir={directory / 'logs'}",
+                     f"-Dlog4j.configuration={LOG4J_CONFIG.as_uri()}", "-cp", f"'{libs}/*'"])  # fmt: skip
+    (directory / "bin").mkdir(parents=True)
+    scripts = {"kafka-storage.sh": "kafka.tools.StorageTool", "kafka-server-start.sh": "kafka.Kafka"}
+    for script, main in scripts.items():
+        path = directory / "bin" / script
+        path.write_text(f'#!/bin/sh\nexec java {java} {main} "$@"\n')
+        path.chmod(0o755)
+    return directory
+
+
+def test_the_deployment_broker_script_runs_a_secured_node(tmp_path: Path) -> None:
+    """Scenario: deploy/kafka/kafka-node.sh (the compose and Kubernetes brokers) runs one node here.
+
+    With the generated certificates and one password file per principal it formats the storage
+    with their SCRAM credentials and serves SASL_SSL with the authorizer on: the super user
+    creates a topic and writes to it, another principal without a grant is refused.
+    """
+    certs, users = tmp_path / "certs", tmp_path / "users"
+    subprocess.run([str(REPO / "deploy" / "security" / "make-certs.sh"), str(certs), "127.0.0.1"], check=True)
+    users.mkdir()
+    for user in (ADMIN, "clingate-generator"):
+        (users / user).write_text(PASSWORDS[user])
+    port = free_port()
+    controller = free_port(taken=(port,))
+    environment = {
+        **os.environ, "KAFKA_NODE_ID": "1", "KAFKA_CLUSTER_ID": "q1Sh-9_ISia_zwGINzRvyQ",
+        "KAFKA_VOTERS": f"1@127.0.0.1:{controller}", "KAFKA_ADVERTISED_HOST": "127.0.0.1",
+        "KAFKA_SUPER_USER": ADMIN, "SCRAM_USERS_DIR": str(users), "CERT_DIR": str(certs),
+        "KAFKA_DATA_DIR": str(tmp_path / "data"), "KAFKA_CLIENT_PORT": str(port),
+        "KAFKA_CONTROLLER_PORT": str(controller), "KAFKA_HOME": str(_kafka_home(tmp_path / "kafka")),
+        "KAFKA_CONFIG_FILE": str(tmp_path / "server.properties"),
+    }  # fmt: skip
+    with (tmp_path / "node.log").open("wb") as log:
+        node = subprocess.Popen(["bash", str(REPO / "deploy" / "kafka" / "kafka-node.sh")], env=environment,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    bootstrap = f"127.0.0.1:{port}"
+
+    def tls(user: str) -> Settings:
+        return Settings(kafka_security_protocol="SASL_SSL", kafka_username=user,
+                        kafka_password=PASSWORDS[user], kafka_ssl_ca_file=certs / "ca.pem")  # fmt: skip
+
+    try:
+        wait_for_kafka(bootstrap, 120, security_config(tls(ADMIN)), alive=lambda: node.poll() is None)
+        admin = AdminClient(client_config(bootstrap, settings=tls(ADMIN)))
+        admin.create_topics([NewTopic("node-check", 1, 1)])["node-check"].result(timeout=30)
+        assert _produce_error(bootstrap, tls(ADMIN), "node-check") is None
+        assert _produce_error(bootstrap, tls("clingate-generator"), "node-check") == (
+            KafkaError.TOPIC_AUTHORIZATION_FAILED
+        )
+    finally:
+        os.killpg(node.pid, signal.SIGTERM)
+        try:
+            node.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(node.pid, signal.SIGKILL)
+            node.wait()
