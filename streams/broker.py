@@ -623,6 +623,25 @@ def sasl_local_kafka(
                       scram_credentials=passwords)  # fmt: skip
 
 
+def read_password_dir(directory: Path) -> dict[str, str]:
+    """user name -> password from a directory holding one file per user (its name) with the password.
+
+    The layout of ``SCRAM_USERS_DIR`` in deploy/kafka/kafka-node.sh and of a mounted Kubernetes
+    Secret; dot files (a Secret's ``..data`` links) are skipped.
+
+    Raises:
+        BrokerError: The directory holds no password file.
+    """
+    passwords = {
+        path.name: path.read_text(encoding="utf-8").strip()
+        for path in sorted(directory.iterdir())
+        if path.is_file() and not path.name.startswith(".")
+    }
+    if not passwords:
+        raise BrokerError(f"{directory} holds no password files (one file per user, named by the user)")
+    return passwords
+
+
 def docker_engine_available(timeout: float = 2.0) -> bool:
     """True if a Docker engine answers a ping (a ``docker`` client binary alone is not enough).
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from rich.console import Console
 from rich.table import Table
 
@@ -63,6 +63,12 @@ _STYLE = {
     Outcome.MISSING: "yellow",
 }
 
+
+_AUTHORIZATION_FAILURES = (
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
+)
 
 _ACL_STYLE = {
     AclOutcome.CREATED: "green",
@@ -113,7 +119,10 @@ def _cluster_errors_reported(address: str) -> Iterator[None]:
     try:
         yield
     except KafkaException as error:
-        _err.print(f"Kafka at {address} failed: {error.args[0]}. Is it running and reachable?")
+        denied = error.args[0].code() in _AUTHORIZATION_FAILURES
+        hint = ("The principal (CLINGATE_KAFKA_USERNAME) lacks the grant: provision as the super user."
+                if denied else "Is it running and reachable?")  # fmt: skip
+        _err.print(f"Kafka at {address} failed: {error.args[0]}. {hint}")
         raise typer.Exit(2) from error
 
 
