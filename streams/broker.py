@@ -25,7 +25,7 @@ A :class:`LocalKafka` owns one directory::
 
 Stopping and starting again on the same directory keeps every topic and record, which is what
 the chaos tests need. ``extra_properties`` override any generated property (a SASL/ACL variant
-replaces listeners and adds JAAS settings) and ``client_config`` is what the readiness probe
+replaces listeners and adds JAAS settings) and ``security`` is what the readiness probe
 connects with.
 
 Choices where the issue left room:
@@ -62,7 +62,6 @@ from typing import Literal
 from confluent_kafka.admin import AdminClient
 
 from streams.kafka_config import client_config as kafka_client_config
-from streams.kafka_config import security_config
 from streams.settings import Settings
 
 DEPLOY_LOCAL = Path(__file__).resolve().parents[1] / "deploy" / "local"
@@ -220,7 +219,7 @@ def _new_cluster_id() -> str:
 def wait_for_kafka(
     bootstrap: str,
     timeout: float,
-    client_config: Mapping[str, object] | None = None,
+    security: Settings | None = None,
     alive: Callable[[], bool] = lambda: True,
 ) -> None:
     """Block until a metadata request to ``bootstrap`` lists at least one broker.
@@ -228,14 +227,16 @@ def wait_for_kafka(
     Args:
         bootstrap: The bootstrap address.
         timeout: Seconds to wait in total.
-        client_config: Extra librdkafka settings (security) for the probe.
+        security: The listener's client security (its ``CLINGATE_KAFKA_*`` fields); None: PLAINTEXT.
+            Never the process's own: a broker started here has the security it was started with.
         alive: Checked between attempts; when it turns false, waiting stops at once.
 
     Raises:
         BrokerError: The broker did not answer in time, or ``alive`` turned false.
     """
     deadline = time.monotonic() + timeout
-    admin = AdminClient(kafka_client_config(bootstrap, log_level=0, **(client_config or {})))
+    plaintext = Settings(kafka_security_protocol="PLAINTEXT")
+    admin = AdminClient(kafka_client_config(bootstrap, settings=security or plaintext, log_level=0))
     last_error = "no answer"
     while time.monotonic() < deadline:
         if not alive():
@@ -285,7 +286,7 @@ class LocalKafka:
         *,
         home: Path,
         extra_properties: Mapping[str, str] | None = None,
-        client_config: Mapping[str, object] | None = None,
+        security: Settings | None = None,
         scram_credentials: Mapping[str, str] | None = None,
     ) -> None:
         """Describe a broker; nothing is started until :meth:`start`.
@@ -296,7 +297,8 @@ class LocalKafka:
             extra_properties: server.properties entries that override the generated ones; the
                 placeholders ``{port}`` and ``{controller_port}`` in a value are replaced by the
                 ports of this start (e.g. ``SASL_PLAINTEXT://127.0.0.1:{port}``).
-            client_config: librdkafka settings the readiness probe needs (e.g. SASL credentials).
+            security: The client security of its listener, for the readiness probe (e.g. SASL
+                credentials of its super user); None: PLAINTEXT.
             scram_credentials: user name -> password, written as SCRAM-SHA-512 credentials into the
                 metadata log when the storage is formatted (first start only; KIP-900), so that a
                 SASL listener can authenticate them from the first second.
@@ -305,7 +307,7 @@ class LocalKafka:
         self.directory = directory.absolute()
         self.home = home
         self.extra_properties = dict(extra_properties or {})
-        self.client_config = dict(client_config or {})
+        self.security = security
         self.scram_credentials = dict(scram_credentials or {})
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -483,7 +485,7 @@ class LocalKafka:
                     raise BrokerError(f"the broker never listened on {bootstrap}")
                 time.sleep(0.1)
             wait_for_kafka(
-                bootstrap, max(1.0, deadline - time.monotonic()), self.client_config,
+                bootstrap, max(1.0, deadline - time.monotonic()), self.security,
                 alive=lambda: process.poll() is None,
             )  # fmt: skip
         except BrokerError as error:
@@ -586,7 +588,7 @@ def sasl_local_kafka(
             ``127.0.0.1.pem``; None: no TLS.
 
     Returns:
-        The broker, not started; its ``client_config`` authenticates as ``super_user``.
+        The broker, not started; its ``security`` authenticates as ``super_user``.
     """
     admin_password = passwords[super_user]
     scram = _jaas("org.apache.kafka.common.security.scram.ScramLoginModule",
@@ -614,12 +616,12 @@ def sasl_local_kafka(
             "ssl.keystore.type": "PEM", "ssl.keystore.location": str(tls_dir / "127.0.0.1.pem"),
             "ssl.truststore.type": "PEM", "ssl.truststore.location": str(tls_dir / "ca.pem"),
         }  # fmt: skip
-    probe = security_config(Settings(
+    probe = Settings(
         kafka_security_protocol=protocol, kafka_sasl_mechanism=SASL_MECHANISM,
         kafka_username=super_user, kafka_password=admin_password,
         kafka_ssl_ca_file=tls_dir / "ca.pem" if tls_dir is not None else None,
-    ))  # fmt: skip
-    return LocalKafka(directory, home=home, extra_properties=properties, client_config=probe,
+    )  # fmt: skip
+    return LocalKafka(directory, home=home, extra_properties=properties, security=probe,
                       scram_credentials=passwords)  # fmt: skip
 
 

@@ -31,7 +31,7 @@ from streams.broker import (
     sasl_local_kafka,
     wait_for_kafka,
 )
-from streams.kafka_config import client_config, faust_credentials, security_config
+from streams.kafka_config import client_config, faust_credentials
 from streams.kafka_replay import replay_via_kafka
 from streams.settings import Settings, get_settings
 from tests.integration.test_dbpm_worker import (
@@ -294,7 +294,7 @@ def test_the_deployment_broker_script_runs_a_secured_node(tmp_path: Path) -> Non
                         kafka_password=PASSWORDS[user], kafka_ssl_ca_file=certs / "ca.pem")  # fmt: skip
 
     try:
-        wait_for_kafka(bootstrap, 120, security_config(tls(ADMIN)), alive=lambda: node.poll() is None)
+        wait_for_kafka(bootstrap, 120, tls(ADMIN), alive=lambda: node.poll() is None)
         admin = AdminClient(client_config(bootstrap, settings=tls(ADMIN)))
         admin.create_topics([NewTopic("node-check", 1, 1)])["node-check"].result(timeout=30)
         assert _produce_error(bootstrap, tls(ADMIN), "node-check") is None

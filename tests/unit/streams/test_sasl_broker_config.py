@@ -28,8 +28,9 @@ def test_tls_puts_both_listeners_on_sasl_ssl_and_the_probe_trusts_the_ca(tmp_pat
     properties = broker._server_properties(9092, 9093)
     assert properties["listener.security.protocol.map"] == "SASL_SSL:SASL_SSL,CONTROLLER:SASL_SSL"
     assert properties["ssl.keystore.location"] == str(tmp_path / "certs" / "127.0.0.1.pem")
-    assert broker.client_config["ssl.ca.location"] == str(tmp_path / "certs" / "ca.pem")
-    assert broker.client_config["sasl.username"] == "admin"
+    assert broker.security is not None
+    assert broker.security.kafka_ssl_ca_file == tmp_path / "certs" / "ca.pem"
+    assert broker.security.kafka_username == "admin"
 
 
 def test_every_user_gets_scram_credentials_at_format_time(tmp_path: Path) -> None:
