@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceType
+from typer.testing import CliRunner
 
+from streams.commands import topics as topics_command
 from topics.acls import DEFAULT_PLAN, AclPlanError, load_plan, plan_bindings, principal_bindings
 from topics.catalog import CATALOG, DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, dlq_name
 
@@ -75,3 +77,12 @@ def test_an_unknown_placeholder_or_field_is_refused(tmp_path: Path) -> None:
     plan.write_text("super_user: admin\nprincipals:\n  p:\n    role: r\n    delete: [x]\n")
     with pytest.raises(AclPlanError, match="delete"):
         load_plan(plan, app_id="a", docs_group_id="d")
+
+
+def test_acls_command_refuses_an_invalid_plan_before_contacting_any_cluster(tmp_path: Path) -> None:
+    plan = tmp_path / "acls.yaml"
+    plan.write_text("super_user: admin\nprincipals:\n  p:\n    role: r\n    read: [nope]\n")
+    arguments = ["acls", "--plan", str(plan), "--bootstrap", "127.0.0.1:1"]
+    result = CliRunner().invoke(topics_command.app, arguments)
+    assert result.exit_code == 2
+    assert "nope" in result.output
