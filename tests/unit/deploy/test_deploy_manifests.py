@@ -81,7 +81,10 @@ def test_compose_clingate_service_uses_real_settings_commands_and_principals(nam
     service = _compose_services()[name]
     environment = service["environment"]
     assert set(environment) <= SETTINGS_VARIABLES, set(environment) - SETTINGS_VARIABLES
-    assert environment["CLINGATE_KAFKA_USERNAME"] in PRINCIPALS
+    user = environment["CLINGATE_KAFKA_USERNAME"]
+    assert user in PRINCIPALS
+    passwords = [v for v in service["volumes"] if v.startswith("./secrets")]
+    assert passwords == [f"./secrets/{user}:/run/secrets/scram/{user}:ro"], "only its own password"
     _check_command(service["command"])
 
 
