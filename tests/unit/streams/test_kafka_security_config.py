@@ -74,7 +74,7 @@ def test_the_password_is_a_secret_in_settings_output() -> None:
 # Every combination (12): exhaustive beats sampling, and building an SSL context (the system trust
 # store) is too slow for hypothesis's per-example deadline on a loaded machine.
 @pytest.mark.parametrize(
-    ("protocol", "mechanism"), itertools.product(PROTOCOLS, ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"))
+    ("protocol", "mechanism"), list(itertools.product(PROTOCOLS, ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")))
 )
 def test_faust_and_librdkafka_agree_on_protocol_mechanism_and_principal(
     protocol: str, mechanism: str
