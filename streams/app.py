@@ -39,6 +39,7 @@ from schemas.serde import make_serde
 from streams.clinical import INPUTS as CLINICAL_INPUTS
 from streams.clinical import ClinicalAgent, gate_flags
 from streams.dbpm import MEMORY_TABLE, DbpmAgents
+from streams.kafka_config import faust_credentials
 from streams.metrics import ClinicalMetrics, DbpmMetrics, faust_sensors
 from streams.settings import Settings
 from streams.tablestore import STORE_SCHEME, ChangelogStore
@@ -88,6 +89,8 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
     app = faust.App(
         settings.app_id,
         broker=[f"kafka://{host}" for host in bootstrap.split(",")],
+        # The same principal and transport as every confluent-kafka client (streams.kafka_config).
+        broker_credentials=faust_credentials(settings),
         store=f"{STORE_SCHEME}://",
         datadir=str(settings.worker_dir),
         web_port=settings.web_port,

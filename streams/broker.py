@@ -25,7 +25,7 @@ A :class:`LocalKafka` owns one directory::
 
 Stopping and starting again on the same directory keeps every topic and record, which is what
 the chaos tests need. ``extra_properties`` override any generated property (a SASL/ACL variant
-replaces listeners and adds JAAS settings) and ``client_config`` is what the readiness probe
+replaces listeners and adds JAAS settings) and ``security`` is what the readiness probe
 connects with.
 
 Choices where the issue left room:
@@ -61,6 +61,7 @@ from typing import Literal
 
 from confluent_kafka.admin import AdminClient
 
+from streams.kafka_config import client_config as kafka_client_config
 from streams.settings import Settings
 
 DEPLOY_LOCAL = Path(__file__).resolve().parents[1] / "deploy" / "local"
@@ -95,6 +96,8 @@ BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
 )
 
 _NODE_ID = 1
+#: SASL mechanism of :func:`sasl_local_kafka` (the default of CLINGATE_KAFKA_SASL_MECHANISM).
+SASL_MECHANISM = "SCRAM-SHA-512"
 #: Seconds a restart keeps trying its previous ports before it moves (clients know the old address).
 _PORT_REUSE_WAIT_S = 10.0
 
@@ -216,7 +219,7 @@ def _new_cluster_id() -> str:
 def wait_for_kafka(
     bootstrap: str,
     timeout: float,
-    client_config: Mapping[str, str] | None = None,
+    security: Settings | None = None,
     alive: Callable[[], bool] = lambda: True,
 ) -> None:
     """Block until a metadata request to ``bootstrap`` lists at least one broker.
@@ -224,14 +227,16 @@ def wait_for_kafka(
     Args:
         bootstrap: The bootstrap address.
         timeout: Seconds to wait in total.
-        client_config: Extra librdkafka settings (security) for the probe.
+        security: The listener's client security (its ``CLINGATE_KAFKA_*`` fields); None: PLAINTEXT.
+            Never the process's own: a broker started here has the security it was started with.
         alive: Checked between attempts; when it turns false, waiting stops at once.
 
     Raises:
         BrokerError: The broker did not answer in time, or ``alive`` turned false.
     """
     deadline = time.monotonic() + timeout
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **(client_config or {})})
+    plaintext = Settings(kafka_security_protocol="PLAINTEXT")
+    admin = AdminClient(kafka_client_config(bootstrap, settings=security or plaintext, log_level=0))
     last_error = "no answer"
     while time.monotonic() < deadline:
         if not alive():
@@ -281,7 +286,8 @@ class LocalKafka:
         *,
         home: Path,
         extra_properties: Mapping[str, str] | None = None,
-        client_config: Mapping[str, str] | None = None,
+        security: Settings | None = None,
+        scram_credentials: Mapping[str, str] | None = None,
     ) -> None:
         """Describe a broker; nothing is started until :meth:`start`.
 
@@ -291,13 +297,18 @@ class LocalKafka:
             extra_properties: server.properties entries that override the generated ones; the
                 placeholders ``{port}`` and ``{controller_port}`` in a value are replaced by the
                 ports of this start (e.g. ``SASL_PLAINTEXT://127.0.0.1:{port}``).
-            client_config: librdkafka settings the readiness probe needs (e.g. SASL credentials).
+            security: The client security of its listener, for the readiness probe (e.g. SASL
+                credentials of its super user); None: PLAINTEXT.
+            scram_credentials: user name -> password, written as SCRAM-SHA-512 credentials into the
+                metadata log when the storage is formatted (first start only; KIP-900), so that a
+                SASL listener can authenticate them from the first second.
         """
         # Absolute, because the pid check matches this path in the JVM's command line.
         self.directory = directory.absolute()
         self.home = home
         self.extra_properties = dict(extra_properties or {})
-        self.client_config = dict(client_config or {})
+        self.security = security
+        self.scram_credentials = dict(scram_credentials or {})
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -474,7 +485,7 @@ class LocalKafka:
                     raise BrokerError(f"the broker never listened on {bootstrap}")
                 time.sleep(0.1)
             wait_for_kafka(
-                bootstrap, max(1.0, deadline - time.monotonic()), self.client_config,
+                bootstrap, max(1.0, deadline - time.monotonic()), self.security,
                 alive=lambda: process.poll() is None,
             )  # fmt: skip
         except BrokerError as error:
@@ -488,6 +499,8 @@ class LocalKafka:
             # for an option ("expected one argument").
             libs, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
             "-c", str(self.properties_file),
+            *(f"--add-scram={SASL_MECHANISM}=[name={user},password={password}]"
+              for user, password in self.scram_credentials.items()),
         )  # fmt: skip
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
@@ -541,6 +554,94 @@ class LocalKafka:
                 return True
             time.sleep(0.1)
         return False
+
+
+def _jaas(login_module: str, **options: str) -> str:
+    # JAAS quoting: values are double-quoted; a quote or backslash inside one would end it early.
+    if any(ch in value for value in options.values() for ch in '"\\;'):
+        raise BrokerError('SASL user names and passwords of the local broker may not contain ", \\ or ;')
+    return f"{login_module} required " + " ".join(f'{key}="{value}"' for key, value in options.items()) + ";"
+
+
+def sasl_local_kafka(
+    directory: Path, *, home: Path, super_user: str, passwords: Mapping[str, str], tls_dir: Path | None = None
+) -> LocalKafka:
+    """A :class:`LocalKafka` that authenticates every client and authorises it by KRaft ACLs.
+
+    Clients connect to a ``SASL_PLAINTEXT`` listener with :data:`SASL_MECHANISM`, or, given
+    ``tls_dir``, to a ``SASL_SSL`` one (as deploy/kafka/kafka-node.sh configures a production node;
+    the controller listener then uses TLS too). Each user of ``passwords`` gets SCRAM credentials when the
+    storage is formatted. The ``StandardAuthorizer`` denies whatever no ACL allows
+    (``allow.everyone.if.no.acl.found=false``), except to ``super_user``, who creates topics and ACLs
+    (:mod:`topics.acls`) and whom the broker itself uses between its listeners.
+
+    The controller listener authenticates with SASL/PLAIN (static JAAS users): KRaft controllers
+    cannot check SCRAM credentials, which live in the metadata log they serve, and a PLAINTEXT
+    controller listener would make ``User:ANONYMOUS`` a required super user.
+
+    Args:
+        directory: The broker's own directory.
+        home: The clingate cache directory holding the jar cache.
+        super_user: The administrator's user name (must be a key of ``passwords``).
+        passwords: user name -> password of every principal that will connect.
+        tls_dir: Where ``deploy/security/make-certs.sh DIR 127.0.0.1`` wrote ``ca.pem`` and
+            ``127.0.0.1.pem``; None: no TLS.
+
+    Returns:
+        The broker, not started; its ``security`` authenticates as ``super_user``.
+    """
+    admin_password = passwords[super_user]
+    scram = _jaas("org.apache.kafka.common.security.scram.ScramLoginModule",
+                  username=super_user, password=admin_password)  # fmt: skip
+    plain = _jaas("org.apache.kafka.common.security.plain.PlainLoginModule", username=super_user,
+                  password=admin_password, **{f"user_{super_user}": admin_password})  # fmt: skip
+    protocol = "SASL_SSL" if tls_dir is not None else "SASL_PLAINTEXT"
+    properties = {
+        "listeners": f"{protocol}://127.0.0.1:{{port}},CONTROLLER://127.0.0.1:{{controller_port}}",
+        "advertised.listeners": f"{protocol}://127.0.0.1:{{port}}",
+        "listener.security.protocol.map": f"{protocol}:{protocol},CONTROLLER:{protocol}",
+        "inter.broker.listener.name": protocol,
+        "sasl.enabled.mechanisms": SASL_MECHANISM,
+        "sasl.mechanism.inter.broker.protocol": SASL_MECHANISM,
+        f"listener.name.{protocol.lower()}.{SASL_MECHANISM.lower()}.sasl.jaas.config": scram,
+        "sasl.mechanism.controller.protocol": "PLAIN",
+        "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.controller.plain.sasl.jaas.config": plain,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": f"User:{super_user}",
+        "allow.everyone.if.no.acl.found": "false",
+    }
+    if tls_dir is not None:
+        properties |= {
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(tls_dir / "127.0.0.1.pem"),
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(tls_dir / "ca.pem"),
+        }  # fmt: skip
+    probe = Settings(
+        kafka_security_protocol=protocol, kafka_sasl_mechanism=SASL_MECHANISM,
+        kafka_username=super_user, kafka_password=admin_password,
+        kafka_ssl_ca_file=tls_dir / "ca.pem" if tls_dir is not None else None,
+    )  # fmt: skip
+    return LocalKafka(directory, home=home, extra_properties=properties, security=probe,
+                      scram_credentials=passwords)  # fmt: skip
+
+
+def read_password_dir(directory: Path) -> dict[str, str]:
+    """user name -> password from a directory holding one file per user (its name) with the password.
+
+    The layout of ``SCRAM_USERS_DIR`` in deploy/kafka/kafka-node.sh and of a mounted Kubernetes
+    Secret; dot files (a Secret's ``..data`` links) are skipped.
+
+    Raises:
+        BrokerError: The directory holds no password file.
+    """
+    passwords = {
+        path.name: path.read_text(encoding="utf-8").strip()
+        for path in sorted(directory.iterdir())
+        if path.is_file() and not path.name.startswith(".")
+    }
+    if not passwords:
+        raise BrokerError(f"{directory} holds no password files (one file per user, named by the user)")
+    return passwords
 
 
 def docker_engine_available(timeout: float = 2.0) -> bool:

@@ -67,6 +67,7 @@ from schemas.docs import ClassificationRequest, Review, ReviewPacket, ReviewStat
 from schemas.serde import Serde
 from streams.dlq import DeadLetterRouter, Decoded, DecodeFailed, SourceRecord, decode_record
 from streams.docs_arbiter import LlmCall, arbitrate
+from streams.kafka_config import client_config
 from streams.logs import log_dead_letter
 from streams.metrics import DocsMetrics
 from topics.catalog import (
@@ -96,13 +97,9 @@ def producer_config(bootstrap: str) -> dict[str, object]:
     ``murmur2_random`` keeps a document on the same partition number in every docs topic, whichever
     client (Java, Faust, librdkafka) wrote it.
     """
-    return {
-        "bootstrap.servers": bootstrap,
-        "partitioner": "murmur2_random",
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 5,
-    }
+    return client_config(
+        bootstrap, partitioner="murmur2_random", acks="all", **{"enable.idempotence": True, "linger.ms": 5}
+    )
 
 
 class PacketFollower:
@@ -123,12 +120,12 @@ class PacketFollower:
         """
         self._topic = topic
         self._serde = serde
-        self._consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": f"clingate-packet-reader-{uuid.uuid4().hex}",
+        self._consumer = Consumer(client_config(bootstrap, **{
+            "group.id": f"clingate-packet-reader-{uuid.uuid4().hex}",
             "enable.auto.commit": False, "isolation.level": "read_committed",
             # Between catch-ups nobody polls: bound what librdkafka prefetches meanwhile (default 64 MiB).
             "queued.max.messages.kbytes": 8192,
-        })  # fmt: skip
+        }))  # fmt: skip
         metadata = self._consumer.list_topics(topic, timeout=30)
         partitions = sorted(metadata.topics[topic].partitions)
         self._partitions = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions]
@@ -390,13 +387,10 @@ class DocsWorker:
 
 def consumer_config(bootstrap: str, group_id: str) -> dict[str, object]:
     """Consumer settings of the docs worker: manual, in-order commits; read committed outputs only."""
-    return {
-        "bootstrap.servers": bootstrap,
-        "group.id": group_id,
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
+    return client_config(bootstrap, **{
+        "group.id": group_id, "enable.auto.commit": False, "auto.offset.reset": "earliest",
         "isolation.level": "read_committed",
-    }
+    })  # fmt: skip
 
 
 async def run_worker(

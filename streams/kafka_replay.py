@@ -45,6 +45,7 @@ from streams.dbpm import (
     producer_config,
     verdict_key,
 )
+from streams.kafka_config import client_config
 from streams.tablestore import ChangelogFollower
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
 
@@ -68,10 +69,10 @@ def _producer(bootstrap: str) -> Producer:
 
 
 def _consumer(bootstrap: str) -> Consumer:
-    return Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"clingate-replay-{time.time_ns()}",
-        "enable.auto.commit": False, "isolation.level": "read_committed",
-    })  # fmt: skip
+    return Consumer(client_config(bootstrap, **{
+        "group.id": f"clingate-replay-{time.time_ns()}", "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+    }))  # fmt: skip
 
 
 def end_offset(client: Consumer, topic: str, partition: int, timeout_s: float = 30.0) -> int:
@@ -192,7 +193,7 @@ def replay_via_kafka(
 
 def commit_end_offsets(bootstrap: str, group: str, topics: Sequence[str]) -> None:
     """Start ``group`` at the current end of ``topics``: records already there are not this run's."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer = Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
     try:
         ends = [
             TopicPartition(topic, p, end_offset(consumer, topic, p))
@@ -214,7 +215,7 @@ def wait_until_consumed(bootstrap: str, group: str, topic: str, timeout_s: float
     Raises:
         ReplayTimeout: the group did not get there within ``timeout_s``.
     """
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer = Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
     try:
         wanted = [TopicPartition(topic, p) for p in _partitions(consumer, topic)]
         ends = {tp.partition: end_offset(consumer, topic, tp.partition) for tp in wanted}

@@ -26,6 +26,46 @@ class Settings(BaseSettings):
         description="Bootstrap address of an existing Kafka cluster. Unset: clingate starts its own "
         "broker (testcontainers where Docker works, else a native KRaft broker).",
     )
+    # --- Kafka client security (streams.kafka_config turns these into librdkafka and Faust settings).
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT",
+        validation_alias="CLINGATE_KAFKA_SECURITY_PROTOCOL",
+        description="How every clingate client talks to Kafka: PLAINTEXT (local broker), SASL_PLAINTEXT, "
+        "SASL_SSL (production: SCRAM over TLS) or SSL.",
+    )
+    kafka_sasl_mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"] = Field(
+        default="SCRAM-SHA-512",
+        validation_alias="CLINGATE_KAFKA_SASL_MECHANISM",
+        description="SASL mechanism for the SASL_* protocols.",
+    )
+    kafka_username: str | None = Field(
+        default=None,
+        validation_alias="CLINGATE_KAFKA_USERNAME",
+        description="SASL user name: the principal (User:<name>) the cluster's ACLs grant to "
+        "(deploy/security/acls.yaml). Required by the SASL_* protocols.",
+    )
+    kafka_password: SecretStr | None = Field(
+        default=None,
+        validation_alias="CLINGATE_KAFKA_PASSWORD",
+        description="SASL password of CLINGATE_KAFKA_USERNAME. Required by the SASL_* protocols.",
+    )
+    kafka_ssl_ca_file: Path | None = Field(
+        default=None,
+        validation_alias="CLINGATE_KAFKA_SSL_CA_FILE",
+        description="PEM file of the CA that signed the brokers' certificates (SSL, SASL_SSL). Unset: "
+        "the system trust store.",
+    )
+    kafka_ssl_check_hostname: bool = Field(
+        default=True,
+        validation_alias="CLINGATE_KAFKA_SSL_CHECK_HOSTNAME",
+        description="Verify that a broker's certificate names the host it was reached at (SSL, SASL_SSL).",
+    )
+    ensure_topics_on_start: bool = Field(
+        default=True,
+        validation_alias="CLINGATE_ENSURE_TOPICS",
+        description="Workers create missing catalog topics when they start. Set false where a provisioning "
+        "job owns the topics and worker principals hold no Create/DescribeConfigs grants (ACLs).",
+    )
     schema_registry_url: str | None = Field(
         default=None,
         validation_alias="CLINGATE_SCHEMA_REGISTRY_URL",

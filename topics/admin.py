@@ -15,13 +15,14 @@ ours and are ignored. ``cleanup.policy`` is compared as a set (``compact,delete`
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, ResourceType
 
+from streams.kafka_config import client_config
 from topics.catalog import TopicSpec
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -45,14 +46,14 @@ class TopicReport:
     differences: tuple[str, ...] = ()
 
 
-def admin_client(bootstrap: str, client_config: Mapping[str, str] | None = None) -> AdminClient:
-    """An AdminClient for ``bootstrap``.
+def admin_client(bootstrap: str, **overrides: object) -> AdminClient:
+    """An AdminClient for ``bootstrap`` with the process's security settings.
 
     Args:
         bootstrap: Bootstrap address.
-        client_config: Extra librdkafka settings (security).
+        **overrides: Further librdkafka settings (see :func:`streams.kafka_config.client_config`).
     """
-    return AdminClient({"bootstrap.servers": bootstrap, **(client_config or {})})
+    return AdminClient(client_config(bootstrap, **overrides))
 
 
 def _normalise(name: str, value: str) -> str:

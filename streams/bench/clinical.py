@@ -33,6 +33,9 @@ from typing import Annotated, Any
 
 import typer
 
+from streams.dbpm import producer_config
+from streams.kafka_config import client_config
+
 AS_OF = datetime(2026, 3, 29, tzinfo=UTC)
 MEDICATIONS = (
     "warfarin 5 mg po daily",
@@ -286,13 +289,8 @@ def _through_kafka(updates: list[Any], expected: int, timeout_s: float = 600.0) 
         )
     serde = make_serde(settings.schema_registry_url)
     patients = {u.patient_id.encode() for u in updates}
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"clingate-bench-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-        }
-    )
+    group = f"clingate-bench-{uuid.uuid4().hex}"
+    consumer = Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
     partitions = (
         consumer.list_topics(CLINICAL_ASSESSMENTS, timeout=30).topics[CLINICAL_ASSESSMENTS].partitions
     )
@@ -302,10 +300,9 @@ def _through_kafka(updates: list[Any], expected: int, timeout_s: float = 600.0) 
             for p in partitions
         ]
     )
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 20,
-        "enable.idempotence": True, "acks": "all", "queue.buffering.max.messages": 1_000_000,
-    })  # fmt: skip
+    producer = Producer(
+        producer_config(bootstrap, **{"linger.ms": 20, "queue.buffering.max.messages": 1_000_000})
+    )
     try:
         started = time.perf_counter()
         for update in updates:

@@ -40,6 +40,7 @@ from state.memory import MemoryStore
 from streams.app import dbpm_engines
 from streams.broker import configured_bootstrap
 from streams.dbpm import producer_config, verdict_key
+from streams.kafka_config import client_config
 from streams.kafka_replay import end_offset
 from streams.settings import get_settings
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
@@ -98,10 +99,9 @@ class _Client:
         self.producer = Producer(
             producer_config(bootstrap, **{"linger.ms": 20, "queue.buffering.max.messages": 1_000_000})
         )
-        self.consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": f"clingate-bench-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-        })  # fmt: skip
+        self.consumer = Consumer(client_config(bootstrap, **{
+            "group.id": f"clingate-bench-{uuid.uuid4().hex}", "enable.auto.commit": False,
+        }))  # fmt: skip
         topic = self.consumer.list_topics(DBPM_DECISIONS, timeout=30).topics[DBPM_DECISIONS]
         self.consumer.assign([
             TopicPartition(DBPM_DECISIONS, p, end_offset(self.consumer, DBPM_DECISIONS, p))

@@ -67,6 +67,7 @@ from schemas.base import AvroModel
 from schemas.serde import Serde, make_serde
 from streams import demo_report as report
 from streams.broker import Broker, free_port, provide_broker
+from streams.kafka_config import client_config
 from streams.settings import Settings, get_settings
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import (
@@ -99,17 +100,19 @@ class DemoError(RuntimeError):
 
 
 def _producer(bootstrap: str) -> Producer:
-    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    return Producer(client_config(bootstrap, **{"enable.idempotence": True, "linger.ms": 5}))
 
 
 def _consumer(bootstrap: str, group: str | None = None) -> Consumer:
     return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group or f"clingate-demo-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
+        client_config(
+            bootstrap,
+            **{
+                "group.id": group or f"clingate-demo-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            },
+        )
     )
 
 

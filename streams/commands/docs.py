@@ -205,8 +205,9 @@ def worker(
     metrics = DocsMetrics(CollectorRegistry())
     port = settings.docs_metrics_port if metrics_port is None else metrics_port
     bootstrap = _bootstrap()
-    catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
-    ensure_topics(admin_client(bootstrap), catalog)
+    if settings.ensure_topics_on_start:
+        catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
+        ensure_topics(admin_client(bootstrap), catalog)
 
     async def main() -> None:
         stop = asyncio.Event()

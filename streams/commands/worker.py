@@ -1,9 +1,10 @@
 """``clingate worker``: one stream worker, DBPM and clinical agents (Faust flags ``-l``, ``--web-port``).
 
-The worker ensures the catalog topics exist (idempotent), builds the app of :mod:`streams.app`
-and runs it with :class:`faust.Worker`, which handles SIGTERM/SIGINT with a clean stop (flush,
-commit, close the stores). Run several workers with the same ``CLINGATE_APP_ID`` to share the
-partitions; each MUST have its own ``--datadir``.
+The worker ensures the catalog topics exist (idempotent; off with ``CLINGATE_ENSURE_TOPICS=false``
+where a provisioning job owns them and the worker's principal may not create topics), builds the
+app of :mod:`streams.app` and runs it with :class:`faust.Worker`, which handles SIGTERM/SIGINT with a
+clean stop (flush, commit, close the stores). Run several workers with the same ``CLINGATE_APP_ID`` to
+share the partitions; each MUST have its own ``--datadir``.
 
 The classification arbiter is not part of this worker: it runs in its own consumer group with
 ``clingate docs worker`` (see :mod:`streams.docs` for why it is not a Faust agent).
@@ -48,8 +49,9 @@ def worker(
     if bootstrap is None:
         typer.echo("No Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`.", err=True)
         raise typer.Exit(2)
-    catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
-    ensure_topics(admin_client(bootstrap), catalog)
+    if settings.ensure_topics_on_start:
+        catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
+        ensure_topics(admin_client(bootstrap), catalog)
     faust_app = create_app(settings, bootstrap)
     level = (loglevel or settings.log_level).upper()
     # Faust replaces the root handlers when it starts: hand it the clingate format (streams.logs).

@@ -1,0 +1,310 @@
+"""SASL/SCRAM and ACLs on a dedicated local broker: principals stay inside their grants, workers still work.
+
+The broker is :func:`streams.broker.sasl_local_kafka` (its own, not the session broker: the session
+broker has no authorizer). Every client here authenticates through
+:func:`streams.kafka_config.client_config` with the settings of the principal it acts as; the
+worker is a real ``clingate worker`` subprocess configured only through ``CLINGATE_KAFKA_*``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
+
+from schemas.serde import make_serde
+from streams.broker import (
+    JVM_OPTIONS,
+    LOG4J_CONFIG,
+    ensure_artifacts,
+    free_port,
+    sasl_local_kafka,
+    wait_for_kafka,
+)
+from streams.kafka_config import client_config, faust_credentials
+from streams.kafka_replay import replay_via_kafka
+from streams.settings import Settings, get_settings
+from tests.integration.test_dbpm_worker import (
+    COMPARISON_FLAGS,
+    Worker,
+    _comparison_engine,
+    _contract,
+    _events,
+    _in_process,
+)
+from topics.acls import DEFAULT_PLAN, AclOutcome, AclPlan, ensure_acls, load_plan
+from topics.admin import ensure_topics
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, build_catalog
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+ADMIN = "clingate-admin"
+USERS = (ADMIN, "clingate-worker", "clingate-generator", "clingate-verifier", "clingate-downstream")
+PASSWORDS = {name: f"{name}-{uuid.uuid4().hex[:8]}" for name in USERS}
+APP_ID = "clingate-secured"
+PARTITIONS = 2
+
+
+def _as(user: str) -> Settings:
+    return Settings(kafka_security_protocol="SASL_PLAINTEXT", kafka_sasl_mechanism="SCRAM-SHA-512",
+                    kafka_username=user, kafka_password=PASSWORDS[user])  # fmt: skip
+
+
+def _admin(bootstrap: str, user: str = ADMIN) -> AdminClient:
+    return AdminClient(client_config(bootstrap, settings=_as(user)))
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, AclPlan]]:
+    """A started SASL broker with the catalog's topics and the deployment's ACL plan applied."""
+    broker = sasl_local_kafka(tmp_path_factory.mktemp("sasl-kafka"), home=get_settings().home,
+                              super_user=ADMIN, passwords=PASSWORDS)  # fmt: skip
+    bootstrap = broker.start()
+    try:
+        ensure_topics(_admin(bootstrap), build_catalog(PARTITIONS))
+        plan = load_plan(DEFAULT_PLAN, app_id=APP_ID, docs_group_id="clingate-docs")
+        yield bootstrap, plan
+    finally:
+        broker.stop()
+
+
+def _produce_error(bootstrap: str, principal: Settings, topic: str) -> int | None:
+    """The delivery error code of one record ``principal`` writes to ``topic`` (None: delivered)."""
+    producer = Producer(client_config(bootstrap, settings=principal, **{"message.timeout.ms": 15000}))
+    outcome: list[KafkaError | None] = []
+    producer.produce(topic, key=b"PT-1", value=b"x", on_delivery=lambda error, _: outcome.append(error))
+    producer.flush(20)
+    assert outcome, "no delivery report"
+    return outcome[0].code() if outcome[0] is not None else None
+
+
+def _consume_error(bootstrap: str, user: str, topic: str, group: str) -> int | None:
+    """The first error ``user`` meets reading ``topic`` in ``group`` (None: a record arrived)."""
+    consumer = Consumer(client_config(bootstrap, settings=_as(user), **{
+        "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False,
+    }))  # fmt: skip
+    consumer.subscribe([topic])
+    try:
+        for _ in range(100):
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            return message.error().code() if message.error() else None
+        raise AssertionError(f"{user} read nothing from {topic} and got no error")
+    finally:
+        consumer.close()
+
+
+def test_acl_plan_applies_idempotently(secured: tuple[str, AclPlan]) -> None:
+    """Scenario: the plan is applied twice; the second run creates nothing."""
+    bootstrap, plan = secured
+    first = ensure_acls(_admin(bootstrap), plan)
+    second = ensure_acls(_admin(bootstrap), plan)
+    assert {r.outcome for r in first} <= {AclOutcome.CREATED, AclOutcome.EXISTS}
+    assert {r.outcome for r in second} == {AclOutcome.EXISTS}
+    assert len(second) == len(first)
+
+
+def test_principals_cannot_read_or_write_outside_their_grants(secured: tuple[str, AclPlan]) -> None:
+    """Scenario: each role tries its own topics and someone else's.
+
+    A generator writes candidates but not verdicts and cannot read decisions; a verifier cannot
+    write candidates; a downstream reader reads decisions, writes nothing and cannot join a worker's
+    group; a worker cannot create topics outside its application's prefix.
+    """
+    bootstrap, plan = secured
+    ensure_acls(_admin(bootstrap), plan)
+    denied = KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+    assert _produce_error(bootstrap, _as("clingate-generator"), DBPM_CANDIDATES) is None
+    assert _produce_error(bootstrap, _as("clingate-generator"), DBPM_VERDICTS) == denied
+    assert _consume_error(bootstrap, "clingate-generator", DBPM_DECISIONS, "clingate-generator-x") == denied
+    assert _produce_error(bootstrap, _as("clingate-verifier"), DBPM_CANDIDATES) == denied
+
+    assert _produce_error(bootstrap, _as(ADMIN), DBPM_DECISIONS) is None
+    assert _consume_error(bootstrap, "clingate-downstream", DBPM_DECISIONS, "clingate-downstream-a") is None
+    assert _produce_error(bootstrap, _as("clingate-downstream"), DBPM_DECISIONS) == denied
+    assert _consume_error(bootstrap, "clingate-downstream", DBPM_DECISIONS, APP_ID) == (
+        KafkaError.GROUP_AUTHORIZATION_FAILED
+    )
+
+    worker = _admin(bootstrap, "clingate-worker")
+    with pytest.raises(KafkaException) as refused:
+        worker.create_topics([NewTopic("clingate.rogue", 1, 1)])["clingate.rogue"].result(timeout=30)
+    assert refused.value.args[0].code() == denied
+
+
+@pytest.fixture
+def as_admin(secured: tuple[str, AclPlan], monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The test process's own clients (the replay feeder) authenticate as the super user."""
+    monkeypatch.setenv("CLINGATE_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
+    monkeypatch.setenv("CLINGATE_KAFKA_USERNAME", ADMIN)
+    monkeypatch.setenv("CLINGATE_KAFKA_PASSWORD", PASSWORDS[ADMIN])
+    get_settings.cache_clear()
+    yield
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
+def test_worker_with_its_own_principal_decides_like_the_in_process_engine(
+    secured: tuple[str, AclPlan], as_admin: None, tmp_path: Path
+) -> None:
+    """Scenario: a ``clingate worker`` authenticated as clingate-worker replays a slice of the example.
+
+    The worker may not create catalog topics (CLINGATE_ENSURE_TOPICS=false; provisioning did),
+    creates its changelogs under its own prefix and joins its own group; every candidate gets the
+    in-process engine's decision and the memory rebuilt from its changelog is the engine's.
+    """
+    bootstrap, plan = secured
+    ensure_acls(_admin(bootstrap), plan)
+    worker = Worker(bootstrap, APP_ID, tmp_path / "worker", {
+        **COMPARISON_FLAGS,
+        "CLINGATE_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "CLINGATE_KAFKA_USERNAME": "clingate-worker",
+        "CLINGATE_KAFKA_PASSWORD": PASSWORDS["clingate-worker"],
+        "CLINGATE_ENSURE_TOPICS": "false",
+        "CLINGATE_TOPIC_PARTITIONS": str(PARTITIONS),
+    })  # fmt: skip
+    worker.start()
+    try:
+        events = _events(300)
+        engine = _comparison_engine()
+        result = replay_via_kafka(bootstrap, events, engine, make_serde(None), APP_ID, timeout_s=90.0)
+    finally:
+        worker.stop()
+
+    expected_decisions, expected_state = _in_process(engine, events)
+    assert _contract(result.decisions) == expected_decisions
+    assert result.state == expected_state
+    assert _count(bootstrap, "clingate-downstream", DBPM_DECISIONS) >= len(expected_decisions)
+
+
+def _count(bootstrap: str, user: str, topic: str) -> int:
+    """Records ``user`` reads from every partition of ``topic`` until 2 s pass without one."""
+    reader = Consumer(client_config(bootstrap, settings=_as(user), **{
+        "group.id": "clingate-downstream-count", "enable.auto.commit": False,
+    }))  # fmt: skip
+    reader.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    count, idle = 0, 0
+    try:
+        while idle < 10:
+            message = reader.poll(0.2)
+            if message is None:
+                idle += 1
+                continue
+            assert message.error() is None, message.error()
+            count, idle = count + 1, 0
+    finally:
+        reader.close()
+    return count
+
+
+def test_both_client_libraries_authenticate_over_sasl_ssl_with_the_generated_ca(tmp_path: Path) -> None:
+    """Scenario: make-certs.sh makes a CA and the node certificate; the broker serves SASL_SSL.
+
+    A librdkafka producer (client_config) writes a record and an aiokafka consumer configured from
+    Faust's credentials (faust_credentials) reads it: both verify the broker against the CA file of
+    CLINGATE_KAFKA_SSL_CA_FILE, host name included.
+    """
+    certs = tmp_path / "certs"
+    subprocess.run([str(REPO / "deploy" / "security" / "make-certs.sh"), str(certs), "127.0.0.1"], check=True)
+    broker = sasl_local_kafka(tmp_path / "kafka", home=get_settings().home, super_user=ADMIN,
+                              passwords={ADMIN: PASSWORDS[ADMIN]}, tls_dir=certs)  # fmt: skip
+    bootstrap = broker.start()
+    try:
+        settings = Settings(kafka_security_protocol="SASL_SSL", kafka_username=ADMIN,
+                            kafka_password=PASSWORDS[ADMIN], kafka_ssl_ca_file=certs / "ca.pem")  # fmt: skip
+        admin = AdminClient(client_config(bootstrap, settings=settings))
+        admin.create_topics([NewTopic("tls-check", 1, 1)])["tls-check"].result(timeout=30)
+        producer = Producer(client_config(bootstrap, settings=settings))
+        producer.produce("tls-check", key=b"k", value=b"over TLS")
+        assert producer.flush(30) == 0
+
+        async def read_one() -> bytes:
+            consumer = AIOKafkaConsumer(
+                "tls-check", bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                **credentials_to_aiokafka_auth(faust_credentials(settings)),
+            )  # fmt: skip
+            await consumer.start()
+            try:
+                return (await asyncio.wait_for(consumer.getone(), 30)).value
+            finally:
+                await consumer.stop()
+
+        assert asyncio.run(read_one()) == b"over TLS"
+    finally:
+        broker.stop()
+
+
+def _kafka_home(directory: Path) -> Path:
+    """A stand-in for the image's /opt/kafka: its two start scripts, on this machine's broker jars."""
+    libs = ensure_artifacts(get_settings().home)
+    java = " ".join([*JVM_OPTIONS, f"-Dkafka.logs.dir={directory / 'logs'}",
+                     f"-Dlog4j.configuration={LOG4J_CONFIG.as_uri()}", "-cp", f"'{libs}/*'"])  # fmt: skip
+    (directory / "bin").mkdir(parents=True)
+    scripts = {"kafka-storage.sh": "kafka.tools.StorageTool", "kafka-server-start.sh": "kafka.Kafka"}
+    for script, main in scripts.items():
+        path = directory / "bin" / script
+        path.write_text(f'#!/bin/sh\nexec java {java} {main} "$@"\n')
+        path.chmod(0o755)
+    return directory
+
+
+def test_the_deployment_broker_script_runs_a_secured_node(tmp_path: Path) -> None:
+    """Scenario: deploy/kafka/kafka-node.sh (the compose and Kubernetes brokers) runs one node here.
+
+    With the generated certificates and one password file per principal it formats the storage
+    with their SCRAM credentials and serves SASL_SSL with the authorizer on: the super user
+    creates a topic and writes to it, another principal without a grant is refused.
+    """
+    certs, users = tmp_path / "certs", tmp_path / "users"
+    subprocess.run([str(REPO / "deploy" / "security" / "make-certs.sh"), str(certs), "127.0.0.1"], check=True)
+    users.mkdir()
+    for user in (ADMIN, "clingate-generator"):
+        (users / user).write_text(PASSWORDS[user])
+    port = free_port()
+    controller = free_port(taken=(port,))
+    environment = {
+        **os.environ, "KAFKA_NODE_ID": "1", "KAFKA_CLUSTER_ID": "q1Sh-9_ISia_zwGINzRvyQ",
+        "KAFKA_VOTERS": f"1@127.0.0.1:{controller}", "KAFKA_ADVERTISED_HOST": "127.0.0.1",
+        "KAFKA_SUPER_USER": ADMIN, "SCRAM_USERS_DIR": str(users), "CERT_DIR": str(certs),
+        "KAFKA_DATA_DIR": str(tmp_path / "data"), "KAFKA_CLIENT_PORT": str(port),
+        "KAFKA_CONTROLLER_PORT": str(controller), "KAFKA_HOME": str(_kafka_home(tmp_path / "kafka")),
+        "KAFKA_CONFIG_FILE": str(tmp_path / "server.properties"),
+    }  # fmt: skip
+    with (tmp_path / "node.log").open("wb") as log:
+        node = subprocess.Popen(["bash", str(REPO / "deploy" / "kafka" / "kafka-node.sh")], env=environment,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    bootstrap = f"127.0.0.1:{port}"
+
+    def tls(user: str) -> Settings:
+        return Settings(kafka_security_protocol="SASL_SSL", kafka_username=user,
+                        kafka_password=PASSWORDS[user], kafka_ssl_ca_file=certs / "ca.pem")  # fmt: skip
+
+    try:
+        wait_for_kafka(bootstrap, 120, tls(ADMIN), alive=lambda: node.poll() is None)
+        admin = AdminClient(client_config(bootstrap, settings=tls(ADMIN)))
+        admin.create_topics([NewTopic("node-check", 1, 1)])["node-check"].result(timeout=30)
+        assert _produce_error(bootstrap, tls(ADMIN), "node-check") is None
+        assert _produce_error(bootstrap, tls("clingate-generator"), "node-check") == (
+            KafkaError.TOPIC_AUTHORIZATION_FAILED
+        )
+    finally:
+        os.killpg(node.pid, signal.SIGTERM)
+        try:
+            node.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(node.pid, signal.SIGKILL)
+            node.wait()

@@ -1,0 +1,88 @@
+"""The deployment's ACL plan: least privilege per role, expressed only in catalog topics."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceType
+from typer.testing import CliRunner
+
+from streams.commands import topics as topics_command
+from topics.acls import DEFAULT_PLAN, AclPlanError, load_plan, plan_bindings, principal_bindings
+from topics.catalog import CATALOG, DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, dlq_name
+
+PLAN = load_plan(DEFAULT_PLAN, app_id="clingate-dbpm", docs_group_id="clingate-docs")
+
+
+def _written(name: str) -> set[str]:
+    return set(PLAN.principal(name).write)
+
+
+def test_generators_may_write_only_candidates_and_their_input_dead_letters() -> None:
+    assert _written("clingate-generator") == {DBPM_CANDIDATES, "clingate.dbpm.narratives.dlq"}
+
+
+def test_verifiers_may_write_verdicts_but_never_candidates_or_decisions() -> None:
+    written = _written("clingate-verifier")
+    assert DBPM_VERDICTS in written
+    assert not written & {DBPM_CANDIDATES, DBPM_DECISIONS}
+
+
+def test_downstream_consumers_only_read_decisions() -> None:
+    downstream = PLAN.principal("clingate-downstream")
+    assert not downstream.write and not downstream.owned_prefixes
+    assert DBPM_DECISIONS in downstream.read
+
+
+def test_every_output_topic_has_exactly_one_writing_principal() -> None:
+    writers = Counter(topic for principal in PLAN.principals for topic in principal.write)
+    outputs = [spec.name for spec in CATALOG if not spec.name.endswith(".dlq")]
+    assert {topic: writers[topic] for topic in outputs} == dict.fromkeys(outputs, 1)
+
+
+def test_every_consumed_topic_is_readable_by_some_principal() -> None:
+    readable = {topic for principal in PLAN.principals for topic in principal.read}
+    assert {spec.name for spec in CATALOG if spec.consumed} <= readable
+
+
+def test_workers_own_their_faust_topics_and_group_by_application_id() -> None:
+    plan = load_plan(DEFAULT_PLAN, app_id="ward-7", docs_group_id="clingate-docs")
+    worker = principal_bindings(plan.principal("clingate-worker"))
+    owned = {(b.name, b.operation) for b in worker if b.resource_pattern_type is ResourcePatternType.PREFIXED}
+    assert ("ward-7-", AclOperation.CREATE) in owned
+    assert any(b.restype is ResourceType.GROUP and b.name == "ward-7" for b in worker)
+
+
+def test_only_allow_bindings_without_duplicates() -> None:
+    bindings = plan_bindings(PLAN)
+    assert len(bindings) == len(set(bindings))
+    assert all(b.permission_type.name == "ALLOW" and b.host == "*" for b in bindings)
+    assert dlq_name(DBPM_CANDIDATES) in {b.name for b in bindings}
+
+
+def test_a_topic_outside_the_catalog_is_refused(tmp_path: Path) -> None:
+    plan = tmp_path / "acls.yaml"
+    plan.write_text("super_user: admin\nprincipals:\n  p:\n    role: r\n    write: [clingate.dbpm.typo]\n")
+    with pytest.raises(AclPlanError, match=r"clingate\.dbpm\.typo"):
+        load_plan(plan, app_id="a", docs_group_id="d")
+
+
+def test_an_unknown_placeholder_or_field_is_refused(tmp_path: Path) -> None:
+    plan = tmp_path / "acls.yaml"
+    plan.write_text("super_user: admin\nprincipals:\n  p:\n    role: r\n    groups: ['{tenant}']\n")
+    with pytest.raises(AclPlanError, match="tenant"):
+        load_plan(plan, app_id="a", docs_group_id="d")
+    plan.write_text("super_user: admin\nprincipals:\n  p:\n    role: r\n    delete: [x]\n")
+    with pytest.raises(AclPlanError, match="delete"):
+        load_plan(plan, app_id="a", docs_group_id="d")
+
+
+def test_acls_command_refuses_an_invalid_plan_before_contacting_any_cluster(tmp_path: Path) -> None:
+    plan = tmp_path / "acls.yaml"
+    plan.write_text("super_user: admin\nprincipals:\n  p:\n    role: r\n    read: [nope]\n")
+    arguments = ["acls", "--plan", str(plan), "--bootstrap", "127.0.0.1:1"]
+    result = CliRunner().invoke(topics_command.app, arguments)
+    assert result.exit_code == 2
+    assert "nope" in result.output
