@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -48,10 +47,10 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from itertools import groupby
 from pathlib import Path
 from types import FrameType
@@ -67,15 +66,21 @@ from schemas.base import AvroModel
 from schemas.serde import Serde, make_serde
 from streams import demo_report as report
 from streams.broker import Broker, free_port, provide_broker
+from streams.demo_data import DOCS_EXAMPLES
+from streams.demo_tap import Flow, Route, Tap
+from streams.kafka_config import client_config
 from streams.settings import Settings, get_settings
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
+    CLINICAL_DELIVERABLES,
+    CLINICAL_REVIEWS,
     DBPM_CANDIDATES,
     DBPM_DECISIONS,
     DBPM_VERDICTS,
+    DOCS_CLASSIFICATIONS,
     DOCS_DISPOSITIONS,
-    DOCS_REVIEW_PACKETS,
+    DOCS_REVIEWS,
     FHIR_UPDATES,
     Catalog,
     build_catalog,
@@ -86,6 +91,12 @@ app = typer.Typer(help="Run clingate end to end on a Kafka broker and write repo
 
 WORKER_FLAGS = {"CLINGATE_DBPM_CROSS_TASK": "false", "CLINGATE_DBPM_MAINTENANCE": "false"}
 """The worker's engine configuration (module docstring, "Engine configuration")."""
+
+INERT_CHECK_MIN_PATIENTS = 50
+"""Smallest DBPM stream whose inert blocklist channel fails the run. A tiny stream (the tests use five
+patients) has too few fail events per signature to clear the BLOCK threshold, so its channels are
+honestly inert; from 50 patients on the paper's proportions populate every channel (150 patients:
+ner 6, qa 10, re 9 BLOCK-clearing patterns), and an inert one is a defect."""
 
 _SNAPSHOTS = 40
 """Points of the memory-population and severity charts along the stream."""
@@ -99,18 +110,14 @@ class DemoError(RuntimeError):
 
 
 def _producer(bootstrap: str) -> Producer:
-    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    return Producer(client_config(bootstrap, **{"enable.idempotence": True, "linger.ms": 5}))
 
 
-def _consumer(bootstrap: str, group: str | None = None) -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group or f"clingate-demo-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
+def _consumer(bootstrap: str) -> Consumer:
+    return Consumer(client_config(bootstrap, **{
+        "group.id": f"clingate-demo-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    }))  # fmt: skip
 
 
 def _end_offsets(consumer: Consumer, topics: Sequence[str]) -> dict[str, int]:
@@ -149,54 +156,59 @@ def _read_at(consumer: Consumer, topic: str, partition: int, offset: int) -> Any
     raise DemoError(f"record {topic}/{partition}@{offset} not readable within 30 s")
 
 
-class WorkerProcess:
-    """A ``clingate worker`` subprocess of its own app, stopped (SIGTERM, then SIGKILL) on exit."""
+class ServiceProcess:
+    """A clingate subprocess (a worker of some group), stopped (SIGTERM, then SIGKILL) on exit.
 
-    def __init__(self, bootstrap: str, app_id: str, datadir: Path) -> None:
-        self.app_id = app_id
-        self.datadir = datadir
-        self.log = datadir.with_suffix(".log")
-        self._env = {
-            **os.environ,
-            "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-            "CLINGATE_APP_ID": app_id,
-            **WORKER_FLAGS,
-        }
+    Args:
+        name: what it is, for messages.
+        args: the ``clingate`` command line after ``python -m streams.cli``.
+        env: settings of this process on top of the demo's environment.
+        bootstrap: the broker (``KAFKA_BOOTSTRAP_SERVERS``).
+        log: file of its stdout and stderr.
+        ready: log lines of which any says it is ready.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        args: list[str],
+        env: dict[str, str],
+        bootstrap: str,
+        log: Path,
+        ready: tuple[bytes, ...],
+    ) -> None:
+        self.name = name
+        self.log = log
+        self._args = args
+        self._env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, **env}
+        self._ready = ready
         self._process: subprocess.Popen[bytes] | None = None
 
-    def __enter__(self) -> WorkerProcess:
+    def __enter__(self) -> ServiceProcess:
         with self.log.open("wb") as out:
             self._process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-W",
-                    "ignore",
-                    "-m",
-                    "streams.cli",
-                    "worker",
-                    "-l",
-                    "info",
-                    "--web-port",
-                    str(free_port()),
-                    "--datadir",
-                    str(self.datadir),
-                ],
-                env=self._env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + 120
-        while b"[^Worker]: Ready" not in self.log.read_bytes():
-            if self._process.poll() is not None:
-                raise DemoError(f"the DBPM worker exited (code {self._process.returncode}):\n{self.tail()}")
-            if time.monotonic() > deadline:
-                raise DemoError(f"the DBPM worker was not ready within 120 s:\n{self.tail()}")
-            time.sleep(0.2)
+                [sys.executable, "-W", "ignore", "-m", "streams.cli", *self._args],
+                env=self._env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
         return self
 
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        """Wait until the log says the process is ready.
+
+        Raises:
+            DemoError: it exited or was not ready within ``timeout_s``.
+        """
+        assert self._process is not None, "enter the context first"
+        deadline = time.monotonic() + timeout_s
+        while not any(marker in self.log.read_bytes() for marker in self._ready):
+            if self._process.poll() is not None:
+                raise DemoError(f"the {self.name} exited (code {self._process.returncode}):\n{self.tail()}")
+            if time.monotonic() > deadline:
+                raise DemoError(f"the {self.name} was not ready within {timeout_s:.0f} s:\n{self.tail()}")
+            time.sleep(0.2)
+
     def tail(self, lines: int = 20) -> str:
-        """The last lines of the worker's log."""
+        """The last lines of the process's log."""
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def __exit__(self, *_exc: object) -> None:
@@ -236,9 +248,15 @@ class Results:
     dbpm: dict[str, Any] = field(default_factory=dict)
     golden: list[dict[str, Any]] = field(default_factory=list)
     lights: Counter[str] = field(default_factory=Counter)
-    dispositions: list[tuple[str, str, str, int]] = field(default_factory=list)
-    dead_letters: dict[str, int] = field(default_factory=dict)
+    dispositions: list[tuple[str, int, str, str, int]] = field(default_factory=list)
+    dead_letters: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    flows: dict[str, Flow] = field(default_factory=dict)
+    lights_by_week: list[tuple[int, Counter[str], int]] = field(default_factory=list)
+    red_patients: list[dict[str, Any]] = field(default_factory=list)
+    clinical_same: bool = False
+    failed: list[str] = field(default_factory=list)
+    """Checks that failed (the command then exits non-zero)."""
 
 
 # ------------------------------------------------------------------------------------------ steps
@@ -414,81 +432,347 @@ def _measure(events: list[dict[str, Any]], decisions: list[dict[str, Any]]) -> t
     return tracker.counts(), Counter(tracker.fail_events)
 
 
-def _replay_with_progress(
-    console: Console, bootstrap: str, events: list[dict[str, Any]], engine: Any, serde: Serde, app_id: str
-) -> tuple[Any, float]:
-    """``replay_via_kafka`` in a thread; a progress bar follows the decisions topic's end offsets."""
-    from streams.kafka_replay import replay_via_kafka
+@dataclass
+class Plan:
+    """The inputs of one run, built before anything is produced, with the in-process expectations."""
 
-    gates = sum(1 for e in events if e["kind"] == "gate")
-    outcome: dict[str, Any] = {}
+    dbpm_patients: int
+    dbpm_events: list[dict[str, Any]]
+    fhir: list[Any]
+    golden: list[tuple[Any, Any]]
+    clinical_expected: dict[str, Any]
+    clinical_outputs: int
+    documents: list[tuple[str, Any, Any]]
+    docs_rules_only: bool
 
-    def run() -> None:
-        try:
-            outcome["result"] = replay_via_kafka(
-                bootstrap, events, engine, serde, app_id, timeout_s=60.0
-            )
-        except BaseException as error:  # re-raised in the main thread
-            outcome["error"] = error
+    @property
+    def gates(self) -> int:
+        """Candidates in the DBPM stream."""
+        return sum(1 for e in self.dbpm_events if e["kind"] == "gate")
 
-    probe = _consumer(bootstrap)
-    base = _end_offsets(probe, [DBPM_DECISIONS])[DBPM_DECISIONS]
+
+def _utc_iso(when: datetime | str) -> str:
+    moment = datetime.fromisoformat(when.replace("Z", "+00:00")) if isinstance(when, str) else when
+    return moment.astimezone(UTC).isoformat()
+
+
+def clinical_inputs(generated: int) -> tuple[list[Any], list[tuple[Any, Any]]]:
+    """The FHIR updates of the generated timeline, and the golden cases' (bundle update, review) pairs."""
+    from schemas.clinical import AdversarialReview
+    from schemas.fhir import FhirUpdate
+    from streams.demo_data import CLINICAL, GOLDEN_AS_OF, GOLDEN_REVIEWS
+    from streams.demo_data.timeline import fhir_timeline
+
+    fhir = [
+        FhirUpdate(ts=u.ts, patient_id=u.patient_id, resource_type="Bundle", resource=u.resource_json())
+        for u in fhir_timeline(generated)
+    ]
+    when = datetime.fromisoformat(GOLDEN_AS_OF.replace("Z", "+00:00"))
+    golden = []
+    for case, review in GOLDEN_REVIEWS.items():
+        update = FhirUpdate(
+            ts=when, patient_id=case, resource_type="Bundle",
+            resource=(CLINICAL / f"{case}.json").read_text("utf-8"),
+        )  # fmt: skip
+        golden.append((update, AdversarialReview(
+            patient_id=case, review_id=f"{case}-demo-review", event_time=when, **review,  # type: ignore[arg-type]
+        )))  # fmt: skip
+    return fhir, golden
+
+
+def clinical_reference(fhir: list[Any], golden: list[tuple[Any, Any]]) -> tuple[dict[str, Any], int]:
+    """The pure stream processor over the same events: each patient's final assessment, and the count."""
+    from processors.clinical.assess import process_event
+    from processors.clinical.knowledge import default_knowledge
+    from schemas.clinical import ClinicalAssessment
+    from streams.clinical import fhir_input, gate_flags
+
+    knowledge, flags = default_knowledge(), gate_flags(get_settings())
+    states: dict[str, Any] = {}
+    final: dict[str, Any] = {}
+    count = 0
+    events = [*fhir, *(u for u, _ in golden), *(r for _, r in golden)]
+    for event in events:
+        if hasattr(event, "resource"):
+            item, now = fhir_input(event)[0], event.ts
+        else:
+            item, now = event, event.event_time
+        if item is None:
+            continue
+        states[event.patient_id], outputs = process_event(
+            states.get(event.patient_id), item, now, knowledge, flags
+        )
+        for out in outputs:
+            if isinstance(out, ClinicalAssessment):
+                final[out.patient_id] = out
+                count += 1
+    return final, count
+
+
+def docs_inputs(copies: int) -> list[tuple[str, Any, Any]]:
+    """``copies`` of every arbiter example as (case, request with its own doc id, rules-only outcome)."""
+    documents = []
+    for case in DOCS_EXAMPLES:
+        request, finished = verify_example(case)
+        for copy in range(copies):
+            doc_id = f"{request.doc_id}-{copy:03d}"
+            documents.append((case, request.model_copy(update={"doc_id": doc_id}), finished))
+    return documents
+
+
+def build_plan(patients: int, clinical_patients: int, documents: int, console: Console) -> Plan:
+    """Every input of the run and the in-process expectations the streams are checked against."""
+    from streams.docs_arbiter import LLM_ROLE
+    from streams.llm.config import resolve_role
+
+    with console.status("building the inputs and the in-process expectations"):
+        events = demo_stream(patients)
+        fhir, golden = clinical_inputs(clinical_patients)
+        expected, outputs = clinical_reference(fhir, golden)
+        docs = docs_inputs(max(1, -(-documents // len(DOCS_EXAMPLES))))
+    return Plan(
+        dbpm_patients=patients, dbpm_events=events, fhir=fhir, golden=golden,
+        clinical_expected=expected, clinical_outputs=outputs, documents=docs,
+        docs_rules_only=resolve_role(get_settings(), LLM_ROLE).endpoint is None,
+    )  # fmt: skip
+
+
+def _paced(items: Sequence[Any], rate: float, send: Any, producer: Producer) -> None:
+    """Call ``send`` for each item at ``rate`` items per second (0: as fast as possible)."""
     started = time.perf_counter()
-    thread = threading.Thread(target=run, name="clingate-demo-replay", daemon=True)
-    thread.start()
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    try:
-        with Progress(*columns, console=console, transient=False) as progress:
-            bar = progress.add_task(f"DBPM decisions via {DBPM_DECISIONS}", total=gates)
-            while thread.is_alive():
-                thread.join(0.5)
-                done = _end_offsets(probe, [DBPM_DECISIONS])[DBPM_DECISIONS] - base
-                progress.update(bar, completed=min(done, gates))
-            progress.update(bar, completed=gates if "result" in outcome else progress.tasks[0].completed)
-    finally:
-        probe.close()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["result"], time.perf_counter() - started
+    for index, item in enumerate(items):
+        if rate > 0:
+            delay = started + index / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+        send(item)
+        producer.poll(0)
 
 
-def step_dbpm(
-    console: Console, bootstrap: str, serde: Serde, patients: int, workdir: Path, results: Results
+def feed_clinical(bootstrap: str, serde: Serde, plan: Plan, rate: float) -> None:
+    """Produce the FHIR timeline (paced), then the golden bundles, then their reviews."""
+    from streams.dbpm import producer_config
+
+    producer = Producer(producer_config(bootstrap, **{"linger.ms": 5}))
+
+    def send(update: Any) -> None:
+        value = serde.encode(update, topic=FHIR_UPDATES)
+        producer.produce(FHIR_UPDATES, key=update.patient_id.encode(), value=value)
+
+    _paced([*plan.fhir, *(u for u, _ in plan.golden)], rate, send, producer)
+    if producer.flush(30):
+        raise DemoError(f"FHIR updates not delivered to {FHIR_UPDATES}")
+    for _, review in plan.golden:
+        value = serde.encode(review, topic=CLINICAL_REVIEWS)
+        producer.produce(CLINICAL_REVIEWS, key=review.patient_id.encode(), value=value)
+    if producer.flush(30):
+        raise DemoError(f"reviews not delivered to {CLINICAL_REVIEWS}")
+
+
+def feed_docs(bootstrap: str, serde: Serde, plan: Plan, rate: float) -> None:
+    """Produce the classification requests (paced)."""
+    producer = _producer(bootstrap)
+
+    def send(document: tuple[str, Any, Any]) -> None:
+        request = document[1]
+        value = serde.encode(request, topic=DOCS_CLASSIFICATIONS)
+        producer.produce(DOCS_CLASSIFICATIONS, key=request.doc_id.encode(), value=value)
+
+    _paced(plan.documents, rate, send, producer)
+    if producer.flush(30):
+        raise DemoError(f"classifications not delivered to {DOCS_CLASSIFICATIONS}")
+
+
+def _clinical_id(value: Any) -> str:
+    when = value.ts if hasattr(value, "ts") else value.as_of
+    return f"{value.patient_id}|{_utc_iso(when)}"
+
+
+def _routes(plan: Plan, flows: dict[str, Flow]) -> list[Route]:
+    from schemas.clinical import ClinicalAssessment
+    from schemas.dbpm import Candidate, GateDecision
+    from schemas.docs import ClassificationRequest, Disposition
+    from schemas.fhir import FhirUpdate
+
+    candidates = {e["candidate_id"] for e in plan.dbpm_events if e["kind"] == "gate"}
+    patients = set(plan.clinical_expected)
+    doc_ids = {request.doc_id for _, request, _ in plan.documents}
+
+    def among(
+        ids: set[str], ident: Callable[[Any], str], owner: Callable[[Any], str]
+    ) -> Callable[[Any], str | None]:
+        return lambda value: ident(value) if owner(value) in ids else None
+
+    def candidate(value: Any) -> str:
+        return value.candidate_id
+
+    def patient(value: Any) -> str:
+        return value.patient_id
+
+    def document(value: Any) -> str:
+        return value.doc_id
+
+    return [
+        Route(DBPM_CANDIDATES, Candidate, flows["dbpm"], True, among(candidates, candidate, candidate)),
+        Route(DBPM_DECISIONS, GateDecision, flows["dbpm"], False, among(candidates, candidate, candidate)),
+        Route(FHIR_UPDATES, FhirUpdate, flows["clinical"], True, among(patients, _clinical_id, patient)),
+        Route(CLINICAL_ASSESSMENTS, ClinicalAssessment, flows["clinical"], False,
+              among(patients, _clinical_id, patient)),
+        Route(DOCS_CLASSIFICATIONS, ClassificationRequest, flows["docs"], True,
+              among(doc_ids, document, document)),
+        Route(DOCS_DISPOSITIONS, Disposition, flows["docs"], False, among(doc_ids, document, document)),
+    ]  # fmt: skip
+
+
+def _last_per_patient(outputs: Sequence[Any]) -> dict[str, Any]:
+    return {a.patient_id: a for a in outputs}
+
+
+class _Feeder(threading.Thread):
+    """A stream's producer in a thread; its result or error is kept for the main thread."""
+
+    def __init__(self, name: str, body: Callable[[], Any]) -> None:
+        super().__init__(name=f"clingate-demo-{name}", daemon=True)
+        self._body = body
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.result = self._body()
+        except BaseException as error:  # re-raised in the main thread
+            self.error = error
+
+
+def _stream_progress(
+    console: Console, plan: Plan, flows: dict[str, Flow], feeders: list[_Feeder], tap: Tap, timeout_s: float
 ) -> None:
-    """Step 3: DBPM through a worker, measured, compared with the in-process engine."""
-    from processors.dbpm.measurement import channel_population
+    """Progress bars per stream until every feeder finished and every expected output arrived."""
+    columns = (TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    deadline = time.monotonic() + timeout_s
+
+    def clinical_done() -> bool:
+        last = _last_per_patient(flows["clinical"].outputs)
+        return all(last.get(pid) == a for pid, a in plan.clinical_expected.items())
+
+    with Progress(*columns, console=console) as progress:
+        bars = {
+            "dbpm": progress.add_task(f"DBPM decisions ({DBPM_DECISIONS})", total=plan.gates),
+            "clinical": progress.add_task(
+                f"FHIR assessments ({CLINICAL_ASSESSMENTS})", total=plan.clinical_outputs
+            ),
+            "docs": progress.add_task(f"documents ({DOCS_DISPOSITIONS})", total=len(plan.documents)),
+        }
+        while True:
+            for name, bar in bars.items():
+                flow = flows[name]
+                progress.update(bar, completed=len(flow.outputs if name == "clinical" else flow.consumed))
+            failed = [f for f in feeders if f.error is not None]
+            if failed:
+                raise failed[0].error  # type: ignore[misc]
+            if tap.error is not None:
+                raise DemoError(f"the demo's consumer failed: {tap.error}")
+            finished = not any(f.is_alive() for f in feeders)
+            if finished and clinical_done() and len(flows["docs"].consumed) == len(plan.documents):
+                break
+            if time.monotonic() > deadline:
+                missing = {n: f.expected - len(f.consumed) for n, f in flows.items()}
+                raise DemoError(f"streams not complete within {timeout_s:.0f} s (missing outputs: {missing})")
+            time.sleep(0.3)
+        for name, bar in bars.items():
+            progress.update(bar, completed=progress.tasks[list(bars).index(name)].total)
+
+
+def step_streams(
+    console: Console,
+    bootstrap: str,
+    serde: Serde,
+    plan: Plan,
+    workdir: Path,
+    rates: tuple[float, float],
+    results: Results,
+) -> Any:
+    """Step 3: the workers started, the three streams produced at once, their outputs consumed.
+
+    Returns:
+        The DBPM replay's result (decisions, final memory).
+    """
     from streams.app import dbpm_engines
-    from streams.kafka_replay import commit_end_offsets
+    from streams.kafka_replay import commit_end_offsets, replay_via_kafka
 
     engine, _ = dbpm_engines(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
-    with console.status(f"generating the synthetic stream of {patients} patients"):
-        events = demo_stream(patients)
-    gates = sum(1 for e in events if e["kind"] == "gate")
-    console.print(f"  stream: {patients} patients, {len(events):,} events ({gates:,} candidates)")
+    console.print(
+        f"  DBPM: {plan.dbpm_patients} patients, {len(plan.dbpm_events):,} events "
+        f"({plan.gates:,} candidates); "
+        f"FHIR: {len({u.patient_id for u in plan.fhir})} generated + {len(plan.golden)} golden patients, "
+        f"{len(plan.fhir) + len(plan.golden):,} updates over simulated weeks; "
+        f"documents: {len(plan.documents)}"
+    )
     app_id = f"clingate-demo-{uuid.uuid4().hex[:8]}"
-    commit_end_offsets(bootstrap, app_id, [DBPM_VERDICTS, DBPM_CANDIDATES])
-    console.print("  starting a DBPM worker (clingate worker) ...")
-    with WorkerProcess(bootstrap, app_id, workdir / app_id):
-        console.print(f"  worker ready (app id {app_id})")
-        result, wall = _replay_with_progress(console, bootstrap, events, engine, serde, app_id)
-        state = result.state
-        step_dead_letters_worker(console, bootstrap, results)
+    docs_group = f"{app_id}-docs"
+    commit_end_offsets(bootstrap, app_id, [DBPM_VERDICTS, DBPM_CANDIDATES, FHIR_UPDATES, CLINICAL_REVIEWS,
+                                          CLINICAL_DELIVERABLES])  # fmt: skip
+    commit_end_offsets(bootstrap, docs_group, [DOCS_CLASSIFICATIONS, DOCS_REVIEWS])
+    flows = {name: Flow(name) for name in ("dbpm", "clinical", "docs")}
+    flows["dbpm"].expected, flows["clinical"].expected = plan.gates, plan.clinical_outputs
+    flows["docs"].expected = len(plan.documents)
+    results.flows = flows
+    tap = Tap(bootstrap, serde, _routes(plan, flows))
+    worker = ServiceProcess(
+        "DBPM + clinical worker (clingate worker)",
+        ["worker", "-l", "info", "--web-port", str(free_port()), "--datadir", str(workdir / app_id)],
+        {"CLINGATE_APP_ID": app_id, **WORKER_FLAGS}, bootstrap, workdir / f"{app_id}.log",
+        (b"[^Worker]: Ready",),
+    )  # fmt: skip
+    docs_worker = ServiceProcess(
+        "arbiter (clingate docs worker)", ["docs", "worker"], {"CLINGATE_DOCS_GROUP_ID": docs_group},
+        bootstrap, workdir / f"{docs_group}.log", (b"rules-only", b"LLM phases on"),
+    )  # fmt: skip
+    tap.start()
+    try:
+        with worker, docs_worker:
+            with console.status("starting the workers (clingate worker, clingate docs worker)"):
+                worker.wait_ready()
+                docs_worker.wait_ready()
+            console.print(f"  workers ready (app id {app_id}, docs group {docs_group})")
+            feeders = [
+                _Feeder("dbpm", lambda: replay_via_kafka(
+                    bootstrap, plan.dbpm_events, engine, serde, app_id, timeout_s=60.0)),
+                _Feeder("clinical", lambda: feed_clinical(bootstrap, serde, plan, rates[0])),
+                _Feeder("docs", lambda: feed_docs(bootstrap, serde, plan, rates[1])),
+            ]  # fmt: skip
+            started = time.perf_counter()
+            for feeder in feeders:
+                feeder.start()
+            _stream_progress(console, plan, flows, feeders, tap, timeout_s=300.0)
+            results.timings["streams (all three at once)"] = time.perf_counter() - started
+            step_dead_letters_worker(console, bootstrap, results)
+    finally:
+        tap.stop()
+    return feeders[0].result, engine
+
+
+def step_dbpm(console: Console, plan: Plan, replay: Any, engine: Any, results: Results) -> None:
+    """Step 4: the DBPM results of the stream, compared with the in-process engine."""
+    from processors.dbpm.measurement import channel_population
+
+    events = plan.dbpm_events
     with console.status("in-process reference run"):
         expected, expected_state, snapshots = _in_process(engine, events)
-    contract = [{"candidate_id": d["candidate_id"], "decision": d["decision"]} for d in result.decisions]
+    state = replay.state
+    contract = [{"candidate_id": d["candidate_id"], "decision": d["decision"]} for d in replay.decisions]
     differing = sum(1 for a, b in zip(contract, expected, strict=True) if a != b)
     same = contract == expected and state == expected_state
-    selectivity, fail_events = _measure(events, result.decisions)
+    selectivity, fail_events = _measure(events, replay.decisions)
     population = channel_population(state, engine.config, fail_events)
     per_task = Counter(
         (e["task"], d["decision"])
-        for e, d in zip((e for e in events if e["kind"] == "gate"), result.decisions, strict=True)
+        for e, d in zip((e for e in events if e["kind"] == "gate"), replay.decisions, strict=True)
     )
     results.dbpm.update(
-        patients=patients,
+        patients=plan.dbpm_patients,
         events=len(events),
-        gates=gates,
-        wall_s=wall,
+        gates=plan.gates,
         same=same,
         per_task=per_task,
         population=population,
@@ -499,6 +783,10 @@ def step_dbpm(
         blocks=sum(n for (_, d), n in per_task.items() if d == "BLOCK"),
     )
     _print_dbpm(console, results.dbpm)
+    if not same:
+        results.failed.append("DBPM decisions or memory differ from the in-process engine")
+    if population.inert_channels() and plan.dbpm_patients >= INERT_CHECK_MIN_PATIENTS:
+        results.failed.append(f"inert blocklist channels: {', '.join(population.inert_channels())}")
 
 
 def _print_dbpm(console: Console, dbpm: dict[str, Any]) -> None:
@@ -514,11 +802,6 @@ def _print_dbpm(console: Console, dbpm: dict[str, Any]) -> None:
             counts = cell.counts
             lifts.add_row(cell.category, str(counts.fail_total + counts.pass_total), str(counts.lift()))
     console.print(lifts)
-    rate = dbpm["events"] / dbpm["wall_s"]
-    console.print(
-        f"  throughput through Kafka: {dbpm['events']:,} events in {dbpm['wall_s']:.1f} s "
-        f"({rate:,.0f} events/s, {dbpm['gates'] / dbpm['wall_s']:,.0f} candidates/s, lockstep replay)"
-    )
     verdict = (
         "[green]equal[/]"
         if dbpm["same"]
@@ -531,7 +814,7 @@ def _print_dbpm(console: Console, dbpm: dict[str, Any]) -> None:
 
 
 def step_dead_letters_worker(console: Console, bootstrap: str, results: Results) -> None:
-    """Step 6a: undecodable candidates, routed to the DLQ by the running worker."""
+    """Undecodable candidates, routed to the DLQ by the running worker."""
     producer = _producer(bootstrap)
     for value in (b'{"not": "avro"}', b"\x00\x01garbage"):
         _produce(producer, DBPM_CANDIDATES, b"p-demo-bad", value)
@@ -548,32 +831,48 @@ def step_dead_letters_worker(console: Console, bootstrap: str, results: Results)
         consumer.close()
 
 
-def assessments(bundle: dict[str, Any], when: datetime, review: Any) -> list[Any]:
-    """The in-process assessment of every patient of a FHIR bundle at ``when``."""
-    from processors.clinical.assess import assess
-    from processors.clinical.fhir_input import parse_document
-    from processors.clinical.knowledge import default_knowledge
-    from processors.clinical.state import PatientUpdate, reduce_update
-    from streams.clinical import gate_flags
-
-    knowledge, flags = default_knowledge(), gate_flags(get_settings())
-    parsed = parse_document(bundle)
-    out = []
-    for pid in sorted(parsed.changes):
-        update = PatientUpdate(patient_id=pid, changes=tuple(parsed.changes[pid]))
-        state, _ = reduce_update(None, update, when)
-        out.append(assess(state, when, review, knowledge, flags))
-    return out
+def _golden_row(a: Any) -> dict[str, Any]:
+    light = a.traffic_light
+    return {
+        "patient": a.patient_id,
+        "age": a.age,
+        "severity": str(a.nti.severity),
+        "drugs": a.nti.drugs,
+        "light": str(light.light),
+        "shadow": str(light.shadow),
+        "sources": light.sources,
+    }
 
 
-def step_clinical(console: Console, bootstrap: str, serde: Serde, generated: int, results: Results) -> None:
-    """Step 4: golden cases and generated patients assessed and published."""
-    from processors.clinical.traffic_light import ReviewInputs
-    from streams.bench.clinical import AS_OF, _patient_bundle
-    from streams.demo_data import CLINICAL, GOLDEN_AS_OF, GOLDEN_REVIEWS
+def step_clinical(console: Console, plan: Plan, results: Results) -> None:
+    """Step 5: the assessments the worker published: lights over the weeks, per patient, vs in process."""
+    from streams.demo_data.timeline import week_of
 
-    golden_when = datetime.fromisoformat(GOLDEN_AS_OF.replace("Z", "+00:00"))
-    produced: list[Any] = []
+    flow = results.flows["clinical"]
+    final = _last_per_patient(flow.outputs)
+    by_week: dict[int, dict[str, str]] = {}
+    for a in flow.outputs:
+        by_week.setdefault(week_of(datetime.fromisoformat(a.as_of.replace("Z", "+00:00"))), {})[
+            a.patient_id
+        ] = str(a.traffic_light.light)
+    current: dict[str, str] = {}
+    weeks = Table("week", "RED", "YELLOW", "GREEN", "patients changed",
+                  title="traffic lights at the end of each "
+                  "simulated week", title_justify="left")  # fmt: skip
+    for week in sorted(by_week):
+        changed = sum(1 for pid, light in by_week[week].items() if current.get(pid, light) != light)
+        current.update(by_week[week])
+        counts = Counter(current.values())
+        results.lights_by_week.append((week, counts, changed))
+        weeks.add_row(str(week), *(str(counts[k]) for k in ("RED", "YELLOW", "GREEN")), str(changed))
+    console.print(weeks)
+    results.lights = Counter(str(a.traffic_light.light) for a in final.values())
+    golden_ids = {u.patient_id for u, _ in plan.golden}
+    red = [
+        a for pid, a in sorted(final.items()) if pid not in golden_ids and str(a.traffic_light.light) == "RED"
+    ]
+    results.golden = [_golden_row(final[pid]) for pid in sorted(golden_ids) if pid in final]
+    results.red_patients = [_golden_row(a) for a in red]
     table = Table(
         "patient",
         "age",
@@ -582,51 +881,54 @@ def step_clinical(console: Console, bootstrap: str, serde: Serde, generated: int
         "light",
         "shadow",
         "red sources",
-        title="golden patients",
+        title="golden patients, then generated patients whose light is RED (first 10)",
         title_justify="left",
     )
-    for case, review in GOLDEN_REVIEWS.items():
-        bundle = json.loads((CLINICAL / f"{case}.json").read_text("utf-8"))
-        for a in assessments(bundle, golden_when, ReviewInputs(**review)):  # type: ignore[arg-type]
-            produced.append(a)
-            light = a.traffic_light
-            results.golden.append(
-                {
-                    "patient": a.patient_id,
-                    "age": a.age,
-                    "severity": str(a.nti.severity),
-                    "drugs": a.nti.drugs,
-                    "light": str(light.light),
-                    "shadow": str(light.shadow),
-                    "sources": light.sources,
-                }
-            )
-            table.add_row(
-                a.patient_id,
-                str(a.age),
-                str(a.nti.severity),
-                ", ".join(a.nti.drugs),
-                str(light.light),
-                str(light.shadow),
-                "; ".join(light.sources),
-            )
+    for row in [*results.golden, *results.red_patients[:10]]:
+        table.add_row(row["patient"], str(row["age"]), row["severity"], ", ".join(row["drugs"]), row["light"],
+                      row["shadow"], "; ".join(row["sources"]))  # fmt: skip
     console.print(table)
-    rng = random.Random(0)
-    for index in range(generated):
-        produced += assessments(_patient_bundle(rng, index), AS_OF, None)
-    producer = _producer(bootstrap)
-    for a in produced:
-        producer.produce(
-            CLINICAL_ASSESSMENTS, key=a.patient_id.encode(), value=serde.encode(a, topic=CLINICAL_ASSESSMENTS)
-        )
-        producer.poll(0)
-    if producer.flush(30):
-        raise DemoError(f"assessments not delivered to {CLINICAL_ASSESSMENTS}")
-    results.lights = Counter(str(a.traffic_light.light) for a in produced)
-    distribution = _lights(results.lights)
+    severities = Counter(str(a.nti.severity) for a in final.values())
+    console.print(f"  final lights: {_lights(results.lights)}; NTI severities: "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(severities.items())))  # fmt: skip
+    same = final == plan.clinical_expected
+    results.clinical_same = same
     console.print(
-        f"  {len(produced)} assessments published to {CLINICAL_ASSESSMENTS}; lights: {distribution}"
+        f"  {len(flow.outputs)} assessments from the worker; final assessment per patient vs the in-process "
+        f"stream processor: {'[green]equal[/]' if same else '[red]DIFFERENT[/]'}"
     )
+    if not same:
+        results.failed.append("clinical assessments differ from the in-process stream processor")
+
+
+def step_docs(console: Console, plan: Plan, results: Results) -> None:
+    """Step 6: the dispositions the docs worker published, per example, vs the in-process arbiter."""
+    flow = results.flows["docs"]
+    by_doc = {d.doc_id: d for d in flow.outputs}
+    table = Table("case", "documents", "decision", "rule", "issues", "= in process",
+                  title="classification arbiter (clingate docs worker)", title_justify="left")  # fmt: skip
+    mismatches = 0
+    for case, group in groupby(plan.documents, key=lambda d: d[0]):
+        docs = list(group)
+        got = [by_doc[r.doc_id] for _, r, _ in docs]
+        expected = docs[0][2].disposition
+        want = (expected.decision, expected.rule, len(expected.issues))
+        equal = all((d.decision, d.rule, len(d.issues)) == want
+                    for d in got)  # fmt: skip
+        mismatches += not equal
+        first = got[0]
+        results.dispositions.append((case, len(got), str(first.decision), first.rule, len(first.issues)))
+        table.add_row(case, str(len(got)), str(first.decision), first.rule, str(len(first.issues)),
+                      "yes" if equal else "[red]NO[/]")  # fmt: skip
+    console.print(table)
+    decisions = Counter(str(d.decision) for d in flow.outputs)
+    console.print(
+        f"  {len(flow.outputs)} dispositions: " + ", ".join(f"{k} {v}" for k, v in sorted(decisions.items()))
+    )
+    if plan.docs_rules_only and mismatches:
+        results.failed.append(f"{mismatches} arbiter examples differ from the in-process arbiter")
+    if not plan.docs_rules_only:
+        console.print("  (the docs worker used the configured LLM; the in-process comparison is rules-only)")
 
 
 def verify_example(case: str) -> tuple[Any, Any]:
@@ -634,7 +936,7 @@ def verify_example(case: str) -> tuple[Any, Any]:
     from processors.docs.arbiter import ArbiterConfig, run
     from processors.docs.v3 import load_trap_rules
     from schemas.docs import ClassificationOutput, ClassificationRequest, DocumentBundle
-    from streams.demo_data import DOCS, DOCS_EXAMPLES
+    from streams.demo_data import DOCS
 
     classification, bundle_name = DOCS_EXAMPLES[case]
     config = ArbiterConfig(trap_rules=load_trap_rules(get_settings().docs_trap_rules), llm_enabled=False)
@@ -655,46 +957,20 @@ def _escalated_document() -> tuple[Any, Any]:
 
 
 def _golden_assessment() -> Any:
+    from processors.clinical.assess import assess
+    from processors.clinical.fhir_input import parse_document
+    from processors.clinical.knowledge import default_knowledge
+    from processors.clinical.state import PatientUpdate, reduce_update
     from processors.clinical.traffic_light import ReviewInputs
+    from streams.clinical import gate_flags
     from streams.demo_data import CLINICAL, GOLDEN_AS_OF, GOLDEN_REVIEWS
 
-    bundle = json.loads((CLINICAL / "PT-TEST-010.json").read_text("utf-8"))
     when = datetime.fromisoformat(GOLDEN_AS_OF.replace("Z", "+00:00"))
-    return assessments(bundle, when, ReviewInputs(**GOLDEN_REVIEWS["PT-TEST-010"]))[0]  # type: ignore[arg-type]
-
-
-def step_docs(console: Console, bootstrap: str, serde: Serde, results: Results) -> None:
-    """Step 5: the arbiter's examples verified rules-only; dispositions (and packets) published."""
-    from streams.demo_data import DOCS_EXAMPLES
-
-    producer = _producer(bootstrap)
-    table = Table(
-        "case",
-        "document",
-        "decision",
-        "rule",
-        "issues",
-        title="classification arbiter (rules-only)",
-        title_justify="left",
-    )
-    for case in DOCS_EXAMPLES:
-        _, finished = verify_example(case)
-        d = finished.disposition
-        producer.produce(
-            DOCS_DISPOSITIONS, key=d.doc_id.encode(), value=serde.encode(d, topic=DOCS_DISPOSITIONS)
-        )
-        if finished.packet is not None:
-            producer.produce(
-                DOCS_REVIEW_PACKETS,
-                key=d.doc_id.encode(),
-                value=serde.encode(finished.packet, topic=DOCS_REVIEW_PACKETS),
-            )
-        results.dispositions.append((case, str(d.decision), d.rule, len(d.issues)))
-        table.add_row(case, d.doc_id, str(d.decision), d.rule, str(len(d.issues)))
-    if producer.flush(30):
-        raise DemoError(f"dispositions not delivered to {DOCS_DISPOSITIONS}")
-    console.print(table)
-    console.print(f"  {len(results.dispositions)} dispositions published to {DOCS_DISPOSITIONS}")
+    case = "PT-TEST-010"
+    parsed = parse_document(json.loads((CLINICAL / f"{case}.json").read_text("utf-8")))
+    state, _ = reduce_update(None, PatientUpdate(patient_id=case, changes=tuple(parsed.changes[case])), when)
+    review = ReviewInputs(**GOLDEN_REVIEWS[case])  # type: ignore[arg-type]
+    return assess(state, when, review, default_knowledge(), gate_flags(get_settings()))
 
 
 def step_dead_letters_fhir(console: Console, bootstrap: str, serde: Serde) -> None:
@@ -819,7 +1095,16 @@ def write_report(path: Path, results: Results) -> None:
         ),
         (
             "Traffic lights",
-            report.bar_chart("traffic-light distribution", lights, "patients")
+            report.bar_chart("traffic-light distribution (final)", lights, "patients")
+            + report.line_chart(
+                "traffic lights at the end of each simulated week",
+                [
+                    report.Series(k, [(float(w), float(c[k])) for w, c, _ in results.lights_by_week])
+                    for k in ("RED", "YELLOW", "GREEN")
+                ],
+                "patients",
+                "simulated week",
+            )
             + report.table(
                 ["patient", "age", "NTI", "drugs", "light", "shadow", "red sources"],
                 [
@@ -832,11 +1117,15 @@ def write_report(path: Path, results: Results) -> None:
                         g["shadow"],
                         "; ".join(g["sources"]),
                     )
-                    for g in results.golden
+                    for g in [*results.golden, *results.red_patients]
                 ],
             ),
         ),
-        ("Arbiter dispositions", report.table(["case", "decision", "rule", "issues"], results.dispositions)),
+        (
+            "Arbiter dispositions",
+            report.table(["case", "documents", "decision", "rule", "issues"], results.dispositions),
+        ),
+        ("Throughput and latency per stream", _stream_charts(results)),
         (
             "Dead letters",
             report.table(["topic", "records added"], sorted(results.dead_letters["added"].items())),
@@ -850,6 +1139,38 @@ def _lights(lights: Counter[str]) -> str:
     return ", ".join(f"{light} {lights[light]}" for light in ("RED", "YELLOW", "GREEN"))
 
 
+def _stream_rows(results: Results) -> list[tuple[str, str, str, str, str]]:
+    """Per stream: outputs, throughput, latency p50 and p99 (produced -> output consumed)."""
+    names = {"dbpm": "DBPM decisions", "clinical": "FHIR assessments", "docs": "documents"}
+    rows = []
+    for name, flow in results.flows.items():
+        st = flow.stats()
+        rows.append((names[name], f"{len(flow.outputs):,}", f"{st['rate']:,.0f}/s",
+                     f"{1000 * st['p50']:,.0f} ms", f"{1000 * st['p99']:,.0f} ms"))  # fmt: skip
+    return rows
+
+
+def _stream_charts(results: Results) -> str:
+    rows = _stream_rows(results)
+    stats = {name: flow.stats() for name, flow in results.flows.items()}
+    return (
+        report.bar_chart(
+            "throughput (outputs/s)", {n: round(s["rate"]) for n, s in stats.items()}, "outputs/s"
+        )
+        + report.bar_chart(
+            "latency p50 (ms, produced -> output consumed)",
+            {n: round(1000 * s["p50"]) for n, s in stats.items()},
+            "ms",
+        )
+        + report.bar_chart(
+            "latency p99 (ms, produced -> output consumed)",
+            {n: round(1000 * s["p99"]) for n, s in stats.items()},
+            "ms",
+        )
+        + report.table(["stream", "outputs", "throughput", "latency p50", "latency p99"], rows)
+    )
+
+
 def _summary_rows(results: Results) -> list[tuple[str, str]]:
     dbpm = results.dbpm
     return [
@@ -860,13 +1181,21 @@ def _summary_rows(results: Results) -> list[tuple[str, str]]:
             f"{dbpm['patients']} / {dbpm['events']:,} / {dbpm['gates']:,}",
         ),
         ("verifier calls saved (BLOCKs)", f"{dbpm['blocks']:,}"),
-        ("DBPM throughput via Kafka", f"{dbpm['events'] / dbpm['wall_s']:,.0f} events/s"),
         ("Kafka decisions = in-process", "yes" if dbpm["same"] else "NO"),
         ("inert channels", ", ".join(dbpm["population"].inert_channels()) or "none"),
-        ("clinical assessments", f"{sum(results.lights.values())}: " + _lights(results.lights)),
-        ("docs dispositions", str(len(results.dispositions))),
+        (
+            "clinical assessments (final lights)",
+            f"{sum(results.lights.values())}: " + _lights(results.lights),
+        ),
+        ("clinical worker = in-process", "yes" if results.clinical_same else "NO"),
+        ("docs dispositions", str(sum(d[1] for d in results.dispositions))),
         ("dead letters added", str(sum(results.dead_letters["added"].values()))),
+        *(
+            (f"{name}: throughput, p50, p99", f"{rate}, {p50}, {p99}")
+            for name, _, rate, p50, p99 in _stream_rows(results)
+        ),
         *((f"time: {k}", f"{v:.1f} s") for k, v in results.timings.items()),
+        ("checks", "all passed" if not results.failed else "FAILED: " + "; ".join(results.failed)),
     ]
 
 
@@ -898,10 +1227,10 @@ def _run_steps(
     serde: Serde,
     catalog: Catalog,
     results: Results,
-    patients: int,
-    clinical_patients: int,
+    plan: Plan,
+    rates: tuple[float, float],
 ) -> None:
-    """Steps 1-6; everything started here (broker, worker, temporary directories) is stopped on exit."""
+    """Steps 1-7; everything started here (broker, workers, temporary directories) is stopped on exit."""
     with _terminate_as_exit(), ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="clingate-demo-")))
         try:
@@ -912,13 +1241,15 @@ def _run_steps(
             with _step(console, results, 2, "one event of every schema"):
                 events = schema_samples(_golden_assessment(), *_escalated_document())
                 step_schemas(console, bootstrap, serde, catalog, events, results)
-            with _step(console, results, 3, "DBPM through Kafka"):
-                step_dbpm(console, bootstrap, serde, patients, workdir, results)
-            with _step(console, results, 4, "clinical gates"):
-                step_clinical(console, bootstrap, serde, clinical_patients, results)
-            with _step(console, results, 5, "classification arbiter"):
-                step_docs(console, bootstrap, serde, results)
-            with _step(console, results, 6, "dead letters"):
+            with _step(console, results, 3, "the streams through the workers"):
+                replay, engine = step_streams(console, bootstrap, serde, plan, workdir, rates, results)
+            with _step(console, results, 4, "DBPM gate and memory"):
+                step_dbpm(console, plan, replay, engine, results)
+            with _step(console, results, 5, "clinical gates"):
+                step_clinical(console, plan, results)
+            with _step(console, results, 6, "classification arbiter"):
+                step_docs(console, plan, results)
+            with _step(console, results, 7, "dead letters"):
                 step_dead_letters_fhir(console, bootstrap, serde)
                 after = dlq_counts(bootstrap, catalog)
                 base = results.dead_letters["base"]
@@ -939,8 +1270,18 @@ def _run_steps(
 def demo(
     patients: Annotated[int, typer.Option(min=1, help="Patients in the synthetic DBPM stream.")] = 150,
     clinical_patients: Annotated[
-        int, typer.Option(min=0, help="Generated patients for the clinical gates.")
-    ] = 100,
+        int,
+        typer.Option(min=0, help="Generated patients in the FHIR stream (besides the four golden cases)."),
+    ] = 300,
+    documents: Annotated[
+        int, typer.Option(min=1, help="Classifications sent to the arbiter (copies of the examples).")
+    ] = 70,
+    fhir_rate: Annotated[
+        float, typer.Option(min=0, help="FHIR updates produced per second (0: as fast as possible).")
+    ] = 100.0,
+    docs_rate: Annotated[
+        float, typer.Option(min=0, help="Classifications produced per second (0: as fast as possible).")
+    ] = 20.0,
     report_path: Annotated[Path, typer.Option("--report", help="Where to write the HTML report.")] = Path(
         "report.html"
     ),
@@ -952,16 +1293,25 @@ def demo(
     catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
     results = Results()
     started = time.perf_counter()
+    plan = build_plan(patients, clinical_patients, documents, console)
     try:
-        _run_steps(console, settings, serde, catalog, results, patients, clinical_patients)
+        _run_steps(console, settings, serde, catalog, results, plan, (fhir_rate, docs_rate))
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted:[/] the worker and broker this demo started are stopped")
+        console.print("[yellow]interrupted:[/] the workers and broker this demo started are stopped")
         raise typer.Exit(130) from None
     results.timings["total"] = time.perf_counter() - started
-    console.rule("[bold]7. summary")
+    console.rule("[bold]8. summary")
+    streams = Table("stream", "outputs", "throughput", "latency p50", "latency p99", title_justify="left",
+                    title="throughput and latency (produced -> output consumed)")  # fmt: skip
+    for row in _stream_rows(results):
+        streams.add_row(*row)
+    console.print(streams)
     summary = Table("measure", "value", title="clingate demo summary", title_justify="left")
     for name, value in _summary_rows(results):
         summary.add_row(name, value)
     console.print(summary)
     write_report(report_path, results)
     console.print(f"report written to {report_path}")
+    if results.failed:
+        console.print("[red]checks failed:[/] " + "; ".join(results.failed))
+        raise typer.Exit(1)

@@ -46,7 +46,11 @@ _ORDINARY = (
 _NTI = {"warfarin": "warfarin 5 mg po daily", "digoxin": "digoxin 0.125 mg po daily"}
 _INTERACTING = {"warfarin": "amiodarone 200 mg po daily", "digoxin": "amiodarone 200 mg po daily"}
 _SYMPTOM = {"warfarin": "Epistaxis and bruising", "digoxin": "Nausea and yellow-tinted vision"}
-_CONDITIONS = ("Atrial fibrillation", "Heart failure with reduced ejection fraction", "Essential hypertension")
+_CONDITIONS = (
+    "Atrial fibrillation",
+    "Heart failure with reduced ejection fraction",
+    "Essential hypertension",
+)
 _LOINC = "http://loinc.org"
 _PROFILES = ((), ("warfarin",), ("digoxin",), ("warfarin", "digoxin"))
 
@@ -106,7 +110,11 @@ def _patient(index: int, rng: random.Random) -> list[Update]:
     on = set(_PROFILES[index % len(_PROFILES)])
     base_time = START + offset
     resources: list[dict[str, Any]] = [
-        {"resourceType": "Patient", "id": pid, "birthDate": f"{rng.randint(1935, 1985)}-0{rng.randint(1, 9)}-15"}
+        {
+            "resourceType": "Patient",
+            "id": pid,
+            "birthDate": f"{rng.randint(1935, 1985)}-0{rng.randint(1, 9)}-15",
+        }
     ]
     for j, text in enumerate(rng.sample(_CONDITIONS, rng.randint(1, 2))):
         resources.append({
