@@ -98,6 +98,9 @@ patients) has too few fail events per signature to clear the BLOCK threshold, so
 honestly inert; from 50 patients on the paper's proportions populate every channel (150 patients:
 ner 6, qa 10, re 9 BLOCK-clearing patterns), and an inert one is a defect."""
 
+STREAMS_TIMEOUT_S = 900.0
+"""Longest the three streams may take together (a stuck DBPM gate run fails sooner, after 60 s)."""
+
 _SNAPSHOTS = 40
 """Points of the memory-population and severity charts along the stream."""
 
@@ -676,8 +679,14 @@ def _stream_progress(
             if finished and clinical_done() and len(flows["docs"].consumed) == len(plan.documents):
                 break
             if time.monotonic() > deadline:
-                missing = {n: f.expected - len(f.consumed) for n, f in flows.items()}
-                raise DemoError(f"streams not complete within {timeout_s:.0f} s (missing outputs: {missing})")
+                state = {
+                    "producers running": [f.name for f in feeders if f.is_alive()],
+                    "patients without their final assessment": len(plan.clinical_expected)
+                    - sum(1 for p, a in _last_per_patient(flows["clinical"].outputs).items()
+                          if plan.clinical_expected.get(p) == a),
+                    "documents without a disposition": len(plan.documents) - len(flows["docs"].consumed),
+                }  # fmt: skip
+                raise DemoError(f"streams not complete within {timeout_s:.0f} s: {state}")
             time.sleep(0.3)
         for name, bar in bars.items():
             progress.update(bar, completed=progress.tasks[list(bars).index(name)].total)
@@ -744,7 +753,7 @@ def step_streams(
             started = time.perf_counter()
             for feeder in feeders:
                 feeder.start()
-            _stream_progress(console, plan, flows, feeders, tap, timeout_s=300.0)
+            _stream_progress(console, plan, flows, feeders, tap, timeout_s=STREAMS_TIMEOUT_S)
             results.timings["streams (all three at once)"] = time.perf_counter() - started
             step_dead_letters_worker(console, bootstrap, results)
     finally:
