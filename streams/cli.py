@@ -14,7 +14,20 @@ app = typer.Typer(
 
 def _register() -> None:
     # Imported here so `clingate --help` stays fast and each command module owns its group.
-    from streams.commands import bench, broker, clinical, config, demo, docs, llm, replay, topics, worker
+    from streams.commands import (
+        bench,
+        broker,
+        clinical,
+        config,
+        demo,
+        docs,
+        generator,
+        llm,
+        replay,
+        topics,
+        verifier,
+        worker,
+    )
 
     app.add_typer(bench.app, name="bench")
     app.add_typer(broker.app, name="broker")
@@ -22,9 +35,11 @@ def _register() -> None:
     app.add_typer(config.app, name="config")
     app.add_typer(demo.app, name="demo")
     app.add_typer(docs.app, name="docs")
+    app.add_typer(generator.app, name="generator")
     app.add_typer(llm.app, name="llm")
     app.add_typer(replay.app, name="replay")
     app.add_typer(topics.app, name="topics")
+    app.add_typer(verifier.app, name="verifier")
     app.add_typer(worker.app, name="worker")
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -95,3 +95,47 @@ class DbpmMetrics:
     ) -> None:
         """Register the scrape-time gauges (consumer lag, memory population)."""
         self.registry.register(_ScrapeTime(lag, view, config))
+
+
+_LLM_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 180.0)
+
+
+class LlmGroupMetrics:
+    """Metrics of the LLM consumer groups (``clingate generator`` / ``clingate verifier``).
+
+    * ``clingate_llm_calls_total{group,call_type,outcome}``: LLM calls made, ``outcome`` ``ok`` or the
+      failure kind (``timeout``, ``invalid_output``, ...); verifier calls per task are the
+      ``*_verdict`` call types;
+    * ``clingate_llm_call_latency_seconds{group,call_type}``: call latency, retries included;
+    * ``clingate_llm_in_flight{group}``: records being processed;
+    * ``clingate_llm_verifier_calls_saved_total{task}``: BLOCK decisions seen on
+      ``clingate.dbpm.decisions``, each one verifier call not made;
+    * ``clingate_llm_verdicts_total{task,verdict,defaulted}``: memory verdicts published;
+    * ``clingate_llm_unprocessed_total{group,reason}``: records dead-lettered, by reason.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.calls = Counter(
+            "clingate_llm_calls", "LLM calls made, by outcome.", ["group", "call_type", "outcome"],
+            registry=registry,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "clingate_llm_call_latency_seconds", "LLM call latency including retries.",
+            ["group", "call_type"], buckets=_LLM_LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.in_flight = Gauge(
+            "clingate_llm_in_flight", "Records being processed.", ["group"], registry=registry
+        )
+        self.calls_saved = Counter(
+            "clingate_llm_verifier_calls_saved", "Verifier calls not made because the gate BLOCKed.",
+            ["task"], registry=registry,
+        )  # fmt: skip
+        self.verdicts = Counter(
+            "clingate_llm_verdicts", "Memory verdicts published.", ["task", "verdict", "defaulted"],
+            registry=registry,
+        )  # fmt: skip
+        self.unprocessed = Counter(
+            "clingate_llm_unprocessed", "Records dead-lettered, by reason.", ["group", "reason"],
+            registry=registry,
+        )  # fmt: skip

@@ -134,6 +134,60 @@ class Settings(BaseSettings):
         description="Concurrent requests per server (paper A.3: 64-way effective concurrency).",
     )
 
+    # --- LLM consumer groups (streams.generator, streams.verifier).
+    generator_group_id: str = Field(
+        default="clingate-generator",
+        validation_alias="CLINGATE_GENERATOR_GROUP_ID",
+        description="Consumer group of `clingate generator` (narratives -> candidates).",
+    )
+    generator_max_in_flight: int = Field(
+        default=64,
+        ge=1,
+        validation_alias="CLINGATE_GENERATOR_MAX_IN_FLIGHT",
+        description="Narratives one generator process extracts at once (each makes 13 calls; the calls "
+        "on the wire are bounded by CLINGATE_LLM_MAX_IN_FLIGHT); at the bound it pauses its partitions.",
+    )
+    generator_metrics_port: int = Field(
+        default=6067,
+        ge=0,
+        le=65535,
+        validation_alias="CLINGATE_GENERATOR_METRICS_PORT",
+        description="Port of the generator's /metrics endpoint (Prometheus text format); 0: not served.",
+    )
+    verifier_group_id: str = Field(
+        default="clingate-verifier",
+        validation_alias="CLINGATE_VERIFIER_GROUP_ID",
+        description="Consumer group of `clingate verifier` (to-verify -> verdicts, verified).",
+    )
+    verifier_max_in_flight: int = Field(
+        default=64,
+        ge=1,
+        validation_alias="CLINGATE_VERIFIER_MAX_IN_FLIGHT",
+        description="Candidates one verifier process judges at once (one verdict call each, four for an "
+        "ambiguous QA answer); at the bound it pauses its partitions.",
+    )
+    verifier_metrics_port: int = Field(
+        default=6068,
+        ge=0,
+        le=65535,
+        validation_alias="CLINGATE_VERIFIER_METRICS_PORT",
+        description="Port of the verifier's /metrics endpoint (Prometheus text format); 0: not served.",
+    )
+    verifier_narrative_cache: int = Field(
+        default=100_000,
+        ge=1,
+        validation_alias="CLINGATE_VERIFIER_NARRATIVE_CACHE",
+        description="Narratives the verifier keeps in memory (least recently used evicted) to judge "
+        "candidates against; a candidate whose narrative is gone is dead-lettered.",
+    )
+    verifier_narrative_wait_s: float = Field(
+        default=10.0,
+        gt=0,
+        validation_alias="CLINGATE_VERIFIER_NARRATIVE_WAIT_S",
+        description="How long the verifier waits for a candidate's narrative to be read from "
+        "clingate.dbpm.narratives before it dead-letters the candidate.",
+    )
+
     @field_validator(
         "llm_url", "generator_url", "verifier_url", "llm_model", "generator_model", "verifier_model"
     )

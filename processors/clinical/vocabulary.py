@@ -82,6 +82,18 @@ class DrugVocabulary:
         return cls(synonyms={k: tuple(sorted(v)) for k, v in sorted(out.items())})
 
     @classmethod
+    def full(cls) -> DrugVocabulary:
+        """Every variant of every drug the upstream vocabulary knows (generics map to themselves).
+
+        For dictionary lookup of drug mentions in free text (the DBPM generator's hints); variants
+        shorter than four characters are left out, as in :meth:`load`.
+        """
+        return cls(synonyms={
+            variant: tuple(sorted(set(canonicals)))
+            for variant, canonicals in _upstream_variants().items() if len(variant) >= 4
+        })  # fmt: skip
+
+    @classmethod
     def empty(cls) -> DrugVocabulary:
         """A vocabulary that resolves nothing (the seed's substring rule alone)."""
         return cls(synonyms={})

@@ -1,0 +1,219 @@
+"""An ordered, bounded in-flight consumer loop for slow per-record work (the LLM consumer groups).
+
+The generator and the verifier (:mod:`streams.generator`, :mod:`streams.verifier`) each do seconds of
+LLM work per record and must keep many records in flight without blocking the poll loop (STYLE 10),
+yet publish and commit in input order. This loop gives them that, on one confluent-kafka consumer and
+one producer, the design :mod:`streams.docs` introduced for the arbiter:
+
+* one asyncio task per record (the caller's *handler*), at most ``max_in_flight`` unfinished at once;
+  at the bound the loop pauses its assigned partitions and keeps polling (the group membership stays
+  alive), and resumes them when a record finishes;
+* per input partition, outputs are produced strictly in input order: a finished record waits for every
+  earlier record of its partition, so the outputs of one input key (one partition) keep their order;
+* an offset is committed only after the outputs of that record and of every earlier record of its
+  partition were acknowledged by the broker (``flush`` then a synchronous commit). A crash re-delivers
+  the uncommitted records and their calls are made again: delivery is at least once, and the groups'
+  outputs are idempotent downstream (content-derived candidate ids, verdicts keyed by signature and
+  applied exactly once by the memory agent, consumers dedupe by candidate id);
+* a handler returns its outputs as data: records to produce and dead letters (:class:`DecodeFailed`
+  values, routed by :class:`streams.dlq.DeadLetterRouter`, which waits for the acknowledgement); a
+  handler that raises (a bug) dead-letters its record with stage ``process`` instead of crash-looping;
+* on revocation the revoked partitions' tasks are cancelled and their offsets stay uncommitted; the
+  partition's new owner processes them again.
+
+Choice: the docs worker (:mod:`streams.docs`) predates this module and keeps its own loop, because
+its reviews need a packet lookup between records; moving it onto this loop is a follow-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from schemas.common import Stage
+from streams.dlq import DeadLetterRouter, DecodeFailed, SourceRecord
+
+log = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.02
+"""How long the loop waits for a record to finish when nothing was published."""
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One record to produce (bytes already encoded)."""
+
+    topic: str
+    key: bytes
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+Handled = Sequence[Output | DecodeFailed]
+"""What one input record produced: output records and dead letters, produced in this order."""
+
+Handler = Callable[[SourceRecord], Handled | Awaitable[Handled]]
+"""Processes one record; returns its outputs directly (cheap records) or an awaitable (LLM work)."""
+
+
+class OutputDeliveryError(RuntimeError):
+    """An output was not acknowledged by the broker: the loop stops without committing its input.
+
+    Restart the group member; the uncommitted records are processed and published again.
+    """
+
+
+@dataclass
+class _Entry:
+    record: SourceRecord
+    result: Handled | None = None
+    task: asyncio.Task[Handled] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.task is None or self.task.done()
+
+    def outputs(self, expected_schema: str) -> Handled:
+        if self.task is None:
+            assert self.result is not None
+            return self.result
+        error = self.task.exception()
+        if error is None:
+            return self.task.result()
+        log.error("handler failed on %s[%d]@%d", self.record.topic, self.record.partition,
+                  self.record.offset, exc_info=error)  # fmt: skip
+        return [DecodeFailed(self.record, Stage.PROCESS, type(error).__name__, str(error), None,
+                             expected_schema)]  # fmt: skip
+
+
+@dataclass
+class OrderedLoop:
+    """The loop (see the module docstring).
+
+    Attributes:
+        consumer: ``enable.auto.commit`` MUST be false; :meth:`run` subscribes it.
+        producer: idempotent, ``acks=all`` (e.g. :func:`streams.dbpm.producer_config`).
+        router: dead-letter router on ``producer``.
+        topics: the input topics.
+        handle: the per-record handler.
+        max_in_flight: unfinished records at once (>= 1).
+        expected_schema: Avro name of the input model, for dead letters of handler failures.
+        on_in_flight: called with the number of unfinished records after every step (a gauge).
+    """
+
+    consumer: Consumer
+    producer: Producer
+    router: DeadLetterRouter
+    topics: Sequence[str]
+    handle: Handler
+    max_in_flight: int
+    expected_schema: str
+    on_in_flight: Callable[[int], None] | None = None
+    queues: dict[tuple[str, int], deque[_Entry]] = field(default_factory=dict)
+    processed: int = 0
+    _paused: bool = False
+
+    def in_flight(self) -> list[asyncio.Task[Handled]]:
+        """The unfinished records' tasks."""
+        return [e.task for q in self.queues.values() for e in q if e.task is not None and not e.task.done()]
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            for entry in self.queues.pop((tp.topic, tp.partition), deque()):
+                if entry.task is not None:
+                    entry.task.cancel()
+
+    def _accept(self, message: Message) -> None:
+        error = message.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                log.warning("consumer error %s", error)
+            return
+        record = SourceRecord.from_message(message)
+        entry = _Entry(record)
+        outcome = self.handle(record)
+        if inspect.isawaitable(outcome):
+            entry.task = asyncio.ensure_future(outcome)
+        else:
+            entry.result = outcome
+        self.queues.setdefault((record.topic, record.partition), deque()).append(entry)
+
+    def _produce(self, output: Output, errors: list[KafkaError]) -> None:
+        def report(error: KafkaError | None, _message: Message) -> None:
+            if error is not None:
+                errors.append(error)
+
+        while True:
+            try:
+                self.producer.produce(output.topic, key=output.key, value=output.value,
+                                      headers=list(output.headers), on_delivery=report)  # fmt: skip
+                return
+            except BufferError:  # local queue full: let librdkafka send, then retry
+                self.producer.poll(0.1)
+
+    def _publish_ready(self) -> int:
+        """Publish every finished head of queue in order, flush, commit; return partitions committed."""
+        errors: list[KafkaError] = []
+        commits: list[TopicPartition] = []
+        for (topic, partition), queue in self.queues.items():
+            last = None
+            while queue and queue[0].done:
+                entry = queue.popleft()
+                for item in entry.outputs(self.expected_schema):
+                    if isinstance(item, DecodeFailed):
+                        self.router.send(item)
+                    else:
+                        self._produce(item, errors)
+                self.processed += 1
+                last = entry.record.offset
+            if last is not None:
+                commits.append(TopicPartition(topic, partition, last + 1))
+        if not commits:
+            return 0
+        remaining = self.producer.flush(30)
+        if errors or remaining:
+            detail = ", ".join(e.str() for e in errors) or f"{remaining} outputs unacknowledged after 30 s"
+            raise OutputDeliveryError(f"outputs not delivered ({detail}); input offsets not committed")
+        self.consumer.commit(offsets=commits, asynchronous=False)
+        return len(commits)
+
+    def _backpressure(self) -> None:
+        full = len(self.in_flight()) >= self.max_in_flight
+        if full != self._paused:
+            (self.consumer.pause if full else self.consumer.resume)(self.consumer.assignment())
+            self._paused = full
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume, process, publish and commit until ``stop`` is set.
+
+        Raises:
+            OutputDeliveryError: an output was not acknowledged (nothing further is committed).
+            DeadLetterDeliveryError: a dead letter was not acknowledged.
+        """
+        self.consumer.subscribe(list(self.topics), on_revoke=self._on_revoke)
+        try:
+            while not stop.is_set():
+                self._backpressure()
+                room = max(1, self.max_in_flight - len(self.in_flight()))
+                for message in self.consumer.consume(num_messages=room, timeout=0):
+                    self._accept(message)
+                published = self._publish_ready()
+                if self.on_in_flight is not None:
+                    self.on_in_flight(len(self.in_flight()))
+                if published == 0:
+                    tasks = self.in_flight()
+                    if tasks:
+                        await asyncio.wait(tasks, timeout=IDLE_WAIT_S, return_when=asyncio.FIRST_COMPLETED)
+                    else:
+                        await asyncio.sleep(IDLE_WAIT_S)
+        finally:
+            for queue in self.queues.values():
+                for entry in queue:
+                    if entry.task is not None:
+                        entry.task.cancel()

@@ -1,0 +1,351 @@
+"""The generator and verifier consumer groups over the session broker, against the OpenAI test server.
+
+The groups run in the test's event loop (``run_generator`` / ``run_verifier``), each with its own
+test server (so the verifier's request count is exact); the DBPM gate and memory run in a real
+``clingate worker`` subprocess. Every group starts at the current end of its input topics, so records
+other tests left there are not its to process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from processors.clinical.vocabulary import DrugVocabulary
+from schemas.dbpm import Candidate, GateDecision, Narrative, NerPayload, RePayload, Verdict
+from schemas.serde import make_serde
+from streams.bench.llm import run_group_benchmark
+from streams.dbpm import producer_config
+from streams.dlq import header_map
+from streams.generator import run_generator
+from streams.kafka_config import client_config
+from streams.kafka_replay import commit_end_offsets
+from streams.llm import ClientPolicy, Endpoint, LlmClient, Role
+from streams.llm.testserver import ChatRequest, Fault, OpenAiTestServer
+from streams.llm_groups import new_metrics
+from streams.metrics import LlmGroupMetrics
+from streams.ordered import OrderedLoop
+from streams.settings import Settings
+from streams.verifier import CONFIDENCE_HEADER, GATE_HEADER, VERDICT_HEADER, run_verifier
+from tests.integration.test_dbpm_worker import Worker
+from topics.admin import admin_client, ensure_topics
+from topics.catalog import (
+    DBPM_CANDIDATES,
+    DBPM_DECISIONS,
+    DBPM_NARRATIVES,
+    DBPM_TO_VERIFY,
+    DBPM_VERDICTS,
+    DBPM_VERIFIED,
+    build_catalog,
+    dlq_name,
+)
+
+pytestmark = pytest.mark.integration
+
+FAILING_ENTITY = "tumour lysis syndrome"
+SERDE = make_serde(None)
+T0 = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
+
+
+def _schema_fields(request: ChatRequest) -> set[str]:
+    return set(request.schema.get("properties", {}))
+
+
+def clinical_responder(request: ChatRequest) -> Any:
+    """Generator and verifier in one: NER finds the failing entity, the verifier FAILs exactly it."""
+    fields = _schema_fields(request)
+    if "entities" in fields:
+        return {"entities": [{"entity": FAILING_ENTITY, "category": "Diagnosis"}]}
+    if "relations" in fields:
+        return {"relations": []}
+    if "status" in fields:
+        return {"status": "NOT_IN_NARRATIVE", "answer": ""}
+    if "verdict" in fields:
+        return {"verdict": "FAIL" if f"entity: {FAILING_ENTITY}" in request.prompt else "PASS"}
+    raise AssertionError(f"unexpected schema {sorted(fields)}")
+
+
+def _verdict_requests(server: OpenAiTestServer) -> int:
+    return sum(1 for body in server.requests if "verdict" in body["response_format"]["json_schema"]["schema"]
+               .get("properties", {}))  # fmt: skip
+
+
+class Tail:
+    """Reads topics from their current end (a fresh group), polled from the test's event loop."""
+
+    def __init__(self, bootstrap: str, *topics: str) -> None:
+        group = f"test-tail-{uuid.uuid4().hex[:8]}"
+        commit_end_offsets(bootstrap, group, list(topics))
+        config = client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False})
+        self._consumer = Consumer(config)
+        self._consumer.subscribe(list(topics))
+        self.records: dict[str, list[tuple[bytes | None, bytes, dict[str, bytes]]]] = {t: [] for t in topics}
+
+    def poll(self) -> None:
+        for message in self._consumer.consume(num_messages=500, timeout=0):
+            if message.error() is None:
+                headers = {k: v or b"" for k, v in message.headers() or []}
+                self.records[message.topic()].append((message.key(), message.value(), headers))
+
+    def values(self, topic: str, model: type) -> list[Any]:
+        return [SERDE.decode(value, model, topic=topic) for _, value, _ in self.records[topic]]
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.poll()
+            if predicate():
+                return
+            seen = {topic: [header_map(list(h.items())).get("exception", "") for _k, _v, h in records]
+                    for topic, records in self.records.items()}  # fmt: skip
+            assert time.monotonic() < deadline, f"condition not reached in time; records seen: {seen}"
+            await asyncio.sleep(0.05)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _publish(bootstrap: str, topic: str, records: list[tuple[str, Any]]) -> None:
+    producer = Producer(producer_config(bootstrap))
+    for key, value in records:
+        producer.produce(topic, key=key.encode(), value=SERDE.encode(value, topic=topic))
+    assert producer.flush(30) == 0
+
+
+def _settings(bootstrap: str, gen_url: str, ver_url: str, **overrides: Any) -> Settings:
+    run = uuid.uuid4().hex[:8]
+    settings = Settings(
+        KAFKA_BOOTSTRAP_SERVERS=bootstrap, CLINGATE_GENERATOR_URL=gen_url, CLINGATE_VERIFIER_URL=ver_url,
+        CLINGATE_LLM_MODEL="clingate-test", CLINGATE_GENERATOR_GROUP_ID=f"test-gen-{run}",
+        CLINGATE_VERIFIER_GROUP_ID=f"test-ver-{run}", CLINGATE_VERIFIER_NARRATIVE_WAIT_S=5.0,
+        **overrides,
+    )  # fmt: skip
+    ensure_topics(admin_client(bootstrap), build_catalog(settings.topic_partitions))
+    commit_end_offsets(bootstrap, settings.generator_group_id, [DBPM_NARRATIVES])
+    commit_end_offsets(bootstrap, settings.verifier_group_id, [DBPM_TO_VERIFY, DBPM_DECISIONS])
+    return settings
+
+
+@asynccontextmanager
+async def _groups(
+    bootstrap: str, settings: Settings, verifier_client: LlmClient | None = None
+) -> AsyncIterator[tuple[LlmGroupMetrics, dict[str, OrderedLoop]]]:
+    metrics = new_metrics()
+    stop = asyncio.Event()
+    loops: dict[str, OrderedLoop] = {}
+
+    async def gen() -> None:
+        loops["generator"] = await run_generator(bootstrap, settings, stop=stop, metrics=metrics,
+                                                 vocabulary=DrugVocabulary.empty())  # fmt: skip
+
+    async def ver() -> None:
+        loops["verifier"] = await run_verifier(bootstrap, settings, stop=stop, metrics=metrics,
+                                               client=verifier_client)  # fmt: skip
+
+    tasks = [asyncio.create_task(ver()), asyncio.create_task(gen())]
+    try:
+        yield metrics, loops
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+
+
+@pytest.fixture
+def worker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Worker]:
+    """A ready ``clingate worker`` (gate and memory) of a fresh app, started at the topics' end."""
+    ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
+    app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
+    commit_end_offsets(kafka_bootstrap, app_id, [DBPM_VERDICTS, DBPM_CANDIDATES])
+    process = Worker(kafka_bootstrap, app_id, tmp_path / app_id, {})
+    process.start()
+    yield process
+    process.stop()
+
+
+def _ours(events: list[Any], run: str) -> list[Any]:
+    return [e for e in events if e.patient_id.startswith(run)]
+
+
+def _narrative(patient: str, minutes: int, text: str) -> Narrative:
+    return Narrative(ts=T0 + timedelta(minutes=minutes), patient_id=patient, text=text)
+
+
+def test_verifier_fails_teach_the_memory_until_the_gate_blocks_without_a_verifier_call(
+    kafka_bootstrap: str, worker: Worker
+) -> None:
+    """Scenario: narratives of different patients all yield the same hallucinated entity.
+
+    Narratives in -> generator candidates -> gate decisions -> verifier FAIL verdicts -> memory. After
+    enough corroborating FAILs the gate BLOCKs the next identical candidate, which never reaches the
+    verifier: its test server sees no further verdict request, and the BLOCK is counted as a saved call.
+    """
+
+    async def scenario() -> None:
+        async with OpenAiTestServer(responder=clinical_responder) as gen_server, \
+                OpenAiTestServer(responder=clinical_responder) as ver_server:  # fmt: skip
+            settings = _settings(kafka_bootstrap, gen_server.base_url, ver_server.base_url)
+            tail = Tail(kafka_bootstrap, DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, DBPM_VERIFIED)
+            run = uuid.uuid4().hex[:6]
+            async with _groups(kafka_bootstrap, settings) as (metrics, _loops):
+                blocked_at = None
+                for i in range(10):
+                    patient = f"{run}-p{i}"
+                    text = f"Patient {patient} was admitted; the team suspected {FAILING_ENTITY}."
+                    _publish(kafka_bootstrap, DBPM_NARRATIVES, [(patient, _narrative(patient, i, text))])
+
+                    def decided(patient: str = patient) -> bool:
+                        return any(d.patient_id == patient for d in tail.values(DBPM_DECISIONS, GateDecision))
+
+                    await tail.wait_for(decided)
+                    decisions = tail.values(DBPM_DECISIONS, GateDecision)
+                    [decision] = [d for d in decisions if d.patient_id == patient]
+                    if decision.decision == "BLOCK":
+                        blocked_at = i
+                        break
+                    await tail.wait_for(
+                        lambda n=i + 1: len(_ours(tail.values(DBPM_VERDICTS, Verdict), run)) >= n
+                    )
+                    await asyncio.sleep(1.5)  # the memory agent applies the verdict, the view follows
+                assert blocked_at is not None and blocked_at >= 2, "min support: no single FAIL blocks"
+                verdict_calls = _verdict_requests(ver_server)
+                assert verdict_calls == blocked_at
+                await asyncio.sleep(2.0)
+                assert _verdict_requests(ver_server) == verdict_calls  # no call for the BLOCKed candidate
+                saved = metrics.registry.get_sample_value(
+                    "clingate_llm_verifier_calls_saved_total", {"task": "ner"})
+                assert saved == 1.0
+                made = metrics.registry.get_sample_value(
+                    "clingate_llm_calls_total",
+                    {"group": "verifier", "call_type": "ner_verdict", "outcome": "ok"})
+                assert made == verdict_calls
+            verdicts = _ours(tail.values(DBPM_VERDICTS, Verdict), run)
+            assert {(v.verdict, v.source) for v in verdicts} == {("hard_fail", "verifier_mmed")}
+            assert {v.payload for v in verdicts} == {NerPayload(entity=FAILING_ENTITY, category="Diagnosis")}
+            assert tail.values(DBPM_VERIFIED, Candidate) == []
+            tail.close()
+
+    asyncio.run(scenario())
+
+
+def _decision(
+    patient: str, minutes: int, payload: NerPayload | RePayload, decision: str = "ALLOW"
+) -> GateDecision:
+    task = "ner" if isinstance(payload, NerPayload) else "re"
+    candidate = Candidate(ts=T0 + timedelta(minutes=minutes), task=task, patient_id=patient,
+                          candidate_id=f"{patient}-{task}", payload=payload)  # fmt: skip
+    return GateDecision(
+        ts=candidate.ts, task=task, patient_id=patient, candidate_id=candidate.candidate_id,
+        decision=decision, rule="test", signature="x",
+        confidence_multiplier=0.7 if decision == "DOWNGRADE" else 1.0,
+        candidate=candidate,
+    )  # fmt: skip
+
+
+def test_llm_faults_are_retried_defaulted_or_dead_lettered_never_dropped(kafka_bootstrap: str) -> None:
+    """Scenario: each candidate's verdict call meets a different server fault.
+
+    A 429 and a 500 are retried and then answered; a hang times out (after the retries) and a
+    persistent 500 exhausts them: both dead-letter the to-verify record with the failure kind. Invalid
+    JSON on an NER verdict is an ambiguous answer, conservatively PASS; a truncated RE verdict is
+    PASS_WEAK (soft_downgrade), and the DOWNGRADE tag travels with the verified candidate. A generator
+    call that keeps failing dead-letters its narrative; a malformed narrative is dead-lettered too.
+    """
+    faults: dict[str, list[Fault]] = {
+        "rate-limited": [Fault.http(429, retry_after_s=0.01)],
+        "flaky": [Fault.http(500)],
+        "hanging": [Fault.hang()] * 3,
+        "down": [Fault.http(500)] * 3,
+        "garbled": [Fault.invalid_json()],
+        "cut-off": [Fault.truncated()],
+    }
+
+    def verifier_hook(request: ChatRequest) -> Fault | None:
+        for marker, queue in faults.items():
+            if f"marker {marker}" in request.prompt and queue:
+                return queue.pop(0)
+        return None
+
+    def generator_hook(request: ChatRequest) -> Fault | None:
+        return Fault.http(500) if "marker gen-down" in request.prompt else None
+
+    async def scenario() -> None:
+        async with OpenAiTestServer(responder=clinical_responder) as gen_server, \
+                OpenAiTestServer(responder=clinical_responder, hang_s=10.0) as ver_server:  # fmt: skip
+            ver_server.fault_hook = verifier_hook
+            gen_server.fault_hook = generator_hook
+            settings = _settings(kafka_bootstrap, gen_server.base_url, ver_server.base_url,
+                                 CLINGATE_LLM_MAX_RETRIES=2)  # fmt: skip
+            # A breaker that never opens here: each case must show its own failure kind, not circuit_open.
+            policy = ClientPolicy(timeout_s=1.5, max_retries=2, backoff_base_s=0.01, breaker_threshold=1000)
+            verifier_client = LlmClient({Role.VERIFIER: Endpoint(ver_server.base_url, "clingate-test")},
+                                        policy=policy)  # fmt: skip
+            tail = Tail(kafka_bootstrap, DBPM_VERDICTS, DBPM_VERIFIED, dlq_name(DBPM_TO_VERIFY),
+                        dlq_name(DBPM_NARRATIVES))  # fmt: skip
+            run = uuid.uuid4().hex[:6]
+            ner = NerPayload(entity="sepsis", category="Diagnosis")
+            rel = RePayload(head="sepsis", head_type="Diagnosis", relation="TREATED_BY", tail="meropenem",
+                            tail_type="Medication")  # fmt: skip
+            cases = {"rate-limited": ner, "flaky": ner, "hanging": ner, "down": ner, "garbled": ner,
+                     "cut-off": rel}  # fmt: skip
+            narratives, decisions = [], []
+            for i, (marker, payload) in enumerate(cases.items()):
+                patient = f"{run}-{marker}"
+                narratives.append((patient, _narrative(patient, i, f"Sepsis on meropenem; marker {marker}.")))
+                decisions.append((patient, _decision(patient, i, payload,
+                                                     "DOWNGRADE" if marker == "cut-off" else "ALLOW")))
+            generator_victim = f"{run}-gen"
+            _publish(kafka_bootstrap, DBPM_NARRATIVES, narratives)
+            async with verifier_client, _groups(kafka_bootstrap, settings, verifier_client) as (_m, _loops):
+                _publish(kafka_bootstrap, DBPM_NARRATIVES,
+                         [(generator_victim, _narrative(generator_victim, 9, "Sepsis; marker gen-down."))])
+                producer = Producer(producer_config(kafka_bootstrap))
+                producer.produce(DBPM_NARRATIVES, key=b"junk", value=b"not avro")
+                producer.flush(30)
+                _publish(kafka_bootstrap, DBPM_TO_VERIFY, decisions)
+
+                def settled() -> bool:
+                    verdicts = _ours(tail.values(DBPM_VERDICTS, Verdict), run)
+                    dead = tail.records[dlq_name(DBPM_TO_VERIFY)]
+                    narratives_dead = tail.records[dlq_name(DBPM_NARRATIVES)]
+                    return len(verdicts) >= 4 and len(dead) >= 2 and len(narratives_dead) >= 2
+
+                await tail.wait_for(settled, timeout_s=60)
+            by_patient = {v.patient_id.removeprefix(f"{run}-"): v.verdict
+                          for v in _ours(tail.values(DBPM_VERDICTS, Verdict), run)}  # fmt: skip
+            assert by_patient == {"rate-limited": "success", "flaky": "success", "garbled": "success",
+                                  "cut-off": "soft_downgrade"}
+            dead = {k: header_map(list(h.items()))["exception"]
+                    for k, _v, h in tail.records[dlq_name(DBPM_TO_VERIFY)]}  # fmt: skip
+            assert dead == {f"{run}-hanging".encode(): "LlmFailed:timeout",
+                            f"{run}-down".encode(): "LlmFailed:unavailable"}  # fmt: skip
+            narrative_dead = {k: header_map(list(h.items()))["exception"]
+                              for k, _v, h in tail.records[dlq_name(DBPM_NARRATIVES)]}
+            assert narrative_dead[generator_victim.encode()].startswith("LlmFailed:")
+            assert b"junk" in narrative_dead
+            verified = {k: h for k, _v, h in tail.records[DBPM_VERIFIED] if k.decode().startswith(run)}
+            assert verified[f"{run}-cut-off".encode()][GATE_HEADER] == b"DOWNGRADE"
+            assert verified[f"{run}-cut-off".encode()][CONFIDENCE_HEADER] == b"0.7"
+            assert verified[f"{run}-cut-off".encode()][VERDICT_HEADER] == b"PASS_WEAK"
+            tail.close()
+
+    asyncio.run(scenario())
+
+
+def test_verifier_group_benchmark_stays_under_the_littles_law_bound(kafka_bootstrap: str) -> None:
+    """Scenario: the tiny CI run of `clingate bench llm --groups` against the session broker.
+
+    Every point completes through the broker and its verdict rate never beats N/L.
+    """
+    points = run_group_benchmark(kafka_bootstrap, (1, 4), (0.05,), quick=True)
+    assert [(p.concurrency, p.latency_s) for p in points] == [(1, 0.05), (4, 0.05)]
+    for point in points:
+        assert point.calls >= 1 and 0 < point.ratio <= 1.1
