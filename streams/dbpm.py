@@ -357,13 +357,19 @@ class DbpmAgents:
             try:
                 return result.value, contract_event(result.value)
             except ValueError as exc:  # BadEvent: valid Avro, not a DBPM event
-                result = DecodeFailed(record, Stage.VALIDATE, type(exc).__name__, str(exc), None,
-                                      expected.avro_name)
+                result = DecodeFailed(
+                    record, Stage.VALIDATE, type(exc).__name__, str(exc), None, expected.avro_name
+                )
         await self._dead_letter(result)
         return None
 
     async def _dead_letter(self, failed: DecodeFailed) -> None:
-        log.warning("dead-lettering %s[%d]@%d: %s", failed.record.topic, failed.record.partition,
-                    failed.record.offset, failed.reason)
+        log.warning(
+            "dead-lettering %s[%d]@%d: %s",
+            failed.record.topic,
+            failed.record.partition,
+            failed.record.offset,
+            failed.reason,
+        )
         await send_dead_letter(self._topics, self._serde, failed)
         self._metrics.dead_letters.labels(failed.record.topic).inc()

@@ -54,14 +54,14 @@ class Flow:
         )
 
     def stats(self) -> dict[str, float]:
-        """Outputs, throughput (distinct outputs/s, first produce -> last consume), latency p50/p99 (s)."""
+        """Outputs, throughput (outputs/s, first produce -> last consume), latency p50/p99 (s)."""
         lat = self.latencies()
         if not lat:
             return {"outputs": float(len(self.outputs)), "rate": 0.0, "p50": 0.0, "p99": 0.0, "span": 0.0}
         span = max(self.consumed.values()) - min(self.produced.values())
         return {
             "outputs": float(len(self.outputs)),
-            "rate": len(self.consumed) / span if span > 0 else 0.0,
+            "rate": len(self.outputs) / span if span > 0 else 0.0,
             "p50": lat[len(lat) // 2],
             "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))],
             "span": span,
@@ -72,7 +72,8 @@ class Flow:
 class Route:
     """A watched topic: its model, the flow it feeds, whether it carries inputs, and the id of a record.
 
-    ``ident`` returns None for records of other runs (they are ignored).
+    ``ident`` returns None for records of other runs (they are ignored). A topic may feed several
+    flows (candidates are the generator's outputs and the gate's inputs); its routes share the model.
     """
 
     topic: str
@@ -88,7 +89,9 @@ class Tap(threading.Thread):
     def __init__(self, bootstrap: str, serde: Serde, routes: list[Route]) -> None:
         super().__init__(name="clingate-demo-tap", daemon=True)
         self._serde = serde
-        self._routes = {r.topic: r for r in routes}
+        self._routes: dict[str, list[Route]] = {}
+        for route in routes:
+            self._routes.setdefault(route.topic, []).append(route)
         self._stopping = threading.Event()
         self.error: BaseException | None = None
         self._consumer = Consumer(client_config(bootstrap, **{
@@ -113,21 +116,22 @@ class Tap(threading.Thread):
             self._consumer.close()
 
     def _take(self, message: Any) -> None:
-        route = self._routes[message.topic()]
+        routes = self._routes[message.topic()]
         now = time.time()
         try:
-            value = self._serde.decode(message.value(), route.model, topic=route.topic)
+            value = self._serde.decode(message.value(), routes[0].model, topic=message.topic())
         except Exception:  # the demo's dead-letter probes (the workers route them)
             return
-        ident = route.ident(value)
-        if ident is None:
-            return
-        flow = route.flow
-        if route.is_input:
-            flow.produced.setdefault(ident, message.timestamp()[1] / 1000)
-        else:
-            flow.consumed.setdefault(ident, now)
-            flow.outputs.append(value)
+        for route in routes:
+            ident = route.ident(value)
+            if ident is None:
+                continue
+            flow = route.flow
+            if route.is_input:
+                flow.produced.setdefault(ident, message.timestamp()[1] / 1000)
+            else:
+                flow.consumed.setdefault(ident, now)
+                flow.outputs.append(value)
 
     def stop(self) -> None:
         """Stop polling and close the consumer (joins the thread)."""

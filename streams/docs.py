@@ -415,4 +415,3 @@ async def run_worker(
         packets.close()
         producer.flush(30)
     return worker
-

@@ -67,6 +67,7 @@ from schemas.serde import Serde, make_serde
 from streams import demo_report as report
 from streams.broker import Broker, free_port, provide_broker
 from streams.demo_data import DOCS_EXAMPLES
+from streams.demo_llm import LoopPlan, loop_plan
 from streams.demo_tap import Flow, Route, Tap
 from streams.kafka_config import client_config
 from streams.settings import Settings, get_settings
@@ -77,6 +78,8 @@ from topics.catalog import (
     CLINICAL_REVIEWS,
     DBPM_CANDIDATES,
     DBPM_DECISIONS,
+    DBPM_NARRATIVES,
+    DBPM_TO_VERIFY,
     DBPM_VERDICTS,
     DOCS_CLASSIFICATIONS,
     DOCS_DISPOSITIONS,
@@ -168,7 +171,8 @@ class ServiceProcess:
         env: settings of this process on top of the demo's environment.
         bootstrap: the broker (``KAFKA_BOOTSTRAP_SERVERS``).
         log: file of its stdout and stderr.
-        ready: log lines of which any says it is ready.
+        ready: log lines of which any says it is ready (none: ready once started).
+        module: the Python module it runs.
     """
 
     def __init__(
@@ -179,10 +183,11 @@ class ServiceProcess:
         bootstrap: str,
         log: Path,
         ready: tuple[bytes, ...],
+        module: str = "streams.cli",
     ) -> None:
         self.name = name
         self.log = log
-        self._args = args
+        self._args = [module, *args]
         self._env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, **env}
         self._ready = ready
         self._process: subprocess.Popen[bytes] | None = None
@@ -190,7 +195,7 @@ class ServiceProcess:
     def __enter__(self) -> ServiceProcess:
         with self.log.open("wb") as out:
             self._process = subprocess.Popen(
-                [sys.executable, "-W", "ignore", "-m", "streams.cli", *self._args],
+                [sys.executable, "-W", "ignore", "-m", *self._args],
                 env=self._env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         return self
@@ -203,7 +208,7 @@ class ServiceProcess:
         """
         assert self._process is not None, "enter the context first"
         deadline = time.monotonic() + timeout_s
-        while not any(marker in self.log.read_bytes() for marker in self._ready):
+        while self._ready and not any(marker in self.log.read_bytes() for marker in self._ready):
             if self._process.poll() is not None:
                 raise DemoError(f"the {self.name} exited (code {self._process.returncode}):\n{self.tail()}")
             if time.monotonic() > deadline:
@@ -402,37 +407,61 @@ def demo_stream(patients: int, seed: int = 0) -> list[dict[str, Any]]:
     return stream
 
 
-def _in_process(engine: Any, events: list[dict[str, Any]]) -> tuple[list[dict[str, object]], Any, list[Any]]:
-    """Decisions and final state of the in-process engine, and snapshots along the stream."""
-    from processors.dbpm import parse_event
+def _in_process(engine: Any, events: list[Any]) -> tuple[dict[str, str], Any, list[Any]]:
+    """Decisions (by candidate id) and final state of the in-process engine, snapshots along the way."""
     from state.memory import MemoryStore
 
     store = MemoryStore()
-    decisions: list[dict[str, object]] = []
+    decisions: dict[str, str] = {}
     snapshots: list[Any] = []
     every = max(1, len(events) // _SNAPSHOTS)
-    for index, obj in enumerate(events, start=1):
-        event = parse_event(obj)
+    for index, event in enumerate(events, start=1):
         with store.transaction() as txn:
             _, out = engine.process(txn, event, event.time)
-        decisions += [d.to_json() for d in out]
+        decisions.update((d.candidate_id, d.decision) for d in out)
         if index % every == 0 or index == len(events):
             snapshots.append((event.time, engine.snapshot(store.transaction())))
     return decisions, engine.snapshot(store.transaction()), snapshots
 
 
-def _measure(events: list[dict[str, Any]], decisions: list[dict[str, Any]]) -> tuple[Any, Counter[str]]:
-    """Selectivity counts (gate decision paired with its verdict) and fail events per task."""
+def loop_reference(loop: LoopPlan, verdicts: dict[str, Any]) -> list[Any]:
+    """The loop's events as the in-process engine sees them: per narrative, its candidates' gate events
+    in the generator's order, then the verdicts the verifier published for them, in the same order."""
+    from streams.dbpm import contract_event
+
+    events: list[Any] = []
+    for narrative in loop.narratives:
+        found = loop.candidates[narrative.patient_id]
+        events += [contract_event(c) for c in found]
+        events += [contract_event(verdicts[c.candidate_id]) for c in found if c.candidate_id in verdicts]
+    return events
+
+
+def _measure(
+    loop: LoopPlan, decisions: dict[str, str], verdicts: dict[str, Any], truth: bool
+) -> tuple[Any, Counter[str]]:
+    """Selectivity counts and the fail events the memory consumed, per task.
+
+    Selectivity pairs each gate decision with the candidate's verdict: the planned (ground-truth)
+    verdict when the responder plays the synthetic stream (``truth``), so BLOCKed candidates, which
+    the verifier never sees, are measured too; else the verdicts the verifier published.
+    """
     from processors.dbpm.measurement import SelectivityTracker
 
-    by_candidate = {d["candidate_id"]: d["decision"] for d in decisions}
-    tracker = SelectivityTracker()
-    for e in events:
-        if e["kind"] == "gate":
-            tracker.gate(e["task"], e["patient_id"], e["payload"], by_candidate[e["candidate_id"]])
-        else:
-            tracker.verdict(e["task"], e["patient_id"], e["payload"], e["verdict"], e["source"])
-    return tracker.counts(), Counter(tracker.fail_events)
+    measured, consumed = SelectivityTracker(), SelectivityTracker()
+    for found in loop.candidates.values():
+        for c in found:
+            payload = c.payload.model_dump(mode="json", exclude_none=True)
+            decision = decisions[c.candidate_id]
+            measured.gate(c.task, c.patient_id, payload, decision)
+            consumed.gate(c.task, c.patient_id, payload, decision)
+            verdict = verdicts.get(c.candidate_id)
+            if verdict is not None:
+                consumed.verdict(c.task, c.patient_id, payload, verdict.verdict, verdict.source)
+            label = loop.truth[c.candidate_id] if truth else (verdict.verdict if verdict else None)
+            if label is not None:
+                measured.verdict(c.task, c.patient_id, payload, label, "verifier_mmed")
+    return measured.counts(), Counter(consumed.fail_events)
 
 
 @dataclass
@@ -440,7 +469,9 @@ class Plan:
     """The inputs of one run, built before anything is produced, with the in-process expectations."""
 
     dbpm_patients: int
-    dbpm_events: list[dict[str, Any]]
+    loop: LoopPlan
+    llm_url: str | None
+    """The LLM server the user configured for the loop (None: the demo runs its own test server)."""
     fhir: list[Any]
     golden: list[tuple[Any, Any]]
     clinical_expected: dict[str, Any]
@@ -450,8 +481,8 @@ class Plan:
 
     @property
     def gates(self) -> int:
-        """Candidates in the DBPM stream."""
-        return sum(1 for e in self.dbpm_events if e["kind"] == "gate")
+        """Candidates the generator emits for the narratives (with the demo's responder)."""
+        return sum(len(c) for c in self.loop.candidates.values())
 
 
 def _utc_iso(when: datetime | str) -> str:
@@ -528,15 +559,16 @@ def build_plan(patients: int, clinical_patients: int, documents: int, console: C
     from streams.docs_arbiter import LLM_ROLE
     from streams.llm.config import resolve_role
 
+    settings = get_settings()
     with console.status("building the inputs and the in-process expectations"):
-        events = demo_stream(patients)
+        loop = loop_plan(demo_stream(patients))
         fhir, golden = clinical_inputs(clinical_patients)
         expected, outputs = clinical_reference(fhir, golden)
         docs = docs_inputs(max(1, -(-documents // len(DOCS_EXAMPLES))))
     return Plan(
-        dbpm_patients=patients, dbpm_events=events, fhir=fhir, golden=golden,
-        clinical_expected=expected, clinical_outputs=outputs, documents=docs,
-        docs_rules_only=resolve_role(get_settings(), LLM_ROLE).endpoint is None,
+        dbpm_patients=patients, loop=loop, llm_url=settings.generator_url or settings.llm_url,
+        fhir=fhir, golden=golden, clinical_expected=expected, clinical_outputs=outputs, documents=docs,
+        docs_rules_only=resolve_role(settings, LLM_ROLE).endpoint is None,
     )  # fmt: skip
 
 
@@ -593,11 +625,12 @@ def _clinical_id(value: Any) -> str:
 
 def _routes(plan: Plan, flows: dict[str, Flow]) -> list[Route]:
     from schemas.clinical import ClinicalAssessment
-    from schemas.dbpm import Candidate, GateDecision
+    from schemas.dbpm import Candidate, GateDecision, Narrative, Verdict
     from schemas.docs import ClassificationRequest, Disposition
     from schemas.fhir import FhirUpdate
 
-    candidates = {e["candidate_id"] for e in plan.dbpm_events if e["kind"] == "gate"}
+    candidates = {c.candidate_id for found in plan.loop.candidates.values() for c in found}
+    narrated = set(plan.loop.candidates)
     patients = set(plan.clinical_expected)
     doc_ids = {request.doc_id for _, request, _ in plan.documents}
 
@@ -616,8 +649,12 @@ def _routes(plan: Plan, flows: dict[str, Flow]) -> list[Route]:
         return value.doc_id
 
     return [
+        Route(DBPM_NARRATIVES, Narrative, flows["generator"], True, among(narrated, patient, patient)),
+        Route(DBPM_CANDIDATES, Candidate, flows["generator"], False, among(narrated, patient, patient)),
         Route(DBPM_CANDIDATES, Candidate, flows["dbpm"], True, among(candidates, candidate, candidate)),
         Route(DBPM_DECISIONS, GateDecision, flows["dbpm"], False, among(candidates, candidate, candidate)),
+        Route(DBPM_TO_VERIFY, GateDecision, flows["verifier"], True, among(candidates, candidate, candidate)),
+        Route(DBPM_VERDICTS, Verdict, flows["verifier"], False, among(candidates, candidate, candidate)),
         Route(FHIR_UPDATES, FhirUpdate, flows["clinical"], True, among(patients, _clinical_id, patient)),
         Route(CLINICAL_ASSESSMENTS, ClinicalAssessment, flows["clinical"], False,
               among(patients, _clinical_id, patient)),
@@ -647,29 +684,71 @@ class _Feeder(threading.Thread):
             self.error = error
 
 
+def _decisions(flow: Flow) -> dict[str, str]:
+    return {d.candidate_id: str(d.decision) for d in flow.outputs}
+
+
+def feed_loop(
+    bootstrap: str, serde: Serde, plan: Plan, flows: dict[str, Flow], timeout_s: float = 120.0
+) -> None:
+    """Produce the narratives one patient at a time: the next one only once every candidate of the
+    previous one is decided and every candidate it let through has its verdict (module docstring)."""
+    from streams.dbpm import producer_config
+
+    producer = Producer(producer_config(bootstrap, **{"linger.ms": 1}))
+    for narrative in plan.loop.narratives:
+        value = serde.encode(narrative, topic=DBPM_NARRATIVES)
+        producer.produce(DBPM_NARRATIVES, key=narrative.patient_id.encode(), value=value)
+        if producer.flush(30):
+            raise DemoError(f"narrative not delivered to {DBPM_NARRATIVES}")
+        ids = [c.candidate_id for c in plan.loop.candidates[narrative.patient_id]]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            decided = flows["dbpm"].consumed
+            if all(i in decided for i in ids):
+                decisions = _decisions(flows["dbpm"])
+                verified = flows["verifier"].consumed
+                if all(i in verified for i in ids if decisions[i] != "BLOCK"):
+                    break
+            if time.monotonic() > deadline:
+                raise DemoError(
+                    f"narrative of {narrative.patient_id}: not every candidate decided and verified within "
+                    f"{timeout_s:.0f} s"
+                )
+            time.sleep(0.005)
+
+
 def _stream_progress(
     console: Console, plan: Plan, flows: dict[str, Flow], feeders: list[_Feeder], tap: Tap, timeout_s: float
 ) -> None:
     """Progress bars per stream until every feeder finished and every expected output arrived."""
-    columns = (TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (TextColumn("{task.description:<46}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     deadline = time.monotonic() + timeout_s
 
     def clinical_done() -> bool:
         last = _last_per_patient(flows["clinical"].outputs)
         return all(last.get(pid) == a for pid, a in plan.clinical_expected.items())
 
+    def let_through() -> int:
+        return sum(1 for d in _decisions(flows["dbpm"]).values() if d != "BLOCK")
+
     with Progress(*columns, console=console) as progress:
         bars = {
-            "dbpm": progress.add_task(f"DBPM decisions ({DBPM_DECISIONS})", total=plan.gates),
+            "generator": progress.add_task(f"candidates ({DBPM_CANDIDATES})", total=plan.gates),
+            "dbpm": progress.add_task(f"DBPM gate decisions ({DBPM_DECISIONS})", total=plan.gates),
+            "verifier": progress.add_task(f"verdicts on let-through ({DBPM_VERDICTS})", total=None),
             "clinical": progress.add_task(
-                f"FHIR assessments ({CLINICAL_ASSESSMENTS})", total=plan.clinical_outputs
+                f"assessments ({CLINICAL_ASSESSMENTS})", total=plan.clinical_outputs
             ),
             "docs": progress.add_task(f"documents ({DOCS_DISPOSITIONS})", total=len(plan.documents)),
-        }
+        }  # fmt: skip
         while True:
             for name, bar in bars.items():
                 flow = flows[name]
-                progress.update(bar, completed=len(flow.outputs if name == "clinical" else flow.consumed))
+                done = len(flow.outputs if name in ("clinical", "generator") else flow.consumed)
+                progress.update(
+                    bar, completed=done, **({"total": let_through()} if name == "verifier" else {})
+                )
             failed = [f for f in feeders if f.error is not None]
             if failed:
                 raise failed[0].error  # type: ignore[misc]
@@ -688,8 +767,19 @@ def _stream_progress(
                 }  # fmt: skip
                 raise DemoError(f"streams not complete within {timeout_s:.0f} s: {state}")
             time.sleep(0.3)
-        for name, bar in bars.items():
-            progress.update(bar, completed=progress.tasks[list(bars).index(name)].total)
+
+
+def _llm_server(plan: Plan, workdir: Path, bootstrap: str) -> tuple[ServiceProcess | None, str]:
+    """The loop's LLM server: the user's (``CLINGATE_LLM_URL``), else the demo's test server process."""
+    if plan.llm_url is not None:
+        return None, plan.llm_url
+    script = workdir / "llm-script.json"
+    plan.loop.write(script)
+    server = ServiceProcess(
+        "LLM test server (synthetic ground truth)", ["--script", str(script)], {}, bootstrap,
+        workdir / "llm-server.log", (b"listening ",), module="streams.demo_llm",
+    )  # fmt: skip
+    return server, ""
 
 
 def step_streams(
@@ -700,100 +790,135 @@ def step_streams(
     workdir: Path,
     rates: tuple[float, float],
     results: Results,
-) -> Any:
-    """Step 3: the workers started, the three streams produced at once, their outputs consumed.
+) -> tuple[Any, str]:
+    """Step 3: the workers and groups started, the streams produced at once, their outputs consumed.
 
     Returns:
-        The DBPM replay's result (decisions, final memory).
+        The engine configured as the worker is, and the worker's app id.
     """
     from streams.app import dbpm_engines
-    from streams.kafka_replay import commit_end_offsets, replay_via_kafka
+    from streams.kafka_replay import commit_end_offsets, wait_until_consumed
+    from streams.llm.testserver import DEFAULT_MODEL
 
     engine, _ = dbpm_engines(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
     console.print(
-        f"  DBPM: {plan.dbpm_patients} patients, {len(plan.dbpm_events):,} events "
-        f"({plan.gates:,} candidates); "
+        f"  DBPM: {plan.dbpm_patients} patients' narratives ({plan.gates:,} candidates planned); "
         f"FHIR: {len({u.patient_id for u in plan.fhir})} generated + {len(plan.golden)} golden patients, "
         f"{len(plan.fhir) + len(plan.golden):,} updates over simulated weeks; "
         f"documents: {len(plan.documents)}"
     )
     app_id = f"clingate-demo-{uuid.uuid4().hex[:8]}"
-    docs_group = f"{app_id}-docs"
+    groups = {name: f"{app_id}-{name}" for name in ("docs", "generator", "verifier")}
     commit_end_offsets(bootstrap, app_id, [DBPM_VERDICTS, DBPM_CANDIDATES, FHIR_UPDATES, CLINICAL_REVIEWS,
                                           CLINICAL_DELIVERABLES])  # fmt: skip
-    commit_end_offsets(bootstrap, docs_group, [DOCS_CLASSIFICATIONS, DOCS_REVIEWS])
-    flows = {name: Flow(name) for name in ("dbpm", "clinical", "docs")}
-    flows["dbpm"].expected, flows["clinical"].expected = plan.gates, plan.clinical_outputs
-    flows["docs"].expected = len(plan.documents)
+    commit_end_offsets(bootstrap, groups["docs"], [DOCS_CLASSIFICATIONS, DOCS_REVIEWS])
+    commit_end_offsets(bootstrap, groups["generator"], [DBPM_NARRATIVES])
+    commit_end_offsets(bootstrap, groups["verifier"], [DBPM_TO_VERIFY, DBPM_DECISIONS])
+    flows = {name: Flow(name) for name in ("generator", "dbpm", "verifier", "clinical", "docs")}
+    flows["generator"].expected = flows["dbpm"].expected = plan.gates
+    flows["clinical"].expected, flows["docs"].expected = plan.clinical_outputs, len(plan.documents)
     results.flows = flows
     tap = Tap(bootstrap, serde, _routes(plan, flows))
-    worker = ServiceProcess(
-        "DBPM + clinical worker (clingate worker)",
-        ["worker", "-l", "info", "--web-port", str(free_port()), "--datadir", str(workdir / app_id)],
-        {"CLINGATE_APP_ID": app_id, **WORKER_FLAGS}, bootstrap, workdir / f"{app_id}.log",
-        (b"[^Worker]: Ready",),
-    )  # fmt: skip
-    docs_worker = ServiceProcess(
-        "arbiter (clingate docs worker)", ["docs", "worker"], {"CLINGATE_DOCS_GROUP_ID": docs_group},
-        bootstrap, workdir / f"{docs_group}.log", (b"rules-only", b"LLM phases on"),
-    )  # fmt: skip
-    tap.start()
-    try:
-        with worker, docs_worker:
-            with console.status("starting the workers (clingate worker, clingate docs worker)"):
-                worker.wait_ready()
-                docs_worker.wait_ready()
-            console.print(f"  workers ready (app id {app_id}, docs group {docs_group})")
-            feeders = [
-                _Feeder("dbpm", lambda: replay_via_kafka(
-                    bootstrap, plan.dbpm_events, engine, serde, app_id, timeout_s=60.0)),
-                _Feeder("clinical", lambda: feed_clinical(bootstrap, serde, plan, rates[0])),
-                _Feeder("docs", lambda: feed_docs(bootstrap, serde, plan, rates[1])),
-            ]  # fmt: skip
-            started = time.perf_counter()
-            for feeder in feeders:
-                feeder.start()
+    server, llm_url = _llm_server(plan, workdir, bootstrap)
+    with ExitStack() as stack:
+        if server is not None:
+            stack.enter_context(server)
+            with console.status("starting the LLM test server"):
+                server.wait_ready()
+            llm_url = server.log.read_text().split("listening ", 1)[1].split()[0]
+        llm_env = {
+            "CLINGATE_LLM_URL": llm_url,
+            "CLINGATE_LLM_MODEL": get_settings().llm_model or DEFAULT_MODEL,
+        }
+        console.print(
+            f"  LLM for the generator and verifier: {llm_url}"
+            + (" (the demo's test server: answers play the synthetic ground truth)" if server else "")
+        )
+        services = [
+            ServiceProcess(
+                "DBPM + clinical worker (clingate worker)",
+                ["worker", "-l", "info", "--web-port", str(free_port()), "--datadir", str(workdir / app_id)],
+                {"CLINGATE_APP_ID": app_id, **WORKER_FLAGS}, bootstrap, workdir / f"{app_id}.log",
+                (b"[^Worker]: Ready",),
+            ),
+            ServiceProcess(
+                "arbiter (clingate docs worker)", ["docs", "worker"],
+                {"CLINGATE_DOCS_GROUP_ID": groups["docs"]},
+                bootstrap, workdir / "docs.log", (b"rules-only", b"LLM phases on"),
+            ),
+            ServiceProcess(
+                "generator group (clingate generator)", ["generator", "--metrics-port", "0"],
+                {"CLINGATE_GENERATOR_GROUP_ID": groups["generator"], **llm_env}, bootstrap,
+                workdir / "generator.log", (),
+            ),
+            ServiceProcess(
+                "verifier group (clingate verifier)", ["verifier", "--metrics-port", "0"],
+                {"CLINGATE_VERIFIER_GROUP_ID": groups["verifier"], **llm_env}, bootstrap,
+                workdir / "verifier.log", (),
+            ),
+        ]  # fmt: skip
+        for service in services:
+            stack.enter_context(service)
+        tap.start()
+        stack.callback(tap.stop)
+        with console.status("starting the workers and groups (worker, docs worker, generator, verifier)"):
+            for service in services:
+                service.wait_ready()
+        console.print(f"  workers ready (app id {app_id}; groups {', '.join(groups.values())})")
+        feeders = [
+            _Feeder("dbpm", lambda: feed_loop(bootstrap, serde, plan, flows)),
+            _Feeder("clinical", lambda: feed_clinical(bootstrap, serde, plan, rates[0])),
+            _Feeder("docs", lambda: feed_docs(bootstrap, serde, plan, rates[1])),
+        ]
+        started = time.perf_counter()
+        for feeder in feeders:
+            feeder.start()
+        try:
             _stream_progress(console, plan, flows, feeders, tap, timeout_s=STREAMS_TIMEOUT_S)
-            results.timings["streams (all three at once)"] = time.perf_counter() - started
-            step_dead_letters_worker(console, bootstrap, results)
-    finally:
-        tap.stop()
-    return feeders[0].result, engine
+        except DemoError as error:
+            tails = "\n".join(f"--- {s.name}, last lines:\n{s.tail(6)}" for s in services)
+            raise DemoError(f"{error}\n{tails}") from error
+        results.timings["streams (all at once)"] = time.perf_counter() - started
+        with console.status("waiting for the memory agents to commit every verdict"):
+            wait_until_consumed(bootstrap, app_id, DBPM_VERDICTS, 60.0)
+        step_dead_letters_worker(console, bootstrap, results)
+    return engine, app_id
 
 
-def step_dbpm(console: Console, plan: Plan, replay: Any, engine: Any, results: Results) -> None:
-    """Step 4: the DBPM results of the stream, compared with the in-process engine."""
+def step_dbpm(
+    console: Console, bootstrap: str, plan: Plan, engine: Any, app_id: str, results: Results
+) -> None:
+    """Step 4: the loop's results: decisions, memory, selectivity, vs the in-process engine."""
     from processors.dbpm.measurement import channel_population
+    from streams.dbpm import memory_changelog
+    from streams.kafka_replay import read_state
 
-    events = plan.dbpm_events
+    loop = plan.loop
+    decisions = _decisions(results.flows["dbpm"])
+    verdicts = {v.candidate_id: v for v in results.flows["verifier"].outputs}
+    last_ts = loop.narratives[-1].ts.timestamp() if loop.narratives else None
+    state = read_state(bootstrap, memory_changelog(app_id), engine, last_ts)
     with console.status("in-process reference run"):
-        expected, expected_state, snapshots = _in_process(engine, events)
-    state = replay.state
-    contract = [{"candidate_id": d["candidate_id"], "decision": d["decision"]} for d in replay.decisions]
-    differing = sum(1 for a, b in zip(contract, expected, strict=True) if a != b)
-    same = contract == expected and state == expected_state
-    selectivity, fail_events = _measure(events, replay.decisions)
+        expected, expected_state, snapshots = _in_process(engine, loop_reference(loop, verdicts))
+    differing = sum(1 for cid, d in decisions.items() if expected.get(cid) != d)
+    same = differing == 0 and len(expected) == len(decisions) and state == expected_state
+    selectivity, fail_events = _measure(loop, decisions, verdicts, truth=plan.llm_url is None)
     population = channel_population(state, engine.config, fail_events)
     per_task = Counter(
-        (e["task"], d["decision"])
-        for e, d in zip((e for e in events if e["kind"] == "gate"), replay.decisions, strict=True)
+        (c.task, decisions[c.candidate_id]) for found in loop.candidates.values() for c in found
     )
+    let_through = sum(1 for d in decisions.values() if d != "BLOCK")
     results.dbpm.update(
-        patients=plan.dbpm_patients,
-        events=len(events),
-        gates=plan.gates,
-        same=same,
-        per_task=per_task,
-        population=population,
-        selectivity=selectivity,
-        snapshots=snapshots,
-        differing=differing,
-        same_state=state == expected_state,
-        blocks=sum(n for (_, d), n in per_task.items() if d == "BLOCK"),
-    )
+        patients=plan.dbpm_patients, narratives=len(loop.narratives), gates=plan.gates, same=same,
+        per_task=per_task, population=population, selectivity=selectivity, snapshots=snapshots,
+        differing=differing, same_state=state == expected_state, verdicts=len(verdicts),
+        blocks=sum(n for (_, d), n in per_task.items() if d == "BLOCK"), let_through=let_through,
+    )  # fmt: skip
     _print_dbpm(console, results.dbpm)
     if not same:
         results.failed.append("DBPM decisions or memory differ from the in-process engine")
+    if len(verdicts) != let_through:
+        results.failed.append(f"{let_through} candidates let through but {len(verdicts)} verdicts")
     if population.inert_channels() and plan.dbpm_patients >= INERT_CHECK_MIN_PATIENTS:
         results.failed.append(f"inert blocklist channels: {', '.join(population.inert_channels())}")
 
@@ -803,7 +928,10 @@ def _print_dbpm(console: Console, dbpm: dict[str, Any]) -> None:
     for task in sorted({t for t, _ in dbpm["per_task"]}):
         table.add_row(task, *(str(dbpm["per_task"][(task, d)]) for d in ("ALLOW", "DOWNGRADE", "BLOCK")))
     console.print(table)
-    console.print(f"  verifier calls saved (BLOCKs): {dbpm['blocks']:,} of {dbpm['gates']:,} candidates")
+    console.print(
+        f"  verifier calls saved (BLOCKs): {dbpm['blocks']:,} of {dbpm['gates']:,} candidates; "
+        f"{dbpm['let_through']:,} let through, {dbpm['verdicts']:,} verdicts published by the verifier group"
+    )
     console.print(dbpm["population"].render())
     lifts = Table("QA category", "pairs", "lift [95% CI]", title="QA lift per category", title_justify="left")
     for cell in dbpm["selectivity"].cells:
@@ -1150,7 +1278,13 @@ def _lights(lights: Counter[str]) -> str:
 
 def _stream_rows(results: Results) -> list[tuple[str, str, str, str, str]]:
     """Per stream: outputs, throughput, latency p50 and p99 (produced -> output consumed)."""
-    names = {"dbpm": "DBPM decisions", "clinical": "FHIR assessments", "docs": "documents"}
+    names = {
+        "generator": "generator (narrative -> first candidate)",
+        "dbpm": "DBPM gate (candidate -> decision)",
+        "verifier": "verifier (to-verify -> verdict)",
+        "clinical": "clinical (FHIR update -> assessment)",
+        "docs": "arbiter (classification -> disposition)",
+    }
     rows = []
     for name, flow in results.flows.items():
         st = flow.stats()
@@ -1186,8 +1320,8 @@ def _summary_rows(results: Results) -> list[tuple[str, str]]:
         ("topics", ", ".join(f"{n} {o}" for o, n in sorted(Counter(t[2] for t in results.topics).items()))),
         ("schemas round-tripped", f"{sum(r[3] for r in results.round_trips)}/{len(results.round_trips)}"),
         (
-            "DBPM patients / events / candidates",
-            f"{dbpm['patients']} / {dbpm['events']:,} / {dbpm['gates']:,}",
+            "DBPM narratives / candidates / let through / verdicts",
+            f"{dbpm['narratives']} / {dbpm['gates']:,} / {dbpm['let_through']:,} / {dbpm['verdicts']:,}",
         ),
         ("verifier calls saved (BLOCKs)", f"{dbpm['blocks']:,}"),
         ("Kafka decisions = in-process", "yes" if dbpm["same"] else "NO"),
@@ -1251,9 +1385,9 @@ def _run_steps(
                 events = schema_samples(_golden_assessment(), *_escalated_document())
                 step_schemas(console, bootstrap, serde, catalog, events, results)
             with _step(console, results, 3, "the streams through the workers"):
-                replay, engine = step_streams(console, bootstrap, serde, plan, workdir, rates, results)
-            with _step(console, results, 4, "DBPM gate and memory"):
-                step_dbpm(console, plan, replay, engine, results)
+                engine, app_id = step_streams(console, bootstrap, serde, plan, workdir, rates, results)
+            with _step(console, results, 4, "DBPM: narratives -> generator -> gate -> verifier -> memory"):
+                step_dbpm(console, bootstrap, plan, engine, app_id, results)
             with _step(console, results, 5, "clinical gates"):
                 step_clinical(console, plan, results)
             with _step(console, results, 6, "classification arbiter"):
