@@ -19,6 +19,10 @@ Choices:
 * **Wall clock**: the demo is a client, not a processor; ``CreateTime`` and the consume stamp are both
   this machine's clock, in milliseconds for the former.
 * Records that do not decode (the demo's own dead-letter probes) are skipped.
+* **Memory progress**: given the DBPM memory table's changelog, the tap also follows its group
+  boundaries (:data:`streams.tablestore.BOUNDARY_KEY`, value: the verdict offset the group covers;
+  changelog partition = verdict partition), so the demo knows when the memory agents have applied a
+  verdict: the worker stages a group, and its gates read staged writes, before the boundary is sent.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from schemas.base import AvroModel
 from schemas.serde import Serde
 from streams.kafka_config import client_config
 from streams.kafka_replay import end_offset
+from streams.tablestore import BOUNDARY_KEY
 
 
 @dataclass
@@ -46,6 +51,8 @@ class Flow:
     produced: dict[str, float] = field(default_factory=dict)
     consumed: dict[str, float] = field(default_factory=dict)
     outputs: list[Any] = field(default_factory=list)
+    positions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per id, the (partition, offset) of its first output record."""
 
     def latencies(self) -> list[float]:
         """Seconds from input produced to output consumed, for every id seen on both sides."""
@@ -86,8 +93,13 @@ class Route:
 class Tap(threading.Thread):
     """Consumes the routes' topics from their current ends until :meth:`stop`; see the module docstring."""
 
-    def __init__(self, bootstrap: str, serde: Serde, routes: list[Route]) -> None:
+    def __init__(
+        self, bootstrap: str, serde: Serde, routes: list[Route], changelog: str | None = None
+    ) -> None:
         super().__init__(name="clingate-demo-tap", daemon=True)
+        self._changelog = changelog
+        self.applied: dict[int, int] = {}
+        """Per partition of ``changelog``, the input offset its last complete group covers."""
         self._serde = serde
         self._routes: dict[str, list[Route]] = {}
         for route in routes:
@@ -98,7 +110,7 @@ class Tap(threading.Thread):
             "group.id": "clingate-demo-tap", "enable.auto.commit": False, "isolation.level": "read_committed",
         }))  # fmt: skip
         assignment = []
-        for topic in self._routes:
+        for topic in [*self._routes, *([changelog] if changelog else [])]:
             partitions = self._consumer.list_topics(topic, timeout=30).topics[topic].partitions
             assignment += [TopicPartition(topic, p, end_offset(self._consumer, topic, p)) for p in partitions]
         self._consumer.assign(assignment)
@@ -116,6 +128,10 @@ class Tap(threading.Thread):
             self._consumer.close()
 
     def _take(self, message: Any) -> None:
+        if message.topic() == self._changelog:
+            if message.key() == BOUNDARY_KEY:
+                self.applied[message.partition()] = int(message.value())
+            return
         routes = self._routes[message.topic()]
         now = time.time()
         try:
@@ -131,6 +147,7 @@ class Tap(threading.Thread):
                 flow.produced.setdefault(ident, message.timestamp()[1] / 1000)
             else:
                 flow.consumed.setdefault(ident, now)
+                flow.positions.setdefault(ident, (message.partition(), message.offset()))
                 flow.outputs.append(value)
 
     def stop(self) -> None:

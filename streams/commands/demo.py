@@ -689,10 +689,11 @@ def _decisions(flow: Flow) -> dict[str, str]:
 
 
 def feed_loop(
-    bootstrap: str, serde: Serde, plan: Plan, flows: dict[str, Flow], timeout_s: float = 120.0
+    bootstrap: str, serde: Serde, plan: Plan, flows: dict[str, Flow], tap: Tap, timeout_s: float = 120.0
 ) -> None:
     """Produce the narratives one patient at a time: the next one only once every candidate of the
-    previous one is decided and every candidate it let through has its verdict (module docstring)."""
+    previous one is decided and every candidate it let through has its verdict, applied by the memory
+    agents (module docstring, "The DBPM loop")."""
     from streams.dbpm import producer_config
 
     producer = Producer(producer_config(bootstrap, **{"linger.ms": 1}))
@@ -707,8 +708,11 @@ def feed_loop(
             decided = flows["dbpm"].consumed
             if all(i in decided for i in ids):
                 decisions = _decisions(flows["dbpm"])
-                verified = flows["verifier"].consumed
-                if all(i in verified for i in ids if decisions[i] != "BLOCK"):
+                verified = flows["verifier"].positions
+                through = [i for i in ids if decisions[i] != "BLOCK"]
+                if all(i in verified for i in through) and all(
+                    tap.applied.get(verified[i][0], -1) >= verified[i][1] for i in through
+                ):
                     break
             if time.monotonic() > deadline:
                 raise DemoError(
@@ -797,6 +801,7 @@ def step_streams(
         The engine configured as the worker is, and the worker's app id.
     """
     from streams.app import dbpm_engines
+    from streams.dbpm import memory_changelog
     from streams.kafka_replay import commit_end_offsets, wait_until_consumed
     from streams.llm.testserver import DEFAULT_MODEL
 
@@ -818,7 +823,6 @@ def step_streams(
     flows["generator"].expected = flows["dbpm"].expected = plan.gates
     flows["clinical"].expected, flows["docs"].expected = plan.clinical_outputs, len(plan.documents)
     results.flows = flows
-    tap = Tap(bootstrap, serde, _routes(plan, flows))
     server, llm_url = _llm_server(plan, workdir, bootstrap)
     with ExitStack() as stack:
         if server is not None:
@@ -859,14 +863,15 @@ def step_streams(
         ]  # fmt: skip
         for service in services:
             stack.enter_context(service)
-        tap.start()
-        stack.callback(tap.stop)
         with console.status("starting the workers and groups (worker, docs worker, generator, verifier)"):
             for service in services:
                 service.wait_ready()
+        tap = Tap(bootstrap, serde, _routes(plan, flows), changelog=memory_changelog(app_id))
+        tap.start()
+        stack.callback(tap.stop)
         console.print(f"  workers ready (app id {app_id}; groups {', '.join(groups.values())})")
         feeders = [
-            _Feeder("dbpm", lambda: feed_loop(bootstrap, serde, plan, flows)),
+            _Feeder("dbpm", lambda: feed_loop(bootstrap, serde, plan, flows, tap)),
             _Feeder("clinical", lambda: feed_clinical(bootstrap, serde, plan, rates[0])),
             _Feeder("docs", lambda: feed_docs(bootstrap, serde, plan, rates[1])),
         ]
