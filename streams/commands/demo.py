@@ -1,4 +1,7 @@
-"""``clingate demo``: the README's main job, end to end on a real Kafka broker in a few minutes.
+"""``clingate demo``: the README's main job, the product end to end on a real Kafka broker.
+
+Every part runs as the product runs it, as a process of its own reading and writing topics; the demo
+only produces inputs and consumes outputs, as an upstream and a downstream system would.
 
 Steps (each prints what it did):
 
@@ -7,32 +10,64 @@ Steps (each prints what it did):
    catalog.
 2. **Schemas.** One event of every registered top-level schema is encoded, produced to its catalog
    topic, read back at its exact offset and decoded (DeadLetter goes to a dead-letter topic).
-3. **DBPM through Kafka.** A ``clingate worker`` subprocess (own app id, temporary data dir) gates a
-   synthetic stream of ``--patients`` patients replayed with ``replay_via_kafka``; decisions per task,
-   verifier calls saved (BLOCKs), channel population, QA lift with 95% CI, throughput, and a check
-   that decisions and final memory equal the in-process engine's on the same stream.
-4. **Clinical.** The four golden cases (with their published review inputs) and ``--clinical-patients``
-   generated patients assessed in-process and published to ``clingate.clinical.assessments``.
-5. **Docs.** The arbiter's example classifications verified rules-only; dispositions (and review
-   packets of escalations) published.
-6. **Dead letters.** Undecodable records sent to ``clingate.dbpm.candidates`` (the worker routes them)
-   and to ``clingate.fhir.updates`` (routed here with the same DLQ step); DLQ counts per topic.
-7. **Summary** and ``report.html``.
+3. **The streams through the workers, all at once**, with a progress bar per stream:
+
+   * processes started: ``clingate worker`` (DBPM gate and memory, clinical agent), ``clingate docs
+     worker`` (arbiter), ``clingate generator`` and ``clingate verifier`` (the LLM groups), and, unless
+     ``CLINGATE_LLM_URL`` (or ``CLINGATE_GENERATOR_URL``) names a server, the LLM test server of
+     :mod:`streams.demo_llm`, whose answers play the synthetic ground truth;
+   * DBPM: one narrative per patient of the synthetic stream of :mod:`streams.bench.dbpm` (the
+     paper's proportions) -> generator -> candidates -> gate -> to-verify -> verifier -> verdicts ->
+     memory;
+   * clinical: ``--clinical-patients`` generated patients whose FHIR records change over simulated
+     weeks (:mod:`streams.demo_data.timeline`), then the four golden cases with their published
+     review inputs, as ``FhirUpdate`` / ``AdversarialReview`` records; assessments consumed;
+   * documents: ``--documents`` classification requests (copies of the arbiter examples, trap cases
+     included); dispositions consumed.
+
+4. **DBPM results**: decisions per task, verifier calls saved (BLOCKs), channel population with the
+   inert-blocklist check, QA lift with 95% CI per category, and the check that the worker's decisions
+   and final memory equal the in-process engine's on the loop's sequence.
+5. **Clinical results**: traffic lights at the end of every simulated week, golden and RED patients
+   with NTI severity and red sources, and the check that each patient's last assessment equals the
+   pure stream processor's.
+6. **Arbiter results**: decision and rule per example, checked against the in-process arbiter (when
+   rules-only).
+7. **Dead letters**: undecodable records sent to ``clingate.dbpm.candidates`` (the worker routes them)
+   and ``clingate.fhir.updates`` (routed here with the same DLQ step); DLQ counts per topic.
+8. **Summary**, throughput and latency per stream (``streams.demo_tap``), and ``report.html``.
+
+The exit code is 1 when a check fails (the summary's "checks" row names it), 130 on Ctrl-C; every
+process the demo started is stopped in all cases (also on SIGTERM).
 
 Choices recorded here:
 
-* **Stream order.** The synthetic generator interleaves each candidate with its verdict; replayed
-  through Kafka in lockstep, that is one broker round trip per candidate. The demo batches each
-  patient stage instead, as a pipeline that verifies a stage's candidates together does: the stage's
-  candidates first, stamped at the stage's first candidate time (a gate run waits for the memory to
-  reach one watermark tick), then its verdicts, stamped at the stage's last candidate time (so
-  event time never goes backwards). Both the worker and the in-process reference see this same stream.
+* **The DBPM loop runs one patient at a time.** The next narrative is produced only once every
+  candidate of the previous one is decided, every candidate it let through has its verdict, and the
+  memory agents have applied those verdicts (the memory changelog's group boundaries, followed by the
+  tap). A gate then sees exactly the verdicts of the earlier patients, as the in-process engine does
+  on the sequence "each patient's candidates, then their verdicts", so the decisions and the memory
+  can be compared one for one. Without the wait the gate would race the memory and the comparison
+  would be meaningless. The cost is throughput: the loop's figures are per-patient round trips, not
+  the gate's capacity (``clingate bench dbpm-kafka`` measures that).
+* **Stream size.** The paper's proportions give about 49 candidates per patient through the loop (at
+  most one QA answer per question template); ``--patients`` defaults to 150 (about 7,300 candidates),
+  which fits a few minutes on a 2-core machine. A few thousand patients (``--patients 3000``) is the
+  paper's scale and takes proportionally longer.
+* **Selectivity** (lift per QA category) pairs every gate decision with the candidate's planned
+  verdict when the demo's responder plays the ground truth, so BLOCKed candidates are measured too;
+  with a real model (``CLINGATE_LLM_URL``) only the verdicts the verifier published are paired.
 * **Engine configuration.** The worker runs with cross-task propagation and maintenance off, the
-  configuration in which the Faust runtime promises the in-process engine's decisions and state
-  (docs/faust-runtime.md); the comparison in step 3 checks exactly that promise.
-* **Counts on a shared broker.** With ``KAFKA_BOOTSTRAP_SERVERS`` the topics may hold other records;
-  DLQ counts are the records added during this run (end offsets before and after).
-* **Verifier calls saved** are the BLOCK decisions: a blocked candidate never reaches the verifier.
+  configuration in which the Kafka runtime promises the in-process engine's decisions and state
+  (docs/faust-runtime.md); the comparison in step 4 checks exactly that promise.
+* **Pacing.** FHIR updates (``--fhir-rate``) and classifications (``--docs-rate``) are produced at a
+  fixed rate, as an upstream would send them, so their latency is processing time rather than the
+  queue of a burst; 0 sends as fast as possible.
+* **Counts on a shared broker.** With ``KAFKA_BOOTSTRAP_SERVERS`` the topics may hold other records:
+  every group of the run starts at the topics' current ends, the tap reads from the ends it found,
+  and DLQ counts are the records added during this run.
+* **Verifier calls saved** are the BLOCK decisions: a blocked candidate never reaches the verifier
+  (checked: the verifier published exactly one verdict per candidate let through).
 """
 
 from __future__ import annotations
@@ -388,7 +423,9 @@ def step_schemas(
 
 
 def demo_stream(patients: int, seed: int = 0) -> list[dict[str, Any]]:
-    """The synthetic DBPM stream of ``patients`` patients, stage-batched (module docstring)."""
+    """The synthetic DBPM stream of ``patients`` patients, each stage's candidates stamped at its first
+    candidate time and its verdicts at its last (event time never goes backwards); the plan of the
+    loop (:func:`streams.demo_llm.loop_plan`) is built from it."""
     from streams.bench.dbpm import StreamShape, generate_events
 
     seen: set[str] = set()
