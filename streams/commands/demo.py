@@ -867,10 +867,8 @@ def step_streams(
             with console.status("starting the LLM test server"):
                 server.wait_ready()
             llm_url = server.log.read_text().split("listening ", 1)[1].split()[0]
-        llm_env = {
-            "CLINGATE_LLM_URL": llm_url,
-            "CLINGATE_LLM_MODEL": get_settings().llm_model or DEFAULT_MODEL,
-        }
+        # The user's server: the groups read its settings from the environment they inherit.
+        llm_env = {} if server is None else {"CLINGATE_LLM_URL": llm_url, "CLINGATE_LLM_MODEL": DEFAULT_MODEL}
         console.print(
             f"  LLM for the generator and verifier: {llm_url}"
             + (" (the demo's test server: answers play the synthetic ground truth)" if server else "")
