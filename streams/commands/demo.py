@@ -461,21 +461,25 @@ def _in_process(engine: Any, events: list[Any]) -> tuple[dict[str, str], Any, li
     return decisions, engine.snapshot(store.transaction()), snapshots
 
 
-def loop_reference(loop: LoopPlan, verdicts: dict[str, Any]) -> list[Any]:
+def loop_reference(loop: LoopPlan, emitted: dict[str, list[Any]], verdicts: dict[str, Any]) -> list[Any]:
     """The loop's events as the in-process engine sees them: per narrative, its candidates' gate events
     in the generator's order, then the verdicts the verifier published for them, in the same order."""
     from streams.dbpm import contract_event
 
     events: list[Any] = []
     for narrative in loop.narratives:
-        found = loop.candidates[narrative.patient_id]
+        found = emitted.get(narrative.patient_id, [])
         events += [contract_event(c) for c in found]
         events += [contract_event(verdicts[c.candidate_id]) for c in found if c.candidate_id in verdicts]
     return events
 
 
 def _measure(
-    loop: LoopPlan, decisions: dict[str, str], verdicts: dict[str, Any], truth: bool
+    loop: LoopPlan,
+    emitted: dict[str, list[Any]],
+    decisions: dict[str, str],
+    verdicts: dict[str, Any],
+    truth: bool,
 ) -> tuple[Any, Counter[str]]:
     """Selectivity counts and the fail events the memory consumed, per task.
 
@@ -486,7 +490,7 @@ def _measure(
     from processors.dbpm.measurement import SelectivityTracker
 
     measured, consumed = SelectivityTracker(), SelectivityTracker()
-    for found in loop.candidates.values():
+    for found in emitted.values():
         for c in found:
             payload = c.payload.model_dump(mode="json", exclude_none=True)
             decision = decisions[c.candidate_id]
@@ -668,6 +672,7 @@ def _routes(plan: Plan, flows: dict[str, Flow]) -> list[Route]:
 
     candidates = {c.candidate_id for found in plan.loop.candidates.values() for c in found}
     narrated = set(plan.loop.candidates)
+    planned = plan.llm_url is None  # else the model's candidates: any of the narrated patients
     patients = set(plan.clinical_expected)
     doc_ids = {request.doc_id for _, request, _ in plan.documents}
 
@@ -685,13 +690,14 @@ def _routes(plan: Plan, flows: dict[str, Flow]) -> list[Route]:
     def document(value: Any) -> str:
         return value.doc_id
 
+    in_run = among(candidates, candidate, candidate) if planned else among(narrated, candidate, patient)
     return [
         Route(DBPM_NARRATIVES, Narrative, flows["generator"], True, among(narrated, patient, patient)),
         Route(DBPM_CANDIDATES, Candidate, flows["generator"], False, among(narrated, patient, patient)),
-        Route(DBPM_CANDIDATES, Candidate, flows["dbpm"], True, among(candidates, candidate, candidate)),
-        Route(DBPM_DECISIONS, GateDecision, flows["dbpm"], False, among(candidates, candidate, candidate)),
-        Route(DBPM_TO_VERIFY, GateDecision, flows["verifier"], True, among(candidates, candidate, candidate)),
-        Route(DBPM_VERDICTS, Verdict, flows["verifier"], False, among(candidates, candidate, candidate)),
+        Route(DBPM_CANDIDATES, Candidate, flows["dbpm"], True, in_run),
+        Route(DBPM_DECISIONS, GateDecision, flows["dbpm"], False, in_run),
+        Route(DBPM_TO_VERIFY, GateDecision, flows["verifier"], True, in_run),
+        Route(DBPM_VERDICTS, Verdict, flows["verifier"], False, in_run),
         Route(FHIR_UPDATES, FhirUpdate, flows["clinical"], True, among(patients, _clinical_id, patient)),
         Route(CLINICAL_ASSESSMENTS, ClinicalAssessment, flows["clinical"], False,
               among(patients, _clinical_id, patient)),
@@ -721,17 +727,35 @@ class _Feeder(threading.Thread):
             self.error = error
 
 
+def emitted_candidates(plan: Plan, flows: dict[str, Flow]) -> dict[str, list[Any]]:
+    """Per patient, the candidates of the loop in the generator's order: the planned ones when the
+    demo's responder answers, else those the generator published (the model's)."""
+    if plan.llm_url is None:
+        return plan.loop.candidates
+    emitted: dict[str, dict[str, Any]] = {}
+    for c in list(flows["generator"].outputs):
+        emitted.setdefault(c.patient_id, {}).setdefault(c.candidate_id, c)
+    return {patient: list(found.values()) for patient, found in emitted.items()}
+
+
 def _decisions(flow: Flow) -> dict[str, str]:
     return {d.candidate_id: str(d.decision) for d in flow.outputs}
 
 
 def feed_loop(
-    bootstrap: str, serde: Serde, plan: Plan, flows: dict[str, Flow], tap: Tap, timeout_s: float = 120.0
+    bootstrap: str,
+    serde: Serde,
+    plan: Plan,
+    flows: dict[str, Flow],
+    tap: Tap,
+    generator_group: str,
+    timeout_s: float = 120.0,
 ) -> None:
     """Produce the narratives one patient at a time: the next one only once every candidate of the
     previous one is decided and every candidate it let through has its verdict, applied by the memory
     agents (module docstring, "The DBPM loop")."""
     from streams.dbpm import producer_config
+    from streams.kafka_replay import wait_until_consumed
 
     producer = Producer(producer_config(bootstrap, **{"linger.ms": 1}))
     for narrative in plan.loop.narratives:
@@ -739,7 +763,10 @@ def feed_loop(
         producer.produce(DBPM_NARRATIVES, key=narrative.patient_id.encode(), value=value)
         if producer.flush(30):
             raise DemoError(f"narrative not delivered to {DBPM_NARRATIVES}")
-        ids = [c.candidate_id for c in plan.loop.candidates[narrative.patient_id]]
+        if plan.llm_url is not None:  # the model's candidates: known once the generator committed
+            wait_until_consumed(bootstrap, generator_group, DBPM_NARRATIVES, timeout_s)
+        emitted = emitted_candidates(plan, flows).get(narrative.patient_id, [])
+        ids = [c.candidate_id for c in emitted]
         deadline = time.monotonic() + timeout_s
         while True:
             decided = flows["dbpm"].consumed
@@ -770,13 +797,15 @@ def _stream_progress(
         last = _last_per_patient(flows["clinical"].outputs)
         return all(last.get(pid) == a for pid, a in plan.clinical_expected.items())
 
+    planned = plan.gates if plan.llm_url is None else None  # the model's count is known only at the end
+
     def let_through() -> int:
         return sum(1 for d in _decisions(flows["dbpm"]).values() if d != "BLOCK")
 
     with Progress(*columns, console=console) as progress:
         bars = {
-            "generator": progress.add_task(f"candidates ({DBPM_CANDIDATES})", total=plan.gates),
-            "dbpm": progress.add_task(f"DBPM gate decisions ({DBPM_DECISIONS})", total=plan.gates),
+            "generator": progress.add_task(f"candidates ({DBPM_CANDIDATES})", total=planned),
+            "dbpm": progress.add_task(f"DBPM gate decisions ({DBPM_DECISIONS})", total=planned),
             "verifier": progress.add_task(f"verdicts on let-through ({DBPM_VERDICTS})", total=None),
             "clinical": progress.add_task(
                 f"assessments ({CLINICAL_ASSESSMENTS})", total=plan.clinical_outputs
@@ -844,8 +873,9 @@ def step_streams(
 
     engine, _ = dbpm_engines(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
     console.print(
-        f"  DBPM: {plan.dbpm_patients} patients' narratives ({plan.gates:,} candidates planned); "
-        f"FHIR: {len({u.patient_id for u in plan.fhir})} generated + {len(plan.golden)} golden patients, "
+        f"  DBPM: {plan.dbpm_patients} patients' narratives"
+        + (f" ({plan.gates:,} candidates in the ground truth); " if plan.llm_url is None else "; ")
+        + f"FHIR: {len({u.patient_id for u in plan.fhir})} generated + {len(plan.golden)} golden patients, "
         f"{len(plan.fhir) + len(plan.golden):,} updates over simulated weeks; "
         f"documents: {len(plan.documents)}"
     )
@@ -906,7 +936,7 @@ def step_streams(
         stack.callback(tap.stop)
         console.print(f"  workers ready (app id {app_id}; groups {', '.join(groups.values())})")
         feeders = [
-            _Feeder("dbpm", lambda: feed_loop(bootstrap, serde, plan, flows, tap)),
+            _Feeder("dbpm", lambda: feed_loop(bootstrap, serde, plan, flows, tap, groups["generator"])),
             _Feeder("clinical", lambda: feed_clinical(bootstrap, serde, plan, rates[0])),
             _Feeder("docs", lambda: feed_docs(bootstrap, serde, plan, rates[1])),
         ]
@@ -935,21 +965,20 @@ def step_dbpm(
 
     loop = plan.loop
     decisions = _decisions(results.flows["dbpm"])
+    emitted = emitted_candidates(plan, results.flows)
     verdicts = {v.candidate_id: v for v in results.flows["verifier"].outputs}
     last_ts = loop.narratives[-1].ts.timestamp() if loop.narratives else None
     state = read_state(bootstrap, memory_changelog(app_id), engine, last_ts)
     with console.status("in-process reference run"):
-        expected, expected_state, snapshots = _in_process(engine, loop_reference(loop, verdicts))
+        expected, expected_state, snapshots = _in_process(engine, loop_reference(loop, emitted, verdicts))
     differing = sum(1 for cid, d in decisions.items() if expected.get(cid) != d)
     same = differing == 0 and len(expected) == len(decisions) and state == expected_state
-    selectivity, fail_events = _measure(loop, decisions, verdicts, truth=plan.llm_url is None)
+    selectivity, fail_events = _measure(loop, emitted, decisions, verdicts, truth=plan.llm_url is None)
     population = channel_population(state, engine.config, fail_events)
-    per_task = Counter(
-        (c.task, decisions[c.candidate_id]) for found in loop.candidates.values() for c in found
-    )
+    per_task = Counter((c.task, decisions[c.candidate_id]) for found in emitted.values() for c in found)
     let_through = sum(1 for d in decisions.values() if d != "BLOCK")
     results.dbpm.update(
-        patients=plan.dbpm_patients, narratives=len(loop.narratives), gates=plan.gates, same=same,
+        patients=plan.dbpm_patients, narratives=len(loop.narratives), gates=len(decisions), same=same,
         per_task=per_task, population=population, selectivity=selectivity, snapshots=snapshots,
         differing=differing, same_state=state == expected_state, verdicts=len(verdicts),
         blocks=sum(n for (_, d), n in per_task.items() if d == "BLOCK"), let_through=let_through,
