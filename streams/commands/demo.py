@@ -51,9 +51,10 @@ Choices recorded here:
   would be meaningless. The cost is throughput: the loop's figures are per-patient round trips, not
   the gate's capacity (``clingate bench dbpm-kafka`` measures that).
 * **Stream size.** The paper's proportions give about 49 candidates per patient through the loop (at
-  most one QA answer per question template); ``--patients`` defaults to 150 (about 7,300 candidates),
-  which fits a few minutes on a 2-core machine. A few thousand patients (``--patients 3000``) is the
-  paper's scale and takes proportionally longer.
+  most one QA answer per question template); ``--patients`` defaults to 80 (about 3,900 candidates),
+  which fits a few minutes on a busy 2-core machine and populates every blocklist channel (from
+  about 40 patients on). A few thousand patients (``--patients 3000``) is the paper's scale and takes
+  proportionally longer: the loop runs one patient at a time, about 1-2 s each on that machine.
 * **Selectivity** (lift per QA category) pairs every gate decision with the candidate's planned
   verdict when the demo's responder plays the ground truth, so BLOCKed candidates are measured too;
   with a real model (``CLINGATE_LLM_URL``) only the verdicts the verifier published are paired.
@@ -131,10 +132,11 @@ WORKER_FLAGS = {"CLINGATE_DBPM_CROSS_TASK": "false", "CLINGATE_DBPM_MAINTENANCE"
 """The worker's engine configuration (module docstring, "Engine configuration")."""
 
 INERT_CHECK_MIN_PATIENTS = 50
-"""Smallest DBPM stream whose inert blocklist channel fails the run. A tiny stream (the tests use five
+"""Smallest DBPM stream whose inert blocklist channel fails the run. A tiny stream (the tests use three
 patients) has too few fail events per signature to clear the BLOCK threshold, so its channels are
-honestly inert; from 50 patients on the paper's proportions populate every channel (150 patients:
-ner 6, qa 10, re 9 BLOCK-clearing patterns), and an inert one is a defect."""
+honestly inert; through the loop, the paper's proportions populate every channel from about 40
+patients on (measured in process on the loop's sequence: 40, 60, 80 and 100 patients), so from 50 on
+an inert one is a defect."""
 
 STREAMS_TIMEOUT_S = 900.0
 """Longest the three streams may take together (a stuck DBPM gate run fails sooner, after 60 s)."""
@@ -1480,7 +1482,7 @@ def _run_steps(
 
 @app.callback(invoke_without_command=True)
 def demo(
-    patients: Annotated[int, typer.Option(min=1, help="Patients in the synthetic DBPM stream.")] = 150,
+    patients: Annotated[int, typer.Option(min=1, help="Patients (narratives) of the DBPM loop.")] = 80,
     clinical_patients: Annotated[
         int,
         typer.Option(min=0, help="Generated patients in the FHIR stream (besides the four golden cases)."),
