@@ -138,9 +138,9 @@ async def run_generator(
     Raises:
         RoleDisabledError: no generator server is configured.
     """
-    require_role(settings, Role.GENERATOR)
     own_client = client is None
     llm_client = client or LlmClient.from_settings(settings)
+    require_role(llm_client, settings, Role.GENERATOR)
     meters = metrics or new_metrics()
     vocab = vocabulary if vocabulary is not None else DrugVocabulary.full()
     serde = default_serde(settings)

@@ -102,18 +102,21 @@ def llm_failure(record: SourceRecord, expected_schema: str, failures: Sequence[L
 
 
 def consumer_config(bootstrap: str, group_id: str) -> dict[str, object]:
-    """Consumer settings of an LLM group: manual in-order commits, committed reads only."""
+    """Consumer settings of an LLM group: manual in-order commits, committed reads only.
+
+    ``fetch.wait.max.ms`` 100 (librdkafka default 500): a partition resumed after backpressure is
+    fetched within 100 ms instead of waiting behind a 500 ms long poll of the idle partitions.
+    """
     return client_config(bootstrap, **{
         "group.id": group_id, "enable.auto.commit": False, "auto.offset.reset": "earliest",
-        "isolation.level": "read_committed",
+        "isolation.level": "read_committed", "fetch.wait.max.ms": 100,
     })  # fmt: skip
 
 
-def require_role(settings: Settings, role: Role) -> None:
-    """Raise :class:`RoleDisabledError` when ``role`` has no server (its status line says why)."""
-    config = resolve_role(settings, role)
-    if config.endpoint is None:
-        raise RoleDisabledError(config.status)
+def require_role(client: LlmClient, settings: Settings, role: Role) -> None:
+    """Raise :class:`RoleDisabledError` when ``client`` has no server for ``role`` (the settings say why)."""
+    if not client.enabled(role):
+        raise RoleDisabledError(resolve_role(settings, role).status)
 
 
 async def run_loop(

@@ -49,6 +49,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
@@ -94,6 +95,14 @@ _AMBIGUOUS_KINDS = frozenset({FailureKind.INVALID_OUTPUT, FailureKind.TRUNCATED}
 GATE_HEADER = "clingate-gate"
 CONFIDENCE_HEADER = "clingate-confidence"
 VERDICT_HEADER = "clingate-verdict"
+
+
+class NarrativeSource(Protocol):
+    """Where the verifier finds a candidate's narrative."""
+
+    async def get(self, patient_id: str, ts: datetime) -> str | None:
+        """The narrative text of ``(patient_id, ts)``, or None when it cannot be found."""
+        ...
 
 
 class NarrativeCache:
@@ -183,7 +192,7 @@ class Verifier:
     llm: MeteredLlm
     serde: Serde
     engine: DBPMEngine
-    narratives: NarrativeCache
+    narratives: NarrativeSource
 
     def __call__(self, record: SourceRecord) -> Handled | Awaitable[Handled]:
         """Decode a decision; count a BLOCK (decisions topic) or verify (to-verify topic) as a task."""
@@ -291,9 +300,9 @@ async def run_verifier(
     """
     from streams.app import dbpm_engines  # the Faust app module; imported only where a group runs
 
-    require_role(settings, Role.VERIFIER)
     own_client = client is None
     llm_client = client or LlmClient.from_settings(settings)
+    require_role(llm_client, settings, Role.VERIFIER)
     meters = metrics or new_metrics()
     serde = default_serde(settings)
     narratives = NarrativeCache(bootstrap, serde, settings.verifier_narrative_cache,

@@ -202,7 +202,9 @@ def verdict_event(candidate: Candidate, final: Final, ts: datetime) -> Verdict:
     payload = candidate.payload
     if isinstance(payload, QaPayload):
         error_class = final.error_class if final.verdict == "FAIL" else None
-        payload = payload.model_copy(update={"error_class": error_class})
+        payload = payload.model_copy(
+            update={"error_class": None if error_class is None else QaErrorClass(error_class)}
+        )
     return Verdict(
         ts=ts,
         task=candidate.task,

@@ -66,6 +66,7 @@ from typing import Annotated, Any
 import typer
 
 from processors.dbpm import DBPMConfig, DBPMEngine, GateEvent, load_ontology, parse_event
+from processors.dbpm.extraction import QA_TEMPLATES
 from processors.dbpm.measurement import (
     PopulationReport,
     SelectivityCounts,
@@ -327,20 +328,8 @@ _LABEL_STEMS = (
 _LABEL_PREFIXES = ("", "", "MAY_", "LIKELY_", "POSSIBLY_", "NOT_", "WAS_", "IS_", "SUBSEQUENTLY_", "PARTLY_")
 _LABEL_SUFFIXES = ("", "_WITH", "_FOR", "_DURING", "_IN", "_BY", "_AFTER", "_TO", "#")
 
-_QA_TEMPLATES: dict[str, tuple[str, str | None]] = {
-    "diagnosis": ("What is the working diagnosis for this patient?", "Diagnosis"),
-    "symptoms": ("Which symptoms brought the patient to care?", "Symptoms"),
-    "tests": ("Which investigations were carried out?", "Tests"),
-    "treatment": ("What treatment did the patient receive?", "Treatment"),
-    "history": ("What past medical history is relevant?", "History"),
-    "risk_factor": ("Which risk factors are documented?", "Risk_Factor"),
-    "observation": ("What did the physical examination find?", "Observation"),
-    "outcome_clinicalstatus": ("What was the clinical status at last follow-up?", "Outcome_ClinicalStatus"),
-    "outcome_disposition": ("Where did the patient go after the admission?", "Outcome_Disposition"),
-    "adverse_event": ("Did treatment cause an adverse event?", None),
-    "outcome_mortality": ("Did the patient die during the reported course?", None),
-}
-"""The eleven QAR categories (§4.8): one question template each, and the NER bucket that grounds it."""
+_QA_TEMPLATES = QA_TEMPLATES
+"""The eleven QAR categories (§4.8), shared with the generator (:mod:`processors.dbpm.extraction`)."""
 
 _ABSTENTION = "not documented in the narrative"
 _HALLUCINATIONS = (

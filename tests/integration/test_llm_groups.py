@@ -9,10 +9,11 @@ other tests left there are not its to process.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,27 @@ def clinical_responder(request: ChatRequest) -> Any:
     if "verdict" in fields:
         return {"verdict": "FAIL" if f"entity: {FAILING_ENTITY}" in request.prompt else "PASS"}
     raise AssertionError(f"unexpected schema {sorted(fields)}")
+
+
+@contextmanager
+def served(**options: Any) -> Iterator[OpenAiTestServer]:
+    """An OpenAI test server on its own thread and event loop.
+
+    The groups under test share the test's event loop with blocking Kafka calls (flushes, producer
+    start-up); a server on that loop would see its answers delayed by them and the client time out.
+    """
+    server = OpenAiTestServer(**options)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(server.start(), loop).result(30)
+    try:
+        yield server
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
 
 
 def _verdict_requests(server: OpenAiTestServer) -> int:
@@ -190,8 +212,8 @@ def test_verifier_fails_teach_the_memory_until_the_gate_blocks_without_a_verifie
     """
 
     async def scenario() -> None:
-        async with OpenAiTestServer(responder=clinical_responder) as gen_server, \
-                OpenAiTestServer(responder=clinical_responder) as ver_server:  # fmt: skip
+        with served(responder=clinical_responder) as gen_server, \
+                served(responder=clinical_responder) as ver_server:  # fmt: skip
             settings = _settings(kafka_bootstrap, gen_server.base_url, ver_server.base_url)
             tail = Tail(kafka_bootstrap, DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, DBPM_VERIFIED)
             run = uuid.uuid4().hex[:6]
@@ -280,14 +302,14 @@ def test_llm_faults_are_retried_defaulted_or_dead_lettered_never_dropped(kafka_b
         return Fault.http(500) if "marker gen-down" in request.prompt else None
 
     async def scenario() -> None:
-        async with OpenAiTestServer(responder=clinical_responder) as gen_server, \
-                OpenAiTestServer(responder=clinical_responder, hang_s=10.0) as ver_server:  # fmt: skip
+        with served(responder=clinical_responder) as gen_server, \
+                served(responder=clinical_responder, hang_s=20.0) as ver_server:  # fmt: skip
             ver_server.fault_hook = verifier_hook
             gen_server.fault_hook = generator_hook
             settings = _settings(kafka_bootstrap, gen_server.base_url, ver_server.base_url,
                                  CLINGATE_LLM_MAX_RETRIES=2)  # fmt: skip
             # A breaker that never opens here: each case must show its own failure kind, not circuit_open.
-            policy = ClientPolicy(timeout_s=1.5, max_retries=2, backoff_base_s=0.01, breaker_threshold=1000)
+            policy = ClientPolicy(timeout_s=3.0, max_retries=2, backoff_base_s=0.01, breaker_threshold=1000)
             verifier_client = LlmClient({Role.VERIFIER: Endpoint(ver_server.base_url, "clingate-test")},
                                         policy=policy)  # fmt: skip
             tail = Tail(kafka_bootstrap, DBPM_VERDICTS, DBPM_VERIFIED, dlq_name(DBPM_TO_VERIFY),
