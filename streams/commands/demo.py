@@ -54,7 +54,7 @@ Choices recorded here:
   most one QA answer per question template); ``--patients`` defaults to 80 (about 3,900 candidates),
   which fits a few minutes on a busy 2-core machine and populates every blocklist channel (from
   about 40 patients on). A few thousand patients (``--patients 3000``) is the paper's scale and takes
-  proportionally longer: the loop runs one patient at a time, about 1-2 s each on that machine.
+  proportionally longer: the loop runs one patient at a time, about 2 s each on that machine.
 * **Selectivity** (lift per QA category) pairs every gate decision with the candidate's planned
   verdict when the demo's responder plays the ground truth, so BLOCKed candidates are measured too;
   with a real model (``CLINGATE_LLM_URL``) only the verdicts the verifier published are paired.
