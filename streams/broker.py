@@ -249,8 +249,10 @@ def wait_for_kafka(
             continue
         if metadata.brokers:
             return
-    raise BrokerError(f"no Kafka broker answered a metadata request at {bootstrap} within {timeout:.0f}s "
-                      f"(last error: {last_error})")
+    raise BrokerError(
+        f"no Kafka broker answered a metadata request at {bootstrap} within {timeout:.0f}s "
+        f"(last error: {last_error})"
+    )
 
 
 def _tcp_reachable(port: int) -> bool:

@@ -362,8 +362,9 @@ class DbpmAgents:
             try:
                 return result.value, contract_event(result.value)
             except ValueError as exc:  # BadEvent: valid Avro, not a DBPM event
-                result = DecodeFailed(record, Stage.VALIDATE, type(exc).__name__, str(exc), None,
-                                      expected.avro_name)
+                result = DecodeFailed(
+                    record, Stage.VALIDATE, type(exc).__name__, str(exc), None, expected.avro_name
+                )
         await self._dead_letter(result)
         return None
 

@@ -187,16 +187,18 @@ def decode_record(serde: Serde, record: SourceRecord, expected: type[M]) -> Deco
     """
     if record.value is None:
         return DecodeFailed(
-            record, Stage.DECODE, "TombstoneError",
-            "null value (tombstone) on an event topic", None, expected.avro_name,
+            record,
+            Stage.DECODE,
+            "TombstoneError",
+            "null value (tombstone) on an event topic",
+            None,
+            expected.avro_name,
         )
     try:
         value = serde.decode(record.value, expected, topic=record.topic)
     except SchemaDecodeError as exc:
         stage = Stage.VALIDATE if exc.reason in _VALIDATE_REASONS else Stage.DECODE
-        return DecodeFailed(
-            record, stage, type(exc).__name__, str(exc), exc.reason, expected.avro_name
-        )
+        return DecodeFailed(record, stage, type(exc).__name__, str(exc), exc.reason, expected.avro_name)
     return Decoded(record, value)
 
 

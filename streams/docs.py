@@ -432,4 +432,3 @@ async def run_worker(
         packets.close()
         producer.flush(30)
     return worker
-

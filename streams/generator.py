@@ -76,8 +76,9 @@ class Generator:
         ner = self.llm.call(CallType.NER_EXTRACTION, NerExtraction, extraction_messages("ner", text, hints))
         rel = self.llm.call(CallType.RE_EXTRACTION, ReExtraction, extraction_messages("re", text, hints))
         qas = [
-            self.llm.call(CallType.QA_EXTRACTION, QaExtraction,
-                          extraction_messages("qa", text, hints, question))
+            self.llm.call(
+                CallType.QA_EXTRACTION, QaExtraction, extraction_messages("qa", text, hints, question)
+            )
             for question, _bucket in QA_TEMPLATES.values()
         ]
         ner_result, re_result, *qa_results = await asyncio.gather(ner, rel, *qas)
@@ -154,4 +155,3 @@ async def run_generator(
     finally:
         if own_client:
             await llm_client.aclose()
-

@@ -163,9 +163,11 @@ def default_serde(settings: Settings) -> Serde:
     return make_serde(settings.schema_registry_url)
 
 
-
 def run_until_signalled(
-    runner: Callable[..., Awaitable[OrderedLoop]], bootstrap: str, settings: Settings, metrics_port: int,
+    runner: Callable[..., Awaitable[OrderedLoop]],
+    bootstrap: str,
+    settings: Settings,
+    metrics_port: int,
     **kwargs: Any,
 ) -> OrderedLoop:
     """Run one group member (``run_generator`` / ``run_verifier``) until SIGINT or SIGTERM.

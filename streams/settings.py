@@ -237,6 +237,7 @@ class Settings(BaseSettings):
         if value is None or not value.strip():
             return None
         return value.strip()
+
     clinical_tier_b_class_maps: bool = Field(
         default=False,
         validation_alias="CLINGATE_CLINICAL_TIER_B",

@@ -163,9 +163,7 @@ class ChangelogStore(SerializedStore):
     def iter_range(self, partition: int, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` of ``partition`` with ``start <= key < end``, staged writes merged, ascending."""
         part = self._partition(partition)
-        pending = {
-            k: e.value for k, e in part.overlay.items() if k >= start and (end is None or k < end)
-        }
+        pending = {k: e.value for k, e in part.overlay.items() if k >= start and (end is None or k < end)}
         committed = ((k, v) for k, v in part.db.iter_range(start, end) if k not in pending)
         staged = ((k, v) for k, v in sorted(pending.items()) if v is not None)
         yield from merge(committed, staged)  # type: ignore[misc]

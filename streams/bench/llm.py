@@ -166,8 +166,13 @@ class ServerProcess:
         """
         self._process = subprocess.Popen(
             [
-                sys.executable, "-m", "streams.llm.testserver",
-                "--port", "0", "--latency-ms", f"{latency_s * 1000:g}",
+                sys.executable,
+                "-m",
+                "streams.llm.testserver",
+                "--port",
+                "0",
+                "--latency-ms",
+                f"{latency_s * 1000:g}",
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -302,8 +307,11 @@ def run_group_benchmark(
         with ServerProcess(latency_s) as server:
             for n in concurrency:
                 records = group_records(n, latency_s, quick)
-                points.append(asyncio.run(
-                    measure_group_point(bootstrap, settings, server.base_url, n, latency_s, records)))
+                points.append(
+                    asyncio.run(
+                        measure_group_point(bootstrap, settings, server.base_url, n, latency_s, records)
+                    )
+                )
     return points
 
 
@@ -340,8 +348,11 @@ def llm(
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the points as JSON.")] = None,
     groups: Annotated[
         bool,
-        typer.Option("--groups", help="Measure the verifier consumer group through the broker "
-                     "(KAFKA_BOOTSTRAP_SERVERS or `clingate broker`; use a scratch cluster)."),
+        typer.Option(
+            "--groups",
+            help="Measure the verifier consumer group through the broker "
+            "(KAFKA_BOOTSTRAP_SERVERS or `clingate broker`; use a scratch cluster).",
+        ),
     ] = False,
 ) -> None:
     """Achieved LLM calls/s vs the Little's-law bound N/L against a local fixed-latency server."""
@@ -362,9 +373,16 @@ def llm(
         table.add_column(column, justify="right")
     for p in points:
         table.add_row(
-            f"{p.latency_s * 1000:g} ms", str(p.concurrency), str(p.calls), str(p.failures),
-            f"{p.calls_per_s:.1f}", f"{p.bound_per_s:.1f}", f"{p.ratio:.3f}",
-            f"{p.p50_s * 1000:.0f} ms", f"{p.p99_s * 1000:.0f} ms", f"{p.cpu_ms_per_call:.2f} ms",
+            f"{p.latency_s * 1000:g} ms",
+            str(p.concurrency),
+            str(p.calls),
+            str(p.failures),
+            f"{p.calls_per_s:.1f}",
+            f"{p.bound_per_s:.1f}",
+            f"{p.ratio:.3f}",
+            f"{p.p50_s * 1000:.0f} ms",
+            f"{p.p99_s * 1000:.0f} ms",
+            f"{p.cpu_ms_per_call:.2f} ms",
         )
     Console(width=120).print(table)
     if json_out is not None:

@@ -1,4 +1,7 @@
-"""``clingate demo``: the README's main job, end to end on a real Kafka broker in a few minutes.
+"""``clingate demo``: the README's main job, the product end to end on a real Kafka broker.
+
+Every part runs as the product runs it, as a process of its own reading and writing topics; the demo
+only produces inputs and consumes outputs, as an upstream and a downstream system would.
 
 Steps (each prints what it did):
 
@@ -7,39 +10,73 @@ Steps (each prints what it did):
    catalog.
 2. **Schemas.** One event of every registered top-level schema is encoded, produced to its catalog
    topic, read back at its exact offset and decoded (DeadLetter goes to a dead-letter topic).
-3. **DBPM through Kafka.** A ``clingate worker`` subprocess (own app id, temporary data dir) gates a
-   synthetic stream of ``--patients`` patients replayed with ``replay_via_kafka``; decisions per task,
-   verifier calls saved (BLOCKs), channel population, QA lift with 95% CI, throughput, and a check
-   that decisions and final memory equal the in-process engine's on the same stream.
-4. **Clinical.** The four golden cases (with their published review inputs) and ``--clinical-patients``
-   generated patients assessed in-process and published to ``clingate.clinical.assessments``.
-5. **Docs.** The arbiter's example classifications verified rules-only; dispositions (and review
-   packets of escalations) published.
-6. **Dead letters.** Undecodable records sent to ``clingate.dbpm.candidates`` (the worker routes them)
-   and to ``clingate.fhir.updates`` (routed here with the same DLQ step); DLQ counts per topic.
-7. **Summary** and ``report.html``.
+3. **The streams through the workers, all at once**, with a progress bar per stream:
+
+   * processes started: ``clingate worker`` (DBPM gate and memory, clinical agent), ``clingate docs
+     worker`` (arbiter), ``clingate generator`` and ``clingate verifier`` (the LLM groups), and, unless
+     ``CLINGATE_LLM_URL`` (or ``CLINGATE_GENERATOR_URL``) names a server, the LLM test server of
+     :mod:`streams.demo_llm`, whose answers play the synthetic ground truth;
+   * DBPM: one narrative per patient of the synthetic stream of :mod:`streams.bench.dbpm` (the
+     paper's proportions) -> generator -> candidates -> gate -> to-verify -> verifier -> verdicts ->
+     memory;
+   * clinical: ``--clinical-patients`` generated patients whose FHIR records change over simulated
+     weeks (:mod:`streams.demo_data.timeline`), then the four golden cases with their published
+     review inputs, as ``FhirUpdate`` / ``AdversarialReview`` records; assessments consumed;
+   * documents: ``--documents`` classification requests (copies of the arbiter examples, trap cases
+     included); dispositions consumed.
+
+4. **DBPM results**: decisions per task, verifier calls saved (BLOCKs), channel population with the
+   inert-blocklist check, QA lift with 95% CI per category, and the check that the worker's decisions
+   and final memory equal the in-process engine's on the loop's sequence.
+5. **Clinical results**: traffic lights at the end of every simulated week, golden and RED patients
+   with NTI severity and red sources, and the check that each patient's last assessment equals the
+   pure stream processor's.
+6. **Arbiter results**: decision and rule per example, checked against the in-process arbiter (when
+   rules-only).
+7. **Dead letters**: undecodable records sent to ``clingate.dbpm.candidates`` (the worker routes them)
+   and ``clingate.fhir.updates`` (routed here with the same DLQ step); DLQ counts per topic.
+8. **Summary**, throughput and latency per stream (``streams.demo_tap``), and ``report.html``.
+
+The exit code is 1 when a check fails (the summary's "checks" row names it), 130 on Ctrl-C; every
+process the demo started is stopped in all cases (also on SIGTERM).
 
 Choices recorded here:
 
-* **Stream order.** The synthetic generator interleaves each candidate with its verdict; replayed
-  through Kafka in lockstep, that is one broker round trip per candidate. The demo batches each
-  patient stage instead, as a pipeline that verifies a stage's candidates together does: the stage's
-  candidates first, stamped at the stage's first candidate time (a gate run waits for the memory to
-  reach one watermark tick), then its verdicts, stamped at the stage's last candidate time (so
-  event time never goes backwards). Both the worker and the in-process reference see this same stream.
+* **The DBPM loop runs one patient at a time.** The next narrative is produced only once every
+  candidate of the previous one is decided, every candidate it let through has its verdict, and the
+  memory agents have applied those verdicts (the memory changelog's group boundaries, followed by the
+  tap). A gate then sees exactly the verdicts of the earlier patients, as the in-process engine does
+  on the sequence "each patient's candidates, then their verdicts", so the decisions and the memory
+  can be compared one for one. Without the wait the gate would race the memory and the comparison
+  would be meaningless. The cost is throughput: the loop's figures are per-patient round trips, not
+  the gate's capacity (``clingate bench dbpm-kafka`` measures that).
+* **Stream size.** The paper's proportions give about 49 candidates per patient through the loop (at
+  most one QA answer per question template); ``--patients`` defaults to 80 (about 3,900 candidates),
+  which fits a few minutes on a busy 2-core machine and populates every blocklist channel (from
+  about 40 patients on). A few thousand patients (``--patients 3000``) is the paper's scale and takes
+  proportionally longer: the loop runs one patient at a time, about 2 s each on that machine.
+* **Selectivity** (lift per QA category) pairs every gate decision with the candidate's planned
+  verdict when the demo's responder plays the ground truth, so BLOCKed candidates are measured too;
+  with a real model (``CLINGATE_LLM_URL``) only the verdicts the verifier published are paired.
 * **Engine configuration.** The worker runs with cross-task propagation and maintenance off, the
-  configuration in which the Faust runtime promises the in-process engine's decisions and state
-  (docs/faust-runtime.md); the comparison in step 3 checks exactly that promise.
-* **Counts on a shared broker.** With ``KAFKA_BOOTSTRAP_SERVERS`` the topics may hold other records;
-  DLQ counts are the records added during this run (end offsets before and after).
-* **Verifier calls saved** are the BLOCK decisions: a blocked candidate never reaches the verifier.
+  configuration in which the Kafka runtime promises the in-process engine's decisions and state
+  (docs/faust-runtime.md); the comparison in step 4 checks exactly that promise.
+* **Pacing.** FHIR updates (``--fhir-rate``) and classifications (``--docs-rate``) are produced at a
+  fixed rate, as an upstream would send them, so their latency is processing time rather than the
+  queue of a burst; 0 sends as fast as possible. The FHIR default, 20 updates/s, is below what the
+  one worker sustained for bundles while it also gates the DBPM loop on a busy 2-core machine (about
+  27/s measured; at 100/s the queue put p50 at 16 s) and still ends well before the loop.
+* **Counts on a shared broker.** With ``KAFKA_BOOTSTRAP_SERVERS`` the topics may hold other records:
+  every group of the run starts at the topics' current ends, the tap reads from the ends it found,
+  and DLQ counts are the records added during this run.
+* **Verifier calls saved** are the BLOCK decisions: a blocked candidate never reaches the verifier
+  (checked: the verifier published exactly one verdict per candidate let through).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -48,10 +85,10 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from itertools import groupby
 from pathlib import Path
 from types import FrameType
@@ -67,16 +104,24 @@ from schemas.base import AvroModel
 from schemas.serde import Serde, make_serde
 from streams import demo_report as report
 from streams.broker import Broker, free_port, provide_broker
+from streams.demo_data import DOCS_EXAMPLES
+from streams.demo_llm import LoopPlan, loop_plan
+from streams.demo_tap import Flow, Route, Tap
 from streams.kafka_config import client_config
 from streams.settings import Settings, get_settings
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
+    CLINICAL_DELIVERABLES,
+    CLINICAL_REVIEWS,
     DBPM_CANDIDATES,
     DBPM_DECISIONS,
+    DBPM_NARRATIVES,
+    DBPM_TO_VERIFY,
     DBPM_VERDICTS,
+    DOCS_CLASSIFICATIONS,
     DOCS_DISPOSITIONS,
-    DOCS_REVIEW_PACKETS,
+    DOCS_REVIEWS,
     FHIR_UPDATES,
     Catalog,
     build_catalog,
@@ -87,6 +132,16 @@ app = typer.Typer(help="Run clingate end to end on a Kafka broker and write repo
 
 WORKER_FLAGS = {"CLINGATE_DBPM_CROSS_TASK": "false", "CLINGATE_DBPM_MAINTENANCE": "false"}
 """The worker's engine configuration (module docstring, "Engine configuration")."""
+
+INERT_CHECK_MIN_PATIENTS = 50
+"""Smallest DBPM stream whose inert blocklist channel fails the run. A tiny stream (the tests use three
+patients) has too few fail events per signature to clear the BLOCK threshold, so its channels are
+honestly inert; through the loop, the paper's proportions populate every channel from about 40
+patients on (measured in process on the loop's sequence: 40, 60, 80 and 100 patients), so from 50 on
+an inert one is a defect."""
+
+STREAMS_TIMEOUT_S = 900.0
+"""Longest the three streams may take together (a stuck DBPM gate run fails sooner, after 60 s)."""
 
 _SNAPSHOTS = 40
 """Points of the memory-population and severity charts along the stream."""
@@ -103,17 +158,11 @@ def _producer(bootstrap: str) -> Producer:
     return Producer(client_config(bootstrap, **{"enable.idempotence": True, "linger.ms": 5}))
 
 
-def _consumer(bootstrap: str, group: str | None = None) -> Consumer:
-    return Consumer(
-        client_config(
-            bootstrap,
-            **{
-                "group.id": group or f"clingate-demo-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-            },
-        )
-    )
+def _consumer(bootstrap: str) -> Consumer:
+    return Consumer(client_config(bootstrap, **{
+        "group.id": f"clingate-demo-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    }))  # fmt: skip
 
 
 def _end_offsets(consumer: Consumer, topics: Sequence[str]) -> dict[str, int]:
@@ -152,54 +201,61 @@ def _read_at(consumer: Consumer, topic: str, partition: int, offset: int) -> Any
     raise DemoError(f"record {topic}/{partition}@{offset} not readable within 30 s")
 
 
-class WorkerProcess:
-    """A ``clingate worker`` subprocess of its own app, stopped (SIGTERM, then SIGKILL) on exit."""
+class ServiceProcess:
+    """A clingate subprocess (a worker of some group), stopped (SIGTERM, then SIGKILL) on exit.
 
-    def __init__(self, bootstrap: str, app_id: str, datadir: Path) -> None:
-        self.app_id = app_id
-        self.datadir = datadir
-        self.log = datadir.with_suffix(".log")
-        self._env = {
-            **os.environ,
-            "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-            "CLINGATE_APP_ID": app_id,
-            **WORKER_FLAGS,
-        }
+    Args:
+        name: what it is, for messages.
+        args: the ``clingate`` command line after ``python -m streams.cli``.
+        env: settings of this process on top of the demo's environment.
+        bootstrap: the broker (``KAFKA_BOOTSTRAP_SERVERS``).
+        log: file of its stdout and stderr.
+        ready: log lines of which any says it is ready (none: ready once started).
+        module: the Python module it runs.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        args: list[str],
+        env: dict[str, str],
+        bootstrap: str,
+        log: Path,
+        ready: tuple[bytes, ...],
+        module: str = "streams.cli",
+    ) -> None:
+        self.name = name
+        self.log = log
+        self._args = [module, *args]
+        self._env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, **env}
+        self._ready = ready
         self._process: subprocess.Popen[bytes] | None = None
 
-    def __enter__(self) -> WorkerProcess:
+    def __enter__(self) -> ServiceProcess:
         with self.log.open("wb") as out:
             self._process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-W",
-                    "ignore",
-                    "-m",
-                    "streams.cli",
-                    "worker",
-                    "-l",
-                    "info",
-                    "--web-port",
-                    str(free_port()),
-                    "--datadir",
-                    str(self.datadir),
-                ],
-                env=self._env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + 120
-        while b"[^Worker]: Ready" not in self.log.read_bytes():
-            if self._process.poll() is not None:
-                raise DemoError(f"the DBPM worker exited (code {self._process.returncode}):\n{self.tail()}")
-            if time.monotonic() > deadline:
-                raise DemoError(f"the DBPM worker was not ready within 120 s:\n{self.tail()}")
-            time.sleep(0.2)
+                [sys.executable, "-W", "ignore", "-m", *self._args],
+                env=self._env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
         return self
 
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        """Wait until the log says the process is ready.
+
+        Raises:
+            DemoError: it exited or was not ready within ``timeout_s``.
+        """
+        assert self._process is not None, "enter the context first"
+        deadline = time.monotonic() + timeout_s
+        while self._ready and not any(marker in self.log.read_bytes() for marker in self._ready):
+            if self._process.poll() is not None:
+                raise DemoError(f"the {self.name} exited (code {self._process.returncode}):\n{self.tail()}")
+            if time.monotonic() > deadline:
+                raise DemoError(f"the {self.name} was not ready within {timeout_s:.0f} s:\n{self.tail()}")
+            time.sleep(0.2)
+
     def tail(self, lines: int = 20) -> str:
-        """The last lines of the worker's log."""
+        """The last lines of the process's log."""
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def __exit__(self, *_exc: object) -> None:
@@ -239,9 +295,15 @@ class Results:
     dbpm: dict[str, Any] = field(default_factory=dict)
     golden: list[dict[str, Any]] = field(default_factory=list)
     lights: Counter[str] = field(default_factory=Counter)
-    dispositions: list[tuple[str, str, str, int]] = field(default_factory=list)
-    dead_letters: dict[str, int] = field(default_factory=dict)
+    dispositions: list[tuple[str, int, str, str, int]] = field(default_factory=list)
+    dead_letters: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    flows: dict[str, Flow] = field(default_factory=dict)
+    lights_by_week: list[tuple[int, Counter[str], int]] = field(default_factory=list)
+    red_patients: list[dict[str, Any]] = field(default_factory=list)
+    clinical_same: bool = False
+    failed: list[str] = field(default_factory=list)
+    """Checks that failed (the command then exits non-zero)."""
 
 
 # ------------------------------------------------------------------------------------------ steps
@@ -365,7 +427,9 @@ def step_schemas(
 
 
 def demo_stream(patients: int, seed: int = 0) -> list[dict[str, Any]]:
-    """The synthetic DBPM stream of ``patients`` patients, stage-batched (module docstring)."""
+    """The synthetic DBPM stream of ``patients`` patients, each stage's candidates stamped at its first
+    candidate time and its verdicts at its last (event time never goes backwards); the plan of the
+    loop (:func:`streams.demo_llm.loop_plan`) is built from it."""
     from streams.bench.dbpm import StreamShape, generate_events
 
     seen: set[str] = set()
@@ -384,124 +448,552 @@ def demo_stream(patients: int, seed: int = 0) -> list[dict[str, Any]]:
     return stream
 
 
-def _in_process(engine: Any, events: list[dict[str, Any]]) -> tuple[list[dict[str, object]], Any, list[Any]]:
-    """Decisions and final state of the in-process engine, and snapshots along the stream."""
-    from processors.dbpm import parse_event
+def _in_process(engine: Any, events: list[Any]) -> tuple[dict[str, str], Any, list[Any]]:
+    """Decisions (by candidate id) and final state of the in-process engine, snapshots along the way."""
     from state.memory import MemoryStore
 
     store = MemoryStore()
-    decisions: list[dict[str, object]] = []
+    decisions: dict[str, str] = {}
     snapshots: list[Any] = []
     every = max(1, len(events) // _SNAPSHOTS)
-    for index, obj in enumerate(events, start=1):
-        event = parse_event(obj)
+    for index, event in enumerate(events, start=1):
         with store.transaction() as txn:
             _, out = engine.process(txn, event, event.time)
-        decisions += [d.to_json() for d in out]
+        decisions.update((d.candidate_id, d.decision) for d in out)
         if index % every == 0 or index == len(events):
             snapshots.append((event.time, engine.snapshot(store.transaction())))
     return decisions, engine.snapshot(store.transaction()), snapshots
 
 
-def _measure(events: list[dict[str, Any]], decisions: list[dict[str, Any]]) -> tuple[Any, Counter[str]]:
-    """Selectivity counts (gate decision paired with its verdict) and fail events per task."""
+def loop_reference(loop: LoopPlan, emitted: dict[str, list[Any]], verdicts: dict[str, Any]) -> list[Any]:
+    """The loop's events as the in-process engine sees them: per narrative, its candidates' gate events
+    in the generator's order, then the verdicts the verifier published for them, in the same order."""
+    from streams.dbpm import contract_event
+
+    events: list[Any] = []
+    for narrative in loop.narratives:
+        found = emitted.get(narrative.patient_id, [])
+        events += [contract_event(c) for c in found]
+        events += [contract_event(verdicts[c.candidate_id]) for c in found if c.candidate_id in verdicts]
+    return events
+
+
+def _measure(
+    loop: LoopPlan,
+    emitted: dict[str, list[Any]],
+    decisions: dict[str, str],
+    verdicts: dict[str, Any],
+    truth: bool,
+) -> tuple[Any, Counter[str]]:
+    """Selectivity counts and the fail events the memory consumed, per task.
+
+    Selectivity pairs each gate decision with the candidate's verdict: the planned (ground-truth)
+    verdict when the responder plays the synthetic stream (``truth``), so BLOCKed candidates, which
+    the verifier never sees, are measured too; else the verdicts the verifier published.
+    """
     from processors.dbpm.measurement import SelectivityTracker
 
-    by_candidate = {d["candidate_id"]: d["decision"] for d in decisions}
-    tracker = SelectivityTracker()
-    for e in events:
-        if e["kind"] == "gate":
-            tracker.gate(e["task"], e["patient_id"], e["payload"], by_candidate[e["candidate_id"]])
+    measured, consumed = SelectivityTracker(), SelectivityTracker()
+    for found in emitted.values():
+        for c in found:
+            payload = c.payload.model_dump(mode="json", exclude_none=True)
+            decision = decisions[c.candidate_id]
+            measured.gate(c.task, c.patient_id, payload, decision)
+            consumed.gate(c.task, c.patient_id, payload, decision)
+            verdict = verdicts.get(c.candidate_id)
+            if verdict is not None:
+                consumed.verdict(c.task, c.patient_id, payload, verdict.verdict, verdict.source)
+            label = loop.truth[c.candidate_id] if truth else (verdict.verdict if verdict else None)
+            if label is not None:
+                measured.verdict(c.task, c.patient_id, payload, label, "verifier_mmed")
+    return measured.counts(), Counter(consumed.fail_events)
+
+
+@dataclass
+class Plan:
+    """The inputs of one run, built before anything is produced, with the in-process expectations."""
+
+    dbpm_patients: int
+    loop: LoopPlan
+    llm_url: str | None
+    """The LLM server the user configured for the loop (None: the demo runs its own test server)."""
+    fhir: list[Any]
+    golden: list[tuple[Any, Any]]
+    clinical_expected: dict[str, Any]
+    clinical_outputs: int
+    documents: list[tuple[str, Any, Any]]
+    docs_rules_only: bool
+
+    @property
+    def gates(self) -> int:
+        """Candidates the generator emits for the narratives (with the demo's responder)."""
+        return sum(len(c) for c in self.loop.candidates.values())
+
+
+def _utc_iso(when: datetime | str) -> str:
+    moment = datetime.fromisoformat(when.replace("Z", "+00:00")) if isinstance(when, str) else when
+    return moment.astimezone(UTC).isoformat()
+
+
+def clinical_inputs(generated: int) -> tuple[list[Any], list[tuple[Any, Any]]]:
+    """The FHIR updates of the generated timeline, and the golden cases' (bundle update, review) pairs."""
+    from schemas.clinical import AdversarialReview
+    from schemas.fhir import FhirUpdate
+    from streams.demo_data import CLINICAL, GOLDEN_AS_OF, GOLDEN_REVIEWS
+    from streams.demo_data.timeline import fhir_timeline
+
+    fhir = [
+        FhirUpdate(ts=u.ts, patient_id=u.patient_id, resource_type="Bundle", resource=u.resource_json())
+        for u in fhir_timeline(generated)
+    ]
+    when = datetime.fromisoformat(GOLDEN_AS_OF.replace("Z", "+00:00"))
+    golden = []
+    for case, review in GOLDEN_REVIEWS.items():
+        update = FhirUpdate(
+            ts=when, patient_id=case, resource_type="Bundle",
+            resource=(CLINICAL / f"{case}.json").read_text("utf-8"),
+        )  # fmt: skip
+        golden.append((update, AdversarialReview(
+            patient_id=case, review_id=f"{case}-demo-review", event_time=when, **review,  # type: ignore[arg-type]
+        )))  # fmt: skip
+    return fhir, golden
+
+
+def clinical_reference(fhir: list[Any], golden: list[tuple[Any, Any]]) -> tuple[dict[str, Any], int]:
+    """The pure stream processor over the same events: each patient's final assessment, and the count."""
+    from processors.clinical.assess import process_event
+    from processors.clinical.knowledge import default_knowledge
+    from schemas.clinical import ClinicalAssessment
+    from streams.clinical import fhir_input, gate_flags
+
+    knowledge, flags = default_knowledge(), gate_flags(get_settings())
+    states: dict[str, Any] = {}
+    final: dict[str, Any] = {}
+    count = 0
+    events = [*fhir, *(u for u, _ in golden), *(r for _, r in golden)]
+    for event in events:
+        if hasattr(event, "resource"):
+            item, now = fhir_input(event)[0], event.ts
         else:
-            tracker.verdict(e["task"], e["patient_id"], e["payload"], e["verdict"], e["source"])
-    return tracker.counts(), Counter(tracker.fail_events)
+            item, now = event, event.event_time
+        if item is None:
+            continue
+        states[event.patient_id], outputs = process_event(
+            states.get(event.patient_id), item, now, knowledge, flags
+        )
+        for out in outputs:
+            if isinstance(out, ClinicalAssessment):
+                final[out.patient_id] = out
+                count += 1
+    return final, count
 
 
-def _replay_with_progress(
-    console: Console, bootstrap: str, events: list[dict[str, Any]], engine: Any, serde: Serde, app_id: str
-) -> tuple[Any, float]:
-    """``replay_via_kafka`` in a thread; a progress bar follows the decisions topic's end offsets."""
-    from streams.kafka_replay import replay_via_kafka
+def docs_inputs(copies: int) -> list[tuple[str, Any, Any]]:
+    """``copies`` of every arbiter example as (case, request with its own doc id, rules-only outcome)."""
+    documents = []
+    for case in DOCS_EXAMPLES:
+        request, finished = verify_example(case)
+        for copy in range(copies):
+            doc_id = f"{request.doc_id}-{copy:03d}"
+            documents.append((case, request.model_copy(update={"doc_id": doc_id}), finished))
+    return documents
 
-    gates = sum(1 for e in events if e["kind"] == "gate")
-    outcome: dict[str, Any] = {}
 
-    def run() -> None:
-        try:
-            outcome["result"] = replay_via_kafka(
-                bootstrap, events, engine, serde, app_id, timeout_s=60.0
-            )
-        except BaseException as error:  # re-raised in the main thread
-            outcome["error"] = error
+def build_plan(patients: int, clinical_patients: int, documents: int, console: Console) -> Plan:
+    """Every input of the run and the in-process expectations the streams are checked against."""
+    from streams.docs_arbiter import LLM_ROLE
+    from streams.llm.config import resolve_role
 
-    probe = _consumer(bootstrap)
-    base = _end_offsets(probe, [DBPM_DECISIONS])[DBPM_DECISIONS]
+    settings = get_settings()
+    with console.status("building the inputs and the in-process expectations"):
+        loop = loop_plan(demo_stream(patients))
+        fhir, golden = clinical_inputs(clinical_patients)
+        expected, outputs = clinical_reference(fhir, golden)
+        docs = docs_inputs(max(1, -(-documents // len(DOCS_EXAMPLES))))
+    return Plan(
+        dbpm_patients=patients, loop=loop, llm_url=settings.generator_url or settings.llm_url,
+        fhir=fhir, golden=golden, clinical_expected=expected, clinical_outputs=outputs, documents=docs,
+        docs_rules_only=resolve_role(settings, LLM_ROLE).endpoint is None,
+    )  # fmt: skip
+
+
+def _paced(items: Sequence[Any], rate: float, send: Any, producer: Producer) -> None:
+    """Call ``send`` for each item at ``rate`` items per second (0: as fast as possible)."""
     started = time.perf_counter()
-    thread = threading.Thread(target=run, name="clingate-demo-replay", daemon=True)
-    thread.start()
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    try:
-        with Progress(*columns, console=console, transient=False) as progress:
-            bar = progress.add_task(f"DBPM decisions via {DBPM_DECISIONS}", total=gates)
-            while thread.is_alive():
-                thread.join(0.5)
-                done = _end_offsets(probe, [DBPM_DECISIONS])[DBPM_DECISIONS] - base
-                progress.update(bar, completed=min(done, gates))
-            progress.update(bar, completed=gates if "result" in outcome else progress.tasks[0].completed)
-    finally:
-        probe.close()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["result"], time.perf_counter() - started
+    for index, item in enumerate(items):
+        if rate > 0:
+            delay = started + index / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+        send(item)
+        producer.poll(0)
+
+
+def feed_clinical(bootstrap: str, serde: Serde, plan: Plan, rate: float) -> None:
+    """Produce the FHIR timeline (paced), then the golden bundles, then their reviews."""
+    from streams.dbpm import producer_config
+
+    producer = Producer(producer_config(bootstrap, **{"linger.ms": 5}))
+
+    def send(update: Any) -> None:
+        value = serde.encode(update, topic=FHIR_UPDATES)
+        producer.produce(FHIR_UPDATES, key=update.patient_id.encode(), value=value)
+
+    _paced([*plan.fhir, *(u for u, _ in plan.golden)], rate, send, producer)
+    if producer.flush(30):
+        raise DemoError(f"FHIR updates not delivered to {FHIR_UPDATES}")
+    for _, review in plan.golden:
+        value = serde.encode(review, topic=CLINICAL_REVIEWS)
+        producer.produce(CLINICAL_REVIEWS, key=review.patient_id.encode(), value=value)
+    if producer.flush(30):
+        raise DemoError(f"reviews not delivered to {CLINICAL_REVIEWS}")
+
+
+def feed_docs(bootstrap: str, serde: Serde, plan: Plan, rate: float) -> None:
+    """Produce the classification requests (paced)."""
+    producer = _producer(bootstrap)
+
+    def send(document: tuple[str, Any, Any]) -> None:
+        request = document[1]
+        value = serde.encode(request, topic=DOCS_CLASSIFICATIONS)
+        producer.produce(DOCS_CLASSIFICATIONS, key=request.doc_id.encode(), value=value)
+
+    _paced(plan.documents, rate, send, producer)
+    if producer.flush(30):
+        raise DemoError(f"classifications not delivered to {DOCS_CLASSIFICATIONS}")
+
+
+def _clinical_id(value: Any) -> str:
+    when = value.ts if hasattr(value, "ts") else value.as_of
+    return f"{value.patient_id}|{_utc_iso(when)}"
+
+
+def _routes(plan: Plan, flows: dict[str, Flow]) -> list[Route]:
+    from schemas.clinical import ClinicalAssessment
+    from schemas.dbpm import Candidate, GateDecision, Narrative, Verdict
+    from schemas.docs import ClassificationRequest, Disposition
+    from schemas.fhir import FhirUpdate
+
+    candidates = {c.candidate_id for found in plan.loop.candidates.values() for c in found}
+    narrated = set(plan.loop.candidates)
+    planned = plan.llm_url is None  # else the model's candidates: any of the narrated patients
+    patients = set(plan.clinical_expected)
+    doc_ids = {request.doc_id for _, request, _ in plan.documents}
+
+    def among(
+        ids: set[str], ident: Callable[[Any], str], owner: Callable[[Any], str]
+    ) -> Callable[[Any], str | None]:
+        return lambda value: ident(value) if owner(value) in ids else None
+
+    def candidate(value: Any) -> str:
+        return value.candidate_id
+
+    def patient(value: Any) -> str:
+        return value.patient_id
+
+    def document(value: Any) -> str:
+        return value.doc_id
+
+    in_run = among(candidates, candidate, candidate) if planned else among(narrated, candidate, patient)
+    return [
+        Route(DBPM_NARRATIVES, Narrative, flows["generator"], True, among(narrated, patient, patient)),
+        Route(DBPM_CANDIDATES, Candidate, flows["generator"], False, among(narrated, patient, patient)),
+        Route(DBPM_CANDIDATES, Candidate, flows["dbpm"], True, in_run),
+        Route(DBPM_DECISIONS, GateDecision, flows["dbpm"], False, in_run),
+        Route(DBPM_TO_VERIFY, GateDecision, flows["verifier"], True, in_run),
+        Route(DBPM_VERDICTS, Verdict, flows["verifier"], False, in_run),
+        Route(FHIR_UPDATES, FhirUpdate, flows["clinical"], True, among(patients, _clinical_id, patient)),
+        Route(CLINICAL_ASSESSMENTS, ClinicalAssessment, flows["clinical"], False,
+              among(patients, _clinical_id, patient)),
+        Route(DOCS_CLASSIFICATIONS, ClassificationRequest, flows["docs"], True,
+              among(doc_ids, document, document)),
+        Route(DOCS_DISPOSITIONS, Disposition, flows["docs"], False, among(doc_ids, document, document)),
+    ]  # fmt: skip
+
+
+def _last_per_patient(outputs: Sequence[Any]) -> dict[str, Any]:
+    return {a.patient_id: a for a in outputs}
+
+
+class _Feeder(threading.Thread):
+    """A stream's producer in a thread; its result or error is kept for the main thread."""
+
+    def __init__(self, name: str, body: Callable[[], Any]) -> None:
+        super().__init__(name=f"clingate-demo-{name}", daemon=True)
+        self._body = body
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.result = self._body()
+        except BaseException as error:  # re-raised in the main thread
+            self.error = error
+
+
+def emitted_candidates(plan: Plan, flows: dict[str, Flow]) -> dict[str, list[Any]]:
+    """Per patient, the candidates of the loop in the generator's order: the planned ones when the
+    demo's responder answers, else those the generator published (the model's)."""
+    if plan.llm_url is None:
+        return plan.loop.candidates
+    emitted: dict[str, dict[str, Any]] = {}
+    for c in list(flows["generator"].outputs):
+        emitted.setdefault(c.patient_id, {}).setdefault(c.candidate_id, c)
+    return {patient: list(found.values()) for patient, found in emitted.items()}
+
+
+def _decisions(flow: Flow) -> dict[str, str]:
+    return {d.candidate_id: str(d.decision) for d in flow.outputs}
+
+
+def feed_loop(
+    bootstrap: str,
+    serde: Serde,
+    plan: Plan,
+    flows: dict[str, Flow],
+    tap: Tap,
+    generator_group: str,
+    timeout_s: float = 120.0,
+) -> None:
+    """Produce the narratives one patient at a time: the next one only once every candidate of the
+    previous one is decided and every candidate it let through has its verdict, applied by the memory
+    agents (module docstring, "The DBPM loop")."""
+    from streams.dbpm import producer_config
+    from streams.kafka_replay import wait_until_consumed
+
+    producer = Producer(producer_config(bootstrap, **{"linger.ms": 1}))
+    for narrative in plan.loop.narratives:
+        value = serde.encode(narrative, topic=DBPM_NARRATIVES)
+        producer.produce(DBPM_NARRATIVES, key=narrative.patient_id.encode(), value=value)
+        if producer.flush(30):
+            raise DemoError(f"narrative not delivered to {DBPM_NARRATIVES}")
+        if plan.llm_url is not None:  # the model's candidates: known once the generator committed
+            wait_until_consumed(bootstrap, generator_group, DBPM_NARRATIVES, timeout_s)
+        emitted = emitted_candidates(plan, flows).get(narrative.patient_id, [])
+        ids = [c.candidate_id for c in emitted]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            decided = flows["dbpm"].consumed
+            if all(i in decided for i in ids):
+                decisions = _decisions(flows["dbpm"])
+                verified = flows["verifier"].positions
+                through = [i for i in ids if decisions[i] != "BLOCK"]
+                if all(i in verified for i in through) and all(
+                    tap.applied.get(verified[i][0], -1) >= verified[i][1] for i in through
+                ):
+                    break
+            if time.monotonic() > deadline:
+                raise DemoError(
+                    f"narrative of {narrative.patient_id}: not every candidate decided and verified within "
+                    f"{timeout_s:.0f} s"
+                )
+            time.sleep(0.005)
+
+
+def _stream_progress(
+    console: Console, plan: Plan, flows: dict[str, Flow], feeders: list[_Feeder], tap: Tap, timeout_s: float
+) -> None:
+    """Progress bars per stream until every feeder finished and every expected output arrived."""
+    columns = (TextColumn("{task.description:<46}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    deadline = time.monotonic() + timeout_s
+
+    def clinical_done() -> bool:
+        last = _last_per_patient(flows["clinical"].outputs)
+        return all(last.get(pid) == a for pid, a in plan.clinical_expected.items())
+
+    planned = plan.gates if plan.llm_url is None else None  # the model's count is known only at the end
+
+    def let_through() -> int:
+        return sum(1 for d in _decisions(flows["dbpm"]).values() if d != "BLOCK")
+
+    with Progress(*columns, console=console) as progress:
+        bars = {
+            "generator": progress.add_task(f"candidates ({DBPM_CANDIDATES})", total=planned),
+            "dbpm": progress.add_task(f"DBPM gate decisions ({DBPM_DECISIONS})", total=planned),
+            "verifier": progress.add_task(f"verdicts on let-through ({DBPM_VERDICTS})", total=None),
+            "clinical": progress.add_task(
+                f"assessments ({CLINICAL_ASSESSMENTS})", total=plan.clinical_outputs
+            ),
+            "docs": progress.add_task(f"documents ({DOCS_DISPOSITIONS})", total=len(plan.documents)),
+        }  # fmt: skip
+        while True:
+            for name, bar in bars.items():
+                flow = flows[name]
+                done = len(flow.outputs if name in ("clinical", "generator") else flow.consumed)
+                progress.update(
+                    bar, completed=done, **({"total": let_through()} if name == "verifier" else {})
+                )
+            failed = [f for f in feeders if f.error is not None]
+            if failed:
+                raise failed[0].error  # type: ignore[misc]
+            if tap.error is not None:
+                raise DemoError(f"the demo's consumer failed: {tap.error}")
+            finished = not any(f.is_alive() for f in feeders)
+            if finished and clinical_done() and len(flows["docs"].consumed) == len(plan.documents):
+                break
+            if time.monotonic() > deadline:
+                state = {
+                    "producers running": [f.name for f in feeders if f.is_alive()],
+                    "patients without their final assessment": len(plan.clinical_expected)
+                    - sum(1 for p, a in _last_per_patient(flows["clinical"].outputs).items()
+                          if plan.clinical_expected.get(p) == a),
+                    "documents without a disposition": len(plan.documents) - len(flows["docs"].consumed),
+                }  # fmt: skip
+                raise DemoError(f"streams not complete within {timeout_s:.0f} s: {state}")
+            time.sleep(0.3)
+
+
+def _llm_server(plan: Plan, workdir: Path, bootstrap: str) -> tuple[ServiceProcess | None, str]:
+    """The loop's LLM server: the user's (``CLINGATE_LLM_URL``), else the demo's test server process."""
+    if plan.llm_url is not None:
+        return None, plan.llm_url
+    script = workdir / "llm-script.json"
+    plan.loop.write(script)
+    server = ServiceProcess(
+        "LLM test server (synthetic ground truth)", ["--script", str(script)], {}, bootstrap,
+        workdir / "llm-server.log", (b"listening ",), module="streams.demo_llm",
+    )  # fmt: skip
+    return server, ""
+
+
+def step_streams(
+    console: Console,
+    bootstrap: str,
+    serde: Serde,
+    plan: Plan,
+    workdir: Path,
+    rates: tuple[float, float],
+    results: Results,
+) -> tuple[Any, str]:
+    """Step 3: the workers and groups started, the streams produced at once, their outputs consumed.
+
+    Returns:
+        The engine configured as the worker is, and the worker's app id.
+    """
+    from streams.app import dbpm_engines
+    from streams.dbpm import memory_changelog
+    from streams.kafka_replay import commit_end_offsets, wait_until_consumed
+    from streams.llm.testserver import DEFAULT_MODEL
+
+    engine, _ = dbpm_engines(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
+    console.print(
+        f"  DBPM: {plan.dbpm_patients} patients' narratives"
+        + (f" ({plan.gates:,} candidates in the ground truth); " if plan.llm_url is None else "; ")
+        + f"FHIR: {len({u.patient_id for u in plan.fhir})} generated + {len(plan.golden)} golden patients, "
+        f"{len(plan.fhir) + len(plan.golden):,} updates over simulated weeks; "
+        f"documents: {len(plan.documents)}"
+    )
+    app_id = f"clingate-demo-{uuid.uuid4().hex[:8]}"
+    groups = {name: f"{app_id}-{name}" for name in ("docs", "generator", "verifier")}
+    commit_end_offsets(bootstrap, app_id, [DBPM_VERDICTS, DBPM_CANDIDATES, FHIR_UPDATES, CLINICAL_REVIEWS,
+                                          CLINICAL_DELIVERABLES])  # fmt: skip
+    commit_end_offsets(bootstrap, groups["docs"], [DOCS_CLASSIFICATIONS, DOCS_REVIEWS])
+    commit_end_offsets(bootstrap, groups["generator"], [DBPM_NARRATIVES])
+    commit_end_offsets(bootstrap, groups["verifier"], [DBPM_TO_VERIFY, DBPM_DECISIONS])
+    flows = {name: Flow(name) for name in ("generator", "dbpm", "verifier", "clinical", "docs")}
+    flows["generator"].expected = flows["dbpm"].expected = plan.gates
+    flows["clinical"].expected, flows["docs"].expected = plan.clinical_outputs, len(plan.documents)
+    results.flows = flows
+    server, llm_url = _llm_server(plan, workdir, bootstrap)
+    with ExitStack() as stack:
+        if server is not None:
+            stack.enter_context(server)
+            with console.status("starting the LLM test server"):
+                server.wait_ready()
+            llm_url = server.log.read_text().split("listening ", 1)[1].split()[0]
+        # The user's server: the groups read its settings from the environment they inherit.
+        llm_env = {} if server is None else {"CLINGATE_LLM_URL": llm_url, "CLINGATE_LLM_MODEL": DEFAULT_MODEL}
+        console.print(
+            f"  LLM for the generator and verifier: {llm_url}"
+            + (" (the demo's test server: answers play the synthetic ground truth)" if server else "")
+        )
+        services = [
+            ServiceProcess(
+                "DBPM + clinical worker (clingate worker)",
+                ["worker", "-l", "info", "--web-port", str(free_port()), "--datadir", str(workdir / app_id)],
+                {"CLINGATE_APP_ID": app_id, **WORKER_FLAGS}, bootstrap, workdir / f"{app_id}.log",
+                (b"[^Worker]: Ready",),
+            ),
+            ServiceProcess(
+                "arbiter (clingate docs worker)", ["docs", "worker"],
+                {"CLINGATE_DOCS_GROUP_ID": groups["docs"]},
+                bootstrap, workdir / "docs.log", (b"rules-only", b"LLM phases on"),
+            ),
+            ServiceProcess(
+                "generator group (clingate generator)", ["generator", "--metrics-port", "0"],
+                {"CLINGATE_GENERATOR_GROUP_ID": groups["generator"], **llm_env}, bootstrap,
+                workdir / "generator.log", (),
+            ),
+            ServiceProcess(
+                "verifier group (clingate verifier)", ["verifier", "--metrics-port", "0"],
+                {"CLINGATE_VERIFIER_GROUP_ID": groups["verifier"], **llm_env}, bootstrap,
+                workdir / "verifier.log", (),
+            ),
+        ]  # fmt: skip
+        for service in services:
+            stack.enter_context(service)
+        with console.status("starting the workers and groups (worker, docs worker, generator, verifier)"):
+            for service in services:
+                service.wait_ready()
+        tap = Tap(bootstrap, serde, _routes(plan, flows), changelog=memory_changelog(app_id))
+        tap.start()
+        stack.callback(tap.stop)
+        console.print(f"  workers ready (app id {app_id}; groups {', '.join(groups.values())})")
+        feeders = [
+            _Feeder("dbpm", lambda: feed_loop(bootstrap, serde, plan, flows, tap, groups["generator"])),
+            _Feeder("clinical", lambda: feed_clinical(bootstrap, serde, plan, rates[0])),
+            _Feeder("docs", lambda: feed_docs(bootstrap, serde, plan, rates[1])),
+        ]
+        started = time.perf_counter()
+        for feeder in feeders:
+            feeder.start()
+        try:
+            _stream_progress(console, plan, flows, feeders, tap, timeout_s=STREAMS_TIMEOUT_S)
+        except DemoError as error:
+            tails = "\n".join(f"--- {s.name}, last lines:\n{s.tail(6)}" for s in services)
+            raise DemoError(f"{error}\n{tails}") from error
+        results.timings["streams (all at once)"] = time.perf_counter() - started
+        with console.status("waiting for the memory agents to commit every verdict"):
+            wait_until_consumed(bootstrap, app_id, DBPM_VERDICTS, 60.0)
+        step_dead_letters_worker(console, bootstrap, results)
+    return engine, app_id
 
 
 def step_dbpm(
-    console: Console, bootstrap: str, serde: Serde, patients: int, workdir: Path, results: Results
+    console: Console, bootstrap: str, plan: Plan, engine: Any, app_id: str, results: Results
 ) -> None:
-    """Step 3: DBPM through a worker, measured, compared with the in-process engine."""
+    """Step 4: the loop's results: decisions, memory, selectivity, vs the in-process engine."""
     from processors.dbpm.measurement import channel_population
-    from streams.app import dbpm_engines
-    from streams.kafka_replay import commit_end_offsets
+    from streams.dbpm import memory_changelog
+    from streams.kafka_replay import read_state
 
-    engine, _ = dbpm_engines(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
-    with console.status(f"generating the synthetic stream of {patients} patients"):
-        events = demo_stream(patients)
-    gates = sum(1 for e in events if e["kind"] == "gate")
-    console.print(f"  stream: {patients} patients, {len(events):,} events ({gates:,} candidates)")
-    app_id = f"clingate-demo-{uuid.uuid4().hex[:8]}"
-    commit_end_offsets(bootstrap, app_id, [DBPM_VERDICTS, DBPM_CANDIDATES])
-    console.print("  starting a DBPM worker (clingate worker) ...")
-    with WorkerProcess(bootstrap, app_id, workdir / app_id):
-        console.print(f"  worker ready (app id {app_id})")
-        result, wall = _replay_with_progress(console, bootstrap, events, engine, serde, app_id)
-        state = result.state
-        step_dead_letters_worker(console, bootstrap, results)
+    loop = plan.loop
+    decisions = _decisions(results.flows["dbpm"])
+    emitted = emitted_candidates(plan, results.flows)
+    verdicts = {v.candidate_id: v for v in results.flows["verifier"].outputs}
+    last_ts = loop.narratives[-1].ts.timestamp() if loop.narratives else None
+    state = read_state(bootstrap, memory_changelog(app_id), engine, last_ts)
     with console.status("in-process reference run"):
-        expected, expected_state, snapshots = _in_process(engine, events)
-    contract = [{"candidate_id": d["candidate_id"], "decision": d["decision"]} for d in result.decisions]
-    differing = sum(1 for a, b in zip(contract, expected, strict=True) if a != b)
-    same = contract == expected and state == expected_state
-    selectivity, fail_events = _measure(events, result.decisions)
+        expected, expected_state, snapshots = _in_process(engine, loop_reference(loop, emitted, verdicts))
+    differing = sum(1 for cid, d in decisions.items() if expected.get(cid) != d)
+    same = differing == 0 and len(expected) == len(decisions) and state == expected_state
+    selectivity, fail_events = _measure(loop, emitted, decisions, verdicts, truth=plan.llm_url is None)
     population = channel_population(state, engine.config, fail_events)
-    per_task = Counter(
-        (e["task"], d["decision"])
-        for e, d in zip((e for e in events if e["kind"] == "gate"), result.decisions, strict=True)
-    )
+    per_task = Counter((c.task, decisions[c.candidate_id]) for found in emitted.values() for c in found)
+    let_through = sum(1 for d in decisions.values() if d != "BLOCK")
     results.dbpm.update(
-        patients=patients,
-        events=len(events),
-        gates=gates,
-        wall_s=wall,
-        same=same,
-        per_task=per_task,
-        population=population,
-        selectivity=selectivity,
-        snapshots=snapshots,
-        differing=differing,
-        same_state=state == expected_state,
-        blocks=sum(n for (_, d), n in per_task.items() if d == "BLOCK"),
-    )
+        patients=plan.dbpm_patients, narratives=len(loop.narratives), gates=len(decisions), same=same,
+        per_task=per_task, population=population, selectivity=selectivity, snapshots=snapshots,
+        differing=differing, same_state=state == expected_state, verdicts=len(verdicts),
+        blocks=sum(n for (_, d), n in per_task.items() if d == "BLOCK"), let_through=let_through,
+    )  # fmt: skip
     _print_dbpm(console, results.dbpm)
+    if not same:
+        results.failed.append("DBPM decisions or memory differ from the in-process engine")
+    if len(verdicts) != let_through:
+        results.failed.append(f"{let_through} candidates let through but {len(verdicts)} verdicts")
+    if population.inert_channels() and plan.dbpm_patients >= INERT_CHECK_MIN_PATIENTS:
+        results.failed.append(f"inert blocklist channels: {', '.join(population.inert_channels())}")
 
 
 def _print_dbpm(console: Console, dbpm: dict[str, Any]) -> None:
@@ -509,7 +1001,10 @@ def _print_dbpm(console: Console, dbpm: dict[str, Any]) -> None:
     for task in sorted({t for t, _ in dbpm["per_task"]}):
         table.add_row(task, *(str(dbpm["per_task"][(task, d)]) for d in ("ALLOW", "DOWNGRADE", "BLOCK")))
     console.print(table)
-    console.print(f"  verifier calls saved (BLOCKs): {dbpm['blocks']:,} of {dbpm['gates']:,} candidates")
+    console.print(
+        f"  verifier calls saved (BLOCKs): {dbpm['blocks']:,} of {dbpm['gates']:,} candidates; "
+        f"{dbpm['let_through']:,} let through, {dbpm['verdicts']:,} verdicts published by the verifier group"
+    )
     console.print(dbpm["population"].render())
     lifts = Table("QA category", "pairs", "lift [95% CI]", title="QA lift per category", title_justify="left")
     for cell in dbpm["selectivity"].cells:
@@ -517,11 +1012,6 @@ def _print_dbpm(console: Console, dbpm: dict[str, Any]) -> None:
             counts = cell.counts
             lifts.add_row(cell.category, str(counts.fail_total + counts.pass_total), str(counts.lift()))
     console.print(lifts)
-    rate = dbpm["events"] / dbpm["wall_s"]
-    console.print(
-        f"  throughput through Kafka: {dbpm['events']:,} events in {dbpm['wall_s']:.1f} s "
-        f"({rate:,.0f} events/s, {dbpm['gates'] / dbpm['wall_s']:,.0f} candidates/s, lockstep replay)"
-    )
     verdict = (
         "[green]equal[/]"
         if dbpm["same"]
@@ -534,7 +1024,7 @@ def _print_dbpm(console: Console, dbpm: dict[str, Any]) -> None:
 
 
 def step_dead_letters_worker(console: Console, bootstrap: str, results: Results) -> None:
-    """Step 6a: undecodable candidates, routed to the DLQ by the running worker."""
+    """Undecodable candidates, routed to the DLQ by the running worker."""
     producer = _producer(bootstrap)
     for value in (b'{"not": "avro"}', b"\x00\x01garbage"):
         _produce(producer, DBPM_CANDIDATES, b"p-demo-bad", value)
@@ -551,32 +1041,48 @@ def step_dead_letters_worker(console: Console, bootstrap: str, results: Results)
         consumer.close()
 
 
-def assessments(bundle: dict[str, Any], when: datetime, review: Any) -> list[Any]:
-    """The in-process assessment of every patient of a FHIR bundle at ``when``."""
-    from processors.clinical.assess import assess
-    from processors.clinical.fhir_input import parse_document
-    from processors.clinical.knowledge import default_knowledge
-    from processors.clinical.state import PatientUpdate, reduce_update
-    from streams.clinical import gate_flags
-
-    knowledge, flags = default_knowledge(), gate_flags(get_settings())
-    parsed = parse_document(bundle)
-    out = []
-    for pid in sorted(parsed.changes):
-        update = PatientUpdate(patient_id=pid, changes=tuple(parsed.changes[pid]))
-        state, _ = reduce_update(None, update, when)
-        out.append(assess(state, when, review, knowledge, flags))
-    return out
+def _golden_row(a: Any) -> dict[str, Any]:
+    light = a.traffic_light
+    return {
+        "patient": a.patient_id,
+        "age": a.age,
+        "severity": str(a.nti.severity),
+        "drugs": a.nti.drugs,
+        "light": str(light.light),
+        "shadow": str(light.shadow),
+        "sources": light.sources,
+    }
 
 
-def step_clinical(console: Console, bootstrap: str, serde: Serde, generated: int, results: Results) -> None:
-    """Step 4: golden cases and generated patients assessed and published."""
-    from processors.clinical.traffic_light import ReviewInputs
-    from streams.bench.clinical import AS_OF, _patient_bundle
-    from streams.demo_data import CLINICAL, GOLDEN_AS_OF, GOLDEN_REVIEWS
+def step_clinical(console: Console, plan: Plan, results: Results) -> None:
+    """Step 5: the assessments the worker published: lights over the weeks, per patient, vs in process."""
+    from streams.demo_data.timeline import week_of
 
-    golden_when = datetime.fromisoformat(GOLDEN_AS_OF.replace("Z", "+00:00"))
-    produced: list[Any] = []
+    flow = results.flows["clinical"]
+    final = _last_per_patient(flow.outputs)
+    by_week: dict[int, dict[str, str]] = {}
+    for a in flow.outputs:
+        by_week.setdefault(week_of(datetime.fromisoformat(a.as_of.replace("Z", "+00:00"))), {})[
+            a.patient_id
+        ] = str(a.traffic_light.light)
+    current: dict[str, str] = {}
+    weeks = Table("week", "RED", "YELLOW", "GREEN", "patients changed",
+                  title="traffic lights at the end of each "
+                  "simulated week", title_justify="left")  # fmt: skip
+    for week in sorted(by_week):
+        changed = sum(1 for pid, light in by_week[week].items() if current.get(pid, light) != light)
+        current.update(by_week[week])
+        counts = Counter(current.values())
+        results.lights_by_week.append((week, counts, changed))
+        weeks.add_row(str(week), *(str(counts[k]) for k in ("RED", "YELLOW", "GREEN")), str(changed))
+    console.print(weeks)
+    results.lights = Counter(str(a.traffic_light.light) for a in final.values())
+    golden_ids = {u.patient_id for u, _ in plan.golden}
+    red = [
+        a for pid, a in sorted(final.items()) if pid not in golden_ids and str(a.traffic_light.light) == "RED"
+    ]
+    results.golden = [_golden_row(final[pid]) for pid in sorted(golden_ids) if pid in final]
+    results.red_patients = [_golden_row(a) for a in red]
     table = Table(
         "patient",
         "age",
@@ -585,51 +1091,54 @@ def step_clinical(console: Console, bootstrap: str, serde: Serde, generated: int
         "light",
         "shadow",
         "red sources",
-        title="golden patients",
+        title="golden patients, then generated patients whose light is RED (first 10)",
         title_justify="left",
     )
-    for case, review in GOLDEN_REVIEWS.items():
-        bundle = json.loads((CLINICAL / f"{case}.json").read_text("utf-8"))
-        for a in assessments(bundle, golden_when, ReviewInputs(**review)):  # type: ignore[arg-type]
-            produced.append(a)
-            light = a.traffic_light
-            results.golden.append(
-                {
-                    "patient": a.patient_id,
-                    "age": a.age,
-                    "severity": str(a.nti.severity),
-                    "drugs": a.nti.drugs,
-                    "light": str(light.light),
-                    "shadow": str(light.shadow),
-                    "sources": light.sources,
-                }
-            )
-            table.add_row(
-                a.patient_id,
-                str(a.age),
-                str(a.nti.severity),
-                ", ".join(a.nti.drugs),
-                str(light.light),
-                str(light.shadow),
-                "; ".join(light.sources),
-            )
+    for row in [*results.golden, *results.red_patients[:10]]:
+        table.add_row(row["patient"], str(row["age"]), row["severity"], ", ".join(row["drugs"]), row["light"],
+                      row["shadow"], "; ".join(row["sources"]))  # fmt: skip
     console.print(table)
-    rng = random.Random(0)
-    for index in range(generated):
-        produced += assessments(_patient_bundle(rng, index), AS_OF, None)
-    producer = _producer(bootstrap)
-    for a in produced:
-        producer.produce(
-            CLINICAL_ASSESSMENTS, key=a.patient_id.encode(), value=serde.encode(a, topic=CLINICAL_ASSESSMENTS)
-        )
-        producer.poll(0)
-    if producer.flush(30):
-        raise DemoError(f"assessments not delivered to {CLINICAL_ASSESSMENTS}")
-    results.lights = Counter(str(a.traffic_light.light) for a in produced)
-    distribution = _lights(results.lights)
+    severities = Counter(str(a.nti.severity) for a in final.values())
+    console.print(f"  final lights: {_lights(results.lights)}; NTI severities: "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(severities.items())))  # fmt: skip
+    same = final == plan.clinical_expected
+    results.clinical_same = same
     console.print(
-        f"  {len(produced)} assessments published to {CLINICAL_ASSESSMENTS}; lights: {distribution}"
+        f"  {len(flow.outputs)} assessments from the worker; final assessment per patient vs the in-process "
+        f"stream processor: {'[green]equal[/]' if same else '[red]DIFFERENT[/]'}"
     )
+    if not same:
+        results.failed.append("clinical assessments differ from the in-process stream processor")
+
+
+def step_docs(console: Console, plan: Plan, results: Results) -> None:
+    """Step 6: the dispositions the docs worker published, per example, vs the in-process arbiter."""
+    flow = results.flows["docs"]
+    by_doc = {d.doc_id: d for d in flow.outputs}
+    table = Table("case", "documents", "decision", "rule", "issues", "= in process",
+                  title="classification arbiter (clingate docs worker)", title_justify="left")  # fmt: skip
+    mismatches = 0
+    for case, group in groupby(plan.documents, key=lambda d: d[0]):
+        docs = list(group)
+        got = [by_doc[r.doc_id] for _, r, _ in docs]
+        expected = docs[0][2].disposition
+        want = (expected.decision, expected.rule, len(expected.issues))
+        equal = all((d.decision, d.rule, len(d.issues)) == want
+                    for d in got)  # fmt: skip
+        mismatches += not equal
+        first = got[0]
+        results.dispositions.append((case, len(got), str(first.decision), first.rule, len(first.issues)))
+        table.add_row(case, str(len(got)), str(first.decision), first.rule, str(len(first.issues)),
+                      "yes" if equal else "[red]NO[/]")  # fmt: skip
+    console.print(table)
+    decisions = Counter(str(d.decision) for d in flow.outputs)
+    console.print(
+        f"  {len(flow.outputs)} dispositions: " + ", ".join(f"{k} {v}" for k, v in sorted(decisions.items()))
+    )
+    if plan.docs_rules_only and mismatches:
+        results.failed.append(f"{mismatches} arbiter examples differ from the in-process arbiter")
+    if not plan.docs_rules_only:
+        console.print("  (the docs worker used the configured LLM; the in-process comparison is rules-only)")
 
 
 def verify_example(case: str) -> tuple[Any, Any]:
@@ -637,7 +1146,7 @@ def verify_example(case: str) -> tuple[Any, Any]:
     from processors.docs.arbiter import ArbiterConfig, run
     from processors.docs.v3 import load_trap_rules
     from schemas.docs import ClassificationOutput, ClassificationRequest, DocumentBundle
-    from streams.demo_data import DOCS, DOCS_EXAMPLES
+    from streams.demo_data import DOCS
 
     classification, bundle_name = DOCS_EXAMPLES[case]
     config = ArbiterConfig(trap_rules=load_trap_rules(get_settings().docs_trap_rules), llm_enabled=False)
@@ -658,46 +1167,20 @@ def _escalated_document() -> tuple[Any, Any]:
 
 
 def _golden_assessment() -> Any:
+    from processors.clinical.assess import assess
+    from processors.clinical.fhir_input import parse_document
+    from processors.clinical.knowledge import default_knowledge
+    from processors.clinical.state import PatientUpdate, reduce_update
     from processors.clinical.traffic_light import ReviewInputs
+    from streams.clinical import gate_flags
     from streams.demo_data import CLINICAL, GOLDEN_AS_OF, GOLDEN_REVIEWS
 
-    bundle = json.loads((CLINICAL / "PT-TEST-010.json").read_text("utf-8"))
     when = datetime.fromisoformat(GOLDEN_AS_OF.replace("Z", "+00:00"))
-    return assessments(bundle, when, ReviewInputs(**GOLDEN_REVIEWS["PT-TEST-010"]))[0]  # type: ignore[arg-type]
-
-
-def step_docs(console: Console, bootstrap: str, serde: Serde, results: Results) -> None:
-    """Step 5: the arbiter's examples verified rules-only; dispositions (and packets) published."""
-    from streams.demo_data import DOCS_EXAMPLES
-
-    producer = _producer(bootstrap)
-    table = Table(
-        "case",
-        "document",
-        "decision",
-        "rule",
-        "issues",
-        title="classification arbiter (rules-only)",
-        title_justify="left",
-    )
-    for case in DOCS_EXAMPLES:
-        _, finished = verify_example(case)
-        d = finished.disposition
-        producer.produce(
-            DOCS_DISPOSITIONS, key=d.doc_id.encode(), value=serde.encode(d, topic=DOCS_DISPOSITIONS)
-        )
-        if finished.packet is not None:
-            producer.produce(
-                DOCS_REVIEW_PACKETS,
-                key=d.doc_id.encode(),
-                value=serde.encode(finished.packet, topic=DOCS_REVIEW_PACKETS),
-            )
-        results.dispositions.append((case, str(d.decision), d.rule, len(d.issues)))
-        table.add_row(case, d.doc_id, str(d.decision), d.rule, str(len(d.issues)))
-    if producer.flush(30):
-        raise DemoError(f"dispositions not delivered to {DOCS_DISPOSITIONS}")
-    console.print(table)
-    console.print(f"  {len(results.dispositions)} dispositions published to {DOCS_DISPOSITIONS}")
+    case = "PT-TEST-010"
+    parsed = parse_document(json.loads((CLINICAL / f"{case}.json").read_text("utf-8")))
+    state, _ = reduce_update(None, PatientUpdate(patient_id=case, changes=tuple(parsed.changes[case])), when)
+    review = ReviewInputs(**GOLDEN_REVIEWS[case])  # type: ignore[arg-type]
+    return assess(state, when, review, default_knowledge(), gate_flags(get_settings()))
 
 
 def step_dead_letters_fhir(console: Console, bootstrap: str, serde: Serde) -> None:
@@ -822,7 +1305,16 @@ def write_report(path: Path, results: Results) -> None:
         ),
         (
             "Traffic lights",
-            report.bar_chart("traffic-light distribution", lights, "patients")
+            report.bar_chart("traffic-light distribution (final)", lights, "patients")
+            + report.line_chart(
+                "traffic lights at the end of each simulated week",
+                [
+                    report.Series(k, [(float(w), float(c[k])) for w, c, _ in results.lights_by_week])
+                    for k in ("RED", "YELLOW", "GREEN")
+                ],
+                "patients",
+                "simulated week",
+            )
             + report.table(
                 ["patient", "age", "NTI", "drugs", "light", "shadow", "red sources"],
                 [
@@ -835,11 +1327,15 @@ def write_report(path: Path, results: Results) -> None:
                         g["shadow"],
                         "; ".join(g["sources"]),
                     )
-                    for g in results.golden
+                    for g in [*results.golden, *results.red_patients]
                 ],
             ),
         ),
-        ("Arbiter dispositions", report.table(["case", "decision", "rule", "issues"], results.dispositions)),
+        (
+            "Arbiter dispositions",
+            report.table(["case", "documents", "decision", "rule", "issues"], results.dispositions),
+        ),
+        ("Throughput and latency per stream", _stream_charts(results)),
         (
             "Dead letters",
             report.table(["topic", "records added"], sorted(results.dead_letters["added"].items())),
@@ -853,23 +1349,69 @@ def _lights(lights: Counter[str]) -> str:
     return ", ".join(f"{light} {lights[light]}" for light in ("RED", "YELLOW", "GREEN"))
 
 
+def _stream_rows(results: Results) -> list[tuple[str, str, str, str, str]]:
+    """Per stream: outputs, throughput, latency p50 and p99 (produced -> output consumed)."""
+    names = {
+        "generator": "generator (narrative -> first candidate)",
+        "dbpm": "DBPM gate (candidate -> decision)",
+        "verifier": "verifier (to-verify -> verdict)",
+        "clinical": "clinical (FHIR update -> assessment)",
+        "docs": "arbiter (classification -> disposition)",
+    }
+    rows = []
+    for name, flow in results.flows.items():
+        st = flow.stats()
+        rows.append((names[name], f"{len(flow.outputs):,}", f"{st['rate']:,.0f}/s",
+                     f"{1000 * st['p50']:,.0f} ms", f"{1000 * st['p99']:,.0f} ms"))  # fmt: skip
+    return rows
+
+
+def _stream_charts(results: Results) -> str:
+    rows = _stream_rows(results)
+    stats = {name: flow.stats() for name, flow in results.flows.items()}
+    return (
+        report.bar_chart(
+            "throughput (outputs/s)", {n: round(s["rate"]) for n, s in stats.items()}, "outputs/s"
+        )
+        + report.bar_chart(
+            "latency p50 (ms, produced -> output consumed)",
+            {n: round(1000 * s["p50"]) for n, s in stats.items()},
+            "ms",
+        )
+        + report.bar_chart(
+            "latency p99 (ms, produced -> output consumed)",
+            {n: round(1000 * s["p99"]) for n, s in stats.items()},
+            "ms",
+        )
+        + report.table(["stream", "outputs", "throughput", "latency p50", "latency p99"], rows)
+    )
+
+
 def _summary_rows(results: Results) -> list[tuple[str, str]]:
     dbpm = results.dbpm
     return [
         ("topics", ", ".join(f"{n} {o}" for o, n in sorted(Counter(t[2] for t in results.topics).items()))),
         ("schemas round-tripped", f"{sum(r[3] for r in results.round_trips)}/{len(results.round_trips)}"),
         (
-            "DBPM patients / events / candidates",
-            f"{dbpm['patients']} / {dbpm['events']:,} / {dbpm['gates']:,}",
+            "DBPM narratives / candidates / let through / verdicts",
+            f"{dbpm['narratives']} / {dbpm['gates']:,} / {dbpm['let_through']:,} / {dbpm['verdicts']:,}",
         ),
         ("verifier calls saved (BLOCKs)", f"{dbpm['blocks']:,}"),
-        ("DBPM throughput via Kafka", f"{dbpm['events'] / dbpm['wall_s']:,.0f} events/s"),
         ("Kafka decisions = in-process", "yes" if dbpm["same"] else "NO"),
         ("inert channels", ", ".join(dbpm["population"].inert_channels()) or "none"),
-        ("clinical assessments", f"{sum(results.lights.values())}: " + _lights(results.lights)),
-        ("docs dispositions", str(len(results.dispositions))),
+        (
+            "clinical assessments (final lights)",
+            f"{sum(results.lights.values())}: " + _lights(results.lights),
+        ),
+        ("clinical worker = in-process", "yes" if results.clinical_same else "NO"),
+        ("docs dispositions", str(sum(d[1] for d in results.dispositions))),
         ("dead letters added", str(sum(results.dead_letters["added"].values()))),
+        *(
+            (f"{name}: throughput, p50, p99", f"{rate}, {p50}, {p99}")
+            for name, _, rate, p50, p99 in _stream_rows(results)
+        ),
         *((f"time: {k}", f"{v:.1f} s") for k, v in results.timings.items()),
+        ("checks", "all passed" if not results.failed else "FAILED: " + "; ".join(results.failed)),
     ]
 
 
@@ -901,10 +1443,10 @@ def _run_steps(
     serde: Serde,
     catalog: Catalog,
     results: Results,
-    patients: int,
-    clinical_patients: int,
+    plan: Plan,
+    rates: tuple[float, float],
 ) -> None:
-    """Steps 1-6; everything started here (broker, worker, temporary directories) is stopped on exit."""
+    """Steps 1-7; everything started here (broker, workers, temporary directories) is stopped on exit."""
     with _terminate_as_exit(), ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="clingate-demo-")))
         try:
@@ -915,13 +1457,15 @@ def _run_steps(
             with _step(console, results, 2, "one event of every schema"):
                 events = schema_samples(_golden_assessment(), *_escalated_document())
                 step_schemas(console, bootstrap, serde, catalog, events, results)
-            with _step(console, results, 3, "DBPM through Kafka"):
-                step_dbpm(console, bootstrap, serde, patients, workdir, results)
-            with _step(console, results, 4, "clinical gates"):
-                step_clinical(console, bootstrap, serde, clinical_patients, results)
-            with _step(console, results, 5, "classification arbiter"):
-                step_docs(console, bootstrap, serde, results)
-            with _step(console, results, 6, "dead letters"):
+            with _step(console, results, 3, "the streams through the workers"):
+                engine, app_id = step_streams(console, bootstrap, serde, plan, workdir, rates, results)
+            with _step(console, results, 4, "DBPM: narratives -> generator -> gate -> verifier -> memory"):
+                step_dbpm(console, bootstrap, plan, engine, app_id, results)
+            with _step(console, results, 5, "clinical gates"):
+                step_clinical(console, plan, results)
+            with _step(console, results, 6, "classification arbiter"):
+                step_docs(console, plan, results)
+            with _step(console, results, 7, "dead letters"):
                 step_dead_letters_fhir(console, bootstrap, serde)
                 after = dlq_counts(bootstrap, catalog)
                 base = results.dead_letters["base"]
@@ -940,10 +1484,20 @@ def _run_steps(
 
 @app.callback(invoke_without_command=True)
 def demo(
-    patients: Annotated[int, typer.Option(min=1, help="Patients in the synthetic DBPM stream.")] = 150,
+    patients: Annotated[int, typer.Option(min=1, help="Patients (narratives) of the DBPM loop.")] = 80,
     clinical_patients: Annotated[
-        int, typer.Option(min=0, help="Generated patients for the clinical gates.")
-    ] = 100,
+        int,
+        typer.Option(min=0, help="Generated patients in the FHIR stream (besides the four golden cases)."),
+    ] = 300,
+    documents: Annotated[
+        int, typer.Option(min=1, help="Classifications sent to the arbiter (copies of the examples).")
+    ] = 70,
+    fhir_rate: Annotated[
+        float, typer.Option(min=0, help="FHIR updates produced per second (0: as fast as possible).")
+    ] = 20.0,
+    docs_rate: Annotated[
+        float, typer.Option(min=0, help="Classifications produced per second (0: as fast as possible).")
+    ] = 20.0,
     report_path: Annotated[Path, typer.Option("--report", help="Where to write the HTML report.")] = Path(
         "report.html"
     ),
@@ -955,16 +1509,25 @@ def demo(
     catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
     results = Results()
     started = time.perf_counter()
+    plan = build_plan(patients, clinical_patients, documents, console)
     try:
-        _run_steps(console, settings, serde, catalog, results, patients, clinical_patients)
+        _run_steps(console, settings, serde, catalog, results, plan, (fhir_rate, docs_rate))
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted:[/] the worker and broker this demo started are stopped")
+        console.print("[yellow]interrupted:[/] the workers and broker this demo started are stopped")
         raise typer.Exit(130) from None
     results.timings["total"] = time.perf_counter() - started
-    console.rule("[bold]7. summary")
+    console.rule("[bold]8. summary")
+    streams = Table("stream", "outputs", "throughput", "latency p50", "latency p99", title_justify="left",
+                    title="throughput and latency (produced -> output consumed)")  # fmt: skip
+    for row in _stream_rows(results):
+        streams.add_row(*row)
+    console.print(streams)
     summary = Table("measure", "value", title="clingate demo summary", title_justify="left")
     for name, value in _summary_rows(results):
         summary.add_row(name, value)
     console.print(summary)
     write_report(report_path, results)
     console.print(f"report written to {report_path}")
+    if results.failed:
+        console.print("[red]checks failed:[/] " + "; ".join(results.failed))
+        raise typer.Exit(1)

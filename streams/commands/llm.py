@@ -8,8 +8,9 @@ from streams.llm.config import resolve_roles
 from streams.llm.testserver import main as serve_test_server
 from streams.settings import get_settings
 
-app = typer.Typer(help="LLM serving: per-role status and a local OpenAI-compatible test server.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="LLM serving: per-role status and a local OpenAI-compatible test server.", no_args_is_help=True
+)
 
 
 @app.command()

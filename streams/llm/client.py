@@ -414,7 +414,12 @@ class LlmClient:
         endpoint = self._endpoints.get(role)
         if endpoint is None:
             return self._failed(
-                FailureKind.DISABLED, role, call_type, None, 0, 0.0,
+                FailureKind.DISABLED,
+                role,
+                call_type,
+                None,
+                0,
+                0.0,
                 f"no LLM server for role {role}: set {enabling_variables(role)}",
             )
         server = self._servers[endpoint.base_url]
@@ -442,7 +447,11 @@ class LlmClient:
         while True:
             if not server.breaker.allow():
                 return self._failed(
-                    FailureKind.CIRCUIT_OPEN, role, call_type, server.base_url, attempts,
+                    FailureKind.CIRCUIT_OPEN,
+                    role,
+                    call_type,
+                    server.base_url,
+                    attempts,
                     self._clock() - started,
                     f"circuit open for {server.base_url} after repeated failures; "
                     f"next probe within {self._policy.breaker_reset_s:g} s",
@@ -451,12 +460,20 @@ class LlmClient:
             outcome = await self._attempt(lane, server, body)
             elapsed = self._clock() - started
             if isinstance(outcome, _Final):
-                return self._failed(outcome.kind, role, call_type, server.base_url, attempts, elapsed,
-                                    outcome.detail)
+                return self._failed(
+                    outcome.kind, role, call_type, server.base_url, attempts, elapsed, outcome.detail
+                )
             if isinstance(outcome, _Transient):
                 if attempts > self._policy.max_retries:
-                    return self._failed(outcome.kind, role, call_type, server.base_url, attempts, elapsed,
-                                        f"{outcome.detail} (after {attempts} attempts)")
+                    return self._failed(
+                        outcome.kind,
+                        role,
+                        call_type,
+                        server.base_url,
+                        attempts,
+                        elapsed,
+                        f"{outcome.detail} (after {attempts} attempts)",
+                    )
                 await self._sleep(self._backoff(attempts, outcome.retry_after_s))
                 continue
             return self._parse(outcome, response_model, endpoint, role, call_type, attempts, elapsed)

@@ -281,8 +281,11 @@ def parse_chat_request(body: Any) -> ChatRequest:
     if not isinstance(messages, list) or not messages:
         raise RequestRejectedError("'messages' must be a non-empty list")
     for message in messages:
-        if not (isinstance(message, dict) and message.get("role") in {"system", "user", "assistant"}
-                and isinstance(message.get("content"), str)):
+        if not (
+            isinstance(message, dict)
+            and message.get("role") in {"system", "user", "assistant"}
+            and isinstance(message.get("content"), str)
+        ):
             raise RequestRejectedError("each message must be {'role': system|user|assistant, 'content': str}")
     temperature = body.get("temperature")
     if isinstance(temperature, bool) or not isinstance(temperature, int | float):
@@ -294,18 +297,26 @@ def parse_chat_request(body: Any) -> ChatRequest:
     response_format = body.get("response_format")
     if response_format is not None:
         json_schema = response_format.get("json_schema") if isinstance(response_format, dict) else None
-        if response_format.get("type") != "json_schema" or not isinstance(json_schema, dict) \
-                or not isinstance(json_schema.get("schema"), dict):
-            raise RequestRejectedError("response_format must be {'type': 'json_schema', 'json_schema': "
-                                       "{'name': ..., 'schema': {...}}}")
+        if (
+            response_format.get("type") != "json_schema"
+            or not isinstance(json_schema, dict)
+            or not isinstance(json_schema.get("schema"), dict)
+        ):
+            raise RequestRejectedError(
+                "response_format must be {'type': 'json_schema', 'json_schema': "
+                "{'name': ..., 'schema': {...}}}"
+            )
         schemas.append(json_schema["schema"])
     structured = body.get("structured_outputs")
     compact = False
     if structured is not None:
         if not isinstance(structured, dict):
             raise RequestRejectedError("structured_outputs must be an object")
-        others = sorted(k for k in ("regex", "choice", "grammar", "json_object", "structural_tag")
-                        if structured.get(k) is not None)
+        others = sorted(
+            k
+            for k in ("regex", "choice", "grammar", "json_object", "structural_tag")
+            if structured.get(k) is not None
+        )
         if others:
             raise RequestRejectedError(f"this server only serves JSON-schema constraints, got {others}")
         if structured.get("json") is not None:
@@ -463,22 +474,26 @@ class OpenAiTestServer:
             content, finish_reason = content[: chat.max_tokens * CHARS_PER_TOKEN], "length"
         completion_tokens = math.ceil(len(content) / CHARS_PER_TOKEN)
         prompt_tokens = math.ceil(len(chat.prompt) / CHARS_PER_TOKEN)
-        return web.json_response({
-            "id": f"chatcmpl-{hashlib.sha256(chat.prompt.encode()).hexdigest()[:16]}",
-            "object": "chat.completion",
-            "created": 0,
-            "model": chat.model,
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": finish_reason,
-            }],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        })
+        return web.json_response(
+            {
+                "id": f"chatcmpl-{hashlib.sha256(chat.prompt.encode()).hexdigest()[:16]}",
+                "object": "chat.completion",
+                "created": 0,
+                "model": chat.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": content},
+                        "finish_reason": finish_reason,
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+            }
+        )
 
 
 def main(

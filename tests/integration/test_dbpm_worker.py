@@ -207,9 +207,7 @@ def test_survivor_takes_over_a_stopped_workers_partitions_with_state(
     stopper = threading.Timer(4.0, second.stop)
     stopper.start()
     try:
-        result = replay_via_kafka(
-            kafka_bootstrap, events, engine, make_serde(None), app_id, timeout_s=120.0
-        )
+        result = replay_via_kafka(kafka_bootstrap, events, engine, make_serde(None), app_id, timeout_s=120.0)
     finally:
         stopper.cancel()
         stopper.join()

@@ -14,8 +14,9 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _demo_workers() -> list[str]:
-    """Command lines of live ``clingate worker`` processes started by a demo (app id clingate-demo-*)."""
+def _demo_processes() -> list[str]:
+    """Command lines of live processes a demo started: clingate workers and groups of a clingate-demo-*
+    app id or group, and the demo's LLM test server."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -25,29 +26,34 @@ def _demo_workers() -> list[str]:
             environ = (proc / "environ").read_bytes()
         except OSError:
             continue
-        if b"worker" in cmdline and b"CLINGATE_APP_ID=clingate-demo-" in environ:
+        ours = b"streams.cli" in cmdline and b"=clingate-demo-" in environ
+        if ours or b"streams.demo_llm" in cmdline:
             found.append(b" ".join(cmdline).decode(errors="replace"))
     return found
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(320)
 def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_path: Path) -> None:
-    """Scenario: the demo runs with a tiny stream against an existing broker.
+    """Scenario: the demo runs tiny streams against an existing broker.
 
-    It exits 0, prints the summary, writes a self-contained report.html and stops the DBPM worker
-    it started.
+    It exits 0 (every check passed: DBPM, clinical and arbiter outputs of the workers equal the
+    in-process results), prints the summary with latency per stream, writes a self-contained
+    report.html and stops the workers, groups and LLM test server it started.
     """
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}
     report = tmp_path / "report.html"
     done = subprocess.run(
-        [sys.executable, "-W", "ignore", "-m", "streams.cli", "demo", "--patients", "5",
-         "--clinical-patients", "5", "--report", str(report)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=170,
+        [sys.executable, "-W", "ignore", "-m", "streams.cli", "demo", "--patients", "3",
+         "--clinical-patients", "8", "--documents", "7", "--fhir-rate", "0", "--docs-rate", "0",
+         "--report", str(report)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "clingate demo summary" in done.stdout
     assert "round trip" in done.stdout
+    assert "checks" in done.stdout and "all passed" in done.stdout
+    assert "latency p99" in done.stdout
     html = report.read_text(encoding="utf-8")
-    assert "<svg" in html and "QA lift per category" in html
+    assert "<svg" in html and "QA lift per category" in html and "Throughput and latency per stream" in html
     assert "<script" not in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
-    assert _demo_workers() == []
+    assert _demo_processes() == []

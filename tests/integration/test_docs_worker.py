@@ -257,9 +257,10 @@ def test_trap_cases_bad_record_and_review_flow_through_the_docs_worker(
     assert "Routine lab vendor detected" in recorded.stdout  # the packet was rendered before deciding
 
     def reviewed(seen: dict[str, list]) -> bool:
-        return any(k == quest for k, _, _ in seen[DOCS_GROUND_TRUTH]) and len(
-            [k for k, _, _ in seen[DOCS_REVIEW_PACKETS] if k == quest]
-        ) >= 2
+        return (
+            any(k == quest for k, _, _ in seen[DOCS_GROUND_TRUTH])
+            and len([k for k, _, _ in seen[DOCS_REVIEW_PACKETS] if k == quest]) >= 2
+        )
 
     seen = _collect(kafka_bootstrap, [DOCS_GROUND_TRUTH, DOCS_REVIEW_PACKETS], reviewed)
     assert reviewed(seen)
@@ -314,6 +315,7 @@ def test_documents_in_flight_when_a_worker_stops_are_decided_by_the_next_one(kaf
             time.sleep(0.05)
         assert servers[0].in_flight == 4 * 3
     with _running_worker(kafka_bootstrap, llm_latency_s=0.0, group_id=group):
+
         def all_decided(got: dict[str, list]) -> bool:
             return ids <= {key for key, _, _ in got[DOCS_DISPOSITIONS]}
 

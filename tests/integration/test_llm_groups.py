@@ -243,11 +243,13 @@ def test_verifier_fails_teach_the_memory_until_the_gate_blocks_without_a_verifie
                 await asyncio.sleep(2.0)
                 assert _verdict_requests(ver_server) == verdict_calls  # no call for the BLOCKed candidate
                 saved = metrics.registry.get_sample_value(
-                    "clingate_llm_verifier_calls_saved_total", {"task": "ner"})
+                    "clingate_llm_verifier_calls_saved_total", {"task": "ner"}
+                )
                 assert saved == 1.0
                 made = metrics.registry.get_sample_value(
                     "clingate_llm_calls_total",
-                    {"group": "verifier", "call_type": "ner_verdict", "outcome": "ok"})
+                    {"group": "verifier", "call_type": "ner_verdict", "outcome": "ok"},
+                )
                 assert made == verdict_calls
             verdicts = _ours(tail.values(DBPM_VERDICTS, Verdict), run)
             assert {(v.verdict, v.source) for v in verdicts} == {("hard_fail", "verifier_mmed")}
@@ -322,13 +324,17 @@ def test_llm_faults_are_retried_defaulted_or_dead_lettered_never_dropped(kafka_b
             for i, (marker, payload) in enumerate(cases.items()):
                 patient = f"{run}-{marker}"
                 narratives.append((patient, _narrative(patient, i, f"Sepsis on meropenem; marker {marker}.")))
-                decisions.append((patient, _decision(patient, i, payload,
-                                                     "DOWNGRADE" if marker == "cut-off" else "ALLOW")))
+                decisions.append(
+                    (patient, _decision(patient, i, payload, "DOWNGRADE" if marker == "cut-off" else "ALLOW"))
+                )
             generator_victim = f"{run}-gen"
             _publish(kafka_bootstrap, DBPM_NARRATIVES, narratives)
             async with verifier_client, _groups(kafka_bootstrap, settings, verifier_client) as (_m, _loops):
-                _publish(kafka_bootstrap, DBPM_NARRATIVES,
-                         [(generator_victim, _narrative(generator_victim, 9, "Sepsis; marker gen-down."))])
+                _publish(
+                    kafka_bootstrap,
+                    DBPM_NARRATIVES,
+                    [(generator_victim, _narrative(generator_victim, 9, "Sepsis; marker gen-down."))],
+                )
                 producer = Producer(producer_config(kafka_bootstrap))
                 producer.produce(DBPM_NARRATIVES, key=b"junk", value=b"not avro")
                 producer.flush(30)
@@ -343,14 +349,20 @@ def test_llm_faults_are_retried_defaulted_or_dead_lettered_never_dropped(kafka_b
                 await tail.wait_for(settled, timeout_s=60)
             by_patient = {v.patient_id.removeprefix(f"{run}-"): v.verdict
                           for v in _ours(tail.values(DBPM_VERDICTS, Verdict), run)}  # fmt: skip
-            assert by_patient == {"rate-limited": "success", "flaky": "success", "garbled": "success",
-                                  "cut-off": "soft_downgrade"}
+            assert by_patient == {
+                "rate-limited": "success",
+                "flaky": "success",
+                "garbled": "success",
+                "cut-off": "soft_downgrade",
+            }
             dead = {k: header_map(list(h.items()))["exception"]
                     for k, _v, h in tail.records[dlq_name(DBPM_TO_VERIFY)]}  # fmt: skip
             assert dead == {f"{run}-hanging".encode(): "LlmFailed:timeout",
                             f"{run}-down".encode(): "LlmFailed:unavailable"}  # fmt: skip
-            narrative_dead = {k: header_map(list(h.items()))["exception"]
-                              for k, _v, h in tail.records[dlq_name(DBPM_NARRATIVES)]}
+            narrative_dead = {
+                k: header_map(list(h.items()))["exception"]
+                for k, _v, h in tail.records[dlq_name(DBPM_NARRATIVES)]
+            }
             assert narrative_dead[generator_victim.encode()].startswith("LlmFailed:")
             assert b"junk" in narrative_dead
             verified = {k: h for k, _v, h in tail.records[DBPM_VERIFIED] if k.decode().startswith(run)}

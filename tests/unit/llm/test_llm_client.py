@@ -130,8 +130,9 @@ def test_connection_refused_is_unavailable():
 
     async def main():
         endpoint = Endpoint(f"http://127.0.0.1:{port}/v1", "m")
-        async with LlmClient({Role.VERIFIER: endpoint}, policy=ClientPolicy(max_retries=1),
-                             sleep=lambda _s: asyncio.sleep(0)) as client:
+        async with LlmClient(
+            {Role.VERIFIER: endpoint}, policy=ClientPolicy(max_retries=1), sleep=lambda _s: asyncio.sleep(0)
+        ) as client:
             return await client.call(CallType.NER_VERDICT, NerVerdict, USER)
 
     result = asyncio.run(main())

@@ -34,7 +34,10 @@ INT64 = (-(2**63), 2**63 - 1)
 _JSON_VALIDATORS = {m.func for m in get_args(JsonText)[1:] if isinstance(m, AfterValidator)}
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(*INT64) | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers(*INT64)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(), children, max_size=3),
     max_leaves=8,

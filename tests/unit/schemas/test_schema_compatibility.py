@@ -44,8 +44,9 @@ def test_every_event_schema_is_released(entry: SchemaEntry):
     )
 
 
-@pytest.mark.parametrize(("entry", "old"), RELEASED, ids=lambda x: getattr(x, "full_name", None) or
-                         f"v{getattr(x, 'version', '')}")
+@pytest.mark.parametrize(
+    ("entry", "old"), RELEASED, ids=lambda x: getattr(x, "full_name", None) or f"v{getattr(x, 'version', '')}"
+)
 def test_the_current_schema_reads_every_released_version(entry: SchemaEntry, old: SchemaVersion):
     assert compatibility_errors(entry.current.schema, old.schema) == []
 
@@ -62,8 +63,9 @@ def _as_seen_by(version: SchemaVersion, datum: object) -> object:
     return fastavro.schemaless_reader(buffer, version.parsed, None)
 
 
-@pytest.mark.parametrize(("entry", "old"), RELEASED, ids=lambda x: getattr(x, "full_name", None) or
-                         f"v{getattr(x, 'version', '')}")
+@pytest.mark.parametrize(
+    ("entry", "old"), RELEASED, ids=lambda x: getattr(x, "full_name", None) or f"v{getattr(x, 'version', '')}"
+)
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_records_written_with_a_released_version_decode_without_losing_its_fields(
@@ -101,8 +103,9 @@ def _registry(current: dict, *released: dict) -> SchemaRegistry:
 
 
 def test_a_record_of_an_older_version_reads_into_the_current_model_with_defaults():
-    v1_bytes = SingleObjectSerde(_registry(V1)).encode(Probe.model_construct(
-        ts=datetime(2026, 5, 4, tzinfo=UTC), name="old", weight=1.0))
+    v1_bytes = SingleObjectSerde(_registry(V1)).encode(
+        Probe.model_construct(ts=datetime(2026, 5, 4, tzinfo=UTC), name="old", weight=1.0)
+    )
     serde = SingleObjectSerde(_registry(V2, V1))
     assert serde.decode(v1_bytes, Probe) == Probe(ts=datetime(2026, 5, 4, tzinfo=UTC), name="old")
 

@@ -126,8 +126,17 @@ def test_a_value_the_schema_cannot_carry_fails_encoding_with_a_typed_error():
     from schemas.common import DeadLetter, Stage
 
     letter = DeadLetter.model_construct(  # bypasses validation, as a buggy producer might
-        ts=TS, topic="t", partition="two", offset=0, stage=Stage.DECODE, error_type="E", error="e",
-        key=None, value=None, headers=(), expected_schema=None,
+        ts=TS,
+        topic="t",
+        partition="two",
+        offset=0,
+        stage=Stage.DECODE,
+        error_type="E",
+        error="e",
+        key=None,
+        value=None,
+        headers=(),
+        expected_schema=None,
     )
     with pytest.raises(SchemaEncodeError):
         SERDE.encode(letter)
