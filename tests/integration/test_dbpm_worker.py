@@ -15,19 +15,21 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from processors.dbpm import DBPMEngine, parse_event
+from processors.dbpm import DBPMEngine, VerdictEvent, parse_event
 from schemas.serde import make_serde
 from state.memory import MemoryStore
 from streams.app import dbpm_engines
+from streams.bench.dbpm import generate_events
 from streams.broker import Broker, free_port
 from streams.dbpm import MEMORY_INPUTS
-from streams.kafka_replay import commit_end_offsets, replay_via_kafka
+from streams.kafka_replay import KafkaReplayResult, commit_end_offsets, replay_via_kafka
 from streams.settings import Settings
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import DBPM_CANDIDATES, build_catalog
@@ -250,3 +252,84 @@ def test_replay_completes_exactly_across_a_broker_restart(kafka_broker: Broker, 
     expected_decisions, expected_state = _in_process(engine, events)
     assert _contract(result.decisions) == expected_decisions
     assert result.state == expected_state
+
+
+def _propagation_engine() -> DBPMEngine:
+    engine, _ = dbpm_engines(Settings(CLINGATE_DBPM_CROSS_TASK=True, CLINGATE_DBPM_MAINTENANCE=False))
+    return engine
+
+
+def _by_signature(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {e["signature"]: e for e in entries}
+
+
+def _propagation_difference(
+    got: KafkaReplayResult, events: list[dict[str, Any]], engine: DBPMEngine
+) -> dict[str, Any]:
+    """What differs between a replay through workers and the in-process engine, by kind."""
+    decisions, state = _in_process(engine, events)
+    expected = {d["candidate_id"]: d for d in decisions}
+    tasks = {e["candidate_id"]: e["task"] for e in events if e["kind"] == "gate"}
+    changed = [d for d in got.decisions if d["decision"] != expected[d["candidate_id"]]["decision"]]
+    mine, theirs = _by_signature(got.state["blocklist"]["ner"]), _by_signature(state["blocklist"]["ner"])
+    differing = sorted(s for s in mine.keys() | theirs.keys() if mine.get(s) != theirs.get(s))
+    return {
+        "decisions": (len(decisions), len(got.decisions)),
+        "changed_decisions": [(d["candidate_id"], expected[d["candidate_id"]]["decision"], d["decision"])
+                              for d in changed],
+        "changed_tasks": sorted({tasks[d["candidate_id"]] for d in changed}),
+        "decision_counts": (Counter(d["decision"] for d in decisions),
+                            Counter(d["decision"] for d in got.decisions)),
+        "ner_patterns": (len(theirs), len(mine)),
+        "ner_patterns_differing": differing,
+        "differing_not_targets": sorted(set(differing) - _propagation_targets(engine, events)),
+        "state": state,
+    }  # fmt: skip
+
+
+def _propagation_targets(engine: DBPMEngine, events: list[dict[str, Any]]) -> set[str]:
+    """Every NER signature the stream's verdicts propagate to."""
+    store, targets = MemoryStore(), set()
+    for obj in events:
+        event = parse_event(obj)
+        if isinstance(event, VerdictEvent):
+            with store.transaction() as txn:
+                _, propagations = engine.learn(txn, event, event.time)
+            targets |= {p.signature for p in propagations}
+    return targets
+
+
+@pytest.mark.parametrize("stream", ["replay-example", "synthetic"])
+def test_propagation_through_kafka_differs_from_the_engine_only_by_the_hop(
+    kafka_bootstrap: str, start_workers, stream: str
+) -> None:
+    """Scenario: a replay with cross-task propagation ON through one worker, compared with the engine.
+
+    Propagation travels as events keyed by the target signature (``clingate.dbpm.propagations``), so
+    it reaches the target's memory partition one hop after its verdict. Two orderings can then
+    differ from the in-process engine, which applies it inline: (1) the target partition may apply
+    later verdicts of the target signature first (the severity update is not commutative: Eq. 3 damps
+    the older value, and a success whitelists the target before the evidence arrives, so the guard
+    stops it); (2) a gate's barrier waits for the verdict partitions' watermarks, which propagated
+    evidence does not hold back, so a NER gate right after its origin verdict may decide on memory
+    without it. Neither touches anything but NER blocklist patterns that are propagation targets:
+    every candidate has one decision, RE and QA blocklists, whitelists and the preemption set equal
+    the engine's exactly. The measured difference is printed (``-s``) and bounded below.
+    """
+    app_id, _ = start_workers(1, **{**COMPARISON_FLAGS, "CLINGATE_DBPM_CROSS_TASK": "true"})
+    events = _events(1500) if stream == "replay-example" else list(generate_events(1500))
+    engine = _propagation_engine()
+
+    result = replay_via_kafka(kafka_bootstrap, events, engine, make_serde(None), app_id)
+
+    difference = _propagation_difference(result, events, engine)
+    state = difference.pop("state")
+    print(f"\n{stream}: {json.dumps(difference, default=str)}")
+    gates = [e["candidate_id"] for e in events if e["kind"] == "gate"]
+    assert [d["candidate_id"] for d in result.decisions] == gates
+    assert set(difference["changed_tasks"]) <= {"ner"}
+    assert difference["differing_not_targets"] == []
+    for task in ("re", "qa"):
+        assert result.state["blocklist"][task] == state["blocklist"][task]  # type: ignore[index]
+    assert result.state["whitelist"] == state["whitelist"]  # type: ignore[index]
+    assert result.state["preempted_entities"] == state["preempted_entities"]  # type: ignore[index]
