@@ -6,9 +6,13 @@ state, calls the engine, emits and stages. The design and the Faust findings beh
 
 Topology::
 
-    clingate.dbpm.verdicts   (key task|signature) --> memory agent (one writer per signature)
-                                                          | stages engine writes, one changelog
-                                                          v group per batch
+    clingate.dbpm.verdicts     (key task|signature) --+
+    clingate.dbpm.propagations (key task|signature   |--> memory agent (one writer per signature)
+                                of the target)  <-----+    | learns a verdict, sends its cross-task
+                                                           | evidence keyed by the target signature;
+                                                           | applies evidence for its own signatures
+                                                           | stages engine writes, one changelog
+                                                           v group per batch
                               <app>-dbpm-memory-changelog (GlobalTable, rocksdict, N partitions)
                                                           | every worker follows every partition
                                                           v
@@ -21,7 +25,15 @@ Consistency model.
 * Ordered: the verdicts of one ``(task, signature)`` (one key, one partition, one writer: the memory
   agent owning that partition, ``concurrency=1``); the records a memory partition writes (one
   changelog partition, applied by readers in order, whole batches at a time:
-  :mod:`streams.tablestore`); the candidates of one patient (one key, one partition, one gate agent).
+  :mod:`streams.tablestore`); the candidates of one patient (one key, one partition, one gate agent);
+  the propagation events one memory partition sends to another (one producer, their identities
+  ``(origin offset, index)`` increase).
+* One writer per signature, cross-task propagation included: the engine returns RE/QA -> NER
+  evidence as events (:meth:`processors.dbpm.DBPMEngine.learn`); the agent sends them to
+  ``clingate.dbpm.propagations`` keyed by the *target* ``task|signature`` (murmur2, the verdicts'
+  partition count), so the partition owning the target applies them
+  (:meth:`~processors.dbpm.DBPMEngine.propagate`) and evaluates the guards that read the target
+  (whitelist, cap, severity zone) on its own state when the event arrives.
 * Ordered by the barrier, for candidates that ask for it (header ``clingate-barrier``; the replay
   publisher sets it): every memory partition publishes a watermark, the event time up to which it
   has applied verdicts (verdict times, and ticks that the publisher writes to idle partitions). Such
@@ -29,27 +41,38 @@ Consistency model.
   it sees every verdict published before it; after ``barrier_timeout`` it decides on the view it
   has and says so in the decision's provenance (``barrier_timeout``). Live candidates carry no such
   header and never wait: live verdict partitions have no ticks, so a barrier would cost every gate
-  the full timeout.
+  the full timeout. Propagated evidence does not hold the watermark back.
 * May race: a gate and verdicts published *after* its candidate (a gate can see newer memory than
-  the in-process engine would). In a live pipeline those verdicts are concurrent with the gate;
+  the in-process engine would). In a live pipeline those are concurrent with the gate;
   ``replay --via-kafka`` restores the in-process order by publishing the next verdicts only after
-  the decisions of the gates before them arrived. Cross-task propagation is applied inline by the
-  engine into the *originating* partition (the engine offers no per-target-signature propagation
-  events yet), so with propagation on a propagated NER pattern can exist in two partitions and the
-  view takes the first: the measured difference from the in-process engine.
+  the decisions of the gates before them arrived. Propagated evidence arrives one hop after its
+  verdict: a gate in between may see the target without it (the barrier does not wait for it),
+  and the target partition may apply later verdicts of the target signature first, so the update
+  order of that one NER pattern differs (Eq. 3 is not commutative; a success that arrived first
+  whitelists the target and the guard then stops the evidence). Only NER patterns that are
+  propagation targets, and NER gates on them, can differ from the in-process engine; the
+  integration test measures it. With propagation off nothing differs.
 * Aggregates (patient counters, QA category counts, populations) are per partition and summed by
   the view (:mod:`processors.dbpm.partitioned`); caps and pruning run per partition.
 * Crash (SIGKILL) at any point: the local store never holds what the changelog does not (writes
   are durable only after the changelog acknowledged them), every batch of a partition is one
   changelog group closed by the input offset it covers, and a re-delivered verdict at or below that
-  offset is skipped, so memory updates are applied exactly once. Decisions of re-delivered
-  candidates are emitted again, byte for byte (same input, same view, same output): consumers
-  dedupe by ``candidate_id``.
+  offset is skipped, so memory updates are applied exactly once. Propagation events are
+  acknowledged before the group of the verdicts that produced them is staged (a durable group never
+  stands for evidence that was not sent); a crash in between re-applies those verdicts and sends the
+  same events again (same state, same output). The target keeps, per origin partition, the identity
+  of the last event it applied, in the same group as the application, and skips any identity at or
+  below it: evidence is applied exactly once. Decisions of re-delivered candidates are emitted
+  again, byte for byte (same input, same view, same output): consumers dedupe by ``candidate_id``.
 
 Keys. A verdict's key is ``task|signature`` of the record it updates (:func:`verdict_key`); every
 producer of ``clingate.dbpm.verdicts`` MUST use it and Java's murmur2 partitioner (librdkafka:
 ``partitioner=murmur2_random``) so that the memory partition of a signature is the verdict
-partition of that signature.
+partition of that signature. A propagation's key is ``task|signature`` of its target
+(:func:`propagation_key`), sent by the memory agent with Faust's producer (aiokafka's default
+partitioner is murmur2). A new consumer group of workers MUST start both memory inputs
+(:data:`MEMORY_INPUTS`) at the same place, e.g. at their ends on a shared broker: evidence from
+another application's verdicts would otherwise be applied.
 """
 
 from __future__ import annotations
