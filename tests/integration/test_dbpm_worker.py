@@ -376,3 +376,65 @@ def test_a_target_verdict_published_with_its_origin_is_applied_before_the_eviden
     assert "pneumonia" in _by_signature(state["blocklist"]["ner"])
     assert "pneumonia" not in _by_signature(result.state["blocklist"]["ner"])  # type: ignore[index]
     assert result.state["whitelist"] == state["whitelist"]  # type: ignore[index]
+
+
+def _relation_failures(count: int) -> list[dict[str, Any]]:
+    """Hard-failed relations whose heads are each hit twice and tails once, a NER gate every tenth."""
+    events: list[dict[str, Any]] = []
+    for i in range(count):
+        ts = f"2026-01-01T{i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}Z"
+        relation = {"head": f"drug-{i // 2:05d}", "head_type": "Treatment", "relation": "TREATS",
+                    "tail": f"finding-{i:05d}", "tail_type": "Diagnosis"}  # fmt: skip
+        patient = f"p{i % 7}"
+        events.append({"kind": "verdict", "ts": ts, "task": "re", "verdict": "hard_fail",
+                       "source": "verifier_mmed", "patient_id": patient, "payload": relation})  # fmt: skip
+        if i % 10 == 9:
+            gate = {"entity": relation["head"], "category": "x"}
+            events.append({"kind": "gate", "ts": ts, "task": "ner", "patient_id": patient,
+                           "candidate_id": f"c{i}", "payload": gate})  # fmt: skip
+    return events
+
+
+def test_propagated_evidence_is_applied_exactly_once_across_sigkills(
+    kafka_bootstrap: str, start_workers
+) -> None:
+    """Scenario: propagation ON, the worker is SIGKILLed twice mid-replay and restarted each time.
+
+    Every relation failure sends evidence to its head and tail; kills leave verdicts applied but
+    not committed, evidence sent but its verdict's group not durable, and evidence applied but not
+    committed. Each target receives at most two hits (no guard stops any), so a pattern's count is
+    the number of times evidence was applied to it, whatever the order: the counts equal the
+    engine's (none lost, none doubled), and the relation blocklist and every decision too.
+    """
+    app_id, [worker] = start_workers(1, **{**COMPARISON_FLAGS, "CLINGATE_DBPM_CROSS_TASK": "true"})
+    events = _relation_failures(700)
+    engine = _propagation_engine()
+    done = threading.Event()
+    kills: list[float] = []
+
+    def chaos() -> None:
+        for delay in (2.0, 3.0):
+            if done.wait(delay):
+                return
+            worker.kill()
+            kills.append(time.monotonic())
+            worker.start()
+
+    thread = threading.Thread(target=chaos, daemon=True)
+    thread.start()
+    try:
+        result = replay_via_kafka(kafka_bootstrap, events, engine, make_serde(None), app_id, timeout_s=120.0)
+    finally:
+        done.set()
+        thread.join()
+
+    decisions, state = _in_process(engine, events)
+    assert kills, "the replay finished before the first kill; lengthen the stream"
+    counts = {
+        name: {e["signature"]: (e["count"], e["cross_task_hits"]) for e in s["blocklist"]["ner"]}  # type: ignore[index]
+        for name, s in (("kafka", result.state), ("engine", state))
+    }
+    assert len(counts["engine"]) == 700 + 350
+    assert counts["kafka"] == counts["engine"]
+    assert result.state["blocklist"]["re"] == state["blocklist"]["re"]  # type: ignore[index]
+    assert sorted(d["candidate_id"] for d in result.decisions) == sorted(d["candidate_id"] for d in decisions)
