@@ -392,7 +392,9 @@ class DbpmAgents:
         topic = self._topics["propagations"]
         record = propagation_record(propagation, partition, offset, index)
         value = self._serde.encode(record, topic=topic.get_topic_name())
-        return await topic.send(key=propagation_key(propagation), value=value)
+        sent = await topic.send(key=propagation_key(propagation), value=value)
+        self._metrics.propagations.labels("sent").inc()
+        return sent
 
     async def _apply_propagation(self, writer: PartitionWriter, event: EventT) -> bool:
         """Apply a propagation record unless its identity was applied before; True if state changed.
@@ -410,10 +412,12 @@ class DbpmAgents:
         identity = (record.origin_offset, record.origin_index)
         last = writer.get(mark)
         if last is not None and _ORIGIN.unpack(last) >= identity:
+            self._metrics.propagations.labels("duplicate").inc()
             return False
         with Transaction(writer) as txn:
-            self._engine.propagate(txn, propagation)
+            _, applied = self._engine.propagate(txn, propagation)
         writer.writes[mark] = _ORIGIN.pack(*identity)
+        self._metrics.propagations.labels("applied" if applied else "stopped").inc()
         return True
 
     @staticmethod
