@@ -401,8 +401,11 @@ class DbpmAgents:
 
         Each origin partition's events reach a target partition in the order of their identity
         ``(origin offset, index)`` (one producer per origin partition, one in-flight batch per
-        partition), and a copy re-sent after an origin crash repeats identities already seen; so the
-        last identity applied per origin partition is the whole deduplication state.
+        partition), and a copy re-sent after an origin crash repeats identities already seen with
+        the same content (an event depends on its verdict and the configuration only); so the last
+        identity applied per origin partition is the whole deduplication state. After a rebalance
+        the old and the new owner of an origin partition may both have sent a range: each sends it
+        contiguously and in order, so every identity is applied once, by whichever copy is first.
         """
         decoded = await self._decode(event, PropagationRecord)
         if decoded is None:
