@@ -72,7 +72,8 @@ partition of that signature. A propagation's key is ``task|signature`` of its ta
 (:func:`propagation_key`), sent by the memory agent with Faust's producer (aiokafka's default
 partitioner is murmur2). A new consumer group of workers MUST start both memory inputs
 (:data:`MEMORY_INPUTS`) at the same place, e.g. at their ends on a shared broker: evidence from
-another application's verdicts would otherwise be applied.
+another application's verdicts would otherwise be applied (workers with cross-task OFF apply no
+evidence at all).
 """
 
 from __future__ import annotations

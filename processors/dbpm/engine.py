@@ -107,9 +107,11 @@ class DBPMEngine:
             propagation: the event, from :meth:`learn`.
 
         Returns:
-            ``(state, applied)``: ``applied`` is False when a guard of §4.4 stopped it.
+            ``(state, applied)``: ``applied`` is False when a guard of §4.4 stopped it, and always
+            with cross-task OFF (an engine so configured produces no such event and applies none
+            that reaches it, e.g. from an earlier run on the same topic); nothing is written then.
         """
-        if self.config.flags.disabled:
+        if self.config.flags.disabled or not self.config.flags.cross_task:
             return state, False
         return state, apply_propagation(self._memory(state, propagation.time), propagation)
 

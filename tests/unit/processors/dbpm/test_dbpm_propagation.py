@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import pytest
 from dbpm_harness import T0, iso
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -155,15 +156,19 @@ def test_the_propagation_cap_stops_the_fourth_hit_on_one_target():
     assert results == [True, True, True, False]
 
 
-def test_a_disabled_engine_neither_emits_nor_applies_propagations():
-    engine = DBPMEngine(DBPMConfig().with_flags(disabled=True), ONTOLOGY)
+@pytest.mark.parametrize("flags", [{"disabled": True}, {"cross_task": False}])
+def test_an_engine_without_cross_task_neither_emits_nor_applies_propagations(flags):
+    engine = DBPMEngine(DBPMConfig().with_flags(**flags), ONTOLOGY)
     store = MemoryStore()
     with store.transaction() as txn:
         _, propagations = engine.learn(txn, _verdict(RE, HARD_FAIL, RELATION, T0), T0)
-        evidence = Propagation(NER, "pneumonia", 0.4, CROSS_TASK_RE, T0, RE, "x", "p1")
+    assert propagations == []
+    before = _dump(store)
+    with store.transaction() as txn:
+        evidence = Propagation(NER, "pneumonia", 0.4, CROSS_TASK_RE, T0 + 1, RE, "x", "p1")
         _, applied = engine.propagate(txn, evidence)
-    assert propagations == [] and applied is False
-    assert _dump(store) == []
+    assert applied is False
+    assert _dump(store) == before
 
 
 @_settings
