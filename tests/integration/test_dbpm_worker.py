@@ -319,8 +319,9 @@ def test_propagation_through_kafka_differs_from_the_engine_only_by_the_hop(
     Measured (first 1,500 events of each stream; 186 and 152 propagation events, every NER pattern
     of the example and 39 of 43 synthetic ones carry cross-task hits): no decision and no pattern
     differs; the same on the whole example (4,904 events, 491 propagation events) and on 5,000
-    synthetic events (484), measured once by hand. The lockstep publisher leaves only short windows for either ordering, and these
-    streams rarely put a verdict of a target right after the failure that propagates to it;
+    synthetic events (484), measured once by hand. The lockstep publisher leaves only short windows
+    for either ordering, and these streams rarely put a verdict of a target right after the failure
+    that propagates to it;
     :func:`test_a_target_verdict_published_with_its_origin_is_applied_before_the_evidence` shows a
     stream that does.
     """
