@@ -138,6 +138,28 @@ class Verdict(AvroModel):
         return self
 
 
+class Propagation(AvroModel):
+    """Cross-task evidence for one target signature, sent keyed by that signature (paper §4.4).
+
+    The wire form of :class:`processors.dbpm.Propagation` plus its identity (origin partition,
+    offset, index): the target's memory partition applies each identity once.
+    """
+
+    avro_name: ClassVar[str] = "clingate.dbpm.Propagation"
+
+    ts: EventTime
+    task: str = Field(examples=["ner"])
+    signature: str
+    weight: float
+    source: str = Field(examples=["cross_task_re", "cross_task_qa"])
+    origin_task: str = Field(examples=["re", "qa"])
+    origin_signature: str
+    patient_id: str
+    origin_partition: int = Field(ge=0, le=2**31 - 1)
+    origin_offset: int = Field(ge=0, le=2**63 - 1)
+    origin_index: int = Field(ge=0, le=2**31 - 1)
+
+
 class Decision(StrEnum):
     """Outcome of the DBPM gate."""
 

@@ -38,7 +38,7 @@ from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
 from schemas.serde import make_serde
 from streams.clinical import INPUTS as CLINICAL_INPUTS
 from streams.clinical import ClinicalAgent, gate_flags
-from streams.dbpm import MEMORY_TABLE, DbpmAgents
+from streams.dbpm import MEMORY_INPUTS, MEMORY_TABLE, DbpmAgents
 from streams.kafka_config import faust_credentials
 from streams.metrics import ClinicalMetrics, DbpmMetrics, faust_sensors
 from streams.settings import Settings
@@ -48,8 +48,8 @@ from topics.catalog import (
     CLINICAL_SAFETY_AUDITS,
     DBPM_CANDIDATES,
     DBPM_DECISIONS,
+    DBPM_PROPAGATIONS,
     DBPM_TO_VERIFY,
-    DBPM_VERDICTS,
     dlq_name,
 )
 
@@ -139,25 +139,27 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         {
             "decisions": topic(DBPM_DECISIONS),
             "to_verify": topic(DBPM_TO_VERIFY),
-            dlq_name(DBPM_VERDICTS): topic(dlq_name(DBPM_VERDICTS), topic_partitions=1),
+            "propagations": topic(DBPM_PROPAGATIONS),
+            **{dlq_name(t): topic(dlq_name(t), topic_partitions=1) for t in MEMORY_INPUTS},
             dlq_name(DBPM_CANDIDATES): topic(dlq_name(DBPM_CANDIDATES), topic_partitions=1),
         },
         settings.dbpm_barrier_timeout_s,
         metrics,
     )
-    inputs = (DBPM_VERDICTS, DBPM_CANDIDATES, *CLINICAL_INPUTS)
+    inputs = (*MEMORY_INPUTS, DBPM_CANDIDATES, *CLINICAL_INPUTS)
     metrics.watch(lambda: _lag(app, inputs), agents.view, engine.config)
     batch, linger = settings.dbpm_batch_max, settings.dbpm_batch_linger_s
 
     async def dbpm_memory(stream: StreamT) -> None:
         async for events in stream.take_events(batch, within=linger):
-            await agents.apply_verdicts(events)
+            await agents.apply_memory_inputs(events)
 
     async def dbpm_gate(stream: StreamT) -> None:
         async for events in stream.take_events(batch, within=linger):
             await agents.decide(events)
 
-    app.agent(topic(DBPM_VERDICTS), name="dbpm-memory", concurrency=1)(dbpm_memory)
+    # One agent over both memory inputs: Faust assigns partition p of each to the same worker.
+    app.agent(topic(*MEMORY_INPUTS), name="dbpm-memory", concurrency=1)(dbpm_memory)
     app.agent(topic(DBPM_CANDIDATES), name="dbpm-gate", concurrency=1)(dbpm_gate)
 
     patients = app.Table(

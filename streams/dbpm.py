@@ -6,9 +6,13 @@ state, calls the engine, emits and stages. The design and the Faust findings beh
 
 Topology::
 
-    clingate.dbpm.verdicts   (key task|signature) --> memory agent (one writer per signature)
-                                                          | stages engine writes, one changelog
-                                                          v group per batch
+    clingate.dbpm.verdicts     (key task|signature) --+
+    clingate.dbpm.propagations (key task|signature   |--> memory agent (one writer per signature)
+                                of the target)  <-----+    | learns a verdict, sends its cross-task
+                                                           | evidence keyed by the target signature;
+                                                           | applies evidence for its own signatures
+                                                           | stages engine writes, one changelog
+                                                           v group per batch
                               <app>-dbpm-memory-changelog (GlobalTable, rocksdict, N partitions)
                                                           | every worker follows every partition
                                                           v
@@ -21,7 +25,15 @@ Consistency model.
 * Ordered: the verdicts of one ``(task, signature)`` (one key, one partition, one writer: the memory
   agent owning that partition, ``concurrency=1``); the records a memory partition writes (one
   changelog partition, applied by readers in order, whole batches at a time:
-  :mod:`streams.tablestore`); the candidates of one patient (one key, one partition, one gate agent).
+  :mod:`streams.tablestore`); the candidates of one patient (one key, one partition, one gate agent);
+  the propagation events one memory partition sends to another (one producer, their identities
+  ``(origin offset, index)`` increase).
+* One writer per signature, cross-task propagation included: the engine returns RE/QA -> NER
+  evidence as events (:meth:`processors.dbpm.DBPMEngine.learn`); the agent sends them to
+  ``clingate.dbpm.propagations`` keyed by the *target* ``task|signature`` (murmur2, the verdicts'
+  partition count), so the partition owning the target applies them
+  (:meth:`~processors.dbpm.DBPMEngine.propagate`) and evaluates the guards that read the target
+  (whitelist, cap, severity zone) on its own state when the event arrives.
 * Ordered by the barrier, for candidates that ask for it (header ``clingate-barrier``; the replay
   publisher sets it): every memory partition publishes a watermark, the event time up to which it
   has applied verdicts (verdict times, and ticks that the publisher writes to idle partitions). Such
@@ -29,27 +41,39 @@ Consistency model.
   it sees every verdict published before it; after ``barrier_timeout`` it decides on the view it
   has and says so in the decision's provenance (``barrier_timeout``). Live candidates carry no such
   header and never wait: live verdict partitions have no ticks, so a barrier would cost every gate
-  the full timeout.
+  the full timeout. Propagated evidence does not hold the watermark back.
 * May race: a gate and verdicts published *after* its candidate (a gate can see newer memory than
-  the in-process engine would). In a live pipeline those verdicts are concurrent with the gate;
+  the in-process engine would). In a live pipeline those are concurrent with the gate;
   ``replay --via-kafka`` restores the in-process order by publishing the next verdicts only after
-  the decisions of the gates before them arrived. Cross-task propagation is applied inline by the
-  engine into the *originating* partition (the engine offers no per-target-signature propagation
-  events yet), so with propagation on a propagated NER pattern can exist in two partitions and the
-  view takes the first: the measured difference from the in-process engine.
+  the decisions of the gates before them arrived. Propagated evidence arrives one hop after its
+  verdict: a gate in between may see the target without it (the barrier does not wait for it),
+  and the target partition may apply later verdicts of the target signature first, so the update
+  order of that one NER pattern differs (Eq. 3 is not commutative; a success that arrived first
+  whitelists the target and the guard then stops the evidence). Only NER patterns that are
+  propagation targets, and NER gates on them, can differ from the in-process engine; the
+  integration test measures it. With propagation off nothing differs.
 * Aggregates (patient counters, QA category counts, populations) are per partition and summed by
   the view (:mod:`processors.dbpm.partitioned`); caps and pruning run per partition.
 * Crash (SIGKILL) at any point: the local store never holds what the changelog does not (writes
   are durable only after the changelog acknowledged them), every batch of a partition is one
   changelog group closed by the input offset it covers, and a re-delivered verdict at or below that
-  offset is skipped, so memory updates are applied exactly once. Decisions of re-delivered
-  candidates are emitted again, byte for byte (same input, same view, same output): consumers
-  dedupe by ``candidate_id``.
+  offset is skipped, so memory updates are applied exactly once. Propagation events are
+  acknowledged before the group of the verdicts that produced them is staged (a durable group never
+  stands for evidence that was not sent); a crash in between re-applies those verdicts and sends the
+  same events again (same state, same output). The target keeps, per origin partition, the identity
+  of the last event it applied, in the same group as the application, and skips any identity at or
+  below it: evidence is applied exactly once. Decisions of re-delivered candidates are emitted
+  again, byte for byte (same input, same view, same output): consumers dedupe by ``candidate_id``.
 
 Keys. A verdict's key is ``task|signature`` of the record it updates (:func:`verdict_key`); every
 producer of ``clingate.dbpm.verdicts`` MUST use it and Java's murmur2 partitioner (librdkafka:
 ``partitioner=murmur2_random``) so that the memory partition of a signature is the verdict
-partition of that signature.
+partition of that signature. A propagation's key is ``task|signature`` of its target
+(:func:`propagation_key`), sent by the memory agent with Faust's producer (aiokafka's default
+partitioner is murmur2). A new consumer group of workers MUST start both memory inputs
+(:data:`MEMORY_INPUTS`) at the same place, e.g. at their ends on a shared broker: evidence from
+another application's verdicts would otherwise be applied (workers with cross-task OFF apply no
+evidence at all).
 """
 
 from __future__ import annotations
@@ -57,19 +81,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from heapq import merge
 from typing import Any
 
 from faust.types import EventT, TopicT
 
-from processors.dbpm import BLOCK, DBPMEngine, Decision, GateEvent, VerdictEvent, parse_event, parse_time
+from processors.dbpm import (
+    BLOCK,
+    DBPMEngine,
+    Decision,
+    GateEvent,
+    Propagation,
+    VerdictEvent,
+    format_time,
+    parse_event,
+    parse_time,
+)
 from processors.dbpm.config import QA, SUCCESS
 from processors.dbpm.partitioned import merge_values
 from processors.dbpm.signatures import signature
 from processors.dbpm.update import effective_verdict
 from schemas.common import Stage
 from schemas.dbpm import Candidate, GateDecision, Verdict
+from schemas.dbpm import Propagation as PropagationRecord
 from schemas.serde import Serde
 from state.base import Store, Transaction
 from streams.dlq import Decoded, DecodeFailed, SourceRecord, decode_record, send_dead_letter
@@ -77,6 +112,7 @@ from streams.kafka_config import client_config
 from streams.logs import log_dead_letter
 from streams.metrics import DbpmMetrics
 from streams.tablestore import ChangelogStore
+from topics.catalog import DBPM_PROPAGATIONS, DBPM_VERDICTS
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +133,14 @@ def memory_changelog(app_id: str) -> str:
 BARRIER_HEADER = "clingate-barrier"
 _TIME = struct.Struct("<d")
 
+#: The topics the memory agent consumes, co-partitioned: partition p of each feeds memory partition p.
+MEMORY_INPUTS = (DBPM_VERDICTS, DBPM_PROPAGATIONS)
+#: Per-partition memory records (suffix: origin partition, 2 bytes big-endian): the identity
+#: ``(origin offset, index)`` of the last propagation applied from that origin partition.
+APPLIED_FROM_PREFIX = b"\xfe\xfepropagated-from\x00"
+_ORIGIN_PARTITION = struct.Struct(">H")
+_ORIGIN = struct.Struct("<qI")
+
 
 def verdict_key(engine: DBPMEngine, event: VerdictEvent) -> bytes:
     """The record key of a verdict: ``task|signature`` of the memory record the verdict updates.
@@ -107,6 +151,54 @@ def verdict_key(engine: DBPMEngine, event: VerdictEvent) -> bytes:
     verdict = effective_verdict(engine.config, event.task, event.verdict)
     error_class = event.payload.get("error_class") if event.task == QA and verdict != SUCCESS else None
     return f"{event.task}|{signature(event.task, event.payload, error_class)}".encode()  # type: ignore[arg-type]
+
+
+def propagation_key(propagation: Propagation) -> bytes:
+    """The record key of a propagation: ``task|signature`` of its *target*, as a verdict of that record.
+
+    With the verdicts' partition count and murmur2, the target's memory partition consumes it.
+    """
+    return f"{propagation.task}|{propagation.signature}".encode()
+
+
+def propagation_record(
+    propagation: Propagation, origin_partition: int, origin_offset: int, index: int
+) -> PropagationRecord:
+    """The wire form of a propagation produced by the verdict at ``origin_offset`` of ``origin_partition``.
+
+    Args:
+        propagation: the engine's event.
+        origin_partition: the memory (verdict) partition that applied the origin verdict.
+        origin_offset: the origin verdict's offset in that partition.
+        index: the event's position among the verdict's propagations.
+    """
+    return PropagationRecord(
+        ts=format_time(propagation.time),  # type: ignore[arg-type]
+        task=propagation.task,
+        signature=propagation.signature,
+        weight=propagation.weight,
+        source=propagation.source,
+        origin_task=propagation.origin_task,
+        origin_signature=propagation.origin_signature,
+        patient_id=propagation.patient_id,
+        origin_partition=origin_partition,
+        origin_offset=origin_offset,
+        origin_index=index,
+    )
+
+
+def propagation_event(record: PropagationRecord) -> Propagation:
+    """The engine's event for a decoded propagation record (inverse of :func:`propagation_record`)."""
+    return Propagation(
+        record.task,
+        record.signature,
+        record.weight,
+        record.source,
+        record.ts.timestamp(),
+        record.origin_task,
+        record.origin_signature,
+        record.patient_id,
+    )
 
 
 def producer_config(bootstrap: str, **overrides: object) -> dict[str, object]:
@@ -220,7 +312,8 @@ class DbpmAgents:
         memory: the memory table's :class:`~streams.tablestore.ChangelogStore`.
         partitions: number of memory partitions (= verdict topic partitions).
         serde: the process's serde.
-        topics: ``decisions``, ``to_verify`` and the dead-letter topics by source topic name.
+        topics: ``decisions``, ``to_verify``, ``propagations`` and the dead-letter topics by source
+            topic name.
         barrier_timeout_s: see :attr:`streams.settings.Settings.dbpm_barrier_timeout_s`.
         metrics: where decisions, latencies and dead letters are counted.
     """
@@ -248,8 +341,8 @@ class DbpmAgents:
 
     # -- memory agent -----------------------------------------------------------------------
 
-    async def apply_verdicts(self, events: Sequence[EventT]) -> None:
-        """Apply one batch of verdict records, partition by partition, as one changelog group each."""
+    async def apply_memory_inputs(self, events: Sequence[EventT]) -> None:
+        """Apply a batch of verdicts and propagations, partition by partition, one changelog group each."""
         by_partition: dict[int, list[EventT]] = {}
         for event in events:
             by_partition.setdefault(event.message.partition, []).append(event)
@@ -260,12 +353,16 @@ class DbpmAgents:
         done = self._memory.input_offset(partition)
         writer = PartitionWriter(self._memory, partition)
         watermark = self._watermark(writer.get(WATERMARK_KEY))
-        last_offset: int | None = None
+        covered, changed = done, False
+        outbox: list[Awaitable[Any]] = []
         for event in batch:
+            if event.message.topic == DBPM_PROPAGATIONS:
+                changed |= await self._apply_propagation(writer, event)
+                continue
             offset = event.message.offset
             if done is not None and offset <= done:
                 continue  # re-delivered after a crash: already in the memory
-            last_offset = offset
+            covered, changed = offset, True
             tick = _header(event, TICK_HEADER)
             if tick is not None:
                 watermark = max(watermark, parse_time(tick.decode()))
@@ -275,15 +372,61 @@ class DbpmAgents:
                 continue
             _, verdict = decoded
             with Transaction(writer) as txn:
-                self._engine.process(txn, verdict, verdict.time)
+                _, propagations = self._engine.learn(txn, verdict, verdict.time)
             self._metrics.verdict_applied(
                 verdict.task, verdict.patient_id, verdict.payload, verdict.verdict, verdict.source
             )
+            for index, propagation in enumerate(propagations):
+                outbox.append(await self._send_propagation(propagation, partition, offset, index))
             watermark = max(watermark, verdict.time)
-        if last_offset is None:
+        if not changed:
             return
+        # The group covers the verdicts that produced the outbox; were it durable before the outbox,
+        # a crash in between would skip those verdicts on re-delivery and lose their evidence. A
+        # crash after the outbox and before the group re-applies them and sends the same events
+        # again, which their targets recognise (:meth:`_apply_propagation`).
+        for sent in outbox:
+            await sent
         writer.writes[WATERMARK_KEY] = _TIME.pack(watermark)
-        self._memory.stage(partition, writer.writes.items(), last_offset)
+        self._memory.stage(partition, writer.writes.items(), -1 if covered is None else covered)
+
+    async def _send_propagation(
+        self, propagation: Propagation, partition: int, offset: int, index: int
+    ) -> Awaitable[Any]:
+        """Send one propagation keyed by its target; returns the delivery future."""
+        topic = self._topics["propagations"]
+        record = propagation_record(propagation, partition, offset, index)
+        value = self._serde.encode(record, topic=topic.get_topic_name())
+        sent = await topic.send(key=propagation_key(propagation), value=value)
+        self._metrics.propagations.labels("sent").inc()
+        return sent
+
+    async def _apply_propagation(self, writer: PartitionWriter, event: EventT) -> bool:
+        """Apply a propagation record unless its identity was applied before; True if state changed.
+
+        Each origin partition's events reach a target partition in the order of their identity
+        ``(origin offset, index)`` (one producer per origin partition, one in-flight batch per
+        partition), and a copy re-sent after an origin crash repeats identities already seen with
+        the same content (an event depends on its verdict and the configuration only); so the last
+        identity applied per origin partition is the whole deduplication state. After a rebalance
+        the old and the new owner of an origin partition may both have sent a range: each sends it
+        contiguously and in order, so every identity is applied once, by whichever copy is first.
+        """
+        decoded = await self._decode(event, PropagationRecord)
+        if decoded is None:
+            return False
+        record, propagation = decoded
+        mark = APPLIED_FROM_PREFIX + _ORIGIN_PARTITION.pack(record.origin_partition)
+        identity = (record.origin_offset, record.origin_index)
+        last = writer.get(mark)
+        if last is not None and _ORIGIN.unpack(last) >= identity:
+            self._metrics.propagations.labels("duplicate").inc()
+            return False
+        with Transaction(writer) as txn:
+            _, applied = self._engine.propagate(txn, propagation)
+        writer.writes[mark] = _ORIGIN.pack(*identity)
+        self._metrics.propagations.labels("applied" if applied else "stopped").inc()
+        return True
 
     @staticmethod
     def _watermark(raw: bytes | None) -> float:
@@ -353,12 +496,14 @@ class DbpmAgents:
     # -- shared -----------------------------------------------------------------------------
 
     async def _decode(
-        self, event: EventT, expected: type[Candidate] | type[Verdict]
+        self, event: EventT, expected: type[Candidate] | type[Verdict] | type[PropagationRecord]
     ) -> tuple[Any, Any] | None:
         """``(model, engine event)`` of a record, or None after dead-lettering a bad one."""
         record = SourceRecord.from_event(event)
         result = decode_record(self._serde, record, expected)
         if isinstance(result, Decoded):
+            if isinstance(result.value, PropagationRecord):
+                return result.value, propagation_event(result.value)
             try:
                 return result.value, contract_event(result.value)
             except ValueError as exc:  # BadEvent: valid Avro, not a DBPM event

@@ -39,6 +39,7 @@ from state.base import Store
 from state.memory import MemoryStore
 from streams.dbpm import (
     BARRIER_HEADER,
+    MEMORY_INPUTS,
     TICK_HEADER,
     MergedView,
     memory_changelog,
@@ -139,9 +140,9 @@ def replay_via_kafka(
 ) -> KafkaReplayResult:
     """Publish ``events`` (contract objects, in order), wait for every decision, rebuild the state.
 
-    The state is read only once the workers have committed every verdict: a stream that ends with
-    verdicts has no decision to wait for, and reading the changelog when the last decision arrives
-    would miss them.
+    The state is read only once the workers have committed every verdict and every propagation: a
+    stream that ends with verdicts has no decision to wait for, and reading the changelog when the
+    last decision arrives would miss them.
 
     Args:
         bootstrap: the broker.
@@ -186,7 +187,10 @@ def replay_via_kafka(
         decisions = [_decision_json(collector.seen[c]) for c in order]
     finally:
         collector.close()
-    wait_until_consumed(bootstrap, app_id, DBPM_VERDICTS, timeout_s)
+    # Verdicts first: a worker commits a verdict only after the propagations it produced were
+    # acknowledged, so the propagation topic's end is final once every verdict is committed.
+    for topic in MEMORY_INPUTS:
+        wait_until_consumed(bootstrap, app_id, topic, timeout_s)
     last = parse_event(events[-1]).time if events else None
     return KafkaReplayResult(decisions, read_state(bootstrap, memory_changelog(app_id), engine, last))
 

@@ -312,6 +312,12 @@ class DbpmMetrics:
             "clingate_dbpm_gate_latency_seconds", "Candidate taken to decision sent (barrier included).",
             buckets=_LATENCY_BUCKETS, registry=registry,
         )  # fmt: skip
+        self.propagations = Counter(
+            "clingate_dbpm_propagations",
+            "Cross-task propagation events: sent (by the origin's partition), applied, stopped by a "
+            "guard, or duplicate (a re-sent copy, skipped) at the target's partition.",
+            ["outcome"], registry=registry,
+        )  # fmt: skip
         self.barrier_timeouts = Counter(
             "clingate_dbpm_barrier_timeouts", "Gates decided before the memory reached their event time.",
             registry=registry,

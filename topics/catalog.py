@@ -14,8 +14,8 @@ name look-ups; anything that creates topics builds the catalog from its settings
 Choices where the source left room (revisit with the pipeline owners):
 
 - Consumed topics, hence the ones with a DLQ: narratives (generator group), candidates (DBPM
-  gate), verdicts (DBPM learner), to-verify (verifier group), fhir.updates, clinical.reviews and
-  clinical.deliverables (clinical gates), docs.classifications, docs.reviews and
+  gate), verdicts and propagations (DBPM learner), to-verify (verifier group), fhir.updates,
+  clinical.reviews and clinical.deliverables (clinical gates), docs.classifications, docs.reviews and
   docs.ground-truth (arbiter). The others are outputs for downstream systems.
 - Partitions: every data topic gets the same count so that topics keyed by patient or document
   are co-partitioned (a join or a table lookup across them stays on one worker). DLQs get 1
@@ -42,6 +42,12 @@ Choices where the source left room (revisit with the pipeline owners):
 - Keys: verdicts are keyed ``task|signature`` of the memory record they update
   (``streams.dbpm.verdict_key``), partitioned with Java's murmur2 (``streams.dbpm.producer_config``),
   so each signature has one writer; everything about a patient is keyed by patient id.
+- Cross-task propagation (DBPM §4.4) has its own topic, ``clingate.dbpm.propagations``, rather than a
+  record kind on the verdicts topic: one value schema per topic (a schema registry's subject per
+  topic stays meaningful, and verdict consumers never meet a record that is not a verdict). It is
+  keyed ``task|signature`` of the *target*, like a verdict of that signature, and has the verdicts'
+  partition count, so partition p of both topics feeds memory partition p; retention as verdicts
+  (memory is learnt from both).
 """
 
 from __future__ import annotations
@@ -69,6 +75,7 @@ BROKER_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 DBPM_NARRATIVES = "clingate.dbpm.narratives"
 DBPM_CANDIDATES = "clingate.dbpm.candidates"
 DBPM_VERDICTS = "clingate.dbpm.verdicts"
+DBPM_PROPAGATIONS = "clingate.dbpm.propagations"
 DBPM_DECISIONS = "clingate.dbpm.decisions"
 DBPM_TO_VERIFY = "clingate.dbpm.to-verify"
 DBPM_VERIFIED = "clingate.dbpm.verified"
@@ -156,6 +163,11 @@ _DECLARED: tuple[TopicSpec, ...] = (
     TopicSpec(
         DBPM_VERDICTS, "task|signature (streams.dbpm.verdict_key; murmur2 partitioner)",
         "clingate.dbpm.Verdict",
+        retention_ms=30 * DAY_MS, consumed=True,
+    ),
+    TopicSpec(
+        DBPM_PROPAGATIONS, "task|signature of the target (streams.dbpm.propagation_key; murmur2 partitioner)",
+        "clingate.dbpm.Propagation",
         retention_ms=30 * DAY_MS, consumed=True,
     ),
     TopicSpec(DBPM_DECISIONS, "patient_id", "clingate.dbpm.GateDecision", retention_ms=30 * DAY_MS),

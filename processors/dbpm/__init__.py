@@ -24,6 +24,10 @@ Public API (stable; the Kafka runtime, the replay command and the measurement to
 * :func:`load_ontology` / :class:`Ontology`: Eq. 6 (``violates``), the RE gate's admitted check
   (``admits``) and ``violation_event`` (the Filter's rule-based verdict for a live pipeline).
 * Gate outcome constants :data:`ALLOW`, :data:`DOWNGRADE`, :data:`BLOCK`.
+* Partitioned runtimes: ``engine.learn(state, verdict, now) -> (state, [Propagation])`` applies a
+  verdict to its own signature's records and returns the cross-task evidence (§4.4) as
+  :class:`Propagation` events keyed by their target; ``engine.propagate(state, propagation)``
+  applies one at the target's writer. ``process`` does both inline.
 
 Modules: ``config`` (parameters, flags), ``signatures`` (§3.1), ``events`` (contract), ``ontology``
 (§4.7), ``memory`` (store layout, lazy decay, eviction index), ``update`` (Algorithm 1, §4.4),
@@ -44,6 +48,7 @@ from processors.dbpm.events import (
 )
 from processors.dbpm.gates import ALLOW, BLOCK, DOWNGRADE, Decision
 from processors.dbpm.ontology import Ontology, load_ontology
+from processors.dbpm.update import Propagation
 
 __all__ = [
     "ALLOW",
@@ -57,6 +62,7 @@ __all__ = [
     "Flags",
     "GateEvent",
     "Ontology",
+    "Propagation",
     "TaskParams",
     "VerdictEvent",
     "format_time",

@@ -10,6 +10,15 @@ record the event time (``as_of``); (3) a verdict is applied to the memory (:mod:
 event is decided (:mod:`.gates`) and its :class:`~processors.dbpm.gates.Decision` returned.
 With the master switch (``Flags.disabled``) every gate ALLOWs and nothing is read or written.
 
+Cross-task propagation (§4.4) is an explicit output. :meth:`DBPMEngine.learn` applies a verdict to
+its own signature's records and returns the :class:`~processors.dbpm.update.Propagation` events
+(target task and signature, weight, event time, provenance); :meth:`DBPMEngine.propagate` applies one
+at the writer of its target, where the guards that read the target's state are evaluated.
+:meth:`DBPMEngine.process` does both in one transaction, the propagations right after their verdict
+in the order produced: the inline Algorithm 1, byte for byte. A partitioned runtime (issue 4) calls
+``learn`` on the origin's partition and ``propagate`` on the target's, so each signature has one
+writer.
+
 In a replay every verdict is applied as given, also after a BLOCK; in a live pipeline a BLOCKed
 candidate never reaches the verifier and so produces no verdict.
 """
@@ -19,13 +28,13 @@ from __future__ import annotations
 from typing import TypeVar
 
 from processors.dbpm.config import QA, RE, DBPMConfig
-from processors.dbpm.events import Event, GateEvent, format_time
+from processors.dbpm.events import Event, GateEvent, VerdictEvent, format_time
 from processors.dbpm.gates import ALLOW, Decision, gate_ner, gate_qa, gate_relation
 from processors.dbpm.maintenance import advance_clock
 from processors.dbpm.memory import KeyValue, Memory, half_lives
 from processors.dbpm.ontology import Ontology
 from processors.dbpm.signatures import signature
-from processors.dbpm.update import apply_verdict
+from processors.dbpm.update import Propagation, apply_propagation, apply_verdict
 
 S = TypeVar("S", bound=KeyValue)
 
@@ -56,16 +65,15 @@ class DBPMEngine:
         Returns:
             ``(state, [])`` for a verdict, ``(state, [decision])`` for a gate event.
         """
-        cfg = self.config
-        if cfg.flags.disabled:
+        if self.config.flags.disabled:
             if isinstance(event, GateEvent):
                 sig = signature(event.task, event.payload)
                 return state, [Decision(event.candidate_id, ALLOW, "disabled", event.task, sig, None, 0, 1.0)]
             return state, []
-        mem = Memory(state, cfg, self._half_lives)
-        advance_clock(mem, now)
+        mem = self._memory(state, now)
         if not isinstance(event, GateEvent):
-            apply_verdict(mem, event, now)
+            for propagation in apply_verdict(mem, event, now):
+                apply_propagation(mem, propagation)
             return state, []
         if event.task == RE:
             decision = gate_relation(mem, self.ontology, event, now)
@@ -74,6 +82,44 @@ class DBPMEngine:
         else:
             decision = gate_ner(mem, event, now)
         return state, [decision]
+
+    def learn(self, state: S, event: VerdictEvent, now: float) -> tuple[S, list[Propagation]]:
+        """Apply a verdict to the records of its own signature; return its cross-task evidence.
+
+        Args:
+            state: the key-value state of the verdict's signature (its partition).
+            event: the verdict.
+            now: the event time (callers pass ``event.time``).
+
+        Returns:
+            ``(state, propagations)``: the caller MUST have every propagation applied, in order, by
+            the writer of its target signature (:meth:`propagate`).
+        """
+        if self.config.flags.disabled:
+            return state, []
+        return state, apply_verdict(self._memory(state, now), event, now)
+
+    def propagate(self, state: S, propagation: Propagation) -> tuple[S, bool]:
+        """Apply one propagation event at the writer of its target signature, at its event time.
+
+        Args:
+            state: the key-value state holding the target signature (its partition).
+            propagation: the event, from :meth:`learn`.
+
+        Returns:
+            ``(state, applied)``: ``applied`` is False when a guard of §4.4 stopped it, and always
+            with cross-task OFF (an engine so configured produces no such event and applies none
+            that reaches it, e.g. from an earlier run on the same topic); nothing is written then.
+        """
+        if self.config.flags.disabled or not self.config.flags.cross_task:
+            return state, False
+        return state, apply_propagation(self._memory(state, propagation.time), propagation)
+
+    def _memory(self, state: KeyValue, now: float) -> Memory:
+        """The memory over ``state`` with the per-event bookkeeping done (maintenance, ``as_of``)."""
+        mem = Memory(state, self.config, self._half_lives)
+        advance_clock(mem, now)
+        return mem
 
     def snapshot(self, state: KeyValue) -> dict[str, object]:
         """The memory in the replay contract's state format, severities effective at ``as_of``.

@@ -16,9 +16,11 @@ in-process engine does:
 * ``Mclock`` (latest event time, last maintenance boundary): the latest time and the earliest
   boundary, the one every partition has passed;
 * ``L`` eviction-index low-water marks (a bound below every live index key): the lowest;
-* every other record: one writer, one value; several values for such a key mean two writers, which
-  only cross-task propagation applied inline can cause (its difference from the in-process engine is
-  measured, not hidden): the first partition's value is taken.
+* every other record: one writer, one value. Cross-task propagation keeps it so: the engine returns
+  it as events (:meth:`~processors.dbpm.engine.DBPMEngine.learn`) that the runtime delivers to the
+  partition of the *target* signature. Runtime bookkeeping outside the engine's key space (keys
+  starting ``\xfe``) may exist per partition; the engine never reads it through a view, and the
+  first partition's value is taken.
 
 Maintenance (pruning, caps) runs per partition on the partition's own patterns, so a task's cap
 applies per partition. Comparisons with the in-process engine run with maintenance off.

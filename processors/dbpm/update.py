@@ -18,11 +18,23 @@ Per verdict event (σ, t, v, τ, s):
   - NER -> RE: the entity signature (longer than 4 characters) joins the preemption set, whatever
     the source; it stays there (a later success does not lift it).
 
-Propagate(e, w) (Algorithm 1 lines 36-45) applies the four invariants of §4.4: it does nothing when
-e is on the NER whitelist (whitelist protection), when κ(e) >= 3 (propagation cap), or when
-B(e, NER) >= 0.55 (severity-zone guard); otherwise it runs the soft_downgrade update with weight w,
-keeps only half of the increment, and raises κ. The propagated update never propagates itself
-(recursion prevention), and it never preempts.
+Propagation is an output, not a side effect. :func:`apply_verdict` writes only the records of the
+verdict's own signature (and the patient's and category aggregates) and *returns* the RE/QA -> NER
+evidence as :class:`Propagation` values, one per distinct target, in the order Algorithm 1 visits
+them. Each names its target (task, signature) and carries what the target needs that only the origin
+knows: the cross-task weight, the event time and the provenance (origin task and signature, patient).
+Whoever owns the target signature applies it with :func:`apply_propagation`; the in-process engine
+does so at once, in the same transaction, which is exactly the inline Algorithm 1; the Kafka runtime
+sends it keyed by the target signature, so every signature has one writer (issue 4).
+
+:func:`apply_propagation`, Propagate(e, w) of Algorithm 1 (lines 36-45), evaluates the guards that
+read the target's state *there*, at the target's writer: it does nothing when e is on the NER
+whitelist (whitelist protection), when κ(e) >= 3 (propagation cap), or when B(e, NER) >= 0.55
+(severity-zone guard); otherwise it runs the soft_downgrade update with weight w, keeps only half of
+the increment, and raises κ. The guards that depend on the origin alone (a direct hard_fail, the
+length bound, one hit per distinct target per event) are applied before a Propagation exists.
+Recursion prevention is structural: applying a Propagation returns nothing to propagate, and it
+never preempts.
 
 Per-patient state for the QA gate is kept from the same verdict stream (Eq. 8 and Eq. 9): a NER
 success adds one to the patient's NER yield and records its category (lower-cased) as accepted; a
@@ -34,6 +46,8 @@ Numeric guard: severities and confidences are clipped to [0, 1] (constraint C3).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from processors.dbpm.config import (
     CROSS_TASK_QA,
@@ -50,6 +64,30 @@ from processors.dbpm.config import (
 from processors.dbpm.events import VerdictEvent
 from processors.dbpm.memory import SOURCE_CROSS_TASK, Memory, Pattern, WhiteEntry, source_bit
 from processors.dbpm.signatures import ner_signature, qa_category, signature
+
+
+class Propagation(NamedTuple):
+    """Cross-task soft evidence for one target signature (§4.4), to be applied by the target's writer.
+
+    Attributes:
+        task: the target task (always NER: the graded directions are RE -> NER and QA -> NER).
+        signature: the target signature, normalised as a NER signature.
+        weight: the cross-task source weight w (``cross_task_re`` or ``cross_task_qa`` of Table 4).
+        source: the Table 4 source label of ``weight``.
+        time: the origin verdict's event time; the evidence is applied at this time.
+        origin_task: the task of the hard-failed record the evidence derives from.
+        origin_signature: that record's signature.
+        patient_id: the patient of the origin verdict (provenance only).
+    """
+
+    task: str
+    signature: str
+    weight: float
+    source: str
+    time: float
+    origin_task: str
+    origin_signature: str
+    patient_id: str
 
 
 def _clip(value: float) -> float:
@@ -122,47 +160,57 @@ def raised_pattern(
     )
 
 
-def propagate(mem: Memory, entity: str, weight: float, now: float) -> bool:
-    """Propagate(e, w) of Algorithm 1: graded cross-task soft evidence on the NER pattern of ``entity``.
+def apply_propagation(mem: Memory, propagation: Propagation) -> bool:
+    """Propagate(e, w) of Algorithm 1, applied by the writer of the target signature.
+
+    The guards that read the target's state (whitelist protection, propagation cap, severity-zone
+    guard) are evaluated here, on the target's memory at the propagation's event time.
 
     Args:
-        mem: the memory.
-        entity: the entity string, already normalised as a NER signature.
-        weight: the cross-task source weight (``cross_task_re`` or ``cross_task_qa``).
-        now: the event time.
+        mem: the memory holding the target signature.
+        propagation: the evidence (from :func:`apply_verdict`).
 
     Returns:
         True when evidence was recorded, False when a guard (whitelist, cap, zone) stopped it.
     """
     cfg = mem.config
-    if mem.is_whitelisted(NER, entity):
+    task, entity, now = propagation.task, propagation.signature, propagation.time
+    if mem.is_whitelisted(task, entity):
         return False
-    old = mem.pattern(NER, entity)
+    old = mem.pattern(task, entity)
     kappa = mem.kappa(old, now)
     if kappa >= cfg.propagation_cap:
         return False
-    before = mem.severity(NER, old, now)
+    before = mem.severity(task, old, now)
     if before >= cfg.severity_zone_guard:
         return False
-    _, raised = raised_pattern(mem, NER, old, SOFT_DOWNGRADE, weight, now, sources=SOURCE_CROSS_TASK)
+    _, raised = raised_pattern(
+        mem, task, old, SOFT_DOWNGRADE, propagation.weight, now, sources=SOURCE_CROSS_TASK
+    )
     halved = before + cfg.propagation_increment_factor * (raised.severity - before)
-    mem.put_pattern(NER, entity, raised._replace(severity=_clip(halved), kappa=kappa + 1, kappa_ref=now), old)
+    new = raised._replace(severity=_clip(halved), kappa=kappa + 1, kappa_ref=now)
+    mem.put_pattern(task, entity, new, old)
     return True
 
 
-def apply_verdict(mem: Memory, event: VerdictEvent, now: float) -> None:
-    """Apply one verdict event to the memory (Algorithm 1 with the guards of §4.4).
+def apply_verdict(mem: Memory, event: VerdictEvent, now: float) -> list[Propagation]:
+    """Apply one verdict event to the memory of its own signature (Algorithm 1 up to line 23).
 
     Args:
         mem: the memory of the current state transaction.
         event: the verdict.
         now: the event time (seconds since the epoch).
+
+    Returns:
+        The cross-task evidence the verdict produces, in Algorithm 1's order (empty unless a direct
+        RE or QA hard_fail with cross-task ON); the caller MUST have each applied, in order, by the
+        writer of its target (:func:`apply_propagation`).
     """
     cfg = mem.config
     flags = cfg.flags
     task = event.task
     if task == RE and event.source == RULE_BASED and not flags.ontology_filter:
-        return
+        return []
     verdict = effective_verdict(cfg, task, event.verdict)
     payload = event.payload
     category = qa_category(payload["category"]) if task == QA else ""  # type: ignore[arg-type]
@@ -175,7 +223,7 @@ def apply_verdict(mem: Memory, event: VerdictEvent, now: float) -> None:
 
     if verdict == SUCCESS:
         record_success(mem, task, signature(task, payload), now, category)
-        return
+        return []
 
     error_class = payload.get("error_class") if task == QA else None
     sig = signature(task, payload, error_class)  # type: ignore[arg-type]
@@ -192,17 +240,21 @@ def apply_verdict(mem: Memory, event: VerdictEvent, now: float) -> None:
     )
     mem.put_pattern(task, sig, new, old)
     if verdict != HARD_FAIL or not flags.cross_task:
-        return
+        return []
     if task == RE:
         targets = [payload["head"], payload["tail"]]
-        weight = cfg.weight(CROSS_TASK_RE)
+        source = CROSS_TASK_RE
     elif task == QA:
         targets = str(payload["answer"]).split(",")
-        weight = cfg.weight(CROSS_TASK_QA)
+        source = CROSS_TASK_QA
     else:
+        # NER -> RE preemption writes the entity's own record: it stays with this signature's writer.
         if task == NER and len(sig) >= cfg.preempt_min_length:
             mem.preempt(sig)
-        return
-    for entity in dict.fromkeys(ner_signature(t) for t in targets):  # type: ignore[arg-type]
-        if cfg.propagation_min_length <= len(entity) <= cfg.propagation_max_length:
-            propagate(mem, entity, weight, now)
+        return []
+    weight = cfg.weight(source)
+    return [
+        Propagation(NER, entity, weight, source, now, task, sig, event.patient_id)
+        for entity in dict.fromkeys(ner_signature(t) for t in targets)  # type: ignore[arg-type]
+        if cfg.propagation_min_length <= len(entity) <= cfg.propagation_max_length
+    ]

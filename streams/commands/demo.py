@@ -871,7 +871,7 @@ def step_streams(
         The engine configured as the worker is, and the worker's app id.
     """
     from streams.app import dbpm_engines
-    from streams.dbpm import memory_changelog
+    from streams.dbpm import MEMORY_INPUTS, memory_changelog
     from streams.kafka_replay import commit_end_offsets, wait_until_consumed
     from streams.llm.testserver import DEFAULT_MODEL
 
@@ -885,7 +885,7 @@ def step_streams(
     )
     app_id = f"clingate-demo-{uuid.uuid4().hex[:8]}"
     groups = {name: f"{app_id}-{name}" for name in ("docs", "generator", "verifier")}
-    commit_end_offsets(bootstrap, app_id, [DBPM_VERDICTS, DBPM_CANDIDATES, FHIR_UPDATES, CLINICAL_REVIEWS,
+    commit_end_offsets(bootstrap, app_id, [*MEMORY_INPUTS, DBPM_CANDIDATES, FHIR_UPDATES, CLINICAL_REVIEWS,
                                           CLINICAL_DELIVERABLES])  # fmt: skip
     commit_end_offsets(bootstrap, groups["docs"], [DOCS_CLASSIFICATIONS, DOCS_REVIEWS])
     commit_end_offsets(bootstrap, groups["generator"], [DBPM_NARRATIVES])

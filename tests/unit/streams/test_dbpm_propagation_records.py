@@ -1,0 +1,63 @@
+"""Propagation events on the wire: their key finds the target's verdict partition, their value is exact.
+
+No broker: the properties the memory agent relies on when it sends evidence to
+``clingate.dbpm.propagations`` (:mod:`streams.dbpm`).
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from processors.dbpm import DBPMConfig, DBPMEngine, Propagation, VerdictEvent, load_ontology, parse_event
+from processors.dbpm.events import format_time
+from schemas.serde import make_serde
+from state import MemoryStore
+from streams.dbpm import propagation_event, propagation_key, propagation_record, verdict_key
+from topics.catalog import DBPM_PROPAGATIONS
+
+ENGINE = DBPMEngine(DBPMConfig().with_flags(maintenance=False), load_ontology())
+SERDE = make_serde(None)
+_entities = st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), min_size=1, max_size=40)
+_times = st.integers(0, 4_000_000_000 * 10**6).map(lambda us: us / 1e6)
+
+
+def _verdict(task: str, verdict: str, payload: dict[str, str], at: float) -> VerdictEvent:
+    event = parse_event({"kind": "verdict", "ts": format_time(at), "task": task, "verdict": verdict,
+                         "source": "verifier_mmed", "patient_id": "p1", "payload": payload})  # fmt: skip
+    assert isinstance(event, VerdictEvent)
+    return event
+
+
+@settings(max_examples=150, deadline=None)
+@given(head=_entities, tail=_entities, verdict=st.sampled_from(["hard_fail", "soft_downgrade", "success"]))
+def test_a_propagation_is_keyed_like_the_verdicts_of_its_target(head: str, tail: str, verdict: str) -> None:
+    relation = {"head": head, "head_type": "Treatment", "relation": "TREATS", "tail": tail,
+                "tail_type": "Diagnosis"}  # fmt: skip
+    _, propagations = ENGINE.learn(
+        MemoryStore().transaction(), _verdict("re", "hard_fail", relation, 0.0), 0.0
+    )
+    targets = {
+        verdict_key(ENGINE, _verdict("ner", verdict, {"entity": e, "category": "x"}, 0.0))
+        for e in (head, tail)
+    }
+    assert {propagation_key(p) for p in propagations} <= targets
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    signature=_entities,
+    time=_times,
+    weight=st.floats(0.0, 1.0),
+    origin=st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1), st.integers(0, 2**31 - 1)),
+)
+def test_a_propagation_survives_the_wire_exactly(
+    signature: str, time: float, weight: float, origin: tuple[int, int, int]
+) -> None:
+    propagation = Propagation("ner", signature, weight, "cross_task_re", time, "re", "a|b|c", "p1")
+    record = propagation_record(propagation, *origin)
+    decoded = SERDE.decode(
+        SERDE.encode(record, topic=DBPM_PROPAGATIONS), type(record), topic=DBPM_PROPAGATIONS
+    )
+    assert propagation_event(decoded) == propagation
+    assert (decoded.origin_partition, decoded.origin_offset, decoded.origin_index) == origin
