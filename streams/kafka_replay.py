@@ -45,6 +45,7 @@ from streams.dbpm import (
     producer_config,
     verdict_key,
 )
+from streams.gate import gate_group
 from streams.tablestore import ChangelogFollower
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
 
@@ -202,6 +203,16 @@ def commit_end_offsets(bootstrap: str, group: str, topics: Sequence[str]) -> Non
         consumer.commit(offsets=ends, asynchronous=False)
     finally:
         consumer.close()
+
+
+def commit_worker_end_offsets(bootstrap: str, app_id: str) -> None:
+    """Start the workers of a fresh ``app_id`` at the current end of their input topics.
+
+    Two groups: the Faust memory agent's (``app_id``, verdicts) and the gate's
+    (:func:`streams.gate.gate_group`, candidates).
+    """
+    commit_end_offsets(bootstrap, app_id, [DBPM_VERDICTS])
+    commit_end_offsets(bootstrap, gate_group(app_id), [DBPM_CANDIDATES])
 
 
 def wait_until_consumed(bootstrap: str, group: str, topic: str, timeout_s: float) -> None:

@@ -8,12 +8,13 @@ latencies, rebalances. This module adds, on the same registry, what only the DBP
 
 * ``clingate_dbpm_dead_letters_total{topic}``: records routed to the dead-letter topic of ``topic``;
 * ``clingate_dbpm_decisions_total{task,decision}``;
-* ``clingate_dbpm_gate_latency_seconds``: from taking a candidate to its decision being sent,
-  barrier wait included;
+* ``clingate_dbpm_gate_latency_seconds``: from the gate consuming a candidate's batch to the
+  broker acknowledging its decision, barrier wait included;
 * ``clingate_dbpm_barrier_timeouts_total``: gates decided without the memory having reached their
   event time;
 * ``clingate_dbpm_consumer_lag{topic,partition}``: end offset minus committed offset, per
-  assigned input partition, computed at scrape time;
+  assigned input partition (verdicts: the Faust memory agent; candidates: the gate's group, as of
+  its last batch), computed at scrape time;
 * ``clingate_dbpm_memory_patterns{task,table}``: memory channel population (``B`` blocklist
   patterns, ``W`` whitelist entries) from the replicated view, computed at scrape time from the
   engine's incremental counts (no scan).
@@ -46,7 +47,7 @@ class _ScrapeTime(Collector):
         view: Store,
         config: DBPMConfig,
     ) -> None:
-        self._lag = lag
+        self.lags = [lag]
         self._view = view
         self._config = config
 
@@ -55,8 +56,9 @@ class _ScrapeTime(Collector):
             "clingate_dbpm_consumer_lag", "End offset minus committed offset per input partition.",
             labels=["topic", "partition"],
         )  # fmt: skip
-        for topic, partition, value in self._lag():
-            lag.add_metric([topic, str(partition)], value)
+        for source in self.lags:
+            for topic, partition, value in source():
+                lag.add_metric([topic, str(partition)], value)
         yield lag
         population = GaugeMetricFamily(
             "clingate_dbpm_memory_patterns", "Records per memory channel (B blocklist, W whitelist).",
@@ -94,4 +96,13 @@ class DbpmMetrics:
         self, lag: Callable[[], Iterable[tuple[str, int, int]]], view: Store, config: DBPMConfig
     ) -> None:
         """Register the scrape-time gauges (consumer lag, memory population)."""
-        self.registry.register(_ScrapeTime(lag, view, config))
+        self._scrape = _ScrapeTime(lag, view, config)
+        self.registry.register(self._scrape)
+
+    def add_lag(self, lag: Callable[[], Iterable[tuple[str, int, int]]]) -> None:
+        """Add a consumer's lag to ``clingate_dbpm_consumer_lag`` (after :meth:`watch`).
+
+        The memory agent (Faust) and the gate (its own consumer group) report their input
+        partitions separately; one metric family holds both.
+        """
+        self._scrape.lags.append(lag)

@@ -73,7 +73,6 @@ from topics.catalog import (
     CLINICAL_ASSESSMENTS,
     DBPM_CANDIDATES,
     DBPM_DECISIONS,
-    DBPM_VERDICTS,
     DOCS_DISPOSITIONS,
     DOCS_REVIEW_PACKETS,
     FHIR_UPDATES,
@@ -458,7 +457,7 @@ def step_dbpm(
     """Step 3: DBPM through a worker, measured, compared with the in-process engine."""
     from processors.dbpm.measurement import channel_population
     from streams.app import dbpm_engines
-    from streams.kafka_replay import commit_end_offsets
+    from streams.kafka_replay import commit_worker_end_offsets
 
     engine, _ = dbpm_engines(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
     with console.status(f"generating the synthetic stream of {patients} patients"):
@@ -466,7 +465,7 @@ def step_dbpm(
     gates = sum(1 for e in events if e["kind"] == "gate")
     console.print(f"  stream: {patients} patients, {len(events):,} events ({gates:,} candidates)")
     app_id = f"clingate-demo-{uuid.uuid4().hex[:8]}"
-    commit_end_offsets(bootstrap, app_id, [DBPM_VERDICTS, DBPM_CANDIDATES])
+    commit_worker_end_offsets(bootstrap, app_id)
     console.print("  starting a DBPM worker (clingate worker) ...")
     with WorkerProcess(bootstrap, app_id, workdir / app_id):
         console.print(f"  worker ready (app id {app_id})")

@@ -26,10 +26,10 @@ from schemas.serde import make_serde
 from state.memory import MemoryStore
 from streams.app import dbpm_engines
 from streams.broker import Broker, free_port
-from streams.kafka_replay import commit_end_offsets, replay_via_kafka
+from streams.kafka_replay import commit_worker_end_offsets, replay_via_kafka
 from streams.settings import Settings
 from topics.admin import admin_client, ensure_topics
-from topics.catalog import DBPM_CANDIDATES, DBPM_VERDICTS, build_catalog
+from topics.catalog import build_catalog
 
 pytestmark = pytest.mark.integration
 
@@ -97,7 +97,7 @@ def start_workers(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[...
 
     def start(count: int = 1, **env: str) -> tuple[str, list[Worker]]:
         app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
-        commit_end_offsets(kafka_bootstrap, app_id, [DBPM_VERDICTS, DBPM_CANDIDATES])
+        commit_worker_end_offsets(kafka_bootstrap, app_id)
         workers = [Worker(kafka_bootstrap, app_id, tmp_path / f"{app_id}-{i}", env) for i in range(count)]
         for worker in workers:
             started.append(worker)
