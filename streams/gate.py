@@ -65,14 +65,15 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 
-from processors.dbpm import BLOCK, DBPMConfig, DBPMEngine, Decision
+from processors.dbpm import BLOCK, DBPMConfig, DBPMEngine, Decision, GateEvent
 from schemas.dbpm import Candidate, GateDecision
 from schemas.serde import Serde, make_serde
-from state.base import Transaction
+from state.base import Store, Transaction
 from state.rocksdb import RocksDBStore
 from streams.dbpm import (
     BARRIER_HEADER,
@@ -153,6 +154,43 @@ class MemoryFollower:
             store.close()
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """One decided candidate, ready to produce."""
+
+    key: bytes
+    value: bytes
+    task: str
+    decision: str
+
+
+class Gate:
+    """The gate's per-candidate work, without Kafka: decode, decide on a view, encode.
+
+    Args:
+        engine: the gate engine (maintenance off: gates never maintain the view).
+        serde: the process's serde.
+        view: the memory (read only: the engine's bookkeeping writes are aborted).
+    """
+
+    def __init__(self, engine: DBPMEngine, serde: Serde, view: Store) -> None:
+        self.engine = engine
+        self._serde = serde
+        self._view = view
+
+    def decode(self, record: SourceRecord) -> tuple[Candidate, GateEvent] | DecodeFailed:
+        """The candidate of a ``clingate.dbpm.candidates`` record and its engine event, or the failure."""
+        return decode_event(self._serde, record, Candidate)  # type: ignore[return-value]
+
+    def decide(self, candidate: Candidate, event: GateEvent, waited_out: bool = False) -> Outcome:
+        """Decide ``event`` on the view; the encoded decision record, keyed by patient."""
+        txn = Transaction(self._view)
+        _, [decision] = self.engine.process(txn, event, event.time)
+        txn.abort()
+        value = self._serde.encode(decision_record(candidate, decision, waited_out), topic=DBPM_DECISIONS)
+        return Outcome(candidate.patient_id.encode(), value, event.task, decision.decision)
+
+
 class GateLoop:
     """The gate consumer: candidates in, decisions and to-verify records out, commits after acks.
 
@@ -178,8 +216,7 @@ class GateLoop:
         session_timeout_s: float,
         metrics: DbpmMetrics,
     ) -> None:
-        self._engine = engine
-        self._serde = serde
+        self._gate = Gate(engine, serde, follower.view)
         self._follower = follower
         self._barrier_timeout_s = barrier_timeout_s
         self._metrics = metrics
@@ -191,10 +228,16 @@ class GateLoop:
             "fetch.wait.max.ms": 5,
         }))  # fmt: skip
         # Decisions leave in batches: 2 ms linger is enough to fill them, flush() sends at once.
+        # Delivery reports for failures only: a Python callback per acknowledged record was a
+        # measurable share of the gate's CPU.
+        self._failures: list[KafkaError] = []
         self._producer = Producer(producer_config(bootstrap, **{
             "linger.ms": 2, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
+            "delivery.report.only.error": True,
+            "on_delivery": lambda error, _message: self._failures.append(error),
         }))  # fmt: skip
-        self._dead_letters = DeadLetterRouter(self._producer, serde)
+        # Dead letters have their own producer: the router waits for each one's success report.
+        self._dead_letters = DeadLetterRouter(Producer(producer_config(bootstrap)), serde)
         self._lag: dict[int, int] = {}
         self._consumer.subscribe([DBPM_CANDIDATES], on_revoke=self._on_revoke)
 
@@ -206,7 +249,7 @@ class GateLoop:
     @property
     def config(self) -> DBPMConfig:
         """The gate engine's configuration."""
-        return self._engine.config
+        return self._gate.engine.config
 
     def lag(self) -> Iterator[tuple[str, int, int]]:
         """(topic, partition, high watermark - committed offset) of the assigned candidate partitions."""
@@ -229,12 +272,8 @@ class GateLoop:
     def decide(self, messages: list[Message]) -> None:
         """Decide one batch, produce its outputs, and commit it once every output is acknowledged."""
         started = time.perf_counter()
-        failures: list[KafkaError] = []
-
-        def delivered(error: KafkaError | None, _message: Message) -> None:
-            if error is not None:
-                failures.append(error)
-
+        failures = self._failures
+        failures.clear()
         first: dict[int, int] = {}
         last: dict[int, int] = {}
         counts: Counter[tuple[str, str]] = Counter()
@@ -247,14 +286,13 @@ class GateLoop:
                 partition, offset = message.partition(), message.offset()
                 first.setdefault(partition, offset)
                 last[partition] = offset
-                decided = self._decide_one(message)
-                if decided is None:
+                out = self._decide_one(message)
+                if out is None:
                     continue
-                key, value, task, decision = decided
-                produce(DBPM_DECISIONS, value, key, on_delivery=delivered)
-                if decision != BLOCK:
-                    produce(DBPM_TO_VERIFY, value, key, on_delivery=delivered)
-                counts[task, decision] += 1
+                produce(DBPM_DECISIONS, out.value, out.key)
+                if out.decision != BLOCK:
+                    produce(DBPM_TO_VERIFY, out.value, out.key)
+                counts[out.task, out.decision] += 1
         except (DeadLetterDeliveryError, BufferError) as exc:
             self._rewind(first, str(exc))
             return
@@ -282,24 +320,20 @@ class GateLoop:
         for partition, offset in first.items():
             self._consumer.seek(TopicPartition(DBPM_CANDIDATES, partition, offset))
 
-    def _decide_one(self, message: Message) -> tuple[bytes, bytes, str, str] | None:
-        """``(key, encoded decision, task, decision)`` of one candidate, or None if dead-lettered."""
-        decoded = decode_event(self._serde, SourceRecord.from_message(message), Candidate)
+    def _decide_one(self, message: Message) -> Outcome | None:
+        """One candidate decided (after its barrier, if it asks for one), or None if dead-lettered."""
+        decoded = self._gate.decode(SourceRecord.from_message(message))
         if isinstance(decoded, DecodeFailed):
             self._dead_letter(decoded)
             return None
-        candidate, gate = decoded
+        candidate, event = decoded
         headers = message.headers()
         waited_out = headers is not None and any(k == BARRIER_HEADER for k, _ in headers) and self._barrier(
-            gate.time
+            event.time
         )
         if waited_out:
             self._metrics.barrier_timeouts.inc()
-        txn = Transaction(self._follower.view)
-        _, [decision] = self._engine.process(txn, gate, gate.time)
-        txn.abort()
-        value = self._serde.encode(decision_record(candidate, decision, waited_out), topic=DBPM_DECISIONS)
-        return candidate.patient_id.encode(), value, gate.task, decision.decision
+        return self._gate.decide(candidate, event, waited_out)
 
     def _barrier(self, ts: float) -> bool:
         """Follow the changelog until every memory partition reached ``ts``; True if timed out."""
