@@ -141,7 +141,7 @@ class _Client:
     def __init__(self, bootstrap: str, serde: Serde) -> None:
         self.serde = serde
         self.producer = Producer(
-            producer_config(bootstrap, **{"linger.ms": 20, "queue.buffering.max.messages": 1_000_000})
+            producer_config(bootstrap, **{"linger.ms": 2, "queue.buffering.max.messages": 1_000_000})
         )
         self.consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": f"clingate-bench-{uuid.uuid4().hex}",
