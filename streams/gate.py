@@ -141,8 +141,11 @@ class MemoryFollower:
         """Apply the changelog records available within ``timeout_s``; returns how many were read."""
         messages = self._consumer.consume(num_messages=BATCH_MAX, timeout=timeout_s)
         for message in messages:
-            if message.error() is None:
+            error = message.error()
+            if error is None:
                 self._followers[message.partition()].add(message.key(), message.value(), message.offset())
+            else:  # e.g. the changelog does not exist yet (Faust creates it): librdkafka retries
+                log.debug("memory changelog: %s", error)
         return len(messages)
 
     def min_watermark(self) -> float:
