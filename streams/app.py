@@ -1,4 +1,4 @@
-"""The Faust application of a clingate worker: topics, tables, the DBPM agents and the clinical agent.
+"""The Faust application of a clingate worker: topics, tables, the DBPM memory agent and the clinical agent.
 
 :func:`create_app` builds one app from :class:`~streams.settings.Settings`; nothing happens at
 import time. ``clingate worker`` runs it (:mod:`streams.commands.worker`).
@@ -10,6 +10,9 @@ Choices (reasons in ``docs/faust-runtime.md``):
   restart) and does not roll back the local store. State is made exactly-once by
   :mod:`streams.tablestore` (durable only after the changelog acknowledged it, whole groups,
   re-delivered input skipped by offset).
+* The DBPM gate is not a Faust agent: it is a confluent-kafka consumer group (:mod:`streams.gate`)
+  that ``clingate worker`` runs next to this app (docs/faust-runtime.md section 4: Faust's
+  per-event path cost ~85% of the gate's CPU).
 * Every agent has ``concurrency=1`` (faust-streaming#606: commits past in-flight events).
 * The memory is a :class:`faust.GlobalTable` whose changelog has as many partitions as the verdict
   topic, on our store (URL scheme :data:`streams.tablestore.STORE_SCHEME`), with raw bytes keys and
@@ -20,8 +23,8 @@ Choices (reasons in ``docs/faust-runtime.md``):
   patient-keyed topics, its patient table a partitioned :class:`faust.Table` on the same store.
 * Records are raw bytes for Faust; :mod:`schemas.serde` encodes and decodes them.
 * Producer linger 5 ms, 1 MiB batches, 5,000 records per poll, 64k stream buffer: fewer produce
-  requests and fewer hand-offs per candidate (measured: ~20% less worker CPU per candidate); the
-  5 ms stay well inside the issue's 50 ms p99 budget.
+  requests and fewer hand-offs per event (measured on the former Faust gate agent: ~20% less worker
+  CPU per candidate).
 """
 
 from __future__ import annotations
@@ -31,14 +34,13 @@ from collections.abc import Iterator
 import faust
 from faust.stores import STORES
 from faust.types import StreamT, TopicT
-from prometheus_client import CollectorRegistry
 
 from processors.clinical.knowledge import default_knowledge
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
 from schemas.serde import make_serde
 from streams.clinical import INPUTS as CLINICAL_INPUTS
 from streams.clinical import ClinicalAgent, gate_flags
-from streams.dbpm import MEMORY_INPUTS, MEMORY_TABLE, DbpmAgents
+from streams.dbpm import MEMORY_INPUTS, MEMORY_TABLE, MemoryAgent
 from streams.kafka_config import faust_credentials
 from streams.metrics import ClinicalMetrics, DbpmMetrics, faust_sensors
 from streams.settings import Settings
@@ -46,10 +48,7 @@ from streams.tablestore import STORE_SCHEME, ChangelogStore
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
     CLINICAL_SAFETY_AUDITS,
-    DBPM_CANDIDATES,
-    DBPM_DECISIONS,
     DBPM_PROPAGATIONS,
-    DBPM_TO_VERIFY,
     dlq_name,
 )
 
@@ -74,12 +73,13 @@ def _lag(app: faust.App, topics: tuple[str, ...]) -> Iterator[tuple[str, int, in
             yield tp.topic, tp.partition, max(end - monitor.tp_committed_offsets.get(tp, 0), 0)
 
 
-def create_app(settings: Settings, bootstrap: str) -> faust.App:
+def create_app(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> faust.App:
     """Build the worker's Faust app.
 
     Args:
         settings: the process settings (ids, ports, data directory, DBPM flags, batching).
         bootstrap: Kafka bootstrap servers, ``host:port[,host:port...]``.
+        metrics: the process's DBPM metrics; their registry is served at ``/metrics`` on the web port.
 
     Returns:
         The app, its agents registered; run it with :class:`faust.Worker`.
@@ -125,42 +125,28 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         MEMORY_TABLE, partitions=partitions, key_type=bytes, value_type=bytes,
         help="DBPM memory records, partitioned by signature.",
     )  # fmt: skip
-    engine, gate_engine = dbpm_engines(settings)
+    engine, _ = dbpm_engines(settings)
     serde = make_serde(settings.schema_registry_url)
-    registry = CollectorRegistry()
-    faust_sensors(app, registry)
-    metrics = DbpmMetrics(registry)
-    agents = DbpmAgents(
+    faust_sensors(app, metrics.registry)
+    agent = MemoryAgent(
         engine,
-        gate_engine,
         memory.data,  # type: ignore[arg-type]
-        partitions,
         serde,
         {
-            "decisions": topic(DBPM_DECISIONS),
-            "to_verify": topic(DBPM_TO_VERIFY),
             "propagations": topic(DBPM_PROPAGATIONS),
             **{dlq_name(t): topic(dlq_name(t), topic_partitions=1) for t in MEMORY_INPUTS},
-            dlq_name(DBPM_CANDIDATES): topic(dlq_name(DBPM_CANDIDATES), topic_partitions=1),
         },
-        settings.dbpm_barrier_timeout_s,
         metrics,
     )
-    inputs = (*MEMORY_INPUTS, DBPM_CANDIDATES, *CLINICAL_INPUTS)
-    metrics.watch(lambda: _lag(app, inputs), agents.view, engine.config)
+    metrics.watch(lambda: _lag(app, (*MEMORY_INPUTS, *CLINICAL_INPUTS)), agent.view, engine.config)
     batch, linger = settings.dbpm_batch_max, settings.dbpm_batch_linger_s
 
     async def dbpm_memory(stream: StreamT) -> None:
         async for events in stream.take_events(batch, within=linger):
-            await agents.apply_memory_inputs(events)
-
-    async def dbpm_gate(stream: StreamT) -> None:
-        async for events in stream.take_events(batch, within=linger):
-            await agents.decide(events)
+            await agent.apply_memory_inputs(events)
 
     # One agent over both memory inputs: Faust assigns partition p of each to the same worker.
     app.agent(topic(*MEMORY_INPUTS), name="dbpm-memory", concurrency=1)(dbpm_memory)
-    app.agent(topic(DBPM_CANDIDATES), name="dbpm-gate", concurrency=1)(dbpm_gate)
 
     patients = app.Table(
         PATIENT_TABLE, partitions=partitions, key_type=bytes, value_type=bytes,
@@ -176,7 +162,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
             CLINICAL_SAFETY_AUDITS: topic(CLINICAL_SAFETY_AUDITS),
             **{dlq_name(t): topic(dlq_name(t), topic_partitions=1) for t in CLINICAL_INPUTS},
         },
-        ClinicalMetrics(registry),
+        ClinicalMetrics(metrics.registry),
     )
 
     async def clinical_patients(stream: StreamT) -> None:

@@ -1,22 +1,23 @@
-"""The DBPM engine on Kafka: the memory agent and the gate agent (wiring only, no DBPM logic).
+"""The DBPM engine on Kafka: the memory agent (wiring only, no DBPM logic) and what the gate shares.
 
-Both agents call :class:`processors.dbpm.DBPMEngine` unchanged; this module decodes records, opens
-state, calls the engine, emits and stages. The design and the Faust findings behind it are in
-``docs/faust-runtime.md``.
+The memory agent calls :class:`processors.dbpm.DBPMEngine` unchanged; this module decodes records,
+opens state, calls the engine, emits and stages. The gate runs outside Faust, as a confluent-kafka
+consumer group (:mod:`streams.gate`), and uses this module's decoding, view and barrier records. The
+design and the Faust findings behind it are in ``docs/faust-runtime.md``.
 
 Topology::
 
     clingate.dbpm.verdicts     (key task|signature) --+
-    clingate.dbpm.propagations (key task|signature   |--> memory agent (one writer per signature)
+    clingate.dbpm.propagations (key task|signature   |--> memory agent (Faust, one writer per signature)
                                 of the target)  <-----+    | learns a verdict, sends its cross-task
                                                            | evidence keyed by the target signature;
                                                            | applies evidence for its own signatures
                                                            | stages engine writes, one changelog
                                                            v group per batch
                               <app>-dbpm-memory-changelog (GlobalTable, rocksdict, N partitions)
-                                                          | every worker follows every partition
-                                                          v
-    clingate.dbpm.candidates (key patient id)   --> gate agent reads the replicated view
+                                                          | every gate process follows every partition
+                                                          v (streams.gate.MemoryFollower)
+    clingate.dbpm.candidates (key patient id)   --> gate loop (group <app>-gate) reads the replicated view
                                                           |--> clingate.dbpm.decisions (every decision)
                                                           '--> clingate.dbpm.to-verify (ALLOW, DOWNGRADE)
 
@@ -24,10 +25,10 @@ Consistency model.
 
 * Ordered: the verdicts of one ``(task, signature)`` (one key, one partition, one writer: the memory
   agent owning that partition, ``concurrency=1``); the records a memory partition writes (one
-  changelog partition, applied by readers in order, whole batches at a time:
-  :mod:`streams.tablestore`); the candidates of one patient (one key, one partition, one gate agent);
-  the propagation events one memory partition sends to another (one producer, their identities
-  ``(origin offset, index)`` increase).
+  changelog partition, applied by readers in order, whole groups at a time:
+  :mod:`streams.tablestore`); the candidates of one patient (one key, one partition, one member of
+  the gate group, decided in offset order); the propagation events one memory partition sends to
+  another (one producer, their identities ``(origin offset, index)`` increase).
 * One writer per signature, cross-task propagation included: the engine returns RE/QA -> NER
   evidence as events (:meth:`processors.dbpm.DBPMEngine.learn`); the agent sends them to
   ``clingate.dbpm.propagations`` keyed by the *target* ``task|signature`` (murmur2, the verdicts'
@@ -37,21 +38,23 @@ Consistency model.
 * Ordered by the barrier, for candidates that ask for it (header ``clingate-barrier``; the replay
   publisher sets it): every memory partition publishes a watermark, the event time up to which it
   has applied verdicts (verdict times, and ticks that the publisher writes to idle partitions). Such
-  a gate at event time ``t`` waits until every partition's durable watermark is at least ``t``, so
-  it sees every verdict published before it; after ``barrier_timeout`` it decides on the view it
-  has and says so in the decision's provenance (``barrier_timeout``). Live candidates carry no such
-  header and never wait: live verdict partitions have no ticks, so a barrier would cost every gate
-  the full timeout. Propagated evidence does not hold the watermark back.
+  a gate at event time ``t`` waits until every partition's watermark, as its gate process's view has
+  applied it from the changelog, is at least ``t``, so it sees every verdict published before it;
+  after ``barrier_timeout`` it decides on the view it has and says so in the decision's provenance
+  (``barrier_timeout``). Live candidates carry no such header and never wait: live verdict
+  partitions have no ticks, so a barrier would cost every gate the full timeout. Propagated
+  evidence does not hold the watermark back.
 * May race: a gate and verdicts published *after* its candidate (a gate can see newer memory than
-  the in-process engine would). In a live pipeline those are concurrent with the gate;
-  ``replay --via-kafka`` restores the in-process order by publishing the next verdicts only after
-  the decisions of the gates before them arrived. Propagated evidence arrives one hop after its
-  verdict: a gate in between may see the target without it (the barrier does not wait for it),
-  and the target partition may apply later verdicts of the target signature first, so the update
-  order of that one NER pattern differs (Eq. 3 is not commutative; a success that arrived first
-  whitelists the target and the guard then stops the evidence). Only NER patterns that are
-  propagation targets, and NER gates on them, can differ from the in-process engine; the
-  integration test measures it. With propagation off nothing differs.
+  the in-process engine would), and a gate and memory groups not yet read back from the changelog by
+  its view. In a live pipeline those verdicts are concurrent with the gate; ``replay --via-kafka``
+  restores the in-process order by publishing the next verdicts only after the decisions of the
+  gates before them arrived. Propagated evidence arrives one hop after its verdict: a gate in
+  between may see the target without it (the barrier does not wait for it), and the target
+  partition may apply later verdicts of the target signature first, so the update order of that
+  one NER pattern differs (Eq. 3 is not commutative; a success that arrived first whitelists the
+  target and the guard then stops the evidence). Only NER patterns that are propagation targets,
+  and NER gates on them, can differ from the in-process engine; the integration test measures it.
+  With propagation off nothing differs.
 * Aggregates (patient counters, QA category counts, populations) are per partition and summed by
   the view (:mod:`processors.dbpm.partitioned`); caps and pruning run per partition.
 * Crash (SIGKILL) at any point: the local store never holds what the changelog does not (writes
@@ -62,8 +65,10 @@ Consistency model.
   stands for evidence that was not sent); a crash in between re-applies those verdicts and sends the
   same events again (same state, same output). The target keeps, per origin partition, the identity
   of the last event it applied, in the same group as the application, and skips any identity at or
-  below it: evidence is applied exactly once. Decisions of re-delivered candidates are emitted
-  again, byte for byte (same input, same view, same output): consumers dedupe by ``candidate_id``.
+  below it: evidence is applied exactly once. The gate commits a candidate's offset only after its
+  outputs were acknowledged; re-delivered candidates are decided again and their decisions emitted
+  again, byte for byte when no verdict arrived in between (same input, same view, same output):
+  consumers dedupe by ``candidate_id``.
 
 Keys. A verdict's key is ``task|signature`` of the record it updates (:func:`verdict_key`); every
 producer of ``clingate.dbpm.verdicts`` MUST use it and Java's murmur2 partitioner (librdkafka:
@@ -78,7 +83,6 @@ evidence at all).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import struct
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -88,9 +92,7 @@ from typing import Any
 from faust.types import EventT, TopicT
 
 from processors.dbpm import (
-    BLOCK,
     DBPMEngine,
-    Decision,
     GateEvent,
     Propagation,
     VerdictEvent,
@@ -103,11 +105,11 @@ from processors.dbpm.partitioned import merge_values
 from processors.dbpm.signatures import signature
 from processors.dbpm.update import effective_verdict
 from schemas.common import Stage
-from schemas.dbpm import Candidate, GateDecision, Verdict
+from schemas.dbpm import Candidate, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
 from schemas.serde import Serde
 from state.base import Store, Transaction
-from streams.dlq import Decoded, DecodeFailed, SourceRecord, decode_record, send_dead_letter
+from streams.dlq import DecodeFailed, SourceRecord, decode_record, send_dead_letter
 from streams.kafka_config import client_config
 from streams.logs import log_dead_letter
 from streams.metrics import DbpmMetrics
@@ -296,6 +298,30 @@ class MergedView(Store):
         return
 
 
+def decode_watermark(raw: bytes | None) -> float:
+    """The event time of a partition's :data:`WATERMARK_KEY` record (``-inf``: none yet)."""
+    return float("-inf") if raw is None else _TIME.unpack(raw)[0]
+
+
+def decode_event(
+    serde: Serde, record: SourceRecord, expected: type[Candidate] | type[Verdict] | type[PropagationRecord]
+) -> tuple[Any, Any] | DecodeFailed:
+    """``(model, engine event)`` of a consumed DBPM record, or why it goes to the dead-letter topic.
+
+    Valid Avro that is not a valid DBPM event (:class:`processors.dbpm.BadEvent`) fails at the
+    ``validate`` stage.
+    """
+    result = decode_record(serde, record, expected)
+    if isinstance(result, DecodeFailed):
+        return result
+    try:
+        model = result.value
+        event = propagation_event(model) if isinstance(model, PropagationRecord) else contract_event(model)
+        return model, event
+    except ValueError as exc:  # BadEvent: valid Avro, not a DBPM event
+        return DecodeFailed(record, Stage.VALIDATE, type(exc).__name__, str(exc), None, expected.avro_name)
+
+
 def _header(event: EventT, name: str) -> bytes | None:
     for key, value in event.message.headers or []:
         if key == name:
@@ -303,39 +329,31 @@ def _header(event: EventT, name: str) -> bytes | None:
     return None
 
 
-class DbpmAgents:
-    """The two agents' bodies, bound to the engine, the memory table's store and the output topics.
+class MemoryAgent:
+    """The memory agent's body, bound to the engine, the memory table's store and the dead-letter topic.
+
+    The gate is not a Faust agent (:mod:`streams.gate`).
 
     Args:
         engine: the memory engine (maintenance as configured).
-        gate_engine: the same configuration with maintenance off: gates never maintain the view.
         memory: the memory table's :class:`~streams.tablestore.ChangelogStore`.
-        partitions: number of memory partitions (= verdict topic partitions).
         serde: the process's serde.
-        topics: ``decisions``, ``to_verify``, ``propagations`` and the dead-letter topics by source
-            topic name.
-        barrier_timeout_s: see :attr:`streams.settings.Settings.dbpm_barrier_timeout_s`.
-        metrics: where decisions, latencies and dead letters are counted.
+        topics: ``propagations`` and the dead-letter topics by source topic name.
+        metrics: where verdicts, propagations and dead letters are counted.
     """
 
     def __init__(
         self,
         engine: DBPMEngine,
-        gate_engine: DBPMEngine,
         memory: ChangelogStore,
-        partitions: int,
         serde: Serde,
         topics: dict[str, TopicT],
-        barrier_timeout_s: float,
         metrics: DbpmMetrics,
     ) -> None:
         self._engine = engine
-        self._gate_engine = gate_engine
         self._memory = memory
-        self._partitions = partitions
         self._serde = serde
         self._topics = topics
-        self._barrier_timeout_s = barrier_timeout_s
         self._metrics = metrics
         self.view = MergedView(memory.durable_partitions)
 
@@ -352,7 +370,7 @@ class DbpmAgents:
     async def _apply_partition(self, partition: int, batch: list[EventT]) -> None:
         done = self._memory.input_offset(partition)
         writer = PartitionWriter(self._memory, partition)
-        watermark = self._watermark(writer.get(WATERMARK_KEY))
+        watermark = decode_watermark(writer.get(WATERMARK_KEY))
         covered, changed = done, False
         outbox: list[Awaitable[Any]] = []
         for event in batch:
@@ -428,90 +446,17 @@ class DbpmAgents:
         self._metrics.propagations.labels("applied" if applied else "stopped").inc()
         return True
 
-    @staticmethod
-    def _watermark(raw: bytes | None) -> float:
-        return float("-inf") if raw is None else _TIME.unpack(raw)[0]
-
-    # -- gate agent -------------------------------------------------------------------------
-
-    async def decide(self, events: Sequence[EventT]) -> None:
-        """Decide one batch of candidates; every decision is sent, ALLOW and DOWNGRADE also to verify."""
-        loop = asyncio.get_running_loop()
-        for event in events:
-            started = loop.time()
-            decoded = await self._decode(event, Candidate)
-            if decoded is None:
-                continue
-            candidate, gate = decoded
-            waited_out = _header(event, BARRIER_HEADER) is not None and await self._barrier(gate.time)
-            if waited_out:
-                self._metrics.barrier_timeouts.inc()
-            txn = Transaction(self.view)
-            _, [decision] = self._gate_engine.process(txn, gate, gate.time)
-            txn.abort()
-            out = self._decision_record(candidate, decision, waited_out)
-            value = self._serde.encode(out, topic=self._topics["decisions"].get_topic_name())
-            key = candidate.patient_id.encode()
-            # Buffered sends: Faust flushes its producer before it commits the candidate's offset.
-            self._topics["decisions"].send_soon(key=key, value=value)
-            if decision.decision != BLOCK:
-                self._topics["to_verify"].send_soon(key=key, value=value)
-            self._metrics.decisions.labels(gate.task, decision.decision).inc()
-            self._metrics.selectivity.gate(gate.task, gate.patient_id, gate.payload, decision.decision)
-            self._metrics.gate_latency.observe(loop.time() - started)
-
-    @staticmethod
-    def _decision_record(candidate: Candidate, decision: Decision, waited_out: bool) -> GateDecision:
-        provenance = (*decision.sources, *decision.policy, *(("barrier_timeout",) if waited_out else ()))
-        return GateDecision(
-            ts=candidate.ts,
-            task=candidate.task,
-            patient_id=candidate.patient_id,
-            candidate_id=candidate.candidate_id,
-            decision=decision.decision,
-            rule=decision.rule,
-            signature=decision.signature,
-            severity=decision.severity,
-            confidence_multiplier=decision.multiplier,
-            provenance=provenance,
-            candidate=candidate,
-        )
-
-    def min_watermark(self) -> float:
-        """The event time every memory partition has durably applied (``-inf`` if one has none)."""
-        return min(
-            self._watermark(self._memory.durable_get(p, WATERMARK_KEY)) for p in range(self._partitions)
-        )
-
-    async def _barrier(self, ts: float) -> bool:
-        """Wait until every memory partition reached ``ts``; True if the wait timed out instead."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._barrier_timeout_s
-        while self.min_watermark() < ts:
-            if loop.time() >= deadline:
-                return True
-            await asyncio.sleep(0.001)
-        return False
-
     # -- shared -----------------------------------------------------------------------------
 
     async def _decode(
-        self, event: EventT, expected: type[Candidate] | type[Verdict] | type[PropagationRecord]
+        self, event: EventT, expected: type[Verdict] | type[PropagationRecord]
     ) -> tuple[Any, Any] | None:
         """``(model, engine event)`` of a record, or None after dead-lettering a bad one."""
-        record = SourceRecord.from_event(event)
-        result = decode_record(self._serde, record, expected)
-        if isinstance(result, Decoded):
-            if isinstance(result.value, PropagationRecord):
-                return result.value, propagation_event(result.value)
-            try:
-                return result.value, contract_event(result.value)
-            except ValueError as exc:  # BadEvent: valid Avro, not a DBPM event
-                result = DecodeFailed(
-                    record, Stage.VALIDATE, type(exc).__name__, str(exc), None, expected.avro_name
-                )
-        await self._dead_letter(result)
-        return None
+        result = decode_event(self._serde, SourceRecord.from_event(event), expected)
+        if isinstance(result, DecodeFailed):
+            await self._dead_letter(result)
+            return None
+        return result
 
     async def _dead_letter(self, failed: DecodeFailed) -> None:
         log_dead_letter(log, failed)

@@ -37,6 +37,7 @@ from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.serde import Serde
 from state.base import Store
 from state.memory import MemoryStore
+from streams.clinical import INPUTS as CLINICAL_INPUTS
 from streams.dbpm import (
     BARRIER_HEADER,
     MEMORY_INPUTS,
@@ -46,6 +47,7 @@ from streams.dbpm import (
     producer_config,
     verdict_key,
 )
+from streams.gate import gate_group
 from streams.kafka_config import client_config
 from streams.tablestore import ChangelogFollower
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
@@ -207,6 +209,17 @@ def commit_end_offsets(bootstrap: str, group: str, topics: Sequence[str]) -> Non
         consumer.commit(offsets=ends, asynchronous=False)
     finally:
         consumer.close()
+
+
+def commit_worker_end_offsets(bootstrap: str, app_id: str) -> None:
+    """Start the workers of a fresh ``app_id`` at the current end of their input topics.
+
+    Two groups: the Faust app's (``app_id``: the memory agent's verdicts and propagations, the
+    clinical agent's inputs) and the gate's (:func:`streams.gate.gate_group`, candidates). Without
+    it a fresh app on a shared broker would process every earlier run's records.
+    """
+    commit_end_offsets(bootstrap, app_id, [*MEMORY_INPUTS, *CLINICAL_INPUTS])
+    commit_end_offsets(bootstrap, gate_group(app_id), [DBPM_CANDIDATES])
 
 
 def wait_until_consumed(bootstrap: str, group: str, topic: str, timeout_s: float) -> None:

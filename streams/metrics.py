@@ -3,14 +3,15 @@
 Every metric is named ``clingate_<area>_*`` and listed in the README's "Metrics" section (a test fails
 when a registered one is missing there). Where each process serves them:
 
-* ``clingate worker`` (Faust: DBPM memory and gate agents, clinical agent): on the worker's web port
-  (``CLINGATE_WEB_PORT``) at ``/metrics``. Faust's own Prometheus sensor
-  (:func:`faust.sensors.prometheus.setup_prometheus_sensors`, prefix ``clingate``) adds the transport
-  metrics on the same registry: records received and sent per topic, end and committed offsets,
-  commit and send latencies, rebalances.
-* Workers that are plain confluent-kafka consumer groups (``clingate docs worker``, the LLM groups, a
-  non-Faust gate) have no web server of their own: they build a :class:`CollectorRegistry` and call
-  :func:`serve` once. Their consumer lag comes from librdkafka's statistics (:class:`LibrdkafkaLag`).
+* ``clingate worker`` (Faust: DBPM memory agent, clinical agent; the DBPM gate loop in a thread of
+  the same process with ``--role all``): on the worker's web port (``CLINGATE_WEB_PORT``) at
+  ``/metrics``. Faust's own Prometheus sensor (:func:`faust.sensors.prometheus.setup_prometheus_sensors`,
+  prefix ``clingate``) adds the transport metrics on the same registry: records received and sent per
+  topic, end and committed offsets, commit and send latencies, rebalances.
+* Workers that are plain confluent-kafka consumer groups (``clingate docs worker``, the LLM groups,
+  ``clingate worker --role gate``) have no web server of their own: they build a
+  :class:`CollectorRegistry` and call :func:`serve` once. Their consumer lag comes from librdkafka
+  (its statistics, :class:`LibrdkafkaLag`, or the consumer's own watermarks).
 
 What the classes here add, by area (names, types and labels in the README):
 
@@ -138,7 +139,7 @@ class ConsumerLag(Collector):
     """``clingate_consumer_lag{topic,partition}``: messages behind the end, per owned input partition."""
 
     def __init__(self, source: LagSource) -> None:
-        self._source = source
+        self.sources = [source]
 
     def collect(self) -> Iterator[Metric]:
         """One gauge sample per partition the source reports."""
@@ -146,8 +147,9 @@ class ConsumerLag(Collector):
             "clingate_consumer_lag", "Messages between a consumed partition's end and the group's position.",
             labels=["topic", "partition"],
         )  # fmt: skip
-        for topic, partition, value in self._source():
-            lag.add_metric([topic, str(partition)], value)
+        for source in self.sources:
+            for topic, partition, value in source():
+                lag.add_metric([topic, str(partition)], value)
         yield lag
 
 
@@ -337,8 +339,17 @@ class DbpmMetrics:
 
     def watch(self, lag: LagSource, view: Store, config: DBPMConfig) -> None:
         """Register the scrape-time gauges: consumer lag and the memory channel population."""
-        self.registry.register(ConsumerLag(lag))
+        self._lag = ConsumerLag(lag)
+        self.registry.register(self._lag)
         self.registry.register(MemoryPopulation(view, config, self.selectivity.fail_events))
+
+    def add_lag(self, lag: LagSource) -> None:
+        """Add a second consumer's lag to ``clingate_consumer_lag`` (after :meth:`watch`).
+
+        With ``--role all`` the memory agent (Faust) and the gate (its own consumer group) report
+        their input partitions separately; one metric family holds both.
+        """
+        self._lag.sources.append(lag)
 
 
 def red_source(source: str) -> str:

@@ -100,6 +100,11 @@ class ChangelogFollower:
             write_group(self.store, self.partial, offset)
             self.partial = []
 
+    def next_offset(self) -> int | None:
+        """The changelog offset to resume reading at (after the last applied group), or None."""
+        offset = self.store.get_offset(_CHANGELOG_MARKER)
+        return None if offset is None else offset + 1
+
     def drop_partial(self) -> None:
         """Forget the records of an unfinished group."""
         self.partial = []

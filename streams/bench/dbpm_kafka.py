@@ -7,11 +7,21 @@ the same ``CLINGATE_APP_ID`` as here is not needed, the bench only talks to topi
 Measured, in one run:
 
 1. the in-process gate (the engine over an in-memory store holding the same memory): candidates/s,
-   the reference for the Kafka overhead ratio;
+   the reference for the Kafka overhead ratio; and the in-process gate *pipeline*, the gate worker's
+   per-candidate work without Kafka (:class:`streams.gate.Gate`: decode the record, decide, encode
+   the decision);
 2. the sustained maximum through Kafka: a burst of candidates produced as fast as possible, rate =
    decisions consumed / time from first produce to last decision;
 3. end-to-end latency (produce call -> decision consumed) at 25%, 50% and 90% of that maximum,
-   candidates paced in 10 ms slices: p50 and p99.
+   candidates paced in 10 ms slices: p50 and p99;
+4. with ``--worker-pid`` (repeatable): the CPU the worker processes spent during the burst, per
+   candidate, and the candidates one worker process decides per second of its own CPU. On a shared
+   machine the wall-clock rate measures the neighbours as much as the worker (the bench's own
+   client competes for the same cores); the CPU figure is the capacity of one worker on one core.
+
+Candidates are encoded before each measurement starts, so the client's encoding is not timed; the
+client decodes every decision (it needs the candidate id), which costs about as much CPU as the
+gate's own decode.
 
 The memory is the replay example's verdicts (published once, before the measurements, when
 ``--load-memory``); candidates are the example's gate events with fresh candidate ids, so every
@@ -21,10 +31,10 @@ run decides real DBPM questions. Candidates carry no barrier header: live gates 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from itertools import cycle
 from pathlib import Path
@@ -40,6 +50,8 @@ from state.memory import MemoryStore
 from streams.app import dbpm_engines
 from streams.broker import configured_bootstrap
 from streams.dbpm import producer_config, verdict_key
+from streams.dlq import DecodeFailed, SourceRecord
+from streams.gate import Gate
 from streams.kafka_config import client_config
 from streams.kafka_replay import end_offset
 from streams.settings import get_settings
@@ -62,9 +74,12 @@ class BenchResult:
     """One bench run."""
 
     in_process_per_s: float
+    in_process_pipeline_per_s: float
     kafka_max_per_s: float
     overhead_ratio: float
     latency: list[LatencyPoint]
+    worker_cpu_us_per_candidate: float | None
+    """Worker CPU (user + system, every ``--worker-pid``) per candidate during the burst."""
 
 
 def _events(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -76,14 +91,20 @@ def _record(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k != "kind"}
 
 
-def in_process_rate(verdicts: list[dict[str, Any]], gates: list[dict[str, Any]], n: int) -> float:
-    """Gate decisions per second of the engine alone, over the memory the verdicts build."""
-    engine, gate_engine = dbpm_engines(get_settings())
+def _memory(verdicts: list[dict[str, Any]]) -> MemoryStore:
+    engine, _ = dbpm_engines(get_settings())
     store = MemoryStore()
     with store.transaction() as txn:
         for obj in verdicts:
             event = parse_event(obj)
             engine.process(txn, event, event.time)
+    return store
+
+
+def in_process_rate(verdicts: list[dict[str, Any]], gates: list[dict[str, Any]], n: int) -> float:
+    """Gate decisions per second of the engine alone, over the memory the verdicts build."""
+    _, gate_engine = dbpm_engines(get_settings())
+    store = _memory(verdicts)
     events = [parse_event(o) for o in gates]
     started = time.perf_counter()
     for _, event in zip(range(n), cycle(events), strict=False):
@@ -93,11 +114,35 @@ def in_process_rate(verdicts: list[dict[str, Any]], gates: list[dict[str, Any]],
     return n / (time.perf_counter() - started)
 
 
+def in_process_pipeline_rate(
+    verdicts: list[dict[str, Any]], encoded: list[tuple[str, bytes, bytes]], serde: Serde
+) -> float:
+    """Candidates per second of the gate worker's per-candidate work (decode, decide, encode), no Kafka."""
+    _, gate_engine = dbpm_engines(get_settings())
+    gate = Gate(gate_engine, serde, _memory(verdicts))
+    records = [SourceRecord(DBPM_CANDIDATES, 0, i, None, k, v) for i, (_, k, v) in enumerate(encoded)]
+    started = time.perf_counter()
+    for record in records:
+        decoded = gate.decode(record)
+        assert not isinstance(decoded, DecodeFailed), decoded.reason
+        gate.decide(*decoded)
+    return len(records) / (time.perf_counter() - started)
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of ``pids`` so far (Linux ``/proc/<pid>/stat``)."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat(5))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 class _Client:
     def __init__(self, bootstrap: str, serde: Serde) -> None:
         self.serde = serde
         self.producer = Producer(
-            producer_config(bootstrap, **{"linger.ms": 20, "queue.buffering.max.messages": 1_000_000})
+            producer_config(bootstrap, **{"linger.ms": 2, "queue.buffering.max.messages": 1_000_000})
         )
         self.consumer = Consumer(client_config(bootstrap, **{
             "group.id": f"clingate-bench-{uuid.uuid4().hex}", "enable.auto.commit": False,
@@ -117,18 +162,20 @@ class _Client:
             self.producer.produce(DBPM_VERDICTS, key=verdict_key(engine, event), value=value)
         self.producer.flush()
 
-    def candidates(self, gates: list[dict[str, Any]]) -> Iterator[tuple[str, bytes, bytes]]:
+    def candidates(self, gates: list[dict[str, Any]], n: int) -> list[tuple[str, bytes, bytes]]:
+        """``n`` encoded candidates (fresh ids) cycling through the stream's gate events."""
         run = uuid.uuid4().hex[:8]
-        for i, obj in enumerate(cycle(gates)):
+        out = []
+        for i, obj in zip(range(n), cycle(gates), strict=False):
             assert isinstance(parse_event(obj), GateEvent)
             candidate = Candidate.model_validate({**_record(obj), "candidate_id": f"bench-{run}-{i}"})
-            value = self.serde.encode(candidate, topic=DBPM_CANDIDATES)
-            yield candidate.candidate_id, candidate.patient_id.encode(), value
+            out.append((candidate.candidate_id, candidate.patient_id.encode(), self.serde.encode(candidate)))
+        return out
 
-    def run(
-        self, stream: Iterator[tuple[str, bytes, bytes]], n: int, rate: float | None
-    ) -> tuple[float, list[float]]:
-        """Produce ``n`` candidates (paced at ``rate``/s if given); (achieved rate, latencies in s)."""
+    def run(self, encoded: list[tuple[str, bytes, bytes]], rate: float | None) -> tuple[float, list[float]]:
+        """Produce ``encoded`` (paced at ``rate``/s if given); (achieved rate, latencies in s)."""
+        n = len(encoded)
+        stream = iter(encoded)
         sent: dict[str, float] = {}
         latencies: list[float] = []
         started = time.perf_counter()
@@ -166,6 +213,9 @@ def dbpm_kafka(
         bool, typer.Option(help="Publish the stream's verdicts first (once per deployment).")
     ] = True,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the result as JSON.")] = None,
+    worker_pid: Annotated[
+        list[int] | None, typer.Option(help="A worker process to charge CPU to (repeatable; Linux).")
+    ] = None,
 ) -> None:
     """Measure gate throughput and latency through Kafka against the in-process engine."""
     settings = get_settings()
@@ -174,24 +224,33 @@ def dbpm_kafka(
         typer.echo("No Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`.", err=True)
         raise typer.Exit(2)
     verdicts, gates = _events(events)
+    serde = make_serde(settings.schema_registry_url)
+    client = _Client(bootstrap, serde)
     reference = in_process_rate(verdicts, gates, n)
-    client = _Client(bootstrap, make_serde(settings.schema_registry_url))
+    burst = client.candidates(gates, n)
+    pipeline = in_process_pipeline_rate(verdicts, burst, serde)
     if load_memory:
         client.load(verdicts)
-    stream = client.candidates(gates)
-    maximum, _ = client.run(stream, n, None)
+    pids = worker_pid or []
+    cpu_before = _cpu_s(pids)
+    maximum, _ = client.run(burst, None)
+    cpu_us = (_cpu_s(pids) - cpu_before) / n * 1e6 if pids else None
     points = []
     for fraction in (0.25, 0.5, 0.9):
         offered = maximum * fraction
-        achieved, latencies = client.run(stream, max(1000, int(n * fraction)), offered)
+        achieved, latencies = client.run(client.candidates(gates, max(1000, int(n * fraction))), offered)
         points.append(LatencyPoint(
             fraction, offered, achieved, _percentile(latencies, 0.5) * 1e3, _percentile(latencies, 0.99) * 1e3
         ))  # fmt: skip
-    result = BenchResult(reference, maximum, reference / maximum, points)
-    typer.echo(f"in-process gate: {reference:,.0f} candidates/s")
+    result = BenchResult(reference, pipeline, maximum, reference / maximum, points, cpu_us)
+    typer.echo(f"in-process gate: {reference:,.0f} candidates/s (engine); {pipeline:,.0f} candidates/s "
+               "(decode + engine + encode)")  # fmt: skip
     typer.echo(
         f"through Kafka:   {maximum:,.0f} candidates/s sustained (overhead x{result.overhead_ratio:.1f})"
     )
+    if cpu_us is not None:
+        typer.echo(f"worker CPU:      {cpu_us:,.0f} us per candidate = {1e6 / cpu_us:,.0f} candidates "
+                   "per worker CPU-second")  # fmt: skip
     for p in points:
         typer.echo(
             f"  at {p.fraction:.0%} ({p.offered_per_s:,.0f}/s offered, {p.achieved_per_s:,.0f}/s achieved): "

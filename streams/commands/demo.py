@@ -112,7 +112,6 @@ from streams.settings import Settings, get_settings
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
-    CLINICAL_DELIVERABLES,
     CLINICAL_REVIEWS,
     DBPM_CANDIDATES,
     DBPM_DECISIONS,
@@ -871,8 +870,8 @@ def step_streams(
         The engine configured as the worker is, and the worker's app id.
     """
     from streams.app import dbpm_engines
-    from streams.dbpm import MEMORY_INPUTS, memory_changelog
-    from streams.kafka_replay import commit_end_offsets, wait_until_consumed
+    from streams.dbpm import memory_changelog
+    from streams.kafka_replay import commit_end_offsets, commit_worker_end_offsets, wait_until_consumed
     from streams.llm.testserver import DEFAULT_MODEL
 
     engine, _ = dbpm_engines(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
@@ -885,8 +884,7 @@ def step_streams(
     )
     app_id = f"clingate-demo-{uuid.uuid4().hex[:8]}"
     groups = {name: f"{app_id}-{name}" for name in ("docs", "generator", "verifier")}
-    commit_end_offsets(bootstrap, app_id, [*MEMORY_INPUTS, DBPM_CANDIDATES, FHIR_UPDATES, CLINICAL_REVIEWS,
-                                          CLINICAL_DELIVERABLES])  # fmt: skip
+    commit_worker_end_offsets(bootstrap, app_id)
     commit_end_offsets(bootstrap, groups["docs"], [DOCS_CLASSIFICATIONS, DOCS_REVIEWS])
     commit_end_offsets(bootstrap, groups["generator"], [DBPM_NARRATIVES])
     commit_end_offsets(bootstrap, groups["verifier"], [DBPM_TO_VERIFY, DBPM_DECISIONS])

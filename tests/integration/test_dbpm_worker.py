@@ -21,18 +21,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from processors.dbpm import DBPMEngine, VerdictEvent, parse_event
+from schemas.common import DeadLetter
+from schemas.dbpm import Candidate, GateDecision
 from schemas.serde import make_serde
 from state.memory import MemoryStore
 from streams.app import dbpm_engines
 from streams.bench.dbpm import generate_events
 from streams.broker import Broker, free_port
-from streams.dbpm import MEMORY_INPUTS
-from streams.kafka_replay import KafkaReplayResult, commit_end_offsets, replay_via_kafka
+from streams.dbpm import producer_config
+from streams.dlq import header_map
+from streams.kafka_replay import KafkaReplayResult, commit_worker_end_offsets, end_offset, replay_via_kafka
 from streams.settings import Settings
 from topics.admin import admin_client, ensure_topics
-from topics.catalog import DBPM_CANDIDATES, build_catalog
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, build_catalog, dlq_name
 
 pytestmark = pytest.mark.integration
 
@@ -102,7 +106,7 @@ def start_workers(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[...
 
     def start(count: int = 1, **env: str) -> tuple[str, list[Worker]]:
         app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
-        commit_end_offsets(kafka_bootstrap, app_id, [*MEMORY_INPUTS, DBPM_CANDIDATES])
+        commit_worker_end_offsets(kafka_bootstrap, app_id)
         workers = [Worker(kafka_bootstrap, app_id, tmp_path / f"{app_id}-{i}", env) for i in range(count)]
         for worker in workers:
             started.append(worker)
@@ -440,3 +444,52 @@ def test_propagated_evidence_is_applied_exactly_once_across_sigkills(
     assert counts["kafka"] == counts["engine"]
     assert result.state["blocklist"]["re"] == state["blocklist"]["re"]  # type: ignore[index]
     assert sorted(d["candidate_id"] for d in result.decisions) == sorted(d["candidate_id"] for d in decisions)
+
+
+def _tail(bootstrap: str, topic: str) -> Consumer:
+    """A consumer of ``topic`` from its current end (no group offsets)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False})  # fmt: skip
+    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, end_offset(consumer, topic, p)) for p in partitions])
+    return consumer
+
+
+def _first(consumer: Consumer, match: Callable[[Any], bool], timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        message = consumer.poll(0.2)
+        if message is not None and message.error() is None and match(message):
+            return message
+    raise AssertionError("no matching record in time")
+
+
+def test_bad_candidates_are_dead_lettered_and_the_next_ones_decided(
+    kafka_bootstrap: str, start_workers
+) -> None:
+    """Scenario: undecodable bytes and a valid candidate of the same patient reach the gate.
+
+    The bad record goes whole, with its reason, to ``clingate.dbpm.candidates.dlq``; the candidate
+    after it on the same partition is decided (the gate neither crashes nor stalls on it).
+    """
+    start_workers(1, **COMPARISON_FLAGS)
+    serde = make_serde(None)
+    patient = f"p-{uuid.uuid4().hex[:8]}"
+    dlq, decisions = _tail(kafka_bootstrap, dlq_name(DBPM_CANDIDATES)), _tail(kafka_bootstrap, DBPM_DECISIONS)
+    producer = Producer(producer_config(kafka_bootstrap))
+    candidate = Candidate.model_validate({"ts": "2026-05-04T10:00:00Z", "task": "ner", "patient_id": patient,
+                                          "candidate_id": f"{patient}-c", "payload": {"entity": "fever",
+                                          "category": "Symptoms"}})  # fmt: skip
+    producer.produce(DBPM_CANDIDATES, key=patient.encode(), value=b"not avro")
+    producer.produce(DBPM_CANDIDATES, key=patient.encode(), value=serde.encode(candidate))
+    producer.flush(30)
+    try:
+        dead = _first(dlq, lambda m: m.key() == patient.encode())
+        decided = _first(decisions, lambda m: m.key() == patient.encode())
+    finally:
+        dlq.close()
+        decisions.close()
+
+    assert header_map(dead.headers())["stage"] == "decode"
+    assert serde.decode(dead.value(), DeadLetter).value == b"not avro"
+    assert serde.decode(decided.value(), GateDecision).candidate_id == f"{patient}-c"

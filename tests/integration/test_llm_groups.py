@@ -29,7 +29,7 @@ from streams.dbpm import producer_config
 from streams.dlq import header_map
 from streams.generator import run_generator
 from streams.kafka_config import client_config
-from streams.kafka_replay import commit_end_offsets
+from streams.kafka_replay import commit_end_offsets, commit_worker_end_offsets
 from streams.llm import ClientPolicy, Endpoint, LlmClient, Role
 from streams.llm.testserver import ChatRequest, Fault, OpenAiTestServer
 from streams.llm_groups import new_metrics
@@ -186,7 +186,7 @@ def worker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Worker]:
     """A ready ``clingate worker`` (gate and memory) of a fresh app, started at the topics' end."""
     ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
     app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
-    commit_end_offsets(kafka_bootstrap, app_id, [DBPM_VERDICTS, DBPM_CANDIDATES])
+    commit_worker_end_offsets(kafka_bootstrap, app_id)
     process = Worker(kafka_bootstrap, app_id, tmp_path / app_id, {})
     process.start()
     yield process

@@ -20,10 +20,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from schemas.dbpm import Candidate, NerPayload
 from schemas.fhir import FhirUpdate
 from schemas.serde import make_serde
-from streams.clinical import INPUTS
 from streams.dbpm import producer_config
 from streams.demo_data import CLINICAL
-from streams.kafka_replay import commit_end_offsets, end_offset
+from streams.kafka_replay import commit_worker_end_offsets, end_offset
 from streams.settings import Settings
 from tests.integration.test_dbpm_worker import Worker
 from topics.admin import admin_client, ensure_topics
@@ -31,7 +30,6 @@ from topics.catalog import (
     CLINICAL_ASSESSMENTS,
     DBPM_CANDIDATES,
     DBPM_DECISIONS,
-    DBPM_VERDICTS,
     DOCS_CLASSIFICATIONS,
     FHIR_UPDATES,
     build_catalog,
@@ -71,7 +69,7 @@ def worker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Worker]:
     """One ready worker of a fresh app logging JSON, its groups starting at the inputs' current end."""
     ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
     app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
-    commit_end_offsets(kafka_bootstrap, app_id, [DBPM_VERDICTS, DBPM_CANDIDATES, *INPUTS])
+    commit_worker_end_offsets(kafka_bootstrap, app_id)
     started = Worker(kafka_bootstrap, app_id, tmp_path / app_id, {"CLINGATE_LOG_FORMAT": "json"})
     started.start()
     yield started
