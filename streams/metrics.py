@@ -32,7 +32,7 @@ Choices:
   (do not sum it across workers: take ``max``).
 * **Lift as the worker sees it.** The lift of Eq. 10 (``processors.dbpm.measurement``, whose maths is
   used unchanged) pairs a gate decision with the verifier's verdict on the same candidate. A worker
-  pairs the decisions its gate agent made with the verdicts its memory agent applied; in a live
+  pairs the decisions its gate loop made with the verdicts its memory agent applied; in a live
   pipeline only ALLOWed and DOWNGRADEd candidates are verified, so the live lift is
   ``P(DOWNGRADE | FAIL) / P(DOWNGRADE | PASS)`` among verified candidates (a BLOCK is never paired).
   With several workers a pair is seen only when the candidate's partition and the verdict's partition
@@ -224,7 +224,7 @@ class MemoryPopulation(Collector):
 class Selectivity(Collector):
     """The live gate selectivity: pairs of gate decisions and verdicts, lift with its 95% interval.
 
-    Feed it :meth:`gate` from the gate agent and :meth:`verdict` from the memory agent (module docstring).
+    Feed it :meth:`gate` from the gate loop and :meth:`verdict` from the memory agent (module docstring).
     Thread-safe: a lock guards the tracker, so it also works behind :func:`serve`.
     """
 
