@@ -165,9 +165,10 @@ class SmolLm2Source:
 
     def _self_check(self) -> None:
         messages = [{"role": "user", "content": "Is water wet? Answer yes or no."}]
-        content, finish_reason, _, _ = self._generate(messages, _SELF_CHECK_SCHEMA, True, 0.0, 16)
+        completion = self._generate(messages, _SELF_CHECK_SCHEMA, True, 0.0, 16)
+        content = completion.content
         try:
-            ok = finish_reason == "stop" and json.loads(content).get("answer") in ("yes", "no")
+            ok = completion.finish_reason == "stop" and json.loads(content).get("answer") in ("yes", "no")
         except (ValueError, AttributeError):
             ok = False
         if not ok:
@@ -179,21 +180,24 @@ class SmolLm2Source:
     async def complete(self, request: ChatRequest) -> Completion:
         """Generate one constrained answer on the model's worker thread.
 
+        A request without ``max_tokens`` gets half the context window (vLLM would allow the rest of the
+        context; every clingate call sends its budget, so this only bounds hand-made requests).
+
         Raises:
             RequestRejectedError: the schema cannot be compiled, or prompt plus budget exceed the context.
         """
         budget = request.max_tokens or CONTEXT_TOKENS // 2
         loop = asyncio.get_running_loop()
-        content, finish_reason, prompt_tokens, completion_tokens = await loop.run_in_executor(
+        completion = await loop.run_in_executor(
             self._worker, self._generate, request.messages, request.schema, request.compact,
             request.temperature, budget,
         )
         self.calls += 1
-        if finish_reason == "stop" and not _is_json(content):
+        if completion.finish_reason == "stop" and not _is_json(completion.content):
             self.unconstrained_answers += 1
             log.warning("SmolLM2 answered non-JSON under a schema constraint (%d so far)",
                         self.unconstrained_answers)
-        return Completion(content, finish_reason, prompt_tokens, completion_tokens)
+        return completion
 
     def _generator(self, schema: dict[str, Any], compact: bool) -> Any:
         key = (json.dumps(schema, sort_keys=True), compact)
@@ -225,7 +229,7 @@ class SmolLm2Source:
         compact: bool,
         temperature: float,
         max_tokens: int,
-    ) -> tuple[str, Any, int, int]:
+    ) -> Completion:
         from llama_cpp import LogitsProcessorList
 
         processor = self._generator(schema, compact).logits_processor
@@ -243,9 +247,12 @@ class SmolLm2Source:
             self._llama.reset()
         choice = completion["choices"][0]
         usage = completion.get("usage") or {}
-        finish_reason = "length" if choice.get("finish_reason") == "length" else "stop"
-        return (choice["message"]["content"] or "", finish_reason, int(usage.get("prompt_tokens", 0)),
-                int(usage.get("completion_tokens", 0)))
+        return Completion(
+            choice["message"]["content"] or "",
+            "length" if choice.get("finish_reason") == "length" else "stop",
+            prompt_tokens=int(usage.get("prompt_tokens", 0)),
+            completion_tokens=int(usage.get("completion_tokens", 0)),
+        )
 
 
 def _is_json(content: str) -> bool:
