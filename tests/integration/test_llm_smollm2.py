@@ -164,3 +164,19 @@ def test_the_front_still_validates_requests_in_front_of_the_model(smollm2):
     }
     response = httpx.post(f"{smollm2.base_url}/chat/completions", json=body, timeout=30.0, trust_env=False)
     assert response.status_code == 400 and "removed vLLM request key" in response.json()["message"]
+
+
+def test_the_model_stops_at_max_tokens_and_says_length(smollm2):
+    """Scenario: a 5-token budget for an answer that needs more; vLLM's finish_reason contract holds."""
+    schema = json_schema_of(QaExtraction)
+    body = {
+        "model": smollm2.model,
+        "messages": [{"role": "user", "content": "Describe the treatment in detail."}],
+        "temperature": 0.0,
+        "max_tokens": 5,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "QaExtraction", "schema": schema}},
+    }
+    url = f"{smollm2.base_url}/chat/completions"
+    answer = httpx.post(url, json=body, timeout=120.0, trust_env=False).json()
+    assert answer["choices"][0]["finish_reason"] == "length"
+    assert answer["usage"]["completion_tokens"] == 5
