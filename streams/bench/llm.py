@@ -6,11 +6,10 @@ concurrency / latency). The ratio achieved / (N / L) measures how much the clien
 validation, semaphore, event loop) costs on top of the server's latency; GPU consumer groups need it
 near 1 at the paper's 64-way concurrency, so the servers' continuous batching is fed.
 
-The server is the OpenAI-compatible test server (:mod:`streams.llm.testserver`) in its own process,
-so client and server do not share an event loop (on a 2-core machine they share the CPU). Each point
-runs one warm-up round (connections are opened) and then ``rounds`` measured rounds of N calls; the
-run time per point is about ``(rounds + 1) * L`` when the bound is reached.
-
+The server is ``clingate llm serve --backend test`` (:class:`streams.llm.serving.ServerProcess`) in its
+own process, so client and server do not share an event loop (on a 2-core machine they share the CPU).
+Each point runs one warm-up round (connections are opened) and then ``rounds`` measured rounds of N
+calls; the run time per point is about ``(rounds + 1) * L`` when the bound is reached.
 ``--groups`` measures the verifier consumer group instead of the bare client: the same Little's-law
 bound, now through the broker. Per point it publishes ``N * rounds`` to-verify records (NER candidates
 of 256 patients, with their narratives), runs one verifier group member
@@ -28,8 +27,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import subprocess
-import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -49,6 +46,7 @@ from streams.dbpm import producer_config
 from streams.kafka_replay import commit_end_offsets
 from streams.llm import CallType, ClientPolicy, Endpoint, LlmClient, LlmOk, Role
 from streams.llm.schemas import NerVerdict
+from streams.llm.serving import ServerProcess
 from streams.llm.testserver import DEFAULT_MODEL
 from streams.llm_groups import new_metrics
 from streams.settings import Settings, get_settings
@@ -153,48 +151,6 @@ async def measure_point(base_url: str, concurrency: int, latency_s: float, round
         p99_s=_percentile(latencies, 0.99),
         cpu_ms_per_call=cpu * 1000.0 / calls,
     )
-
-
-class ServerProcess:
-    """The test server in a child process, listening on a free loopback port."""
-
-    def __init__(self, latency_s: float) -> None:
-        """Start the child and wait until it listens.
-
-        Args:
-            latency_s: the fixed latency of every answer.
-        """
-        self._process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "streams.llm.testserver",
-                "--port",
-                "0",
-                "--latency-ms",
-                f"{latency_s * 1000:g}",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        line = self._process.stdout.readline() if self._process.stdout else ""
-        if not line.startswith("listening "):
-            self.close()
-            raise RuntimeError(f"test server did not start (said {line!r})")
-        self.base_url = line.split()[1]
-
-    def close(self) -> None:
-        """Stop the child."""
-        self._process.terminate()
-        self._process.wait(timeout=10)
-
-    def __enter__(self) -> ServerProcess:
-        """Context manager: the child stops on exit."""
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        """Stop the child."""
-        self.close()
 
 
 GROUP_MAX_RECORDS = 4000
@@ -304,7 +260,7 @@ def run_group_benchmark(
     ensure_topics(admin_client(bootstrap), catalog)
     points = []
     for latency_s in latencies_s:
-        with ServerProcess(latency_s) as server:
+        with ServerProcess.start("test", args=["--latency-ms", f"{latency_s * 1000:g}"]) as server:
             for n in concurrency:
                 records = group_records(n, latency_s, quick)
                 points.append(
@@ -330,7 +286,7 @@ def run_benchmark(
     """
     points = []
     for latency_s in latencies_s:
-        with ServerProcess(latency_s) as server:
+        with ServerProcess.start("test", args=["--latency-ms", f"{latency_s * 1000:g}"]) as server:
             for n in concurrency:
                 rounds = rounds_for(latency_s, quick)
                 points.append(asyncio.run(measure_point(server.base_url, n, latency_s, rounds)))

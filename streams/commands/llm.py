@@ -1,16 +1,15 @@
-"""``clingate llm``: where LLM calls go, and the local OpenAI-compatible test server."""
+"""``clingate llm``: where LLM calls go, and the local OpenAI-compatible server (test answers or SmolLM2)."""
 
 from __future__ import annotations
 
 import typer
 
 from streams.llm.config import resolve_roles
-from streams.llm.testserver import main as serve_test_server
+from streams.llm.local_server import serve
 from streams.settings import get_settings
 
-app = typer.Typer(
-    help="LLM serving: per-role status and a local OpenAI-compatible test server.", no_args_is_help=True
-)
+app = typer.Typer(help="LLM serving: per-role status and a local OpenAI-compatible server.",
+                  no_args_is_help=True)
 
 
 @app.command()
@@ -20,4 +19,4 @@ def status() -> None:
         typer.echo(config.status)
 
 
-app.command("test-server")(serve_test_server)
+app.command()(serve)

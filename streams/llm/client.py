@@ -247,6 +247,69 @@ def _retry_after(response: httpx.Response) -> float | None:
         return None
 
 
+def require_registered(response_model: type[BaseModel]) -> None:
+    """Refuse a response model not declared with ``@response_model`` (its schema was never linted).
+
+    Raises:
+        UnregisteredResponseModelError: a programming error, raised before any call is made.
+    """
+    if not is_registered(response_model):
+        raise UnregisteredResponseModelError(
+            f"{response_model.__qualname__} is not a registered response model: "
+            "declare it with @streams.llm.lint.response_model"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerRejected:
+    """Why a finished generation is not an answer (see :func:`judge_answer`).
+
+    Attributes:
+        kind: ``TRUNCATED`` or ``INVALID_OUTPUT``.
+        detail: operator detail; never the answer text.
+    """
+
+    kind: FailureKind
+    detail: str
+
+
+def judge_answer(
+    content: Any, finish_reason: Any, response_model: type[M], call_type: CallType
+) -> M | AnswerRejected:
+    """The one rule for accepting a generation, shared by every backend (HTTP client, in-process vLLM).
+
+    A generation that ended at the token budget (``finish_reason == "length"``) is TRUNCATED; one that
+    ended any other way than ``stop``, or whose text does not validate against ``response_model``, is
+    INVALID_OUTPUT. Nothing is repaired or partially accepted.
+
+    Args:
+        content: the generated text.
+        finish_reason: the engine's finish reason.
+        response_model: the model the text must validate against.
+        call_type: the call type (its budget is named in the detail).
+
+    Returns:
+        The validated model instance, or why the generation was rejected.
+    """
+    if finish_reason == "length":
+        return AnswerRejected(
+            FailureKind.TRUNCATED,
+            f"finish_reason=length: the answer hit max_tokens={CALL_PROFILES[call_type].max_tokens}",
+        )
+    if finish_reason != "stop":
+        return AnswerRejected(FailureKind.INVALID_OUTPUT, f"finish_reason={finish_reason!r}, expected 'stop'")
+    if not isinstance(content, str):
+        return AnswerRejected(FailureKind.INVALID_OUTPUT, "answer content is not a string")
+    try:
+        return response_model.model_validate_json(content)
+    except ValidationError as exc:
+        problems = ", ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '/'}:{err['type']}" for err in exc.errors()[:5]
+        )
+        detail = f"answer does not validate against {response_model.__name__}: {problems}"
+        return AnswerRejected(FailureKind.INVALID_OUTPUT, detail)
+
+
 class LlmClient:
     """Async client for schema-constrained LLM calls; use one per process (it pools connections).
 
@@ -405,11 +468,7 @@ class LlmClient:
             UnregisteredResponseModelError: ``response_model`` was not declared with ``@response_model``
                 (a programming error: the schema would bypass the linter).
         """
-        if not is_registered(response_model):
-            raise UnregisteredResponseModelError(
-                f"{response_model.__qualname__} is not a registered response model: "
-                "declare it with @streams.llm.lint.response_model"
-            )
+        require_registered(response_model)
         role = CALL_PROFILES[call_type].role
         endpoint = self._endpoints.get(role)
         if endpoint is None:
@@ -530,37 +589,20 @@ class LlmClient:
         attempts: int,
         elapsed: float,
     ) -> LlmOk[M] | LlmFailed:
-        def failed(kind: FailureKind, detail: str) -> LlmFailed:
-            return self._failed(kind, role, call_type, endpoint.base_url, attempts, elapsed, detail)
-
         try:
             choice = envelope["choices"][0]
             finish_reason = choice.get("finish_reason")
             content = choice["message"]["content"]
         except (KeyError, IndexError, TypeError, AttributeError):
-            return failed(FailureKind.INVALID_OUTPUT, "answer envelope has no choices[0].message.content")
-        if finish_reason == "length":
-            return failed(
-                FailureKind.TRUNCATED,
-                f"finish_reason=length: the answer hit max_tokens={CALL_PROFILES[call_type].max_tokens}",
-            )
-        if finish_reason != "stop":
-            return failed(FailureKind.INVALID_OUTPUT, f"finish_reason={finish_reason!r}, expected 'stop'")
-        if not isinstance(content, str):
-            return failed(FailureKind.INVALID_OUTPUT, "answer content is not a string")
-        try:
-            value = response_model.model_validate_json(content)
-        except ValidationError as exc:
-            problems = ", ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '/'}:{err['type']}" for err in exc.errors()[:5]
-            )
-            return failed(
-                FailureKind.INVALID_OUTPUT,
-                f"answer does not validate against {response_model.__name__}: {problems}",
-            )
+            return self._failed(FailureKind.INVALID_OUTPUT, role, call_type, endpoint.base_url, attempts,
+                                elapsed, "answer envelope has no choices[0].message.content")
+        judged = judge_answer(content, finish_reason, response_model, call_type)
+        if isinstance(judged, AnswerRejected):
+            return self._failed(judged.kind, role, call_type, endpoint.base_url, attempts, elapsed,
+                                judged.detail)
         usage = envelope.get("usage") if isinstance(envelope.get("usage"), dict) else {}
         return LlmOk(
-            value=value,
+            value=judged,
             call_type=call_type,
             server=endpoint.base_url,
             model=endpoint.model,

@@ -31,7 +31,8 @@ from streams.generator import run_generator
 from streams.kafka_config import client_config
 from streams.kafka_replay import commit_end_offsets, commit_worker_end_offsets
 from streams.llm import ClientPolicy, Endpoint, LlmClient, Role
-from streams.llm.testserver import ChatRequest, Fault, OpenAiTestServer
+from streams.llm.serving import ChatRequest, Fault
+from streams.llm.testserver import OpenAiTestServer
 from streams.llm_groups import new_metrics
 from streams.metrics import LlmGroupMetrics
 from streams.ordered import OrderedLoop

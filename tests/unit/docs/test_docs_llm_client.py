@@ -21,7 +21,8 @@ from streams.commands.docs import app
 from streams.docs_arbiter import LLM_ROLE
 from streams.llm import CALL_PROFILES, CallType, Role
 from streams.llm.lint import is_registered, json_schema_of, lint_response_model
-from streams.llm.testserver import DEFAULT_MODEL, Fault, OpenAiTestServer
+from streams.llm.serving import Fault
+from streams.llm.testserver import DEFAULT_MODEL, OpenAiTestServer
 from streams.settings import get_settings
 
 runner = CliRunner()

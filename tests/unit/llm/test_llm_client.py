@@ -27,7 +27,7 @@ from streams.llm.client import UnregisteredResponseModelError
 from streams.llm.lint import json_schema_of
 from streams.llm.result import MESSAGE_TEMPLATES, clinician_message
 from streams.llm.schemas import NerExtraction, NerVerdict, QaExtraction, QaVerdict, ReExtraction, ReVerdict
-from streams.llm.testserver import Fault
+from streams.llm.serving import Fault
 
 from .conftest import FAST
 
@@ -243,9 +243,10 @@ def test_generator_and_verifier_calls_are_greedy_and_synthesis_is_not():
         0.5,
         256,
     )
-    assert {CALL_PROFILES[t].max_tokens for t in (CallType.NER_VERDICT, CallType.RE_VERDICT)} == {60}
+    verdicts = (CallType.NER_VERDICT, CallType.RE_VERDICT, CallType.QA_VERDICT)
+    assert {CALL_PROFILES[t].max_tokens for t in verdicts} == {60}
     assert CALL_PROFILES[CallType.QA_EXTRACTION].max_tokens == 160
-    assert CALL_PROFILES[CallType.RE_EXTRACTION].max_tokens == 1500
+    assert {CALL_PROFILES[t].max_tokens for t in (CallType.NER_EXTRACTION, CallType.RE_EXTRACTION)} == {1500}
 
 
 def test_unconfigured_role_is_disabled_without_a_request(harness):

@@ -17,7 +17,8 @@ from schemas.serde import make_serde
 from streams.dlq import DecodeFailed, SourceRecord
 from streams.generator import Generator
 from streams.llm import ClientPolicy, Endpoint, LlmClient, Role
-from streams.llm.testserver import DEFAULT_MODEL, ChatRequest, Fault, OpenAiTestServer
+from streams.llm.serving import ChatRequest, Fault
+from streams.llm.testserver import DEFAULT_MODEL, OpenAiTestServer
 from streams.llm_groups import MeteredLlm
 from streams.metrics import LlmGroupMetrics
 from streams.ordered import Output

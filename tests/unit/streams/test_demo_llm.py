@@ -9,7 +9,7 @@ from processors.dbpm.verification import ENSEMBLE_VARIANTS, verdict_messages
 from streams.commands.demo import demo_stream
 from streams.demo_llm import loop_plan, script_responder
 from streams.llm.schemas import NerExtraction, NerVerdict, QaExtraction, QaVerdict, ReExtraction, ReVerdict
-from streams.llm.testserver import ChatRequest
+from streams.llm.serving import ChatRequest
 
 _VERDICT_MODELS = {"ner": NerVerdict, "re": ReVerdict, "qa": QaVerdict}
 
