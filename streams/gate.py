@@ -86,6 +86,7 @@ from streams.dbpm import (
 )
 from streams.dlq import DeadLetterDeliveryError, DeadLetterRouter, DecodeFailed, SourceRecord
 from streams.kafka_config import client_config
+from streams.logs import log_dead_letter
 from streams.metrics import DbpmMetrics
 from streams.settings import Settings
 from streams.tablestore import ChangelogFollower
@@ -364,8 +365,7 @@ class GateLoop:
         return False
 
     def _dead_letter(self, failed: DecodeFailed) -> None:
-        log.warning("dead-lettering %s[%d]@%d: %s", failed.record.topic, failed.record.partition,
-                    failed.record.offset, failed.reason)  # fmt: skip
+        log_dead_letter(log, failed)
         self._dead_letters.send(failed)
         self._metrics.dead_letters.labels(failed.record.topic).inc()
 

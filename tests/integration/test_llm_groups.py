@@ -378,12 +378,15 @@ def test_llm_faults_are_retried_defaulted_or_dead_lettered_never_dropped(kafka_b
 def test_verifier_group_benchmark_stays_under_the_littles_law_bound(kafka_bootstrap: str) -> None:
     """Scenario: the tiny CI run of `clingate bench llm --groups` against the session broker.
 
-    Every point completes through the broker and its verdict rate never beats N/L.
+    Every point completes through the broker and its verdict rate never beats N/L. A window of
+    ``calls`` verdicts measured between two completions can hold up to N calls that started before
+    it, so on a tiny window the bound is ``N/L * (1 + N/calls)`` (plus 10% for timer noise).
     """
     points = run_group_benchmark(kafka_bootstrap, (1, 4), (0.05,), quick=True)
     assert [(p.concurrency, p.latency_s) for p in points] == [(1, 0.05), (4, 0.05)]
     for point in points:
-        assert point.calls >= 1 and 0 < point.ratio <= 1.1
+        assert point.calls >= 1
+        assert 0 < point.ratio <= 1.1 * (1 + point.concurrency / point.calls)
 
 
 def test_candidates_in_flight_when_a_verifier_stops_are_verified_by_the_next_member(
