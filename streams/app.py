@@ -108,6 +108,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         broker_max_poll_records=5000,
         consumer_auto_offset_reset="earliest",
         broker_session_timeout=settings.consumer_session_timeout_s,
+        broker_commit_interval=settings.commit_interval_s,
         broker_heartbeat_interval=settings.consumer_session_timeout_s / 10,
         autodiscover=False,
     )

@@ -42,9 +42,12 @@ Consistency model.
 * Crash (SIGKILL) at any point: the local store never holds what the changelog does not (writes
   are durable only after the changelog acknowledged them), every batch of a partition is one
   changelog group closed by the input offset it covers, and a re-delivered verdict at or below that
-  offset is skipped, so memory updates are applied exactly once. Decisions of re-delivered
-  candidates are emitted again, byte for byte (same input, same view, same output): consumers
-  dedupe by ``candidate_id``.
+  offset is skipped, so memory updates are applied exactly once. A re-delivered candidate (one
+  decided before the crash but not yet committed) is decided again on the view as it is *then*:
+  byte for byte the same record only if no verdict changed its pattern in between. Consumers dedupe
+  by ``candidate_id`` and keep the first. ``replay --via-kafka`` publishes no verdict before the
+  candidates before it are committed, so replayed duplicates are identical (chaos soak:
+  ``clingate bench chaos``).
 
 Keys. A verdict's key is ``task|signature`` of the record it updates (:func:`verdict_key`); every
 producer of ``clingate.dbpm.verdicts`` MUST use it and Java's murmur2 partitioner (librdkafka:

@@ -46,6 +46,8 @@ COMPARISON_FLAGS = {
     "CLINGATE_DBPM_MAINTENANCE": "false",
     # A SIGKILLed worker's partitions are reassigned after the session timeout: the broker's minimum.
     "CLINGATE_CONSUMER_SESSION_TIMEOUT_S": "6",
+    # The replay waits for the candidates' commit after every run (streams.kafka_replay).
+    "CLINGATE_COMMIT_INTERVAL_S": "0.1",
 }
 
 
