@@ -60,7 +60,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from heapq import merge
 from typing import Any
 
@@ -282,7 +282,7 @@ class DbpmAgents:
         if last_offset is None:
             return
         writer.writes[WATERMARK_KEY] = _TIME.pack(watermark)
-        self._memory.stage(partition, writer.writes.items(), last_offset)
+        await asyncio.gather(*self._memory.stage(partition, writer.writes.items(), last_offset))
 
     @staticmethod
     def _watermark(raw: bytes | None) -> float:
@@ -293,6 +293,7 @@ class DbpmAgents:
     async def decide(self, events: Sequence[EventT]) -> None:
         """Decide one batch of candidates; every decision is sent, ALLOW and DOWNGRADE also to verify."""
         loop = asyncio.get_running_loop()
+        sends: list[Awaitable[Any]] = []
         for event in events:
             started = loop.time()
             decoded = await self._decode(event, Candidate)
@@ -308,12 +309,15 @@ class DbpmAgents:
             out = self._decision_record(candidate, decision, waited_out)
             value = self._serde.encode(out, topic=self._topics["decisions"].get_topic_name())
             key = candidate.patient_id.encode()
-            # Buffered sends: Faust flushes its producer before it commits the candidate's offset.
-            self._topics["decisions"].send_soon(key=key, value=value)
+            sends.append(await self._topics["decisions"].send(key=key, value=value))
             if decision.decision != BLOCK:
-                self._topics["to_verify"].send_soon(key=key, value=value)
+                sends.append(await self._topics["to_verify"].send(key=key, value=value))
             self._metrics.decisions.labels(gate.task, decision.decision).inc()
             self._metrics.gate_latency.observe(loop.time() - started)
+        # Acknowledged before the batch's offsets can be committed: Faust's flush before a commit
+        # gives up after 0.1 s without progress (see ChangelogStore.stage), and a SIGKILL then lost
+        # decisions whose candidates were committed (found by the chaos soak).
+        await asyncio.gather(*sends)
 
     @staticmethod
     def _decision_record(candidate: Candidate, decision: Decision, waited_out: bool) -> GateDecision:

@@ -17,8 +17,8 @@ again after a worker crash (its decision record then repeats byte for byte). Wit
 wait, a SIGKILL between "decisions seen" and "offsets committed" re-delivers the run's candidates
 after the next verdicts were applied and some get a different second decision (found by the chaos
 soak, ``clingate bench chaos``). Each run therefore costs up to one commit interval of the workers
-(``CLINGATE_COMMIT_INTERVAL_S``; replay workers SHOULD set it short). (A live pipeline needs no such lockstep: the verdict of a candidate exists only after its
-decision.)
+(``CLINGATE_COMMIT_INTERVAL_S``; replay workers SHOULD set it short). (A live pipeline needs no
+such lockstep: the verdict of a candidate exists only after its decision.)
 
 Final state: the changelog of the memory table is read from the beginning, complete groups only,
 into one in-memory store per partition; :class:`~streams.dbpm.MergedView` merges them and the
