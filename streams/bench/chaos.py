@@ -62,7 +62,7 @@ from schemas.serde import Serde, make_serde
 from state.memory import MemoryStore
 from streams.app import dbpm_engines
 from streams.bench.dbpm import generate_events
-from streams.broker import configured_bootstrap, free_port
+from streams.broker import LocalKafka, configured_bootstrap, free_port
 from streams.commands.replay import replay_stream
 from streams.kafka_config import client_config
 from streams.kafka_replay import commit_end_offsets, end_offset, replay_via_kafka
@@ -100,6 +100,9 @@ class WorkerProcess:
         self.log = datadir.with_suffix(".log")
         self._env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "CLINGATE_APP_ID": app_id, **env}
         self._process: subprocess.Popen[bytes] | None = None
+        self.web_port = 0
+        self.log_offset = 0
+        """Where the log of the latest start begins."""
 
     @property
     def running(self) -> bool:
@@ -115,12 +118,13 @@ class WorkerProcess:
         Raises:
             RuntimeError: the worker exited or was not ready in ``timeout_s`` (see its log).
         """
-        offset = self.log.stat().st_size if self.log.exists() else 0
+        offset = self.log_offset = self.log.stat().st_size if self.log.exists() else 0
+        self.web_port = free_port()
         started = time.monotonic()
         with self.log.open("ab") as out:
             self._process = subprocess.Popen(
                 [sys.executable, "-W", "ignore", "-m", "streams.cli", "worker", "-l", "info",
-                 "--web-port", str(free_port()), "--datadir", str(self.datadir)],
+                 "--web-port", str(self.web_port), "--datadir", str(self.datadir)],
                 cwd=REPO, env=self._env, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         deadline = started + timeout_s
@@ -260,34 +264,73 @@ def audit_decisions(
     )
 
 
+#: A disruption: given the app's workers and the soak's RNG, break something, recover it and
+#: return what was done (for the log).
+Disruption = Callable[[list["WorkerProcess"], random.Random], str]
+
+
+def kill_and_restart(workers: list[WorkerProcess], rng: random.Random) -> str:
+    """SIGKILL a worker picked by ``rng`` and restart it on its data directory."""
+    index = rng.randrange(len(workers))
+    workers[index].kill()
+    ready_s = workers[index].start()
+    return f"worker {index} SIGKILLed, restarted, ready after {ready_s:.1f} s"
+
+
+def kill_for_good(index: int) -> Disruption:
+    """SIGKILL worker ``index`` and leave it dead: the others must take over its partitions."""
+
+    def disrupt(workers: list[WorkerProcess], rng: random.Random) -> str:
+        workers[index].kill()
+        return f"worker {index} SIGKILLed for good"
+
+    return disrupt
+
+
+def restart_broker(broker: LocalKafka, outage_s: float = 2.0) -> Disruption:
+    """Stop ``broker`` (clean shutdown), wait ``outage_s``, start it on the same directory and port."""
+
+    def disrupt(workers: list[WorkerProcess], rng: random.Random) -> str:
+        before = broker.bootstrap
+        broker.stop()
+        time.sleep(outage_s)
+        after = broker.start()
+        if after != before:
+            raise RuntimeError(f"the broker came back at {after}, not {before}")
+        return f"broker stopped and started again at {after}"
+
+    return disrupt
+
+
 @dataclass
-class Kill:
-    """One SIGKILL: when (seconds since the replay started), where, and the restart it cost."""
+class Event:
+    """One disruption as it happened: when (seconds since the replay started), where, what."""
 
     at_s: float
     candidates_published: int
-    worker: int
-    ready_after_s: float = 0.0
+    what: str
 
 
 @dataclass
 class ChaosMonkey:
-    """Kills workers at seeded points of the publication and restarts them, in its own thread.
+    """Disrupts the app at seeded points of the publication, in its own thread.
 
     Args:
         bootstrap: the broker.
-        workers: the workers to pick from.
-        points: numbers of published candidates at which to kill, ascending.
-        rng: seeded source of the extra delay and of the worker picked.
-        log: where each kill is reported.
+        workers: the app's workers.
+        points: numbers of published candidates at which to disrupt, ascending.
+        disrupt: what to do at each point.
+        rng: seeded source of the extra delay and of the disruption's choices.
+        log: where each disruption is reported.
     """
 
     bootstrap: str
     workers: list[WorkerProcess]
     points: list[int]
+    disrupt: Disruption
     rng: random.Random
     log: Callable[[str], None]
-    kills: list[Kill] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
     error: BaseException | None = None
     _done: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -300,35 +343,29 @@ class ChaosMonkey:
         self._thread.start()
 
     def finish(self) -> None:
-        """Stop killing and wait for a restart under way; re-raise a failure of the thread."""
+        """Stop disrupting and wait for a recovery under way; re-raise a failure of the thread."""
         self._done.set()
         if self._thread is not None:
             self._thread.join()
         if self.error is not None:
             raise self.error
 
+    def _published(self) -> int:
+        return sum(topic_ends(self.bootstrap, DBPM_CANDIDATES).values()) - self._base
+
     def _run(self) -> None:
         try:
-            probe = Consumer(client_config(self.bootstrap, **{"group.id": "clingate-chaos-probe"}))
-            partitions = _partitions(probe, DBPM_CANDIDATES)
             for point in self.points:
-                while True:
-                    published = sum(end_offset(probe, DBPM_CANDIDATES, p) for p in partitions) - self._base
-                    if published >= point:
-                        break
-                    if self._done.wait(0.05):
+                while (published := self._published()) < point:
+                    if self._done.wait(0.2):
                         return
                 if self._done.wait(self.rng.uniform(0.0, 0.5)):
                     return
-                index = self.rng.randrange(len(self.workers))
-                kill = Kill(round(time.monotonic() - self._t0, 2), published, index)
-                self.workers[index].kill()
-                self.log(f"kill {len(self.kills) + 1}: worker {index} SIGKILLed at {kill.at_s:.2f} s, "
-                         f"{published:,} candidates published")  # fmt: skip
-                kill.ready_after_s = self.workers[index].start()
-                self.kills.append(kill)
-                self.log(f"  worker {index} ready again after {kill.ready_after_s:.1f} s")
-            probe.close()
+                at_s = round(time.monotonic() - self._t0, 2)
+                self.log(f"disruption {len(self.events) + 1} at {at_s:.2f} s, {published:,} candidates out")
+                what = self.disrupt(self.workers, self.rng)
+                self.events.append(Event(at_s, published, what))
+                self.log(f"  {what}")
         except BaseException as exc:  # reported by finish() in the caller's thread
             self.error = exc
 
@@ -339,7 +376,7 @@ class SoakReport:
 
     events: int
     candidates: int
-    kills: list[Kill]
+    disruptions: list[Event]
     duration_s: float
     in_process_s: float
     audit: DecisionAudit
@@ -356,8 +393,8 @@ class SoakReport:
         """A human-readable summary."""
         a = self.audit
         return "\n".join([
-            f"events {self.events:,} ({self.candidates:,} candidates), kills {len(self.kills)}",
-            f"through Kafka with kills: {self.duration_s:.1f} s "
+            f"events {self.events:,} ({self.candidates:,} candidates), disruptions {len(self.disruptions)}",
+            f"through Kafka with disruptions: {self.duration_s:.1f} s "
             f"({self.events / self.duration_s:,.0f} events/s); in process: {self.in_process_s:.1f} s",
             f"decisions: {a.decided:,} candidates decided, {len(a.missing)} missing, "
             f"{a.duplicates:,} duplicate records, {len(a.conflicting)} conflicting",
@@ -372,10 +409,11 @@ def run_soak(
     workdir: Path,
     *,
     events: int,
-    kills: int,
+    disruptions: int,
     seed: int = 7,
     epoch: int = 2000,
     workers: int = 1,
+    disrupt: Disruption = kill_and_restart,
     timeout_s: float = 300.0,
     log: Callable[[str], None] = print,
 ) -> SoakReport:
@@ -385,10 +423,11 @@ def run_soak(
         bootstrap: the broker (the workers are started here, as subprocesses).
         workdir: where the workers' data directories and logs go.
         events: synthetic events to replay.
-        kills: SIGKILLs during the replay.
+        disruptions: how many times to disrupt the app during the replay.
         seed: seeds the kill points, delays and the worker picked.
         epoch: events per epoch (candidates first, then verdicts).
-        workers: workers of the app (each kill picks one).
+        workers: workers of the app.
+        disrupt: what each disruption does (default: SIGKILL a random worker and restart it).
         timeout_s: longest wait for the decisions of one epoch (restarts included).
         log: progress lines.
     """
@@ -411,12 +450,12 @@ def run_soak(
     procs = [
         WorkerProcess(bootstrap, app_id, workdir / f"{app_id}-{i}", COMPARISON_ENV) for i in range(workers)
     ]
-    points = sorted(rng.sample(range(len(candidate_ids) // 20, len(candidate_ids) * 9 // 10), kills))
-    monkey = ChaosMonkey(bootstrap, procs, points, rng, log)
+    points = sorted(rng.sample(range(len(candidate_ids) // 20, len(candidate_ids) * 9 // 10), disruptions))
+    monkey = ChaosMonkey(bootstrap, procs, points, disrupt, rng, log)
     try:
         for proc in procs:
             proc.start()
-        log(f"{workers} worker(s) ready (app {app_id}); kill points (candidates published): {points}")
+        log(f"{workers} worker(s) ready (app {app_id}); disruptions at candidates published: {points}")
         t0 = time.monotonic()
         monkey.start()
         try:
@@ -431,7 +470,7 @@ def run_soak(
     expected = [{k: d[k] for k in _COMPARED} for d in expected_decisions]
     got = [{k: d[k] for k in _COMPARED} for d in result.decisions]
     return SoakReport(
-        events=len(stream), candidates=len(candidate_ids), kills=monkey.kills, duration_s=duration_s,
+        events=len(stream), candidates=len(candidate_ids), disruptions=monkey.events, duration_s=duration_s,
         in_process_s=in_process_s, audit=audit, decisions_equal=got == expected,
         state_equal=result.state == expected_state,
     )  # fmt: skip
@@ -461,7 +500,7 @@ def chaos(
         raise typer.Exit(2)
     with tempfile.TemporaryDirectory(prefix="clingate-chaos-") as scratch:
         report = run_soak(
-            bootstrap, workdir or Path(scratch), events=events, kills=kills, seed=seed, epoch=epoch,
+            bootstrap, workdir or Path(scratch), events=events, disruptions=kills, seed=seed, epoch=epoch,
             workers=workers, timeout_s=timeout, log=typer.echo,
         )  # fmt: skip
     typer.echo(report.render())
