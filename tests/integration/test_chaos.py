@@ -1,20 +1,40 @@
 """Exactly-once under chaos: SIGKILLed workers, a restarted broker, a worker that never comes back.
 
-Every scenario runs the soak of :mod:`streams.bench.chaos` (the CI-sized version of ``clingate bench
-chaos``): a synthetic stream replayed through ``clingate worker`` subprocesses while something is
+The DBPM scenarios run the soak of :mod:`streams.bench.chaos` (the CI-sized version of ``clingate
+bench chaos``): a synthetic stream replayed through ``clingate worker`` subprocesses while something is
 broken at seeded points, then three end conditions: no candidate without a decision, no candidate
-with two different decision records, and decisions and memory equal to the in-process engine's.
+with two different decision records, and decisions and memory equal to the in-process engine's. The
+clinical scenario SIGKILLs the worker in the middle of a patient's FHIR updates.
 """
 
 from __future__ import annotations
 
+import shutil
+import time
+import uuid
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
-from streams.bench.chaos import SoakReport, kill_for_good, restart_broker, run_soak
+from schemas.clinical import ClinicalAssessment
+from schemas.serde import make_serde
+from streams.bench.chaos import (
+    COMPARISON_ENV,
+    SoakReport,
+    WorkerProcess,
+    kill_for_good,
+    restart_broker,
+    run_soak,
+)
 from streams.broker import LocalKafka
+from streams.clinical import INPUTS as CLINICAL_INPUTS
+from streams.dbpm import producer_config
+from streams.kafka_replay import commit_end_offsets
 from streams.settings import get_settings
+from tests.integration.test_clinical_worker import PATIENT, _expected, _review, _scenario, _Tail
+from topics.admin import admin_client, ensure_topics
+from topics.catalog import CLINICAL_ASSESSMENTS, CLINICAL_REVIEWS, FHIR_UPDATES, build_catalog
 
 pytestmark = pytest.mark.integration
 
@@ -55,6 +75,9 @@ def test_survivor_takes_over_a_sigkilled_workers_partitions_with_state(
     _assert_exactly_once(report, 1)
 
 
+@pytest.mark.skipif(
+    shutil.which("java") is None or shutil.which("mvn") is None, reason="the native broker needs java and mvn"
+)
 def test_soak_stays_exactly_once_across_a_broker_restart(tmp_path: Path) -> None:
     """Scenario: a dedicated native broker is stopped and started again (same data, same port) mid-soak.
 
@@ -71,3 +94,54 @@ def test_soak_stays_exactly_once_across_a_broker_restart(tmp_path: Path) -> None
     finally:
         broker.stop()
     _assert_exactly_once(report, 1)
+
+
+def test_clinical_agent_repeats_but_never_loses_an_assessment_across_sigkill(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Scenario: the worker is SIGKILLed while it processes PT-TEST-010's FHIR updates, then restarted.
+
+    Updates after the last durable state are re-delivered: their assessments may be published again,
+    byte for byte (the assessment's ``as_of`` is the event time), but none is lost and none differs,
+    so the assessments with repeats removed are exactly what the pure processor emits.
+    """
+    updates, _, _ = _scenario()
+    review = _review()
+    expected = _expected(updates, review)
+    serde = make_serde(None)
+    app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
+    ensure_topics(admin_client(kafka_bootstrap), build_catalog(get_settings().topic_partitions))
+    commit_end_offsets(kafka_bootstrap, app_id, list(CLINICAL_INPUTS))
+    worker = WorkerProcess(kafka_bootstrap, app_id, tmp_path / app_id, COMPARISON_ENV)
+    assessments = _Tail(kafka_bootstrap, CLINICAL_ASSESSMENTS)
+    producer = Producer(producer_config(kafka_bootstrap))
+    try:
+        worker.start()
+        for update in updates:
+            value = serde.encode(update, topic=FHIR_UPDATES)
+            producer.produce(FHIR_UPDATES, key=PATIENT.encode(), value=value)
+        producer.flush(30)
+        assessments.until(2, timeout_s=120)
+        worker.kill()  # mid-stream: some updates decided, some not, state maybe not yet durable
+        worker.start()
+
+        def distinct() -> list[bytes]:
+            return list(dict.fromkeys(m.value() for m in assessments.records))
+
+        deadline = time.monotonic() + 120
+        while len(distinct()) < len(expected) - 1:
+            assert time.monotonic() < deadline, f"{len(distinct())} of {len(expected) - 1} assessments"
+            assessments.until(len(assessments.records) + 1, timeout_s=120)
+        producer.produce(
+            CLINICAL_REVIEWS, key=PATIENT.encode(), value=serde.encode(review, topic=CLINICAL_REVIEWS)
+        )
+        producer.flush(30)
+        while len(distinct()) < len(expected):
+            assessments.until(len(assessments.records) + 1, timeout_s=120)
+    finally:
+        assessments.close()
+        worker.stop()
+
+    got = [serde.decode(v, ClinicalAssessment, topic=CLINICAL_ASSESSMENTS).model_dump(mode="json")
+           for v in distinct()]  # fmt: skip
+    assert got == expected
