@@ -36,7 +36,9 @@ from tests.integration.test_clinical_worker import PATIENT, _expected, _review, 
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import CLINICAL_ASSESSMENTS, CLINICAL_REVIEWS, FHIR_UPDATES, build_catalog
 
-pytestmark = pytest.mark.integration
+# Each soak restarts workers (a Python start-up each, over a minute on a saturated 2-core machine),
+# hence the generous per-epoch wait and test timeout; a healthy run takes a fraction of either.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 def _assert_exactly_once(report: SoakReport, disruptions: int) -> None:
@@ -55,7 +57,7 @@ def test_soak_keeps_exactly_once_under_repeated_sigkill(kafka_bootstrap: str, tm
     candidates repeat their decision byte for byte, and no candidate is committed without one.
     """
     report = run_soak(
-        kafka_bootstrap, tmp_path, events=3000, disruptions=2, epoch=500, seed=11, timeout_s=120.0
+        kafka_bootstrap, tmp_path, events=3000, disruptions=2, epoch=500, seed=11, timeout_s=300.0
     )
     _assert_exactly_once(report, 2)
 
@@ -70,7 +72,7 @@ def test_survivor_takes_over_a_sigkilled_workers_partitions_with_state(
     """
     report = run_soak(
         kafka_bootstrap, tmp_path, events=2000, disruptions=1, epoch=500, seed=5, workers=2,
-        disrupt=kill_for_good(1), timeout_s=120.0,
+        disrupt=kill_for_good(1), timeout_s=300.0,
     )  # fmt: skip
     _assert_exactly_once(report, 1)
 
@@ -89,7 +91,7 @@ def test_soak_stays_exactly_once_across_a_broker_restart(tmp_path: Path) -> None
     try:
         report = run_soak(
             bootstrap, tmp_path, events=2000, disruptions=1, epoch=500, seed=3,
-            disrupt=restart_broker(broker), timeout_s=120.0,
+            disrupt=restart_broker(broker), timeout_s=300.0,
         )  # fmt: skip
     finally:
         broker.stop()
