@@ -65,7 +65,7 @@ from streams.bench.dbpm import generate_events
 from streams.broker import LocalKafka, configured_bootstrap, free_port
 from streams.commands.replay import replay_stream
 from streams.kafka_config import client_config
-from streams.kafka_replay import commit_end_offsets, end_offset, replay_via_kafka
+from streams.kafka_replay import ReplayTimeout, commit_end_offsets, end_offset, replay_via_kafka
 from streams.settings import Settings, get_settings
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, build_catalog
@@ -509,10 +509,15 @@ def chaos(
         typer.echo("No Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`.", err=True)
         raise typer.Exit(2)
     with tempfile.TemporaryDirectory(prefix="clingate-chaos-") as scratch:
-        report = run_soak(
-            bootstrap, workdir or Path(scratch), events=events, disruptions=kills, seed=seed, epoch=epoch,
-            workers=workers, timeout_s=timeout, log=typer.echo,
-        )  # fmt: skip
+        try:
+            report = run_soak(
+                bootstrap, workdir or Path(scratch), events=events, disruptions=kills, seed=seed,
+                epoch=epoch, workers=workers, timeout_s=timeout, log=typer.echo,
+            )  # fmt: skip
+        except ReplayTimeout as stalled:
+            # Nothing was committed past the missing decisions; the workers stopped making progress.
+            typer.echo(f"RESULT: FAIL (stalled: {stalled})")
+            raise typer.Exit(1) from stalled
     typer.echo(report.render())
     if not report.passed:
         raise typer.Exit(1)
