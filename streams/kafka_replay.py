@@ -229,8 +229,13 @@ def wait_until_consumed(bootstrap: str, group: str, topic: str, timeout_s: float
         ends = {tp.partition: end_offset(consumer, topic, tp.partition) for tp in wanted}
         deadline = time.monotonic() + timeout_s
         while True:
-            committed = consumer.committed(wanted, timeout=30)
-            if all(tp.offset >= ends[tp.partition] for tp in committed):
+            try:
+                committed = consumer.committed(wanted, timeout=30)
+            except KafkaException:
+                # NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS while the group coordinator moves or
+                # loads (a broker restart): retried until the deadline, as in end_offset.
+                committed = []
+            if committed and all(tp.offset >= ends[tp.partition] for tp in committed):
                 return
             if time.monotonic() > deadline:
                 raise ReplayTimeout(f"group {group} did not commit the end of {topic} in {timeout_s:.0f} s")
