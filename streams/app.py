@@ -110,6 +110,7 @@ def create_app(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> faus
         broker_max_poll_records=5000,
         consumer_auto_offset_reset="earliest",
         broker_session_timeout=settings.consumer_session_timeout_s,
+        broker_commit_interval=settings.commit_interval_s,
         broker_heartbeat_interval=settings.consumer_session_timeout_s / 10,
         autodiscover=False,
     )

@@ -202,7 +202,7 @@ class ClinicalAgent:
         if last_offset is None:
             return
         await asyncio.gather(*sends)  # outputs acknowledged before the state that remembers them
-        self._patients.stage(partition, writes.items(), last_offset)
+        await asyncio.gather(*self._patients.stage(partition, writes.items(), last_offset))
 
     async def _emit(self, key: bytes, out: ClinicalAssessment | SafetyAudit) -> asyncio.Future:
         name = CLINICAL_ASSESSMENTS if isinstance(out, ClinicalAssessment) else CLINICAL_SAFETY_AUDITS

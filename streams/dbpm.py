@@ -60,15 +60,19 @@ Consistency model.
 * Crash (SIGKILL) at any point: the local store never holds what the changelog does not (writes
   are durable only after the changelog acknowledged them), every batch of a partition is one
   changelog group closed by the input offset it covers, and a re-delivered verdict at or below that
-  offset is skipped, so memory updates are applied exactly once. Propagation events are
-  acknowledged before the group of the verdicts that produced them is staged (a durable group never
-  stands for evidence that was not sent); a crash in between re-applies those verdicts and sends the
-  same events again (same state, same output). The target keeps, per origin partition, the identity
-  of the last event it applied, in the same group as the application, and skips any identity at or
-  below it: evidence is applied exactly once. The gate commits a candidate's offset only after its
-  outputs were acknowledged; re-delivered candidates are decided again and their decisions emitted
-  again, byte for byte when no verdict arrived in between (same input, same view, same output):
-  consumers dedupe by ``candidate_id``.
+  offset is skipped, so memory updates are applied exactly once; a batch is acknowledged only after
+  its changelog writes are (Faust's flush before a commit gives up after 0.1 s without progress, so
+  the agent waits for the writes itself). Propagation events are acknowledged before the group of
+  the verdicts that produced them is staged (a durable group never stands for evidence that was not
+  sent); a crash in between re-applies those verdicts and sends the same events again (same state,
+  same output). The target keeps, per origin partition, the identity of the last event it applied,
+  in the same group as the application, and skips any identity at or below it: evidence is applied
+  exactly once. The gate commits a candidate's offset only after its outputs were acknowledged; a
+  re-delivered candidate (decided before the crash, not yet committed) is decided again on the view
+  as it is *then*: byte for byte the same record only if no verdict changed its pattern in between.
+  Consumers dedupe by ``candidate_id`` and keep the first. ``replay --via-kafka`` publishes no
+  verdict before the candidates before it are committed, so replayed duplicates are identical
+  (chaos soak: ``clingate bench chaos``).
 
 Keys. A verdict's key is ``task|signature`` of the record it updates (:func:`verdict_key`); every
 producer of ``clingate.dbpm.verdicts`` MUST use it and Java's murmur2 partitioner (librdkafka:
@@ -83,6 +87,7 @@ evidence at all).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -406,7 +411,9 @@ class MemoryAgent:
         for sent in outbox:
             await sent
         writer.writes[WATERMARK_KEY] = _TIME.pack(watermark)
-        self._memory.stage(partition, writer.writes.items(), -1 if covered is None else covered)
+        await asyncio.gather(
+            *self._memory.stage(partition, writer.writes.items(), -1 if covered is None else covered)
+        )
 
     async def _send_propagation(
         self, propagation: Propagation, partition: int, offset: int, index: int

@@ -10,10 +10,15 @@ verdicts and runs of consecutive gate events. A verdict run is produced as is. B
 every verdict partition gets a watermark tick at the first gate's event time (every verdict before
 it is already produced, so the memory agents may advance to it), the candidates carry the
 ``clingate-barrier`` header (their gates wait for the memory), and the verdicts after the run are
-produced only once the decisions of the whole run have been consumed. A gate therefore sees exactly
-the verdicts that precede it in the stream, as in the in-process engine, whatever the workers'
-lag. (A live pipeline needs no such lockstep: the verdict of a candidate exists only after its
-decision.)
+produced only once the decisions of the whole run have been consumed and the workers have
+committed the run's candidates (the gate group commits right after its outputs are acknowledged).
+A gate therefore sees exactly the verdicts that precede it in the
+stream, as in the in-process engine, whatever the workers' lag, and so does a candidate decided
+again after a worker crash (its decision record then repeats byte for byte). Without the commit
+wait, a SIGKILL between "decisions seen" and "offsets committed" re-delivers the run's candidates
+after the next verdicts were applied and some get a different second decision (found by the chaos
+soak, ``clingate bench chaos``). (A live pipeline needs no such lockstep: the verdict of a
+candidate exists only after its decision.)
 
 Final state: the changelog of the memory table is read from the beginning, complete groups only,
 into one in-memory store per partition; :class:`~streams.dbpm.MergedView` merges them and the
@@ -185,6 +190,10 @@ def replay_via_kafka(
                 order.append(candidate.candidate_id)
             producer.flush()
             collector.wait_for((o["candidate_id"] for o in batch), timeout_s)
+            # A decision seen is not yet final: until the workers commit the candidates' offsets, a
+            # crash re-delivers them, and a re-delivered candidate is decided again on the memory
+            # as it is then. The next verdicts must not be in that memory.
+            wait_until_consumed(bootstrap, gate_group(app_id), DBPM_CANDIDATES, timeout_s)
         producer.flush()
         decisions = [_decision_json(collector.seen[c]) for c in order]
     finally:
@@ -238,12 +247,17 @@ def wait_until_consumed(bootstrap: str, group: str, topic: str, timeout_s: float
         ends = {tp.partition: end_offset(consumer, topic, tp.partition) for tp in wanted}
         deadline = time.monotonic() + timeout_s
         while True:
-            committed = consumer.committed(wanted, timeout=30)
-            if all(tp.offset >= ends[tp.partition] for tp in committed):
+            try:
+                committed = consumer.committed(wanted, timeout=30)
+            except KafkaException:
+                # NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS while the group coordinator moves or
+                # loads (a broker restart): retried until the deadline, as in end_offset.
+                committed = []
+            if committed and all(tp.offset >= ends[tp.partition] for tp in committed):
                 return
             if time.monotonic() > deadline:
                 raise ReplayTimeout(f"group {group} did not commit the end of {topic} in {timeout_s:.0f} s")
-            time.sleep(0.2)
+            time.sleep(0.02)
     finally:
         consumer.close()
 

@@ -296,6 +296,14 @@ class Settings(BaseSettings):
         description="How long the group waits for a silent worker before its partitions move to the "
         "others (a SIGKILLed worker is noticed only after this). The broker admits 6 s to 300 s.",
     )
+    commit_interval_s: float = Field(
+        default=2.8,
+        gt=0,
+        validation_alias="CLINGATE_COMMIT_INTERVAL_S",
+        description="How often a worker commits the input offsets it has processed (after flushing its "
+        "outputs). Faust's default; `replay --via-kafka` waits for these commits between runs, so replay "
+        "workers SHOULD use a short interval (0.1 s).",
+    )
     dbpm_batch_max: int = Field(
         default=500,
         ge=1,

@@ -133,24 +133,38 @@ class ChangelogStore(SerializedStore):
 
     # -- the writer's interface -------------------------------------------------------------
 
-    def stage(self, partition: int, writes: Iterable[tuple[bytes, bytes | None]], input_offset: int) -> None:
+    def stage(
+        self, partition: int, writes: Iterable[tuple[bytes, bytes | None]], input_offset: int
+    ) -> list[FutureMessage]:
         """Send one group of writes for ``partition`` to the changelog, closed by a boundary.
 
         The writes are visible to :meth:`get` at once and become durable locally when the
         changelog has acknowledged the whole group. ``value=None`` deletes the key.
 
+        The caller MUST await the returned futures before it lets the input offsets the group
+        covers be committed (i.e. before its agent body returns). Faust flushes its producer
+        before a commit, but that flush (``ProducerBuffer.flush_atmost``) gives up as soon as one
+        message takes longer than 0.1 s, and a buffered record is then committed past: a SIGKILL
+        loses the update. The chaos soak found this (``clingate bench chaos``).
+
         Args:
             partition: the changelog partition, equal to the input partition (co-partitioning).
             writes: ``(key, value)`` pairs in the order they must be applied.
             input_offset: the offset of the last input record this group covers.
+
+        Returns:
+            The delivery futures of the group's changelog records.
         """
         part = self._partition(partition)
         records = [*writes, (BOUNDARY_KEY, str(int(input_offset)).encode())]
+        futures: list[FutureMessage] = []
         for key, value in records:
             entry = _Staged(key, value)
             entry.future = self.table.send_changelog(partition, key, value, "raw", "raw")
+            futures.append(entry.future)
             part.staged.append(entry)
             part.overlay[key] = entry
+        return futures
 
     def input_offset(self, partition: int) -> int | None:
         """The input offset the partition's state covers (staged included), or None."""

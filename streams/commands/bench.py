@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import typer
 
-from streams.bench import clinical, dbpm, dbpm_kafka, docs, llm
+from streams.bench import chaos, clinical, dbpm, dbpm_kafka, docs, llm, restart
 
 app = typer.Typer(help="Benchmarks of each area: throughput, per-event cost, size.", no_args_is_help=True)
 app.add_typer(dbpm.app, name="dbpm")
 app.command("dbpm-kafka")(dbpm_kafka.dbpm_kafka)
+app.command("chaos")(chaos.chaos)
 app.command("clinical")(clinical.clinical)
 app.command("docs")(docs.docs)
 app.command("llm")(llm.llm)
+app.command("restart")(restart.restart)

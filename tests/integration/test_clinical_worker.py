@@ -1,7 +1,7 @@
 """The clinical agent run by a real ``clingate worker`` against the session broker.
 
-The worker is the same subprocess the DBPM tests start (:class:`Worker`), with a fresh app id whose
-group starts at the current end of the clinical input topics.
+The worker is the same subprocess the DBPM tests start (:class:`~streams.bench.chaos.WorkerProcess`),
+with a fresh app id whose group starts at the current end of the clinical input topics.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from processors.clinical.knowledge import default_knowledge
 from schemas.clinical import AdversarialReview, ClinicalAssessment
 from schemas.fhir import FhirUpdate
 from schemas.serde import make_serde
+from streams.bench.chaos import REPO, WorkerProcess
 from streams.clinical import INPUTS, fhir_input, gate_flags
 from streams.demo_data import CLINICAL
 from streams.dlq import header_map
 from streams.kafka_replay import end_offset
 from streams.settings import Settings
-from tests.integration.test_dbpm_worker import REPO, Worker
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import CLINICAL_ASSESSMENTS, CLINICAL_REVIEWS, FHIR_UPDATES, build_catalog, dlq_name
 
@@ -159,7 +159,7 @@ class _Tail:
 
 
 @pytest.fixture
-def worker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Worker]:
+def worker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[WorkerProcess]:
     """One ready worker of a fresh app whose group starts at the end of the clinical input topics."""
     ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
     app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
@@ -175,14 +175,14 @@ def worker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Worker]:
         consumer.commit(offsets=ends, asynchronous=False)
     finally:
         consumer.close()
-    started = Worker(kafka_bootstrap, app_id, tmp_path / app_id, {})
+    started = WorkerProcess(kafka_bootstrap, app_id, tmp_path / app_id, {})
     started.start()
     yield started
     started.stop()
 
 
 def test_patient_stream_emits_only_changes_and_ends_red_like_the_cli(
-    kafka_bootstrap: str, worker: Worker, tmp_path: Path
+    kafka_bootstrap: str, worker: WorkerProcess, tmp_path: Path
 ) -> None:
     """Scenario: PT-TEST-010 arrives as FHIR updates over nine simulated days, then a CONCUR review.
 

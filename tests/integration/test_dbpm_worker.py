@@ -8,10 +8,6 @@ current end of the catalog topics, so records other tests left there are not the
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -29,8 +25,9 @@ from schemas.dbpm import Candidate, GateDecision
 from schemas.serde import make_serde
 from state.memory import MemoryStore
 from streams.app import dbpm_engines
+from streams.bench.chaos import COMPARISON_ENV, WorkerProcess, comparison_engine
 from streams.bench.dbpm import generate_events
-from streams.broker import Broker, free_port
+from streams.broker import Broker
 from streams.dbpm import producer_config
 from streams.dlq import header_map
 from streams.kafka_replay import KafkaReplayResult, commit_worker_end_offsets, end_offset, replay_via_kafka
@@ -48,66 +45,24 @@ EXAMPLE = next(
      if (p / "shared" / "specs" / "replay-example" / "events.jsonl").exists()),
     REPO.parent / "shared" / "specs" / "replay-example" / "events.jsonl",
 )  # fmt: skip
-COMPARISON_FLAGS = {
-    "CLINGATE_DBPM_CROSS_TASK": "false",
-    "CLINGATE_DBPM_MAINTENANCE": "false",
-    # A SIGKILLed worker's partitions are reassigned after the session timeout: the broker's minimum.
-    "CLINGATE_CONSUMER_SESSION_TIMEOUT_S": "6",
-}
-
-
-class Worker:
-    """One ``clingate worker`` subprocess; restartable on the same data directory."""
-
-    def __init__(self, bootstrap: str, app_id: str, datadir: Path, env: dict[str, str]) -> None:
-        self.datadir = datadir
-        self.log = datadir.with_suffix(".log")
-        self._env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "CLINGATE_APP_ID": app_id, **env}
-        self._process: subprocess.Popen[bytes] | None = None
-        self.web_port = free_port()
-        """The port of the worker's web endpoint (``/metrics``)."""
-
-    def start(self, timeout_s: float = 90.0) -> None:
-        """Start the worker and wait until Faust reports it ready."""
-        offset = self.log.stat().st_size if self.log.exists() else 0
-        with self.log.open("ab") as out:
-            self._process = subprocess.Popen(
-                [sys.executable, "-W", "ignore", "-m", "streams.cli", "worker", "-l", "info",
-                 "--web-port", str(self.web_port), "--datadir", str(self.datadir)],
-                cwd=REPO, env=self._env, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        deadline = time.monotonic() + timeout_s
-        while b"[^Worker]: Ready" not in self.log.read_bytes()[offset:]:
-            assert self._process.poll() is None, f"worker exited: see {self.log}"
-            assert time.monotonic() < deadline, f"worker not ready in {timeout_s}s: see {self.log}"
-            time.sleep(0.2)
-
-    def kill(self) -> None:
-        """SIGKILL: no flush, no commit, no clean close."""
-        assert self._process is not None
-        self._process.send_signal(signal.SIGKILL)
-        self._process.wait()
-
-    def stop(self) -> None:
-        """SIGTERM and wait for the clean stop."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.kill()
+# The workers' settings for an event-for-event comparison, shared with the chaos soak.
+COMPARISON_FLAGS = COMPARISON_ENV
 
 
 @pytest.fixture
-def start_workers(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., tuple[str, list[Worker]]]]:
+def start_workers(
+    kafka_bootstrap: str, tmp_path: Path
+) -> Iterator[Callable[..., tuple[str, list[WorkerProcess]]]]:
     """Factory: ``start_workers(n, **env)`` -> (app id, n ready workers of one fresh app)."""
     ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
-    started: list[Worker] = []
+    started: list[WorkerProcess] = []
 
-    def start(count: int = 1, **env: str) -> tuple[str, list[Worker]]:
+    def start(count: int = 1, **env: str) -> tuple[str, list[WorkerProcess]]:
         app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
         commit_worker_end_offsets(kafka_bootstrap, app_id)
-        workers = [Worker(kafka_bootstrap, app_id, tmp_path / f"{app_id}-{i}", env) for i in range(count)]
+        workers = [
+            WorkerProcess(kafka_bootstrap, app_id, tmp_path / f"{app_id}-{i}", env) for i in range(count)
+        ]
         for worker in workers:
             started.append(worker)
             worker.start()
@@ -138,11 +93,6 @@ def _contract(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"candidate_id": d["candidate_id"], "decision": d["decision"]} for d in decisions]
 
 
-def _comparison_engine() -> DBPMEngine:
-    engine, _ = dbpm_engines(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
-    return engine
-
-
 def test_worker_decides_and_learns_like_the_in_process_engine(kafka_bootstrap: str, start_workers) -> None:
     """Scenario: a worker replays a slice of the public replay example through the broker.
 
@@ -152,7 +102,7 @@ def test_worker_decides_and_learns_like_the_in_process_engine(kafka_bootstrap: s
     """
     app_id, _ = start_workers(1, **COMPARISON_FLAGS)
     events = _events(600)
-    engine = _comparison_engine()
+    engine = comparison_engine()
 
     result = replay_via_kafka(kafka_bootstrap, events, engine, make_serde(None), app_id)
 
@@ -170,7 +120,7 @@ def test_memory_survives_sigkill_and_restart_exactly_once(kafka_bootstrap: str, 
     """
     app_id, [worker] = start_workers(1, **COMPARISON_FLAGS)
     events = _events(800)
-    engine = _comparison_engine()
+    engine = comparison_engine()
     done = threading.Event()
     kills: list[float] = []
 
@@ -210,7 +160,7 @@ def test_survivor_takes_over_a_stopped_workers_partitions_with_state(
     """
     app_id, [first, second] = start_workers(2, **COMPARISON_FLAGS)
     events = _events(800)
-    engine = _comparison_engine()
+    engine = comparison_engine()
     stopper = threading.Timer(4.0, second.stop)
     stopper.start()
     try:
@@ -236,7 +186,7 @@ def test_replay_completes_exactly_across_a_broker_restart(kafka_broker: Broker, 
     local = kafka_broker.local
     app_id, _ = start_workers(1, **COMPARISON_FLAGS)
     events = _events(800)
-    engine = _comparison_engine()
+    engine = comparison_engine()
 
     def restart() -> None:
         local.stop()

@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, Producer
 from processors.clinical.vocabulary import DrugVocabulary
 from schemas.dbpm import Candidate, GateDecision, Narrative, NerPayload, RePayload, Verdict
 from schemas.serde import make_serde
+from streams.bench.chaos import WorkerProcess
 from streams.bench.llm import run_group_benchmark
 from streams.dbpm import producer_config
 from streams.dlq import header_map
@@ -38,7 +39,6 @@ from streams.metrics import LlmGroupMetrics
 from streams.ordered import OrderedLoop
 from streams.settings import Settings
 from streams.verifier import CONFIDENCE_HEADER, GATE_HEADER, VERDICT_HEADER, run_verifier
-from tests.integration.test_dbpm_worker import Worker
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import (
     DBPM_CANDIDATES,
@@ -183,12 +183,12 @@ async def _groups(
 
 
 @pytest.fixture
-def worker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Worker]:
+def worker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[WorkerProcess]:
     """A ready ``clingate worker`` (gate and memory) of a fresh app, started at the topics' end."""
     ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
     app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
     commit_worker_end_offsets(kafka_bootstrap, app_id)
-    process = Worker(kafka_bootstrap, app_id, tmp_path / app_id, {})
+    process = WorkerProcess(kafka_bootstrap, app_id, tmp_path / app_id, {})
     process.start()
     yield process
     process.stop()
@@ -203,7 +203,7 @@ def _narrative(patient: str, minutes: int, text: str) -> Narrative:
 
 
 def test_verifier_fails_teach_the_memory_until_the_gate_blocks_without_a_verifier_call(
-    kafka_bootstrap: str, worker: Worker
+    kafka_bootstrap: str, worker: WorkerProcess
 ) -> None:
     """Scenario: narratives of different patients all yield the same hallucinated entity.
 

@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
 from schemas.serde import make_serde
+from streams.bench.chaos import WorkerProcess, comparison_engine
 from streams.broker import (
     JVM_OPTIONS,
     LOG4J_CONFIG,
@@ -34,14 +35,7 @@ from streams.broker import (
 from streams.kafka_config import client_config, faust_credentials
 from streams.kafka_replay import replay_via_kafka
 from streams.settings import Settings, get_settings
-from tests.integration.test_dbpm_worker import (
-    COMPARISON_FLAGS,
-    Worker,
-    _comparison_engine,
-    _contract,
-    _events,
-    _in_process,
-)
+from tests.integration.test_dbpm_worker import COMPARISON_FLAGS, _contract, _events, _in_process
 from topics.acls import DEFAULT_PLAN, AclOutcome, AclPlan, ensure_acls, load_plan
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, build_catalog
@@ -169,7 +163,7 @@ def test_worker_with_its_own_principal_decides_like_the_in_process_engine(
     """
     bootstrap, plan = secured
     ensure_acls(_admin(bootstrap), plan)
-    worker = Worker(bootstrap, APP_ID, tmp_path / "worker", {
+    worker = WorkerProcess(bootstrap, APP_ID, tmp_path / "worker", {
         **COMPARISON_FLAGS,
         "CLINGATE_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
         "CLINGATE_KAFKA_USERNAME": "clingate-worker",
@@ -180,7 +174,7 @@ def test_worker_with_its_own_principal_decides_like_the_in_process_engine(
     worker.start()
     try:
         events = _events(300)
-        engine = _comparison_engine()
+        engine = comparison_engine()
         result = replay_via_kafka(bootstrap, events, engine, make_serde(None), APP_ID, timeout_s=90.0)
     finally:
         worker.stop()

@@ -1,6 +1,6 @@
 """A real ``clingate worker`` logs JSON without clinical text and counts what it did on ``/metrics``.
 
-Uses the DBPM tests' :class:`Worker` subprocess (JSON logs at INFO) against the session broker.
+Uses the :class:`streams.bench.chaos.WorkerProcess` subprocess (JSON logs at INFO) against the session broker.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from schemas.dbpm import Candidate, NerPayload
 from schemas.fhir import FhirUpdate
 from schemas.serde import make_serde
+from streams.bench.chaos import WorkerProcess
 from streams.dbpm import producer_config
 from streams.demo_data import CLINICAL
 from streams.kafka_replay import commit_worker_end_offsets, end_offset
 from streams.settings import Settings
-from tests.integration.test_dbpm_worker import Worker
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
@@ -65,19 +65,19 @@ def _read(consumer: Consumer, wanted: dict[str, int], timeout_s: float = 90.0) -
 
 
 @pytest.fixture
-def worker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Worker]:
+def worker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[WorkerProcess]:
     """One ready worker of a fresh app logging JSON, its groups starting at the inputs' current end."""
     ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
     app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
     commit_worker_end_offsets(kafka_bootstrap, app_id)
-    started = Worker(kafka_bootstrap, app_id, tmp_path / app_id, {"CLINGATE_LOG_FORMAT": "json"})
+    started = WorkerProcess(kafka_bootstrap, app_id, tmp_path / app_id, {"CLINGATE_LOG_FORMAT": "json"})
     started.start()
     yield started
     started.stop()
 
 
 def test_a_worker_logs_ids_not_clinical_text_and_counts_its_work_on_metrics(
-    kafka_bootstrap: str, worker: Worker
+    kafka_bootstrap: str, worker: WorkerProcess
 ) -> None:
     """Scenario: a FHIR bundle whose invalid Observation quotes clinical text, a candidate whose entity is
     clinical text, and an undecodable candidate reach a worker logging JSON at INFO.

@@ -1,0 +1,523 @@
+"""``clingate bench chaos``: exactly-once under SIGKILL, measured on a synthetic stream.
+
+The soak (issue 4, "Exactly-once and recovery") replays a synthetic DBPM stream (the generator of
+``clingate bench dbpm``, the paper's proportions) through the broker to real ``clingate worker``
+subprocesses while it SIGKILLs a worker at seeded random points and restarts it on the same data
+directory, then checks:
+
+1. the memory rebuilt from the workers' changelog equals the in-process engine's final state on the
+   same stream (cross-task propagation and maintenance off, as ``replay --via-kafka`` promises);
+2. every candidate has a decision (none missing), equal to the in-process engine's decision;
+3. a candidate decided more than once (re-delivered after a kill) got byte-identical records.
+
+Workers are driven only through the CLI (``python -m streams.cli worker``), the topics and
+:mod:`streams.kafka_replay`, so the soak holds whatever runs inside the worker.
+
+Choices where the brief left room:
+
+* **Epochs.** The generator alternates one candidate and its verdict; the lockstep publisher of
+  ``replay --via-kafka`` costs one round trip per run of gates, i.e. per event pair, which would
+  take most of an hour for 100,000 events. The soak cuts the stream into epochs of ``--epoch``
+  events and, inside each, publishes the epoch's candidates first (all at the epoch's first event
+  time, so one watermark tick covers them), then the epoch's verdicts unchanged: "a batch of
+  candidates is decided, then verified", as a pipeline with batched verification runs. The
+  reference is the in-process engine on exactly this reordered stream. The verdicts keep their
+  order and times, so the final memory is also the one of the original stream.
+* **Candidate ids** carry a run tag, so decisions of earlier runs on the same broker never count.
+* **Kill points** are numbers of candidates published (the chaos thread watches the candidates
+  topic's end offsets), drawn from a seeded RNG, plus a seeded delay of up to half a second so the
+  kill lands while the worker is busy, not at a quiet point between epochs. Each kill is logged
+  with its time and progress; the worker is restarted at once (its partitions come back after the
+  group notices the dead member: ``CLINGATE_CONSUMER_SESSION_TIMEOUT_S``, 6 s here).
+
+``clingate bench restart`` (:func:`restart_bench`) measures the other recovery claim: a worker over a
+1M-signature memory is ready again after reading only the changelog tail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from io import StringIO
+from itertools import islice
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from confluent_kafka import Consumer, TopicPartition
+
+from processors.dbpm import DBPMEngine
+from schemas.dbpm import GateDecision
+from schemas.serde import Serde, make_serde
+from state.memory import MemoryStore
+from streams.app import dbpm_engines
+from streams.bench.dbpm import generate_events
+from streams.broker import LocalKafka, configured_bootstrap, free_port
+from streams.commands.replay import replay_stream
+from streams.kafka_config import client_config
+from streams.kafka_replay import ReplayTimeout, commit_worker_end_offsets, end_offset, replay_via_kafka
+from streams.settings import Settings, get_settings
+from topics.admin import admin_client, ensure_topics
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, build_catalog
+
+REPO = Path(__file__).resolve().parents[2]
+#: Worker environment for an event-for-event comparison with the in-process engine. A SIGKILLed
+#: worker's partitions move after the session timeout: the broker's minimum, 6 s.
+COMPARISON_ENV: dict[str, str] = {
+    "CLINGATE_DBPM_CROSS_TASK": "false",
+    "CLINGATE_DBPM_MAINTENANCE": "false",
+    "CLINGATE_CONSUMER_SESSION_TIMEOUT_S": "6",
+    # The replay waits for the candidates' commit after every run (streams.kafka_replay).
+    "CLINGATE_COMMIT_INTERVAL_S": "0.1",
+    # A restarted worker catches up on its verdict backlog before the barrier opens; with the
+    # default 5 s wait, a saturated machine let gates decide on a partial view (the 100k soak saw
+    # 23 such decisions, marked barrier_timeout). A comparison run waits for the memory instead.
+    "CLINGATE_DBPM_BARRIER_TIMEOUT_S": "300",
+}
+_READY = b"[^Worker]: Ready"
+# The decision fields the in-process engine and the workers' decision records share.
+_COMPARED = ("candidate_id", "decision", "rule", "signature", "severity", "multiplier")
+
+
+class WorkerProcess:
+    """One ``python -m streams.cli worker`` subprocess; restartable on the same data directory.
+
+    Args:
+        bootstrap: the broker.
+        app_id: the workers' application id (consumer group, changelog names).
+        datadir: this worker's own state directory (two workers MUST NOT share one).
+        env: extra environment (settings) for the worker.
+    """
+
+    def __init__(self, bootstrap: str, app_id: str, datadir: Path, env: dict[str, str]) -> None:
+        self.datadir = datadir
+        self.log = datadir.with_suffix(".log")
+        self._env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "CLINGATE_APP_ID": app_id, **env}
+        self._process: subprocess.Popen[bytes] | None = None
+        self.web_port = 0
+        self.log_offset = 0
+        """Where the log of the latest start begins."""
+
+    @property
+    def running(self) -> bool:
+        """Whether the subprocess is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    def start(self, timeout_s: float = 180.0) -> float:
+        """Start the worker and wait until Faust reports it ready.
+
+        Returns:
+            Seconds from the start of the process to "Ready" (recovery included).
+
+        Raises:
+            RuntimeError: the worker exited or was not ready in ``timeout_s`` (see its log).
+        """
+        offset = self.log_offset = self.log.stat().st_size if self.log.exists() else 0
+        self.web_port = free_port()
+        started = time.monotonic()
+        with self.log.open("ab") as out:
+            self._process = subprocess.Popen(
+                [sys.executable, "-W", "ignore", "-m", "streams.cli", "worker", "-l", "info",
+                 "--web-port", str(self.web_port), "--datadir", str(self.datadir)],
+                cwd=REPO, env=self._env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        deadline = started + timeout_s
+        while _READY not in self.log.read_bytes()[offset:]:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"worker exited with {self._process.returncode}: see {self.log}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"worker not ready in {timeout_s:.0f} s: see {self.log}")
+            time.sleep(0.1)
+        return time.monotonic() - started
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no commit, no clean close."""
+        if self.running:
+            assert self._process is not None
+            self._process.send_signal(signal.SIGKILL)
+            self._process.wait()
+
+    def stop(self) -> None:
+        """SIGTERM and wait for the clean stop (SIGKILL after a minute)."""
+        if self.running:
+            assert self._process is not None
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def comparison_engine() -> DBPMEngine:
+    """The engine configured as workers started with :data:`COMPARISON_ENV` are."""
+    engine, _ = dbpm_engines(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
+    return engine
+
+
+def soak_stream(n_events: int, epoch: int, tag: str) -> list[dict[str, Any]]:
+    """The synthetic stream cut into epochs: each epoch's candidates first, then its verdicts.
+
+    Args:
+        n_events: events taken from the generator.
+        epoch: events per epoch.
+        tag: prefix of every candidate id (keeps runs on one broker apart).
+    """
+    source = generate_events(n_events)
+    out: list[dict[str, Any]] = []
+    while chunk := list(islice(source, epoch)):
+        first_ts = chunk[0]["ts"]
+        out += [{**e, "ts": first_ts, "candidate_id": f"{tag}-{e['candidate_id']}"}
+                for e in chunk if e["kind"] == "gate"]  # fmt: skip
+        out += [e for e in chunk if e["kind"] == "verdict"]
+    return out
+
+
+def in_process(engine: DBPMEngine, events: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], object]:
+    """Decisions (provenance fields included) and final state of the in-process engine on ``events``."""
+    store = MemoryStore()
+    decisions = StringIO()
+    replay_stream((json.dumps(e) for e in events), decisions, StringIO(), store, engine, provenance=True)
+    txn = store.transaction()
+    try:
+        state = engine.snapshot(txn)
+    finally:
+        txn.abort()
+    return [json.loads(line) for line in decisions.getvalue().splitlines()], state
+
+
+def _partitions(client: Consumer, topic: str) -> list[int]:
+    return sorted(client.list_topics(topic, timeout=30).topics[topic].partitions)
+
+
+def topic_ends(bootstrap: str, topic: str) -> dict[int, int]:
+    """The end offset of every partition of ``topic``."""
+    client = Consumer(client_config(bootstrap, **{"group.id": "clingate-chaos-probe"}))
+    try:
+        return {p: end_offset(client, topic, p) for p in _partitions(client, topic)}
+    finally:
+        client.close()
+
+
+def read_between(bootstrap: str, topic: str, start: dict[int, int]) -> Iterator[bytes]:
+    """Values of ``topic`` from ``start`` (per partition) to the current end."""
+    ends = topic_ends(bootstrap, topic)
+    todo = {p: end for p, end in ends.items() if end > start.get(p, 0)}
+    client = Consumer(client_config(
+        bootstrap, **{"group.id": f"clingate-chaos-{uuid.uuid4().hex}", "enable.auto.commit": False,
+                      "isolation.level": "read_committed"},
+    ))  # fmt: skip
+    try:
+        client.assign([TopicPartition(topic, p, start.get(p, 0)) for p in todo])
+        while todo:
+            message = client.poll(1.0)
+            if message is None or message.error():
+                continue
+            p = message.partition()
+            yield message.value()
+            if message.offset() + 1 >= todo.get(p, 0):
+                todo.pop(p, None)
+    finally:
+        client.close()
+
+
+@dataclass(frozen=True)
+class DecisionAudit:
+    """What the decisions topic holds for one run's candidates."""
+
+    decided: int
+    """Candidates with at least one decision record."""
+    missing: list[str]
+    """Candidates without any decision record."""
+    duplicates: int
+    """Decision records beyond the first per candidate (re-deliveries after kills)."""
+    conflicting: list[str]
+    """Candidates whose decision records differ in any byte."""
+    barrier_timeouts: int
+    """Decision records made on a partial view (the gate's barrier wait ran out)."""
+    first: dict[str, GateDecision]
+    """The first decision record per candidate."""
+
+
+def audit_decisions(
+    bootstrap: str, serde: Serde, start: dict[int, int], candidate_ids: Sequence[str]
+) -> DecisionAudit:
+    """Group the decision records written since ``start`` by candidate id and check them."""
+    wanted = set(candidate_ids)
+    records: dict[str, list[bytes]] = defaultdict(list)
+    first: dict[str, GateDecision] = {}
+    barrier_timeouts = 0
+    for value in read_between(bootstrap, DBPM_DECISIONS, start):
+        decision = serde.decode(value, GateDecision, topic=DBPM_DECISIONS)
+        if decision.candidate_id in wanted:
+            records[decision.candidate_id].append(value)
+            first.setdefault(decision.candidate_id, decision)
+            barrier_timeouts += "barrier_timeout" in decision.provenance
+    return DecisionAudit(
+        decided=len(records),
+        missing=sorted(wanted - records.keys()),
+        duplicates=sum(len(r) - 1 for r in records.values()),
+        conflicting=sorted(c for c, r in records.items() if len(set(r)) > 1),
+        barrier_timeouts=barrier_timeouts,
+        first=first,
+    )
+
+
+#: A disruption: given the app's workers and the soak's RNG, break something, recover it and
+#: return what was done (for the log).
+Disruption = Callable[[list["WorkerProcess"], random.Random], str]
+
+
+def kill_and_restart(workers: list[WorkerProcess], rng: random.Random) -> str:
+    """SIGKILL a worker picked by ``rng`` and restart it on its data directory."""
+    index = rng.randrange(len(workers))
+    workers[index].kill()
+    ready_s = workers[index].start()
+    return f"worker {index} SIGKILLed, restarted, ready after {ready_s:.1f} s"
+
+
+def kill_for_good(index: int) -> Disruption:
+    """SIGKILL worker ``index`` and leave it dead: the others must take over its partitions."""
+
+    def disrupt(workers: list[WorkerProcess], rng: random.Random) -> str:
+        workers[index].kill()
+        return f"worker {index} SIGKILLed for good"
+
+    return disrupt
+
+
+def restart_broker(broker: LocalKafka, outage_s: float = 2.0) -> Disruption:
+    """Stop ``broker`` (clean shutdown), wait ``outage_s``, start it on the same directory and port."""
+
+    def disrupt(workers: list[WorkerProcess], rng: random.Random) -> str:
+        before = broker.bootstrap
+        broker.stop()
+        time.sleep(outage_s)
+        after = broker.start()
+        if after != before:
+            raise RuntimeError(f"the broker came back at {after}, not {before}")
+        return f"broker stopped and started again at {after}"
+
+    return disrupt
+
+
+@dataclass
+class Event:
+    """One disruption as it happened: when (seconds since the replay started), where, what."""
+
+    at_s: float
+    candidates_published: int
+    what: str
+
+
+@dataclass
+class ChaosMonkey:
+    """Disrupts the app at seeded points of the publication, in its own thread.
+
+    Args:
+        bootstrap: the broker.
+        workers: the app's workers.
+        points: numbers of published candidates at which to disrupt, ascending.
+        disrupt: what to do at each point.
+        rng: seeded source of the extra delay and of the disruption's choices.
+        log: where each disruption is reported.
+    """
+
+    bootstrap: str
+    workers: list[WorkerProcess]
+    points: list[int]
+    disrupt: Disruption
+    rng: random.Random
+    log: Callable[[str], None]
+    events: list[Event] = field(default_factory=list)
+    error: BaseException | None = None
+    _done: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Record the candidates topic's current end (progress 0) and start watching."""
+        self._base = sum(topic_ends(self.bootstrap, DBPM_CANDIDATES).values())
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="chaos", daemon=True)
+        self._thread.start()
+
+    def finish(self) -> None:
+        """Stop disrupting and wait for a recovery under way; re-raise a failure of the thread."""
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def _published(self) -> int:
+        return sum(topic_ends(self.bootstrap, DBPM_CANDIDATES).values()) - self._base
+
+    def _run(self) -> None:
+        try:
+            for point in self.points:
+                while (published := self._published()) < point:
+                    if self._done.wait(0.2):
+                        return
+                if self._done.wait(self.rng.uniform(0.0, 0.5)):
+                    return
+                at_s = round(time.monotonic() - self._t0, 2)
+                self.log(f"disruption {len(self.events) + 1} at {at_s:.2f} s, {published:,} candidates out")
+                what = self.disrupt(self.workers, self.rng)
+                self.events.append(Event(at_s, published, what))
+                self.log(f"  {what}")
+        except BaseException as exc:  # reported by finish() in the caller's thread
+            self.error = exc
+
+
+@dataclass(frozen=True)
+class SoakReport:
+    """The outcome of one soak."""
+
+    events: int
+    candidates: int
+    disruptions: list[Event]
+    duration_s: float
+    in_process_s: float
+    audit: DecisionAudit
+    decisions_equal: bool
+    state_equal: bool
+
+    @property
+    def passed(self) -> bool:
+        """Every end condition of the soak holds."""
+        return (not self.audit.missing and not self.audit.conflicting and self.decisions_equal
+                and self.state_equal)  # fmt: skip
+
+    def render(self) -> str:
+        """A human-readable summary."""
+        a = self.audit
+        return "\n".join([
+            f"events {self.events:,} ({self.candidates:,} candidates), disruptions {len(self.disruptions)}",
+            f"through Kafka with disruptions: {self.duration_s:.1f} s "
+            f"({self.events / self.duration_s:,.0f} events/s); in process: {self.in_process_s:.1f} s",
+            f"decisions: {a.decided:,} candidates decided, {len(a.missing)} missing, "
+            f"{a.duplicates:,} duplicate records, {len(a.conflicting)} conflicting, "
+            f"{a.barrier_timeouts} decided on a partial view (barrier_timeout)",
+            f"decisions equal the in-process engine's: {self.decisions_equal}",
+            f"memory state equals the in-process engine's: {self.state_equal}",
+            f"RESULT: {'PASS' if self.passed else 'FAIL'}",
+        ])  # fmt: skip
+
+
+def run_soak(
+    bootstrap: str,
+    workdir: Path,
+    *,
+    events: int,
+    disruptions: int,
+    seed: int = 7,
+    epoch: int = 2000,
+    workers: int = 1,
+    disrupt: Disruption = kill_and_restart,
+    timeout_s: float = 300.0,
+    log: Callable[[str], None] = print,
+) -> SoakReport:
+    """Run the chaos soak against ``bootstrap`` (see the module docstring).
+
+    Args:
+        bootstrap: the broker (the workers are started here, as subprocesses).
+        workdir: where the workers' data directories and logs go.
+        events: synthetic events to replay.
+        disruptions: how many times to disrupt the app during the replay.
+        seed: seeds the kill points, delays and the worker picked.
+        epoch: events per epoch (candidates first, then verdicts).
+        workers: workers of the app.
+        disrupt: what each disruption does (default: SIGKILL a random worker and restart it).
+        timeout_s: longest wait for the decisions of one epoch (restarts included).
+        log: progress lines.
+    """
+    rng = random.Random(seed)
+    tag = f"chaos{seed}-{uuid.uuid4().hex[:6]}"
+    stream = soak_stream(events, epoch, tag)
+    candidate_ids = [e["candidate_id"] for e in stream if e["kind"] == "gate"]
+    engine = comparison_engine()
+    serde = make_serde(None)
+
+    t0 = time.monotonic()
+    expected_decisions, expected_state = in_process(engine, stream)
+    in_process_s = time.monotonic() - t0
+    log(f"in process: {len(stream):,} events in {in_process_s:.1f} s")
+
+    ensure_topics(admin_client(bootstrap), build_catalog(get_settings().topic_partitions))
+    app_id = f"clingate-chaos-{tag}"
+    commit_worker_end_offsets(bootstrap, app_id)
+    decisions_start = topic_ends(bootstrap, DBPM_DECISIONS)
+    procs = [
+        WorkerProcess(bootstrap, app_id, workdir / f"{app_id}-{i}", COMPARISON_ENV) for i in range(workers)
+    ]
+    points = sorted(rng.sample(range(len(candidate_ids) // 20, len(candidate_ids) * 9 // 10), disruptions))
+    monkey = ChaosMonkey(bootstrap, procs, points, disrupt, rng, log)
+    try:
+        for proc in procs:
+            proc.start()
+        log(f"{workers} worker(s) ready (app {app_id}); disruptions at candidates published: {points}")
+        t0 = time.monotonic()
+        monkey.start()
+        try:
+            result = replay_via_kafka(bootstrap, stream, engine, serde, app_id, timeout_s=timeout_s)
+        finally:
+            monkey.finish()
+        duration_s = time.monotonic() - t0
+    finally:
+        for proc in procs:
+            proc.stop()
+    audit = audit_decisions(bootstrap, serde, decisions_start, candidate_ids)
+    expected = [{k: d[k] for k in _COMPARED} for d in expected_decisions]
+    got = [{k: d[k] for k in _COMPARED} for d in result.decisions]
+    return SoakReport(
+        events=len(stream), candidates=len(candidate_ids), disruptions=monkey.events, duration_s=duration_s,
+        in_process_s=in_process_s, audit=audit, decisions_equal=got == expected,
+        state_equal=result.state == expected_state,
+    )  # fmt: skip
+
+
+def chaos(
+    events: Annotated[int, typer.Option("--events", "-n", help="Synthetic events to replay.")] = 100_000,
+    kills: Annotated[int, typer.Option(help="SIGKILLs of a worker during the replay.")] = 5,
+    seed: Annotated[int, typer.Option(help="Seeds kill points, delays and the worker picked.")] = 7,
+    epoch: Annotated[int, typer.Option(help="Events per epoch (candidates first, then verdicts).")] = 2000,
+    workers: Annotated[int, typer.Option(help="Workers of the app; each kill picks one.")] = 1,
+    timeout: Annotated[float, typer.Option(help="Longest wait for an epoch's decisions (s).")] = 300.0,
+    workdir: Annotated[
+        Path | None, typer.Option(help="Workers' data directories and logs [default: a temporary one].")
+    ] = None,
+) -> None:
+    """Replay a synthetic stream through workers while SIGKILLing them; check exactly-once.
+
+    Needs a broker (KAFKA_BOOTSTRAP_SERVERS or `clingate broker start`); starts its own workers.
+    Exit status 1 if any end condition fails.
+    """
+    import tempfile
+
+    bootstrap = configured_bootstrap(get_settings())
+    if bootstrap is None:
+        typer.echo("No Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`.", err=True)
+        raise typer.Exit(2)
+    with tempfile.TemporaryDirectory(prefix="clingate-chaos-") as scratch:
+        try:
+            report = run_soak(
+                bootstrap, workdir or Path(scratch), events=events, disruptions=kills, seed=seed,
+                epoch=epoch, workers=workers, timeout_s=timeout, log=typer.echo,
+            )  # fmt: skip
+        except ReplayTimeout as stalled:
+            # Nothing was committed past the missing decisions; the workers stopped making progress.
+            typer.echo(f"RESULT: FAIL (stalled: {stalled})")
+            raise typer.Exit(1) from stalled
+    typer.echo(report.render())
+    if not report.passed:
+        raise typer.Exit(1)

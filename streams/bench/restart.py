@@ -1,0 +1,265 @@
+"""``clingate bench restart``: how long a worker over a 1M-signature memory takes to be ready again.
+
+Issue 4: "recovery must come from the local RocksDB store plus changelog tail, not a full changelog
+replay". The bench builds the memory table of a fresh app the way the worker would, restarts a real
+``clingate worker`` on it and reports, per restart, the time to "Ready" and how many changelog
+records Faust read (from the worker log's "Highwater" and "Reading Starts At" tables: records read =
+highwater - start offset, summed over the memory changelog's partitions):
+
+1. **tail**: the local stores hold all but the last ``--tail`` fraction of each partition's
+   changelog groups (a worker that died before its last acknowledgements reached its disk);
+2. **full**: the local stores are wiped (a new host): the whole changelog is replayed.
+
+The worker's ``clingate_dbpm_memory_patterns`` gauge is scraped after each restart: the memory it
+serves must hold every signature.
+
+Building through the worker itself (publishing 1M verdicts) would take most of an hour at the
+worker's measured rate, so the memory is built in process instead, exactly as the memory agent
+builds it: each verdict (one NER pattern each, a fresh signature) goes through the comparison
+engine on the store of its memory partition (``task|signature`` key, murmur2, as the worker's
+input); the writes of ``--group`` consecutive verdicts of a partition form one changelog group
+closed by the boundary record (:func:`streams.tablestore.write_group` for the local store, the same
+records in the same order to the changelog). The boundary's input offset is the verdict topic's end
+at build time (the app's group is committed there), so the worker starts exactly where the memory
+ends. Choice: the groups carry no watermark record (only replay candidates wait for watermarks).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from aiokafka.partitioner import murmur2
+from confluent_kafka import Producer
+
+from processors.dbpm import DBPMEngine, parse_event
+from state.base import Transaction
+from state.memory import MemoryStore
+from state.rocksdb import RocksDBStore
+from streams.bench.chaos import COMPARISON_ENV, WorkerProcess, comparison_engine, topic_ends
+from streams.broker import configured_bootstrap
+from streams.dbpm import MEMORY_TABLE, memory_changelog, producer_config, verdict_key
+from streams.kafka_replay import commit_end_offsets
+from streams.settings import get_settings
+from streams.tablestore import BOUNDARY_KEY, write_group
+from topics.admin import admin_client, ensure_topics
+from topics.catalog import DBPM_CANDIDATES, DBPM_VERDICTS, build_catalog
+
+_CATEGORIES = ("Symptoms", "Diagnosis", "Tests", "Treatment", "History", "Observation")
+_START = datetime(2026, 5, 4, tzinfo=UTC)
+_ROW = re.compile(r"^\|\s*(\S+)\s*\|\s*(\d+)\s*\|\s*(-?\d+)\s*\|")
+_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")
+
+
+class _RecordingStore(MemoryStore):
+    """A memory store that also keeps every committed write, for the changelog group."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: dict[bytes, bytes | None] = {}
+
+    def _apply(self, writes: dict[bytes, object]) -> None:
+        super()._apply(writes)
+        for key, value in writes.items():
+            self.pending[key] = value if isinstance(value, bytes) else None
+
+
+def memory_groups(
+    engine: DBPMEngine, signatures: int, partitions: int, group: int, input_offsets: dict[int, int]
+) -> Iterator[tuple[int, list[tuple[bytes, bytes | None]]]]:
+    """``(partition, records)`` of every changelog group of a memory of ``signatures`` NER patterns.
+
+    Args:
+        engine: the memory engine.
+        signatures: verdicts, one fresh NER signature each.
+        partitions: memory (= verdict topic) partitions.
+        group: verdicts per changelog group and partition.
+        input_offsets: per partition, the input offset the boundaries record.
+    """
+    stores = [_RecordingStore() for _ in range(partitions)]
+    counts = [0] * partitions
+    for i in range(signatures):
+        event = parse_event({
+            "kind": "verdict", "ts": (_START + timedelta(seconds=i)).isoformat().replace("+00:00", "Z"),
+            "task": "ner", "verdict": "hard_fail" if i % 4 == 0 else "success", "source": "verifier_mmed",
+            "patient_id": f"p-{i // 40:06d}",
+            "payload": {"entity": f"finding {i:07d}", "category": _CATEGORIES[i % len(_CATEGORIES)]},
+        })  # fmt: skip
+        p = (murmur2(verdict_key(engine, event)) & 0x7FFFFFFF) % partitions  # type: ignore[arg-type]
+        with Transaction(stores[p]) as txn:
+            engine.process(txn, event, event.time)
+        counts[p] += 1
+        if counts[p] % group == 0:
+            yield p, _close(stores[p], input_offsets[p])
+    for p, store in enumerate(stores):
+        if store.pending:
+            yield p, _close(store, input_offsets[p])
+
+
+def _close(store: _RecordingStore, input_offset: int) -> list[tuple[bytes, bytes | None]]:
+    records = [*store.pending.items(), (BOUNDARY_KEY, str(input_offset).encode())]
+    store.pending = {}
+    return records
+
+
+def records_read(log: str, changelog: str) -> int:
+    """Changelog records Faust's recovery read, from the log of one worker start.
+
+    Sums ``highwater - start offset`` over the active partitions of ``changelog`` as logged in the
+    "Highwater - Active" and "Reading Starts At - Active" tables.
+    """
+    tables: dict[str, dict[int, int]] = {}
+    current: dict[int, int] | None = None
+    topic = ""
+    for line in log.splitlines():
+        if line.startswith("+Highwater - Active"):
+            current = tables.setdefault("highwater", {})
+        elif line.startswith("+Reading Starts At - Active"):
+            current = tables.setdefault("start", {})
+        elif current is not None and (match := _ROW.match(line)):
+            name, partition, offset = match.groups()
+            topic = topic if name == "〃" else name
+            if topic == changelog:
+                current[int(partition)] = int(offset)
+        elif not line.startswith(("|", "+")):
+            current = None
+    high, start = tables.get("highwater", {}), tables.get("start", {})
+    return sum(max(high[p] - start.get(p, -1), 0) for p in high)
+
+
+def recovery_seconds(log: str) -> float:
+    """Seconds from Faust's first recovery table ("Highwater") to "Worker ready", from the log."""
+    stamps: dict[str, datetime] = {}
+    for line in log.splitlines():
+        for marker in ("Highwater for active changelog partitions", "[^---Recovery]: Worker ready"):
+            if marker in line and marker not in stamps and (match := _STAMP.match(line)):
+                # The log's local wall time; only differences are used.
+                stamps[marker] = datetime.strptime(match.group(1) + "+0000", "%Y-%m-%d %H:%M:%S,%f%z")
+    first, ready = stamps.values() if len(stamps) == 2 else (None, None)
+    return (ready - first).total_seconds() if first and ready else float("nan")
+
+
+def _patterns(port: int) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+        if line.startswith("clingate_dbpm_memory_patterns{") and 'task="ner"' in line
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Restart:
+    """One measured restart."""
+
+    name: str
+    ready_s: float
+    """Process start to "Ready" (Python and Faust start-up included)."""
+    recovery_s: float
+    """Faust's recovery alone (first recovery table to "Worker ready")."""
+    records_read: int
+    patterns: float
+
+
+def restart_bench(
+    bootstrap: str, workdir: Path, signatures: int, tail: float, group: int, full: bool = True
+) -> dict[str, object]:
+    """Build the memory, restart a worker on it (tail; then wiped, if ``full``), return the figures."""
+    settings = get_settings()
+    partitions = settings.topic_partitions
+    ensure_topics(admin_client(bootstrap), build_catalog(partitions))
+    app_id = f"clingate-restart-{uuid.uuid4().hex[:8]}"
+    commit_end_offsets(bootstrap, app_id, [DBPM_VERDICTS, DBPM_CANDIDATES])
+    worker = WorkerProcess(bootstrap, app_id, workdir / app_id, COMPARISON_ENV)
+    worker.start()  # creates the changelog topic and the partition databases
+    worker.stop()
+    changelog = memory_changelog(app_id)
+    tables = worker.datadir / "v1" / "tables"
+
+    started = time.monotonic()
+    verdict_ends = topic_ends(bootstrap, DBPM_VERDICTS)
+    groups = list(memory_groups(comparison_engine(), signatures, partitions, group,
+                                {p: end - 1 for p, end in verdict_ends.items()}))  # fmt: skip
+    built_s = time.monotonic() - started
+    producer = Producer(producer_config(bootstrap, **{
+        # No compression: the worker's aiokafka has no lz4/zstd codec installed.
+        "linger.ms": 50, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
+    }))  # fmt: skip
+    next_offset = dict(topic_ends(bootstrap, changelog))
+    per_partition: dict[int, list[tuple[list[tuple[bytes, bytes | None]], int]]] = {}
+    for p, records in groups:
+        for key, value in records:
+            while True:
+                try:
+                    producer.produce(changelog, key=key, value=value, partition=p)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+        next_offset[p] += len(records)
+        per_partition.setdefault(p, []).append((records, next_offset[p] - 1))
+    producer.flush()
+    total = sum(next_offset.values())
+    if topic_ends(bootstrap, changelog) != next_offset:
+        raise RuntimeError("the changelog's end offsets are not the ones counted: was it written twice?")
+    for p, written in per_partition.items():
+        store = RocksDBStore(tables / f"{MEMORY_TABLE}-{p}.db")
+        try:
+            for records, offset in written[: len(written) - round(len(written) * tail)]:
+                write_group(store, records, offset)
+        finally:
+            store.close()
+    stored_s = time.monotonic() - started
+
+    results = []
+    for name in ("tail", "full") if full else ("tail",):
+        if name == "full":
+            for path in tables.glob(f"{MEMORY_TABLE}-*.db"):
+                shutil.rmtree(path)
+        ready_s = worker.start()
+        patterns = _patterns(worker.web_port)
+        worker.stop()
+        log = worker.log.read_bytes()[worker.log_offset:].decode(errors="replace")
+        results.append(Restart(name, ready_s, recovery_seconds(log), records_read(log, changelog), patterns))
+    return {"signatures": signatures, "changelog_records": total, "built_s": built_s, "stored_s": stored_s,
+            "restarts": results}  # fmt: skip
+
+
+def restart(
+    signatures: Annotated[int, typer.Option("--signatures", "-n", help="Signatures in the memory.")] = 10**6,
+    tail: Annotated[float, typer.Option(help="Fraction of changelog groups not in the local store.")] = 0.01,
+    group: Annotated[int, typer.Option(help="Verdicts per changelog group and partition.")] = 500,
+    full: Annotated[bool, typer.Option(help="Also restart on a wiped local store (full replay).")] = True,
+    workdir: Annotated[
+        Path | None, typer.Option(help="Worker data directory and log [default: a temporary one].")
+    ] = None,
+) -> None:
+    """Restart time of a worker over a large memory: local store + changelog tail vs full replay.
+
+    Needs a broker (KAFKA_BOOTSTRAP_SERVERS or `clingate broker start`); starts its own worker.
+    """
+    bootstrap = configured_bootstrap(get_settings())
+    if bootstrap is None:
+        typer.echo("No Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`.", err=True)
+        raise typer.Exit(2)
+    with tempfile.TemporaryDirectory(prefix="clingate-restart-") as scratch:
+        figures = restart_bench(bootstrap, workdir or Path(scratch), signatures, tail, group, full)
+    total = figures["changelog_records"]
+    typer.echo(
+        f"memory: {figures['signatures']:,} signatures, {total:,} changelog records (built in "
+        f"{figures['built_s']:.0f} s, changelog + local store written by {figures['stored_s']:.0f} s)"
+    )
+    for r in figures["restarts"]:  # type: ignore[attr-defined]
+        typer.echo(
+            f"restart {r.name:>4}: ready after {r.ready_s:6.1f} s (recovery {r.recovery_s:6.1f} s), "
+            f"changelog records read {r.records_read:>9,} of {total:,}, NER patterns served {r.patterns:,.0f}"
+        )
