@@ -30,7 +30,7 @@ from streams.bench.chaos import (
 from streams.broker import LocalKafka
 from streams.clinical import INPUTS as CLINICAL_INPUTS
 from streams.dbpm import producer_config
-from streams.kafka_replay import ReplayTimeout, commit_end_offsets
+from streams.kafka_replay import commit_end_offsets
 from streams.settings import get_settings
 from tests.integration.test_clinical_worker import PATIENT, _expected, _review, _scenario, _Tail
 from topics.admin import admin_client, ensure_topics
@@ -62,12 +62,6 @@ def test_soak_keeps_exactly_once_under_repeated_sigkill(kafka_bootstrap: str, tm
     _assert_exactly_once(report, 2)
 
 
-@pytest.mark.xfail(
-    reason="the replicated view does not follow the other worker's partitions after a rebalance, so "
-    "the barrier never opens (docs/faust-runtime.md section 6, open)",
-    raises=ReplayTimeout,
-    strict=False,
-)
 def test_survivor_takes_over_a_sigkilled_workers_partitions_with_state(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
