@@ -391,12 +391,15 @@ class MemoryAgent:
             _, verdict = decoded
             with Transaction(writer) as txn:
                 _, propagations = self._engine.learn(txn, verdict, verdict.time)
+            watermark = max(watermark, verdict.time)
+            if propagations is None:
+                self._metrics.verdicts_duplicate.labels(verdict.task).inc()
+                continue
             self._metrics.verdict_applied(
                 verdict.task, verdict.patient_id, verdict.payload, verdict.verdict, verdict.source
             )
             for index, propagation in enumerate(propagations):
                 outbox.append(await self._send_propagation(propagation, partition, offset, index))
-            watermark = max(watermark, verdict.time)
         if not changed:
             return
         # The group covers the verdicts that produced the outbox; were it durable before the outbox,
