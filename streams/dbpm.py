@@ -73,13 +73,14 @@ Consistency model.
   a crash; a candidate re-published by the generator is verified again): a verdict that names its
   candidate is a new record at a later offset, so the offset skip above does not see it. The engine
   applies at most one verdict per ``candidate_id`` per memory partition (its verdict ledger,
-  :mod:`processors.dbpm.ledger`: one point lookup, written in the same transaction and so in the
+  :mod:`processors.dbpm.ledger`: two point lookups, written in the same transaction and so in the
   same changelog group as the update it guards, forgotten after ``verdict_dedupe_horizon_s`` of
-  event time, default 30 days, the verdict topic's retention); a duplicate changes nothing and is
-  counted in ``clingate_dbpm_verdicts_duplicate_total``. In the engine, not here, so that the
-  in-process replay of a recorded verdict topic gives the memory the workers hold. Verdicts without
-  a ``candidate_id`` are applied as given. Not caught: a copy whose verdict updates another
-  signature than the first (a QA FAIL with an error class vs. a pass), which another partition owns.
+  event time plus at most an hour, default 30 days, the verdict topic's retention); a duplicate
+  changes nothing and is counted in ``clingate_dbpm_verdicts_duplicate_total``. In the engine, not
+  here, so that the in-process replay of a recorded verdict topic gives the memory the workers
+  hold. Verdicts without a ``candidate_id`` are applied as given. Not caught: a copy whose verdict
+  updates another signature than the first (a QA FAIL with an error class vs. a pass), which
+  another partition owns.
 
 Keys. A verdict's key is ``task|signature`` of the record it updates (:func:`verdict_key`); every
 producer of ``clingate.dbpm.verdicts`` MUST use it and Java's murmur2 partitioner (librdkafka:

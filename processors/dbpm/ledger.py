@@ -19,30 +19,41 @@ differently such that its verdict updates another signature (a failing QA verdic
 class updates the class pattern, a passing one the question's) lands on another partition and is
 not recognised there; with greedy decoding a re-issued call normally repeats its answer.
 
-Bounded by event time. Each record remembers the event time of its verdict; a verdict at time
-``t`` first deletes the records older than ``t - verdict_dedupe_horizon_s`` (default 30 days, the
-verdict topic's retention: a copy older than that is no longer in the log to be re-delivered).
-A duplicate arriving more than the horizon after its original is applied again. The verifier stamps
-a verdict with its candidate's event time, so a re-issued verdict carries the original's time.
+Bounded by event time. Each record remembers the event time of its verdict. Expiry runs on a
+grid of event time (:data:`EXPIRY_STEP_S`, one hour): the first verdict whose ``t -
+verdict_dedupe_horizon_s`` passes a grid boundary deletes the records older than that boundary, so
+a record lives between the horizon and the horizon plus one step (default horizon 30 days, the
+verdict topic's retention: a copy older than that is no longer in the log to be re-delivered). A
+duplicate arriving later than that after its original is applied again. The verifier stamps a
+verdict with its candidate's event time, so a re-issued verdict carries the original's time.
 
-Cost: one point lookup per verdict that names a candidate, plus one range seek for expiry (empty
-unless records expire; each record is deleted once).
+Cost: two point lookups per verdict that names a candidate (its record, the expiry boundary), and
+one walk of the expiry index per step of event time that deletes what expired (each record once).
+Why a grid and not a walk per verdict: a range read in the Kafka runtime merges the batch's staged
+writes, so a walk per verdict would cost O(batch) each.
 
 Key layout (first byte as in :mod:`processors.dbpm.memory`):
 
 ==================================  =========================================================
 ``V`` candidate id                  a verdict of this candidate was applied: its event time
 ``E`` order8(time) candidate id     expiry index of ``V`` (empty value)
+``Mledger``                         the last expiry boundary applied (grid index)
 ==================================  =========================================================
 """
 
 from __future__ import annotations
 
+import math
 import struct
 
 from processors.dbpm.memory import KeyValue
 
+#: Spacing of the expiry grid in seconds of event time.
+EXPIRY_STEP_S = 3600.0
+
 _TIME = struct.Struct("<d")
+_TICK = struct.Struct("<q")
+_META = b"Mledger"
 _ORDER = struct.Struct(">Q")
 _SIGN = 1 << 63
 _MASK = (1 << 64) - 1
@@ -59,7 +70,8 @@ def _order8(seconds: float) -> bytes:
 def admit(kv: KeyValue, candidate_id: str, now: float, horizon_s: float) -> bool:
     """Record the verdict of ``candidate_id`` at event time ``now`` unless one was recorded before.
 
-    Expired records (event time before ``now - horizon_s``) are deleted first.
+    Records that expired by the last grid boundary at or before ``now - horizon_s`` are deleted
+    first, when that boundary is new.
 
     Args:
         kv: the state the verdict is applied to (an open transaction).
@@ -71,7 +83,11 @@ def admit(kv: KeyValue, candidate_id: str, now: float, horizon_s: float) -> bool
         True if the verdict is new and MUST be applied; False if it is a duplicate (nothing written
         but expiry).
     """
-    expire_before(kv, now - horizon_s)
+    boundary = math.floor((now - horizon_s) / EXPIRY_STEP_S)
+    last = kv.get(_META)
+    if last is None or boundary > _TICK.unpack(last)[0]:
+        expire_before(kv, boundary * EXPIRY_STEP_S)
+        kv.set(_META, _TICK.pack(boundary))
     cid = candidate_id.encode()
     if kv.exists(_SEEN + cid):
         return False

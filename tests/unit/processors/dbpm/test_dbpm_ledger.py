@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from test_dbpm_properties import ONTOLOGY, streams
 
 from processors.dbpm import BadEvent, DBPMConfig, DBPMEngine, parse_event
+from processors.dbpm.ledger import EXPIRY_STEP_S
 from processors.dbpm.memory import Memory
 from state import MemoryStore
 
@@ -96,7 +97,8 @@ def test_learn_reports_a_duplicate_as_none_and_writes_nothing():
 
 def test_a_duplicate_beyond_the_horizon_is_applied_again_and_the_ledger_forgets():
     config = DBPMConfig(verdict_dedupe_horizon_s=HORIZON)
-    stream = [_verdict("c1"), _verdict("c2", at=T0 + HORIZON + 1, entity="sepsis"), _verdict("c1", at=T0 + 1)]
+    late = T0 + HORIZON + EXPIRY_STEP_S + 1  # past the first expiry boundary after c1's horizon
+    stream = [_verdict("c1"), _verdict("c2", at=late, entity="sepsis"), _verdict("c1", at=T0 + 1)]
     _, state = _run(stream, config)
     ledger = [key for key, _ in state if key.startswith((b"V", b"E"))]
     # c1 expired when c2 arrived, so its late copy was applied and recorded again.
@@ -105,11 +107,19 @@ def test_a_duplicate_beyond_the_horizon_is_applied_again_and_the_ledger_forgets(
     assert len(ledger) == 4
 
 
-def test_the_ledger_holds_only_verdicts_within_the_horizon():
+def test_the_ledger_holds_only_verdicts_within_the_horizon_and_one_expiry_step():
     config = DBPMConfig(verdict_dedupe_horizon_s=HORIZON)
     stream = [_verdict(f"c{i}", at=T0 + i * DAY) for i in range(10)]
     _, state = _run(stream, config)
     assert [k for k, _ in state if k.startswith(b"V")] == [b"Vc7", b"Vc8", b"Vc9"]
+
+
+def test_a_copy_within_the_expiry_step_after_the_horizon_is_still_recognised():
+    config = DBPMConfig(verdict_dedupe_horizon_s=HORIZON)
+    soon = T0 + HORIZON + EXPIRY_STEP_S / 2  # c1 is past its horizon, not past a grid boundary yet
+    stream = [_verdict("c1", at=T0 + 1), _verdict("c2", at=soon, entity="sepsis"), _verdict("c1", at=T0 + 1)]
+    _, state = _run(stream, config)
+    assert _count(state, config) == 1
 
 
 def test_a_verdicts_candidate_id_must_be_a_string():
