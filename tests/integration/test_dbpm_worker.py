@@ -61,8 +61,6 @@ class Worker:
     """One ``clingate worker`` subprocess; restartable on the same data directory."""
 
     def __init__(self, bootstrap: str, app_id: str, datadir: Path, env: dict[str, str]) -> None:
-        self.app_id = app_id
-        """The worker's application id (its consumer group; names its memory changelog)."""
         self.datadir = datadir
         self.log = datadir.with_suffix(".log")
         self._env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "CLINGATE_APP_ID": app_id, **env}

@@ -463,10 +463,10 @@ def test_verdicts_repeated_by_a_killed_verifier_and_a_re_emitting_gate_teach_the
     commits right after its outputs are acknowledged, so the window is short; measured once: 36
     records = 24 candidates + 12 re-emitted), which is why the re-emitted records are there.
     """
-    worker = Worker(kafka_bootstrap, f"clingate-test-{uuid.uuid4().hex[:8]}", tmp_path / "worker",
-                    COMPARISON_FLAGS)  # fmt: skip
+    app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
+    worker = Worker(kafka_bootstrap, app_id, tmp_path / "worker", COMPARISON_FLAGS)
     ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
-    commit_worker_end_offsets(kafka_bootstrap, worker.app_id)
+    commit_worker_end_offsets(kafka_bootstrap, app_id)
     worker.start()
     engine = _comparison_engine()
 
@@ -508,7 +508,7 @@ def test_verdicts_repeated_by_a_killed_verifier_and_a_re_emitting_gate_teach_the
 
     try:
         verdicts = asyncio.run(scenario())
-        wait_until_consumed(kafka_bootstrap, worker.app_id, DBPM_VERDICTS, 60)
+        wait_until_consumed(kafka_bootstrap, app_id, DBPM_VERDICTS, 60)
         firsts: dict[str | None, Verdict] = {}
         for verdict in verdicts:  # a candidate's verdicts share a key: the first applied is the first read
             firsts.setdefault(verdict.candidate_id, verdict)
@@ -520,7 +520,7 @@ def test_verdicts_repeated_by_a_killed_verifier_and_a_re_emitting_gate_teach_the
                 engine.process(txn, event, event.time)
         last = max(v.ts for v in verdicts).timestamp()
         expected = engine.snapshot(store.transaction())
-        got = read_state(kafka_bootstrap, memory_changelog(worker.app_id), engine, last)
+        got = read_state(kafka_bootstrap, memory_changelog(app_id), engine, last)
         duplicates = _scraped_sum(worker.web_port, "clingate_dbpm_verdicts_duplicate_total")
     finally:
         worker.stop()
