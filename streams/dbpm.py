@@ -73,6 +73,18 @@ Consistency model.
   Consumers dedupe by ``candidate_id`` and keep the first. ``replay --via-kafka`` publishes no
   verdict before the candidates before it are committed, so replayed duplicates are identical
   (chaos soak: ``clingate bench chaos``).
+* Duplicate verdicts from at-least-once producers (the verifier re-issues its in-flight calls after
+  a crash; a candidate re-published by the generator is verified again): a verdict that names its
+  candidate is a new record at a later offset, so the offset skip above does not see it. The engine
+  applies at most one verdict per ``candidate_id`` per memory partition (its verdict ledger,
+  :mod:`processors.dbpm.ledger`: two point lookups, written in the same transaction and so in the
+  same changelog group as the update it guards, forgotten after ``verdict_dedupe_horizon_s`` of
+  event time plus at most an hour, default 30 days, the verdict topic's retention); a duplicate
+  changes nothing and is counted in ``clingate_dbpm_verdicts_duplicate_total``. In the engine, not
+  here, so that the in-process replay of a recorded verdict topic gives the memory the workers
+  hold. Verdicts without a ``candidate_id`` are applied as given. Not caught: a copy whose verdict
+  updates another signature than the first (a QA FAIL with an error class vs. a pass), which
+  another partition owns.
 
 Keys. A verdict's key is ``task|signature`` of the record it updates (:func:`verdict_key`); every
 producer of ``clingate.dbpm.verdicts`` MUST use it and Java's murmur2 partitioner (librdkafka:
@@ -396,12 +408,15 @@ class MemoryAgent:
             _, verdict = decoded
             with Transaction(writer) as txn:
                 _, propagations = self._engine.learn(txn, verdict, verdict.time)
+            watermark = max(watermark, verdict.time)
+            if propagations is None:
+                self._metrics.verdicts_duplicate.labels(verdict.task).inc()
+                continue
             self._metrics.verdict_applied(
                 verdict.task, verdict.patient_id, verdict.payload, verdict.verdict, verdict.source
             )
             for index, propagation in enumerate(propagations):
                 outbox.append(await self._send_propagation(propagation, partition, offset, index))
-            watermark = max(watermark, verdict.time)
         if not changed:
             return
         # The group covers the verdicts that produced the outbox; were it durable before the outbox,

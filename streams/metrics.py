@@ -16,9 +16,9 @@ when a registered one is missing there). Where each process serves them:
 What the classes here add, by area (names, types and labels in the README):
 
 * :class:`DbpmMetrics`: decisions per task and decision, gate latency, barrier timeouts, dead letters,
-  verdicts applied; through :meth:`DbpmMetrics.watch` the consumer lag and the memory channel
-  population (:class:`MemoryPopulation`) computed at scrape time; and the gate's selectivity
-  (:class:`Selectivity`).
+  verdicts applied and duplicate verdicts skipped; through :meth:`DbpmMetrics.watch` the consumer
+  lag and the memory channel population (:class:`MemoryPopulation`) computed at scrape time; and
+  the gate's selectivity (:class:`Selectivity`).
 * :class:`ClinicalMetrics`: assessments per traffic light, red sources, gate latency, dead letters.
 * :class:`DocsMetrics`: dispositions per decision, documents in flight, dead letters, LLM calls
   (:class:`LlmMetrics`), consumer lag.
@@ -327,6 +327,11 @@ class DbpmMetrics:
         self.verdicts = Counter(
             "clingate_dbpm_verdicts", "Verdicts applied to the memory.", ["task", "verdict", "source"],
             registry=registry,
+        )  # fmt: skip
+        self.verdicts_duplicate = Counter(
+            "clingate_dbpm_verdicts_duplicate",
+            "Verdicts not applied: their candidate's verdict was applied before (a re-issued call).",
+            ["task"], registry=registry,
         )  # fmt: skip
         self.selectivity = Selectivity()
         registry.register(self.selectivity)

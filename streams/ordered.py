@@ -17,11 +17,15 @@ one producer, the design :mod:`streams.docs` introduced for the arbiter:
 * an offset is committed only after the outputs of that record and of every earlier record of its
   partition were acknowledged by the broker (``flush``, then an asynchronous commit: a commit lost in a
   crash re-delivers, it never skips). A crash re-delivers the uncommitted records and their calls are
-  made again: delivery is at least once. Candidates are idempotent downstream (content-derived ids;
-  consumers dedupe by candidate id). Verdicts are NOT: a verdict re-published after a crash is a new
-  record and the memory agent applies it as a second observation of its signature. The window is the
-  records between the last acknowledged commit and the crash (at most one step's worth); closing it
-  needs a transactional producer (``send_offsets_to_transaction``), a follow-up;
+  made again: delivery is at least once. Outputs are idempotent downstream: candidates carry
+  content-derived ids (consumers dedupe by candidate id), and verdicts carry their candidate's id,
+  so the memory applies one verdict per candidate and counts a re-published one in
+  ``clingate_dbpm_verdicts_duplicate_total`` (:mod:`processors.dbpm.ledger`, within its event-time
+  horizon). One case stays open: a re-issued call that judges differently *so that its verdict
+  updates another signature* (a QA FAIL with an error class updates the class pattern, a pass the
+  question's) lands on another memory partition, whose ledger has not seen the candidate, and is
+  applied there too. With greedy decoding a re-issued call repeats its answer; a transactional
+  producer (``send_offsets_to_transaction``) would close this case as well;
 * a handler returns its outputs as data: records to produce and dead letters (:class:`DecodeFailed`
   values, routed by :class:`streams.dlq.DeadLetterRouter`, which waits for the acknowledgement); a
   handler that raises (a bug) dead-letters its record with stage ``process`` instead of crash-looping;

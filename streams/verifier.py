@@ -8,7 +8,10 @@ prompts, the memory mapping) and published:
 
 * the memory verdict (``hard_fail`` / ``soft_downgrade`` / ``success``, source ``verifier_mmed``) on
   ``clingate.dbpm.verdicts``, keyed by :func:`streams.dbpm.verdict_key` with the murmur2 producer, so
-  the memory agent owning the signature applies it;
+  the memory agent owning the signature applies it. It carries the candidate's ``candidate_id`` and
+  event time, so a verdict published again (this group is at least once: a crash re-issues the
+  calls of uncommitted records; a re-emitted decision is verified again) is recognised by the
+  memory and applied once (:mod:`processors.dbpm.ledger`);
 * a passing candidate (success or soft_downgrade) on ``clingate.dbpm.verified``, keyed by patient id,
   with headers ``clingate-gate`` (ALLOW / DOWNGRADE), ``clingate-confidence`` (the gate's multiplier,
   0.7 for DOWNGRADE) and ``clingate-verdict`` (PASS, PASS_STRONG, PASS_WEAK), so the downgrade tag

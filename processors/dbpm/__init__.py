@@ -24,14 +24,16 @@ Public API (stable; the Kafka runtime, the replay command and the measurement to
 * :func:`load_ontology` / :class:`Ontology`: Eq. 6 (``violates``), the RE gate's admitted check
   (``admits``) and ``violation_event`` (the Filter's rule-based verdict for a live pipeline).
 * Gate outcome constants :data:`ALLOW`, :data:`DOWNGRADE`, :data:`BLOCK`.
-* Partitioned runtimes: ``engine.learn(state, verdict, now) -> (state, [Propagation])`` applies a
-  verdict to its own signature's records and returns the cross-task evidence (§4.4) as
-  :class:`Propagation` events keyed by their target; ``engine.propagate(state, propagation)``
+* Partitioned runtimes: ``engine.learn(state, verdict, now) -> (state, [Propagation] | None)``
+  applies a verdict to its own signature's records and returns the cross-task evidence (§4.4) as
+  :class:`Propagation` events keyed by their target (None: a duplicate of its candidate's verdict,
+  not applied, :mod:`.ledger`); ``engine.propagate(state, propagation)``
   applies one at the target's writer. ``process`` does both inline.
 
 Modules: ``config`` (parameters, flags), ``signatures`` (§3.1), ``events`` (contract), ``ontology``
 (§4.7), ``memory`` (store layout, lazy decay, eviction index), ``update`` (Algorithm 1, §4.4),
-``gates`` (Eq. 4, §4.7, §4.8), ``maintenance`` (§4.6), ``engine`` (facade). Each module docstring
+``gates`` (Eq. 4, §4.7, §4.8), ``maintenance`` (§4.6), ``ledger`` (one verdict per candidate),
+``engine`` (facade). Each module docstring
 records the choices made where the paper is silent.
 """
 

@@ -173,6 +173,9 @@ class DBPMConfig:
         preempt_min_length: NER -> RE preemption takes entity strings longer than 4 characters.
         prune_floor: severity below which a pattern is pruned = 0.01 (§4.6).
         maintenance_interval_s: spacing of the event-time maintenance grid (this implementation).
+        verdict_dedupe_horizon_s: how long, in event time, the verdict ledger remembers a
+            candidate's verdict to ignore its duplicates (:mod:`.ledger`; this implementation):
+            30 days, the retention of ``clingate.dbpm.verdicts``.
         qa_fail_rate_threshold: Eq. 7 threshold, M1V5_FAIL_THRESHOLD = 0.30 (A.1, development value).
         qa_difficulty_threshold: Eq. 8 threshold, M1V6_DIFFICULTY_THRESHOLD = 0.30 (A.1).
         qa_min_observations: observations a category needs before it has a fail rate (10).
@@ -199,6 +202,7 @@ class DBPMConfig:
     preempt_min_length: int = 5
     prune_floor: float = 0.01
     maintenance_interval_s: float = 3600.0
+    verdict_dedupe_horizon_s: float = 30 * 86400.0
     qa_fail_rate_threshold: float = 0.30
     qa_difficulty_threshold: float = 0.30
     qa_min_observations: int = 10
@@ -215,6 +219,8 @@ class DBPMConfig:
                 raise ValueError(f"task name {task!r} must be non-empty and contain no NUL byte")
         if self.maintenance_interval_s <= 0:
             raise ValueError("maintenance_interval_s must be positive")
+        if self.verdict_dedupe_horizon_s <= 0:
+            raise ValueError("verdict_dedupe_horizon_s must be positive")
 
     def weight(self, source: str) -> float:
         """The source weight w_s (Table 4); 1.0 for every source when source weights are OFF."""

@@ -19,6 +19,11 @@ in the order produced: the inline Algorithm 1, byte for byte. A partitioned runt
 ``learn`` on the origin's partition and ``propagate`` on the target's, so each signature has one
 writer.
 
+A verdict that names its candidate (``candidate_id``) is applied at most once per state: a later
+verdict of the same candidate within ``verdict_dedupe_horizon_s`` of event time is a duplicate from
+an at-least-once producer and changes nothing, not even the clock (:mod:`.ledger`). Verdicts without
+one are applied as given.
+
 In a replay every verdict is applied as given, also after a BLOCK; in a live pipeline a BLOCKed
 candidate never reaches the verifier and so produces no verdict.
 """
@@ -30,6 +35,7 @@ from typing import TypeVar
 from processors.dbpm.config import QA, RE, DBPMConfig
 from processors.dbpm.events import Event, GateEvent, VerdictEvent, format_time
 from processors.dbpm.gates import ALLOW, Decision, gate_ner, gate_qa, gate_relation
+from processors.dbpm.ledger import admit
 from processors.dbpm.maintenance import advance_clock
 from processors.dbpm.memory import KeyValue, Memory, half_lives
 from processors.dbpm.ontology import Ontology
@@ -70,11 +76,13 @@ class DBPMEngine:
                 sig = signature(event.task, event.payload)
                 return state, [Decision(event.candidate_id, ALLOW, "disabled", event.task, sig, None, 0, 1.0)]
             return state, []
-        mem = self._memory(state, now)
         if not isinstance(event, GateEvent):
-            for propagation in apply_verdict(mem, event, now):
+            _, propagations = self.learn(state, event, now)
+            mem = Memory(state, self.config, self._half_lives)
+            for propagation in propagations or ():
                 apply_propagation(mem, propagation)
             return state, []
+        mem = self._memory(state, now)
         if event.task == RE:
             decision = gate_relation(mem, self.ontology, event, now)
         elif event.task == QA:
@@ -83,7 +91,7 @@ class DBPMEngine:
             decision = gate_ner(mem, event, now)
         return state, [decision]
 
-    def learn(self, state: S, event: VerdictEvent, now: float) -> tuple[S, list[Propagation]]:
+    def learn(self, state: S, event: VerdictEvent, now: float) -> tuple[S, list[Propagation] | None]:
         """Apply a verdict to the records of its own signature; return its cross-task evidence.
 
         Args:
@@ -93,10 +101,15 @@ class DBPMEngine:
 
         Returns:
             ``(state, propagations)``: the caller MUST have every propagation applied, in order, by
-            the writer of its target signature (:meth:`propagate`).
+            the writer of its target signature (:meth:`propagate`). ``propagations`` is None when
+            the verdict is a duplicate of its candidate's (:mod:`.ledger`): nothing was applied.
         """
         if self.config.flags.disabled:
             return state, []
+        if event.candidate_id is not None and not admit(
+            state, event.candidate_id, now, self.config.verdict_dedupe_horizon_s
+        ):
+            return state, None
         return state, apply_verdict(self._memory(state, now), event, now)
 
     def propagate(self, state: S, propagation: Propagation) -> tuple[S, bool]:

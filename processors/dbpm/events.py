@@ -1,7 +1,8 @@
 """DBPM input events in the replay-stream contract, validated into typed, immutable values.
 
 The contract (``replay-stream.md``) fixes the field names: ``kind`` (``verdict`` | ``gate``), ``ts``
-(ISO 8601 UTC), ``task``, ``verdict`` and ``source`` (verdicts), ``candidate_id`` (gates),
+(ISO 8601 UTC), ``task``, ``verdict`` and ``source`` (verdicts), ``candidate_id`` (gates; optional
+on verdicts, where it is the judged candidate's and makes the verdict idempotent: :mod:`.ledger`),
 ``patient_id`` and a task-specific ``payload``. An event with an unknown kind, task or verdict, a
 missing field or a field of the wrong type raises :class:`BadEvent` with a reason an operator can act
 on; callers route it to their dead-letter output and carry on.
@@ -49,6 +50,7 @@ class VerdictEvent:
     source: str
     patient_id: str
     payload: Mapping[str, object]
+    candidate_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,5 +155,8 @@ def parse_event(obj: object, tasks: Collection[str] = (NER, RE, QA)) -> Event:
         verdict = obj["verdict"]
         if verdict not in VERDICTS:
             raise BadEvent(f"unknown verdict {verdict!r} (expected one of {', '.join(VERDICTS)})")
-        return VerdictEvent(ts, parse_time(ts), task, verdict, obj["source"], obj["patient_id"], payload)
+        candidate_id = None if obj.get("candidate_id") is None else _string(obj, "candidate_id", "")
+        return VerdictEvent(
+            ts, parse_time(ts), task, verdict, obj["source"], obj["patient_id"], payload, candidate_id
+        )
     return GateEvent(ts, parse_time(ts), task, obj["patient_id"], obj["candidate_id"], payload)

@@ -43,6 +43,7 @@ Key layout (first byte = table; task names and signatures are UTF-8):
 ``Q`` category                      QA category counts: classified fails, fails, successes
 ``N`` table task                    population of a table for a task
 ``Mclock``                          latest event time applied, last maintenance boundary index
+``V`` / ``E``                       verdict ledger and its expiry index (:mod:`.ledger`)
 ==================================  =========================================================
 """
 
@@ -111,6 +112,7 @@ class KeyValue(Protocol):
     def set(self, key: bytes, value: bytes) -> None: ...
     def delete(self, key: bytes) -> None: ...
     def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]: ...
+    def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]: ...
 
 
 class Pattern(NamedTuple):

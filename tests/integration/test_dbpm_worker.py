@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -109,6 +110,60 @@ def test_worker_decides_and_learns_like_the_in_process_engine(kafka_bootstrap: s
     expected_decisions, expected_state = _in_process(engine, events)
     assert _contract(result.decisions) == expected_decisions
     assert result.state == expected_state
+
+
+def _with_candidate_ids(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The stream with every verdict naming a candidate of its own (as the verifier's verdicts do)."""
+    return [{**e, "candidate_id": f"v-{i}"} if e["kind"] == "verdict" else e for i, e in enumerate(events)]
+
+
+def _with_copies(events: list[dict[str, Any]], every: int) -> tuple[list[dict[str, Any]], int]:
+    """Every ``every``-th verdict published again after the next gate event (a re-issued call).
+
+    Returns the stream and the number of copies.
+    """
+    out: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
+    verdicts = copies = 0
+    for event in events:
+        out.append(event)
+        if event["kind"] == "verdict":
+            verdicts += 1
+            if verdicts % every == 0:
+                pending.append(dict(event))
+        elif pending:
+            out += pending
+            copies += len(pending)
+            pending = []
+    return out + pending, copies + len(pending)
+
+
+def _scraped_sum(port: int, metric: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        lines = response.read().decode().splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(metric + "{"))
+
+
+def test_a_verdict_published_twice_is_applied_once(kafka_bootstrap: str, start_workers) -> None:
+    """Scenario: an at-least-once verifier publishes some verdicts twice, at later offsets.
+
+    Every verdict names its candidate; every third one is published again after the next gate (same
+    key and content, a later offset of the same partition). The worker applies each candidate's
+    verdict once: decisions and the memory equal the in-process engine's on the stream without the
+    copies, and ``clingate_dbpm_verdicts_duplicate_total`` counts every copy.
+    """
+    app_id, [worker] = start_workers(1, **COMPARISON_FLAGS)
+    unique = _with_candidate_ids(_events(600))
+    published, copies = _with_copies(unique, every=3)
+    engine = comparison_engine()
+
+    result = replay_via_kafka(kafka_bootstrap, published, engine, make_serde(None), app_id)
+
+    expected_decisions, expected_state = _in_process(engine, unique)
+    assert copies > 50
+    assert _contract(result.decisions) == expected_decisions
+    assert result.state == expected_state
+    assert _scraped_sum(worker.web_port, "clingate_dbpm_verdicts_duplicate_total") == copies
 
 
 def test_memory_survives_sigkill_and_restart_exactly_once(kafka_bootstrap: str, start_workers) -> None:

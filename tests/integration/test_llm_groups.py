@@ -9,6 +9,10 @@ other tests left there are not its to process.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -24,13 +28,19 @@ from confluent_kafka import Consumer, Producer
 from processors.clinical.vocabulary import DrugVocabulary
 from schemas.dbpm import Candidate, GateDecision, Narrative, NerPayload, RePayload, Verdict
 from schemas.serde import make_serde
-from streams.bench.chaos import WorkerProcess
+from state.memory import MemoryStore
+from streams.bench.chaos import WorkerProcess, comparison_engine
 from streams.bench.llm import run_group_benchmark
-from streams.dbpm import producer_config
+from streams.dbpm import contract_event, memory_changelog, producer_config
 from streams.dlq import header_map
 from streams.generator import run_generator
 from streams.kafka_config import client_config
-from streams.kafka_replay import commit_end_offsets, commit_worker_end_offsets
+from streams.kafka_replay import (
+    commit_end_offsets,
+    commit_worker_end_offsets,
+    read_state,
+    wait_until_consumed,
+)
 from streams.llm import ClientPolicy, Endpoint, LlmClient, Role
 from streams.llm.serving import ChatRequest, Fault
 from streams.llm.testserver import OpenAiTestServer
@@ -39,6 +49,7 @@ from streams.metrics import LlmGroupMetrics
 from streams.ordered import OrderedLoop
 from streams.settings import Settings
 from streams.verifier import CONFIDENCE_HEADER, GATE_HEADER, VERDICT_HEADER, run_verifier
+from tests.integration.test_dbpm_worker import COMPARISON_FLAGS, _scraped_sum
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import (
     DBPM_CANDIDATES,
@@ -421,3 +432,104 @@ def test_candidates_in_flight_when_a_verifier_stops_are_verified_by_the_next_mem
             tail.close()
 
     asyncio.run(scenario())
+
+
+def _verifier_process(
+    bootstrap: str, settings: Settings, log: Path, max_in_flight: int
+) -> subprocess.Popen[bytes]:
+    """A ``clingate verifier`` subprocess of ``settings``' group (the only way to SIGKILL a member)."""
+    env = {
+        **os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "CLINGATE_VERIFIER_URL": settings.verifier_url or "",
+        "CLINGATE_LLM_MODEL": "clingate-test", "CLINGATE_VERIFIER_GROUP_ID": settings.verifier_group_id,
+        "CLINGATE_VERIFIER_NARRATIVE_WAIT_S": "5",
+    }  # fmt: skip
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-W", "ignore", "-m", "streams.cli", "verifier", "--metrics-port", "0",
+             "--max-in-flight", str(max_in_flight)],
+            cwd=Path(__file__).resolve().parents[2], env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def test_verdicts_repeated_by_a_killed_verifier_and_a_re_emitting_gate_teach_the_memory_once(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Scenario: the verifier group is at least once and its input repeats; the memory learns once.
+
+    Every other to-verify record is published twice (a gate re-emits its decisions after a crash),
+    so those candidates are verified twice and their verdicts published twice, at later offsets. A
+    verifier member is SIGKILLed with calls in flight and a new member re-issues them (any verdict
+    published before the kill but not committed is published again). Afterwards every candidate has
+    a verdict, the memory in the worker's changelog equals the in-process engine's on the verdicts'
+    unique set (first verdict per candidate id), and the worker counted every other verdict record
+    in ``clingate_dbpm_verdicts_duplicate_total``. The kill itself rarely adds a copy (the loop
+    commits right after its outputs are acknowledged, so the window is short; measured once: 36
+    records = 24 candidates + 12 re-emitted), which is why the re-emitted records are there.
+    """
+    app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
+    worker = WorkerProcess(kafka_bootstrap, app_id, tmp_path / "worker", COMPARISON_FLAGS)
+    ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
+    commit_worker_end_offsets(kafka_bootstrap, app_id)
+    worker.start()
+    engine = comparison_engine()
+
+    async def scenario() -> list[Verdict]:
+        with served(responder=clinical_responder, latency_s=0.5) as ver_server:
+            settings = _settings(kafka_bootstrap, ver_server.base_url, ver_server.base_url)
+            tail = Tail(kafka_bootstrap, DBPM_VERDICTS)
+            run = uuid.uuid4().hex[:6]
+            patients = [f"{run}-p{i}" for i in range(24)]
+            entities = [FAILING_ENTITY, "sepsis", "pneumonia"]
+            _publish(kafka_bootstrap, DBPM_NARRATIVES,
+                     [(p, _narrative(p, i, f"Suspected {entities[i % 3]}.")) for i, p in enumerate(patients)])
+            decisions = [(p, _decision(p, i, NerPayload(entity=entities[i % 3], category="Diagnosis")))
+                         for i, p in enumerate(patients)]  # fmt: skip
+            _publish(kafka_bootstrap, DBPM_TO_VERIFY, decisions + decisions[::2])
+            first = _verifier_process(kafka_bootstrap, settings, tmp_path / "verifier.log", max_in_flight=4)
+            try:
+                await tail.wait_for(lambda: len(_ours(tail.values(DBPM_VERDICTS, Verdict), run)) >= 8)
+                first.send_signal(signal.SIGKILL)
+            finally:
+                first.wait()
+            second = _verifier_process(kafka_bootstrap, settings, tmp_path / "verifier.log", max_in_flight=4)
+            try:
+                wanted = {f"{p}-ner" for p in patients}
+
+                def all_judged() -> bool:
+                    return {v.candidate_id for v in _ours(tail.values(DBPM_VERDICTS, Verdict), run)} >= wanted
+
+                await tail.wait_for(all_judged, timeout_s=120)
+                await asyncio.to_thread(wait_until_consumed, kafka_bootstrap, settings.verifier_group_id,
+                                        DBPM_TO_VERIFY, 60)  # fmt: skip
+            finally:
+                second.terminate()
+                second.wait(60)
+            tail.poll()
+            verdicts = _ours(tail.values(DBPM_VERDICTS, Verdict), run)
+            tail.close()
+            return verdicts
+
+    try:
+        verdicts = asyncio.run(scenario())
+        wait_until_consumed(kafka_bootstrap, app_id, DBPM_VERDICTS, 60)
+        firsts: dict[str | None, Verdict] = {}
+        for verdict in verdicts:  # a candidate's verdicts share a key: the first applied is the first read
+            firsts.setdefault(verdict.candidate_id, verdict)
+        unique = list(firsts.values())
+        store = MemoryStore()
+        for verdict in unique:
+            event = contract_event(verdict)
+            with store.transaction() as txn:
+                engine.process(txn, event, event.time)
+        last = max(v.ts for v in verdicts).timestamp()
+        expected = engine.snapshot(store.transaction())
+        got = read_state(kafka_bootstrap, memory_changelog(app_id), engine, last)
+        duplicates = _scraped_sum(worker.web_port, "clingate_dbpm_verdicts_duplicate_total")
+    finally:
+        worker.stop()
+
+    print(f"verdict records {len(verdicts)}, candidates {len(unique)}")
+    assert len(unique) == 24 and len(verdicts) >= 24 + 12
+    assert got == expected
+    assert duplicates == len(verdicts) - len(unique)
