@@ -62,7 +62,8 @@ from schemas.serde import Serde, make_serde
 from state.memory import MemoryStore
 from streams.app import dbpm_engines
 from streams.bench.dbpm import generate_events
-from streams.broker import LocalKafka, configured_bootstrap, free_port
+from streams.broker import LocalKafka, free_port
+from streams.commands.common import require_bootstrap
 from streams.commands.replay import replay_stream
 from streams.kafka_config import client_config
 from streams.kafka_replay import ReplayTimeout, commit_worker_end_offsets, end_offset, replay_via_kafka
@@ -504,10 +505,7 @@ def chaos(
     """
     import tempfile
 
-    bootstrap = configured_bootstrap(get_settings())
-    if bootstrap is None:
-        typer.echo("No Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`.", err=True)
-        raise typer.Exit(2)
+    bootstrap = require_bootstrap(get_settings())
     with tempfile.TemporaryDirectory(prefix="clingate-chaos-") as scratch:
         try:
             report = run_soak(

@@ -48,7 +48,7 @@ from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.serde import Serde, make_serde
 from state.memory import MemoryStore
 from streams.app import dbpm_engines
-from streams.broker import configured_bootstrap
+from streams.commands.common import require_bootstrap
 from streams.dbpm import producer_config, verdict_key
 from streams.dlq import DecodeFailed, SourceRecord
 from streams.gate import Gate
@@ -219,10 +219,7 @@ def dbpm_kafka(
 ) -> None:
     """Measure gate throughput and latency through Kafka against the in-process engine."""
     settings = get_settings()
-    bootstrap = configured_bootstrap(settings)
-    if bootstrap is None:
-        typer.echo("No Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`.", err=True)
-        raise typer.Exit(2)
+    bootstrap = require_bootstrap(settings)
     verdicts, gates = _events(events)
     serde = make_serde(settings.schema_registry_url)
     client = _Client(bootstrap, serde)

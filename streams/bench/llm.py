@@ -41,7 +41,7 @@ from rich.table import Table
 
 from schemas.dbpm import Candidate, GateDecision, Narrative, NerPayload
 from schemas.serde import Serde, make_serde
-from streams.broker import configured_bootstrap
+from streams.commands.common import require_bootstrap
 from streams.dbpm import producer_config
 from streams.kafka_replay import commit_end_offsets
 from streams.llm import CallType, ClientPolicy, Endpoint, LlmClient, LlmOk, Role
@@ -315,10 +315,7 @@ def llm(
     ns = tuple(concurrency or CONCURRENCY)
     ls = tuple(ms / 1000.0 for ms in (latency_ms or LATENCIES_MS))
     if groups:
-        bootstrap = configured_bootstrap(get_settings())
-        if bootstrap is None:
-            typer.echo("No Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or `clingate broker start`.", err=True)
-            raise typer.Exit(2)
+        bootstrap = require_bootstrap(get_settings())
         points = run_group_benchmark(bootstrap, ns, ls, quick)
         title = "Verifier group through Kafka vs Little's law (verdicts/s, 10th-90th percentile)"
     else:

@@ -47,7 +47,7 @@ from state.base import Transaction
 from state.memory import MemoryStore
 from state.rocksdb import RocksDBStore
 from streams.bench.chaos import COMPARISON_ENV, WorkerProcess, comparison_engine, topic_ends
-from streams.broker import configured_bootstrap
+from streams.commands.common import require_bootstrap
 from streams.dbpm import MEMORY_TABLE, memory_changelog, producer_config, verdict_key
 from streams.kafka_replay import commit_end_offsets
 from streams.settings import get_settings
@@ -247,10 +247,7 @@ def restart(
 
     Needs a broker (KAFKA_BOOTSTRAP_SERVERS or `clingate broker start`); starts its own worker.
     """
-    bootstrap = configured_bootstrap(get_settings())
-    if bootstrap is None:
-        typer.echo("No Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`.", err=True)
-        raise typer.Exit(2)
+    bootstrap = require_bootstrap(get_settings())
     with tempfile.TemporaryDirectory(prefix="clingate-restart-") as scratch:
         figures = restart_bench(bootstrap, workdir or Path(scratch), signatures, tail, group, full)
     total = figures["changelog_records"]

@@ -52,7 +52,7 @@ from schemas.docs import (
     Severity,
 )
 from schemas.serde import make_serde
-from streams.broker import configured_bootstrap
+from streams.commands.common import require_bootstrap
 from streams.docs import PacketFollower, producer_config, run_worker
 from streams.docs_arbiter import LLM_ROLE, arbitrate, configured_call
 from streams.llm import LlmClient
@@ -176,10 +176,7 @@ def render_packet(packet: ReviewPacket) -> RenderableType:
 
 
 def _bootstrap() -> str:
-    bootstrap = configured_bootstrap(get_settings())
-    if bootstrap is None:
-        typer.echo("No Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`.", err=True)
-        raise typer.Exit(2)
+    bootstrap = require_bootstrap(get_settings())
     return bootstrap
 
 

@@ -243,7 +243,7 @@ def _replay_via_kafka(
     """``--via-kafka``: the workers decide; this process publishes, collects and writes the files."""
     from schemas.serde import make_serde
     from streams.app import dbpm_engines
-    from streams.broker import configured_bootstrap
+    from streams.commands.common import require_bootstrap
     from streams.kafka_replay import replay_via_kafka
     from streams.settings import get_settings
 
@@ -253,10 +253,7 @@ def _replay_via_kafka(
             "--no-maintenance must match the workers: start them with CLINGATE_DBPM_MAINTENANCE="
             f"{'false' if no_maintenance else 'true'} and set it here too"
         )
-    bootstrap = configured_bootstrap(settings)
-    if bootstrap is None:
-        typer.echo("No Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`.", err=True)
-        raise typer.Exit(2)
+    bootstrap = require_bootstrap(settings)
     engine, _ = dbpm_engines(settings)
     with in_.open("rb") as events, dlq_path.open("w", encoding="utf-8", newline="\n") as dead_letters:
         reader = EventReader(dead_letters, tuple(engine.config.tasks), sys.stderr)

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from streams.broker import configured_bootstrap
+from streams.commands.common import require_bootstrap
 from streams.llm_groups import RoleDisabledError, run_until_signalled
 from streams.settings import get_settings
 from streams.verifier import run_verifier
@@ -32,10 +32,7 @@ def verifier(
 ) -> None:
     """Judge the candidates the gate let through with the verifier LLM until SIGINT/SIGTERM."""
     settings = get_settings()
-    bootstrap = configured_bootstrap(settings)
-    if bootstrap is None:
-        typer.echo("No Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`.", err=True)
-        raise typer.Exit(2)
+    bootstrap = require_bootstrap(settings)
     port = settings.verifier_metrics_port if metrics_port is None else metrics_port
     try:
         loop = run_until_signalled(run_verifier, bootstrap, settings, port, max_in_flight=max_in_flight)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from streams.broker import configured_bootstrap
+from streams.commands.common import require_bootstrap
 from streams.logs import logging_config
 from streams.settings import Settings, get_settings
 from topics.admin import admin_client, ensure_topics
@@ -77,10 +77,7 @@ def worker(
     settings = get_settings()
     overrides = {"web_port": web_port, "worker_datadir": datadir}
     settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
-    bootstrap = configured_bootstrap(settings)
-    if bootstrap is None:
-        typer.echo("No Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`.", err=True)
-        raise typer.Exit(2)
+    bootstrap = require_bootstrap(settings)
     if settings.ensure_topics_on_start:
         catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
         ensure_topics(admin_client(bootstrap), catalog)
