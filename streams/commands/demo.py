@@ -336,7 +336,7 @@ def step_topics(console: Console, bootstrap: str, catalog: Catalog, results: Res
 def schema_samples(assessment: AvroModel, request: AvroModel, finished: Any) -> list[AvroModel]:
     """One event per registered top-level schema, from the demo's own data where it has one."""
     from schemas.clinical import AdversarialReview, Deliverable
-    from schemas.dbpm import Narrative
+    from schemas.dbpm import Narrative, Propagation
     from schemas.docs import GroundTruth, GroundTruthSource, Review, ReviewDecision
     from streams.bench.schemas import TS, samples
 
@@ -352,6 +352,19 @@ def schema_samples(assessment: AvroModel, request: AvroModel, finished: Any) -> 
     return [
         *samples(),
         Narrative(ts=TS, patient_id="p-000123", text="Admitted with dyspnea; started on furosemide."),
+        Propagation(
+            ts=TS,
+            task="ner",
+            signature="TREATMENT",
+            weight=0.5,
+            source="cross_task_re",
+            origin_task="re",
+            origin_signature="TREATMENT|TREATS|DIAGNOSIS",
+            patient_id="p-000123",
+            origin_partition=0,
+            origin_offset=42,
+            origin_index=0,
+        ),
         assessment,
         AdversarialReview(
             patient_id=pid,
