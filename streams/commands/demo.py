@@ -148,6 +148,9 @@ DEFAULT_PATIENTS = 1000
 DEFAULT_LOCKSTEP = 40
 """Patients of the default lockstep slice (module docstring, "The DBPM loop")."""
 
+VERIFIERS = 2
+"""Members of the demo's verifier group (module docstring, "Stream size")."""
+
 MODEL_NARRATIVES = 3
 """Narratives of the real-model step (:mod:`streams.demo_model`)."""
 
@@ -803,6 +806,8 @@ class LoopRun:
 
     lockstep_state: Any = None
     """The memory read from its changelog once the lockstep slice was applied (None: no slice)."""
+    lockstep_s: float = 0.0
+    """Seconds the lockstep slice took (first narrative produced to last candidate done)."""
     bulk_started: float | None = None
     """Wall clock (``time.time``) when the bulk phase's narratives were produced (None: no bulk phase)."""
     bulk_finished: float | None = None
@@ -840,7 +845,11 @@ def _pending(
                 pending.append((patient, cid))
             continue
         decisions = decisions if decisions is not None else _decisions(flows["dbpm"])
-        if decisions[cid] == "BLOCK" or cid in failed:
+        decision = decisions.get(cid)  # None: the tap is still taking the record in
+        if decision == "BLOCK" or cid in failed:
+            continue
+        if decision is None:
+            pending.append((patient, cid))
             continue
         if cid not in verified or tap.applied.get(verified[cid][0], -1) < verified[cid][1]:
             pending.append((patient, cid))
@@ -898,9 +907,11 @@ def feed_loop(
                 )
             time.sleep(0.002 if len(batch) == 1 else 0.2)
 
+    started = time.perf_counter()
     for narrative in narratives[: plan.lockstep]:
         send([narrative])
         wait_done([narrative], timeout_s)
+    run.lockstep_s = time.perf_counter() - started
     if plan.lockstep:
         as_of = narratives[plan.lockstep - 1].ts.timestamp()
         run.lockstep_state = read_state(bootstrap, memory_changelog(app_id), engine, as_of)
@@ -1047,11 +1058,11 @@ def step_streams(
                 {"CLINGATE_GENERATOR_GROUP_ID": groups["generator"], **llm_env}, bootstrap,
                 workdir / "generator.log", (),
             ),
-            ServiceProcess(
-                "verifier group (clingate verifier)", ["verifier", "--metrics-port", "0"],
+            *(ServiceProcess(
+                f"verifier group member {member} (clingate verifier)", ["verifier", "--metrics-port", "0"],
                 {"CLINGATE_VERIFIER_GROUP_ID": groups["verifier"], **llm_env}, bootstrap,
-                workdir / "verifier.log", (),
-            ),
+                workdir / f"verifier-{member}.log", (),
+            ) for member in range(1, VERIFIERS + 1)),
         ]  # fmt: skip
         for service in services:
             stack.enter_context(service)
@@ -1132,7 +1143,7 @@ def step_dbpm(
         patients=plan.dbpm_patients, narratives=len(loop.narratives), gates=len(decisions), same=same,
         per_task=per_task, population=population, selectivity=selectivity, snapshots=snapshots,
         differing=sum(differing.values()), lockstep=plan.lockstep, lockstep_gates=len(lockstep_ids),
-        same_state=run.lockstep_state == mark_state, verdicts=len(verdicts),
+        same_state=run.lockstep_state == mark_state, verdicts=len(verdicts), lockstep_s=run.lockstep_s,
         blocks=sum(n for (_, d), n in per_task.items() if d == "BLOCK"), let_through=let_through,
         failed_verifications=failed_verifications, failed_narratives=failed_narratives,
         bulk=_bulk_figures(plan, results, lockstep_ids, decisions, bulk_differing, state == expected_state),
@@ -1228,7 +1239,8 @@ def _print_dbpm(console: Console, dbpm: dict[str, Any]) -> None:
     )
     console.print(
         f"  lockstep slice ({dbpm['lockstep']} patients, {dbpm['lockstep_gates']:,} candidates, one patient "
-        f"at a time): decisions and memory vs the in-process engine: {verdict}"
+        f"at a time, {dbpm['lockstep_s']:.1f} s = {dbpm['lockstep_s'] / max(1, dbpm['lockstep']):.2f} s per "
+        f"patient): decisions and memory vs the in-process engine: {verdict}"
     )
     bulk = dbpm["bulk"]
     if bulk is None:
