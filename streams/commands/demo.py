@@ -25,9 +25,10 @@ Steps (each prints what it did):
    * documents: ``--documents`` classification requests (copies of the arbiter examples, trap cases
      included); dispositions consumed.
 
-4. **DBPM results**: decisions per task, verifier calls saved (BLOCKs), channel population with the
-   inert-blocklist check, QA lift with 95% CI per category, and the check that the worker's decisions
-   and final memory equal the in-process engine's on the loop's sequence.
+4. **DBPM results**: decisions per task, verifier calls saved (BLOCKs), LLM work dead-lettered,
+   channel population with the inert-blocklist check, QA lift with 95% CI per category, the check that
+   the lockstep slice's decisions and memory equal the in-process engine's, and the bulk phase's
+   throughput, latency and differences from the in-process engine (reported, not checked).
 5. **Clinical results**: traffic lights at the end of every simulated week, golden and RED patients
    with NTI severity and red sources, and the check that each patient's last assessment equals the
    pure stream processor's.
@@ -35,26 +36,44 @@ Steps (each prints what it did):
    rules-only).
 7. **Dead letters**: undecodable records sent to ``clingate.dbpm.candidates`` (the worker routes them)
    and ``clingate.fhir.updates`` (routed here with the same DLQ step); DLQ counts per topic.
-8. **Summary**, throughput and latency per stream (``streams.demo_tap``), and ``report.html``.
+8. **A real model** (:mod:`streams.demo_model`): with the ``smollm2`` extra installed and no
+   ``CLINGATE_LLM_URL``, ``--model-narratives`` narratives through the production client against
+   SmolLM2, validity and latency per call; otherwise one line saying why not.
+9. **Summary**, throughput and latency per stream (``streams.demo_tap``), and ``report.html``.
 
 The exit code is 1 when a check fails (the summary's "checks" row names it), 130 on Ctrl-C; every
 process the demo started is stopped in all cases (also on SIGTERM).
 
 Choices recorded here:
 
-* **The DBPM loop runs one patient at a time.** The next narrative is produced only once every
-  candidate of the previous one is decided, every candidate it let through has its verdict, and the
-  memory agents have applied those verdicts (the memory changelog's group boundaries, followed by the
-  tap). A gate then sees exactly the verdicts of the earlier patients, as the in-process engine does
-  on the sequence "each patient's candidates, then their verdicts", so the decisions and the memory
-  can be compared one for one. Without the wait the gate would race the memory and the comparison
-  would be meaningless. The cost is throughput: the loop's figures are per-patient round trips, not
-  the gate's capacity (``clingate bench dbpm-kafka`` measures that).
+* **The DBPM loop: a lockstep slice, then a bulk phase.** The first ``--lockstep`` patients run one
+  at a time: the next narrative is produced only once every candidate of the previous one is decided,
+  every candidate it let through has its verdict, and the memory agents have applied those verdicts
+  (the memory changelog's group boundaries, followed by the tap). A gate then sees exactly the
+  verdicts of the earlier patients, as the in-process engine does on the sequence "each patient's
+  candidates, then their verdicts", so the decisions and the memory (read from the changelog at the
+  end of the slice) are compared one for one: a check. The rest of the patients are then produced at
+  once (the bulk phase), as an upstream with a backlog would send them; the groups bound their own
+  work in flight (``CLINGATE_GENERATOR_MAX_IN_FLIGHT``, ``CLINGATE_VERIFIER_MAX_IN_FLIGHT``). Its
+  decisions are compared with the in-process engine on the same sequence and the differences are
+  reported, not failed: with many patients in flight a gate decides on the memory it has at that
+  moment, which may already hold verdicts of later patients or not yet those of earlier ones. Bulk
+  latency is from a narrative's production to the last output of its candidates, so it includes the
+  queue of the backlog; throughput is patients and candidates per second of the phase.
+* **Done, with failure.** A candidate whose verification was dead-lettered
+  (``clingate.dbpm.to-verify.dlq``: the verifier's LLM calls failed), or that never came because its
+  narrative was dead-lettered (``clingate.dbpm.narratives.dlq``: the generator published only the
+  candidates of the calls that succeeded), counts as done and is reported; the loop never waits out
+  its timeout for it. The verdict check allows for them (verdicts = let through - dead-lettered).
 * **Stream size.** The paper's proportions give about 49 candidates per patient through the loop (at
-  most one QA answer per question template); ``--patients`` defaults to 80 (about 3,900 candidates),
-  which fits a few minutes on a busy 2-core machine and populates every blocklist channel (from
-  about 40 patients on). A few thousand patients (``--patients 3000``) is the paper's scale and takes
-  proportionally longer: the loop runs one patient at a time, about 2 s each on that machine.
+  most one QA answer per question template). ``--patients`` defaults to 1,000 (about 49,000
+  candidates) with a lockstep slice of 40, so that the whole demo takes a few minutes on the 2-core
+  machine (measured in the README) and every blocklist channel is populated (from about 40 patients
+  on). The lockstep slice costs under 1 s per patient; the bulk phase runs at about 4 patients/s
+  there, bounded by the verifier group (one verdict call per candidate let through, four for an
+  ambiguous QA answer), which is why the demo starts two members of it (the group's partitions are
+  shared between them, as a deployment scales it). A few thousand patients (``--patients 3000``) is
+  the paper's scale and takes proportionally longer.
 * **Selectivity** (lift per QA category) pairs every gate decision with the candidate's planned
   verdict when the demo's responder plays the ground truth, so BLOCKed candidates are measured too;
   with a real model (``CLINGATE_LLM_URL``) only the verdicts the verifier published are paired.
@@ -70,7 +89,8 @@ Choices recorded here:
   every group of the run starts at the topics' current ends, the tap reads from the ends it found,
   and DLQ counts are the records added during this run.
 * **Verifier calls saved** are the BLOCK decisions: a blocked candidate never reaches the verifier
-  (checked: the verifier published exactly one verdict per candidate let through).
+  (checked: the verifier published exactly one verdict per candidate let through and not
+  dead-lettered).
 """
 
 from __future__ import annotations
@@ -150,9 +170,6 @@ DEFAULT_LOCKSTEP = 40
 
 VERIFIERS = 2
 """Members of the demo's verifier group (module docstring, "Stream size")."""
-
-MODEL_NARRATIVES = 3
-"""Narratives of the real-model step (:mod:`streams.demo_model`)."""
 
 _SNAPSHOTS = 40
 """Points of the memory-population and severity charts along the stream."""
@@ -1441,7 +1458,7 @@ def step_dead_letters_fhir(console: Console, bootstrap: str, serde: Serde) -> No
     console.print(f"  sent 1 undecodable record to {FHIR_UPDATES}; the DLQ step routed it")
 
 
-def step_model(console: Console, plan: Plan, results: Results) -> None:
+def step_model(console: Console, plan: Plan, narratives: int, results: Results) -> None:
     """Step 8: a few narratives through the production client against SmolLM2 (:mod:`streams.demo_model`),
     when the ``smollm2`` extra is installed and no LLM server is configured; one line otherwise."""
     import importlib.util
@@ -1449,13 +1466,16 @@ def step_model(console: Console, plan: Plan, results: Results) -> None:
     from streams.demo_model import probe
     from streams.llm.serving import ServerProcess, ServerProcessError
 
+    if narratives == 0:
+        console.print("  skipped (--model-narratives 0)")
+        return
     if plan.llm_url is not None:
         console.print(f"  skipped: the loop already ran on the configured model ({plan.llm_url})")
         return
     if importlib.util.find_spec("llama_cpp") is None:
         console.print("  skipped: the smollm2 extra is not installed (`make smollm2` installs it)")
         return
-    narratives = plan.loop.narratives[:MODEL_NARRATIVES]
+    sent = plan.loop.narratives[:narratives]
     try:
         with console.status("starting SmolLM2 (clingate llm serve --backend smollm2)"):
             server = ServerProcess.start("smollm2")
@@ -1464,9 +1484,9 @@ def step_model(console: Console, plan: Plan, results: Results) -> None:
         return
     with (
         server,
-        console.status(f"{len(narratives)} narratives through the production client, one call at a time"),
+        console.status(f"{len(sent)} narratives through the production client, one call at a time"),
     ):
-        results.model_calls = probe(server.base_url, server.model, narratives, plan.loop.candidates)
+        results.model_calls = probe(server.base_url, server.model, sent, plan.loop.candidates)
     table = Table("patient", "call", "outcome", "latency", "answer (not used)", title_justify="left",
                   title=f"real model: {server.model} behind the production client")  # fmt: skip
     for call in results.model_calls:
@@ -1756,8 +1776,9 @@ def _run_steps(
     results: Results,
     plan: Plan,
     rates: tuple[float, float],
+    model_narratives: int,
 ) -> None:
-    """Steps 1-7; everything started here (broker, workers, temporary directories) is stopped on exit."""
+    """Steps 1-8; everything started here (broker, workers, temporary directories) is stopped on exit."""
     with _terminate_as_exit(), ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="clingate-demo-")))
         try:
@@ -1789,7 +1810,7 @@ def _run_steps(
                 console.print(table)
                 console.print(f"  ({dlq_name(FHIR_UPDATES)} also holds the DeadLetter sample of step 2)")
             with _step(console, results, 8, "a real model (SmolLM2) through the production client"):
-                step_model(console, plan, results)
+                step_model(console, plan, model_narratives, results)
         except DemoError as error:
             console.print(f"[red]demo failed:[/] {error}")
             raise typer.Exit(1) from error
@@ -1821,6 +1842,9 @@ def demo(
     docs_rate: Annotated[
         float, typer.Option(min=0, help="Classifications produced per second (0: as fast as possible).")
     ] = 20.0,
+    model_narratives: Annotated[
+        int, typer.Option(min=0, help="Narratives of the real-model step (SmolLM2; 0: skip the step).")
+    ] = 3,
     report_path: Annotated[Path, typer.Option("--report", help="Where to write the HTML report.")] = Path(
         "report.html"
     ),
@@ -1834,7 +1858,7 @@ def demo(
     started = time.perf_counter()
     plan = build_plan(patients, lockstep, clinical_patients, documents, console)
     try:
-        _run_steps(console, settings, serde, catalog, results, plan, (fhir_rate, docs_rate))
+        _run_steps(console, settings, serde, catalog, results, plan, (fhir_rate, docs_rate), model_narratives)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted:[/] the workers and broker this demo started are stopped")
         raise typer.Exit(130) from None
