@@ -841,7 +841,7 @@ class DeadLettered:
     """Ids: patient ids of ``clingate.dbpm.narratives.dlq`` records."""
 
 
-def _pending(
+def loop_pending(
     ids: Sequence[tuple[str, str]], flows: dict[str, Flow], tap: Tap, dead: DeadLettered
 ) -> list[tuple[str, str]]:
     """The (patient id, candidate id) pairs of ``ids`` whose candidate is not yet done.
@@ -914,7 +914,7 @@ def feed_loop(
         ids = [(c.patient_id, c.candidate_id) for n in batch for c in emitted.get(n.patient_id, [])]
         deadline = time.monotonic() + limit_s
         while ids:
-            ids = _pending(ids, flows, tap, dead)
+            ids = loop_pending(ids, flows, tap, dead)
             if not ids:
                 break
             if time.monotonic() > deadline:

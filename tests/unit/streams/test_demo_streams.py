@@ -1,14 +1,17 @@
-"""Broker-free parts of the demo's streams: the FHIR timeline and the latency bookkeeping."""
+"""Broker-free parts of the demo's streams: the FHIR timeline, the latency bookkeeping, and when the
+DBPM loop counts a candidate as done."""
 
 from __future__ import annotations
 
 from collections import Counter
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streams.commands.demo import DeadLettered, loop_pending
 from streams.demo_data.timeline import START, WEEKS, fhir_timeline, week_of
 from streams.demo_tap import Flow
 
@@ -50,3 +53,33 @@ def test_flow_latency_pairs_outputs_with_their_inputs_and_ignores_unmatched_ones
 
 def test_flow_without_outputs_reports_zeros():
     assert Flow("x").stats()["rate"] == 0.0
+
+
+def _loop_flows() -> dict[str, Flow]:
+    """Three candidates of patient p1: c1 BLOCKed, c2 ALLOWed and verified at verdicts 0@5, c3 ALLOWed."""
+    flows = {name: Flow(name) for name in ("dbpm", "verifier")}
+    for cid, decision in (("c1", "BLOCK"), ("c2", "ALLOW"), ("c3", "ALLOW")):
+        flows["dbpm"].consumed[cid] = 1.0
+        flows["dbpm"].outputs.append(SimpleNamespace(candidate_id=cid, decision=decision))
+    flows["verifier"].positions["c2"] = (0, 5)
+    return flows
+
+
+def test_a_loop_candidate_is_done_once_blocked_or_its_verdict_is_applied_or_dead_lettered():
+    flows, dead = _loop_flows(), DeadLettered()
+    ids = [("p1", "c1"), ("p1", "c2"), ("p1", "c3"), ("p2", "c4")]
+    assert loop_pending(ids, flows, SimpleNamespace(applied={0: 4}), dead) == [
+        ("p1", "c2"),
+        ("p1", "c3"),
+        ("p2", "c4"),
+    ]
+    assert loop_pending(ids, flows, SimpleNamespace(applied={0: 5}), dead) == [("p1", "c3"), ("p2", "c4")]
+    dead.verifications.consumed["c3"] = 2.0  # its verification was dead-lettered: done, with failure
+    dead.narratives.consumed["p2"] = 2.0  # its narrative was dead-lettered: c4 never comes
+    assert loop_pending(ids, flows, SimpleNamespace(applied={0: 5}), dead) == []
+
+
+def test_a_candidate_the_tap_is_still_taking_in_is_pending():
+    flows = _loop_flows()
+    flows["dbpm"].consumed["c5"] = 1.0  # consumed, its decision not yet appended
+    assert loop_pending([("p1", "c5")], flows, SimpleNamespace(applied={}), DeadLettered()) == [("p1", "c5")]
