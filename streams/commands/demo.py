@@ -162,7 +162,7 @@ an inert one is a defect."""
 STREAMS_TIMEOUT_S = 900.0
 """Longest the three streams may take together (a stuck DBPM gate run fails sooner, after 60 s)."""
 
-DEFAULT_PATIENTS = 1000
+DEFAULT_PATIENTS = 600
 """DBPM patients of a default run (module docstring, "Stream size")."""
 
 DEFAULT_LOCKSTEP = 40
@@ -922,7 +922,7 @@ def feed_loop(
                     f"{len(ids)} candidates of {len(batch)} narratives (first: {ids[0][1]}) not decided and "
                     f"verified (or dead-lettered) within {limit_s:.0f} s"
                 )
-            time.sleep(0.002 if len(batch) == 1 else 0.2)
+            time.sleep(0.002 if len(batch) == 1 else 1.0)  # the bulk check walks every decision
 
     started = time.perf_counter()
     for narrative in narratives[: plan.lockstep]:
