@@ -66,14 +66,17 @@ Choices recorded here:
   candidates of the calls that succeeded), counts as done and is reported; the loop never waits out
   its timeout for it. The verdict check allows for them (verdicts = let through - dead-lettered).
 * **Stream size.** The paper's proportions give about 49 candidates per patient through the loop (at
-  most one QA answer per question template). ``--patients`` defaults to 1,000 (about 49,000
+  most one QA answer per question template). ``--patients`` defaults to 600 (about 29,000
   candidates) with a lockstep slice of 40, so that the whole demo takes a few minutes on the 2-core
-  machine (measured in the README) and every blocklist channel is populated (from about 40 patients
-  on). The lockstep slice costs under 1 s per patient; the bulk phase runs at about 4 patients/s
-  there, bounded by the verifier group (one verdict call per candidate let through, four for an
-  ambiguous QA answer), which is why the demo starts two members of it (the group's partitions are
-  shared between them, as a deployment scales it). A few thousand patients (``--patients 3000``) is
-  the paper's scale and takes proportionally longer.
+  machine when it is quiet, and every blocklist channel is populated (from about 40 patients on).
+  Measured (README): the lockstep slice costs under 1 s per patient; the bulk phase runs at 3-4
+  patients/s on the shared machine, bounded by the verifier group (one verdict call per candidate let
+  through, four for an ambiguous QA answer), which is why the demo starts two members of it (the
+  group's partitions are shared between them, as a deployment scales it). All processes together
+  spend about 0.4 CPU-seconds per bulk patient, so on two idle cores the bulk phase cannot beat about
+  5 patients/s: 1,000 patients took 7 min 19 s at load average 5-15, which is why the default is 600.
+  A few thousand patients (``--patients 3000``) is the paper's scale and takes proportionally longer
+  (about 0.3 s per patient).
 * **Selectivity** (lift per QA category) pairs every gate decision with the candidate's planned
   verdict when the demo's responder plays the ground truth, so BLOCKed candidates are measured too;
   with a real model (``CLINGATE_LLM_URL``) only the verdicts the verifier published are paired.
