@@ -26,7 +26,6 @@ Choices:
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -76,7 +75,6 @@ def probe(
     Returns:
         One entry per call, in the order made.
     """
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # an INFO line per request would break the table
     vocabulary = DrugVocabulary.full()
     question = next(iter(QA_TEMPLATES.values()))[0]
 

