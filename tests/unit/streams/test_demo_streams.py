@@ -83,3 +83,39 @@ def test_a_candidate_the_tap_is_still_taking_in_is_pending():
     flows = _loop_flows()
     flows["dbpm"].consumed["c5"] = 1.0  # consumed, its decision not yet appended
     assert loop_pending([("p1", "c5")], flows, SimpleNamespace(applied={}), DeadLettered()) == [("p1", "c5")]
+
+
+def test_the_tap_counts_dead_lettered_verifications_and_narratives_of_the_run_only():
+    from rich.console import Console
+
+    from schemas.common import DeadLetter, Stage
+    from schemas.dbpm import Decision, GateDecision
+    from schemas.serde import make_serde
+    from streams.commands.demo import _routes, build_plan
+    from topics.catalog import DBPM_NARRATIVES, DBPM_TO_VERIFY, dlq_name
+
+    serde = make_serde(None)
+    plan = build_plan(2, 1, 0, 1, Console(quiet=True))
+    flows = {name: Flow(name) for name in ("generator", "dbpm", "verifier", "clinical", "docs")}
+    dead = DeadLettered()
+    routes = {r.topic: r for r in _routes(plan, flows, dead, serde) if r.topic.endswith(".dlq")}
+    narrative = plan.loop.narratives[0]
+    candidate = plan.loop.candidates[narrative.patient_id][0]
+    decision = GateDecision(ts=candidate.ts, task=candidate.task, patient_id=candidate.patient_id,
+                            candidate_id=candidate.candidate_id, decision=Decision.ALLOW, rule="no_match",
+                            signature="S", confidence_multiplier=1.0, candidate=candidate)  # fmt: skip
+
+    def letter(topic: str, value: bytes) -> DeadLetter:
+        return DeadLetter(ts=candidate.ts, topic=topic, partition=0, offset=1, stage=Stage.PROCESS,
+                          error_type="LlmFailed:timeout", error="timeout", value=value)  # fmt: skip
+
+    to_verify, narratives = routes[dlq_name(DBPM_TO_VERIFY)], routes[dlq_name(DBPM_NARRATIVES)]
+    assert to_verify.flow is dead.verifications and narratives.flow is dead.narratives
+    encoded = serde.encode(decision, topic=DBPM_TO_VERIFY)
+    assert to_verify.ident(letter(DBPM_TO_VERIFY, encoded)) == candidate.candidate_id
+    assert narratives.ident(letter(DBPM_NARRATIVES, serde.encode(narrative, topic=DBPM_NARRATIVES))) == (
+        narrative.patient_id
+    )
+    other = narrative.model_copy(update={"patient_id": "p-other-run"})
+    assert narratives.ident(letter(DBPM_NARRATIVES, serde.encode(other, topic=DBPM_NARRATIVES))) is None
+    assert to_verify.ident(letter(DBPM_TO_VERIFY, b"not avro")) is None
