@@ -41,6 +41,10 @@ from streams.kafka_config import client_config
 from streams.kafka_replay import end_offset
 from streams.tablestore import BOUNDARY_KEY
 
+POLL_S = 0.02
+"""Longest wait of one ``consume``: it returns early only with a full batch, so this bounds how late the
+demo sees an output, which the DBPM lockstep slice waits for once per patient (was 0.1 s)."""
+
 
 @dataclass
 class Flow:
@@ -119,7 +123,7 @@ class Tap(threading.Thread):
         """Poll until stopped; a failure is kept in :attr:`error` for the main thread."""
         try:
             while not self._stopping.is_set():
-                for message in self._consumer.consume(num_messages=1000, timeout=0.1):
+                for message in self._consumer.consume(num_messages=1000, timeout=POLL_S):
                     if message.error() is None:
                         self._take(message)
         except BaseException as error:  # reported by the main thread

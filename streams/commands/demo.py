@@ -25,9 +25,10 @@ Steps (each prints what it did):
    * documents: ``--documents`` classification requests (copies of the arbiter examples, trap cases
      included); dispositions consumed.
 
-4. **DBPM results**: decisions per task, verifier calls saved (BLOCKs), channel population with the
-   inert-blocklist check, QA lift with 95% CI per category, and the check that the worker's decisions
-   and final memory equal the in-process engine's on the loop's sequence.
+4. **DBPM results**: decisions per task, verifier calls saved (BLOCKs), LLM work dead-lettered,
+   channel population with the inert-blocklist check, QA lift with 95% CI per category, the check that
+   the lockstep slice's decisions and memory equal the in-process engine's, and the bulk phase's
+   throughput, latency and differences from the in-process engine (reported, not checked).
 5. **Clinical results**: traffic lights at the end of every simulated week, golden and RED patients
    with NTI severity and red sources, and the check that each patient's last assessment equals the
    pure stream processor's.
@@ -35,26 +36,47 @@ Steps (each prints what it did):
    rules-only).
 7. **Dead letters**: undecodable records sent to ``clingate.dbpm.candidates`` (the worker routes them)
    and ``clingate.fhir.updates`` (routed here with the same DLQ step); DLQ counts per topic.
-8. **Summary**, throughput and latency per stream (``streams.demo_tap``), and ``report.html``.
+8. **A real model** (:mod:`streams.demo_model`): with the ``smollm2`` extra installed and no
+   ``CLINGATE_LLM_URL``, ``--model-narratives`` narratives through the production client against
+   SmolLM2, validity and latency per call; otherwise one line saying why not.
+9. **Summary**, throughput and latency per stream (``streams.demo_tap``), and ``report.html``.
 
 The exit code is 1 when a check fails (the summary's "checks" row names it), 130 on Ctrl-C; every
 process the demo started is stopped in all cases (also on SIGTERM).
 
 Choices recorded here:
 
-* **The DBPM loop runs one patient at a time.** The next narrative is produced only once every
-  candidate of the previous one is decided, every candidate it let through has its verdict, and the
-  memory agents have applied those verdicts (the memory changelog's group boundaries, followed by the
-  tap). A gate then sees exactly the verdicts of the earlier patients, as the in-process engine does
-  on the sequence "each patient's candidates, then their verdicts", so the decisions and the memory
-  can be compared one for one. Without the wait the gate would race the memory and the comparison
-  would be meaningless. The cost is throughput: the loop's figures are per-patient round trips, not
-  the gate's capacity (``clingate bench dbpm-kafka`` measures that).
+* **The DBPM loop: a lockstep slice, then a bulk phase.** The first ``--lockstep`` patients run one
+  at a time: the next narrative is produced only once every candidate of the previous one is decided,
+  every candidate it let through has its verdict, and the memory agents have applied those verdicts
+  (the memory changelog's group boundaries, followed by the tap). A gate then sees exactly the
+  verdicts of the earlier patients, as the in-process engine does on the sequence "each patient's
+  candidates, then their verdicts", so the decisions and the memory (read from the changelog at the
+  end of the slice) are compared one for one: a check. The rest of the patients are then produced at
+  once (the bulk phase), as an upstream with a backlog would send them; the groups bound their own
+  work in flight (``CLINGATE_GENERATOR_MAX_IN_FLIGHT``, ``CLINGATE_VERIFIER_MAX_IN_FLIGHT``). Its
+  decisions are compared with the in-process engine on the same sequence and the differences are
+  reported, not failed: with many patients in flight a gate decides on the memory it has at that
+  moment, which may already hold verdicts of later patients or not yet those of earlier ones. Bulk
+  latency is from a narrative's production to the last output of its candidates, so it includes the
+  queue of the backlog; throughput is patients and candidates per second of the phase.
+* **Done, with failure.** A candidate whose verification was dead-lettered
+  (``clingate.dbpm.to-verify.dlq``: the verifier's LLM calls failed), or that never came because its
+  narrative was dead-lettered (``clingate.dbpm.narratives.dlq``: the generator published only the
+  candidates of the calls that succeeded), counts as done and is reported; the loop never waits out
+  its timeout for it. The verdict check allows for them (verdicts = let through - dead-lettered).
 * **Stream size.** The paper's proportions give about 49 candidates per patient through the loop (at
-  most one QA answer per question template); ``--patients`` defaults to 80 (about 3,900 candidates),
-  which fits a few minutes on a busy 2-core machine and populates every blocklist channel (from
-  about 40 patients on). A few thousand patients (``--patients 3000``) is the paper's scale and takes
-  proportionally longer: the loop runs one patient at a time, about 2 s each on that machine.
+  most one QA answer per question template). ``--patients`` defaults to 600 (about 29,000
+  candidates) with a lockstep slice of 40, so that the whole demo takes a few minutes on the 2-core
+  machine when it is quiet, and every blocklist channel is populated (from about 40 patients on).
+  Measured (README): the lockstep slice costs under 1 s per patient; the bulk phase runs at 3-4
+  patients/s on the shared machine, bounded by the verifier group (one verdict call per candidate let
+  through, four for an ambiguous QA answer), which is why the demo starts two members of it (the
+  group's partitions are shared between them, as a deployment scales it). All processes together
+  spend about 0.4 CPU-seconds per bulk patient, so on two idle cores the bulk phase cannot beat about
+  5 patients/s: 1,000 patients took 7 min 19 s at load average 5-15, which is why the default is 600.
+  A few thousand patients (``--patients 3000``) is the paper's scale and takes proportionally longer
+  (about 0.3 s per patient).
 * **Selectivity** (lift per QA category) pairs every gate decision with the candidate's planned
   verdict when the demo's responder plays the ground truth, so BLOCKed candidates are measured too;
   with a real model (``CLINGATE_LLM_URL``) only the verdicts the verifier published are paired.
@@ -70,12 +92,14 @@ Choices recorded here:
   every group of the run starts at the topics' current ends, the tap reads from the ends it found,
   and DLQ counts are the records added during this run.
 * **Verifier calls saved** are the BLOCK decisions: a blocked candidate never reaches the verifier
-  (checked: the verifier published exactly one verdict per candidate let through).
+  (checked: the verifier published exactly one verdict per candidate let through and not
+  dead-lettered).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -141,6 +165,15 @@ an inert one is a defect."""
 
 STREAMS_TIMEOUT_S = 900.0
 """Longest the three streams may take together (a stuck DBPM gate run fails sooner, after 60 s)."""
+
+DEFAULT_PATIENTS = 600
+"""DBPM patients of a default run (module docstring, "Stream size")."""
+
+DEFAULT_LOCKSTEP = 40
+"""Patients of the default lockstep slice (module docstring, "The DBPM loop")."""
+
+VERIFIERS = 2
+"""Members of the demo's verifier group (module docstring, "Stream size")."""
 
 _SNAPSHOTS = 40
 """Points of the memory-population and severity charts along the stream."""
@@ -301,6 +334,10 @@ class Results:
     lights_by_week: list[tuple[int, Counter[str], int]] = field(default_factory=list)
     red_patients: list[dict[str, Any]] = field(default_factory=list)
     clinical_same: bool = False
+    loop: LoopRun | None = None
+    dead: DeadLettered | None = None
+    model_calls: list[Any] = field(default_factory=list)
+    """The real-model step's calls (:class:`streams.demo_model.ProbeCall`)."""
     failed: list[str] = field(default_factory=list)
     """Checks that failed (the command then exits non-zero)."""
 
@@ -323,7 +360,7 @@ def step_topics(console: Console, bootstrap: str, catalog: Catalog, results: Res
 def schema_samples(assessment: AvroModel, request: AvroModel, finished: Any) -> list[AvroModel]:
     """One event per registered top-level schema, from the demo's own data where it has one."""
     from schemas.clinical import AdversarialReview, Deliverable
-    from schemas.dbpm import Narrative
+    from schemas.dbpm import Narrative, Propagation
     from schemas.docs import GroundTruth, GroundTruthSource, Review, ReviewDecision
     from streams.bench.schemas import TS, samples
 
@@ -339,6 +376,19 @@ def schema_samples(assessment: AvroModel, request: AvroModel, finished: Any) -> 
     return [
         *samples(),
         Narrative(ts=TS, patient_id="p-000123", text="Admitted with dyspnea; started on furosemide."),
+        Propagation(
+            ts=TS,
+            task="ner",
+            signature="TREATMENT",
+            weight=0.5,
+            source="cross_task_re",
+            origin_task="re",
+            origin_signature="TREATMENT|TREATS|DIAGNOSIS",
+            patient_id="p-000123",
+            origin_partition=0,
+            origin_offset=42,
+            origin_index=0,
+        ),
         assessment,
         AdversarialReview(
             patient_id=pid,
@@ -447,13 +497,15 @@ def demo_stream(patients: int, seed: int = 0) -> list[dict[str, Any]]:
     return stream
 
 
-def _in_process(engine: Any, events: list[Any]) -> tuple[dict[str, str], Any, list[Any]]:
-    """Decisions (by candidate id) and final state of the in-process engine, snapshots along the way."""
+def _in_process(engine: Any, events: list[Any], mark: int) -> tuple[dict[str, str], Any, list[Any], Any]:
+    """Decisions (by candidate id) and final state of the in-process engine, snapshots along the way,
+    and the state after the first ``mark`` events (as of the last of them)."""
     from state.memory import MemoryStore
 
     store = MemoryStore()
     decisions: dict[str, str] = {}
     snapshots: list[Any] = []
+    marked = engine.snapshot(store.transaction()) if mark == 0 else None
     every = max(1, len(events) // _SNAPSHOTS)
     for index, event in enumerate(events, start=1):
         with store.transaction() as txn:
@@ -461,7 +513,9 @@ def _in_process(engine: Any, events: list[Any]) -> tuple[dict[str, str], Any, li
         decisions.update((d.candidate_id, d.decision) for d in out)
         if index % every == 0 or index == len(events):
             snapshots.append((event.time, engine.snapshot(store.transaction())))
-    return decisions, engine.snapshot(store.transaction()), snapshots
+        if index == mark:
+            marked = engine.snapshot(store.transaction())
+    return decisions, engine.snapshot(store.transaction()), snapshots, marked
 
 
 def loop_reference(loop: LoopPlan, emitted: dict[str, list[Any]], verdicts: dict[str, Any]) -> list[Any]:
@@ -513,6 +567,8 @@ class Plan:
     """The inputs of one run, built before anything is produced, with the in-process expectations."""
 
     dbpm_patients: int
+    lockstep: int
+    """Patients of the lockstep slice (the first ones); the rest run in the bulk phase."""
     loop: LoopPlan
     llm_url: str | None
     """The LLM server the user configured for the loop (None: the demo runs its own test server)."""
@@ -598,7 +654,9 @@ def docs_inputs(copies: int) -> list[tuple[str, Any, Any]]:
     return documents
 
 
-def build_plan(patients: int, clinical_patients: int, documents: int, console: Console) -> Plan:
+def build_plan(
+    patients: int, lockstep: int, clinical_patients: int, documents: int, console: Console
+) -> Plan:
     """Every input of the run and the in-process expectations the streams are checked against."""
     from streams.docs_arbiter import LLM_ROLE
     from streams.llm.config import resolve_role
@@ -610,7 +668,8 @@ def build_plan(patients: int, clinical_patients: int, documents: int, console: C
         expected, outputs = clinical_reference(fhir, golden)
         docs = docs_inputs(max(1, -(-documents // len(DOCS_EXAMPLES))))
     return Plan(
-        dbpm_patients=patients, loop=loop, llm_url=settings.generator_url or settings.llm_url,
+        dbpm_patients=patients, lockstep=min(lockstep, len(loop.narratives)), loop=loop,
+        llm_url=settings.generator_url or settings.llm_url,
         fhir=fhir, golden=golden, clinical_expected=expected, clinical_outputs=outputs, documents=docs,
         docs_rules_only=resolve_role(settings, LLM_ROLE).endpoint is None,
     )  # fmt: skip
@@ -667,8 +726,9 @@ def _clinical_id(value: Any) -> str:
     return f"{value.patient_id}|{_utc_iso(when)}"
 
 
-def _routes(plan: Plan, flows: dict[str, Flow]) -> list[Route]:
+def _routes(plan: Plan, flows: dict[str, Flow], dead: DeadLettered, serde: Serde) -> list[Route]:
     from schemas.clinical import ClinicalAssessment
+    from schemas.common import DeadLetter
     from schemas.dbpm import Candidate, GateDecision, Narrative, Verdict
     from schemas.docs import ClassificationRequest, Disposition
     from schemas.fhir import FhirUpdate
@@ -694,6 +754,20 @@ def _routes(plan: Plan, flows: dict[str, Flow]) -> list[Route]:
         return value.doc_id
 
     in_run = among(candidates, candidate, candidate) if planned else among(narrated, candidate, patient)
+
+    def failed_verification(letter: Any) -> str | None:
+        try:
+            return in_run(serde.decode(letter.value, GateDecision, topic=DBPM_TO_VERIFY).candidate)
+        except Exception:  # a to-verify record that never decoded: not one of this run's
+            return None
+
+    def failed_narrative(letter: Any) -> str | None:
+        try:
+            narrative = serde.decode(letter.value, Narrative, topic=DBPM_NARRATIVES)
+        except Exception:  # a narrative that never decoded: not one of this run's
+            return None
+        return narrative.patient_id if narrative.patient_id in narrated else None
+
     return [
         Route(DBPM_NARRATIVES, Narrative, flows["generator"], True, among(narrated, patient, patient)),
         Route(DBPM_CANDIDATES, Candidate, flows["generator"], False, among(narrated, patient, patient)),
@@ -707,6 +781,8 @@ def _routes(plan: Plan, flows: dict[str, Flow]) -> list[Route]:
         Route(DOCS_CLASSIFICATIONS, ClassificationRequest, flows["docs"], True,
               among(doc_ids, document, document)),
         Route(DOCS_DISPOSITIONS, Disposition, flows["docs"], False, among(doc_ids, document, document)),
+        Route(dlq_name(DBPM_TO_VERIFY), DeadLetter, dead.verifications, False, failed_verification),
+        Route(dlq_name(DBPM_NARRATIVES), DeadLetter, dead.narratives, False, failed_narrative),
     ]  # fmt: skip
 
 
@@ -745,48 +821,128 @@ def _decisions(flow: Flow) -> dict[str, str]:
     return {d.candidate_id: str(d.decision) for d in flow.outputs}
 
 
+@dataclass
+class LoopRun:
+    """What the DBPM feeder observed: the lockstep slice's memory, the bulk phase's timing, failures."""
+
+    lockstep_state: Any = None
+    """The memory read from its changelog once the lockstep slice was applied (None: no slice)."""
+    lockstep_s: float = 0.0
+    """Seconds the lockstep slice took (first narrative produced to last candidate done)."""
+    bulk_started: float | None = None
+    """Wall clock (``time.time``) when the bulk phase's narratives were produced (None: no bulk phase)."""
+    bulk_finished: float | None = None
+    """Wall clock when every bulk candidate was done (decided and verified, or dead-lettered)."""
+
+
+@dataclass
+class DeadLettered:
+    """The loop's dead letters as the tap sees them: verifications and narratives whose LLM work failed."""
+
+    verifications: Flow = field(default_factory=lambda: Flow("to-verify dead letters"))
+    """Ids: candidate ids of ``clingate.dbpm.to-verify.dlq`` records."""
+    narratives: Flow = field(default_factory=lambda: Flow("narrative dead letters"))
+    """Ids: patient ids of ``clingate.dbpm.narratives.dlq`` records."""
+
+
+def loop_pending(
+    ids: Sequence[tuple[str, str]], flows: dict[str, Flow], tap: Tap, dead: DeadLettered
+) -> list[tuple[str, str]]:
+    """The (patient id, candidate id) pairs of ``ids`` whose candidate is not yet done.
+
+    A candidate is done when it was decided and either BLOCKed, or its verdict was published and
+    applied by the memory agents, or its verification was dead-lettered (a failure, counted); a
+    candidate of a dead-lettered narrative that never came is done too (the generator published only
+    the candidates of the calls that succeeded).
+    """
+    decided = flows["dbpm"].consumed
+    failed_patients = dead.narratives.consumed
+    decisions: dict[str, str] | None = None
+    verified, failed = flows["verifier"].positions, dead.verifications.consumed
+    pending = []
+    for patient, cid in ids:
+        if cid not in decided:
+            if patient not in failed_patients:
+                pending.append((patient, cid))
+            continue
+        decisions = decisions if decisions is not None else _decisions(flows["dbpm"])
+        decision = decisions.get(cid)  # None: the tap is still taking the record in
+        if decision == "BLOCK" or cid in failed:
+            continue
+        if decision is None:
+            pending.append((patient, cid))
+            continue
+        if cid not in verified or tap.applied.get(verified[cid][0], -1) < verified[cid][1]:
+            pending.append((patient, cid))
+    return pending
+
+
 def feed_loop(
     bootstrap: str,
     serde: Serde,
     plan: Plan,
     flows: dict[str, Flow],
     tap: Tap,
-    generator_group: str,
+    dead: DeadLettered,
+    engine: Any,
+    groups: tuple[str, str],
     timeout_s: float = 120.0,
-) -> None:
-    """Produce the narratives one patient at a time: the next one only once every candidate of the
-    previous one is decided and every candidate it let through has its verdict, applied by the memory
-    agents (module docstring, "The DBPM loop")."""
-    from streams.dbpm import producer_config
-    from streams.kafka_replay import wait_until_consumed
+) -> LoopRun:
+    """Produce the lockstep slice one patient at a time (the next narrative only once every candidate of
+    the previous one is done: module docstring, "The DBPM loop"), read the memory, then produce the
+    rest at once and wait until every candidate is done.
 
-    producer = Producer(producer_config(bootstrap, **{"linger.ms": 1}))
-    for narrative in plan.loop.narratives:
-        value = serde.encode(narrative, topic=DBPM_NARRATIVES)
-        producer.produce(DBPM_NARRATIVES, key=narrative.patient_id.encode(), value=value)
+    Args:
+        engine: an engine configured as the worker's (for reading the memory).
+        groups: the worker's app id and the generator's group id.
+    """
+    from streams.dbpm import memory_changelog, producer_config
+    from streams.kafka_replay import read_state, wait_until_consumed
+
+    app_id, generator_group = groups
+    run = LoopRun()
+    producer = Producer(producer_config(bootstrap, **{"linger.ms": 0}))
+    narratives = plan.loop.narratives
+
+    def send(batch: Sequence[Any]) -> None:
+        for narrative in batch:
+            value = serde.encode(narrative, topic=DBPM_NARRATIVES)
+            producer.produce(DBPM_NARRATIVES, key=narrative.patient_id.encode(), value=value)
         if producer.flush(30):
-            raise DemoError(f"narrative not delivered to {DBPM_NARRATIVES}")
+            raise DemoError(f"narratives not delivered to {DBPM_NARRATIVES}")
+
+    def wait_done(batch: Sequence[Any], limit_s: float) -> None:
         if plan.llm_url is not None:  # the model's candidates: known once the generator committed
-            wait_until_consumed(bootstrap, generator_group, DBPM_NARRATIVES, timeout_s)
-        emitted = emitted_candidates(plan, flows).get(narrative.patient_id, [])
-        ids = [c.candidate_id for c in emitted]
-        deadline = time.monotonic() + timeout_s
-        while True:
-            decided = flows["dbpm"].consumed
-            if all(i in decided for i in ids):
-                decisions = _decisions(flows["dbpm"])
-                verified = flows["verifier"].positions
-                through = [i for i in ids if decisions[i] != "BLOCK"]
-                if all(i in verified for i in through) and all(
-                    tap.applied.get(verified[i][0], -1) >= verified[i][1] for i in through
-                ):
-                    break
+            wait_until_consumed(bootstrap, generator_group, DBPM_NARRATIVES, limit_s)
+        emitted = emitted_candidates(plan, flows)
+        ids = [(c.patient_id, c.candidate_id) for n in batch for c in emitted.get(n.patient_id, [])]
+        deadline = time.monotonic() + limit_s
+        while ids:
+            ids = loop_pending(ids, flows, tap, dead)
+            if not ids:
+                break
             if time.monotonic() > deadline:
                 raise DemoError(
-                    f"narrative of {narrative.patient_id}: not every candidate decided and verified within "
-                    f"{timeout_s:.0f} s"
+                    f"{len(ids)} candidates of {len(batch)} narratives (first: {ids[0][1]}) not decided and "
+                    f"verified (or dead-lettered) within {limit_s:.0f} s"
                 )
-            time.sleep(0.005)
+            time.sleep(0.002 if len(batch) == 1 else 1.0)  # the bulk check walks every decision
+
+    started = time.perf_counter()
+    for narrative in narratives[: plan.lockstep]:
+        send([narrative])
+        wait_done([narrative], timeout_s)
+    run.lockstep_s = time.perf_counter() - started
+    if plan.lockstep:
+        as_of = narratives[plan.lockstep - 1].ts.timestamp()
+        run.lockstep_state = read_state(bootstrap, memory_changelog(app_id), engine, as_of)
+    bulk = narratives[plan.lockstep :]
+    if bulk:
+        run.bulk_started = time.time()
+        send(bulk)
+        wait_done(bulk, STREAMS_TIMEOUT_S)
+        run.bulk_finished = time.time()
+    return run
 
 
 def _stream_progress(
@@ -892,6 +1048,7 @@ def step_streams(
     flows["generator"].expected = flows["dbpm"].expected = plan.gates
     flows["clinical"].expected, flows["docs"].expected = plan.clinical_outputs, len(plan.documents)
     results.flows = flows
+    results.dead = dead = DeadLettered()
     server, llm_url = _llm_server(plan, workdir, bootstrap)
     with ExitStack() as stack:
         if server is not None:
@@ -922,23 +1079,28 @@ def step_streams(
                 {"CLINGATE_GENERATOR_GROUP_ID": groups["generator"], **llm_env}, bootstrap,
                 workdir / "generator.log", (),
             ),
-            ServiceProcess(
-                "verifier group (clingate verifier)", ["verifier", "--metrics-port", "0"],
+            *(ServiceProcess(
+                f"verifier group member {member} (clingate verifier)", ["verifier", "--metrics-port", "0"],
                 {"CLINGATE_VERIFIER_GROUP_ID": groups["verifier"], **llm_env}, bootstrap,
-                workdir / "verifier.log", (),
-            ),
+                workdir / f"verifier-{member}.log", (),
+            ) for member in range(1, VERIFIERS + 1)),
         ]  # fmt: skip
         for service in services:
             stack.enter_context(service)
         with console.status("starting the workers and groups (worker, docs worker, generator, verifier)"):
             for service in services:
                 service.wait_ready()
-        tap = Tap(bootstrap, serde, _routes(plan, flows), changelog=memory_changelog(app_id))
+        tap = Tap(bootstrap, serde, _routes(plan, flows, dead, serde), changelog=memory_changelog(app_id))
         tap.start()
         stack.callback(tap.stop)
         console.print(f"  workers ready (app id {app_id}; groups {', '.join(groups.values())})")
         feeders = [
-            _Feeder("dbpm", lambda: feed_loop(bootstrap, serde, plan, flows, tap, groups["generator"])),
+            _Feeder(
+                "dbpm",
+                lambda: feed_loop(
+                    bootstrap, serde, plan, flows, tap, dead, engine, (app_id, groups["generator"])
+                ),
+            ),
             _Feeder("clinical", lambda: feed_clinical(bootstrap, serde, plan, rates[0])),
             _Feeder("docs", lambda: feed_docs(bootstrap, serde, plan, rates[1])),
         ]
@@ -951,6 +1113,7 @@ def step_streams(
             tails = "\n".join(f"--- {s.name}, last lines:\n{s.tail(6)}" for s in services)
             raise DemoError(f"{error}\n{tails}") from error
         results.timings["streams (all at once)"] = time.perf_counter() - started
+        results.loop = feeders[0].result
         with console.status("waiting for the memory agents to commit every verdict"):
             wait_until_consumed(bootstrap, app_id, DBPM_VERDICTS, 60.0)
         step_dead_letters_worker(console, bootstrap, results)
@@ -960,38 +1123,111 @@ def step_streams(
 def step_dbpm(
     console: Console, bootstrap: str, plan: Plan, engine: Any, app_id: str, results: Results
 ) -> None:
-    """Step 4: the loop's results: decisions, memory, selectivity, vs the in-process engine."""
+    """Step 4: the loop's results: decisions, memory, selectivity, the lockstep slice vs the in-process
+    engine (a check), the bulk phase vs the in-process engine (reported), the bulk phase's figures."""
     from processors.dbpm.measurement import channel_population
     from streams.dbpm import memory_changelog
     from streams.kafka_replay import read_state
 
-    loop = plan.loop
+    loop, run, dead = plan.loop, results.loop or LoopRun(), results.dead or DeadLettered()
     decisions = _decisions(results.flows["dbpm"])
-    emitted = emitted_candidates(plan, results.flows)
+    emitted = {
+        patient: [c for c in found if c.candidate_id in decisions]
+        for patient, found in emitted_candidates(plan, results.flows).items()
+    }
     verdicts = {v.candidate_id: v for v in results.flows["verifier"].outputs}
     last_ts = loop.narratives[-1].ts.timestamp() if loop.narratives else None
     state = read_state(bootstrap, memory_changelog(app_id), engine, last_ts)
+    lockstep_patients = [n.patient_id for n in loop.narratives[: plan.lockstep]]
+    lockstep_ids = {c.candidate_id for p in lockstep_patients for c in emitted.get(p, [])}
+    reference = loop_reference(loop, emitted, verdicts)
+    mark = len(loop_reference(LoopPlan(narratives=loop.narratives[: plan.lockstep]), emitted, verdicts))
     with console.status("in-process reference run"):
-        expected, expected_state, snapshots = _in_process(engine, loop_reference(loop, emitted, verdicts))
-    differing = sum(1 for cid, d in decisions.items() if expected.get(cid) != d)
-    same = differing == 0 and len(expected) == len(decisions) and state == expected_state
+        expected, expected_state, snapshots, mark_state = _in_process(engine, reference, mark)
+    differing = Counter(
+        (expected.get(cid), d)
+        for cid, d in decisions.items()
+        if cid in lockstep_ids and expected.get(cid) != d
+    )
+    bulk_differing = Counter(
+        (expected.get(cid), d)
+        for cid, d in decisions.items()
+        if cid not in lockstep_ids and expected.get(cid) != d
+    )
+    same = not differing and (run.lockstep_state == mark_state if plan.lockstep else True)
     selectivity, fail_events = _measure(loop, emitted, decisions, verdicts, truth=plan.llm_url is None)
     population = channel_population(state, engine.config, fail_events)
     per_task = Counter((c.task, decisions[c.candidate_id]) for found in emitted.values() for c in found)
     let_through = sum(1 for d in decisions.values() if d != "BLOCK")
+    failed_verifications, failed_narratives = len(dead.verifications.consumed), len(dead.narratives.consumed)
     results.dbpm.update(
         patients=plan.dbpm_patients, narratives=len(loop.narratives), gates=len(decisions), same=same,
         per_task=per_task, population=population, selectivity=selectivity, snapshots=snapshots,
-        differing=differing, same_state=state == expected_state, verdicts=len(verdicts),
+        differing=sum(differing.values()), lockstep=plan.lockstep, lockstep_gates=len(lockstep_ids),
+        same_state=run.lockstep_state == mark_state, verdicts=len(verdicts), lockstep_s=run.lockstep_s,
         blocks=sum(n for (_, d), n in per_task.items() if d == "BLOCK"), let_through=let_through,
+        failed_verifications=failed_verifications, failed_narratives=failed_narratives,
+        bulk=_bulk_figures(plan, results, lockstep_ids, decisions, bulk_differing, state == expected_state),
     )  # fmt: skip
     _print_dbpm(console, results.dbpm)
     if not same:
-        results.failed.append("DBPM decisions or memory differ from the in-process engine")
-    if len(verdicts) != let_through:
-        results.failed.append(f"{let_through} candidates let through but {len(verdicts)} verdicts")
+        results.failed.append("DBPM lockstep decisions or memory differ from the in-process engine")
+    if len(verdicts) != let_through - failed_verifications:
+        results.failed.append(
+            f"{let_through} candidates let through, {failed_verifications} verifications dead-lettered, "
+            f"but {len(verdicts)} verdicts"
+        )
     if population.inert_channels() and plan.dbpm_patients >= INERT_CHECK_MIN_PATIENTS:
         results.failed.append(f"inert blocklist channels: {', '.join(population.inert_channels())}")
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else 0.0
+
+
+def _bulk_figures(
+    plan: Plan,
+    results: Results,
+    lockstep_ids: set[str],
+    decisions: dict[str, str],
+    differing: Counter[tuple[str | None, str]],
+    same_state: bool,
+) -> dict[str, Any] | None:
+    """The bulk phase: patients, candidates, BLOCKs, throughput, latency, and the in-process differences.
+
+    Latency per patient runs from its narrative's production to the last of its candidates' outputs
+    consumed (decision, or verdict when let through); per candidate, from its production to its
+    decision consumed.
+    """
+    run = results.loop
+    if run is None or run.bulk_started is None or run.bulk_finished is None:
+        return None
+    flows = results.flows
+    bulk = [n.patient_id for n in plan.loop.narratives[plan.lockstep :]]
+    ids = [cid for cid in decisions if cid not in lockstep_ids]
+    outputs = {**flows["dbpm"].consumed}
+    outputs.update(flows["verifier"].consumed)
+    emitted = emitted_candidates(plan, flows)
+    per_patient = []
+    for patient in bulk:
+        done = [outputs[c.candidate_id] for c in emitted.get(patient, []) if c.candidate_id in outputs]
+        if done and patient in flows["generator"].produced:
+            per_patient.append(max(done) - flows["generator"].produced[patient])
+    per_candidate = [
+        flows["dbpm"].consumed[c] - flows["dbpm"].produced[c]
+        for c in ids if c in flows["dbpm"].produced
+    ]  # fmt: skip
+    span = run.bulk_finished - run.bulk_started
+    return {
+        "patients": len(bulk), "candidates": len(ids), "span": span,
+        "blocks": sum(1 for c in ids if decisions[c] == "BLOCK"),
+        "patients_per_s": len(bulk) / span if span > 0 else 0.0,
+        "candidates_per_s": len(ids) / span if span > 0 else 0.0,
+        "patient_p50": _percentile(per_patient, 0.5), "patient_p99": _percentile(per_patient, 0.99),
+        "candidate_p50": _percentile(per_candidate, 0.5), "candidate_p99": _percentile(per_candidate, 0.99),
+        "differing": differing, "same_state": same_state,
+    }  # fmt: skip
 
 
 def _print_dbpm(console: Console, dbpm: dict[str, Any]) -> None:
@@ -1002,6 +1238,10 @@ def _print_dbpm(console: Console, dbpm: dict[str, Any]) -> None:
     console.print(
         f"  verifier calls saved (BLOCKs): {dbpm['blocks']:,} of {dbpm['gates']:,} candidates; "
         f"{dbpm['let_through']:,} let through, {dbpm['verdicts']:,} verdicts published by the verifier group"
+    )
+    console.print(
+        f"  dead-lettered (LLM failures, done with failure): {dbpm['failed_verifications']} verifications, "
+        f"{dbpm['failed_narratives']} narratives"
     )
     console.print(dbpm["population"].render())
     lifts = Table("QA category", "pairs", "lift [95% CI]", title="QA lift per category", title_justify="left")
@@ -1014,11 +1254,35 @@ def _print_dbpm(console: Console, dbpm: dict[str, Any]) -> None:
         "[green]equal[/]"
         if dbpm["same"]
         else (
-            f"[red]DIFFERENT[/] ({dbpm['differing']} of {dbpm['gates']} decisions differ; "
-            f"final memory {'equal' if dbpm['same_state'] else 'differs'})"
+            f"[red]DIFFERENT[/] ({dbpm['differing']} of {dbpm['lockstep_gates']} decisions differ; "
+            f"memory {'equal' if dbpm['same_state'] else 'differs'})"
         )
     )
-    console.print(f"  decisions and final memory vs the in-process engine: {verdict}")
+    console.print(
+        f"  lockstep slice ({dbpm['lockstep']} patients, {dbpm['lockstep_gates']:,} candidates, one patient "
+        f"at a time, {dbpm['lockstep_s']:.1f} s = {dbpm['lockstep_s'] / max(1, dbpm['lockstep']):.2f} s per "
+        f"patient): decisions and memory vs the in-process engine: {verdict}"
+    )
+    bulk = dbpm["bulk"]
+    if bulk is None:
+        return
+    console.print(
+        f"  bulk phase ({bulk['patients']:,} patients in flight at once, {bulk['candidates']:,} candidates, "
+        f"{bulk['blocks']:,} BLOCKed): {bulk['span']:.1f} s, {bulk['patients_per_s']:.1f} patients/s, "
+        f"{bulk['candidates_per_s']:,.0f} candidates/s; latency p50 / p99 narrative -> last output "
+        f"{bulk['patient_p50']:.1f} / {bulk['patient_p99']:.1f} s, candidate -> decision "
+        f"{bulk['candidate_p50']:.2f} / {bulk['candidate_p99']:.2f} s"
+    )
+    changes = ", ".join(f"{a} -> {b}: {n}" for (a, b), n in sorted(bulk["differing"].items(), key=str))
+    console.print(
+        f"  bulk phase vs the in-process engine (reported, not checked): "
+        f"{sum(bulk['differing'].values()):,} of {bulk['candidates']:,} decisions differ"
+        + (f" ({changes})" if changes else "")
+        + f"; final memory {'equal' if bulk['same_state'] else 'differs'}. With many patients in flight "
+        "a gate decides on the memory it has at that moment, which may hold verdicts of later patients "
+        "or lack those of earlier ones; the in-process engine applies each patient's verdicts before "
+        "the next patient's candidates."
+    )
 
 
 def step_dead_letters_worker(console: Console, bootstrap: str, results: Results) -> None:
@@ -1196,6 +1460,46 @@ def step_dead_letters_fhir(console: Console, bootstrap: str, serde: Serde) -> No
     if DeadLetterRouter(producer, serde).route(SourceRecord.from_message(message), FhirUpdate) is not None:
         raise DemoError("a JSON record decoded as an Avro FhirUpdate")
     console.print(f"  sent 1 undecodable record to {FHIR_UPDATES}; the DLQ step routed it")
+
+
+def step_model(console: Console, plan: Plan, narratives: int, results: Results) -> None:
+    """Step 8: a few narratives through the production client against SmolLM2 (:mod:`streams.demo_model`),
+    when the ``smollm2`` extra is installed and no LLM server is configured; one line otherwise."""
+    import importlib.util
+
+    from streams.demo_model import probe
+    from streams.llm.serving import ServerProcess, ServerProcessError
+
+    if narratives == 0:
+        console.print("  skipped (--model-narratives 0)")
+        return
+    if plan.llm_url is not None:
+        console.print(f"  skipped: the loop already ran on the configured model ({plan.llm_url})")
+        return
+    if importlib.util.find_spec("llama_cpp") is None:
+        console.print("  skipped: the smollm2 extra is not installed (`make smollm2` installs it)")
+        return
+    sent = plan.loop.narratives[:narratives]
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # an INFO line per request would break the table
+    try:
+        with console.status("starting SmolLM2 (clingate llm serve --backend smollm2)"):
+            server = ServerProcess.start("smollm2")
+    except ServerProcessError as error:
+        console.print(f"  skipped: the SmolLM2 server did not start ({error})")
+        return
+    with (
+        server,
+        console.status(f"{len(sent)} narratives through the production client, one call at a time"),
+    ):
+        results.model_calls = probe(server.base_url, server.model, sent, plan.loop.candidates)
+    table = Table("patient", "call", "outcome", "latency", "answer (not used)", title_justify="left",
+                  title=f"real model: {server.model} behind the production client")  # fmt: skip
+    for call in results.model_calls:
+        table.add_row(
+            call.patient_id, call.call_type, call.outcome, f"{call.latency_s:.1f} s", call.answer[:60]
+        )
+    console.print(table)
+    console.print("  nothing depends on these answers being right; validity is the client's schema check")
 
 
 def dlq_counts(bootstrap: str, catalog: Catalog) -> dict[str, int]:
@@ -1395,7 +1699,15 @@ def _summary_rows(results: Results) -> list[tuple[str, str]]:
             f"{dbpm['narratives']} / {dbpm['gates']:,} / {dbpm['let_through']:,} / {dbpm['verdicts']:,}",
         ),
         ("verifier calls saved (BLOCKs)", f"{dbpm['blocks']:,}"),
-        ("Kafka decisions = in-process", "yes" if dbpm["same"] else "NO"),
+        (
+            "LLM failures, dead-lettered (verifications / narratives)",
+            f"{dbpm['failed_verifications']} / {dbpm['failed_narratives']}",
+        ),
+        (
+            f"lockstep slice ({dbpm['lockstep']} patients): Kafka = in-process",
+            "yes" if dbpm["same"] else "NO",
+        ),
+        *_bulk_rows(dbpm["bulk"]),
         ("inert channels", ", ".join(dbpm["population"].inert_channels()) or "none"),
         (
             "clinical assessments (final lights)",
@@ -1408,9 +1720,35 @@ def _summary_rows(results: Results) -> list[tuple[str, str]]:
             (f"{name}: throughput, p50, p99", f"{rate}, {p50}, {p99}")
             for name, _, rate, p50, p99 in _stream_rows(results)
         ),
+        *_model_rows(results.model_calls),
         *((f"time: {k}", f"{v:.1f} s") for k, v in results.timings.items()),
         ("checks", "all passed" if not results.failed else "FAILED: " + "; ".join(results.failed)),
     ]
+
+
+def _bulk_rows(bulk: dict[str, Any] | None) -> list[tuple[str, str]]:
+    if bulk is None:
+        return []
+    differing = sum(bulk["differing"].values())
+    return [
+        (f"bulk phase ({bulk['patients']:,} patients): throughput",
+         f"{bulk['patients_per_s']:.1f} patients/s, {bulk['candidates_per_s']:,.0f} candidates/s "
+         f"({bulk['span']:.1f} s)"),
+        ("bulk phase: latency p50 / p99 (narrative -> last output)",
+         f"{bulk['patient_p50']:.1f} / {bulk['patient_p99']:.1f} s"),
+        ("bulk phase vs in-process (reported)",
+         f"{differing:,} of {bulk['candidates']:,} decisions differ; memory "
+         + ("equal" if bulk["same_state"] else "differs")),
+    ]  # fmt: skip
+
+
+def _model_rows(calls: list[Any]) -> list[tuple[str, str]]:
+    if not calls:
+        return []
+    valid = sum(1 for c in calls if c.outcome == "valid")
+    latencies = sorted(c.latency_s for c in calls)
+    return [("real model (SmolLM2): valid calls, latency p50 / max",
+             f"{valid}/{len(calls)}, {_percentile(latencies, 0.5):.1f} / {latencies[-1]:.1f} s")]  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------- command
@@ -1443,8 +1781,9 @@ def _run_steps(
     results: Results,
     plan: Plan,
     rates: tuple[float, float],
+    model_narratives: int,
 ) -> None:
-    """Steps 1-7; everything started here (broker, workers, temporary directories) is stopped on exit."""
+    """Steps 1-8; everything started here (broker, workers, temporary directories) is stopped on exit."""
     with _terminate_as_exit(), ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="clingate-demo-")))
         try:
@@ -1475,6 +1814,8 @@ def _run_steps(
                     table.add_row(topic, str(count))
                 console.print(table)
                 console.print(f"  ({dlq_name(FHIR_UPDATES)} also holds the DeadLetter sample of step 2)")
+            with _step(console, results, 8, "a real model (SmolLM2) through the production client"):
+                step_model(console, plan, model_narratives, results)
         except DemoError as error:
             console.print(f"[red]demo failed:[/] {error}")
             raise typer.Exit(1) from error
@@ -1482,7 +1823,17 @@ def _run_steps(
 
 @app.callback(invoke_without_command=True)
 def demo(
-    patients: Annotated[int, typer.Option(min=1, help="Patients (narratives) of the DBPM loop.")] = 80,
+    patients: Annotated[
+        int, typer.Option(min=1, help="Patients (narratives) of the DBPM loop.")
+    ] = DEFAULT_PATIENTS,
+    lockstep: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Of those, patients run one at a time and compared exactly with the in-process "
+            "engine; the rest run in flight at once (the bulk phase).",
+        ),
+    ] = DEFAULT_LOCKSTEP,
     clinical_patients: Annotated[
         int,
         typer.Option(min=0, help="Generated patients in the FHIR stream (besides the four golden cases)."),
@@ -1496,6 +1847,9 @@ def demo(
     docs_rate: Annotated[
         float, typer.Option(min=0, help="Classifications produced per second (0: as fast as possible).")
     ] = 20.0,
+    model_narratives: Annotated[
+        int, typer.Option(min=0, help="Narratives of the real-model step (SmolLM2; 0: skip the step).")
+    ] = 3,
     report_path: Annotated[Path, typer.Option("--report", help="Where to write the HTML report.")] = Path(
         "report.html"
     ),
@@ -1507,14 +1861,14 @@ def demo(
     catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
     results = Results()
     started = time.perf_counter()
-    plan = build_plan(patients, clinical_patients, documents, console)
+    plan = build_plan(patients, lockstep, clinical_patients, documents, console)
     try:
-        _run_steps(console, settings, serde, catalog, results, plan, (fhir_rate, docs_rate))
+        _run_steps(console, settings, serde, catalog, results, plan, (fhir_rate, docs_rate), model_narratives)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted:[/] the workers and broker this demo started are stopped")
         raise typer.Exit(130) from None
     results.timings["total"] = time.perf_counter() - started
-    console.rule("[bold]8. summary")
+    console.rule("[bold]9. summary")
     streams = Table("stream", "outputs", "throughput", "latency p50", "latency p99", title_justify="left",
                     title="throughput and latency (produced -> output consumed)")  # fmt: skip
     for row in _stream_rows(results):

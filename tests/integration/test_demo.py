@@ -36,14 +36,16 @@ def _demo_processes() -> list[str]:
 def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_path: Path) -> None:
     """Scenario: the demo runs tiny streams against an existing broker.
 
-    It exits 0 (every check passed: DBPM, clinical and arbiter outputs of the workers equal the
-    in-process results), prints the summary with latency per stream, writes a self-contained
-    report.html and stops the workers, groups and LLM test server it started.
+    It exits 0 (every check passed: the DBPM lockstep slice, clinical and arbiter outputs of the
+    workers equal the in-process results), reports the bulk phase, prints the summary with latency
+    per stream, writes a self-contained report.html and stops the workers, groups and LLM test server
+    it started. The real-model step runs one narrative when the smollm2 extra is installed.
     """
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}
     report = tmp_path / "report.html"
     done = subprocess.run(
-        [sys.executable, "-W", "ignore", "-m", "streams.cli", "demo", "--patients", "3",
+        [sys.executable, "-W", "ignore", "-m", "streams.cli", "demo", "--patients", "4", "--lockstep", "2",
+         "--model-narratives", "1",
          "--clinical-patients", "8", "--documents", "7", "--fhir-rate", "0", "--docs-rate", "0",
          "--report", str(report)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
@@ -53,6 +55,7 @@ def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_pat
     assert "round trip" in done.stdout
     assert "checks" in done.stdout and "all passed" in done.stdout
     assert "latency p99" in done.stdout
+    assert "lockstep slice (2 patients" in done.stdout and "bulk phase (2 patients" in done.stdout
     html = report.read_text(encoding="utf-8")
     assert "<svg" in html and "QA lift per category" in html and "Throughput and latency per stream" in html
     assert "<script" not in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "")

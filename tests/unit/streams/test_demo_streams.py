@@ -1,14 +1,17 @@
-"""Broker-free parts of the demo's streams: the FHIR timeline and the latency bookkeeping."""
+"""Broker-free parts of the demo's streams: the FHIR timeline, the latency bookkeeping, and when the
+DBPM loop counts a candidate as done."""
 
 from __future__ import annotations
 
 from collections import Counter
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streams.commands.demo import DeadLettered, loop_pending
 from streams.demo_data.timeline import START, WEEKS, fhir_timeline, week_of
 from streams.demo_tap import Flow
 
@@ -50,3 +53,69 @@ def test_flow_latency_pairs_outputs_with_their_inputs_and_ignores_unmatched_ones
 
 def test_flow_without_outputs_reports_zeros():
     assert Flow("x").stats()["rate"] == 0.0
+
+
+def _loop_flows() -> dict[str, Flow]:
+    """Three candidates of patient p1: c1 BLOCKed, c2 ALLOWed and verified at verdicts 0@5, c3 ALLOWed."""
+    flows = {name: Flow(name) for name in ("dbpm", "verifier")}
+    for cid, decision in (("c1", "BLOCK"), ("c2", "ALLOW"), ("c3", "ALLOW")):
+        flows["dbpm"].consumed[cid] = 1.0
+        flows["dbpm"].outputs.append(SimpleNamespace(candidate_id=cid, decision=decision))
+    flows["verifier"].positions["c2"] = (0, 5)
+    return flows
+
+
+def test_a_loop_candidate_is_done_once_blocked_or_its_verdict_is_applied_or_dead_lettered():
+    flows, dead = _loop_flows(), DeadLettered()
+    ids = [("p1", "c1"), ("p1", "c2"), ("p1", "c3"), ("p2", "c4")]
+    assert loop_pending(ids, flows, SimpleNamespace(applied={0: 4}), dead) == [
+        ("p1", "c2"),
+        ("p1", "c3"),
+        ("p2", "c4"),
+    ]
+    assert loop_pending(ids, flows, SimpleNamespace(applied={0: 5}), dead) == [("p1", "c3"), ("p2", "c4")]
+    dead.verifications.consumed["c3"] = 2.0  # its verification was dead-lettered: done, with failure
+    dead.narratives.consumed["p2"] = 2.0  # its narrative was dead-lettered: c4 never comes
+    assert loop_pending(ids, flows, SimpleNamespace(applied={0: 5}), dead) == []
+
+
+def test_a_candidate_the_tap_is_still_taking_in_is_pending():
+    flows = _loop_flows()
+    flows["dbpm"].consumed["c5"] = 1.0  # consumed, its decision not yet appended
+    assert loop_pending([("p1", "c5")], flows, SimpleNamespace(applied={}), DeadLettered()) == [("p1", "c5")]
+
+
+def test_the_tap_counts_dead_lettered_verifications_and_narratives_of_the_run_only():
+    from rich.console import Console
+
+    from schemas.common import DeadLetter, Stage
+    from schemas.dbpm import Decision, GateDecision
+    from schemas.serde import make_serde
+    from streams.commands.demo import _routes, build_plan
+    from topics.catalog import DBPM_NARRATIVES, DBPM_TO_VERIFY, dlq_name
+
+    serde = make_serde(None)
+    plan = build_plan(2, 1, 0, 1, Console(quiet=True))
+    flows = {name: Flow(name) for name in ("generator", "dbpm", "verifier", "clinical", "docs")}
+    dead = DeadLettered()
+    routes = {r.topic: r for r in _routes(plan, flows, dead, serde) if r.topic.endswith(".dlq")}
+    narrative = plan.loop.narratives[0]
+    candidate = plan.loop.candidates[narrative.patient_id][0]
+    decision = GateDecision(ts=candidate.ts, task=candidate.task, patient_id=candidate.patient_id,
+                            candidate_id=candidate.candidate_id, decision=Decision.ALLOW, rule="no_match",
+                            signature="S", confidence_multiplier=1.0, candidate=candidate)  # fmt: skip
+
+    def letter(topic: str, value: bytes) -> DeadLetter:
+        return DeadLetter(ts=candidate.ts, topic=topic, partition=0, offset=1, stage=Stage.PROCESS,
+                          error_type="LlmFailed:timeout", error="timeout", value=value)  # fmt: skip
+
+    to_verify, narratives = routes[dlq_name(DBPM_TO_VERIFY)], routes[dlq_name(DBPM_NARRATIVES)]
+    assert to_verify.flow is dead.verifications and narratives.flow is dead.narratives
+    encoded = serde.encode(decision, topic=DBPM_TO_VERIFY)
+    assert to_verify.ident(letter(DBPM_TO_VERIFY, encoded)) == candidate.candidate_id
+    assert narratives.ident(letter(DBPM_NARRATIVES, serde.encode(narrative, topic=DBPM_NARRATIVES))) == (
+        narrative.patient_id
+    )
+    other = narrative.model_copy(update={"patient_id": "p-other-run"})
+    assert narratives.ident(letter(DBPM_NARRATIVES, serde.encode(other, topic=DBPM_NARRATIVES))) is None
+    assert to_verify.ident(letter(DBPM_TO_VERIFY, b"not avro")) is None
