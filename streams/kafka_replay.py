@@ -236,7 +236,8 @@ def wait_until_consumed(bootstrap: str, group: str, topic: str, timeout_s: float
 
     A DBPM worker commits an input offset only after the changelog acknowledged the writes of the
     records before it, so once this returns the changelog holds the memory after every record
-    published to ``topic`` so far.
+    published to ``topic`` so far. A partition that never held a record has nothing to consume and
+    counts as consumed: a group that started at the earliest offset never commits one there.
 
     Raises:
         ReplayTimeout: the group did not get there within ``timeout_s``.
@@ -253,7 +254,7 @@ def wait_until_consumed(bootstrap: str, group: str, topic: str, timeout_s: float
                 # NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS while the group coordinator moves or
                 # loads (a broker restart): retried until the deadline, as in end_offset.
                 committed = []
-            if committed and all(tp.offset >= ends[tp.partition] for tp in committed):
+            if committed and all(tp.offset >= ends[tp.partition] or ends[tp.partition] == 0 for tp in committed):
                 return
             if time.monotonic() > deadline:
                 raise ReplayTimeout(f"group {group} did not commit the end of {topic} in {timeout_s:.0f} s")
