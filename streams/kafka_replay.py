@@ -254,7 +254,8 @@ def wait_until_consumed(bootstrap: str, group: str, topic: str, timeout_s: float
                 # NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS while the group coordinator moves or
                 # loads (a broker restart): retried until the deadline, as in end_offset.
                 committed = []
-            if committed and all(tp.offset >= ends[tp.partition] or ends[tp.partition] == 0 for tp in committed):
+            done = [tp.offset >= ends[tp.partition] or ends[tp.partition] == 0 for tp in committed]
+            if committed and all(done):
                 return
             if time.monotonic() > deadline:
                 raise ReplayTimeout(f"group {group} did not commit the end of {topic} in {timeout_s:.0f} s")
