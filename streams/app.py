@@ -14,6 +14,10 @@ Choices (reasons in ``docs/faust-runtime.md``):
   that ``clingate worker`` runs next to this app (docs/faust-runtime.md section 4: Faust's
   per-event path cost ~85% of the gate's CPU).
 * Every agent has ``concurrency=1`` (faust-streaming#606: commits past in-flight events).
+* The consumer is :class:`streams.faust_consumer.PositionSafeConsumer` (broker URL scheme
+  ``clingate-kafka://``): Faust's own drops fetched records it did not hand over without moving the
+  partition's position back, which stalled a survivor after a rebalance (docs/faust-runtime.md
+  section 6).
 * The memory is a :class:`faust.GlobalTable` whose changelog has as many partitions as the verdict
   topic, on our store (URL scheme :data:`streams.tablestore.STORE_SCHEME`), with raw bytes keys and
   values (the engine encodes its records).
@@ -41,6 +45,8 @@ from schemas.serde import make_serde
 from streams.clinical import INPUTS as CLINICAL_INPUTS
 from streams.clinical import ClinicalAgent, gate_flags
 from streams.dbpm import MEMORY_INPUTS, MEMORY_TABLE, MemoryAgent
+from streams.faust_consumer import TRANSPORT_SCHEME
+from streams.faust_consumer import register as register_transport
 from streams.kafka_config import faust_credentials
 from streams.metrics import ClinicalMetrics, DbpmMetrics, faust_sensors
 from streams.settings import Settings
@@ -85,10 +91,11 @@ def create_app(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> faus
         The app, its agents registered; run it with :class:`faust.Worker`.
     """
     STORES.aliases[STORE_SCHEME] = f"{ChangelogStore.__module__}:{ChangelogStore.__qualname__}"
+    register_transport()
     partitions = settings.topic_partitions
     app = faust.App(
         settings.app_id,
-        broker=[f"kafka://{host}" for host in bootstrap.split(",")],
+        broker=[f"{TRANSPORT_SCHEME}://{host}" for host in bootstrap.split(",")],
         # The same principal and transport as every confluent-kafka client (streams.kafka_config).
         broker_credentials=faust_credentials(settings),
         store=f"{STORE_SCHEME}://",
