@@ -458,6 +458,7 @@ def run_soak(
     app_id = f"clingate-chaos-{tag}"
     commit_worker_end_offsets(bootstrap, app_id)
     decisions_start = topic_ends(bootstrap, DBPM_DECISIONS)
+    workdir.mkdir(parents=True, exist_ok=True)
     procs = [
         WorkerProcess(bootstrap, app_id, workdir / f"{app_id}-{i}", COMPARISON_ENV) for i in range(workers)
     ]
