@@ -945,8 +945,54 @@ def feed_loop(
     return run
 
 
+@dataclass(frozen=True)
+class LoopProgress:
+    """Where one DBPM progress bar stands: work done (dead-lettered work included), its total, and how
+    much of the done work was dead-lettered (None total: not known in advance, a real model's)."""
+
+    done: int
+    total: int | None
+    dead_lettered: int
+
+
+def loop_progress(plan: Plan, flows: dict[str, Flow], dead: DeadLettered) -> dict[str, LoopProgress]:
+    """The DBPM bars (generator, gate, verifier), counting dead-lettered LLM work as done with failure,
+    as the loop and the report do (module docstring, "Done, with failure").
+
+    A planned candidate of a dead-lettered narrative that has not come (the generator published only
+    the candidates of the calls that succeeded) is done for the generator and the gate bars; a
+    dead-lettered verification is done for the verifier bar, whose total is the candidates let through.
+    """
+    planned = plan.llm_url is None
+    never = (
+        sum(
+            1
+            for patient in list(dead.narratives.consumed)
+            for c in plan.loop.candidates.get(patient, [])
+            if c.candidate_id not in flows["dbpm"].produced
+        )
+        if planned
+        else 0
+    )
+    total = plan.gates if planned else None
+    failed_narratives = len(dead.narratives.consumed)
+    let_through = sum(1 for d in _decisions(flows["dbpm"]).values() if d != "BLOCK")
+    failed = len(dead.verifications.consumed)
+    return {
+        "generator": LoopProgress(len(flows["generator"].outputs) + never, total, failed_narratives),
+        "dbpm": LoopProgress(len(flows["dbpm"].consumed) + never, total, failed_narratives),
+        "verifier": LoopProgress(len(flows["verifier"].consumed) + failed, let_through, failed),
+    }
+
+
 def _stream_progress(
-    console: Console, plan: Plan, flows: dict[str, Flow], feeders: list[_Feeder], tap: Tap, timeout_s: float
+    console: Console,
+    plan: Plan,
+    flows: dict[str, Flow],
+    dead: DeadLettered,
+    feeders: list[_Feeder],
+    tap: Tap,
+    timeout_s: float,
 ) -> None:
     """Progress bars per stream until every feeder finished and every expected output arrived."""
     columns = (TextColumn("{task.description:<46}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -956,28 +1002,29 @@ def _stream_progress(
         last = _last_per_patient(flows["clinical"].outputs)
         return all(last.get(pid) == a for pid, a in plan.clinical_expected.items())
 
-    planned = plan.gates if plan.llm_url is None else None  # the model's count is known only at the end
-
-    def let_through() -> int:
-        return sum(1 for d in _decisions(flows["dbpm"]).values() if d != "BLOCK")
+    titles = {
+        "generator": f"candidates ({DBPM_CANDIDATES})",
+        "dbpm": f"DBPM gate decisions ({DBPM_DECISIONS})",
+        "verifier": f"verdicts on let-through ({DBPM_VERDICTS})",
+    }
+    failure = {"generator": "narratives", "dbpm": "narratives", "verifier": "verifications"}
 
     with Progress(*columns, console=console) as progress:
         bars = {
-            "generator": progress.add_task(f"candidates ({DBPM_CANDIDATES})", total=planned),
-            "dbpm": progress.add_task(f"DBPM gate decisions ({DBPM_DECISIONS})", total=planned),
-            "verifier": progress.add_task(f"verdicts on let-through ({DBPM_VERDICTS})", total=None),
+            **{name: progress.add_task(title, total=None) for name, title in titles.items()},
             "clinical": progress.add_task(
                 f"assessments ({CLINICAL_ASSESSMENTS})", total=plan.clinical_outputs
             ),
             "docs": progress.add_task(f"documents ({DOCS_DISPOSITIONS})", total=len(plan.documents)),
         }  # fmt: skip
         while True:
-            for name, bar in bars.items():
-                flow = flows[name]
-                done = len(flow.outputs if name in ("clinical", "generator") else flow.consumed)
-                progress.update(
-                    bar, completed=done, **({"total": let_through()} if name == "verifier" else {})
+            for name, at in loop_progress(plan, flows, dead).items():
+                title = titles[name] + (
+                    f" [{at.dead_lettered} {failure[name]} dead-lettered]" if at.dead_lettered else ""
                 )
+                progress.update(bars[name], completed=at.done, total=at.total, description=title)
+            progress.update(bars["clinical"], completed=len(flows["clinical"].outputs))
+            progress.update(bars["docs"], completed=len(flows["docs"].consumed))
             failed = [f for f in feeders if f.error is not None]
             if failed:
                 raise failed[0].error  # type: ignore[misc]
@@ -1070,7 +1117,9 @@ def step_streams(
                 (b"[^Worker]: Ready",),
             ),
             ServiceProcess(
-                "arbiter (clingate docs worker)", ["docs", "worker"],
+                # A free metrics port, as for the groups: the default one may be taken (another demo,
+                # a deployed docs worker), and the worker would exit.
+                "arbiter (clingate docs worker)", ["docs", "worker", "--metrics-port", "0"],
                 {"CLINGATE_DOCS_GROUP_ID": groups["docs"]},
                 bootstrap, workdir / "docs.log", (b"rules-only", b"LLM phases on"),
             ),
@@ -1108,7 +1157,7 @@ def step_streams(
         for feeder in feeders:
             feeder.start()
         try:
-            _stream_progress(console, plan, flows, feeders, tap, timeout_s=STREAMS_TIMEOUT_S)
+            _stream_progress(console, plan, flows, dead, feeders, tap, timeout_s=STREAMS_TIMEOUT_S)
         except DemoError as error:
             tails = "\n".join(f"--- {s.name}, last lines:\n{s.tail(6)}" for s in services)
             raise DemoError(f"{error}\n{tails}") from error

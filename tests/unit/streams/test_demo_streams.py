@@ -119,3 +119,34 @@ def test_the_tap_counts_dead_lettered_verifications_and_narratives_of_the_run_on
     other = narrative.model_copy(update={"patient_id": "p-other-run"})
     assert narratives.ident(letter(DBPM_NARRATIVES, serde.encode(other, topic=DBPM_NARRATIVES))) is None
     assert to_verify.ident(letter(DBPM_TO_VERIFY, b"not avro")) is None
+
+
+def test_progress_bars_reach_their_totals_when_llm_work_is_dead_lettered():
+    """Every bar ends full: a dead-lettered verification is done for the verifier bar, and the planned
+    candidates of a dead-lettered narrative, which never come, are done for the generator and gate bars;
+    each bar counts its dead letters as the report does."""
+    from rich.console import Console
+
+    from streams.commands.demo import build_plan, loop_progress
+
+    plan = build_plan(2, 1, 0, 1, Console(quiet=True))
+    first, second = (n.patient_id for n in plan.loop.narratives)
+    flows = {name: Flow(name) for name in ("generator", "dbpm", "verifier")}
+    dead = DeadLettered()
+    came = plan.loop.candidates[first]
+    for index, c in enumerate(came):
+        flows["generator"].outputs.append(c)
+        flows["dbpm"].produced[c.candidate_id] = flows["dbpm"].consumed[c.candidate_id] = 1.0
+        decision = "BLOCK" if index == 0 else "ALLOW"
+        flows["dbpm"].outputs.append(SimpleNamespace(candidate_id=c.candidate_id, decision=decision))
+        if index == 1:
+            dead.verifications.consumed[c.candidate_id] = 2.0
+        elif index > 1:
+            flows["verifier"].consumed[c.candidate_id] = 2.0
+    before = loop_progress(plan, flows, dead)
+    assert before["generator"].done < before["generator"].total  # the second narrative is still awaited
+    dead.narratives.consumed[second] = 3.0
+    bars = loop_progress(plan, flows, dead)
+    assert all(bar.done == bar.total for bar in bars.values()), bars
+    assert bars["verifier"].total == len(came) - 1 and bars["verifier"].dead_lettered == 1
+    assert bars["generator"].dead_lettered == bars["dbpm"].dead_lettered == 1
