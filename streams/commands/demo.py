@@ -818,7 +818,7 @@ def emitted_candidates(plan: Plan, flows: dict[str, Flow]) -> dict[str, list[Any
 
 
 def _decisions(flow: Flow) -> dict[str, str]:
-    return {d.candidate_id: str(d.decision) for d in flow.outputs}
+    return {cid: str(d.decision) for cid, d in list(flow.latest.items())}
 
 
 @dataclass
@@ -855,9 +855,8 @@ def loop_pending(
     candidate of a dead-lettered narrative that never came is done too (the generator published only
     the candidates of the calls that succeeded).
     """
-    decided = flows["dbpm"].consumed
+    decided, latest = flows["dbpm"].consumed, flows["dbpm"].latest
     failed_patients = dead.narratives.consumed
-    decisions: dict[str, str] | None = None
     verified, failed = flows["verifier"].positions, dead.verifications.consumed
     pending = []
     for patient, cid in ids:
@@ -865,12 +864,11 @@ def loop_pending(
             if patient not in failed_patients:
                 pending.append((patient, cid))
             continue
-        decisions = decisions if decisions is not None else _decisions(flows["dbpm"])
-        decision = decisions.get(cid)  # None: the tap is still taking the record in
-        if decision == "BLOCK" or cid in failed:
-            continue
-        if decision is None:
+        found = latest.get(cid)  # None: the tap is still taking the record in
+        if found is None:
             pending.append((patient, cid))
+            continue
+        if str(found.decision) == "BLOCK" or cid in failed:
             continue
         if cid not in verified or tap.applied.get(verified[cid][0], -1) < verified[cid][1]:
             pending.append((patient, cid))

@@ -60,7 +60,9 @@ def _loop_flows() -> dict[str, Flow]:
     flows = {name: Flow(name) for name in ("dbpm", "verifier")}
     for cid, decision in (("c1", "BLOCK"), ("c2", "ALLOW"), ("c3", "ALLOW")):
         flows["dbpm"].consumed[cid] = 1.0
-        flows["dbpm"].outputs.append(SimpleNamespace(candidate_id=cid, decision=decision))
+        output = SimpleNamespace(candidate_id=cid, decision=decision)
+        flows["dbpm"].outputs.append(output)
+        flows["dbpm"].latest[cid] = output
     flows["verifier"].positions["c2"] = (0, 5)
     return flows
 
@@ -138,7 +140,7 @@ def test_progress_bars_reach_their_totals_when_llm_work_is_dead_lettered():
         flows["generator"].outputs.append(c)
         flows["dbpm"].produced[c.candidate_id] = flows["dbpm"].consumed[c.candidate_id] = 1.0
         decision = "BLOCK" if index == 0 else "ALLOW"
-        flows["dbpm"].outputs.append(SimpleNamespace(candidate_id=c.candidate_id, decision=decision))
+        flows["dbpm"].latest[c.candidate_id] = SimpleNamespace(candidate_id=c.candidate_id, decision=decision)
         if index == 1:
             dead.verifications.consumed[c.candidate_id] = 2.0
         elif index > 1:
