@@ -211,26 +211,57 @@ def _end_offsets(consumer: Consumer, topics: Sequence[str]) -> dict[str, int]:
         raise DemoError(f"end offsets of {list(topics)} unavailable for 30 s: {error}") from error
 
 
+def _produce_all(
+    producer: Producer, records: Sequence[tuple[str, bytes | None, bytes]]
+) -> list[tuple[int, int]]:
+    """Produce ``(topic, key, value)`` records, wait for their delivery (one flush); their
+    ``(partition, offset)`` in order."""
+    delivered: list[tuple[Any, Any] | None] = [None] * len(records)
+
+    def report(index: int) -> Callable[[Any, Any], None]:
+        return lambda err, msg: delivered.__setitem__(index, (err, msg))
+
+    for index, (topic, key, value) in enumerate(records):
+        producer.produce(topic, key=key, value=value, on_delivery=report(index))
+    producer.flush(30)
+    coordinates = []
+    for (topic, _, _), outcome in zip(records, delivered, strict=True):
+        if outcome is None or outcome[0] is not None:
+            raise DemoError(f"delivery to {topic} failed: {outcome[0] if outcome else 'timeout'}")
+        coordinates.append((outcome[1].partition(), outcome[1].offset()))
+    return coordinates
+
+
 def _produce(producer: Producer, topic: str, key: bytes | None, value: bytes) -> tuple[int, int]:
     """Produce one record and wait for its delivery; returns ``(partition, offset)``."""
-    delivered: list[Any] = []
-    producer.produce(topic, key=key, value=value, on_delivery=lambda err, msg: delivered.append((err, msg)))
-    producer.flush(30)
-    if not delivered or delivered[0][0] is not None:
-        raise DemoError(f"delivery to {topic} failed: {delivered[0][0] if delivered else 'timeout'}")
-    message = delivered[0][1]
-    return message.partition(), message.offset()
+    return _produce_all(producer, [(topic, key, value)])[0]
+
+
+def _read_all(consumer: Consumer, coordinates: Sequence[tuple[str, int, int]]) -> list[Any]:
+    """The records at ``(topic, partition, offset)``, in order, fetched together (one assignment: a
+    fresh assignment costs up to a second before its first fetch, so one per record added up)."""
+    first: dict[tuple[str, int], int] = {}
+    for topic, partition, offset in coordinates:  # one assignment per partition, from its lowest offset
+        first[(topic, partition)] = min(offset, first.get((topic, partition), offset))
+    consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in first.items()])
+    wanted = set(coordinates)
+    found: dict[tuple[str, int, int], Any] = {}
+    deadline = time.monotonic() + 30
+    while len(found) < len(wanted) and time.monotonic() < deadline:
+        for message in consumer.consume(num_messages=100, timeout=0.2):
+            coordinate = (message.topic(), message.partition(), message.offset())
+            if not message.error() and coordinate in wanted:
+                found[coordinate] = message
+    missing = [c for c in coordinates if c not in found]
+    if missing:
+        topic, partition, offset = missing[0]
+        raise DemoError(f"record {topic}/{partition}@{offset} not readable within 30 s")
+    return [found[c] for c in coordinates]
 
 
 def _read_at(consumer: Consumer, topic: str, partition: int, offset: int) -> Any:
     """The record at ``topic/partition/offset``."""
-    consumer.assign([TopicPartition(topic, partition, offset)])
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        message = consumer.poll(1.0)
-        if message is not None and not message.error() and message.offset() == offset:
-            return message
-    raise DemoError(f"record {topic}/{partition}@{offset} not readable within 30 s")
+    return _read_all(consumer, [(topic, partition, offset)])[0]
 
 
 class ServiceProcess:
@@ -457,18 +488,21 @@ def step_schemas(
     table = Table(
         "schema", "topic", "bytes", "round trip", title="one event per schema", title_justify="left"
     )
+    records = []
+    for event in events:
+        topic = by_schema.get(registry.for_model(type(event)).full_name, dlq_name(FHIR_UPDATES))
+        records.append((topic, b"demo", serde.encode(event, topic=topic)))
     try:
-        for event in events:
-            name = registry.for_model(type(event)).full_name
-            topic = by_schema.get(name, dlq_name(FHIR_UPDATES))
-            data = serde.encode(event, topic=topic)
-            partition, offset = _produce(producer, topic, b"demo", data)
-            message = _read_at(consumer, topic, partition, offset)
-            ok = message.value() == data and serde.decode(message.value(), type(event), topic=topic) == event
-            results.round_trips.append((name, topic, len(data), ok))
-            table.add_row(name, topic, str(len(data)), "[green]OK[/]" if ok else "[red]FAILED[/]")
+        coordinates = _produce_all(producer, records)
+        at = [(topic, p, o) for (topic, _, _), (p, o) in zip(records, coordinates, strict=True)]
+        messages = _read_all(consumer, at)
     finally:
         consumer.close()
+    for event, (topic, _, data), message in zip(events, records, messages, strict=True):
+        name = registry.for_model(type(event)).full_name
+        ok = message.value() == data and serde.decode(message.value(), type(event), topic=topic) == event
+        results.round_trips.append((name, topic, len(data), ok))
+        table.add_row(name, topic, str(len(data)), "[green]OK[/]" if ok else "[red]FAILED[/]")
     console.print(table)
     missing = {e.full_name for e in registry.events()} - {r[0] for r in results.round_trips}
     if missing or not all(r[3] for r in results.round_trips):
