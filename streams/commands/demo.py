@@ -993,7 +993,8 @@ def loop_progress(plan: Plan, flows: dict[str, Flow], dead: DeadLettered) -> dic
 
     A planned candidate of a dead-lettered narrative that has not come (the generator published only
     the candidates of the calls that succeeded) is done for the generator and the gate bars; a
-    dead-lettered verification is done for the verifier bar, whose total is the candidates let through.
+    dead-lettered verification is done for the verifier bar, whose total is the candidates let through
+    (counted on ``clingate.dbpm.to-verify``, the verifier's input: no walk over every decision per tick).
     """
     planned = plan.llm_url is None
     never = (
@@ -1008,7 +1009,7 @@ def loop_progress(plan: Plan, flows: dict[str, Flow], dead: DeadLettered) -> dic
     )
     total = plan.gates if planned else None
     failed_narratives = len(dead.narratives.consumed)
-    let_through = sum(1 for d in _decisions(flows["dbpm"]).values() if d != "BLOCK")
+    let_through = len(flows["verifier"].produced)  # the to-verify records: the gate's ALLOW and DOWNGRADE
     failed = len(dead.verifications.consumed)
     return {
         "generator": LoopProgress(len(flows["generator"].outputs) + never, total, failed_narratives),

@@ -141,6 +141,8 @@ def test_progress_bars_reach_their_totals_when_llm_work_is_dead_lettered():
         flows["dbpm"].produced[c.candidate_id] = flows["dbpm"].consumed[c.candidate_id] = 1.0
         decision = "BLOCK" if index == 0 else "ALLOW"
         flows["dbpm"].latest[c.candidate_id] = SimpleNamespace(candidate_id=c.candidate_id, decision=decision)
+        if decision == "ALLOW":
+            flows["verifier"].produced[c.candidate_id] = 1.0  # on to-verify
         if index == 1:
             dead.verifications.consumed[c.candidate_id] = 2.0
         elif index > 1:
