@@ -164,9 +164,14 @@ patients on (measured in process on the loop's sequence: 40, 60, 80 and 100 pati
 an inert one is a defect."""
 
 STREAMS_TIMEOUT_S = 900.0
-"""Longest the three streams may take together (a stuck DBPM gate run fails sooner, after 60 s)."""
+"""Longest the three streams may take together, plus :data:`STREAMS_TIMEOUT_PER_PATIENT_S` per DBPM
+patient (a stuck DBPM gate run fails sooner, after 120 s per lockstep patient)."""
 
-DEFAULT_PATIENTS = 600
+STREAMS_TIMEOUT_PER_PATIENT_S = 0.5
+"""Allowance per DBPM patient on top of :data:`STREAMS_TIMEOUT_S`: a bulk phase of a few thousand
+patients on a loaded 2-core machine runs at 3-4 patients/s (module docstring, "Stream size")."""
+
+DEFAULT_PATIENTS = 2000
 """DBPM patients of a default run (module docstring, "Stream size")."""
 
 DEFAULT_LOCKSTEP = 40
@@ -177,6 +182,11 @@ VERIFIERS = 2
 
 _SNAPSHOTS = 40
 """Points of the memory-population and severity charts along the stream."""
+
+
+def streams_timeout(patients: int) -> float:
+    """Seconds the streams of a run with ``patients`` DBPM patients may take."""
+    return STREAMS_TIMEOUT_S + STREAMS_TIMEOUT_PER_PATIENT_S * patients
 
 
 class DemoError(RuntimeError):
@@ -972,7 +982,7 @@ def feed_loop(
     if bulk:
         run.bulk_started = time.time()
         send(bulk)
-        wait_done(bulk, STREAMS_TIMEOUT_S)
+        wait_done(bulk, streams_timeout(len(narratives)))
         run.bulk_finished = time.time()
     return run
 
@@ -1190,7 +1200,8 @@ def step_streams(
         for feeder in feeders:
             feeder.start()
         try:
-            _stream_progress(console, plan, flows, dead, feeders, tap, timeout_s=STREAMS_TIMEOUT_S)
+            _stream_progress(console, plan, flows, dead, feeders, tap,
+                             timeout_s=streams_timeout(plan.dbpm_patients))  # fmt: skip
         except DemoError as error:
             tails = "\n".join(f"--- {s.name}, last lines:\n{s.tail(6)}" for s in services)
             raise DemoError(f"{error}\n{tails}") from error
