@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.commands.demo import DeadLettered, loop_pending
+from streams.commands.demo import DeadLettered, first_pending, loop_pending
 from streams.demo_data.timeline import START, WEEKS, fhir_timeline, week_of
 from streams.demo_tap import Flow
 
@@ -154,3 +154,14 @@ def test_progress_bars_reach_their_totals_when_llm_work_is_dead_lettered():
     assert all(bar.done == bar.total for bar in bars.values()), bars
     assert bars["verifier"].total == len(came) - 1 and bars["verifier"].dead_lettered == 1
     assert bars["generator"].dead_lettered == bars["dbpm"].dead_lettered == 1
+
+
+def test_first_pending_skips_the_done_prefix_and_agrees_with_loop_pending():
+    flows, dead = _loop_flows(), DeadLettered()
+    tap = SimpleNamespace(applied={0: 5})
+    ids = [("p1", "c1"), ("p1", "c2"), ("p1", "c3"), ("p2", "c4")]
+    index = first_pending(ids, flows, tap, dead)
+    assert ids[index:][:1] == loop_pending(ids, flows, tap, dead)[:1] == [("p1", "c3")]
+    dead.verifications.consumed["c3"] = 2.0
+    dead.narratives.consumed["p2"] = 2.0
+    assert first_pending(ids, flows, tap, dead) == len(ids)
