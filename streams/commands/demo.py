@@ -1163,11 +1163,20 @@ def step_streams(
             + (" (the demo's test server: answers play the synthetic ground truth)" if server else "")
         )
         services = [
+            # The gate and the memory agents as two processes, a core each (module docstring,
+            # "Stream size"): in one process the memory agent fell behind the verdicts.
             ServiceProcess(
-                "DBPM + clinical worker (clingate worker)",
-                ["worker", "-l", "info", "--web-port", str(free_port()), "--datadir", str(workdir / app_id)],
+                "DBPM memory + clinical worker (clingate worker --role memory)",
+                ["worker", "--role", "memory", "-l", "info", "--web-port", str(free_port()),
+                 "--datadir", str(workdir / app_id)],
                 {"CLINGATE_APP_ID": app_id, **WORKER_FLAGS}, bootstrap, workdir / f"{app_id}.log",
                 (b"[^Worker]: Ready",),
+            ),
+            ServiceProcess(
+                "DBPM gate (clingate worker --role gate)",
+                ["worker", "--role", "gate", "--web-port", str(free_port())],
+                {"CLINGATE_APP_ID": app_id, **WORKER_FLAGS}, bootstrap, workdir / f"{app_id}-gate.log",
+                (b"DBPM gate ready",),
             ),
             ServiceProcess(
                 # A free metrics port, as for the groups: the default one may be taken (another demo,
