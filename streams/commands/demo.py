@@ -12,8 +12,9 @@ Steps (each prints what it did):
    topic, read back at its exact offset and decoded (DeadLetter goes to a dead-letter topic).
 3. **The streams through the workers, all at once**, with a progress bar per stream:
 
-   * processes started: ``clingate worker`` (DBPM gate and memory, clinical agent), ``clingate docs
-     worker`` (arbiter), ``clingate generator`` and ``clingate verifier`` (the LLM groups), and, unless
+   * processes started: ``clingate worker --role memory`` (DBPM memory agents, clinical agent) and
+     ``clingate worker --role gate`` (the DBPM gate), ``clingate docs worker`` (arbiter), ``clingate
+     generator`` and ``clingate verifier`` (the LLM groups, two members), and, unless
      ``CLINGATE_LLM_URL`` (or ``CLINGATE_GENERATOR_URL``) names a server, the LLM test server of
      :mod:`streams.demo_llm`, whose answers play the synthetic ground truth;
    * DBPM: one narrative per patient of the synthetic stream of :mod:`streams.bench.dbpm` (the
@@ -1174,7 +1175,10 @@ def step_streams(
             ),
             ServiceProcess(
                 "DBPM gate (clingate worker --role gate)",
-                ["worker", "--role", "gate", "--web-port", str(free_port())],
+                # Its own data directory: the gate keeps its view of the memory there and resumes it
+                # (the default one may hold another app's view: wrong decisions from the start).
+                ["worker", "--role", "gate", "--web-port", str(free_port()),
+                 "--datadir", str(workdir / f"{app_id}-gate")],
                 {"CLINGATE_APP_ID": app_id, **WORKER_FLAGS}, bootstrap, workdir / f"{app_id}-gate.log",
                 (b"DBPM gate ready",),
             ),
