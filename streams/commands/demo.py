@@ -65,19 +65,27 @@ Choices recorded here:
   (``clingate.dbpm.to-verify.dlq``: the verifier's LLM calls failed), or that never came because its
   narrative was dead-lettered (``clingate.dbpm.narratives.dlq``: the generator published only the
   candidates of the calls that succeeded), counts as done and is reported; the loop never waits out
-  its timeout for it. The verdict check allows for them (verdicts = let through - dead-lettered).
+  its timeout for it, and the progress bars count it as done (saying how much was dead-lettered), so
+  they reach their totals. The verdict check allows for them (verdicts = let through - dead-lettered).
 * **Stream size.** The paper's proportions give about 49 candidates per patient through the loop (at
-  most one QA answer per question template). ``--patients`` defaults to 600 (about 29,000
-  candidates) with a lockstep slice of 40, so that the whole demo takes a few minutes on the 2-core
-  machine when it is quiet, and every blocklist channel is populated (from about 40 patients on).
-  Measured (README): the lockstep slice costs under 1 s per patient; the bulk phase runs at 3-4
-  patients/s on the shared machine, bounded by the verifier group (one verdict call per candidate let
-  through, four for an ambiguous QA answer), which is why the demo starts two members of it (the
-  group's partitions are shared between them, as a deployment scales it). All processes together
-  spend about 0.4 CPU-seconds per bulk patient, so on two idle cores the bulk phase cannot beat about
-  5 patients/s: 1,000 patients took 7 min 19 s at load average 5-15, which is why the default is 600.
-  A few thousand patients (``--patients 3000``) is the paper's scale and takes proportionally longer
-  (about 0.3 s per patient).
+  most one QA answer per question template). ``--patients`` defaults to 2,000 (about 98,000
+  candidates), the "few thousand patients" of the issue, with a lockstep slice of 40; every blocklist
+  channel is populated from about 40 patients on. What a patient costs was profiled with py-spy in
+  every process of the bulk phase (session 3) and the waste removed: the LLM client's HTTP layer
+  (httpx: 1.2-1.4 ms of client CPU per call, over half of the generator's and verifiers' CPU; aiohttp
+  now: 0.22-0.25 ms, the request's constant JSON serialised once), this demo's own checks (a walk over
+  every decision per progress tick and per bulk check: now lookups of what changed), and one-second
+  first fetches per record in step 2. The memory agents and the gate now run as two ``clingate
+  worker`` processes (``--role memory``, ``--role gate``): in one process the memory agent, GIL-bound
+  beside the gate thread, fell minutes behind the verdicts; the verifier group, the largest LLM load
+  (a call per candidate let through, four for an ambiguous QA answer), has two members sharing its
+  partitions, as a deployment scales it. Measured at 2,000 patients (README): all
+  processes together spend about 0.26 CPU-seconds per patient (memory agents ~70 ms, verifier
+  group ~73 ms, this demo's tap and checks ~35 ms, gate ~22 ms, LLM test server ~22 ms, generator
+  ~18 ms), so two idle cores cannot finish the bulk phase in much under 4-5 minutes; the memory
+  agents' Faust path (about 1.4 ms per verdict on one core) is the largest single bound. On the
+  shared machine (load average 15-22) the bulk phase ran at 3.4 patients/s. Smaller runs:
+  ``--patients 600`` (the previous default) or fewer.
 * **Selectivity** (lift per QA category) pairs every gate decision with the candidate's planned
   verdict when the demo's responder plays the ground truth, so BLOCKed candidates are measured too;
   with a real model (``CLINGATE_LLM_URL``) only the verdicts the verifier published are paired.
