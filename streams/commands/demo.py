@@ -330,11 +330,17 @@ class ServiceProcess:
         assert self._process is not None, "enter the context first"
         deadline = time.monotonic() + timeout_s
         while self._ready and not any(marker in self.log.read_bytes() for marker in self._ready):
-            if self._process.poll() is not None:
-                raise DemoError(f"the {self.name} exited (code {self._process.returncode}):\n{self.tail()}")
+            self.check_running()
             if time.monotonic() > deadline:
                 raise DemoError(f"the {self.name} was not ready within {timeout_s:.0f} s:\n{self.tail()}")
             time.sleep(0.2)
+
+    def check_running(self) -> None:
+        """Raise :class:`DemoError` (with its log's tail) if the process has exited: the streams would
+        otherwise wait out their timeout for outputs it will never produce."""
+        assert self._process is not None, "enter the context first"
+        if self._process.poll() is not None:
+            raise DemoError(f"the {self.name} exited (code {self._process.returncode}):\n{self.tail()}")
 
     def tail(self, lines: int = 20) -> str:
         """The last lines of the process's log."""
@@ -1055,8 +1061,10 @@ def _stream_progress(
     feeders: list[_Feeder],
     tap: Tap,
     timeout_s: float,
+    services: Sequence[ServiceProcess],
 ) -> None:
-    """Progress bars per stream until every feeder finished and every expected output arrived."""
+    """Progress bars per stream until every feeder finished and every expected output arrived; fails
+    at once when one of ``services`` exited."""
     columns = (TextColumn("{task.description:<46}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     deadline = time.monotonic() + timeout_s
 
@@ -1092,6 +1100,8 @@ def _stream_progress(
                 raise failed[0].error  # type: ignore[misc]
             if tap.error is not None:
                 raise DemoError(f"the demo's consumer failed: {tap.error}")
+            for service in services:
+                service.check_running()
             finished = not any(f.is_alive() for f in feeders)
             if finished and clinical_done() and len(flows["docs"].consumed) == len(plan.documents):
                 break
@@ -1232,7 +1242,8 @@ def step_streams(
             feeder.start()
         try:
             _stream_progress(console, plan, flows, dead, feeders, tap,
-                             timeout_s=streams_timeout(plan.dbpm_patients))  # fmt: skip
+                             timeout_s=streams_timeout(plan.dbpm_patients),
+                             services=[*services, *([server] if server is not None else [])])  # fmt: skip
         except DemoError as error:
             tails = "\n".join(f"--- {s.name}, last lines:\n{s.tail(6)}" for s in services)
             raise DemoError(f"{error}\n{tails}") from error

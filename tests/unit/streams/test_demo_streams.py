@@ -165,3 +165,19 @@ def test_first_pending_skips_the_done_prefix_and_agrees_with_loop_pending():
     dead.verifications.consumed["c3"] = 2.0
     dead.narratives.consumed["p2"] = 2.0
     assert first_pending(ids, flows, tap, dead) == len(ids)
+
+
+def test_a_service_that_exited_fails_the_run_at_once_with_its_log(tmp_path):
+    """A worker that died (killed, crashed) is reported on the next progress tick, not after the
+    streams' timeout: the outputs it owed would never come."""
+    import time
+
+    from streams.commands.demo import DemoError, ServiceProcess
+
+    service = ServiceProcess("test service", [], {}, "127.0.0.1:9", tmp_path / "svc.log", (), module="this")
+    with service:
+        deadline = time.monotonic() + 30
+        while service._process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(DemoError, match=r"the test service exited \(code 0\)"):
+            service.check_running()
