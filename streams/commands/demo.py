@@ -80,11 +80,12 @@ Choices recorded here:
   beside the gate thread, fell minutes behind the verdicts; the verifier group, the largest LLM load
   (a call per candidate let through, four for an ambiguous QA answer), has two members sharing its
   partitions, as a deployment scales it. Measured at 2,000 patients (README): all
-  processes together spend about 0.26 CPU-seconds per patient (memory agents ~70 ms, verifier
+  processes together spend about 0.26 CPU-seconds per patient (memory agents ~75 ms, verifier
   group ~73 ms, this demo's tap and checks ~35 ms, gate ~22 ms, LLM test server ~22 ms, generator
-  ~18 ms), so two idle cores cannot finish the bulk phase in much under 4-5 minutes; the memory
-  agents' Faust path (about 1.4 ms per verdict on one core) is the largest single bound. On the
-  shared machine (load average 15-22) the bulk phase ran at 3.4 patients/s. Smaller runs:
+  ~18 ms; the broker ~90 ms more), so two idle cores cannot finish the bulk phase in much under
+  5 minutes; the memory
+  agents' Faust path (about 1.5 ms per verdict on one core) is the largest single bound. On the
+  shared machine the bulk phase ran at 2.8-3.4 patients/s (load average 9-26). Smaller runs:
   ``--patients 600`` (the previous default) or fewer.
 * **Selectivity** (lift per QA category) pairs every gate decision with the candidate's planned
   verdict when the demo's responder plays the ground truth, so BLOCKed candidates are measured too;
