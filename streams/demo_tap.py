@@ -57,6 +57,9 @@ class Flow:
     outputs: list[Any] = field(default_factory=list)
     positions: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Per id, the (partition, offset) of its first output record."""
+    latest: dict[str, Any] = field(default_factory=dict)
+    """Per id, its last output (what a downstream consumer deduping by id ends with), so a reader
+    looks an id up instead of walking :attr:`outputs`."""
 
     def latencies(self) -> list[float]:
         """Seconds from input produced to output consumed, for every id seen on both sides."""
@@ -153,6 +156,7 @@ class Tap(threading.Thread):
                 flow.consumed.setdefault(ident, now)
                 flow.positions.setdefault(ident, (message.partition(), message.offset()))
                 flow.outputs.append(value)
+                flow.latest[ident] = value
 
     def stop(self) -> None:
         """Stop polling and close the consumer (joins the thread)."""

@@ -12,8 +12,9 @@ Steps (each prints what it did):
    topic, read back at its exact offset and decoded (DeadLetter goes to a dead-letter topic).
 3. **The streams through the workers, all at once**, with a progress bar per stream:
 
-   * processes started: ``clingate worker`` (DBPM gate and memory, clinical agent), ``clingate docs
-     worker`` (arbiter), ``clingate generator`` and ``clingate verifier`` (the LLM groups), and, unless
+   * processes started: ``clingate worker --role memory`` (DBPM memory agents, clinical agent) and
+     ``clingate worker --role gate`` (the DBPM gate), ``clingate docs worker`` (arbiter), ``clingate
+     generator`` and ``clingate verifier`` (the LLM groups, two members), and, unless
      ``CLINGATE_LLM_URL`` (or ``CLINGATE_GENERATOR_URL``) names a server, the LLM test server of
      :mod:`streams.demo_llm`, whose answers play the synthetic ground truth;
    * DBPM: one narrative per patient of the synthetic stream of :mod:`streams.bench.dbpm` (the
@@ -64,19 +65,28 @@ Choices recorded here:
   (``clingate.dbpm.to-verify.dlq``: the verifier's LLM calls failed), or that never came because its
   narrative was dead-lettered (``clingate.dbpm.narratives.dlq``: the generator published only the
   candidates of the calls that succeeded), counts as done and is reported; the loop never waits out
-  its timeout for it. The verdict check allows for them (verdicts = let through - dead-lettered).
+  its timeout for it, and the progress bars count it as done (saying how much was dead-lettered), so
+  they reach their totals. The verdict check allows for them (verdicts = let through - dead-lettered).
 * **Stream size.** The paper's proportions give about 49 candidates per patient through the loop (at
-  most one QA answer per question template). ``--patients`` defaults to 600 (about 29,000
-  candidates) with a lockstep slice of 40, so that the whole demo takes a few minutes on the 2-core
-  machine when it is quiet, and every blocklist channel is populated (from about 40 patients on).
-  Measured (README): the lockstep slice costs under 1 s per patient; the bulk phase runs at 3-4
-  patients/s on the shared machine, bounded by the verifier group (one verdict call per candidate let
-  through, four for an ambiguous QA answer), which is why the demo starts two members of it (the
-  group's partitions are shared between them, as a deployment scales it). All processes together
-  spend about 0.4 CPU-seconds per bulk patient, so on two idle cores the bulk phase cannot beat about
-  5 patients/s: 1,000 patients took 7 min 19 s at load average 5-15, which is why the default is 600.
-  A few thousand patients (``--patients 3000``) is the paper's scale and takes proportionally longer
-  (about 0.3 s per patient).
+  most one QA answer per question template). ``--patients`` defaults to 2,000 (about 98,000
+  candidates), the "few thousand patients" of the issue, with a lockstep slice of 40; every blocklist
+  channel is populated from about 40 patients on. What a patient costs was profiled with py-spy in
+  every process of the bulk phase (session 3) and the waste removed: the LLM client's HTTP layer
+  (httpx: 1.2-1.4 ms of client CPU per call, over half of the generator's and verifiers' CPU; aiohttp
+  now: 0.22-0.25 ms, the request's constant JSON serialised once), this demo's own checks (a walk over
+  every decision per progress tick and per bulk check: now lookups of what changed), and one-second
+  first fetches per record in step 2. The memory agents and the gate now run as two ``clingate
+  worker`` processes (``--role memory``, ``--role gate``): in one process the memory agent, GIL-bound
+  beside the gate thread, fell minutes behind the verdicts; the verifier group, the largest LLM load
+  (a call per candidate let through, four for an ambiguous QA answer), has two members sharing its
+  partitions, as a deployment scales it. Measured at 2,000 patients (README): all
+  processes together spend about 0.26 CPU-seconds per patient (memory agents ~75 ms, verifier
+  group ~73 ms, this demo's tap and checks ~35 ms, gate ~22 ms, LLM test server ~22 ms, generator
+  ~18 ms; the broker ~90 ms more), so two idle cores cannot finish the bulk phase in much under
+  5 minutes; the memory
+  agents' Faust path (about 1.5 ms per verdict on one core) is the largest single bound. On the
+  shared machine the bulk phase ran at 2.8-3.4 patients/s (load average 9-26). Smaller runs:
+  ``--patients 600`` (the previous default) or fewer.
 * **Selectivity** (lift per QA category) pairs every gate decision with the candidate's planned
   verdict when the demo's responder plays the ground truth, so BLOCKed candidates are measured too;
   with a real model (``CLINGATE_LLM_URL``) only the verdicts the verifier published are paired.
@@ -164,9 +174,14 @@ patients on (measured in process on the loop's sequence: 40, 60, 80 and 100 pati
 an inert one is a defect."""
 
 STREAMS_TIMEOUT_S = 900.0
-"""Longest the three streams may take together (a stuck DBPM gate run fails sooner, after 60 s)."""
+"""Longest the three streams may take together, plus :data:`STREAMS_TIMEOUT_PER_PATIENT_S` per DBPM
+patient (a stuck DBPM gate run fails sooner, after 120 s per lockstep patient)."""
 
-DEFAULT_PATIENTS = 600
+STREAMS_TIMEOUT_PER_PATIENT_S = 0.5
+"""Allowance per DBPM patient on top of :data:`STREAMS_TIMEOUT_S`: a bulk phase of a few thousand
+patients on a loaded 2-core machine runs at 3-4 patients/s (module docstring, "Stream size")."""
+
+DEFAULT_PATIENTS = 2000
 """DBPM patients of a default run (module docstring, "Stream size")."""
 
 DEFAULT_LOCKSTEP = 40
@@ -177,6 +192,11 @@ VERIFIERS = 2
 
 _SNAPSHOTS = 40
 """Points of the memory-population and severity charts along the stream."""
+
+
+def streams_timeout(patients: int) -> float:
+    """Seconds the streams of a run with ``patients`` DBPM patients may take."""
+    return STREAMS_TIMEOUT_S + STREAMS_TIMEOUT_PER_PATIENT_S * patients
 
 
 class DemoError(RuntimeError):
@@ -211,26 +231,57 @@ def _end_offsets(consumer: Consumer, topics: Sequence[str]) -> dict[str, int]:
         raise DemoError(f"end offsets of {list(topics)} unavailable for 30 s: {error}") from error
 
 
+def _produce_all(
+    producer: Producer, records: Sequence[tuple[str, bytes | None, bytes]]
+) -> list[tuple[int, int]]:
+    """Produce ``(topic, key, value)`` records, wait for their delivery (one flush); their
+    ``(partition, offset)`` in order."""
+    delivered: list[tuple[Any, Any] | None] = [None] * len(records)
+
+    def report(index: int) -> Callable[[Any, Any], None]:
+        return lambda err, msg: delivered.__setitem__(index, (err, msg))
+
+    for index, (topic, key, value) in enumerate(records):
+        producer.produce(topic, key=key, value=value, on_delivery=report(index))
+    producer.flush(30)
+    coordinates = []
+    for (topic, _, _), outcome in zip(records, delivered, strict=True):
+        if outcome is None or outcome[0] is not None:
+            raise DemoError(f"delivery to {topic} failed: {outcome[0] if outcome else 'timeout'}")
+        coordinates.append((outcome[1].partition(), outcome[1].offset()))
+    return coordinates
+
+
 def _produce(producer: Producer, topic: str, key: bytes | None, value: bytes) -> tuple[int, int]:
     """Produce one record and wait for its delivery; returns ``(partition, offset)``."""
-    delivered: list[Any] = []
-    producer.produce(topic, key=key, value=value, on_delivery=lambda err, msg: delivered.append((err, msg)))
-    producer.flush(30)
-    if not delivered or delivered[0][0] is not None:
-        raise DemoError(f"delivery to {topic} failed: {delivered[0][0] if delivered else 'timeout'}")
-    message = delivered[0][1]
-    return message.partition(), message.offset()
+    return _produce_all(producer, [(topic, key, value)])[0]
+
+
+def _read_all(consumer: Consumer, coordinates: Sequence[tuple[str, int, int]]) -> list[Any]:
+    """The records at ``(topic, partition, offset)``, in order, fetched together (one assignment: a
+    fresh assignment costs up to a second before its first fetch, so one per record added up)."""
+    first: dict[tuple[str, int], int] = {}
+    for topic, partition, offset in coordinates:  # one assignment per partition, from its lowest offset
+        first[(topic, partition)] = min(offset, first.get((topic, partition), offset))
+    consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in first.items()])
+    wanted = set(coordinates)
+    found: dict[tuple[str, int, int], Any] = {}
+    deadline = time.monotonic() + 30
+    while len(found) < len(wanted) and time.monotonic() < deadline:
+        for message in consumer.consume(num_messages=100, timeout=0.2):
+            coordinate = (message.topic(), message.partition(), message.offset())
+            if not message.error() and coordinate in wanted:
+                found[coordinate] = message
+    missing = [c for c in coordinates if c not in found]
+    if missing:
+        topic, partition, offset = missing[0]
+        raise DemoError(f"record {topic}/{partition}@{offset} not readable within 30 s")
+    return [found[c] for c in coordinates]
 
 
 def _read_at(consumer: Consumer, topic: str, partition: int, offset: int) -> Any:
     """The record at ``topic/partition/offset``."""
-    consumer.assign([TopicPartition(topic, partition, offset)])
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        message = consumer.poll(1.0)
-        if message is not None and not message.error() and message.offset() == offset:
-            return message
-    raise DemoError(f"record {topic}/{partition}@{offset} not readable within 30 s")
+    return _read_all(consumer, [(topic, partition, offset)])[0]
 
 
 class ServiceProcess:
@@ -280,11 +331,17 @@ class ServiceProcess:
         assert self._process is not None, "enter the context first"
         deadline = time.monotonic() + timeout_s
         while self._ready and not any(marker in self.log.read_bytes() for marker in self._ready):
-            if self._process.poll() is not None:
-                raise DemoError(f"the {self.name} exited (code {self._process.returncode}):\n{self.tail()}")
+            self.check_running()
             if time.monotonic() > deadline:
                 raise DemoError(f"the {self.name} was not ready within {timeout_s:.0f} s:\n{self.tail()}")
             time.sleep(0.2)
+
+    def check_running(self) -> None:
+        """Raise :class:`DemoError` (with its log's tail) if the process has exited: the streams would
+        otherwise wait out their timeout for outputs it will never produce."""
+        assert self._process is not None, "enter the context first"
+        if self._process.poll() is not None:
+            raise DemoError(f"the {self.name} exited (code {self._process.returncode}):\n{self.tail()}")
 
     def tail(self, lines: int = 20) -> str:
         """The last lines of the process's log."""
@@ -457,18 +514,21 @@ def step_schemas(
     table = Table(
         "schema", "topic", "bytes", "round trip", title="one event per schema", title_justify="left"
     )
+    records = []
+    for event in events:
+        topic = by_schema.get(registry.for_model(type(event)).full_name, dlq_name(FHIR_UPDATES))
+        records.append((topic, b"demo", serde.encode(event, topic=topic)))
     try:
-        for event in events:
-            name = registry.for_model(type(event)).full_name
-            topic = by_schema.get(name, dlq_name(FHIR_UPDATES))
-            data = serde.encode(event, topic=topic)
-            partition, offset = _produce(producer, topic, b"demo", data)
-            message = _read_at(consumer, topic, partition, offset)
-            ok = message.value() == data and serde.decode(message.value(), type(event), topic=topic) == event
-            results.round_trips.append((name, topic, len(data), ok))
-            table.add_row(name, topic, str(len(data)), "[green]OK[/]" if ok else "[red]FAILED[/]")
+        coordinates = _produce_all(producer, records)
+        at = [(topic, p, o) for (topic, _, _), (p, o) in zip(records, coordinates, strict=True)]
+        messages = _read_all(consumer, at)
     finally:
         consumer.close()
+    for event, (topic, _, data), message in zip(events, records, messages, strict=True):
+        name = registry.for_model(type(event)).full_name
+        ok = message.value() == data and serde.decode(message.value(), type(event), topic=topic) == event
+        results.round_trips.append((name, topic, len(data), ok))
+        table.add_row(name, topic, str(len(data)), "[green]OK[/]" if ok else "[red]FAILED[/]")
     console.print(table)
     missing = {e.full_name for e in registry.events()} - {r[0] for r in results.round_trips}
     if missing or not all(r[3] for r in results.round_trips):
@@ -818,7 +878,7 @@ def emitted_candidates(plan: Plan, flows: dict[str, Flow]) -> dict[str, list[Any
 
 
 def _decisions(flow: Flow) -> dict[str, str]:
-    return {d.candidate_id: str(d.decision) for d in flow.outputs}
+    return {cid: str(d.decision) for cid, d in list(flow.latest.items())}
 
 
 @dataclass
@@ -855,26 +915,33 @@ def loop_pending(
     candidate of a dead-lettered narrative that never came is done too (the generator published only
     the candidates of the calls that succeeded).
     """
-    decided = flows["dbpm"].consumed
-    failed_patients = dead.narratives.consumed
-    decisions: dict[str, str] | None = None
-    verified, failed = flows["verifier"].positions, dead.verifications.consumed
-    pending = []
-    for patient, cid in ids:
-        if cid not in decided:
-            if patient not in failed_patients:
-                pending.append((patient, cid))
-            continue
-        decisions = decisions if decisions is not None else _decisions(flows["dbpm"])
-        decision = decisions.get(cid)  # None: the tap is still taking the record in
-        if decision == "BLOCK" or cid in failed:
-            continue
-        if decision is None:
-            pending.append((patient, cid))
-            continue
-        if cid not in verified or tap.applied.get(verified[cid][0], -1) < verified[cid][1]:
-            pending.append((patient, cid))
-    return pending
+    return [pair for pair in ids if _pending(pair, flows, tap, dead)]
+
+
+def first_pending(
+    ids: Sequence[tuple[str, str]], flows: dict[str, Flow], tap: Tap, dead: DeadLettered
+) -> int:
+    """The index of the first pair of ``ids`` not yet done (``len(ids)``: all done; see
+    :func:`loop_pending`). Being done never reverts, so a wait drops the done prefix and checks again
+    from the first pending pair: a check per second then costs what finished since the last one, not a
+    walk over every pending candidate of the bulk phase (that walk was most of the demo's CPU)."""
+    for index, pair in enumerate(ids):
+        if _pending(pair, flows, tap, dead):
+            return index
+    return len(ids)
+
+
+def _pending(pair: tuple[str, str], flows: dict[str, Flow], tap: Tap, dead: DeadLettered) -> bool:
+    patient, cid = pair
+    if cid not in flows["dbpm"].consumed:
+        return patient not in dead.narratives.consumed
+    found = flows["dbpm"].latest.get(cid)  # None: the tap is still taking the record in
+    if found is None:
+        return True
+    if found.decision == "BLOCK" or cid in dead.verifications.consumed:
+        return False
+    verified = flows["verifier"].positions.get(cid)
+    return verified is None or tap.applied.get(verified[0], -1) < verified[1]
 
 
 def feed_loop(
@@ -918,15 +985,16 @@ def feed_loop(
         ids = [(c.patient_id, c.candidate_id) for n in batch for c in emitted.get(n.patient_id, [])]
         deadline = time.monotonic() + limit_s
         while ids:
-            ids = loop_pending(ids, flows, tap, dead)
+            ids = ids[first_pending(ids, flows, tap, dead) :]
             if not ids:
                 break
             if time.monotonic() > deadline:
+                ids = loop_pending(ids, flows, tap, dead)
                 raise DemoError(
                     f"{len(ids)} candidates of {len(batch)} narratives (first: {ids[0][1]}) not decided and "
                     f"verified (or dead-lettered) within {limit_s:.0f} s"
                 )
-            time.sleep(0.002 if len(batch) == 1 else 1.0)  # the bulk check walks every decision
+            time.sleep(0.002 if len(batch) == 1 else 0.1)  # a check costs only what finished since the last
 
     started = time.perf_counter()
     for narrative in narratives[: plan.lockstep]:
@@ -940,15 +1008,64 @@ def feed_loop(
     if bulk:
         run.bulk_started = time.time()
         send(bulk)
-        wait_done(bulk, STREAMS_TIMEOUT_S)
+        wait_done(bulk, streams_timeout(len(narratives)))
         run.bulk_finished = time.time()
     return run
 
 
+@dataclass(frozen=True)
+class LoopProgress:
+    """Where one DBPM progress bar stands: work done (dead-lettered work included), its total, and how
+    much of the done work was dead-lettered (None total: not known in advance, a real model's)."""
+
+    done: int
+    total: int | None
+    dead_lettered: int
+
+
+def loop_progress(plan: Plan, flows: dict[str, Flow], dead: DeadLettered) -> dict[str, LoopProgress]:
+    """The DBPM bars (generator, gate, verifier), counting dead-lettered LLM work as done with failure,
+    as the loop and the report do (module docstring, "Done, with failure").
+
+    A planned candidate of a dead-lettered narrative that has not come (the generator published only
+    the candidates of the calls that succeeded) is done for the generator and the gate bars; a
+    dead-lettered verification is done for the verifier bar, whose total is the candidates let through
+    (counted on ``clingate.dbpm.to-verify``, the verifier's input: no walk over every decision per tick).
+    """
+    planned = plan.llm_url is None
+    never = (
+        sum(
+            1
+            for patient in list(dead.narratives.consumed)
+            for c in plan.loop.candidates.get(patient, [])
+            if c.candidate_id not in flows["dbpm"].produced
+        )
+        if planned
+        else 0
+    )
+    total = plan.gates if planned else None
+    failed_narratives = len(dead.narratives.consumed)
+    let_through = len(flows["verifier"].produced)  # the to-verify records: the gate's ALLOW and DOWNGRADE
+    failed = len(dead.verifications.consumed)
+    return {
+        "generator": LoopProgress(len(flows["generator"].outputs) + never, total, failed_narratives),
+        "dbpm": LoopProgress(len(flows["dbpm"].consumed) + never, total, failed_narratives),
+        "verifier": LoopProgress(len(flows["verifier"].consumed) + failed, let_through, failed),
+    }
+
+
 def _stream_progress(
-    console: Console, plan: Plan, flows: dict[str, Flow], feeders: list[_Feeder], tap: Tap, timeout_s: float
+    console: Console,
+    plan: Plan,
+    flows: dict[str, Flow],
+    dead: DeadLettered,
+    feeders: list[_Feeder],
+    tap: Tap,
+    timeout_s: float,
+    services: Sequence[ServiceProcess],
 ) -> None:
-    """Progress bars per stream until every feeder finished and every expected output arrived."""
+    """Progress bars per stream until every feeder finished and every expected output arrived; fails
+    at once when one of ``services`` exited."""
     columns = (TextColumn("{task.description:<46}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     deadline = time.monotonic() + timeout_s
 
@@ -956,33 +1073,36 @@ def _stream_progress(
         last = _last_per_patient(flows["clinical"].outputs)
         return all(last.get(pid) == a for pid, a in plan.clinical_expected.items())
 
-    planned = plan.gates if plan.llm_url is None else None  # the model's count is known only at the end
-
-    def let_through() -> int:
-        return sum(1 for d in _decisions(flows["dbpm"]).values() if d != "BLOCK")
+    titles = {
+        "generator": f"candidates ({DBPM_CANDIDATES})",
+        "dbpm": f"DBPM gate decisions ({DBPM_DECISIONS})",
+        "verifier": f"verdicts on let-through ({DBPM_VERDICTS})",
+    }
+    failure = {"generator": "narratives", "dbpm": "narratives", "verifier": "verifications"}
 
     with Progress(*columns, console=console) as progress:
         bars = {
-            "generator": progress.add_task(f"candidates ({DBPM_CANDIDATES})", total=planned),
-            "dbpm": progress.add_task(f"DBPM gate decisions ({DBPM_DECISIONS})", total=planned),
-            "verifier": progress.add_task(f"verdicts on let-through ({DBPM_VERDICTS})", total=None),
+            **{name: progress.add_task(title, total=None) for name, title in titles.items()},
             "clinical": progress.add_task(
                 f"assessments ({CLINICAL_ASSESSMENTS})", total=plan.clinical_outputs
             ),
             "docs": progress.add_task(f"documents ({DOCS_DISPOSITIONS})", total=len(plan.documents)),
         }  # fmt: skip
         while True:
-            for name, bar in bars.items():
-                flow = flows[name]
-                done = len(flow.outputs if name in ("clinical", "generator") else flow.consumed)
-                progress.update(
-                    bar, completed=done, **({"total": let_through()} if name == "verifier" else {})
+            for name, at in loop_progress(plan, flows, dead).items():
+                title = titles[name] + (
+                    f" [{at.dead_lettered} {failure[name]} dead-lettered]" if at.dead_lettered else ""
                 )
+                progress.update(bars[name], completed=at.done, total=at.total, description=title)
+            progress.update(bars["clinical"], completed=len(flows["clinical"].outputs))
+            progress.update(bars["docs"], completed=len(flows["docs"].consumed))
             failed = [f for f in feeders if f.error is not None]
             if failed:
                 raise failed[0].error  # type: ignore[misc]
             if tap.error is not None:
                 raise DemoError(f"the demo's consumer failed: {tap.error}")
+            for service in services:
+                service.check_running()
             finished = not any(f.is_alive() for f in feeders)
             if finished and clinical_done() and len(flows["docs"].consumed) == len(plan.documents):
                 break
@@ -1063,14 +1183,28 @@ def step_streams(
             + (" (the demo's test server: answers play the synthetic ground truth)" if server else "")
         )
         services = [
+            # The gate and the memory agents as two processes, a core each (module docstring,
+            # "Stream size"): in one process the memory agent fell behind the verdicts.
             ServiceProcess(
-                "DBPM + clinical worker (clingate worker)",
-                ["worker", "-l", "info", "--web-port", str(free_port()), "--datadir", str(workdir / app_id)],
+                "DBPM memory + clinical worker (clingate worker --role memory)",
+                ["worker", "--role", "memory", "-l", "info", "--web-port", str(free_port()),
+                 "--datadir", str(workdir / app_id)],
                 {"CLINGATE_APP_ID": app_id, **WORKER_FLAGS}, bootstrap, workdir / f"{app_id}.log",
                 (b"[^Worker]: Ready",),
             ),
             ServiceProcess(
-                "arbiter (clingate docs worker)", ["docs", "worker"],
+                "DBPM gate (clingate worker --role gate)",
+                # Its own data directory: the gate keeps its view of the memory there and resumes it
+                # (the default one may hold another app's view: wrong decisions from the start).
+                ["worker", "--role", "gate", "--web-port", str(free_port()),
+                 "--datadir", str(workdir / f"{app_id}-gate")],
+                {"CLINGATE_APP_ID": app_id, **WORKER_FLAGS}, bootstrap, workdir / f"{app_id}-gate.log",
+                (b"DBPM gate ready",),
+            ),
+            ServiceProcess(
+                # A free metrics port, as for the groups: the default one may be taken (another demo,
+                # a deployed docs worker), and the worker would exit.
+                "arbiter (clingate docs worker)", ["docs", "worker", "--metrics-port", "0"],
                 {"CLINGATE_DOCS_GROUP_ID": groups["docs"]},
                 bootstrap, workdir / "docs.log", (b"rules-only", b"LLM phases on"),
             ),
@@ -1108,7 +1242,9 @@ def step_streams(
         for feeder in feeders:
             feeder.start()
         try:
-            _stream_progress(console, plan, flows, feeders, tap, timeout_s=STREAMS_TIMEOUT_S)
+            _stream_progress(console, plan, flows, dead, feeders, tap,
+                             timeout_s=streams_timeout(plan.dbpm_patients),
+                             services=[*services, *([server] if server is not None else [])])  # fmt: skip
         except DemoError as error:
             tails = "\n".join(f"--- {s.name}, last lines:\n{s.tail(6)}" for s in services)
             raise DemoError(f"{error}\n{tails}") from error

@@ -331,3 +331,14 @@ def test_circuit_breaker_invariants(ops):
             streak += 1
             if streak >= 3 or state_before is CircuitState.HALF_OPEN:
                 assert breaker.state is not CircuitState.CLOSED
+
+
+@pytest.mark.parametrize("call_type", [CallType.NER_VERDICT, CallType.QA_EXTRACTION])
+def test_encoded_body_is_the_request_body_with_only_the_messages_serialised_per_call(call_type):
+    import json
+
+    model = QaExtraction if call_type is CallType.QA_EXTRACTION else NerVerdict
+    client = LlmClient({})
+    for messages in (USER, [{"role": "system", "content": 'say "hi"\n'}, *USER], []):
+        encoded = client.encoded_body(call_type, model, messages, "m")
+        assert json.loads(encoded) == client.request_body(call_type, model, messages, "m")

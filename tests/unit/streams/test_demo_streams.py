@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.commands.demo import DeadLettered, loop_pending
+from streams.commands.demo import DeadLettered, first_pending, loop_pending
 from streams.demo_data.timeline import START, WEEKS, fhir_timeline, week_of
 from streams.demo_tap import Flow
 
@@ -60,7 +60,9 @@ def _loop_flows() -> dict[str, Flow]:
     flows = {name: Flow(name) for name in ("dbpm", "verifier")}
     for cid, decision in (("c1", "BLOCK"), ("c2", "ALLOW"), ("c3", "ALLOW")):
         flows["dbpm"].consumed[cid] = 1.0
-        flows["dbpm"].outputs.append(SimpleNamespace(candidate_id=cid, decision=decision))
+        output = SimpleNamespace(candidate_id=cid, decision=decision)
+        flows["dbpm"].outputs.append(output)
+        flows["dbpm"].latest[cid] = output
     flows["verifier"].positions["c2"] = (0, 5)
     return flows
 
@@ -119,3 +121,63 @@ def test_the_tap_counts_dead_lettered_verifications_and_narratives_of_the_run_on
     other = narrative.model_copy(update={"patient_id": "p-other-run"})
     assert narratives.ident(letter(DBPM_NARRATIVES, serde.encode(other, topic=DBPM_NARRATIVES))) is None
     assert to_verify.ident(letter(DBPM_TO_VERIFY, b"not avro")) is None
+
+
+def test_progress_bars_reach_their_totals_when_llm_work_is_dead_lettered():
+    """Every bar ends full: a dead-lettered verification is done for the verifier bar, and the planned
+    candidates of a dead-lettered narrative, which never come, are done for the generator and gate bars;
+    each bar counts its dead letters as the report does."""
+    from rich.console import Console
+
+    from streams.commands.demo import build_plan, loop_progress
+
+    plan = build_plan(2, 1, 0, 1, Console(quiet=True))
+    first, second = (n.patient_id for n in plan.loop.narratives)
+    flows = {name: Flow(name) for name in ("generator", "dbpm", "verifier")}
+    dead = DeadLettered()
+    came = plan.loop.candidates[first]
+    for index, c in enumerate(came):
+        flows["generator"].outputs.append(c)
+        flows["dbpm"].produced[c.candidate_id] = flows["dbpm"].consumed[c.candidate_id] = 1.0
+        decision = "BLOCK" if index == 0 else "ALLOW"
+        flows["dbpm"].latest[c.candidate_id] = SimpleNamespace(candidate_id=c.candidate_id, decision=decision)
+        if decision == "ALLOW":
+            flows["verifier"].produced[c.candidate_id] = 1.0  # on to-verify
+        if index == 1:
+            dead.verifications.consumed[c.candidate_id] = 2.0
+        elif index > 1:
+            flows["verifier"].consumed[c.candidate_id] = 2.0
+    before = loop_progress(plan, flows, dead)
+    assert before["generator"].done < before["generator"].total  # the second narrative is still awaited
+    dead.narratives.consumed[second] = 3.0
+    bars = loop_progress(plan, flows, dead)
+    assert all(bar.done == bar.total for bar in bars.values()), bars
+    assert bars["verifier"].total == len(came) - 1 and bars["verifier"].dead_lettered == 1
+    assert bars["generator"].dead_lettered == bars["dbpm"].dead_lettered == 1
+
+
+def test_first_pending_skips_the_done_prefix_and_agrees_with_loop_pending():
+    flows, dead = _loop_flows(), DeadLettered()
+    tap = SimpleNamespace(applied={0: 5})
+    ids = [("p1", "c1"), ("p1", "c2"), ("p1", "c3"), ("p2", "c4")]
+    index = first_pending(ids, flows, tap, dead)
+    assert ids[index:][:1] == loop_pending(ids, flows, tap, dead)[:1] == [("p1", "c3")]
+    dead.verifications.consumed["c3"] = 2.0
+    dead.narratives.consumed["p2"] = 2.0
+    assert first_pending(ids, flows, tap, dead) == len(ids)
+
+
+def test_a_service_that_exited_fails_the_run_at_once_with_its_log(tmp_path):
+    """A worker that died (killed, crashed) is reported on the next progress tick, not after the
+    streams' timeout: the outputs it owed would never come."""
+    import time
+
+    from streams.commands.demo import DemoError, ServiceProcess
+
+    service = ServiceProcess("test service", [], {}, "127.0.0.1:9", tmp_path / "svc.log", (), module="this")
+    with service:
+        deadline = time.monotonic() + 30
+        while service._process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(DemoError, match=r"the test service exited \(code 0\)"):
+            service.check_running()
