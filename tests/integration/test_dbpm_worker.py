@@ -13,7 +13,8 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +167,32 @@ def test_a_verdict_published_twice_is_applied_once(kafka_bootstrap: str, start_w
     assert _scraped_sum(worker.web_port, "clingate_dbpm_verdicts_duplicate_total") == copies
 
 
+@contextmanager
+def _sigkilled(worker: WorkerProcess, delays: Sequence[float]) -> Iterator[list[float]]:
+    """SIGKILL ``worker`` and restart it after each of ``delays`` seconds, on a thread, while the block runs.
+
+    Yields the (monotonic) times of the kills so far; kills still due when the block ends are skipped.
+    """
+    done = threading.Event()
+    kills: list[float] = []
+
+    def chaos() -> None:
+        for delay in delays:
+            if done.wait(delay):
+                return
+            worker.kill()
+            kills.append(time.monotonic())
+            worker.start()
+
+    thread = threading.Thread(target=chaos, daemon=True)
+    thread.start()
+    try:
+        yield kills
+    finally:
+        done.set()
+        thread.join()
+
+
 def test_memory_survives_sigkill_and_restart_exactly_once(kafka_bootstrap: str, start_workers) -> None:
     """Scenario: the worker is SIGKILLed at random points of a replay and restarted each time.
 
@@ -176,27 +203,9 @@ def test_memory_survives_sigkill_and_restart_exactly_once(kafka_bootstrap: str, 
     app_id, [worker] = start_workers(1, **COMPARISON_FLAGS)
     events = _events(800)
     engine = comparison_engine()
-    done = threading.Event()
-    kills: list[float] = []
 
-    def chaos() -> None:
-        for delay in (2.0, 3.5, 2.5):
-            if done.wait(delay):
-                return
-            worker.kill()
-            kills.append(time.monotonic())
-            worker.start()
-
-    thread = threading.Thread(target=chaos, daemon=True)
-    thread.start()
-    try:
-        result = replay_via_kafka(
-            kafka_bootstrap, events, engine, make_serde(None), app_id,
-            timeout_s=120.0,
-        )  # fmt: skip
-    finally:
-        done.set()
-        thread.join()
+    with _sigkilled(worker, (2.0, 3.5, 2.5)) as kills:
+        result = replay_via_kafka(kafka_bootstrap, events, engine, make_serde(None), app_id, timeout_s=120.0)
 
     expected_decisions, expected_state = _in_process(engine, events)
     assert kills, "the replay finished before the first kill; lengthen the stream"
@@ -420,24 +429,9 @@ def test_propagated_evidence_is_applied_exactly_once_across_sigkills(
     app_id, [worker] = start_workers(1, **{**COMPARISON_FLAGS, "CLINGATE_DBPM_CROSS_TASK": "true"})
     events = _relation_failures(700)
     engine = _propagation_engine()
-    done = threading.Event()
-    kills: list[float] = []
 
-    def chaos() -> None:
-        for delay in (2.0, 3.0):
-            if done.wait(delay):
-                return
-            worker.kill()
-            kills.append(time.monotonic())
-            worker.start()
-
-    thread = threading.Thread(target=chaos, daemon=True)
-    thread.start()
-    try:
+    with _sigkilled(worker, (2.0, 3.0)) as kills:
         result = replay_via_kafka(kafka_bootstrap, events, engine, make_serde(None), app_id, timeout_s=120.0)
-    finally:
-        done.set()
-        thread.join()
 
     decisions, state = _in_process(engine, events)
     assert kills, "the replay finished before the first kill; lengthen the stream"
