@@ -114,7 +114,7 @@ class Settings(BaseSettings):
         ge=1,
         validation_alias="CLINGATE_DOCS_MAX_IN_FLIGHT",
         description="Documents the docs worker verifies at once (their LLM calls overlap); at the bound "
-        "it pauses its partitions until one finishes.",
+        "it keeps a few records consumed and waiting, then pauses its partitions until one finishes.",
     )
 
     # --- LLM serving (streams.llm). Role URL > CLINGATE_LLM_URL > none (the role's LLM phases are off).
