@@ -454,12 +454,16 @@ def test_candidates_in_flight_when_a_verifier_stops_are_verified_by_the_next_mem
 def _verifier_process(
     bootstrap: str, settings: Settings, log: Path, max_in_flight: int
 ) -> subprocess.Popen[bytes]:
-    """A ``clingate verifier`` subprocess of ``settings``' group (the only way to SIGKILL a member)."""
+    """A ``clingate verifier`` subprocess of ``settings``' group (the only way to SIGKILL a member).
+
+    Its group session times out after the broker's minimum, 6 s: a SIGKILLed member's partitions move
+    then (librdkafka's default, 45 s, was most of the test's time).
+    """
     env = {
         **os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
         "CLINGATE_VERIFIER_URL": settings.verifier_url or "",
         "CLINGATE_LLM_MODEL": "clingate-test", "CLINGATE_VERIFIER_GROUP_ID": settings.verifier_group_id,
-        "CLINGATE_VERIFIER_NARRATIVE_WAIT_S": "5",
+        "CLINGATE_VERIFIER_NARRATIVE_WAIT_S": "5", "CLINGATE_CONSUMER_SESSION_TIMEOUT_S": "6",
     }  # fmt: skip
     with log.open("ab") as out:
         return subprocess.Popen(
