@@ -152,7 +152,8 @@ def test_worker_decides_and_learns_like_the_in_process_engine_applying_a_repeate
     propagation and maintenance off, every gate event gets exactly one decision, the same as the
     in-process engine gives on the stream without the copies, the memory rebuilt from the worker's
     changelog is that engine's final state, and ``clingate_dbpm_verdicts_duplicate_total`` counts
-    every copy. (One replay proves both: a plain replay and one with copies took 90 s each.)
+    every copy. (One replay proves both: a plain replay and one with copies took 1.9-2.4 min each at
+    load average ~15.)
     """
     app_id, [worker] = start_workers(1, **COMPARISON_FLAGS)
     unique = _with_candidate_ids(_events(600))
@@ -284,7 +285,8 @@ def test_propagation_through_kafka_differs_from_the_engine_only_by_the_hop(
     the engine's exactly. The measured difference is printed (``-s``) and bounded below.
 
     CI replays the first 600 events of each stream (82 and 47 propagation events; a lockstep run of
-    gates costs ~0.3 s through a worker, so 1,500 events took ~4 min per stream). Measured on the
+    gates costs 0.2-0.3 s through a worker, so 1,500 events took 2-2.6 min per stream at load average
+    ~15 on the 2-core VM). Measured on the
     first 1,500 events of each (186 and 152 propagation events, every NER pattern of the example and
     39 of 43 synthetic ones carry cross-task hits): no decision and no pattern differs; the same on
     the whole example (4,904 events, 491 propagation events) and on 5,000 synthetic events (484),
