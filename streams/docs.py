@@ -16,11 +16,13 @@ document is decided from its own record (the step machine of :mod:`processors.do
 only state a review needs, its packet, is itself a compacted topic. What the arbiter does need is to
 keep many slow LLM calls in flight without blocking the poll loop (STYLE 10). In Faust that means
 ``concurrency > 1``, whose acks can commit past an event still in flight (docs/faust-runtime.md 1d,
-faust-streaming#606), or ``concurrency = 1``, which serialises the calls. This loop instead starts one
-task per document (at most ``CLINGATE_DOCS_MAX_IN_FLIGHT``; at the bound it pauses its partitions and
-keeps polling, so the group membership stays alive), and per partition publishes outputs and commits
-offsets strictly in input order: an offset is committed only once the outputs of it and of every
-earlier record of its partition are acknowledged by the broker. Delivery is at least once: after a
+faust-streaming#606), or ``concurrency = 1``, which serialises the calls. The worker instead runs the
+loop the LLM groups share, :class:`streams.ordered.OrderedLoop`: one task per document (at most
+``CLINGATE_DOCS_MAX_IN_FLIGHT`` unfinished; beyond a small buffer of waiting records it pauses its
+partitions and keeps polling, so the group membership stays alive), and per partition outputs published
+and offsets committed strictly in input order: an offset is committed only once the outputs of it and of
+every earlier record of its partition are acknowledged by the broker. :class:`DocsWorker` is the loop's
+handler and returns each record's outputs as data. Delivery is at least once: after a
 crash or a rebalance the uncommitted documents are decided again, which is safe because the arbiter is
 deterministic (same request and judgements, same disposition) and the outputs are keyed by document
 (dispositions and packets are compacted; consumers dedupe by ``doc_id``). The worker is therefore its
@@ -31,7 +33,13 @@ Reviews are low volume and handled in the same loop: their records complete at o
 are published and committed in order like the classifications. The packet of a review is looked up in
 :class:`PacketFollower`, which reads the compacted packet topic (every partition, no group) and is
 caught up to the topic's end before a review whose packet it has not seen is given up as a dead letter.
-Memory: one packet per escalated document, bounded by the compacted topic itself.
+A packet this worker decides is remembered by the follower as soon as its document is decided (before
+the loop publishes it): a review consumed right after finds it. Memory: one packet per escalated
+document, bounded by the compacted topic itself.
+
+Counting (``clingate_docs_*``): a disposition when its document is decided, a dead letter when the loop
+routes it (:attr:`streams.ordered.OrderedLoop.on_dead_letter`); a document decided again after a crash
+is counted again, as the at-least-once delivery above implies.
 
 Rebalance: on revocation, the documents in flight of the revoked partitions are cancelled and their
 offsets stay uncommitted; the partition's new owner decides them again.
@@ -43,33 +51,25 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from processors.docs.arbiter import ArbiterConfig, Finished
+from processors.docs.arbiter import ArbiterConfig
 from processors.docs.packet import ground_truth
 from processors.docs.v3 import TrapRules
 from schemas.base import AvroModel
 from schemas.common import Stage
 from schemas.docs import ClassificationRequest, Review, ReviewPacket, ReviewStatus
 from schemas.serde import Serde
-from streams.dlq import DeadLetterRouter, Decoded, DecodeFailed, SourceRecord, decode_record
+from streams.dlq import DeadLetterRouter, DecodeFailed, SourceRecord, decode_record
 from streams.docs_arbiter import LlmCall, arbitrate
 from streams.kafka_config import client_config
 from streams.logs import log_dead_letter
 from streams.metrics import DocsMetrics
+from streams.ordered import Handled, OrderedLoop, Output
 from topics.catalog import (
     DOCS_CLASSIFICATIONS,
     DOCS_DISPOSITIONS,
@@ -79,16 +79,6 @@ from topics.catalog import (
 )
 
 log = logging.getLogger(__name__)
-
-IDLE_WAIT_S = 0.05
-"""How long the loop waits for a document to finish when no record arrived."""
-
-
-class DocsDeliveryError(RuntimeError):
-    """An output was not acknowledged by the broker: the worker stops without committing its input.
-
-    Restart the worker; the uncommitted documents are decided and published again.
-    """
 
 
 def producer_config(bootstrap: str) -> dict[str, object]:
@@ -197,90 +187,64 @@ class PacketFollower:
 
 
 @dataclass
-class _Entry:
-    """One consumed record in its partition's queue, waiting for its turn to publish and commit."""
-
-    record: SourceRecord
-    failed: DecodeFailed | None = None
-    review: Review | None = None
-    task: asyncio.Task[Finished] | None = None
-
-    @property
-    def done(self) -> bool:
-        return self.task is None or self.task.done()
-
-
-@dataclass
 class DocsWorker:
-    """The docs consumer loop (see the module docstring for the design).
+    """The per-record handler the docs worker's :class:`~streams.ordered.OrderedLoop` runs (module docstring).
+
+    A classification request becomes a task (the arbiter, LLM calls included) whose outputs are its
+    disposition and, on escalation, its review packet; a review completes at once with its ground truth
+    and the packet again, now reviewed; an undecodable record, or a review with no packet to close,
+    completes at once as a dead letter.
 
     Attributes:
-        consumer: subscribed by :meth:`run`; ``enable.auto.commit`` MUST be false.
-        producer: configured with :func:`producer_config`.
         serde: the process's serde.
-        packets: the packet follower (shared with the loop only; not thread-safe).
+        packets: the packet follower (used from the loop's event loop only; not thread-safe).
         trap_rules: V3's rule sets.
         call: the LLM call, or None for rules-only.
-        max_in_flight: documents decided at once.
-        metrics: dispositions, documents in flight and dead letters are counted here.
+        metrics: dispositions and dead letters are counted here (the loop sets the in-flight gauge).
+        decided: documents decided so far.
     """
 
-    consumer: Consumer
-    producer: Producer
     serde: Serde
     packets: PacketFollower
     trap_rules: TrapRules
     call: LlmCall | None
-    max_in_flight: int
     metrics: DocsMetrics
-    queues: dict[tuple[str, int], deque[_Entry]] = field(default_factory=dict)
     decided: int = 0
-    _paused: bool = False
 
     @property
     def config(self) -> ArbiterConfig:
         """The arbiter configuration: LLM phases on exactly when an LLM call is configured."""
         return ArbiterConfig(trap_rules=self.trap_rules, llm_enabled=self.call is not None)
 
-    def _running(self) -> list[asyncio.Task[Finished]]:
-        return [e.task for q in self.queues.values() for e in q if e.task is not None and not e.task.done()]
-
-    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            for entry in self.queues.pop((tp.topic, tp.partition), deque()):
-                if entry.task is not None:
-                    entry.task.cancel()
-
-    def _accept(self, message: Message) -> None:
-        error = message.error()
-        if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
-                log.warning("docs worker: consumer error %s", error)
-            return
-        record = SourceRecord.from_message(message)
-        entry = _Entry(record)
+    def __call__(self, record: SourceRecord) -> Handled | Awaitable[Handled]:
+        """Decode a record; a classification is decided as a task, anything else returns at once."""
         expected: type[AvroModel] = ClassificationRequest if record.topic == DOCS_CLASSIFICATIONS else Review
         outcome = decode_record(self.serde, record, expected)
         if isinstance(outcome, DecodeFailed):
-            entry.failed = outcome
-        elif isinstance(outcome.value, ClassificationRequest):
-            entry.task = asyncio.create_task(arbitrate(outcome.value, self.config, self.call))
-        else:
-            assert isinstance(outcome, Decoded) and isinstance(outcome.value, Review)
-            entry.review = outcome.value
-        self.queues.setdefault((record.topic, record.partition), deque()).append(entry)
+            return [outcome]
+        if isinstance(outcome.value, ClassificationRequest):
+            return self._arbitrate(outcome.value)
+        assert isinstance(outcome.value, Review)
+        return self._review(record, outcome.value)
 
-    def _produce(self, topic: str, key: str, value: AvroModel, errors: list[KafkaError]) -> None:
-        def report(error: KafkaError | None, _message: Message) -> None:
-            if error is not None:
-                errors.append(error)
+    def _output(self, topic: str, key: str, value: AvroModel) -> Output:
+        return Output(topic, key.encode("utf-8"), self.serde.encode(value, topic=topic))
 
-        self.producer.produce(topic, key=key.encode("utf-8"), value=self.serde.encode(value, topic=topic),
-                              on_delivery=report)  # fmt: skip
+    async def _arbitrate(self, request: ClassificationRequest) -> Handled:
+        finished = await arbitrate(request, self.config, self.call)
+        disposition = finished.disposition
+        outputs = [self._output(DOCS_DISPOSITIONS, disposition.doc_id, disposition)]
+        if finished.packet is not None:
+            outputs.append(self._output(DOCS_REVIEW_PACKETS, finished.packet.doc_id, finished.packet))
+            # Read-your-writes for a review consumed before the packet is read back from its topic.
+            self.packets.remember(finished.packet)
+        self.metrics.decided(disposition)
+        ids = {"document_id": disposition.doc_id, "decision": str(disposition.decision)}
+        log.info("document %s: %s", disposition.doc_id, disposition.decision, extra=ids)
+        self.decided += 1
+        return outputs
 
-    def _review_outputs(self, entry: _Entry, router: DeadLetterRouter, errors: list[KafkaError]) -> None:
-        review = entry.review
-        assert review is not None
+    def _review(self, record: SourceRecord, review: Review) -> Handled:
         packet = self.packets.packets.get(review.doc_id)
         if packet is None:
             self.packets.catch_up()
@@ -290,99 +254,16 @@ class DocsWorker:
                 raise LookupError(f"no review packet for document {review.doc_id}")
             reviewed, truth = ground_truth(packet, review)
         except (LookupError, ValueError) as error:
-            self._dead_letter(router, DecodeFailed(
-                entry.record, Stage.PROCESS, type(error).__name__, str(error), None, Review.avro_name
-            ))  # fmt: skip
-            return
-        self._produce(DOCS_GROUND_TRUTH, truth.doc_id, truth, errors)
-        self._produce(DOCS_REVIEW_PACKETS, reviewed.doc_id, reviewed, errors)
+            name, reason = type(error).__name__, str(error)
+            return [DecodeFailed(record, Stage.PROCESS, name, reason, None, Review.avro_name)]
         self.packets.remember(reviewed)
+        return [self._output(DOCS_GROUND_TRUTH, truth.doc_id, truth),
+                self._output(DOCS_REVIEW_PACKETS, reviewed.doc_id, reviewed)]  # fmt: skip
 
-    def _dead_letter(self, router: DeadLetterRouter, failed: DecodeFailed) -> None:
+    def dead_lettered(self, failed: DecodeFailed) -> None:
+        """Log and count a dead letter the loop routes (undecodable, no packet, or an arbiter bug)."""
         log_dead_letter(log, failed)
-        router.send(failed)
         self.metrics.dead_letters.labels(failed.record.topic).inc()
-
-    @staticmethod
-    def _task_error(entry: _Entry) -> BaseException | None:
-        return None if entry.task is None else entry.task.exception()
-
-    def _publish_ready(self, router: DeadLetterRouter) -> int:
-        """Publish the outputs of every finished head of queue, flush, then commit; return records done."""
-        errors: list[KafkaError] = []
-        commits: list[TopicPartition] = []
-        for (topic, partition), queue in self.queues.items():
-            last = None
-            while queue and queue[0].done:
-                entry = queue.popleft()
-                if entry.failed is not None:
-                    self._dead_letter(router, entry.failed)
-                elif entry.review is not None:
-                    self._review_outputs(entry, router, errors)
-                elif (error := self._task_error(entry)) is not None:
-                    # A processor bug on this input: dead-letter it rather than crash-loop on it.
-                    name, expected = type(error).__name__, ClassificationRequest.avro_name
-                    failed = DecodeFailed(entry.record, Stage.PROCESS, name, str(error), None, expected)
-                    self._dead_letter(router, failed)
-                else:
-                    assert entry.task is not None
-                    finished = entry.task.result()
-                    disposition = finished.disposition
-                    self._produce(DOCS_DISPOSITIONS, disposition.doc_id, disposition, errors)
-                    self.metrics.decided(disposition)
-                    ids = {"document_id": disposition.doc_id, "decision": str(disposition.decision)}
-                    log.info("document %s: %s", disposition.doc_id, disposition.decision, extra=ids)
-                    if finished.packet is not None:
-                        self._produce(DOCS_REVIEW_PACKETS, finished.packet.doc_id, finished.packet, errors)
-                        self.packets.remember(finished.packet)
-                    self.decided += 1
-                last = entry.record.offset
-            if last is not None:
-                commits.append(TopicPartition(topic, partition, last + 1))
-        if not commits:
-            return 0
-        remaining = self.producer.flush(30)
-        if errors or remaining:
-            detail = ", ".join(e.str() for e in errors) or f"{remaining} outputs unacknowledged after 30 s"
-            raise DocsDeliveryError(f"docs outputs not delivered ({detail}); input offsets not committed")
-        self.consumer.commit(offsets=commits, asynchronous=False)
-        return len(commits)
-
-    def _backpressure(self) -> None:
-        full = len(self._running()) >= self.max_in_flight
-        if full != self._paused:
-            assignment = self.consumer.assignment()
-            (self.consumer.pause if full else self.consumer.resume)(assignment)
-            self._paused = full
-
-    async def run(self, stop: asyncio.Event) -> None:
-        """Consume, decide, publish and commit until ``stop`` is set.
-
-        Raises:
-            DocsDeliveryError: an output was not acknowledged (nothing further is committed).
-            DeadLetterDeliveryError: a dead letter was not acknowledged.
-        """
-        router = DeadLetterRouter(self.producer, self.serde)
-        self.consumer.subscribe([DOCS_CLASSIFICATIONS, DOCS_REVIEWS], on_revoke=self._on_revoke)
-        try:
-            while not stop.is_set():
-                self._backpressure()
-                running = len(self._running())
-                self.metrics.in_flight.set(running)
-                room = max(1, self.max_in_flight - running)
-                for message in self.consumer.consume(num_messages=room, timeout=0):
-                    self._accept(message)
-                if self._publish_ready(router) == 0:
-                    tasks = self._running()
-                    if tasks:
-                        await asyncio.wait(tasks, timeout=IDLE_WAIT_S, return_when=asyncio.FIRST_COMPLETED)
-                    else:
-                        await asyncio.sleep(IDLE_WAIT_S)
-        finally:
-            for queue in self.queues.values():
-                for entry in queue:
-                    if entry.task is not None:
-                        entry.task.cancel()
 
 
 def consumer_config(bootstrap: str, group_id: str) -> dict[str, object]:
@@ -422,11 +303,16 @@ async def run_worker(
     consumer = Consumer({**consumer_config(bootstrap, group_id), **metrics.lag.client_config()})
     producer = Producer(producer_config(bootstrap))
     packets = PacketFollower(bootstrap, serde)
-    worker = DocsWorker(consumer, producer, serde, packets, trap_rules, call, max_in_flight, metrics)
+    worker = DocsWorker(serde, packets, trap_rules, call, metrics)
+    loop = OrderedLoop(
+        consumer, producer, DeadLetterRouter(producer, serde), [DOCS_CLASSIFICATIONS, DOCS_REVIEWS], worker,
+        max_in_flight, ClassificationRequest.avro_name, on_in_flight=metrics.in_flight.set,
+        on_dead_letter=worker.dead_lettered,
+    )  # fmt: skip
     if on_ready is not None:
         on_ready(worker)
     try:
-        await worker.run(stop)
+        await loop.run(stop)
     finally:
         consumer.close()
         packets.close()

@@ -150,6 +150,7 @@ async def run_generator(
             handler=Generator(MeteredLlm(llm_client, meters, GROUP), serde, vocab),
             expected_schema=Narrative.avro_name,
             max_in_flight=max_in_flight or settings.generator_max_in_flight,
+            session_timeout_s=settings.consumer_session_timeout_s,
             metrics=meters, group=GROUP, serde=serde, stop=stop,
         )  # fmt: skip
     finally:

@@ -106,15 +106,19 @@ def llm_failure(record: SourceRecord, expected_schema: str, failures: Sequence[L
     return DecodeFailed(record, Stage.PROCESS, f"LlmFailed:{','.join(kinds)}", reason, None, expected_schema)
 
 
-def consumer_config(bootstrap: str, group_id: str) -> dict[str, object]:
+def consumer_config(bootstrap: str, group_id: str, session_timeout_s: float) -> dict[str, object]:
     """Consumer settings of an LLM group: manual in-order commits, committed reads only.
 
     ``fetch.wait.max.ms`` 100 (librdkafka default 500): a partition resumed after backpressure is
     fetched within 100 ms instead of waiting behind a 500 ms long poll of the idle partitions.
+    ``session_timeout_s`` (``CLINGATE_CONSUMER_SESSION_TIMEOUT_S``, as the DBPM gate's group): how long
+    the partitions of a SIGKILLed member wait before they move (librdkafka's default is 45 s).
     """
     return client_config(bootstrap, **{
         "group.id": group_id, "enable.auto.commit": False, "auto.offset.reset": "earliest",
         "isolation.level": "read_committed", "fetch.wait.max.ms": 100,
+        "session.timeout.ms": int(session_timeout_s * 1000),
+        "heartbeat.interval.ms": int(session_timeout_s * 100),
     })  # fmt: skip
 
 
@@ -132,13 +136,14 @@ async def run_loop(
     handler: Handler,
     expected_schema: str,
     max_in_flight: int,
+    session_timeout_s: float,
     metrics: LlmGroupMetrics,
     group: str,
     serde: Serde,
     stop: asyncio.Event,
 ) -> OrderedLoop:
     """Run one group member until ``stop`` is set; return its loop (counters) when it stopped."""
-    consumer = Consumer(consumer_config(bootstrap, group_id))
+    consumer = Consumer(consumer_config(bootstrap, group_id, session_timeout_s))
     producer = Producer(producer_config(bootstrap))
     gauge = metrics.in_flight.labels(group)
     loop = OrderedLoop(

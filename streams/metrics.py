@@ -441,7 +441,7 @@ class DocsMetrics:
         self.lag = LibrdkafkaLag(registry)
 
     def decided(self, disposition: Disposition) -> None:
-        """Count a published disposition."""
+        """Count a decided disposition (the docs worker counts it when the document is decided)."""
         self.dispositions.labels(str(disposition.decision), str(disposition.llm_mode)).inc()
 
 

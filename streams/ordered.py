@@ -1,9 +1,9 @@
 """An ordered, bounded in-flight consumer loop for slow per-record work (the LLM consumer groups).
 
-The generator and the verifier (:mod:`streams.generator`, :mod:`streams.verifier`) each do seconds of
-LLM work per record and must keep many records in flight without blocking the poll loop (STYLE 10),
-yet publish and commit in input order. This loop gives them that, on one confluent-kafka consumer and
-one producer, the design :mod:`streams.docs` introduced for the arbiter:
+The generator, the verifier and the docs worker (:mod:`streams.generator`, :mod:`streams.verifier`,
+:mod:`streams.docs`) each do seconds of LLM work per record and must keep many records in flight
+without blocking the poll loop (STYLE 10), yet publish and commit in input order. This loop gives them
+that, on one confluent-kafka consumer and one producer:
 
 * one asyncio task per record (the caller's *handler*), at most ``max_in_flight`` unfinished at once,
   and up to ``max(max_in_flight, MIN_WAITING)`` more records consumed and waiting to start; when that
@@ -31,9 +31,6 @@ one producer, the design :mod:`streams.docs` introduced for the arbiter:
   handler that raises (a bug) dead-letters its record with stage ``process`` instead of crash-looping;
 * on revocation the revoked partitions' tasks are cancelled and their offsets stay uncommitted; the
   partition's new owner processes them again.
-
-Choice: the docs worker (:mod:`streams.docs`) predates this module and keeps its own loop, because
-its reviews need a packet lookup between records; moving it onto this loop is a follow-up.
 """
 
 from __future__ import annotations
@@ -120,6 +117,8 @@ class OrderedLoop:
         max_in_flight: unfinished records at once (>= 1).
         expected_schema: Avro name of the input model, for dead letters of handler failures.
         on_in_flight: called with the number of unfinished records after every step (a gauge).
+        on_dead_letter: called with every dead letter the loop routes (a handler's or a handler
+            failure's), right after it is handed to the router (to log and count it).
     """
 
     consumer: Consumer
@@ -130,6 +129,7 @@ class OrderedLoop:
     max_in_flight: int
     expected_schema: str
     on_in_flight: Callable[[int], None] | None = None
+    on_dead_letter: Callable[[DecodeFailed], None] | None = None
     queues: dict[tuple[str, int], deque[_Entry]] = field(default_factory=dict)
     waiting: deque[_Entry] = field(default_factory=deque)
     processed: int = 0
@@ -199,6 +199,8 @@ class OrderedLoop:
                 for item in entry.outputs(self.expected_schema):
                     if isinstance(item, DecodeFailed):
                         self.router.send(item)
+                        if self.on_dead_letter is not None:
+                            self.on_dead_letter(item)
                     else:
                         self._produce(item, errors)
                 self.processed += 1

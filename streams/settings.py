@@ -114,7 +114,7 @@ class Settings(BaseSettings):
         ge=1,
         validation_alias="CLINGATE_DOCS_MAX_IN_FLIGHT",
         description="Documents the docs worker verifies at once (their LLM calls overlap); at the bound "
-        "it pauses its partitions until one finishes.",
+        "it keeps a few records consumed and waiting, then pauses its partitions until one finishes.",
     )
 
     # --- LLM serving (streams.llm). Role URL > CLINGATE_LLM_URL > none (the role's LLM phases are off).
@@ -294,7 +294,8 @@ class Settings(BaseSettings):
         ge=6.0,
         validation_alias="CLINGATE_CONSUMER_SESSION_TIMEOUT_S",
         description="How long the group waits for a silent worker before its partitions move to the "
-        "others (a SIGKILLed worker is noticed only after this). The broker admits 6 s to 300 s.",
+        "others (a SIGKILLed worker is noticed only after this); also the generator and verifier groups'. "
+        "The broker admits 6 s to 300 s.",
     )
     commit_interval_s: float = Field(
         default=2.8,

@@ -319,6 +319,7 @@ async def run_verifier(
             handler=Verifier(MeteredLlm(llm_client, meters, GROUP), serde, engine, narratives),
             expected_schema=GateDecision.avro_name,
             max_in_flight=max_in_flight or settings.verifier_max_in_flight,
+            session_timeout_s=settings.consumer_session_timeout_s,
             metrics=meters, group=GROUP, serde=serde, stop=stop,
         )  # fmt: skip
     finally:

@@ -101,6 +101,7 @@ class WorkerProcess:
     """
 
     def __init__(self, bootstrap: str, app_id: str, datadir: Path, env: dict[str, str]) -> None:
+        self.app_id = app_id
         self.datadir = datadir
         self.log = datadir.with_suffix(".log")
         self._env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "CLINGATE_APP_ID": app_id, **env}

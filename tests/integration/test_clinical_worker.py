@@ -29,7 +29,7 @@ from streams.bench.chaos import REPO, WorkerProcess
 from streams.clinical import INPUTS, fhir_input, gate_flags
 from streams.demo_data import CLINICAL
 from streams.dlq import header_map
-from streams.kafka_replay import end_offset
+from streams.kafka_replay import commit_end_offsets, end_offset
 from streams.settings import Settings
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import CLINICAL_ASSESSMENTS, CLINICAL_REVIEWS, FHIR_UPDATES, build_catalog, dlq_name
@@ -163,18 +163,7 @@ def worker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[WorkerProcess]:
     """One ready worker of a fresh app whose group starts at the end of the clinical input topics."""
     ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
     app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
-    consumer = Consumer(
-        {"bootstrap.servers": kafka_bootstrap, "group.id": app_id, "enable.auto.commit": False}
-    )
-    try:
-        ends = [
-            TopicPartition(topic, p, end_offset(consumer, topic, p))
-            for topic in INPUTS
-            for p in consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        ]
-        consumer.commit(offsets=ends, asynchronous=False)
-    finally:
-        consumer.close()
+    commit_end_offsets(kafka_bootstrap, app_id, list(INPUTS))
     started = WorkerProcess(kafka_bootstrap, app_id, tmp_path / app_id, {})
     started.start()
     yield started

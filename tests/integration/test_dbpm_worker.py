@@ -3,6 +3,11 @@
 Each test starts workers as subprocesses (the only way to SIGKILL one), with their own app id (so
 their own consumer group and memory changelog) and with the group's input offsets committed at the
 current end of the catalog topics, so records other tests left there are not theirs to process.
+
+Exactly-once of the memory across a SIGKILLed and restarted worker, across a broker restart and across
+a SIGKILLed worker that never comes back is proven by the soaks of ``test_chaos.py`` (the same
+lockstep replay, :func:`streams.kafka_replay.replay_via_kafka`, on a synthetic stream); this module
+keeps the scenarios those do not cover (a clean stop, repeated verdicts, propagation).
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +34,6 @@ from state.memory import MemoryStore
 from streams.app import dbpm_engines
 from streams.bench.chaos import COMPARISON_ENV, WorkerProcess, comparison_engine
 from streams.bench.dbpm import generate_events
-from streams.broker import Broker
 from streams.dbpm import producer_config
 from streams.dlq import header_map
 from streams.kafka_replay import KafkaReplayResult, commit_worker_end_offsets, end_offset, replay_via_kafka
@@ -94,44 +99,36 @@ def _contract(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"candidate_id": d["candidate_id"], "decision": d["decision"]} for d in decisions]
 
 
-def test_worker_decides_and_learns_like_the_in_process_engine(kafka_bootstrap: str, start_workers) -> None:
-    """Scenario: a worker replays a slice of the public replay example through the broker.
-
-    With cross-task propagation and maintenance off, every gate event gets exactly one decision,
-    the same as the in-process engine gives, and the memory rebuilt from the worker's changelog is
-    the in-process engine's final state.
-    """
-    app_id, _ = start_workers(1, **COMPARISON_FLAGS)
-    events = _events(600)
-    engine = comparison_engine()
-
-    result = replay_via_kafka(kafka_bootstrap, events, engine, make_serde(None), app_id)
-
-    expected_decisions, expected_state = _in_process(engine, events)
-    assert _contract(result.decisions) == expected_decisions
-    assert result.state == expected_state
-
-
 def _with_candidate_ids(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The stream with every verdict naming a candidate of its own (as the verifier's verdicts do)."""
-    return [{**e, "candidate_id": f"v-{i}"} if e["kind"] == "verdict" else e for i, e in enumerate(events)]
+    """The stream with every other verdict naming a candidate of its own (as the verifier's verdicts do).
+
+    The other verdicts keep the example's form, without a candidate id (rule sources, other verifiers).
+    """
+    out, verdicts = [], 0
+    for i, event in enumerate(events):
+        if event["kind"] == "verdict":
+            verdicts += 1
+            if verdicts % 2 == 0:
+                event = {**event, "candidate_id": f"v-{i}"}
+        out.append(event)
+    return out
 
 
 def _with_copies(events: list[dict[str, Any]], every: int) -> tuple[list[dict[str, Any]], int]:
-    """Every ``every``-th verdict published again after the next gate event (a re-issued call).
+    """Every ``every``-th verdict that names a candidate published again after the next gate event.
 
-    Returns the stream and the number of copies.
+    A re-issued verifier call publishes such a copy. Returns the stream and the number of copies.
     """
     out: list[dict[str, Any]] = []
     pending: list[dict[str, Any]] = []
     verdicts = copies = 0
     for event in events:
         out.append(event)
-        if event["kind"] == "verdict":
+        if event["kind"] == "verdict" and event.get("candidate_id"):
             verdicts += 1
             if verdicts % every == 0:
                 pending.append(dict(event))
-        elif pending:
+        elif event["kind"] == "gate" and pending:
             out += pending
             copies += len(pending)
             pending = []
@@ -144,43 +141,46 @@ def _scraped_sum(port: int, metric: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(metric + "{"))
 
 
-def test_a_verdict_published_twice_is_applied_once(kafka_bootstrap: str, start_workers) -> None:
-    """Scenario: an at-least-once verifier publishes some verdicts twice, at later offsets.
+def test_worker_decides_and_learns_like_the_in_process_engine_applying_a_repeated_verdict_once(
+    kafka_bootstrap: str, start_workers
+) -> None:
+    """Scenario: a worker replays a slice of the public replay example; some verdicts arrive twice.
 
-    Every verdict names its candidate; every third one is published again after the next gate (same
-    key and content, a later offset of the same partition). The worker applies each candidate's
-    verdict once: decisions and the memory equal the in-process engine's on the stream without the
-    copies, and ``clingate_dbpm_verdicts_duplicate_total`` counts every copy.
+    Every other verdict names its candidate (as the verifier's do), the others none (rule sources);
+    every second one that names a candidate is published again after the next gate (same key and
+    content, a later offset of the same partition), as an at-least-once verifier does. With cross-task
+    propagation and maintenance off, every gate event gets exactly one decision, the same as the
+    in-process engine gives on the stream without the copies, the memory rebuilt from the worker's
+    changelog is that engine's final state, and ``clingate_dbpm_verdicts_duplicate_total`` counts
+    every copy. (One replay proves both: a plain replay and one with copies took 1.9-2.4 min each at
+    load average ~15.)
     """
     app_id, [worker] = start_workers(1, **COMPARISON_FLAGS)
     unique = _with_candidate_ids(_events(600))
-    published, copies = _with_copies(unique, every=3)
+    published, copies = _with_copies(unique, every=2)
     engine = comparison_engine()
 
     result = replay_via_kafka(kafka_bootstrap, published, engine, make_serde(None), app_id)
 
     expected_decisions, expected_state = _in_process(engine, unique)
-    assert copies > 50
+    assert copies >= 50
+    assert any(e["kind"] == "verdict" and "candidate_id" not in e for e in unique)
     assert _contract(result.decisions) == expected_decisions
     assert result.state == expected_state
     assert _scraped_sum(worker.web_port, "clingate_dbpm_verdicts_duplicate_total") == copies
 
 
-def test_memory_survives_sigkill_and_restart_exactly_once(kafka_bootstrap: str, start_workers) -> None:
-    """Scenario: the worker is SIGKILLed at random points of a replay and restarted each time.
+@contextmanager
+def _sigkilled(worker: WorkerProcess, delays: Sequence[float]) -> Iterator[list[float]]:
+    """SIGKILL ``worker`` and restart it after each of ``delays`` seconds, on a thread, while the block runs.
 
-    Killed workers leave uncommitted input, unacknowledged changelog records and staged writes
-    behind. After every restart (local RocksDB plus changelog tail) the replay completes with every
-    decision and the memory the in-process engine has: no verdict is lost or applied twice.
+    Yields the (monotonic) times of the kills so far; kills still due when the block ends are skipped.
     """
-    app_id, [worker] = start_workers(1, **COMPARISON_FLAGS)
-    events = _events(800)
-    engine = comparison_engine()
     done = threading.Event()
     kills: list[float] = []
 
     def chaos() -> None:
-        for delay in (2.0, 3.5, 2.5):
+        for delay in delays:
             if done.wait(delay):
                 return
             worker.kill()
@@ -190,18 +190,10 @@ def test_memory_survives_sigkill_and_restart_exactly_once(kafka_bootstrap: str, 
     thread = threading.Thread(target=chaos, daemon=True)
     thread.start()
     try:
-        result = replay_via_kafka(
-            kafka_bootstrap, events, engine, make_serde(None), app_id,
-            timeout_s=120.0,
-        )  # fmt: skip
+        yield kills
     finally:
         done.set()
         thread.join()
-
-    expected_decisions, expected_state = _in_process(engine, events)
-    assert kills, "the replay finished before the first kill; lengthen the stream"
-    assert _contract(result.decisions) == expected_decisions
-    assert result.state == expected_state
 
 
 def test_survivor_takes_over_a_stopped_workers_partitions_with_state(
@@ -214,7 +206,7 @@ def test_survivor_takes_over_a_stopped_workers_partitions_with_state(
     engine's decisions and state.
     """
     app_id, [first, second] = start_workers(2, **COMPARISON_FLAGS)
-    events = _events(800)
+    events = _events(500)
     engine = comparison_engine()
     stopper = threading.Timer(4.0, second.stop)
     stopper.start()
@@ -226,39 +218,6 @@ def test_survivor_takes_over_a_stopped_workers_partitions_with_state(
 
     expected_decisions, expected_state = _in_process(engine, events)
     assert b"[^Worker]: Ready" in first.log.read_bytes()
-    assert _contract(result.decisions) == expected_decisions
-    assert result.state == expected_state
-
-
-def test_replay_completes_exactly_across_a_broker_restart(kafka_broker: Broker, start_workers) -> None:
-    """Scenario: the (native, single-node) broker is stopped and started again mid-replay.
-
-    Producers and the worker ride out the outage (retries, reconnects, a group rejoin); afterwards
-    every candidate has its decision and the memory is the in-process engine's.
-    """
-    if kafka_broker.local is None:
-        pytest.skip("needs the native broker the session starts (KAFKA_BOOTSTRAP_SERVERS is set)")
-    local = kafka_broker.local
-    app_id, _ = start_workers(1, **COMPARISON_FLAGS)
-    events = _events(800)
-    engine = comparison_engine()
-
-    def restart() -> None:
-        local.stop()
-        time.sleep(2.0)
-        # No port given: a restart keeps its address, so the clients find the broker again.
-        assert local.start() == kafka_broker.bootstrap
-
-    outage = threading.Timer(3.0, restart)
-    outage.start()
-    try:
-        result = replay_via_kafka(
-            kafka_broker.bootstrap, events, engine, make_serde(None), app_id, timeout_s=180.0
-        )
-    finally:
-        outage.join()
-
-    expected_decisions, expected_state = _in_process(engine, events)
     assert _contract(result.decisions) == expected_decisions
     assert result.state == expected_state
 
@@ -325,17 +284,20 @@ def test_propagation_through_kafka_differs_from_the_engine_only_by_the_hop(
     every candidate has one decision, RE and QA blocklists, whitelists and the preemption set equal
     the engine's exactly. The measured difference is printed (``-s``) and bounded below.
 
-    Measured (first 1,500 events of each stream; 186 and 152 propagation events, every NER pattern
-    of the example and 39 of 43 synthetic ones carry cross-task hits): no decision and no pattern
-    differs; the same on the whole example (4,904 events, 491 propagation events) and on 5,000
-    synthetic events (484), measured once by hand. The lockstep publisher leaves only short windows
+    CI replays the first 600 events of each stream (82 and 47 propagation events; a lockstep run of
+    gates costs 0.2-0.3 s through a worker, so 1,500 events took 2-2.6 min per stream at load average
+    ~15 on the 2-core VM). Measured on the
+    first 1,500 events of each (186 and 152 propagation events, every NER pattern of the example and
+    39 of 43 synthetic ones carry cross-task hits): no decision and no pattern differs; the same on
+    the whole example (4,904 events, 491 propagation events) and on 5,000 synthetic events (484),
+    measured once by hand. The lockstep publisher leaves only short windows
     for either ordering, and these streams rarely put a verdict of a target right after the failure
     that propagates to it;
     :func:`test_a_target_verdict_published_with_its_origin_is_applied_before_the_evidence` shows a
     stream that does.
     """
     app_id, _ = start_workers(1, **{**COMPARISON_FLAGS, "CLINGATE_DBPM_CROSS_TASK": "true"})
-    events = _events(1500) if stream == "replay-example" else list(generate_events(1500))
+    events = _events(600) if stream == "replay-example" else list(generate_events(600))
     engine = _propagation_engine()
 
     result = replay_via_kafka(kafka_bootstrap, events, engine, make_serde(None), app_id)
@@ -420,24 +382,9 @@ def test_propagated_evidence_is_applied_exactly_once_across_sigkills(
     app_id, [worker] = start_workers(1, **{**COMPARISON_FLAGS, "CLINGATE_DBPM_CROSS_TASK": "true"})
     events = _relation_failures(700)
     engine = _propagation_engine()
-    done = threading.Event()
-    kills: list[float] = []
 
-    def chaos() -> None:
-        for delay in (2.0, 3.0):
-            if done.wait(delay):
-                return
-            worker.kill()
-            kills.append(time.monotonic())
-            worker.start()
-
-    thread = threading.Thread(target=chaos, daemon=True)
-    thread.start()
-    try:
+    with _sigkilled(worker, (2.0, 3.0)) as kills:
         result = replay_via_kafka(kafka_bootstrap, events, engine, make_serde(None), app_id, timeout_s=120.0)
-    finally:
-        done.set()
-        thread.join()
 
     decisions, state = _in_process(engine, events)
     assert kills, "the replay finished before the first kill; lengthen the stream"

@@ -195,11 +195,15 @@ async def _groups(
 
 @pytest.fixture
 def worker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[WorkerProcess]:
-    """A ready ``clingate worker`` (gate and memory) of a fresh app, started at the topics' end."""
+    """A ready ``clingate worker`` (gate and memory) of a fresh app, started at the topics' end.
+
+    It commits its input every 0.1 s (default 2.8 s), so a test can wait until its memory holds a
+    verdict (``wait_until_consumed``) instead of sleeping.
+    """
     ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
     app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
     commit_worker_end_offsets(kafka_bootstrap, app_id)
-    process = WorkerProcess(kafka_bootstrap, app_id, tmp_path / app_id, {})
+    process = WorkerProcess(kafka_bootstrap, app_id, tmp_path / app_id, {"CLINGATE_COMMIT_INTERVAL_S": "0.1"})
     process.start()
     yield process
     process.stop()
@@ -248,16 +252,29 @@ def test_verifier_fails_teach_the_memory_until_the_gate_blocks_without_a_verifie
                     await tail.wait_for(
                         lambda n=i + 1: len(_ours(tail.values(DBPM_VERDICTS, Verdict), run)) >= n
                     )
-                    await asyncio.sleep(1.5)  # the memory agent applies the verdict, the view follows
+                    # The memory agent has applied the verdict once it committed it (the gate's view
+                    # follows the changelog within milliseconds; a view one verdict late only moves
+                    # the BLOCK one narrative later, which the assertions below allow).
+                    await asyncio.to_thread(
+                        wait_until_consumed, kafka_bootstrap, worker.app_id, DBPM_VERDICTS, 60
+                    )
                 assert blocked_at is not None and blocked_at >= 2, "min support: no single FAIL blocks"
                 verdict_calls = _verdict_requests(ver_server)
                 assert verdict_calls == blocked_at
-                await asyncio.sleep(2.0)
-                assert _verdict_requests(ver_server) == verdict_calls  # no call for the BLOCKed candidate
-                saved = metrics.registry.get_sample_value(
-                    "clingate_llm_verifier_calls_saved_total", {"task": "ner"}
+
+                def saved() -> float | None:
+                    return metrics.registry.get_sample_value(
+                        "clingate_llm_verifier_calls_saved_total", {"task": "ner"}
+                    )
+
+                # The verifier has seen the BLOCK decision and has processed (and committed) every
+                # to-verify record published with it: a call for the BLOCKed candidate would be made.
+                await tail.wait_for(lambda: saved() is not None)
+                await asyncio.to_thread(
+                    wait_until_consumed, kafka_bootstrap, settings.verifier_group_id, DBPM_TO_VERIFY, 60
                 )
-                assert saved == 1.0
+                assert _verdict_requests(ver_server) == verdict_calls  # no call for the BLOCKed candidate
+                assert saved() == 1.0
                 made = metrics.registry.get_sample_value(
                     "clingate_llm_calls_total",
                     {"group": "verifier", "call_type": "ner_verdict", "outcome": "ok"},
@@ -437,12 +454,16 @@ def test_candidates_in_flight_when_a_verifier_stops_are_verified_by_the_next_mem
 def _verifier_process(
     bootstrap: str, settings: Settings, log: Path, max_in_flight: int
 ) -> subprocess.Popen[bytes]:
-    """A ``clingate verifier`` subprocess of ``settings``' group (the only way to SIGKILL a member)."""
+    """A ``clingate verifier`` subprocess of ``settings``' group (the only way to SIGKILL a member).
+
+    Its group session times out after the broker's minimum, 6 s: a SIGKILLed member's partitions move
+    then (librdkafka's default, 45 s, was most of the test's time).
+    """
     env = {
         **os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
         "CLINGATE_VERIFIER_URL": settings.verifier_url or "",
         "CLINGATE_LLM_MODEL": "clingate-test", "CLINGATE_VERIFIER_GROUP_ID": settings.verifier_group_id,
-        "CLINGATE_VERIFIER_NARRATIVE_WAIT_S": "5",
+        "CLINGATE_VERIFIER_NARRATIVE_WAIT_S": "5", "CLINGATE_CONSUMER_SESSION_TIMEOUT_S": "6",
     }  # fmt: skip
     with log.open("ab") as out:
         return subprocess.Popen(

@@ -1,9 +1,14 @@
-"""SASL/SCRAM and ACLs on a dedicated local broker: principals stay inside their grants, workers still work.
+"""SASL/SCRAM over TLS and ACLs on a dedicated local broker: principals stay inside their grants,
+workers still work.
 
-The broker is :func:`streams.broker.sasl_local_kafka` (its own, not the session broker: the session
-broker has no authorizer). Every client here authenticates through
-:func:`streams.kafka_config.client_config` with the settings of the principal it acts as; the
-worker is a real ``clingate worker`` subprocess configured only through ``CLINGATE_KAFKA_*``.
+The broker is :func:`streams.broker.sasl_local_kafka` serving SASL_SSL with certificates from
+``deploy/security/make-certs.sh`` (its own, not the session broker: the session broker has no
+authorizer), started once for the module. Every client here authenticates through
+:func:`streams.kafka_config.client_config` (aiokafka: :func:`streams.kafka_config.faust_credentials`)
+with the settings of the principal it acts as; the worker is a real ``clingate worker`` subprocess
+configured only through ``CLINGATE_KAFKA_*``. Deploy/kafka/kafka-node.sh runs a node of its own.
+(One TLS broker for the module: a second one for the client-library check cost a broker start,
+about a minute on a loaded 2-core VM.)
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -51,25 +57,50 @@ APP_ID = "clingate-secured"
 PARTITIONS = 2
 
 
-def _as(user: str) -> Settings:
-    return Settings(kafka_security_protocol="SASL_PLAINTEXT", kafka_sasl_mechanism="SCRAM-SHA-512",
-                    kafka_username=user, kafka_password=PASSWORDS[user])  # fmt: skip
+def _tls(user: str, certs: Path) -> Settings:
+    """``user``'s client settings: SCRAM over TLS, the broker verified against the generated CA."""
+    return Settings(kafka_security_protocol="SASL_SSL", kafka_sasl_mechanism="SCRAM-SHA-512",
+                    kafka_username=user, kafka_password=PASSWORDS[user],
+                    kafka_ssl_ca_file=certs / "ca.pem")  # fmt: skip
 
 
-def _admin(bootstrap: str, user: str = ADMIN) -> AdminClient:
-    return AdminClient(client_config(bootstrap, settings=_as(user)))
+@dataclass(frozen=True)
+class Secured:
+    """The module's SASL_SSL broker."""
+
+    bootstrap: str
+    plan: AclPlan
+    certs: Path
+
+    def as_(self, user: str) -> Settings:
+        """The client settings of principal ``user``."""
+        return _tls(user, self.certs)
+
+    def admin(self, user: str = ADMIN) -> AdminClient:
+        """An admin client acting as ``user``."""
+        return AdminClient(client_config(self.bootstrap, settings=self.as_(user)))
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, AclPlan]]:
-    """A started SASL broker with the catalog's topics and the deployment's ACL plan applied."""
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA and the certificate of a node at 127.0.0.1 (make-certs.sh), shared by the module's brokers."""
+    directory = tmp_path_factory.mktemp("certs")
+    script = REPO / "deploy" / "security" / "make-certs.sh"
+    subprocess.run([str(script), str(directory), "127.0.0.1"], check=True)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator[Secured]:
+    """A started SASL_SSL broker with the catalog's topics and the deployment's ACL plan applied."""
     broker = sasl_local_kafka(tmp_path_factory.mktemp("sasl-kafka"), home=get_settings().home,
-                              super_user=ADMIN, passwords=PASSWORDS)  # fmt: skip
+                              super_user=ADMIN, passwords=PASSWORDS, tls_dir=certs)  # fmt: skip
     bootstrap = broker.start()
     try:
-        ensure_topics(_admin(bootstrap), build_catalog(PARTITIONS))
         plan = load_plan(DEFAULT_PLAN, app_id=APP_ID, docs_group_id="clingate-docs")
-        yield bootstrap, plan
+        cluster = Secured(bootstrap, plan, certs)
+        ensure_topics(cluster.admin(), build_catalog(PARTITIONS))
+        yield cluster
     finally:
         broker.stop()
 
@@ -84,9 +115,9 @@ def _produce_error(bootstrap: str, principal: Settings, topic: str) -> int | Non
     return outcome[0].code() if outcome[0] is not None else None
 
 
-def _consume_error(bootstrap: str, user: str, topic: str, group: str) -> int | None:
+def _consume_error(cluster: Secured, user: str, topic: str, group: str) -> int | None:
     """The first error ``user`` meets reading ``topic`` in ``group`` (None: a record arrived)."""
-    consumer = Consumer(client_config(bootstrap, settings=_as(user), **{
+    consumer = Consumer(client_config(cluster.bootstrap, settings=cluster.as_(user), **{
         "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False,
     }))  # fmt: skip
     consumer.subscribe([topic])
@@ -101,49 +132,49 @@ def _consume_error(bootstrap: str, user: str, topic: str, group: str) -> int | N
         consumer.close()
 
 
-def test_acl_plan_applies_idempotently(secured: tuple[str, AclPlan]) -> None:
+def test_acl_plan_applies_idempotently(secured: Secured) -> None:
     """Scenario: the plan is applied twice; the second run creates nothing."""
-    bootstrap, plan = secured
-    first = ensure_acls(_admin(bootstrap), plan)
-    second = ensure_acls(_admin(bootstrap), plan)
+    first = ensure_acls(secured.admin(), secured.plan)
+    second = ensure_acls(secured.admin(), secured.plan)
     assert {r.outcome for r in first} <= {AclOutcome.CREATED, AclOutcome.EXISTS}
     assert {r.outcome for r in second} == {AclOutcome.EXISTS}
     assert len(second) == len(first)
 
 
-def test_principals_cannot_read_or_write_outside_their_grants(secured: tuple[str, AclPlan]) -> None:
+def test_principals_cannot_read_or_write_outside_their_grants(secured: Secured) -> None:
     """Scenario: each role tries its own topics and someone else's.
 
     A generator writes candidates but not verdicts and cannot read decisions; a verifier cannot
     write candidates; a downstream reader reads decisions, writes nothing and cannot join a worker's
     group; a worker cannot create topics outside its application's prefix.
     """
-    bootstrap, plan = secured
-    ensure_acls(_admin(bootstrap), plan)
+    bootstrap, as_ = secured.bootstrap, secured.as_
+    ensure_acls(secured.admin(), secured.plan)
     denied = KafkaError.TOPIC_AUTHORIZATION_FAILED
 
-    assert _produce_error(bootstrap, _as("clingate-generator"), DBPM_CANDIDATES) is None
-    assert _produce_error(bootstrap, _as("clingate-generator"), DBPM_VERDICTS) == denied
-    assert _consume_error(bootstrap, "clingate-generator", DBPM_DECISIONS, "clingate-generator-x") == denied
-    assert _produce_error(bootstrap, _as("clingate-verifier"), DBPM_CANDIDATES) == denied
+    assert _produce_error(bootstrap, as_("clingate-generator"), DBPM_CANDIDATES) is None
+    assert _produce_error(bootstrap, as_("clingate-generator"), DBPM_VERDICTS) == denied
+    assert _consume_error(secured, "clingate-generator", DBPM_DECISIONS, "clingate-generator-x") == denied
+    assert _produce_error(bootstrap, as_("clingate-verifier"), DBPM_CANDIDATES) == denied
 
-    assert _produce_error(bootstrap, _as(ADMIN), DBPM_DECISIONS) is None
-    assert _consume_error(bootstrap, "clingate-downstream", DBPM_DECISIONS, "clingate-downstream-a") is None
-    assert _produce_error(bootstrap, _as("clingate-downstream"), DBPM_DECISIONS) == denied
-    assert _consume_error(bootstrap, "clingate-downstream", DBPM_DECISIONS, APP_ID) == (
+    assert _produce_error(bootstrap, as_(ADMIN), DBPM_DECISIONS) is None
+    assert _consume_error(secured, "clingate-downstream", DBPM_DECISIONS, "clingate-downstream-a") is None
+    assert _produce_error(bootstrap, as_("clingate-downstream"), DBPM_DECISIONS) == denied
+    assert _consume_error(secured, "clingate-downstream", DBPM_DECISIONS, APP_ID) == (
         KafkaError.GROUP_AUTHORIZATION_FAILED
     )
 
-    worker = _admin(bootstrap, "clingate-worker")
+    worker = secured.admin("clingate-worker")
     with pytest.raises(KafkaException) as refused:
         worker.create_topics([NewTopic("clingate.rogue", 1, 1)])["clingate.rogue"].result(timeout=30)
     assert refused.value.args[0].code() == denied
 
 
 @pytest.fixture
-def as_admin(secured: tuple[str, AclPlan], monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def as_admin(secured: Secured, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The test process's own clients (the replay feeder) authenticate as the super user."""
-    monkeypatch.setenv("CLINGATE_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
+    monkeypatch.setenv("CLINGATE_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("CLINGATE_KAFKA_SSL_CA_FILE", str(secured.certs / "ca.pem"))
     monkeypatch.setenv("CLINGATE_KAFKA_USERNAME", ADMIN)
     monkeypatch.setenv("CLINGATE_KAFKA_PASSWORD", PASSWORDS[ADMIN])
     get_settings.cache_clear()
@@ -153,7 +184,7 @@ def as_admin(secured: tuple[str, AclPlan], monkeypatch: pytest.MonkeyPatch) -> I
 
 
 def test_worker_with_its_own_principal_decides_like_the_in_process_engine(
-    secured: tuple[str, AclPlan], as_admin: None, tmp_path: Path
+    secured: Secured, as_admin: None, tmp_path: Path
 ) -> None:
     """Scenario: a ``clingate worker`` authenticated as clingate-worker replays a slice of the example.
 
@@ -161,11 +192,12 @@ def test_worker_with_its_own_principal_decides_like_the_in_process_engine(
     creates its changelogs under its own prefix and joins its own group; every candidate gets the
     in-process engine's decision and the memory rebuilt from its changelog is the engine's.
     """
-    bootstrap, plan = secured
-    ensure_acls(_admin(bootstrap), plan)
+    bootstrap = secured.bootstrap
+    ensure_acls(secured.admin(), secured.plan)
     worker = WorkerProcess(bootstrap, APP_ID, tmp_path / "worker", {
         **COMPARISON_FLAGS,
-        "CLINGATE_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "CLINGATE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "CLINGATE_KAFKA_SSL_CA_FILE": str(secured.certs / "ca.pem"),
         "CLINGATE_KAFKA_USERNAME": "clingate-worker",
         "CLINGATE_KAFKA_PASSWORD": PASSWORDS["clingate-worker"],
         "CLINGATE_ENSURE_TOPICS": "false",
@@ -173,7 +205,7 @@ def test_worker_with_its_own_principal_decides_like_the_in_process_engine(
     })  # fmt: skip
     worker.start()
     try:
-        events = _events(300)
+        events = _events(100)  # what is proven here is the principal's access, not the engine at length
         engine = comparison_engine()
         result = replay_via_kafka(bootstrap, events, engine, make_serde(None), APP_ID, timeout_s=90.0)
     finally:
@@ -182,12 +214,12 @@ def test_worker_with_its_own_principal_decides_like_the_in_process_engine(
     expected_decisions, expected_state = _in_process(engine, events)
     assert _contract(result.decisions) == expected_decisions
     assert result.state == expected_state
-    assert _count(bootstrap, "clingate-downstream", DBPM_DECISIONS) >= len(expected_decisions)
+    assert _count(secured, "clingate-downstream", DBPM_DECISIONS) >= len(expected_decisions)
 
 
-def _count(bootstrap: str, user: str, topic: str) -> int:
+def _count(cluster: Secured, user: str, topic: str) -> int:
     """Records ``user`` reads from every partition of ``topic`` until 2 s pass without one."""
-    reader = Consumer(client_config(bootstrap, settings=_as(user), **{
+    reader = Consumer(client_config(cluster.bootstrap, settings=cluster.as_(user), **{
         "group.id": "clingate-downstream-count", "enable.auto.commit": False,
     }))  # fmt: skip
     reader.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
@@ -205,41 +237,33 @@ def _count(bootstrap: str, user: str, topic: str) -> int:
     return count
 
 
-def test_both_client_libraries_authenticate_over_sasl_ssl_with_the_generated_ca(tmp_path: Path) -> None:
-    """Scenario: make-certs.sh makes a CA and the node certificate; the broker serves SASL_SSL.
+def test_both_client_libraries_authenticate_over_sasl_ssl_with_the_generated_ca(secured: Secured) -> None:
+    """Scenario: the module's broker serves SASL_SSL with the make-certs.sh CA and node certificate.
 
     A librdkafka producer (client_config) writes a record and an aiokafka consumer configured from
     Faust's credentials (faust_credentials) reads it: both verify the broker against the CA file of
     CLINGATE_KAFKA_SSL_CA_FILE, host name included.
     """
-    certs = tmp_path / "certs"
-    subprocess.run([str(REPO / "deploy" / "security" / "make-certs.sh"), str(certs), "127.0.0.1"], check=True)
-    broker = sasl_local_kafka(tmp_path / "kafka", home=get_settings().home, super_user=ADMIN,
-                              passwords={ADMIN: PASSWORDS[ADMIN]}, tls_dir=certs)  # fmt: skip
-    bootstrap = broker.start()
-    try:
-        settings = Settings(kafka_security_protocol="SASL_SSL", kafka_username=ADMIN,
-                            kafka_password=PASSWORDS[ADMIN], kafka_ssl_ca_file=certs / "ca.pem")  # fmt: skip
-        admin = AdminClient(client_config(bootstrap, settings=settings))
-        admin.create_topics([NewTopic("tls-check", 1, 1)])["tls-check"].result(timeout=30)
-        producer = Producer(client_config(bootstrap, settings=settings))
-        producer.produce("tls-check", key=b"k", value=b"over TLS")
-        assert producer.flush(30) == 0
+    settings = secured.as_(ADMIN)
+    topic = f"tls-check-{uuid.uuid4().hex[:8]}"
+    admin = secured.admin()  # kept referenced until the result: a collected client aborts its requests
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=30)
+    producer = Producer(client_config(secured.bootstrap, settings=settings))
+    producer.produce(topic, key=b"k", value=b"over TLS")
+    assert producer.flush(30) == 0
 
-        async def read_one() -> bytes:
-            consumer = AIOKafkaConsumer(
-                "tls-check", bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                **credentials_to_aiokafka_auth(faust_credentials(settings)),
-            )  # fmt: skip
-            await consumer.start()
-            try:
-                return (await asyncio.wait_for(consumer.getone(), 30)).value
-            finally:
-                await consumer.stop()
+    async def read_one() -> bytes:
+        consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=secured.bootstrap, auto_offset_reset="earliest",
+            **credentials_to_aiokafka_auth(faust_credentials(settings)),
+        )  # fmt: skip
+        await consumer.start()
+        try:
+            return (await asyncio.wait_for(consumer.getone(), 30)).value
+        finally:
+            await consumer.stop()
 
-        assert asyncio.run(read_one()) == b"over TLS"
-    finally:
-        broker.stop()
+    assert asyncio.run(read_one()) == b"over TLS"
 
 
 def _kafka_home(directory: Path) -> Path:
@@ -256,15 +280,14 @@ def _kafka_home(directory: Path) -> Path:
     return directory
 
 
-def test_the_deployment_broker_script_runs_a_secured_node(tmp_path: Path) -> None:
+def test_the_deployment_broker_script_runs_a_secured_node(tmp_path: Path, certs: Path) -> None:
     """Scenario: deploy/kafka/kafka-node.sh (the compose and Kubernetes brokers) runs one node here.
 
     With the generated certificates and one password file per principal it formats the storage
     with their SCRAM credentials and serves SASL_SSL with the authorizer on: the super user
     creates a topic and writes to it, another principal without a grant is refused.
     """
-    certs, users = tmp_path / "certs", tmp_path / "users"
-    subprocess.run([str(REPO / "deploy" / "security" / "make-certs.sh"), str(certs), "127.0.0.1"], check=True)
+    users = tmp_path / "users"
     users.mkdir()
     for user in (ADMIN, "clingate-generator"):
         (users / user).write_text(PASSWORDS[user])
@@ -284,8 +307,7 @@ def test_the_deployment_broker_script_runs_a_secured_node(tmp_path: Path) -> Non
     bootstrap = f"127.0.0.1:{port}"
 
     def tls(user: str) -> Settings:
-        return Settings(kafka_security_protocol="SASL_SSL", kafka_username=user,
-                        kafka_password=PASSWORDS[user], kafka_ssl_ca_file=certs / "ca.pem")  # fmt: skip
+        return _tls(user, certs)
 
     try:
         wait_for_kafka(bootstrap, 120, tls(ADMIN), alive=lambda: node.poll() is None)
