@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -145,7 +146,7 @@ def test_aiokafka_transactional_producer_commits_like_faust_exactly_once(
 
 
 def test_faust_exactly_once_agent_counts_into_a_table_and_forwards(
-    kafka_bootstrap: str, new_topic: Callable[..., str]
+    kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Path
 ):
     """Scenario: a faust-streaming agent under exactly_once creates its own changelog topic (broker
     auto-creation is off), counts into a table and forwards every record in committed transactions."""
@@ -154,7 +155,7 @@ def test_faust_exactly_once_agent_counts_into_a_table_and_forwards(
     source_name, sink_name = new_topic("faust", partitions=2), new_topic("faust", partitions=2)
     app = faust.App(
         f"clingate-test-{source_name}", broker=f"kafka://{kafka_bootstrap}", store="memory://",
-        web_enabled=False, topic_partitions=2, topic_replication_factor=1,
+        datadir=str(tmp_path), web_enabled=False, topic_partitions=2, topic_replication_factor=1,
         processing_guarantee="exactly_once",
     )  # fmt: skip
     raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
