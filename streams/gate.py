@@ -85,7 +85,7 @@ from streams.dbpm import (
     producer_config,
 )
 from streams.dlq import DeadLetterDeliveryError, DeadLetterRouter, DecodeFailed, SourceRecord
-from streams.kafka_config import client_config
+from streams.kafka_config import client_config, liveness_config
 from streams.logs import log_dead_letter
 from streams.metrics import DbpmMetrics
 from streams.settings import Settings
@@ -234,8 +234,7 @@ class GateLoop:
         self._consumer = Consumer(client_config(bootstrap, **{
             "group.id": gate_group(app_id), "enable.auto.commit": False,
             "auto.offset.reset": "earliest", "enable.partition.eof": False,
-            "session.timeout.ms": int(session_timeout_s * 1000),
-            "heartbeat.interval.ms": int(session_timeout_s * 100),
+            **liveness_config(session_timeout_s),
         }))  # fmt: skip
         # Decisions leave in batches: 2 ms linger is enough to fill them, flush() sends at once.
         # Delivery reports for failures only: a Python callback per acknowledged record was a

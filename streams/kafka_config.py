@@ -99,6 +99,20 @@ def client_config(
     return {"bootstrap.servers": bootstrap, **security_config(settings or get_settings()), **overrides}
 
 
+def liveness_config(session_timeout_s: float) -> dict[str, object]:
+    """librdkafka settings of how fast a group notices a silent member.
+
+    ``session_timeout_s`` is ``CLINGATE_CONSUMER_SESSION_TIMEOUT_S`` for every group of the project.
+
+    The session timeout is how long a SIGKILLed member's partitions wait before they move; heartbeats
+    every tenth of it (the ratio the Faust workers use too), so a few lost heartbeats are tolerated.
+    """
+    return {
+        "session.timeout.ms": int(session_timeout_s * 1000),
+        "heartbeat.interval.ms": int(session_timeout_s * 100),
+    }
+
+
 def _ssl_context(settings: Settings) -> ssl.SSLContext:
     cafile = str(settings.kafka_ssl_ca_file) if settings.kafka_ssl_ca_file is not None else None
     context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)

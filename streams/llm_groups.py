@@ -60,7 +60,7 @@ from schemas.common import Stage
 from schemas.serde import Serde, make_serde
 from streams.dbpm import producer_config
 from streams.dlq import DeadLetterRouter, DecodeFailed, SourceRecord
-from streams.kafka_config import client_config
+from streams.kafka_config import client_config, liveness_config
 from streams.llm import CallType, ChatMessage, LlmClient, LlmFailed, LlmOk, Role
 from streams.llm.config import resolve_role
 from streams.metrics import LlmGroupMetrics
@@ -117,8 +117,7 @@ def consumer_config(bootstrap: str, group_id: str, session_timeout_s: float) -> 
     return client_config(bootstrap, **{
         "group.id": group_id, "enable.auto.commit": False, "auto.offset.reset": "earliest",
         "isolation.level": "read_committed", "fetch.wait.max.ms": 100,
-        "session.timeout.ms": int(session_timeout_s * 1000),
-        "heartbeat.interval.ms": int(session_timeout_s * 100),
+        **liveness_config(session_timeout_s),
     })  # fmt: skip
 
 
