@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import typer
 
 app = typer.Typer(
@@ -12,12 +14,25 @@ app = typer.Typer(
 )
 
 
+GC_THRESHOLDS = (20_000, 10, 10)
+"""The cyclic collector's thresholds in every clingate process (CPython's default: 700, 10, 10).
+
+The stream processes allocate many short-lived objects per record (decoded models, futures, rows),
+which reference counting frees; at 700 allocations per young collection the collector also ran
+thousands of times a second, and in the demo's bulk phase it took 10% of the generator's CPU and a
+quarter of the demo's own (py-spy ``--native``: ``gc_collect_main``), whose downstream view keeps
+every output it consumed, so that each older collection walked more of them. Cycles are still
+collected, 28 times less often."""
+
+
 @app.callback()
-def _configure_logging() -> None:
-    # Once per process, before any command runs: format and level from the settings (streams.logs).
+def _configure_process() -> None:
+    # Once per process, before any command runs: the collector, and format and level of the logs from
+    # the settings (streams.logs).
     from streams.logs import configure
     from streams.settings import get_settings
 
+    gc.set_threshold(*GC_THRESHOLDS)
     settings = get_settings()
     configure(settings.log_level, settings.log_format)
 

@@ -14,7 +14,7 @@ Steps (each prints what it did):
 
    * processes started: ``clingate worker --role memory`` (DBPM memory agents, clinical agent) and
      ``clingate worker --role gate`` (the DBPM gate), ``clingate docs worker`` (arbiter), ``clingate
-     generator`` and ``clingate verifier`` (the LLM groups, two members), and, unless
+     generator`` and ``clingate verifier`` (the LLM groups, one member each), and, unless
      ``CLINGATE_LLM_URL`` (or ``CLINGATE_GENERATOR_URL``) names a server, the LLM test server of
      :mod:`streams.demo_llm`, whose answers play the synthetic ground truth;
    * DBPM: one narrative per patient of the synthetic stream of :mod:`streams.bench.dbpm` (the
@@ -188,7 +188,7 @@ DEFAULT_PATIENTS = 1000
 DEFAULT_LOCKSTEP = 40
 """Patients of the default lockstep slice (module docstring, "The DBPM loop")."""
 
-VERIFIERS = 2
+VERIFIERS = 1
 """Members of the demo's verifier group (module docstring, "Stream size")."""
 
 _SNAPSHOTS = 40
