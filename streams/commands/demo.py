@@ -68,26 +68,27 @@ Choices recorded here:
   its timeout for it, and the progress bars count it as done (saying how much was dead-lettered), so
   they reach their totals. The verdict check allows for them (verdicts = let through - dead-lettered).
 * **Stream size.** The paper's proportions give about 49 candidates per patient through the loop (at
-  most one QA answer per question template). ``--patients`` defaults to 1,000 (about 49,000 candidates),
-  with a lockstep slice of 40; every blocklist channel is populated from about 40 patients on. The issue
-  asks for "a few thousand patients" and for a demo that "finishes within a few minutes" on the 2-core
-  machine; measured below, 2,000 patients cost about 13 CPU-minutes, so the default keeps the few
-  minutes and ``--patients 2000`` (or more) runs the paper's scale. What a patient costs was profiled
-  with py-spy in every process of the bulk phase (session 3) and the waste removed: the LLM client's
-  HTTP layer (httpx: 1.2-1.4 ms of client CPU per call, over half of the generator's and verifiers' CPU;
-  aiohttp now: 0.22-0.25 ms, the request's constant JSON serialised once), this demo's own checks (a
-  walk over every decision per progress tick and per bulk check: now lookups of what changed), and
-  one-second first fetches per record in step 2. The memory agents and the gate now run as two
-  ``clingate worker`` processes (``--role memory``, ``--role gate``): in one process the memory agent,
-  GIL-bound beside the gate thread, fell minutes behind the verdicts; the verifier group, the largest
-  LLM load (a call per candidate let through, four for an ambiguous QA answer), has two members sharing
-  its partitions, as a deployment scales it. Measured at 2,000 patients (README): all processes together
-  spend about 0.26 CPU-seconds per patient (memory agents ~75 ms, verifier group ~73 ms, this demo's tap
-  and checks ~35 ms, gate ~22 ms, LLM test server ~22 ms, generator ~18 ms; the broker ~90 ms more), so
-  two idle cores cannot finish the bulk phase in much under 5 minutes; the memory agents' Faust path
-  (about 1.5 ms per verdict on one core) is the largest single bound. On the shared machine the bulk
-  phase ran at 2.8-3.4 patients/s (load average 9-26). Smaller runs: ``--patients 600`` (the previous
-  default) or fewer.
+  most one QA answer per question template). ``--patients`` defaults to 2,000 (about 98,000
+  candidates), the issue's "few thousand patients", with a lockstep slice of 40; every blocklist
+  channel is populated from about 40 patients on. What a patient costs was profiled in every process
+  of the bulk phase and the waste removed. Session 3 (py-spy): the LLM client's HTTP layer (httpx:
+  1.2-1.4 ms of client CPU per call; aiohttp now: 0.22-0.25 ms, the request's constant JSON
+  serialised once), this demo's own checks (now lookups of what changed, not walks over every
+  decision), one-second first fetches in step 2, and the memory agents and the gate as two ``clingate
+  worker`` processes (``--role memory``, ``--role gate``: in one process the memory agent, GIL-bound
+  beside the gate thread, fell minutes behind the verdicts). Session 4 (per-process CPU from
+  ``/proc``, the broker's request metrics over JMX, per-thread CPU of the broker, py-spy ``--native``),
+  all processes together 284 -> 211 CPU-seconds for 1,000 patients: the LLM groups publish (flush,
+  commit) at most every 25 ms while calls are in flight instead of after every finished call
+  (:data:`streams.ordered.PUBLISH_INTERVAL_S`; verifier CPU -26%, the broker's too), every clingate
+  process runs the cyclic collector 28 times less often (:data:`streams.cli.GC_THRESHOLDS`; it took a
+  quarter of this demo's CPU), the local broker runs without the optimising JIT compiler
+  (:data:`streams.broker.JVM_OPTIONS`), this demo's tap holds its fetches 20 ms
+  (:data:`streams.demo_tap.FETCH_WAIT_MS`), and the verifier group has one member: a second one
+  cost ~10% more CPU on two cores and gained nothing (a deployment scales the group across machines;
+  ``tests/integration/test_llm_groups.py`` runs several members). Measured at 2,000 patients
+  (README): about 0.2 CPU-seconds per patient over every process, the broker included; the memory
+  agents' Faust path is now the largest single share. Smaller runs: ``--patients 1000`` or fewer.
 * **Selectivity** (lift per QA category) pairs every gate decision with the candidate's planned
   verdict when the demo's responder plays the ground truth, so BLOCKed candidates are measured too;
   with a real model (``CLINGATE_LLM_URL``) only the verdicts the verifier published are paired.
@@ -182,7 +183,7 @@ STREAMS_TIMEOUT_PER_PATIENT_S = 0.5
 """Allowance per DBPM patient on top of :data:`STREAMS_TIMEOUT_S`: a bulk phase of a few thousand
 patients on a loaded 2-core machine runs at 3-4 patients/s (module docstring, "Stream size")."""
 
-DEFAULT_PATIENTS = 1000
+DEFAULT_PATIENTS = 2000
 """DBPM patients of a default run (module docstring, "Stream size")."""
 
 DEFAULT_LOCKSTEP = 40
@@ -347,6 +348,11 @@ class ServiceProcess:
     def tail(self, lines: int = 20) -> str:
         """The last lines of the process's log."""
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def terminate(self) -> None:
+        """Ask the process to stop (SIGTERM) without waiting; :meth:`__exit__` waits for it."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
 
     def __exit__(self, *_exc: object) -> None:
         if self._process is None or self._process.poll() is not None:
@@ -1222,6 +1228,9 @@ def step_streams(
         ]  # fmt: skip
         for service in services:
             stack.enter_context(service)
+        # Entered last, so it runs first on the way out: every process stops at once, and the exits
+        # above then only wait (one after the other, each stop took seconds).
+        stack.callback(lambda: [s.terminate() for s in (*services, *([server] if server else []))])
         with console.status("starting the workers and groups (worker, docs worker, generator, verifier)"):
             for service in services:
                 service.wait_ready()
