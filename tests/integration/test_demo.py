@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -14,20 +15,19 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _demo_processes() -> list[str]:
-    """Command lines of live processes a demo started: clingate workers and groups of a clingate-demo-*
-    app id or group, and the demo's LLM test server."""
+def _processes_with(marker: bytes) -> list[str]:
+    """Command lines of live processes whose environment holds ``marker``: every process the demo
+    started inherits its environment, and only they (another demo on the machine is not counted)."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
             cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-            environ = (proc / "environ").read_bytes()
         except OSError:
             continue
-        ours = b"streams.cli" in cmdline and b"=clingate-demo-" in environ
-        if ours or b"streams.demo_llm" in cmdline:
+        if marker in environ:
             found.append(b" ".join(cmdline).decode(errors="replace"))
     return found
 
@@ -41,7 +41,8 @@ def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_pat
     per stream, writes a self-contained report.html and stops the workers, groups and LLM test server
     it started. The real-model step runs one narrative when the smollm2 extra is installed.
     """
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}
+    run = uuid.uuid4().hex
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "DEMO_TEST_RUN": run}
     report = tmp_path / "report.html"
     done = subprocess.run(
         [sys.executable, "-W", "ignore", "-m", "streams.cli", "demo", "--patients", "4", "--lockstep", "2",
@@ -59,4 +60,4 @@ def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_pat
     html = report.read_text(encoding="utf-8")
     assert "<svg" in html and "QA lift per category" in html and "Throughput and latency per stream" in html
     assert "<script" not in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
-    assert _demo_processes() == []
+    assert _processes_with(f"DEMO_TEST_RUN={run}".encode()) == []
