@@ -129,6 +129,8 @@ class Tap(threading.Thread):
         for topic in [*self._routes, *([changelog] if changelog else [])]:
             partitions = self._consumer.list_topics(topic, timeout=30).topics[topic].partitions
             assignment += [TopicPartition(topic, p, end_offset(self._consumer, topic, p)) for p in partitions]
+        self._next: dict[tuple[str, int], int] = {(tp.topic, tp.partition): tp.offset for tp in assignment}
+        """Per watched partition, the offset after the last record read (written by the tap thread)."""
         self._consumer.assign(assignment)
 
     def run(self) -> None:
@@ -138,6 +140,7 @@ class Tap(threading.Thread):
                 for message in self._consumer.consume(num_messages=1000, timeout=POLL_S):
                     if message.error() is None:
                         self._take(message)
+                        self._next[(message.topic(), message.partition())] = message.offset() + 1
         except BaseException as error:  # reported by the main thread
             self.error = error
         finally:
@@ -166,6 +169,23 @@ class Tap(threading.Thread):
                 flow.positions.setdefault(ident, (message.partition(), message.offset()))
                 flow.outputs.append(value)
                 flow.latest[ident] = value
+
+    def wait_read(self, topic: str, ends: dict[int, int], timeout_s: float) -> None:
+        """Block until the tap has read ``topic`` up to ``ends`` (per partition, an end offset).
+
+        What a group committed is published, but the tap may not have read it yet (its fetches are held
+        :data:`FETCH_WAIT_MS`): a caller that then looks the outputs up must wait for the tap first.
+
+        Raises:
+            TimeoutError: not read within ``timeout_s``, or the tap thread failed.
+        """
+        deadline = time.monotonic() + timeout_s
+        while any(self._next.get((topic, p), 0) < end for p, end in ends.items()):
+            if self.error is not None or time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the demo's tap did not read {topic} up to {ends} within {timeout_s:.0f} s"
+                )
+            time.sleep(POLL_S / 4)
 
     def stop(self) -> None:
         """Stop polling and close the consumer (joins the thread)."""

@@ -260,6 +260,10 @@ class CommitWatcher:
             self._partitions[topic] = _partitions(self._consumer, topic)
         return self._partitions[topic]
 
+    def ends(self, topic: str) -> dict[int, int]:
+        """The current end offset of every partition of ``topic``."""
+        return {p: end_offset(self._consumer, topic, p) for p in self.partitions(topic)}
+
     def wait(self, topic: str, timeout_s: float) -> None:
         """Block until the group has committed the current end offset of every partition of ``topic``.
 
@@ -272,7 +276,7 @@ class CommitWatcher:
             ReplayTimeout: the group did not get there within ``timeout_s``.
         """
         wanted = [TopicPartition(topic, p) for p in self.partitions(topic)]
-        ends = {tp.partition: end_offset(self._consumer, topic, tp.partition) for tp in wanted}
+        ends = self.ends(topic)
         deadline = time.monotonic() + timeout_s
         while True:
             try:

@@ -971,12 +971,15 @@ def feed_loop(
         groups: the worker's app id and the generator's group id.
     """
     from streams.dbpm import memory_changelog, producer_config
-    from streams.kafka_replay import read_state, wait_until_consumed
+    from streams.kafka_replay import CommitWatcher, read_state
 
     app_id, generator_group = groups
     run = LoopRun()
     producer = Producer(producer_config(bootstrap, **{"linger.ms": 0}))
     narratives = plan.loop.narratives
+    # The model's candidates are known once the generator committed their narrative and the tap read
+    # what it published: one client for every wait (a client per wait cost ~45 ms a patient).
+    generator = CommitWatcher(bootstrap, generator_group) if plan.llm_url is not None else None
 
     def send(batch: Sequence[Any]) -> None:
         for narrative in batch:
@@ -986,8 +989,9 @@ def feed_loop(
             raise DemoError(f"narratives not delivered to {DBPM_NARRATIVES}")
 
     def wait_done(batch: Sequence[Any], limit_s: float) -> None:
-        if plan.llm_url is not None:  # the model's candidates: known once the generator committed
-            wait_until_consumed(bootstrap, generator_group, DBPM_NARRATIVES, limit_s)
+        if generator is not None:
+            generator.wait(DBPM_NARRATIVES, limit_s)
+            tap.wait_read(DBPM_CANDIDATES, generator.ends(DBPM_CANDIDATES), limit_s)
         emitted = emitted_candidates(plan, flows)
         ids = [(c.patient_id, c.candidate_id) for n in batch for c in emitted.get(n.patient_id, [])]
         deadline = time.monotonic() + limit_s
@@ -1003,20 +1007,24 @@ def feed_loop(
                 )
             time.sleep(0.002 if len(batch) == 1 else 0.1)  # a check costs only what finished since the last
 
-    started = time.perf_counter()
-    for narrative in narratives[: plan.lockstep]:
-        send([narrative])
-        wait_done([narrative], timeout_s)
-    run.lockstep_s = time.perf_counter() - started
-    if plan.lockstep:
-        as_of = narratives[plan.lockstep - 1].ts.timestamp()
-        run.lockstep_state = read_state(bootstrap, memory_changelog(app_id), engine, as_of)
-    bulk = narratives[plan.lockstep :]
-    if bulk:
-        run.bulk_started = time.time()
-        send(bulk)
-        wait_done(bulk, streams_timeout(len(narratives)))
-        run.bulk_finished = time.time()
+    try:
+        started = time.perf_counter()
+        for narrative in narratives[: plan.lockstep]:
+            send([narrative])
+            wait_done([narrative], timeout_s)
+        run.lockstep_s = time.perf_counter() - started
+        if plan.lockstep:
+            as_of = narratives[plan.lockstep - 1].ts.timestamp()
+            run.lockstep_state = read_state(bootstrap, memory_changelog(app_id), engine, as_of)
+        bulk = narratives[plan.lockstep :]
+        if bulk:
+            run.bulk_started = time.time()
+            send(bulk)
+            wait_done(bulk, streams_timeout(len(narratives)))
+            run.bulk_finished = time.time()
+    finally:
+        if generator is not None:
+            generator.close()
     return run
 
 
