@@ -69,7 +69,7 @@ from streams.docs_arbiter import LlmCall, arbitrate
 from streams.kafka_config import client_config
 from streams.logs import log_dead_letter
 from streams.metrics import DocsMetrics
-from streams.ordered import Handled, OrderedLoop, Output
+from streams.ordered import Handled, OrderedLoop, Output, consumer_config
 from topics.catalog import (
     DOCS_CLASSIFICATIONS,
     DOCS_DISPOSITIONS,
@@ -266,14 +266,6 @@ class DocsWorker:
         self.metrics.dead_letters.labels(failed.record.topic).inc()
 
 
-def consumer_config(bootstrap: str, group_id: str) -> dict[str, object]:
-    """Consumer settings of the docs worker: manual, in-order commits; read committed outputs only."""
-    return client_config(bootstrap, **{
-        "group.id": group_id, "enable.auto.commit": False, "auto.offset.reset": "earliest",
-        "isolation.level": "read_committed",
-    })  # fmt: skip
-
-
 async def run_worker(
     bootstrap: str,
     serde: Serde,
@@ -282,6 +274,7 @@ async def run_worker(
     *,
     group_id: str,
     max_in_flight: int,
+    session_timeout_s: float,
     stop: asyncio.Event,
     on_ready: Callable[[DocsWorker], None] | None = None,
     metrics: DocsMetrics | None = None,
@@ -295,12 +288,15 @@ async def run_worker(
         call: the LLM call, or None for rules-only.
         group_id: the consumer group.
         max_in_flight: documents decided at once.
+        session_timeout_s: how long a silent member keeps its partitions
+            (``CLINGATE_CONSUMER_SESSION_TIMEOUT_S``).
         stop: set it to stop the worker after the current step (outputs published so far are committed).
         on_ready: called with the worker once it is built.
         metrics: the worker's metrics (their lag gauge hooks into the consumer); None: a private registry.
     """
     metrics = metrics or DocsMetrics(CollectorRegistry())
-    consumer = Consumer({**consumer_config(bootstrap, group_id), **metrics.lag.client_config()})
+    config = consumer_config(bootstrap, group_id, session_timeout_s)
+    consumer = Consumer({**config, **metrics.lag.client_config()})
     producer = Producer(producer_config(bootstrap))
     packets = PacketFollower(bootstrap, serde)
     worker = DocsWorker(serde, packets, trap_rules, call, metrics)

@@ -60,11 +60,10 @@ from schemas.common import Stage
 from schemas.serde import Serde, make_serde
 from streams.dbpm import producer_config
 from streams.dlq import DeadLetterRouter, DecodeFailed, SourceRecord
-from streams.kafka_config import client_config, liveness_config
 from streams.llm import CallType, ChatMessage, LlmClient, LlmFailed, LlmOk, Role
 from streams.llm.config import resolve_role
 from streams.metrics import LlmGroupMetrics
-from streams.ordered import Handler, OrderedLoop
+from streams.ordered import Handler, OrderedLoop, consumer_config
 from streams.settings import Settings
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import build_catalog
@@ -104,21 +103,6 @@ def llm_failure(record: SourceRecord, expected_schema: str, failures: Sequence[L
     kinds = sorted({f.kind.value for f in failures})
     reason = "; ".join(f"{f.call_type}: {f.kind}: {f.message} ({f.operator_detail})" for f in failures)
     return DecodeFailed(record, Stage.PROCESS, f"LlmFailed:{','.join(kinds)}", reason, None, expected_schema)
-
-
-def consumer_config(bootstrap: str, group_id: str, session_timeout_s: float) -> dict[str, object]:
-    """Consumer settings of an LLM group: manual in-order commits, committed reads only.
-
-    ``fetch.wait.max.ms`` 100 (librdkafka default 500): a partition resumed after backpressure is
-    fetched within 100 ms instead of waiting behind a 500 ms long poll of the idle partitions.
-    ``session_timeout_s`` (``CLINGATE_CONSUMER_SESSION_TIMEOUT_S``, as the DBPM gate's group): how long
-    the partitions of a SIGKILLed member wait before they move (librdkafka's default is 45 s).
-    """
-    return client_config(bootstrap, **{
-        "group.id": group_id, "enable.auto.commit": False, "auto.offset.reset": "earliest",
-        "isolation.level": "read_committed", "fetch.wait.max.ms": 100,
-        **liveness_config(session_timeout_s),
-    })  # fmt: skip
 
 
 def require_role(client: LlmClient, settings: Settings, role: Role) -> None:

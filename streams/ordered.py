@@ -46,6 +46,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 
 from schemas.common import Stage
 from streams.dlq import DeadLetterRouter, DecodeFailed, SourceRecord
+from streams.kafka_config import client_config, liveness_config
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,22 @@ slice, a quiet stream) waits for nothing."""
 
 MIN_WAITING = 32
 """Records kept consumed and waiting to start, at least (``max(max_in_flight, MIN_WAITING)``)."""
+
+
+def consumer_config(bootstrap: str, group_id: str, session_timeout_s: float) -> dict[str, object]:
+    """Consumer settings of a group run by an :class:`OrderedLoop`: manual in-order commits, committed
+    reads only.
+
+    ``fetch.wait.max.ms`` 100 (librdkafka default 500): a partition resumed after backpressure is
+    fetched within 100 ms instead of waiting behind a 500 ms long poll of the idle partitions.
+    ``session_timeout_s`` (``CLINGATE_CONSUMER_SESSION_TIMEOUT_S``, as the DBPM gate's group): how long
+    the partitions of a SIGKILLed member wait before they move (librdkafka's default is 45 s).
+    """
+    return client_config(bootstrap, **{
+        "group.id": group_id, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed", "fetch.wait.max.ms": 100,
+        **liveness_config(session_timeout_s),
+    })  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -219,6 +219,7 @@ def worker(
                 bootstrap, make_serde(settings.schema_registry_url), rules, call,
                 group_id=settings.docs_group_id, stop=stop,
                 max_in_flight=max_in_flight or settings.docs_max_in_flight, metrics=metrics,
+                session_timeout_s=settings.consumer_session_timeout_s,
             )  # fmt: skip
         typer.echo(f"stopped after {done.decided} documents", err=True)
 

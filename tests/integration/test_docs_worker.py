@@ -101,7 +101,7 @@ def _running_worker(
         try:
             await run_worker(
                 bootstrap, SERDE, load_trap_rules(), call, max_in_flight=8, stop=stop, on_ready=ready.append,
-                group_id=group_id,
+                group_id=group_id, session_timeout_s=get_settings().consumer_session_timeout_s,
             )  # fmt: skip
         finally:
             if servers:
