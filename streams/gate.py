@@ -51,6 +51,11 @@ Consistency model of the gate (the memory side is in :mod:`streams.dbpm`).
   first offset and decides them again (nothing is committed past an unacknowledged output).
 * Bad records (undecodable, or valid Avro that is not a DBPM event) go to
   ``clingate.dbpm.candidates.dlq`` and are acknowledged there before the batch is committed.
+* Stopping never waits out a barrier: a candidate still at its barrier when the loop is stopped
+  abandons its batch (outputs not yet sent are purged, nothing of the batch is committed) and the
+  group's next owner decides it. Deciding it as timed out would publish a ``barrier_timeout``
+  decision a replay does not make; waiting held a SIGTERMed worker for a barrier timeout per
+  candidate of the batch (its process was SIGKILLed after a minute).
 
 Process layout (``clingate worker --role``): ``all`` runs the Faust memory agent and this loop in one
 process, the loop in a thread (librdkafka releases the GIL while it polls and flushes); ``gate``
@@ -202,6 +207,10 @@ class Gate:
         return Outcome(candidate.patient_id.encode(), value, event, decision.decision)
 
 
+class _Stopping(Exception):
+    """The loop was stopped while a candidate waited at its barrier: its batch is abandoned."""
+
+
 class GateLoop:
     """The gate consumer: candidates in, decisions and to-verify records out, commits after acks.
 
@@ -249,6 +258,7 @@ class GateLoop:
         self._dead_letters = DeadLetterRouter(Producer(producer_config(bootstrap)), serde)
         self._lag: dict[int, int] = {}
         self._committed: dict[int, int] = {}  # partition -> next offset, of partitions we own
+        self._stop = threading.Event()  # run()'s, once it runs
         self._consumer.subscribe([DBPM_CANDIDATES], on_revoke=self._on_revoke)
 
     @property
@@ -268,6 +278,7 @@ class GateLoop:
 
     def run(self, stop: threading.Event) -> None:
         """Decide batches until ``stop`` is set; then leave the group and close the clients."""
+        self._stop = stop
         try:
             while not stop.is_set():
                 batch = self._consumer.consume(num_messages=BATCH_MAX, timeout=POLL_S)
@@ -312,6 +323,10 @@ class GateLoop:
         except (DeadLetterDeliveryError, BufferError) as exc:
             self._rewind(first, str(exc))
             return
+        except _Stopping:
+            self._producer.purge(in_queue=True, in_flight=False)
+            log.info("stopping at a barrier: %d candidates left to the group's next owner", len(messages))
+            return
         remaining = self._producer.flush(30)
         if failures or remaining:
             self._rewind(first, failures[0].str() if failures else f"{remaining} outputs still queued")
@@ -355,9 +370,15 @@ class GateLoop:
         return self._gate.decide(candidate, event, waited_out)
 
     def _barrier(self, ts: float) -> bool:
-        """Follow the changelog until every memory partition reached ``ts``; True if timed out."""
+        """Follow the changelog until every memory partition reached ``ts``; True if timed out.
+
+        Raises:
+            _Stopping: the loop was stopped meanwhile (module docstring, "Stopping").
+        """
         deadline = time.monotonic() + self._barrier_timeout_s
         while self._follower.min_watermark() < ts:
+            if self._stop.is_set():
+                raise _Stopping
             if time.monotonic() >= deadline:
                 return True
             self._follower.poll(0.001)

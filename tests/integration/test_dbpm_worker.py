@@ -34,8 +34,10 @@ from state.memory import MemoryStore
 from streams.app import dbpm_engines
 from streams.bench.chaos import COMPARISON_ENV, WorkerProcess, comparison_engine
 from streams.bench.dbpm import generate_events
-from streams.dbpm import producer_config
+from streams.dbpm import BARRIER_HEADER, producer_config
 from streams.dlq import header_map
+from streams.gate import gate_group
+from streams.kafka_config import client_config
 from streams.kafka_replay import KafkaReplayResult, commit_worker_end_offsets, end_offset, replay_via_kafka
 from streams.settings import Settings
 from topics.admin import admin_client, ensure_topics
@@ -445,3 +447,46 @@ def test_bad_candidates_are_dead_lettered_and_the_next_ones_decided(
     assert header_map(dead.headers())["stage"] == "decode"
     assert serde.decode(dead.value(), DeadLetter).value == b"not avro"
     assert serde.decode(decided.value(), GateDecision).candidate_id == f"{patient}-c"
+
+
+def test_a_sigtermed_worker_stops_at_once_leaving_candidates_at_their_barrier_to_the_next_owner(
+    kafka_bootstrap: str, start_workers
+) -> None:
+    """Scenario: the gate holds replay candidates whose barrier the memory will not reach (their event
+    time is ahead of every verdict), and the worker gets SIGTERM.
+
+    It stops within seconds instead of waiting out a barrier timeout per candidate, publishes no
+    decision for them (never a ``barrier_timeout`` one a replay would not make) and commits none of
+    them: the gate group's next owner decides them.
+    """
+    app_id, [worker] = start_workers(1, CLINGATE_DBPM_BARRIER_TIMEOUT_S="30")
+    serde = make_serde(None)
+    patient = f"p-{uuid.uuid4().hex[:8]}"
+    decisions = _tail(kafka_bootstrap, DBPM_DECISIONS)
+    producer = Producer(producer_config(kafka_bootstrap))
+    placed: list[tuple[int, int]] = []
+    for i in range(3):
+        candidate = Candidate.model_validate({
+            "ts": "2099-01-01T00:00:00Z", "task": "ner", "patient_id": patient,
+            "candidate_id": f"{patient}-{i}", "payload": {"entity": "fever", "category": "Symptoms"},
+        })  # fmt: skip
+        producer.produce(DBPM_CANDIDATES, key=patient.encode(), value=serde.encode(candidate),
+                         headers=[(BARRIER_HEADER, b"")],
+                         on_delivery=lambda _e, m: placed.append((m.partition(), m.offset())))  # fmt: skip
+    producer.flush(30)
+    time.sleep(3.0)  # the gate polls every 50 ms: the first candidate is at its barrier by now
+    started = time.monotonic()
+    worker.stop()
+    stopped_in = time.monotonic() - started
+    try:
+        assert not worker.running
+        assert stopped_in < 15, f"stopped in {stopped_in:.1f} s"
+        assert b"stopping at a barrier" in worker.log.read_bytes()[worker.log_offset :]
+        assert all(m.key() != patient.encode() for m in decisions.consume(1000, 2.0))
+        (partition, first), *_ = placed
+        watcher = Consumer(client_config(kafka_bootstrap, **{"group.id": gate_group(app_id)}))
+        [committed] = watcher.committed([TopicPartition(DBPM_CANDIDATES, partition)], timeout=30)
+        watcher.close()
+        assert committed.offset <= first
+    finally:
+        decisions.close()
