@@ -32,7 +32,6 @@ Choices:
 from __future__ import annotations
 
 import asyncio
-import gc
 import hashlib
 import json
 from collections import defaultdict
@@ -180,10 +179,6 @@ def main(
 ) -> None:
     """Serve the test API with the script responder until interrupted; prints ``listening <base-url>``."""
     answers = json.loads(script.read_text(encoding="utf-8"))
-    # Hundreds of thousands of answers live as long as the process: exempt them from the cyclic
-    # collector, whose full collections would otherwise walk them all again and again as requests
-    # allocate (the server's CPU per request grew with the run's size).
-    gc.freeze()
 
     async def serve() -> None:
         server = OpenAiTestServer(models=[DEFAULT_MODEL], responder=script_responder(answers), record=False)
