@@ -357,7 +357,7 @@ class ServiceProcess:
     def __exit__(self, *_exc: object) -> None:
         if self._process is None or self._process.poll() is not None:
             return
-        self._process.terminate()
+        self.terminate()
         try:
             self._process.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -1236,9 +1236,14 @@ def step_streams(
         ]  # fmt: skip
         for service in services:
             stack.enter_context(service)
+
+        def terminate_all() -> None:
+            for process in (*services, *([server] if server is not None else [])):
+                process.terminate()
+
         # Entered last, so it runs first on the way out: every process stops at once, and the exits
         # above then only wait (one after the other, each stop took seconds).
-        stack.callback(lambda: [s.terminate() for s in (*services, *([server] if server else []))])
+        stack.callback(terminate_all)
         with console.status("starting the workers and groups (worker, docs worker, generator, verifier)"):
             for service in services:
                 service.wait_ready()
