@@ -1,9 +1,11 @@
 """Events shared by every area: the dead letter.
 
 A dead letter keeps the failed record whole (key, value and headers, byte for byte) with the reason and
-its coordinates, so an operator can fix the cause and replay it. The same reason and coordinates also
-travel as Kafka headers on the dead-letter record (KIP-1034 style, see :mod:`streams.dlq`) so that tools
-which do not read Avro can still triage.
+its coordinates, so an operator can fix the cause and replay it. Only a record too large for its
+dead-letter topic is cut: its largest fields are kept as prefixes, each with its original size and
+SHA-256 (:class:`Truncation`), so the original can still be found in the source topic. The same reason
+and coordinates also travel as Kafka headers on the dead-letter record (KIP-1034 style, see
+:mod:`streams.dlq`) so that tools which do not read Avro can still triage.
 """
 
 from __future__ import annotations
@@ -34,6 +36,16 @@ class Header(AvroModel):
     value: RawBytes | None = None
 
 
+class Truncation(AvroModel):
+    """A byte field of the original record of which the dead letter holds only the first bytes."""
+
+    avro_name: ClassVar[str] = "clingate.common.Truncation"
+
+    field: str
+    size: int = Field(ge=0, le=2**63 - 1)
+    sha256: str
+
+
 class DeadLetter(AvroModel):
     """A record a stage could not handle, with the reason and where it came from."""
 
@@ -50,3 +62,4 @@ class DeadLetter(AvroModel):
     value: RawBytes | None = None
     headers: tuple[Header, ...] = ()
     expected_schema: str | None = None
+    truncations: tuple[Truncation, ...] = ()

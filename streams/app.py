@@ -26,6 +26,15 @@ Choices (reasons in ``docs/faust-runtime.md``):
 * The clinical agent (:mod:`streams.clinical`) runs on the same app: one agent over the three
   patient-keyed topics, its patient table a partitioned :class:`faust.Table` on the same store.
 * Records are raw bytes for Faust; :mod:`schemas.serde` encodes and decodes them.
+* No record is acknowledged unless applied or dead-lettered. The agents handle every record's failure
+  themselves (dead letter, state unchanged), so nothing a producer sends makes them raise. An error
+  in a batch that escapes anyway (a bug, a broker that rejects a write) stops the worker at once
+  (:func:`fail_stop`): Faust's take buffer acknowledges its batch when the body raises, and a
+  supervisor restart would commit records never applied. The partitions' uncommitted records then go
+  to their next owner. Crashes in Faust's own stream machinery still restart the agent; each restart
+  is logged with its cause and counted (``clingate_agent_restarts_total``).
+* The producer admits the largest record a dead-letter topic holds (``producer_max_request_size``):
+  aiokafka's 1 MB default rejected the dead letter of a 2 MB record.
 * Producer linger 5 ms, 1 MiB batches, 5,000 records per poll, 64k stream buffer: fewer produce
   requests and fewer hand-offs per event (measured on the former Faust gate agent: ~20% less worker
   CPU per candidate).
@@ -33,11 +42,14 @@ Choices (reasons in ``docs/faust-runtime.md``):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import os
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import NoReturn
 
 import faust
 from faust.stores import STORES
-from faust.types import StreamT, TopicT
+from faust.types import AgentT, EventT, StreamT, TopicT
 
 from processors.clinical.knowledge import default_knowledge
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
@@ -55,11 +67,66 @@ from topics.catalog import (
     CLINICAL_ASSESSMENTS,
     CLINICAL_SAFETY_AUDITS,
     DBPM_PROPAGATIONS,
+    MAX_MESSAGE_BYTES,
     dlq_name,
 )
 
+log = logging.getLogger(__name__)
+
 #: Name of the clinical patient table (changelog ``<app id>-clinical-patients-changelog``).
 PATIENT_TABLE = "clinical-patients"
+#: Exit status of a worker stopped by :func:`fail_stop` (``EX_SOFTWARE``).
+AGENT_FAILED_EXIT = 70
+
+
+def fail_stop(agent: str, error: Exception) -> NoReturn:
+    """Stop the process at once after ``agent`` raised on a batch, before anything acknowledges it.
+
+    ``os._exit``: a clean stop would commit the offsets Faust's take buffer acknowledges as the body
+    unwinds, and the batch's unapplied records would be lost.
+    """
+    log.critical(
+        "agent %s failed on a batch (%s: %s); stopping the worker without acknowledging it, its records "
+        "go to the partitions' next owner", agent, type(error).__name__, error,
+        exc_info=error, extra={"error_type": type(error).__name__},
+    )  # fmt: skip
+    logging.shutdown()
+    os._exit(AGENT_FAILED_EXIT)
+
+
+def batch_agent(
+    name: str, batch: int, linger_s: float, process: Callable[[Sequence[EventT]], Awaitable[None]]
+) -> Callable[[StreamT], Awaitable[None]]:
+    """An agent body that hands ``process`` batches of at most ``batch`` events (``linger_s`` apart at
+    most), and stops the worker (:func:`fail_stop`) if ``process`` raises."""
+
+    async def body(stream: StreamT) -> None:
+        async for events in stream.take_events(batch, within=linger_s):
+            try:
+                await process(events)
+            except Exception as error:
+                fail_stop(name, error)
+
+    body.__name__ = name.replace("-", "_")
+    return body
+
+
+def count_restarts(app: faust.App, metrics: DbpmMetrics) -> None:
+    """Log and count every crash after which Faust's supervisor restarts one of ``app``'s agents.
+
+    Faust calls the app's agent-error handler (it commits the consumer's offsets) before the restart;
+    this wraps it, so it must run before the agents are created.
+    """
+    faust_handler = app._on_agent_error
+
+    async def on_error(agent: AgentT, error: BaseException) -> None:
+        name = agent.name.rsplit(".", 1)[-1]
+        metrics.agent_restarts.labels(name, type(error).__name__).inc()
+        log.error("agent %s crashed and is restarted by its supervisor: %s", name, error,
+                  exc_info=error, extra={"error_type": type(error).__name__})  # fmt: skip
+        await faust_handler(agent, error)
+
+    app._on_agent_error = on_error  # type: ignore[method-assign]
 
 
 def dbpm_engines(settings: Settings) -> tuple[DBPMEngine, DBPMEngine]:
@@ -113,6 +180,7 @@ def create_app(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> faus
         # single cost in the worker's profile), and the consumer hands the stream large fetches.
         producer_linger=0.005,
         producer_max_batch_size=1 << 20,
+        producer_max_request_size=MAX_MESSAGE_BYTES,
         stream_buffer_maxsize=65536,
         broker_max_poll_records=5000,
         consumer_auto_offset_reset="earliest",
@@ -148,13 +216,11 @@ def create_app(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> faus
     )
     metrics.watch(lambda: _lag(app, (*MEMORY_INPUTS, *CLINICAL_INPUTS)), agent.view, engine.config)
     batch, linger = settings.dbpm_batch_max, settings.dbpm_batch_linger_s
-
-    async def dbpm_memory(stream: StreamT) -> None:
-        async for events in stream.take_events(batch, within=linger):
-            await agent.apply_memory_inputs(events)
-
+    count_restarts(app, metrics)
     # One agent over both memory inputs: Faust assigns partition p of each to the same worker.
-    app.agent(topic(*MEMORY_INPUTS), name="dbpm-memory", concurrency=1)(dbpm_memory)
+    app.agent(topic(*MEMORY_INPUTS), name="dbpm-memory", concurrency=1)(
+        batch_agent("dbpm-memory", batch, linger, agent.apply_memory_inputs)
+    )
 
     patients = app.Table(
         PATIENT_TABLE, partitions=partitions, key_type=bytes, value_type=bytes,
@@ -172,10 +238,7 @@ def create_app(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> faus
         },
         ClinicalMetrics(metrics.registry),
     )
-
-    async def clinical_patients(stream: StreamT) -> None:
-        async for events in stream.take_events(batch, within=linger):
-            await clinical.process(events)
-
-    app.agent(topic(*CLINICAL_INPUTS), name="clinical-patients", concurrency=1)(clinical_patients)
+    app.agent(topic(*CLINICAL_INPUTS), name="clinical-patients", concurrency=1)(
+        batch_agent("clinical-patients", batch, linger, clinical.process)
+    )
     return app

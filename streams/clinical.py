@@ -49,7 +49,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from faust.types import EventT, TopicT
@@ -63,7 +63,7 @@ from schemas.clinical import AdversarialReview, ClinicalAssessment, Deliverable,
 from schemas.common import Stage
 from schemas.fhir import FhirUpdate
 from schemas.serde import Serde
-from streams.dlq import DecodeFailed, SourceRecord, decode_record, send_dead_letter
+from streams.dlq import DecodeFailed, SourceRecord, decode_record, processing_failed, send_dead_letter
 from streams.logs import log_dead_letter
 from streams.metrics import ClinicalMetrics
 from streams.settings import Settings
@@ -88,6 +88,8 @@ INPUTS: dict[str, type[FhirUpdate] | type[AdversarialReview] | type[Deliverable]
 OFFSET_PREFIX = b"\xfe\xfeoffset|"
 
 ClinicalInput = PatientUpdate | AdversarialReview | Deliverable
+Change = tuple[bytes, ClinicalStreamState | None, list[ClinicalAssessment | SafetyAudit]]
+"""What one record changes: its patient key, the new state (None: unchanged) and the outputs to publish."""
 
 
 def gate_flags(
@@ -177,32 +179,45 @@ class ClinicalAgent:
             if done is not None and offset <= int(done):
                 continue  # re-delivered after a crash: already applied
             writes[marker], last_offset = str(offset).encode(), offset
-            record = SourceRecord.from_event(event)
-            decoded = await self._decode(record)
-            if decoded is None:
+            failures, change = self._step(read, SourceRecord.from_event(event))
+            for failed in failures:
+                await self._dead_letter(failed)
+            if change is None:
                 continue
+            key, state, outputs = change
+            if state is not None:
+                writes[key] = state.model_dump_json().encode()
+            for out in outputs:
+                sends.append(await self._emit(key, out))
+        if last_offset is None:
+            return
+        await asyncio.gather(*sends)  # outputs acknowledged before the state that remembers them
+        await asyncio.gather(*self._patients.stage(partition, writes.items(), last_offset))
+
+    def _step(
+        self, read: Callable[[bytes], bytes | None], record: SourceRecord
+    ) -> tuple[list[DecodeFailed], Change | None]:
+        """One record through the gates: its dead letters, and what it changes (None: nothing).
+
+        Never raises for a record: whatever it does to the processor is a dead letter of stage
+        ``process``, the patient's state left as it was.
+        """
+        failures: list[DecodeFailed] = []
+        try:
+            decoded = self._decode(record, failures)
+            if decoded is None:
+                return failures, None
             item, now = decoded
             key = item.patient_id.encode()
             raw = read(key)
             state = None if raw is None else ClinicalStreamState.model_validate_json(raw)
             started = time.perf_counter()
-            try:
-                new_state, outputs = process_event(state, item, now, self._knowledge, self._flags)
-            except Exception as exc:  # a poison record must not stop the partition: DLQ, state unchanged
-                await self._dead_letter(DecodeFailed(
-                    record, Stage.PROCESS, type(exc).__name__, str(exc), None, INPUTS[record.topic].avro_name
-                ))  # fmt: skip
-                continue
-            self._metrics.gate_latency.observe(time.perf_counter() - started)
-            if new_state != state:
-                writes[key] = new_state.model_dump_json().encode()
-            for out in outputs:
-                if isinstance(out, ClinicalAssessment | SafetyAudit):
-                    sends.append(await self._emit(key, out))
-        if last_offset is None:
-            return
-        await asyncio.gather(*sends)  # outputs acknowledged before the state that remembers them
-        await asyncio.gather(*self._patients.stage(partition, writes.items(), last_offset))
+            new_state, outputs = process_event(state, item, now, self._knowledge, self._flags)
+        except Exception as exc:  # a poison record must not stop the partition: DLQ, state unchanged
+            return [*failures, processing_failed(record, exc, INPUTS[record.topic].avro_name)], None
+        self._metrics.gate_latency.observe(time.perf_counter() - started)
+        published = [out for out in outputs if isinstance(out, ClinicalAssessment | SafetyAudit)]
+        return failures, (key, None if new_state == state else new_state, published)
 
     async def _emit(self, key: bytes, out: ClinicalAssessment | SafetyAudit) -> asyncio.Future:
         name = CLINICAL_ASSESSMENTS if isinstance(out, ClinicalAssessment) else CLINICAL_SAFETY_AUDITS
@@ -213,16 +228,19 @@ class ClinicalAgent:
             log.info("assessment %s: %s", out.patient_id, light, extra=ids)
         return await self._topics[name].send(key=key, value=self._serde.encode(out, topic=name))
 
-    async def _decode(self, record: SourceRecord) -> tuple[ClinicalInput, datetime] | None:
-        """The processor's event and its event time, or None after dead-lettering the record."""
+    def _decode(
+        self, record: SourceRecord, failures: list[DecodeFailed]
+    ) -> tuple[ClinicalInput, datetime] | None:
+        """The processor's event and its event time, or None; appends the record's dead letters to
+        ``failures`` (a FHIR update with some invalid resources has one and still applies the rest)."""
         expected = INPUTS[record.topic]
         result = decode_record(self._serde, record, expected)
         if isinstance(result, DecodeFailed):
-            await self._dead_letter(result)
+            failures.append(result)
             return None
         value = result.value
         if record.key != value.patient_id.encode():
-            await self._dead_letter(DecodeFailed(
+            failures.append(DecodeFailed(
                 record, Stage.VALIDATE, "KeyMismatch",
                 f"record key {record.key!r} is not the patient_id {value.patient_id!r}",
                 None, expected.avro_name,
@@ -231,7 +249,7 @@ class ClinicalAgent:
         if isinstance(value, FhirUpdate):
             update, errors = fhir_input(value)
             if errors:
-                await self._dead_letter(DecodeFailed(
+                failures.append(DecodeFailed(
                     record, Stage.VALIDATE, "FhirInvalid", "; ".join(errors), None, expected.avro_name
                 ))  # fmt: skip
             return None if update is None else (update, value.ts)

@@ -126,7 +126,7 @@ from schemas.dbpm import Candidate, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
 from schemas.serde import Serde
 from state.base import Store, Transaction
-from streams.dlq import DecodeFailed, SourceRecord, decode_record, send_dead_letter
+from streams.dlq import DecodeFailed, SourceRecord, decode_record, processing_failed, send_dead_letter
 from streams.kafka_config import client_config
 from streams.logs import log_dead_letter
 from streams.metrics import DbpmMetrics
@@ -321,12 +321,16 @@ def decode_watermark(raw: bytes | None) -> float:
 
 
 def decode_event(
-    serde: Serde, record: SourceRecord, expected: type[Candidate] | type[Verdict] | type[PropagationRecord]
+    serde: Serde,
+    record: SourceRecord,
+    expected: type[Candidate] | type[Verdict] | type[PropagationRecord],
+    key: Callable[[Any], bytes] | None = None,
 ) -> tuple[Any, Any] | DecodeFailed:
     """``(model, engine event)`` of a consumed DBPM record, or why it goes to the dead-letter topic.
 
     Valid Avro that is not a valid DBPM event (:class:`processors.dbpm.BadEvent`) fails at the
-    ``validate`` stage.
+    ``validate`` stage, and so does a record whose key is not ``key(engine event)`` when ``key`` is
+    given (the key decides the partition, hence the writer, of the state the record changes).
     """
     result = decode_record(serde, record, expected)
     if isinstance(result, DecodeFailed):
@@ -334,16 +338,12 @@ def decode_event(
     try:
         model = result.value
         event = propagation_event(model) if isinstance(model, PropagationRecord) else contract_event(model)
-        return model, event
-    except ValueError as exc:  # BadEvent: valid Avro, not a DBPM event
+    except Exception as exc:  # BadEvent (or anything else the conversion raises): not a DBPM event
         return DecodeFailed(record, Stage.VALIDATE, type(exc).__name__, str(exc), None, expected.avro_name)
-
-
-def _header(event: EventT, name: str) -> bytes | None:
-    for key, value in event.message.headers or []:
-        if key == name:
-            return value
-    return None
+    if key is not None and record.key != (wanted := key(event)):
+        reason = f"record key {record.key!r} is not {wanted!r}, the key of its content"
+        return DecodeFailed(record, Stage.VALIDATE, "KeyMismatch", reason, None, expected.avro_name)
+    return model, event
 
 
 class MemoryAgent:
@@ -398,25 +398,17 @@ class MemoryAgent:
             if done is not None and offset <= done:
                 continue  # re-delivered after a crash: already in the memory
             covered, changed = offset, True
-            tick = _header(event, TICK_HEADER)
-            if tick is not None:
-                watermark = max(watermark, parse_time(tick.decode()))
-                continue
-            decoded = await self._decode(event, Verdict)
-            if decoded is None:
-                continue
-            _, verdict = decoded
-            with Transaction(writer) as txn:
-                _, propagations = self._engine.learn(txn, verdict, verdict.time)
-            watermark = max(watermark, verdict.time)
-            if propagations is None:
-                self._metrics.verdicts_duplicate.labels(verdict.task).inc()
-                continue
-            self._metrics.verdict_applied(
-                verdict.task, verdict.patient_id, verdict.payload, verdict.verdict, verdict.source
-            )
-            for index, propagation in enumerate(propagations):
-                outbox.append(await self._send_propagation(propagation, partition, offset, index))
+            record = SourceRecord.from_event(event)
+            result = self._learn(writer, record)
+            if isinstance(result, DecodeFailed):
+                await self._dead_letter(result)
+            elif isinstance(result, float):
+                watermark = max(watermark, result)
+            else:
+                verdict, propagations = result
+                watermark = max(watermark, verdict.time)
+                for index, propagation in enumerate(propagations):
+                    outbox.append(await self._send_propagation(propagation, partition, offset, index))
         if not changed:
             return
         # The group covers the verdicts that produced the outbox; were it durable before the outbox,
@@ -452,33 +444,71 @@ class MemoryAgent:
         the old and the new owner of an origin partition may both have sent a range: each sends it
         contiguously and in order, so every identity is applied once, by whichever copy is first.
         """
-        decoded = await self._decode(event, PropagationRecord)
-        if decoded is None:
+        result = self._propagate(writer, SourceRecord.from_event(event))
+        if isinstance(result, DecodeFailed):
+            await self._dead_letter(result)
             return False
-        record, propagation = decoded
-        mark = APPLIED_FROM_PREFIX + _ORIGIN_PARTITION.pack(record.origin_partition)
-        identity = (record.origin_offset, record.origin_index)
-        last = writer.get(mark)
-        if last is not None and _ORIGIN.unpack(last) >= identity:
-            self._metrics.propagations.labels("duplicate").inc()
-            return False
-        with Transaction(writer) as txn:
-            _, applied = self._engine.propagate(txn, propagation)
-        writer.writes[mark] = _ORIGIN.pack(*identity)
+        return result
+
+    def _propagate(self, writer: PartitionWriter, record: SourceRecord) -> DecodeFailed | bool:
+        """One ``clingate.dbpm.propagations`` record applied to ``writer`` (True if state changed), or
+        why it goes to the dead-letter topic (the memory unchanged by it)."""
+        try:
+            decoded = decode_event(self._serde, record, PropagationRecord, propagation_key)
+            if isinstance(decoded, DecodeFailed):
+                return decoded
+            model, propagation = decoded
+            mark = APPLIED_FROM_PREFIX + _ORIGIN_PARTITION.pack(model.origin_partition)
+            identity = _ORIGIN.pack(model.origin_offset, model.origin_index)
+            last = writer.get(mark)
+            if last is not None and _ORIGIN.unpack(last) >= _ORIGIN.unpack(identity):
+                self._metrics.propagations.labels("duplicate").inc()
+                return False
+            with Transaction(writer) as txn:
+                _, applied = self._engine.propagate(txn, propagation)
+        except Exception as exc:  # a poison record must not stop the partition: DLQ, memory unchanged
+            return processing_failed(record, exc, PropagationRecord.avro_name)
+        writer.writes[mark] = identity
         self._metrics.propagations.labels("applied" if applied else "stopped").inc()
         return True
 
-    # -- shared -----------------------------------------------------------------------------
+    def _learn(
+        self, writer: PartitionWriter, record: SourceRecord
+    ) -> DecodeFailed | float | tuple[VerdictEvent, list[Propagation]]:
+        """One ``clingate.dbpm.verdicts`` record applied to ``writer``: a watermark tick's event time,
+        the verdict and its propagations, or why the record goes to the dead-letter topic.
 
-    async def _decode(
-        self, event: EventT, expected: type[Verdict] | type[PropagationRecord]
-    ) -> tuple[Any, Any] | None:
-        """``(model, engine event)`` of a record, or None after dead-lettering a bad one."""
-        result = decode_event(self._serde, SourceRecord.from_event(event), expected)
-        if isinstance(result, DecodeFailed):
-            await self._dead_letter(result)
-            return None
-        return result
+        Every failure is a value (the memory unchanged by the record): a bad tick header, a record
+        that does not decode or whose key is not the :func:`verdict_key` of its verdict (it would
+        be learnt by a partition that does not own its signature), or an engine error.
+        """
+        if any(name == TICK_HEADER for name, _ in record.headers):
+            tick = record.header(TICK_HEADER)
+            try:
+                return parse_time(tick.decode())  # type: ignore[union-attr]
+            except (ValueError, AttributeError) as exc:  # BadEvent, UnicodeDecodeError; a null header
+                reason = f"{TICK_HEADER} header {tick!r} is not an ISO 8601 time with a zone: {exc}"
+                return DecodeFailed(record, Stage.DECODE, "BadWatermark", reason, None, Verdict.avro_name)
+        try:
+            decoded = decode_event(
+                self._serde, record, Verdict, lambda event: verdict_key(self._engine, event)
+            )
+            if isinstance(decoded, DecodeFailed):
+                return decoded
+            _, verdict = decoded
+            with Transaction(writer) as txn:
+                _, propagations = self._engine.learn(txn, verdict, verdict.time)
+        except Exception as exc:  # a poison record must not stop the partition: DLQ, memory unchanged
+            return processing_failed(record, exc, Verdict.avro_name)
+        if propagations is None:
+            self._metrics.verdicts_duplicate.labels(verdict.task).inc()
+            return verdict, []
+        self._metrics.verdict_applied(
+            verdict.task, verdict.patient_id, verdict.payload, verdict.verdict, verdict.source
+        )
+        return verdict, propagations
+
+    # -- shared -----------------------------------------------------------------------------
 
     async def _dead_letter(self, failed: DecodeFailed) -> None:
         log_dead_letter(log, failed)

@@ -26,6 +26,16 @@ process's serde; headers in the style of Kafka KIP-1034 (exception name, message
 partition and offset, here under the prefix ``__clingate.errors.``, plus ``stage`` and the serde's
 ``reason``) so that a tool that does not read Avro can triage.
 
+A dead letter always fits its topic. The catalog gives every ``.dlq`` topic its source's limit plus
+headroom, and every producer of dead letters admits :data:`topics.catalog.MAX_MESSAGE_BYTES`
+(:data:`PRODUCER_LIMITS`). A dead letter that would still exceed its topic's ``max.message.bytes`` (a
+huge key, counted twice: as the record key and in the value; headers; a source topic configured
+larger than the catalog says) is cut: its largest byte fields, one at a time, keep their first
+:data:`PREFIX_BYTES` bytes, each cut recorded as a ``Truncation`` (field, original size, SHA-256) and
+the ``truncated`` header set, until it fits. It is never dropped and never retried for its size; the
+original stays readable at its coordinates until the source topic's retention. The reason is capped
+at :data:`REASON_MAX_CHARS` (validation errors may quote the input).
+
 Choices: a tombstone (null value) on an event topic is a decode failure (events are never deleted by
 key); a record without a Kafka timestamp gets the Unix epoch as its dead letter's event time, not the
 wall clock, so a replay of the dead-letter topic is deterministic.
@@ -33,6 +43,7 @@ wall clock, so a replay of the dead-letter topic is deterministic.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,9 +52,9 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message, Producer
 
 from schemas.base import AvroModel
-from schemas.common import DeadLetter, Header, Stage
+from schemas.common import DeadLetter, Header, Stage, Truncation
 from schemas.serde import DecodeReason, SchemaDecodeError, Serde
-from topics.catalog import dlq_name
+from topics.catalog import MAX_MESSAGE_BYTES, dlq_name, max_message_bytes
 
 if TYPE_CHECKING:  # faust is the agents' dependency, not the decode step's
     from faust.types import EventT, TopicT
@@ -52,6 +63,18 @@ M = TypeVar("M", bound=AvroModel)
 
 HEADER_PREFIX = "__clingate.errors."
 """Prefix of the dead-letter headers (KIP-1034 style)."""
+
+REASON_MAX_CHARS = 2000
+"""Longest reason a dead letter carries (the rest is replaced by a count of the characters left out)."""
+
+PREFIX_BYTES = 1024
+"""Bytes a cut field of an oversized dead letter keeps."""
+
+RECORD_OVERHEAD_BYTES = 1024
+"""What a record costs beyond its key, value and headers on the wire (batch header, framing; rounded up)."""
+
+PRODUCER_LIMITS: dict[str, object] = {"message.max.bytes": MAX_MESSAGE_BYTES}
+"""librdkafka settings of every producer that sends dead letters (or records as large as the topics admit)."""
 
 _VALIDATE_REASONS = frozenset({DecodeReason.INVALID, DecodeReason.WRONG_SCHEMA})
 """Reasons that mean the bytes were read but the content is not what the topic carries."""
@@ -73,6 +96,10 @@ class SourceRecord:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...] = field(default=())
+
+    def header(self, name: str) -> bytes | None:
+        """The value of the record's first header called ``name`` (None: no such header, or a null value)."""
+        return next((value for key, value in self.headers if key == name), None)
 
     @classmethod
     def from_message(cls, message: Message) -> SourceRecord:
@@ -135,7 +162,7 @@ class DecodeFailed:
             offset=record.offset,
             stage=self.stage,
             error_type=self.error_type,
-            error=self.reason,
+            error=capped(self.reason),
             key=record.key,
             value=record.value,
             headers=tuple(Header(key=k, value=v) for k, v in record.headers),
@@ -146,7 +173,7 @@ class DecodeFailed:
         """The KIP-1034-style headers of the dead-letter record."""
         values = {
             "exception": self.error_type,
-            "message": self.reason,
+            "message": capped(self.reason),
             "topic": self.record.topic,
             "partition": str(self.record.partition),
             "offset": str(self.record.offset),
@@ -154,6 +181,11 @@ class DecodeFailed:
             "reason": self.decode_reason.value if self.decode_reason else "",
         }
         return [(HEADER_PREFIX + name, value.encode("utf-8")) for name, value in values.items()]
+
+
+def processing_failed(record: SourceRecord, error: Exception, expected_schema: str) -> DecodeFailed:
+    """The failure of a record on which processing raised ``error`` (stage ``process``)."""
+    return DecodeFailed(record, Stage.PROCESS, type(error).__name__, str(error), None, expected_schema)
 
 
 @dataclass(frozen=True)
@@ -166,15 +198,88 @@ class OutgoingRecord:
     headers: list[tuple[str, bytes]]
 
 
-def dead_letter_record(serde: Serde, failed: DecodeFailed) -> OutgoingRecord:
-    """The dead-letter record of ``failed``: to ``<source>.dlq``, original key, DeadLetter value, headers."""
+    @property
+    def size(self) -> int:
+        """Bytes of key, value and headers (what counts against ``max.message.bytes``, framing aside)."""
+        return (
+            len(self.key or b"") + len(self.value) + sum(len(k.encode()) + len(v) for k, v in self.headers)
+        )
+
+
+def capped(reason: str) -> str:
+    """``reason`` cut to :data:`REASON_MAX_CHARS` characters, saying how many were left out."""
+    if len(reason) <= REASON_MAX_CHARS:
+        return reason
+    return f"{reason[:REASON_MAX_CHARS]}... ({len(reason) - REASON_MAX_CHARS} more characters)"
+
+
+def dead_letter_record(serde: Serde, failed: DecodeFailed, max_bytes: int | None = None) -> OutgoingRecord:
+    """The dead-letter record of ``failed``: to ``<source>.dlq``, original key, DeadLetter value, headers.
+
+    Args:
+        serde: the process's serde.
+        failed: the failure.
+        max_bytes: ``max.message.bytes`` of the dead-letter topic; default: the catalog's
+            (:func:`topics.catalog.max_message_bytes`). A record that would exceed it is cut to fit
+            (module docstring).
+    """
     topic = dlq_name(failed.record.topic)
-    return OutgoingRecord(
-        topic=topic,
-        key=failed.record.key,
-        value=serde.encode(failed.dead_letter(), topic=topic),
-        headers=failed.kafka_headers(),
-    )
+    budget = (max_message_bytes(topic) if max_bytes is None else max_bytes) - RECORD_OVERHEAD_BYTES
+    headers = failed.kafka_headers()
+
+    def record(letter: DeadLetter) -> OutgoingRecord:
+        flag = [(HEADER_PREFIX + "truncated", b"true")] if letter.truncations else []
+        return OutgoingRecord(topic, letter.key, serde.encode(letter, topic=topic), headers + flag)
+
+    letter = failed.dead_letter()
+    out = record(letter)
+    cuts = _cuts(letter)
+    while out.size > budget and cuts:
+        # Cut the largest fields that together save the excess (a key counts twice), then measure.
+        excess = out.size - budget
+        while cuts and excess > 0:
+            name, size, saves = cuts.pop(0)
+            letter = _cut(letter, name, size)
+            excess -= saves
+        out = record(letter)
+    if out.size > budget and letter.headers:
+        flat = b"".join(h.key.encode() + (h.value or b"") for h in letter.headers)
+        out = record(_with_cut(letter, "headers", (), Truncation(field="headers", size=len(flat),
+                                                                  sha256=_digest(flat))))  # fmt: skip
+    return out  # still too large only for a budget below the coordinates: the producer reports it
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _cuts(letter: DeadLetter) -> list[tuple[str, int, int]]:
+    """``(field, size, bytes a cut saves)`` of every field longer than :data:`PREFIX_BYTES`, largest saving
+    first (the key is in the record twice: as its key and in the dead letter)."""
+    fields = [("key", len(letter.key or b""), 2), ("value", len(letter.value or b""), 1)]
+    fields += [(f"headers[{i}].value", len(h.value or b""), 1) for i, h in enumerate(letter.headers)]
+    cuts = [(name, size, (size - PREFIX_BYTES) * n) for name, size, n in fields if size > PREFIX_BYTES]
+    return sorted(cuts, key=lambda cut: -cut[2])
+
+
+def _cut(letter: DeadLetter, name: str, size: int) -> DeadLetter:
+    """``letter`` with field ``name`` (see :func:`_cuts`) cut to its first :data:`PREFIX_BYTES` bytes."""
+    if name in ("key", "value"):
+        original: bytes = getattr(letter, name)
+        return _with_cut(letter, name, original[:PREFIX_BYTES], Truncation(
+            field=name, size=size, sha256=_digest(original)))  # fmt: skip
+    index = int(name[len("headers[") : name.index("]")])
+    header = letter.headers[index]
+    assert header.value is not None
+    headers = list(letter.headers)
+    headers[index] = Header(key=header.key, value=header.value[:PREFIX_BYTES])
+    return _with_cut(letter, "headers", tuple(headers), Truncation(
+        field=name, size=size, sha256=_digest(header.value)))  # fmt: skip
+
+
+def _with_cut(letter: DeadLetter, name: str, value: object, cut: Truncation) -> DeadLetter:
+    """``letter`` with field ``name`` replaced by ``value`` and ``cut`` recorded."""
+    return letter.model_copy(update={name: value, "truncations": (*letter.truncations, cut)})
 
 
 def decode_record(serde: Serde, record: SourceRecord, expected: type[M]) -> Decoded[M] | DecodeFailed:

@@ -64,7 +64,7 @@ from schemas.base import AvroModel
 from schemas.common import Stage
 from schemas.docs import ClassificationRequest, Review, ReviewPacket, ReviewStatus
 from schemas.serde import Serde
-from streams.dlq import DeadLetterRouter, DecodeFailed, SourceRecord, decode_record
+from streams.dlq import PRODUCER_LIMITS, DeadLetterRouter, DecodeFailed, SourceRecord, decode_record
 from streams.docs_arbiter import LlmCall, arbitrate
 from streams.kafka_config import client_config
 from streams.logs import log_dead_letter
@@ -88,8 +88,9 @@ def producer_config(bootstrap: str) -> dict[str, object]:
     client (Java, Faust, librdkafka) wrote it.
     """
     return client_config(
-        bootstrap, partitioner="murmur2_random", acks="all", **{"enable.idempotence": True, "linger.ms": 5}
-    )
+        bootstrap, partitioner="murmur2_random", acks="all",
+        **{"enable.idempotence": True, "linger.ms": 5, **PRODUCER_LIMITS},
+    )  # fmt: skip
 
 
 class PacketFollower:

@@ -89,7 +89,14 @@ from streams.dbpm import (
     memory_changelog,
     producer_config,
 )
-from streams.dlq import DeadLetterDeliveryError, DeadLetterRouter, DecodeFailed, SourceRecord
+from streams.dlq import (
+    PRODUCER_LIMITS,
+    DeadLetterDeliveryError,
+    DeadLetterRouter,
+    DecodeFailed,
+    SourceRecord,
+    processing_failed,
+)
 from streams.kafka_config import client_config, liveness_config
 from streams.logs import log_dead_letter
 from streams.metrics import DbpmMetrics
@@ -255,7 +262,7 @@ class GateLoop:
             "on_delivery": lambda error, _message: self._failures.append(error),
         }))  # fmt: skip
         # Dead letters have their own producer: the router waits for each one's success report.
-        self._dead_letters = DeadLetterRouter(Producer(producer_config(bootstrap)), serde)
+        self._dead_letters = DeadLetterRouter(Producer(producer_config(bootstrap, **PRODUCER_LIMITS)), serde)
         self._lag: dict[int, int] = {}
         self._committed: dict[int, int] = {}  # partition -> next offset, of partitions we own
         self._stop = threading.Event()  # run()'s, once it runs
@@ -355,19 +362,25 @@ class GateLoop:
             self._consumer.seek(TopicPartition(DBPM_CANDIDATES, partition, offset))
 
     def _decide_one(self, message: Message) -> Outcome | None:
-        """One candidate decided (after its barrier, if it asks for one), or None if dead-lettered."""
-        decoded = self._gate.decode(SourceRecord.from_message(message))
+        """One candidate decided (after its barrier, if it asks for one), or None if dead-lettered.
+
+        Raises:
+            _Stopping: the loop was stopped at the candidate's barrier.
+        """
+        record = SourceRecord.from_message(message)
+        decoded = self._gate.decode(record)
         if isinstance(decoded, DecodeFailed):
             self._dead_letter(decoded)
             return None
         candidate, event = decoded
-        headers = message.headers()
-        waited_out = headers is not None and any(k == BARRIER_HEADER for k, _ in headers) and self._barrier(
-            event.time
-        )
+        waited_out = any(k == BARRIER_HEADER for k, _ in record.headers) and self._barrier(event.time)
         if waited_out:
             self._metrics.barrier_timeouts.inc()
-        return self._gate.decide(candidate, event, waited_out)
+        try:
+            return self._gate.decide(candidate, event, waited_out)
+        except Exception as exc:  # a poison record must not stop the partition: DLQ, nothing decided
+            self._dead_letter(processing_failed(record, exc, Candidate.avro_name))
+            return None
 
     def _barrier(self, ts: float) -> bool:
         """Follow the changelog until every memory partition reached ``ts``; True if timed out.

@@ -59,7 +59,7 @@ from pydantic import BaseModel
 from schemas.common import Stage
 from schemas.serde import Serde, make_serde
 from streams.dbpm import producer_config
-from streams.dlq import DeadLetterRouter, DecodeFailed, SourceRecord
+from streams.dlq import PRODUCER_LIMITS, DeadLetterRouter, DecodeFailed, SourceRecord
 from streams.llm import CallType, ChatMessage, LlmClient, LlmFailed, LlmOk, Role
 from streams.llm.config import resolve_role
 from streams.metrics import LlmGroupMetrics
@@ -127,7 +127,7 @@ async def run_loop(
 ) -> OrderedLoop:
     """Run one group member until ``stop`` is set; return its loop (counters) when it stopped."""
     consumer = Consumer(consumer_config(bootstrap, group_id, session_timeout_s))
-    producer = Producer(producer_config(bootstrap))
+    producer = Producer(producer_config(bootstrap, **PRODUCER_LIMITS))
     gauge = metrics.in_flight.labels(group)
     loop = OrderedLoop(
         consumer, producer, DeadLetterRouter(producer, serde), topics, handler,

@@ -310,6 +310,10 @@ class DbpmMetrics:
         self.decisions = Counter(
             "clingate_dbpm_decisions", "Gate decisions.", ["task", "decision"], registry=registry
         )
+        self.agent_restarts = Counter(
+            "clingate_agent_restarts", "Faust agents restarted by their supervisor after a crash, by cause.",
+            ["agent", "error_type"], registry=registry,
+        )  # fmt: skip
         self.gate_latency = Histogram(
             "clingate_dbpm_gate_latency_seconds", "Candidate taken to decision sent (barrier included).",
             buckets=_LATENCY_BUCKETS, registry=registry,

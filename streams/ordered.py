@@ -28,7 +28,9 @@ that, on one confluent-kafka consumer and one producer:
   producer (``send_offsets_to_transaction``) would close this case as well;
 * a handler returns its outputs as data: records to produce and dead letters (:class:`DecodeFailed`
   values, routed by :class:`streams.dlq.DeadLetterRouter`, which waits for the acknowledgement); a
-  handler that raises (a bug) dead-letters its record with stage ``process`` instead of crash-looping;
+  handler that raises (a bug) dead-letters its record with stage ``process`` instead of crash-looping,
+  and a record with an output larger than its topic admits is dead-lettered with stage ``produce``
+  (the broker would refuse the output on every retry);
 * on revocation the revoked partitions' tasks are cancelled and their offsets stay uncommitted; the
   partition's new owner processes them again.
 """
@@ -45,8 +47,9 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from schemas.common import Stage
-from streams.dlq import DeadLetterRouter, DecodeFailed, SourceRecord
+from streams.dlq import RECORD_OVERHEAD_BYTES, DeadLetterRouter, DecodeFailed, SourceRecord, processing_failed
 from streams.kafka_config import client_config, liveness_config
+from topics.catalog import max_message_bytes
 
 log = logging.getLogger(__name__)
 
@@ -125,11 +128,28 @@ class _Entry:
             return self.result
         error = self.task.exception()
         if error is None:
-            return self.task.result()
-        log.error("handler failed on %s[%d]@%d", self.record.topic, self.record.partition,
-                  self.record.offset, exc_info=error)  # fmt: skip
-        return [DecodeFailed(self.record, Stage.PROCESS, type(error).__name__, str(error), None,
-                             expected_schema)]  # fmt: skip
+            return fitting(self.record, self.task.result(), expected_schema)
+        return handler_failed(self.record, error, expected_schema)
+
+
+def handler_failed(record: SourceRecord, error: BaseException, expected_schema: str) -> Handled:
+    """What a record on which the handler raised produces: its dead letter (stage ``process``)."""
+    log.error("handler failed on %s[%d]@%d", record.topic, record.partition, record.offset,
+              exc_info=error)  # fmt: skip
+    assert isinstance(error, Exception)  # a task's BaseExceptions (cancellation) are raised, not returned
+    return [processing_failed(record, error, expected_schema)]
+
+
+def fitting(record: SourceRecord, handled: Handled, expected_schema: str) -> Handled:
+    """``handled``, or the record's dead letter (stage ``produce``) if an output exceeds its topic's
+    ``max.message.bytes``: the broker would refuse it, and the loop would stop on every retry."""
+    for item in handled:
+        if isinstance(item, Output):
+            size = len(item.key) + len(item.value) + sum(len(k.encode()) + len(v) for k, v in item.headers)
+            if size > (limit := max_message_bytes(item.topic) - RECORD_OVERHEAD_BYTES):
+                reason = f"output of {size} bytes to {item.topic}, which admits {limit}"
+                return [DecodeFailed(record, Stage.PRODUCE, "OutputTooLarge", reason, None, expected_schema)]
+    return handled
 
 
 @dataclass
@@ -191,12 +211,15 @@ class OrderedLoop:
         running = len(self.in_flight())
         while self.waiting and running < self.max_in_flight:
             entry = self.waiting.popleft()
-            outcome = self.handle(entry.record)
+            try:
+                outcome = self.handle(entry.record)
+            except Exception as error:  # a handler's bug on one record: its dead letter, not a crash loop
+                outcome = handler_failed(entry.record, error, self.expected_schema)
             if inspect.isawaitable(outcome):
                 entry.task = asyncio.ensure_future(outcome)
                 running += 1
             else:
-                entry.result = outcome
+                entry.result = fitting(entry.record, outcome, self.expected_schema)
             entry.started = True
 
     def _produce(self, output: Output, errors: list[KafkaError]) -> None:

@@ -266,3 +266,20 @@ def build_catalog(partitions: int = DEFAULT_PARTITIONS, replication: int = 1) ->
 
 
 CATALOG = build_catalog()
+
+
+
+def max_message_bytes(topic: str) -> int:
+    """``max.message.bytes`` of ``topic``: the largest record (key, value and headers) it admits.
+
+    The catalog's value for a catalog topic; for any other topic, that of a topic declared like the
+    catalog's (:data:`DATA_MAX_MESSAGE_BYTES`, plus :data:`DLQ_HEADROOM_BYTES` for a dead-letter topic).
+    """
+    limit = CATALOG.get(topic).max_message_bytes if topic in CATALOG else None
+    if limit is not None:
+        return limit
+    return DATA_MAX_MESSAGE_BYTES + (DLQ_HEADROOM_BYTES if topic.endswith(DLQ_SUFFIX) else 0)
+
+
+#: The largest ``max.message.bytes`` of any catalog topic: what a producer of dead letters must admit.
+MAX_MESSAGE_BYTES = max(spec.max_message_bytes or 0 for spec in CATALOG)
