@@ -16,12 +16,23 @@ nested in it may be mirrored by an :class:`AvroModel` with its ``avro_name`` (th
 encodable on its own) or by a plain pydantic model (then the round-trip test of the event covers it).
 Field names are compared by alias, so a model may rename an Avro field that is a Python keyword.
 
-References across files. A named type defined in one file may be used in another by its full name
-(``GateDecision`` embeds ``clingate.dbpm.Candidate``). Files are parsed until every reference resolves;
-each named type then gets a *standalone* form in which every named type it uses is defined inline at
-its first use and referenced by name afterwards (fastavro's own ``expand=True`` repeats definitions,
-which the Avro specification forbids and which would change the fingerprint). The standalone form is
-what is fingerprinted, snapshotted on release and sent to a Confluent registry.
+References across files. Every named type (record, enum, fixed) is defined in exactly one file; any
+other file uses it by its full name (``GateDecision`` embeds ``clingate.dbpm.Candidate``, ``ReviewPacket``
+the ``clingate.docs.ClassificationOutput`` of ``ClassificationRequest``). A type shared by several
+events lives in the file of the one upstream of the others (``ClassificationRequest`` holds the
+classification that ``Disposition``, ``ReviewPacket`` and ``GroundTruth`` carry), not in a file of its
+own: every file is an event with a model, and references between files must not form a cycle. A file
+that defines a type another file already defines is refused: one parser context for all files (Java's
+``Schema.Parser``, an ``avro.schema.Names``, fastavro's ``named_schemas``) fails on it with "Can't
+redefine", so such files could not be loaded by a client of another language. Files are parsed until
+every reference resolves; the order in which they parse is :attr:`SchemaRegistry.files`, an order in
+which a single parser can read them (``clingate schemas export`` writes them in it).
+
+Standalone forms. Each named type gets a *standalone* form in which every named type it uses is defined
+inline at its first use and referenced by name afterwards (fastavro's own ``expand=True`` repeats
+definitions, which the Avro specification forbids and which would change the fingerprint). The
+standalone form is what is fingerprinted, snapshotted on release and sent to a Confluent registry; it
+depends on each type's definition and never on which file holds it.
 
 Two parsers. fastavro parses for the hot path (the serde reads and writes with its parsed schemas); the
 official ``avro`` package parses every standalone form as well, as the conformance check of the
@@ -113,6 +124,9 @@ class SchemaRegistry:
     entries: Mapping[str, SchemaEntry]
     named: Mapping[str, Schema]
     """Every named type of every current file (records, enums, fixed), parsed, by full name."""
+    files: tuple[Path, ...] = ()
+    """Every current ``.avsc`` in dependency order: each file's references are defined by earlier files,
+    so one parser context reading them in this order resolves every name and defines each once."""
 
     def for_model(self, model: type[AvroModel]) -> SchemaEntry:
         """The entry of a model class.
@@ -173,11 +187,23 @@ def released_files(root: Path = RELEASED_ROOT) -> dict[str, dict[int, Path]]:
 # ------------------------------------------------------------------------------------------- parsing
 
 
-def _parse_all(files: list[Path]) -> tuple[dict[str, Schema], dict[str, Path]]:
-    """Parse every file, resolving references across files; return named types and their files."""
+def _parse_all(files: list[Path]) -> tuple[dict[str, Schema], dict[str, Path], list[Path]]:
+    """Parse every file in one fastavro name context, resolving references across files.
+
+    Files are taken in passes over ``files``; a file whose references are not all defined yet waits for
+    the next pass, so the order of parsing is deterministic and a valid reading order for any parser.
+
+    Returns:
+        The named types by full name, the file defining each, and the files in the order they parsed.
+
+    Raises:
+        SchemaRegistryError: a file is not valid Avro, redefines a type of an earlier file, or uses a
+            name no file defines.
+    """
     pending = {path: json.loads(path.read_text(encoding="utf-8")) for path in files}
     named: dict[str, Schema] = {}
     defined_in: dict[str, Path] = {}
+    order: list[Path] = []
     errors: dict[Path, str] = {}
     while pending:
         progressed = False
@@ -190,9 +216,22 @@ def _parse_all(files: list[Path]) -> tuple[dict[str, Schema], dict[str, Path]]:
                 continue
             except (fastavro.schema.SchemaParseException, ValueError, TypeError, KeyError) as exc:
                 raise SchemaRegistryError(f"{path.name}: not a valid Avro schema: {exc}") from exc
+            # fastavro replaces the entry of a name defined again in a later file instead of refusing it
+            # (its check covers one document): a replaced entry is a second definition.
+            redefined = sorted(name for name, schema in named.items() if trial[name] is not schema)
+            if redefined:
+                raise SchemaRegistryError(
+                    "; ".join(
+                        f"{area_of(path)}/{path.name} defines {name}, already defined in "
+                        f"{area_of(defined_in[name])}/{defined_in[name].name}"
+                        for name in redefined
+                    )
+                    + " (define each named type in one file and reference it by its full name elsewhere)"
+                )
             for name in trial.keys() - named.keys():
                 defined_in[name] = path
             named = trial
+            order.append(path)
             del pending[path]
             progressed = True
         if not progressed:
@@ -200,7 +239,7 @@ def _parse_all(files: list[Path]) -> tuple[dict[str, Schema], dict[str, Path]]:
                 "; ".join(f"{path.name}: {errors[path]}" for path in pending)
                 + " (reference types of other files by their full name)"
             )
-    return named, defined_in
+    return named, defined_in, order
 
 
 def standalone(full_name: str, named: Mapping[str, Schema]) -> dict[str, Any]:
@@ -266,9 +305,10 @@ def compatibility_errors(reader: dict[str, Any], writer: dict[str, Any]) -> list
     )
     if result.compatibility is SchemaCompatibilityType.compatible:
         return []
-    return sorted(f"{location}: {message}" for location, message in zip(
-        sorted(result.locations), sorted(result.messages), strict=False
-    )) or [str(result.incompatibilities)]
+    return sorted(
+        f"{location}: {message}"
+        for location, message in zip(sorted(result.locations), sorted(result.messages), strict=False)
+    ) or [str(result.incompatibilities)]
 
 
 # -------------------------------------------------------------------------------------------- models
@@ -349,7 +389,7 @@ def build_registry(root: Path = AVRO_ROOT, released_root: Path = RELEASED_ROOT) 
         SchemaRegistryError: listing every inconsistency found.
     """
     files = schema_files(root)
-    named, defined_in = _parse_all(files)
+    named, defined_in, order = _parse_all(files)
     problems: list[str] = []
     for path in files:
         if expected_full_name(path) not in named or defined_in[expected_full_name(path)] != path:
@@ -397,7 +437,7 @@ def build_registry(root: Path = AVRO_ROOT, released_root: Path = RELEASED_ROOT) 
             top_level=expected_full_name(path) == full_name,
             released=versions,
         )
-    return SchemaRegistry(entries, named)
+    return SchemaRegistry(entries, named, tuple(order))
 
 
 @lru_cache(maxsize=1)

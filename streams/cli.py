@@ -49,6 +49,7 @@ def _register() -> None:
         generator,
         llm,
         replay,
+        schemas,
         topics,
         verifier,
         worker,
@@ -63,6 +64,7 @@ def _register() -> None:
     app.add_typer(generator.app, name="generator")
     app.add_typer(llm.app, name="llm")
     app.add_typer(replay.app, name="replay")
+    app.add_typer(schemas.app, name="schemas")
     app.add_typer(topics.app, name="topics")
     app.add_typer(verifier.app, name="verifier")
     app.add_typer(worker.app, name="worker")

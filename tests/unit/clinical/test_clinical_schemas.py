@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import fastavro
 import pytest
 from clinical_builders import AS_OF, load_bundle, state_from
@@ -15,12 +12,12 @@ from processors.clinical.safety_patterns import audit_deliverable
 from processors.clinical.traffic_light import ReviewInputs
 from processors.clinical.view import PatientView
 from schemas.clinical import AdversarialReview, ClinicalAssessment, Deliverable, SafetyAudit
-
-AVRO = Path(__file__).resolve().parents[3] / "schemas" / "avro" / "clinical"
+from schemas.registry import load_registry
 
 
 def schema(model) -> dict:
-    parsed = fastavro.parse_schema(json.loads((AVRO / f"{model.__name__}.avsc").read_text()))
+    # The standalone form: SafetyAudit.avsc uses enums that ClinicalAssessment.avsc defines.
+    parsed = load_registry().for_model(model).current.parsed
     assert parsed["name"] == model.avro_name
     return parsed
 

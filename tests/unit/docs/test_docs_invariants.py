@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
-from pathlib import Path
 
 import fastavro
 from docs_examples import example, judge_with
@@ -13,10 +11,9 @@ from hypothesis import strategies as st
 
 from processors.docs.arbiter import MAX_RETRIES, run
 from schemas.docs import ClassificationRequest, Decision, Disposition, Severity
+from schemas.registry import load_registry
 
-_SCHEMA = fastavro.parse_schema(
-    json.loads((Path(__file__).resolve().parents[3] / "schemas/avro/docs/Disposition.avsc").read_text())
-)
+_SCHEMA = load_registry().for_model(Disposition).current.parsed
 _share = st.floats(min_value=0.0, max_value=1.0, allow_nan=False).map(lambda x: round(x, 3))
 
 

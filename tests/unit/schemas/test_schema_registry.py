@@ -114,3 +114,40 @@ def test_a_type_used_twice_is_defined_once_in_the_standalone_form():
     schema = json.dumps(load_registry().entries["clingate.dbpm.GateDecision"].current.schema)
     assert schema.count('"name": "clingate.dbpm.Candidate"') == 1
     assert schema.count('"name": "clingate.dbpm.NerPayload"') == 1
+
+
+def _payload(schema: dict) -> dict:
+    return next(f for f in schema["fields"] if f["name"] == "payload")
+
+
+def test_a_type_defined_again_in_another_file_is_refused(avro_copy: Path):
+    candidate = json.loads((avro_copy / "dbpm" / "Candidate.avsc").read_text())
+    _edit(
+        avro_copy / "dbpm" / "GateDecision.avsc",
+        lambda s: s["fields"][-1].update(type=candidate),  # the candidate field, inline again
+    )
+    again = re.escape(
+        "dbpm/GateDecision.avsc defines clingate.dbpm.Candidate, already defined in dbpm/Candidate.avsc"
+    )
+    with pytest.raises(SchemaRegistryError, match=again):
+        build_registry(avro_copy, avro_copy / "_released")
+
+
+def test_files_are_ordered_after_the_files_whose_types_they_use_whatever_their_names(avro_copy: Path):
+    # Verdict.avsc takes over the payload records, which Candidate.avsc (and so GateDecision) now uses.
+    candidate = json.loads((avro_copy / "dbpm" / "Candidate.avsc").read_text())
+    verdict = json.loads((avro_copy / "dbpm" / "Verdict.avsc").read_text())
+    _payload(candidate)["type"], _payload(verdict)["type"] = (
+        _payload(verdict)["type"],
+        _payload(candidate)["type"],
+    )
+    (avro_copy / "dbpm" / "Candidate.avsc").write_text(json.dumps(candidate))
+    (avro_copy / "dbpm" / "Verdict.avsc").write_text(json.dumps(verdict))
+    moved = build_registry(avro_copy, avro_copy / "_released")
+    order = [f"{area_of(path)}/{path.stem}" for path in moved.files]
+    assert sorted(moved.files) == schema_files(avro_copy)
+    assert order.index("dbpm/Verdict") < order.index("dbpm/Candidate") < order.index("dbpm/GateDecision")
+    # The standalone form, and so the fingerprint, does not depend on which file holds a type.
+    assert {name: entry.current.canonical_form for name, entry in moved.entries.items()} == {
+        name: entry.current.canonical_form for name, entry in load_registry().entries.items()
+    }
