@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 
 from hypothesis import given, settings
@@ -10,7 +11,18 @@ from hypothesis import strategies as st
 from schemas.common import DeadLetter, Stage
 from schemas.dbpm import Candidate, NerPayload, Verdict, VerdictLabel
 from schemas.serde import DecodeReason, SingleObjectSerde
-from streams.dlq import Decoded, DecodeFailed, SourceRecord, dead_letter_record, decode_record, header_map
+from streams.dlq import (
+    PREFIX_BYTES,
+    REASON_MAX_CHARS,
+    RECORD_OVERHEAD_BYTES,
+    Decoded,
+    DecodeFailed,
+    OutgoingRecord,
+    SourceRecord,
+    dead_letter_record,
+    decode_record,
+    header_map,
+)
 
 SERDE = SingleObjectSerde()
 TS = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
@@ -105,3 +117,63 @@ def test_any_bytes_become_data_and_a_failure_keeps_them_byte_for_byte(value: byt
     if isinstance(outcome, DecodeFailed):
         letter = SERDE.decode(SERDE.encode(outcome.dead_letter()), DeadLetter)
         assert letter.value == prefix + value
+
+
+def _failed(key: bytes | None, value: bytes | None, headers: tuple = ()) -> DecodeFailed:
+    record = SourceRecord("clingate.fhir.updates", 1, 5, None, key, value, headers)
+    failed = decode_record(SERDE, record, Candidate)
+    assert isinstance(failed, DecodeFailed)
+    return failed
+
+
+LIMIT = 1_048_588  # the broker's default max.message.bytes, for a DLQ configured without the catalog's
+
+
+def _letter(out: OutgoingRecord) -> DeadLetter:
+    return SERDE.decode(out.value, DeadLetter, topic=out.topic)
+
+
+def test_a_dead_letter_within_its_topics_limit_is_whole_and_untruncated():
+    value = b"v" * (LIMIT // 2)
+    out = dead_letter_record(SERDE, _failed(b"k", value), max_bytes=LIMIT)
+    assert _letter(out).value == value and not _letter(out).truncations
+    assert "truncated" not in header_map(out.headers)
+
+
+def test_a_value_larger_than_the_dlq_admits_is_cut_with_its_size_and_digest():
+    value = bytes(range(256)) * 8192  # 2 MiB
+    out = dead_letter_record(SERDE, _failed(b"k", value), max_bytes=LIMIT)
+    letter = _letter(out)
+    assert out.size <= LIMIT - RECORD_OVERHEAD_BYTES
+    assert letter.value == value[:PREFIX_BYTES] and (letter.offset, letter.key) == (5, b"k")
+    assert [(t.field, t.size, t.sha256) for t in letter.truncations] == [
+        ("value", len(value), hashlib.sha256(value).hexdigest())
+    ]
+    assert header_map(out.headers)["truncated"] == "true"
+
+
+def test_a_huge_key_is_cut_in_the_record_key_and_the_dead_letter_alike():
+    key, value = b"k" * 700_000, b"v" * 300_000  # the key is in the record twice: 1.7 MB
+    out = dead_letter_record(SERDE, _failed(key, value), max_bytes=LIMIT)
+    letter = _letter(out)
+    assert out.size <= LIMIT - RECORD_OVERHEAD_BYTES
+    assert out.key == letter.key == key[:PREFIX_BYTES] and letter.value == value  # the key alone sufficed
+    assert [t.field for t in letter.truncations] == ["key"]
+
+
+def test_many_large_headers_are_cut_largest_first_and_dropped_when_cutting_is_not_enough():
+    wide = tuple((f"h{i}", bytes([i]) * (20_000 + i)) for i in range(60))  # 1.2 MB of header values
+    letter = _letter(dead_letter_record(SERDE, _failed(b"k", b"v", wide), max_bytes=LIMIT))
+    assert letter.truncations[0].field == "headers[59].value"  # the largest first
+    assert all(len(h.value or b"") <= 20_059 for h in letter.headers) and len(letter.headers) == 60
+    names = tuple((f"{i:06d}" * 2_000, b"") for i in range(100))  # 1.2 MB of header names
+    cut = _letter(dead_letter_record(SERDE, _failed(b"k", b"v", names), max_bytes=LIMIT))
+    assert cut.headers == () and [t.field for t in cut.truncations] == ["headers"]
+
+
+def test_a_reason_is_capped_in_the_dead_letter_and_its_header():
+    failed = _failed(b"k", b"x")
+    long = DecodeFailed(failed.record, failed.stage, "E", "y" * 100_000, None, failed.expected_schema)
+    out = dead_letter_record(SERDE, long)
+    assert len(_letter(out).error) < REASON_MAX_CHARS + 100
+    assert header_map(out.headers)["message"].endswith(f"({100_000 - REASON_MAX_CHARS} more characters)")
