@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from processors.clinical.assess import process_event
 from processors.clinical.knowledge import default_knowledge
@@ -29,8 +29,9 @@ from streams.bench.chaos import REPO, WorkerProcess
 from streams.clinical import INPUTS, fhir_input, gate_flags
 from streams.demo_data import CLINICAL
 from streams.dlq import header_map
-from streams.kafka_replay import commit_end_offsets, end_offset
+from streams.kafka_replay import commit_end_offsets
 from streams.settings import Settings
+from streams.testing.tail import Tail
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import CLINICAL_ASSESSMENTS, CLINICAL_REVIEWS, FHIR_UPDATES, build_catalog, dlq_name
 
@@ -125,39 +126,6 @@ def _expected(updates: list[FhirUpdate], review: AdversarialReview) -> list[dict
     return emitted
 
 
-class _Tail:
-    """Reads a topic from its current end: what is published from now on."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.topic = topic
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"tail-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-            }
-        )
-        partitions = self._consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        self._consumer.assign(
-            [TopicPartition(topic, p, end_offset(self._consumer, topic, p)) for p in partitions]
-        )
-        self.records: list[Any] = []
-
-    def until(self, count: int, timeout_s: float = 60.0) -> list[Any]:
-        """Every record read so far, once there are ``count`` (fails after ``timeout_s``)."""
-        deadline = time.monotonic() + timeout_s
-        while len(self.records) < count:
-            assert time.monotonic() < deadline, f"{self.topic}: {len(self.records)} of {count} records"
-            message = self._consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                self.records.append(message)
-        return self.records
-
-    def close(self) -> None:
-        """Leave the topic."""
-        self._consumer.close()
-
-
 @pytest.fixture
 def worker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[WorkerProcess]:
     """One ready worker of a fresh app whose group starts at the end of the clinical input topics."""
@@ -185,8 +153,8 @@ def test_patient_stream_emits_only_changes_and_ends_red_like_the_cli(
     review = _review()
     expected = _expected(updates, review)
     serde = make_serde(None)
-    assessments = _Tail(kafka_bootstrap, CLINICAL_ASSESSMENTS)
-    dead = _Tail(kafka_bootstrap, dlq_name(FHIR_UPDATES))
+    assessments = Tail(kafka_bootstrap, CLINICAL_ASSESSMENTS)
+    dead = Tail(kafka_bootstrap, dlq_name(FHIR_UPDATES))
     producer = Producer(
         {"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random", "acks": "all"}
     )

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Message, Producer
 
 from processors.clinical.assess import process_event
 from processors.clinical.knowledge import default_knowledge
@@ -41,8 +41,9 @@ from streams.bench.clinical import MEDICATIONS
 from streams.clinical import fhir_input
 from streams.dbpm import TICK_HEADER, memory_changelog, producer_config, verdict_key
 from streams.dlq import header_map
-from streams.kafka_replay import CommitWatcher, commit_worker_end_offsets, end_offset, read_state
+from streams.kafka_replay import CommitWatcher, commit_worker_end_offsets, read_state
 from streams.settings import Settings
+from streams.testing.tail import Tail
 from tests.integration.test_docs_worker import _request, _running_worker
 from topics.admin import admin_client, ensure_topics
 from topics.catalog import (
@@ -76,36 +77,6 @@ def worker(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> It
     started.start()
     yield started
     started.stop()
-
-
-class Tail:
-    """The records published to a topic from the moment it is created on."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.topic = topic
-        self._consumer = Consumer(
-            {"bootstrap.servers": bootstrap, "group.id": f"tail-{uuid.uuid4().hex[:8]}",
-             "enable.auto.commit": False, "fetch.message.max.bytes": 16 * 1024 * 1024}
-        )  # fmt: skip
-        partitions = self._consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        self._consumer.assign(
-            [TopicPartition(topic, p, end_offset(self._consumer, topic, p)) for p in partitions]
-        )
-        self.records: list[Message] = []
-
-    def until(self, count: int, timeout_s: float = 90.0) -> list[Message]:
-        """The records read so far once there are at least ``count`` (fails after ``timeout_s``)."""
-        deadline = time.monotonic() + timeout_s
-        while len(self.records) < count:
-            assert time.monotonic() < deadline, f"{self.topic}: {len(self.records)} of {count} records"
-            message = self._consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                self.records.append(message)
-        return self.records
-
-    def close(self) -> None:
-        """Leave the topic."""
-        self._consumer.close()
 
 
 def _metrics(worker: WorkerProcess) -> dict[str, float]:

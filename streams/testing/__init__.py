@@ -1,0 +1,1 @@
+"""What tests, benchmarks and the demo share to drive clingate from outside."""
