@@ -20,6 +20,11 @@ after the next verdicts were applied and some get a different second decision (f
 soak, ``clingate bench chaos``). (A live pipeline needs no such lockstep: the verdict of a
 candidate exists only after its decision.)
 
+Pauses. A caller may name points of the publication (numbers of candidates published) and a hook:
+the publisher stops at each point, with everything before it acknowledged by the broker, and goes on
+only when the hook returns (:class:`Pauses`). The chaos soak disrupts the app there, so each
+disruption happens at its point whatever the relative speed of the publisher and the workers.
+
 Final state: the changelog of the memory table is read from the beginning, complete groups only,
 into one in-memory store per partition; :class:`~streams.dbpm.MergedView` merges them and the
 engine's ``snapshot`` writes the contract's state document. ``as_of`` is the stream's last event
@@ -29,7 +34,7 @@ time, as the contract defines it (the workers record only verdict times in the m
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
@@ -136,6 +141,72 @@ def _record(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k != "kind"}
 
 
+#: What a publisher does at a pause point, given the number of candidates published; it blocks the
+#: publication until it returns.
+PauseHook = Callable[[int], None]
+
+
+class Pauses:
+    """Points where a publisher stops, and the hook it calls there.
+
+    The publisher calls :meth:`reached` after producing each candidate, with the number produced so
+    far, counting 1, 2, 3, ... up to ``candidates``. At a point ``n`` :meth:`reached` flushes the
+    producer, so the first ``n`` candidates (and every record before them) are acknowledged by the
+    broker and the workers can consume them, then calls ``hook(n)`` (once per occurrence of ``n`` in
+    ``points``) and returns only after the hook did: nothing after the ``n``-th candidate is produced
+    before the hook has run.
+
+    Every point lies in ``1..candidates`` (checked here, before anything is published) and the
+    publisher passes through every count in that range, so the hook runs exactly ``len(points)``
+    times, in ascending order of the points, by the time the publication ends: the number of pauses
+    does not depend on how fast the publisher or the workers are.
+
+    Args:
+        points: numbers of candidates published at which to pause, in any order.
+        hook: what to do at a pause (required when ``points`` is not empty).
+        candidates: the candidates the publisher will produce.
+
+    Raises:
+        ValueError: a point outside ``1..candidates``, or points without a hook.
+    """
+
+    def __init__(self, points: Sequence[int], hook: PauseHook | None, candidates: int) -> None:
+        outside = sorted(n for n in points if not 1 <= n <= candidates)
+        if outside:
+            raise ValueError(f"pause points {outside} outside 1..{candidates} (the stream's candidates)")
+        if points and hook is None:
+            raise ValueError("pause points need a hook")
+        self._hook = hook
+        self._todo = sorted(points, reverse=True)  # the next point last
+        self.paused: list[int] = []
+        """The points passed so far, in order."""
+
+    @property
+    def pending(self) -> list[int]:
+        """The points not passed yet, ascending."""
+        return self._todo[::-1]
+
+    def reached(self, published: int, flush: Callable[[], object]) -> None:
+        """The ``published``-th candidate was produced: at a point, flush and run the hook."""
+        if not self._todo or self._todo[-1] != published:
+            return
+        flush()
+        while self._todo and self._todo[-1] == published:
+            self._todo.pop()
+            assert self._hook is not None  # checked in __init__
+            self._hook(published)
+            self.paused.append(published)
+
+    def finish(self) -> None:
+        """Check that the publication passed every point.
+
+        Raises:
+            RuntimeError: a point was not reached (the publisher skipped a count or stopped early).
+        """
+        if self._todo:
+            raise RuntimeError(f"the publication ended before the pause points {self.pending}")
+
+
 def replay_via_kafka(
     bootstrap: str,
     events: Sequence[dict[str, Any]],
@@ -144,12 +215,20 @@ def replay_via_kafka(
     app_id: str,
     *,
     timeout_s: float = 60.0,
+    pause_at: Sequence[int] = (),
+    on_pause: PauseHook | None = None,
 ) -> KafkaReplayResult:
     """Publish ``events`` (contract objects, in order), wait for every decision, rebuild the state.
 
     The state is read only once the workers have committed every verdict and every propagation: a
     stream that ends with verdicts has no decision to wait for, and reading the changelog when the
     last decision arrives would miss them.
+
+    With ``pause_at``, the publication stops once the first ``n`` candidates are acknowledged by the
+    broker, for each ``n`` in ``pause_at``, calls ``on_pause(n)`` and goes on when it returns (see
+    :class:`Pauses`): by the time this function returns, ``on_pause`` ran exactly ``len(pause_at)``
+    times. The wait for a run's decisions starts after the run's pauses, so time spent in
+    ``on_pause`` (a worker restart, say) does not count against ``timeout_s``.
 
     Args:
         bootstrap: the broker.
@@ -158,10 +237,15 @@ def replay_via_kafka(
         serde: the process's serde.
         app_id: the workers' application id (their consumer group; names the memory changelog).
         timeout_s: longest wait for the decisions of one gate run, and for the final commit.
+        pause_at: numbers of candidates published at which to pause, each in ``1..`` the stream's
+            candidates.
+        on_pause: called at each pause with the number of candidates published; blocks the publisher.
 
     Raises:
         ReplayTimeout: a run's decisions, or the workers' final commit, did not arrive in ``timeout_s``.
+        ValueError: a pause point outside the stream's candidates (raised before anything is published).
     """
+    pauses = Pauses(pause_at, on_pause, sum(e["kind"] == "gate" for e in events))
     producer = _producer(bootstrap)
     collector = _DecisionCollector(bootstrap, serde)
     gate_commits = CommitWatcher(bootstrap, gate_group(app_id))
@@ -187,6 +271,7 @@ def replay_via_kafka(
                     DBPM_CANDIDATES, key=candidate.patient_id.encode(), value=value, headers=barrier
                 )
                 order.append(candidate.candidate_id)
+                pauses.reached(len(order), producer.flush)
             producer.flush()
             collector.wait_for((o["candidate_id"] for o in batch), timeout_s)
             # A decision seen is not yet final: until the workers commit the candidates' offsets, a
@@ -194,6 +279,7 @@ def replay_via_kafka(
             # as it is then. The next verdicts must not be in that memory.
             gate_commits.wait(DBPM_CANDIDATES, timeout_s)
         producer.flush()
+        pauses.finish()
         decisions = [_decision_json(collector.seen[c]) for c in order]
     finally:
         collector.close()

@@ -24,11 +24,17 @@ Choices where the brief left room:
   reference is the in-process engine on exactly this reordered stream. The verdicts keep their
   order and times, so the final memory is also the one of the original stream.
 * **Candidate ids** carry a run tag, so decisions of earlier runs on the same broker never count.
-* **Kill points** are numbers of candidates published (the chaos thread watches the candidates
-  topic's end offsets), drawn from a seeded RNG, plus a seeded delay of up to half a second so the
-  kill lands while the worker is busy, not at a quiet point between epochs. Each kill is logged
-  with its time and progress; the worker is restarted at once (its partitions come back after the
-  group notices the dead member: ``CLINGATE_CONSUMER_SESSION_TIMEOUT_S``, 6 s here).
+* **Kill points** are numbers of candidates published, drawn from a seeded RNG. The publisher
+  itself stops at each one (the pause hook of :func:`streams.kafka_replay.replay_via_kafka`): once
+  the candidates up to the point are acknowledged by the broker, :class:`ChaosMonkey` waits a
+  seeded delay of up to half a second, so the kill lands while the worker is busy with them and not
+  at a quiet point between epochs, and disrupts; only then does the publication go on. So every
+  disruption happens, at its point, however fast or slow the publisher and the workers are: a soak
+  asked for ``k`` disruptions makes exactly ``k``. The recovery (a worker's restart, the broker's)
+  runs while the publication goes on, so records also arrive during the outage; the next
+  disruption waits for it. Each kill is logged with its time and progress; the worker is restarted
+  at once (its partitions come back after the group notices the dead member:
+  ``CLINGATE_CONSUMER_SESSION_TIMEOUT_S``, 6 s here).
 
 ``clingate bench restart`` (:func:`restart_bench`) measures the other recovery claim: a worker over a
 1M-signature memory is ready again after reading only the changelog tail.
@@ -69,7 +75,7 @@ from streams.kafka_config import client_config
 from streams.kafka_replay import ReplayTimeout, commit_worker_end_offsets, end_offset, replay_via_kafka
 from streams.settings import Settings, get_settings
 from topics.admin import admin_client, ensure_topics
-from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, build_catalog
+from topics.catalog import DBPM_DECISIONS, build_catalog
 
 REPO = Path(__file__).resolve().parents[2]
 #: Worker environment for an event-for-event comparison with the in-process engine. A SIGKILLed
@@ -275,40 +281,52 @@ def audit_decisions(
     )
 
 
-#: A disruption: given the app's workers and the soak's RNG, break something, recover it and
-#: return what was done (for the log).
-Disruption = Callable[[list["WorkerProcess"], random.Random], str]
+Recovery = Callable[[], str]
+"""Brings back what a disruption broke (a restart); returns what it did, for the log."""
+
+Disruption = Callable[[list["WorkerProcess"], random.Random], tuple[str, Recovery | None]]
+"""Given the app's workers and the soak's RNG, break something; return once it is broken, with what
+was done (for the log) and how to recover (None: nothing comes back). The recovery runs while the
+publication goes on, as it would in production: records keep arriving during an outage."""
 
 
-def kill_and_restart(workers: list[WorkerProcess], rng: random.Random) -> str:
-    """SIGKILL a worker picked by ``rng`` and restart it on its data directory."""
+def kill_and_restart(workers: list[WorkerProcess], rng: random.Random) -> tuple[str, Recovery]:
+    """SIGKILL a worker picked by ``rng``; the recovery restarts it on its data directory."""
     index = rng.randrange(len(workers))
-    workers[index].kill()
-    ready_s = workers[index].start()
-    return f"worker {index} SIGKILLed, restarted, ready after {ready_s:.1f} s"
+    worker = workers[index]
+    worker.kill()
+
+    def restart() -> str:
+        return f"worker {index} restarted, ready after {worker.start():.1f} s"
+
+    return f"worker {index} SIGKILLed", restart
 
 
 def kill_for_good(index: int) -> Disruption:
     """SIGKILL worker ``index`` and leave it dead: the others must take over its partitions."""
 
-    def disrupt(workers: list[WorkerProcess], rng: random.Random) -> str:
+    def disrupt(workers: list[WorkerProcess], rng: random.Random) -> tuple[str, None]:
         workers[index].kill()
-        return f"worker {index} SIGKILLed for good"
+        return f"worker {index} SIGKILLed for good", None
 
     return disrupt
 
 
 def restart_broker(broker: LocalKafka, outage_s: float = 2.0) -> Disruption:
-    """Stop ``broker`` (clean shutdown), wait ``outage_s``, start it on the same directory and port."""
+    """Stop ``broker`` (clean shutdown); the recovery waits ``outage_s`` and starts it on the same port."""
 
-    def disrupt(workers: list[WorkerProcess], rng: random.Random) -> str:
+    def disrupt(workers: list[WorkerProcess], rng: random.Random) -> tuple[str, Recovery]:
         before = broker.bootstrap
         broker.stop()
-        time.sleep(outage_s)
-        after = broker.start()
-        if after != before:
-            raise RuntimeError(f"the broker came back at {after}, not {before}")
-        return f"broker stopped and started again at {after}"
+
+        def start() -> str:
+            time.sleep(outage_s)
+            after = broker.start()
+            if after != before:
+                raise RuntimeError(f"the broker came back at {after}, not {before}")
+            return f"broker started again at {after}"
+
+        return "broker stopped", start
 
     return disrupt
 
@@ -324,61 +342,101 @@ class Event:
 
 @dataclass
 class ChaosMonkey:
-    """Disrupts the app at seeded points of the publication, in its own thread.
+    """Disrupts the app at seeded points of the publication: the replay's pause hook.
+
+    :func:`run_soak` passes :attr:`points` and this object to
+    :func:`~streams.kafka_replay.replay_via_kafka`, which calls it once the first ``n`` candidates are
+    acknowledged by the broker, for each ``n`` in :attr:`points`, and publishes nothing more until it
+    returns (:class:`~streams.kafka_replay.Pauses`). A call waits a seeded delay, then runs the
+    disruption (a restart included) in the publisher's thread. So when the replay returns, one
+    :class:`Event` per point is recorded, at that point: no thread races the publisher.
 
     Args:
-        bootstrap: the broker.
         workers: the app's workers.
         points: numbers of published candidates at which to disrupt, ascending.
         disrupt: what to do at each point.
         rng: seeded source of the extra delay and of the disruption's choices.
         log: where each disruption is reported.
+        max_delay_s: the longest delay between reaching a point and disrupting.
     """
 
-    bootstrap: str
     workers: list[WorkerProcess]
     points: list[int]
     disrupt: Disruption
     rng: random.Random
     log: Callable[[str], None]
+    max_delay_s: float = 0.5
     events: list[Event] = field(default_factory=list)
-    error: BaseException | None = None
-    _done: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _t0: float = field(default_factory=time.monotonic)
+    _recovery: threading.Thread | None = None
+    _failure: BaseException | None = None
 
     def start(self) -> None:
-        """Record the candidates topic's current end (progress 0) and start watching."""
-        self._base = sum(topic_ends(self.bootstrap, DBPM_CANDIDATES).values())
+        """Start the clock of :attr:`Event.at_s` (the replay's start)."""
         self._t0 = time.monotonic()
-        self._thread = threading.Thread(target=self._run, name="chaos", daemon=True)
-        self._thread.start()
+
+    def __call__(self, published: int) -> None:
+        """Disrupt at the point ``published`` (the next of :attr:`points`); return once it is disrupted.
+
+        The previous disruption's recovery is waited for first, so disruptions never overlap; this
+        one's recovery runs in a thread of its own while the publication goes on (:meth:`finish`).
+
+        Raises:
+            RuntimeError: ``published`` is not the next point (the caller does not pause as promised).
+        """
+        expected = self.points[len(self.events)] if len(self.events) < len(self.points) else None
+        if published != expected:
+            raise RuntimeError(f"paused at {published:,} candidates, the next disruption point is {expected}")
+        self._join()
+        time.sleep(self.rng.uniform(0.0, self.max_delay_s))
+        at_s = round(time.monotonic() - self._t0, 2)
+        self.log(f"disruption {len(self.events) + 1} at {at_s:.2f} s, {published:,} candidates out")
+        what, recover = self.disrupt(self.workers, self.rng)
+        self.events.append(Event(at_s, published, what))
+        self.log(f"  {what}")
+        if recover is not None:
+            self._recovery = threading.Thread(target=self._recover, args=(recover,), name="recovery")
+            self._recovery.start()
 
     def finish(self) -> None:
-        """Stop disrupting and wait for a recovery under way; re-raise a failure of the thread."""
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join()
-        if self.error is not None:
-            raise self.error
+        """Wait for the last recovery; re-raise a recovery's failure."""
+        self._join()
 
-    def _published(self) -> int:
-        return sum(topic_ends(self.bootstrap, DBPM_CANDIDATES).values()) - self._base
-
-    def _run(self) -> None:
+    def _recover(self, recover: Recovery) -> None:
         try:
-            for point in self.points:
-                while (published := self._published()) < point:
-                    if self._done.wait(0.2):
-                        return
-                if self._done.wait(self.rng.uniform(0.0, 0.5)):
-                    return
-                at_s = round(time.monotonic() - self._t0, 2)
-                self.log(f"disruption {len(self.events) + 1} at {at_s:.2f} s, {published:,} candidates out")
-                what = self.disrupt(self.workers, self.rng)
-                self.events.append(Event(at_s, published, what))
-                self.log(f"  {what}")
-        except BaseException as exc:  # reported by finish() in the caller's thread
-            self.error = exc
+            self.log(f"  {recover()}")
+        except BaseException as exc:  # re-raised in the publisher's thread by _join
+            self._failure = exc
+
+    def _join(self) -> None:
+        if self._recovery is not None:
+            self._recovery.join()
+            self._recovery = None
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
+
+
+class TooFewCandidates(ValueError):
+    """The soak's stream has fewer possible disruption points than disruptions asked for."""
+
+
+def disruption_points(candidates: int, disruptions: int, rng: random.Random) -> list[int]:
+    """``disruptions`` distinct numbers of published candidates, drawn by ``rng``, ascending.
+
+    They lie between 5 % and 90 % of the candidates (at least 1): the app is disrupted after it has
+    started and before the last epochs.
+
+    Raises:
+        TooFewCandidates: fewer such numbers than ``disruptions`` (too few events for that many).
+    """
+    population = range(max(1, candidates // 20), candidates * 9 // 10)
+    if not 0 <= disruptions <= len(population):
+        raise TooFewCandidates(
+            f"{disruptions} disruptions need as many distinct points between 5 % and 90 % of the "
+            f"{candidates:,} candidates; there are {len(population):,}: replay more events"
+        )
+    return sorted(rng.sample(population, disruptions))
 
 
 @dataclass(frozen=True)
@@ -435,18 +493,25 @@ def run_soak(
         bootstrap: the broker (the workers are started here, as subprocesses).
         workdir: where the workers' data directories and logs go.
         events: synthetic events to replay.
-        disruptions: how many times to disrupt the app during the replay.
+        disruptions: how many times to disrupt the app during the replay (exactly: the replay
+            pauses at each point until its disruption is done, see :class:`ChaosMonkey`).
         seed: seeds the kill points, delays and the worker picked.
         epoch: events per epoch (candidates first, then verdicts).
         workers: workers of the app.
         disrupt: what each disruption does (default: SIGKILL a random worker and restart it).
-        timeout_s: longest wait for the decisions of one epoch (restarts included).
+        timeout_s: longest wait for the decisions of one epoch (the catching up after a disruption
+            included; the disruption itself, run while the publication pauses, is not timed).
         log: progress lines.
+
+    Raises:
+        TooFewCandidates: the stream has too few candidates for ``disruptions`` distinct points.
+        streams.kafka_replay.ReplayTimeout: the workers stopped making progress.
     """
     rng = random.Random(seed)
     tag = f"chaos{seed}-{uuid.uuid4().hex[:6]}"
     stream = soak_stream(events, epoch, tag)
     candidate_ids = [e["candidate_id"] for e in stream if e["kind"] == "gate"]
+    points = disruption_points(len(candidate_ids), disruptions, rng)
     engine = comparison_engine()
     serde = make_serde(None)
 
@@ -463,8 +528,7 @@ def run_soak(
     procs = [
         WorkerProcess(bootstrap, app_id, workdir / f"{app_id}-{i}", COMPARISON_ENV) for i in range(workers)
     ]
-    points = sorted(rng.sample(range(len(candidate_ids) // 20, len(candidate_ids) * 9 // 10), disruptions))
-    monkey = ChaosMonkey(bootstrap, procs, points, disrupt, rng, log)
+    monkey = ChaosMonkey(procs, points, disrupt, rng, log)
     try:
         for proc in procs:
             proc.start()
@@ -472,7 +536,10 @@ def run_soak(
         t0 = time.monotonic()
         monkey.start()
         try:
-            result = replay_via_kafka(bootstrap, stream, engine, serde, app_id, timeout_s=timeout_s)
+            result = replay_via_kafka(
+                bootstrap, stream, engine, serde, app_id,
+                timeout_s=timeout_s, pause_at=points, on_pause=monkey,
+            )  # fmt: skip
         finally:
             monkey.finish()
         duration_s = time.monotonic() - t0
@@ -514,6 +581,8 @@ def chaos(
                 bootstrap, workdir or Path(scratch), events=events, disruptions=kills, seed=seed,
                 epoch=epoch, workers=workers, timeout_s=timeout, log=typer.echo,
             )  # fmt: skip
+        except TooFewCandidates as few:
+            raise typer.BadParameter(str(few), param_hint="'--kills' / '--events'") from few
         except ReplayTimeout as stalled:
             # Nothing was committed past the missing decisions; the workers stopped making progress.
             typer.echo(f"RESULT: FAIL (stalled: {stalled})")

@@ -3,12 +3,16 @@
 The DBPM scenarios run the soak of :mod:`streams.bench.chaos` (the CI-sized version of ``clingate
 bench chaos``): a synthetic stream replayed through ``clingate worker`` subprocesses while something is
 broken at seeded points, then three end conditions: no candidate without a decision, no candidate
-with two different decision records, and decisions and memory equal to the in-process engine's. The
-clinical scenario SIGKILLs the worker in the middle of a patient's FHIR updates.
+with two different decision records, and decisions and memory equal to the in-process engine's.
+Each disruption happens at its point by construction (the replay stops there until it is done);
+the soaks also check it on the broker: when a disruption starts, the candidates topic holds exactly
+the candidates of its point. The clinical scenario SIGKILLs the worker in the middle of a patient's
+FHIR updates.
 """
 
 from __future__ import annotations
 
+import random
 import shutil
 import time
 import uuid
@@ -21,29 +25,63 @@ from schemas.clinical import ClinicalAssessment
 from schemas.serde import make_serde
 from streams.bench.chaos import (
     COMPARISON_ENV,
+    Disruption,
+    Recovery,
     SoakReport,
     WorkerProcess,
+    kill_and_restart,
     kill_for_good,
     restart_broker,
     run_soak,
+    topic_ends,
 )
 from streams.broker import LocalKafka
 from streams.clinical import INPUTS as CLINICAL_INPUTS
 from streams.dbpm import producer_config
 from streams.kafka_replay import commit_end_offsets
 from streams.settings import get_settings
-from tests.integration.test_clinical_worker import PATIENT, _expected, _review, _scenario, _Tail
+from streams.testing.tail import Tail
+from tests.integration.test_clinical_worker import PATIENT, _expected, _review, _scenario
 from topics.admin import admin_client, ensure_topics
-from topics.catalog import CLINICAL_ASSESSMENTS, CLINICAL_REVIEWS, FHIR_UPDATES, build_catalog
+from topics.catalog import (
+    CLINICAL_ASSESSMENTS,
+    CLINICAL_REVIEWS,
+    DBPM_CANDIDATES,
+    FHIR_UPDATES,
+    build_catalog,
+)
 
 # Each soak restarts workers (a Python start-up each, over a minute on a saturated 2-core machine),
 # hence the generous per-epoch wait and test timeout; a healthy run takes a fraction of either.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
-def _assert_exactly_once(report: SoakReport, disruptions: int) -> None:
+class _AtItsPoint:
+    """Wraps a disruption: first records how many candidates the soak has put on the broker.
+
+    Create it before the soak (it takes the candidates topic's end then); :meth:`check` compares the
+    counts with the points the soak reports.
+    """
+
+    def __init__(self, bootstrap: str, disrupt: Disruption) -> None:
+        ensure_topics(admin_client(bootstrap), build_catalog(get_settings().topic_partitions))
+        self._bootstrap = bootstrap
+        self._disrupt = disrupt
+        self._base = sum(topic_ends(bootstrap, DBPM_CANDIDATES).values())
+        self.on_broker: list[int] = []
+
+    def __call__(self, workers: list[WorkerProcess], rng: random.Random) -> tuple[str, Recovery | None]:
+        self.on_broker.append(sum(topic_ends(self._bootstrap, DBPM_CANDIDATES).values()) - self._base)
+        return self._disrupt(workers, rng)
+
+    def check(self, report: SoakReport) -> None:
+        assert self.on_broker == [e.candidates_published for e in report.disruptions]
+
+
+def _assert_exactly_once(report: SoakReport, disruptions: int, at_its_point: _AtItsPoint) -> None:
     print(report.render())
-    assert len(report.disruptions) == disruptions, "the replay ended before every disruption"
+    assert len(report.disruptions) == disruptions, "a disruption did not happen"
+    at_its_point.check(report)
     assert report.audit.missing == []
     assert report.audit.conflicting == []
     assert report.decisions_equal
@@ -56,10 +94,12 @@ def test_soak_keeps_exactly_once_under_repeated_sigkill(kafka_bootstrap: str, tm
     Re-delivered verdicts are skipped (the memory equals the in-process engine's), re-delivered
     candidates repeat their decision byte for byte, and no candidate is committed without one.
     """
+    disrupt = _AtItsPoint(kafka_bootstrap, kill_and_restart)
     report = run_soak(
-        kafka_bootstrap, tmp_path, events=3000, disruptions=2, epoch=500, seed=11, timeout_s=300.0
-    )
-    _assert_exactly_once(report, 2)
+        kafka_bootstrap, tmp_path, events=3000, disruptions=2, epoch=500, seed=11, disrupt=disrupt,
+        timeout_s=300.0,
+    )  # fmt: skip
+    _assert_exactly_once(report, 2, disrupt)
 
 
 def test_survivor_takes_over_a_sigkilled_workers_partitions_with_state(
@@ -70,11 +110,12 @@ def test_survivor_takes_over_a_sigkilled_workers_partitions_with_state(
     After the session timeout the survivor is assigned the dead worker's verdict and candidate
     partitions, continues from its standby copy of their memory, and the soak ends exactly once.
     """
+    disrupt = _AtItsPoint(kafka_bootstrap, kill_for_good(1))
     report = run_soak(
         kafka_bootstrap, tmp_path, events=2000, disruptions=1, epoch=500, seed=5, workers=2,
-        disrupt=kill_for_good(1), timeout_s=90.0,
+        disrupt=disrupt, timeout_s=90.0,
     )  # fmt: skip
-    _assert_exactly_once(report, 1)
+    _assert_exactly_once(report, 1, disrupt)
 
 
 @pytest.mark.skipif(
@@ -89,13 +130,14 @@ def test_soak_stays_exactly_once_across_a_broker_restart(tmp_path: Path) -> None
     broker = LocalKafka(tmp_path / "broker", home=get_settings().home)
     bootstrap = broker.start()
     try:
+        disrupt = _AtItsPoint(bootstrap, restart_broker(broker))
         report = run_soak(
-            bootstrap, tmp_path, events=2000, disruptions=1, epoch=500, seed=3,
-            disrupt=restart_broker(broker), timeout_s=300.0,
+            bootstrap, tmp_path, events=2000, disruptions=1, epoch=500, seed=3, disrupt=disrupt,
+            timeout_s=300.0,
         )  # fmt: skip
     finally:
         broker.stop()
-    _assert_exactly_once(report, 1)
+    _assert_exactly_once(report, 1, disrupt)
 
 
 def test_clinical_agent_repeats_but_never_loses_an_assessment_across_sigkill(
@@ -115,7 +157,7 @@ def test_clinical_agent_repeats_but_never_loses_an_assessment_across_sigkill(
     ensure_topics(admin_client(kafka_bootstrap), build_catalog(get_settings().topic_partitions))
     commit_end_offsets(kafka_bootstrap, app_id, list(CLINICAL_INPUTS))
     worker = WorkerProcess(kafka_bootstrap, app_id, tmp_path / app_id, COMPARISON_ENV)
-    assessments = _Tail(kafka_bootstrap, CLINICAL_ASSESSMENTS)
+    assessments = Tail(kafka_bootstrap, CLINICAL_ASSESSMENTS)
     producer = Producer(producer_config(kafka_bootstrap))
     try:
         worker.start()
