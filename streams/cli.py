@@ -1,13 +1,100 @@
-"""The ``clingate`` command line: one sub-command group per module under :mod:`streams.commands`."""
+"""The ``clingate`` command line: one sub-command group per module under :mod:`streams.commands`.
+
+A group's module is imported only when that group runs or shows its own help: ``clingate --help`` lists
+every group from :data:`COMMANDS` without importing any, and ``clingate replay ...`` imports the replay
+command and what it runs, never the Faust app, the benchmarks or the demo. Each command module in turn
+keeps what only some of its commands need inside those commands. A group's one-line help is written
+here, beside its module's name, so that listing costs no import; a test holds it equal to the module's.
+"""
 
 from __future__ import annotations
 
 import gc
+import importlib
+from dataclasses import dataclass
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A command group of ``clingate``: its module (with a Typer ``app``) and its one-line help."""
+
+    module: str
+    help: str
+    hidden: bool = False
+
+
+COMMANDS: dict[str, Entry] = {
+    "bench": Entry("streams.commands.bench", "Benchmarks of each area: throughput, per-event cost, size."),
+    "broker": Entry("streams.commands.broker", "Run a native single-node Kafka broker (KRaft) on 127.0.0.1."),
+    "clinical": Entry("streams.commands.clinical", "Deterministic clinical gates on FHIR R4."),
+    "config": Entry(
+        "streams.commands.config",
+        "Show every setting: environment variable, default, current value, meaning.",
+    ),
+    "demo": Entry(
+        "streams.commands.demo", "Run clingate end to end on a Kafka broker and write report.html."
+    ),
+    "docs": Entry(
+        "streams.commands.docs", "Classification arbiter: verify classifications, render review packets."
+    ),
+    "generator": Entry(
+        "streams.commands.generator", "Run a generator group member (narratives -> candidates)."
+    ),
+    "llm": Entry(
+        "streams.commands.llm", "LLM serving: per-role status and a local OpenAI-compatible server."
+    ),
+    "replay": Entry("streams.commands.replay", "Replay a DBPM event stream (JSON Lines) through the engine."),
+    "schemas": Entry(
+        "streams.commands.schemas", "The Avro schemas of clingate's topics, for clients in any language."
+    ),
+    "topics": Entry("streams.commands.topics", "Create the catalog's topics on a cluster, or describe them."),
+    "verifier": Entry(
+        "streams.commands.verifier", "Run a verifier group member (to-verify -> verdicts, verified)."
+    ),
+    "worker": Entry("streams.commands.worker", "Run a stream worker (DBPM and clinical agents)."),
+}
+"""Every command group, by name."""
+
+
+def load(name: str) -> typer.Typer:
+    """The Typer app of command group ``name`` (its module imported now)."""
+    return importlib.import_module(COMMANDS[name].module).app
+
+
+class _LazyGroup(TyperGroup):
+    """A command group known by name and help until it runs: then its module is imported and it parses."""
+
+    def __init__(self, name: str, entry: Entry) -> None:
+        super().__init__(name=name, help=entry.help, hidden=entry.hidden)
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        """The context of the real group: click invokes ``context.command``, which is that group."""
+        assert self.name is not None
+        command = typer.main.get_command(load(self.name))
+        command.name = self.name
+        return command.make_context(info_name, args, parent=parent, **extra)
+
+
+class _Root(TyperGroup):
+    """``clingate``: its sub-commands are the groups of :data:`COMMANDS`, loaded on use."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """Every group name, in the order of :data:`COMMANDS`."""
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> TyperGroup | None:
+        """A stand-in for group ``cmd_name`` that imports it only when it runs."""
+        entry = COMMANDS.get(cmd_name)
+        return None if entry is None else _LazyGroup(cmd_name, entry)
+
 
 app = typer.Typer(
     name="clingate",
+    cls=_Root,
     help="clingate: gated decisions for clinical LLM pipelines on Apache Kafka.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -37,42 +124,8 @@ def _configure_process() -> None:
     configure(settings.log_level, settings.log_format)
 
 
-def _register() -> None:
-    # Imported here so `clingate --help` stays fast and each command module owns its group.
-    from streams.commands import (
-        bench,
-        broker,
-        clinical,
-        config,
-        demo,
-        docs,
-        generator,
-        llm,
-        replay,
-        schemas,
-        topics,
-        verifier,
-        worker,
-    )
-
-    app.add_typer(bench.app, name="bench")
-    app.add_typer(broker.app, name="broker")
-    app.add_typer(clinical.app, name="clinical")
-    app.add_typer(config.app, name="config")
-    app.add_typer(demo.app, name="demo")
-    app.add_typer(docs.app, name="docs")
-    app.add_typer(generator.app, name="generator")
-    app.add_typer(llm.app, name="llm")
-    app.add_typer(replay.app, name="replay")
-    app.add_typer(schemas.app, name="schemas")
-    app.add_typer(topics.app, name="topics")
-    app.add_typer(verifier.app, name="verifier")
-    app.add_typer(worker.app, name="worker")
-
-
 def main() -> None:
     """Console-script entry point."""
-    _register()
     app()
 
 

@@ -19,7 +19,7 @@ import typer
 
 from streams.settings import get_settings
 
-app = typer.Typer(help="Deterministic clinical gates on FHIR R4 (issue 5).", no_args_is_help=True)
+app = typer.Typer(help="Deterministic clinical gates on FHIR R4.", no_args_is_help=True)
 
 
 @app.callback()

@@ -34,7 +34,6 @@ SETTINGS_VARIABLES = {str(field.validation_alias) for field in Settings.model_fi
 
 def _parses(arguments: list[str]) -> bool:
     """Whether the real CLI accepts ``arguments``: its commands, its options (``--help`` stops it there)."""
-    cli._register()
     return CliRunner().invoke(cli.app, [*arguments, "--help"]).exit_code == 0
 
 

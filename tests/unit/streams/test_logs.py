@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from schemas.common import Stage
 from schemas.fhir import FhirUpdate
-from streams.cli import _register, app
+from streams.cli import app
 from streams.clinical import fhir_input
 from streams.dlq import DecodeFailed, SourceRecord
 from streams.logs import JsonFormatter, TextFormatter, configure, log_dead_letter, logging_config
@@ -95,7 +95,6 @@ def test_every_command_logs_in_the_configured_format(monkeypatch: pytest.MonkeyP
     root = logging.getLogger()
     saved = (root.handlers[:], root.level)
     try:
-        _register()
         assert CliRunner().invoke(app, ["config", "--markdown"]).exit_code == 0
         assert root.level == logging.WARNING
         assert [type(h.formatter) for h in root.handlers] == [JsonFormatter]

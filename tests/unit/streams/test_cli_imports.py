@@ -1,0 +1,63 @@
+"""``clingate`` imports a command's module only when that command runs, and no command pulls in another's.
+
+Checked in a fresh interpreter, as a user's shell starts it, by the modules loaded once the command has
+run. Startup time itself is measured (``python -X importtime -m streams.cli replay --help``), not
+asserted.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from streams.cli import COMMANDS, load
+
+#: Runtimes that a command group's help must not import unless it is that group's own.
+HEAVY = ("faust", "aiokafka", "streams.bench", "confluent_kafka.schema_registry", "authlib", "streams.app")
+
+_RUN = r"""
+import sys
+from streams.cli import main
+sys.argv[0] = "clingate"
+try:
+    main()
+except SystemExit as stop:
+    assert not stop.code, stop.code
+sys.stderr.write("\n".join(["modules:", *sorted(sys.modules)]))
+"""
+
+
+def _imported(*argv: str) -> set[str]:
+    """Every module loaded by a fresh ``clingate *argv`` once it is done."""
+    done = subprocess.run([sys.executable, "-c", _RUN, *argv], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return set(done.stderr.rsplit("modules:\n", 1)[1].splitlines())
+
+
+def _heavy(modules: set[str]) -> set[str]:
+    return {m for m in modules for heavy in HEAVY if m == heavy or m.startswith(heavy + ".")}
+
+
+def test_the_top_level_help_imports_no_command_module_and_no_runtime():
+    modules = _imported("--help")
+    assert not {m for m in modules if m.startswith("streams.commands")}
+    assert not _heavy(modules)
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_a_commands_help_imports_its_own_module_and_no_other_commands(name: str):
+    modules = _imported(name, "--help")
+    commands = {m for m in modules if m.startswith("streams.commands.") and m != "streams.commands.common"}
+    assert commands == {COMMANDS[name].module}
+
+
+@pytest.mark.parametrize("name", ["replay", "topics", "schemas", "config", "broker", "clinical"])
+def test_commands_that_need_no_worker_pull_in_no_worker_benchmark_or_registry_runtime(name: str):
+    assert not _heavy(_imported(name, "--help"))
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_the_listed_help_of_a_group_is_its_modules_own(name: str):
+    assert COMMANDS[name].help == load(name).info.help
