@@ -72,11 +72,17 @@ class _LazyGroup(TyperGroup):
         super().__init__(name=name, help=entry.help, hidden=entry.hidden)
 
     def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
-        """The context of the real group: click invokes ``context.command``, which is that group."""
+        """The context of the real group: click invokes ``context.command``, which is that group.
+
+        The logs are configured once the arguments parsed (:func:`configure_logs`), so a help request,
+        which exits while they parse, loads no settings.
+        """
         assert self.name is not None
         command = typer.main.get_command(load(self.name))
         command.name = self.name
-        return command.make_context(info_name, args, parent=parent, **extra)
+        context = command.make_context(info_name, args, parent=parent, **extra)
+        configure_logs()
+        return context
 
 
 class _Root(TyperGroup):
@@ -113,13 +119,17 @@ collected, 28 times less often."""
 
 
 @app.callback()
-def _configure_process() -> None:
-    # Once per process, before any command runs: the collector, and format and level of the logs from
-    # the settings (streams.logs).
+def _collector() -> None:
+    # Before anything else of any command: the cyclic collector's thresholds.
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
+def configure_logs() -> None:
+    """Once per process, before a command runs: the logs' format and level from the settings
+    (:mod:`streams.logs`)."""
     from streams.logs import configure
     from streams.settings import get_settings
 
-    gc.set_threshold(*GC_THRESHOLDS)
     settings = get_settings()
     configure(settings.log_level, settings.log_format)
 

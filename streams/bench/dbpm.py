@@ -76,7 +76,7 @@ from processors.dbpm.measurement import (
 from processors.dbpm.memory import Memory
 from processors.dbpm.qa_classifier import classify_qa_error
 from state import MemoryStore, Store, Transaction
-from streams.replay.engine import StoreKind
+from state.kinds import StoreKind
 
 STREAM_START = datetime(2026, 5, 4, tzinfo=UTC)
 PATIENTS_PER_DAY = 500.0

@@ -28,8 +28,7 @@ from typing import Annotated
 
 import typer
 
-from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
-from streams.replay.engine import EventReader, StoreKind, open_store, replay_stream, write_state
+from state.kinds import StoreKind
 
 app = typer.Typer(help="Replay a DBPM event stream (JSON Lines) through the engine.", no_args_is_help=True)
 
@@ -77,6 +76,10 @@ def replay(
     ] = False,
 ) -> None:
     """Run the DBPM engine over EVENTS.jsonl and write the decisions (and the final state)."""
+    from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
+    from state.kinds import open_store
+    from streams.replay.engine import replay_stream, write_state
+
     config = DBPMConfig()
     if no_maintenance:
         config = config.with_flags(maintenance=False)
@@ -113,6 +116,7 @@ def _replay_via_kafka(
     from streams.app import dbpm_engines
     from streams.commands.common import require_bootstrap
     from streams.kafka_replay import replay_via_kafka
+    from streams.replay.engine import EventReader
     from streams.settings import get_settings
 
     settings = get_settings()

@@ -14,23 +14,13 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import TextIO
 
 from processors.dbpm import BadEvent, DBPMEngine, Event, parse_event
-from state import MemoryStore, Store
-
-
-class StoreKind(StrEnum):
-    """Where the replay keeps the memory."""
-
-    memory = "memory"
-    rocksdb = "rocksdb"
+from state import Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,31 +30,6 @@ class ReplayStats:
     events: int
     decisions: int
     bad_lines: int
-
-
-@contextmanager
-def open_store(kind: StoreKind, path: Path | None) -> Iterator[Store]:
-    """Open an empty store of ``kind`` (RocksDB at ``path``, or in a temporary directory).
-
-    Raises:
-        FileExistsError: ``path`` exists (a replay always starts from an empty memory).
-    """
-    if kind is StoreKind.memory:
-        yield MemoryStore()
-        return
-    from state.rocksdb import RocksDBStore  # deferred: the memory path never loads RocksDB
-
-    if path is not None:
-        if path.exists():
-            raise FileExistsError(f"{path} exists; a replay starts from an empty store, pick a new path")
-        with RocksDBStore(path) as store:
-            yield store
-        return
-    with (
-        tempfile.TemporaryDirectory(prefix="clingate-replay-") as tmp,
-        RocksDBStore(Path(tmp) / "db") as store,
-    ):
-        yield store
 
 
 def _read(line: str | bytes, tasks: tuple[str, ...]) -> tuple[str, Event | str]:
