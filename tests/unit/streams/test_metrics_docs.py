@@ -1,7 +1,7 @@
-"""Every registered ``clingate_*`` metric is documented in the README's "Metrics and logs" section.
+"""``docs/metrics.md`` lists exactly the ``clingate_*`` metrics the processes register, with their types.
 
 A process that registers metrics of its own MUST add its registry builder to :func:`every_metric`, so
-that adding a metric without documenting it fails here.
+that adding a metric without documenting it (or removing one and leaving its row) fails here.
 """
 
 from __future__ import annotations
@@ -18,14 +18,17 @@ from processors.dbpm import DBPMConfig
 from state import MemoryStore
 from streams.metrics import ClinicalMetrics, DbpmMetrics, DocsMetrics, LlmGroupMetrics, faust_sensors
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+ROOT = Path(__file__).resolve().parents[3]
+METRICS_DOC = ROOT / "docs" / "metrics.md"
+DEPLOY = ROOT / "deploy"
 _SUFFIX = {"counter": "_total"}
+_ROW = re.compile(r"^\| `(clingate_[a-z0-9_]+)` \| (\w+) \|", re.M)
 
 
 def every_metric() -> dict[str, str]:
     """Exposed name -> type of every clingate metric any worker registers."""
     faust_worker, docs_worker, llm_group = CollectorRegistry(), CollectorRegistry(), CollectorRegistry()
-    faust_sensors(faust.App("clingate-readme-test"), faust_worker)
+    faust_sensors(faust.App("clingate-metrics-docs-test"), faust_worker)
     DbpmMetrics(faust_worker).watch(list, MemoryStore(), DBPMConfig())
     ClinicalMetrics(faust_worker)
     DocsMetrics(docs_worker)
@@ -38,23 +41,29 @@ def every_metric() -> dict[str, str]:
     }
 
 
-def _metrics_section() -> str:
-    text = README.read_text(encoding="utf-8")
-    start = text.index("## Metrics and logs")
-    end = text.index("\n## ", start + 1)
-    return text[start:end]
+def documented_metrics() -> dict[str, str]:
+    """Name -> type of every row of the metric tables in docs/metrics.md."""
+    rows = _ROW.findall(METRICS_DOC.read_text(encoding="utf-8"))
+    names = [name for name, _ in rows]
+    assert len(names) == len(set(names)), (
+        f"listed twice in docs/metrics.md: {sorted({n for n in names if names.count(n) > 1})}"
+    )
+    return dict(rows)
 
 
-def test_every_registered_clingate_metric_is_documented_in_the_readme() -> None:
-    documented = set(re.findall(r"^\| `(clingate_[a-z0-9_]+)` \| (\w+) \|", _metrics_section(), re.M))
-    registered = every_metric().items()
-    missing = sorted(f"{name} ({kind})" for name, kind in registered if (name, kind) not in documented)
-    assert not missing, f"document these in README.md, section 'Metrics and logs' (name and type): {missing}"
+def test_docs_metrics_lists_exactly_the_registered_metrics_with_their_types() -> None:
+    registered, documented = every_metric(), documented_metrics()
+    missing = sorted(f"{name} ({kind})" for name, kind in registered.items() if documented.get(name) != kind)
+    extra = sorted(f"{name} ({kind})" for name, kind in documented.items() if registered.get(name) != kind)
+    assert not missing, f"document these in docs/metrics.md (name and type): {missing}"
+    assert not extra, f"docs/metrics.md lists metrics no process registers (or with another type): {extra}"
 
 
-def test_the_worker_metrics_cover_what_issues_4_and_8_ask_for() -> None:
+def test_the_required_worker_metrics_are_registered() -> None:
+    # What operators must be able to watch: decisions and their latency, lag, dead letters, the memory's
+    # channel population and lift, traffic per topic, clinical lights, dispositions and LLM calls.
     names = set(every_metric())
-    asked = {
+    required = {
         "clingate_dbpm_decisions_total", "clingate_dbpm_gate_latency_seconds", "clingate_consumer_lag",
         "clingate_dbpm_dead_letters_total", "clingate_dbpm_memory_patterns",
         "clingate_dbpm_memory_block_patterns",
@@ -64,10 +73,7 @@ def test_the_worker_metrics_cover_what_issues_4_and_8_ask_for() -> None:
         "clingate_docs_dispositions_total", "clingate_llm_calls_total", "clingate_llm_retries_total",
         "clingate_docs_in_flight",
     }  # fmt: skip
-    assert asked <= names
-
-
-DEPLOY = README.parent / "deploy"
+    assert required <= names
 
 
 def test_the_grafana_dashboard_queries_only_documented_metrics_through_its_datasource_variable() -> None:
@@ -75,7 +81,6 @@ def test_the_grafana_dashboard_queries_only_documented_metrics_through_its_datas
     assert [v["type"] for v in dashboard["templating"]["list"]] == ["datasource"]
     panels = [p for p in dashboard["panels"] if p["type"] != "row"]
     assert all(p["datasource"]["uid"] == "${datasource}" for p in panels)
-    documented = set(re.findall(r"^\| `(clingate_[a-z0-9_]+)` \|", _metrics_section(), re.M))
     queried = {
         re.sub(r"_(bucket|sum|count)$", "", name)
         for p in panels
@@ -83,7 +88,7 @@ def test_the_grafana_dashboard_queries_only_documented_metrics_through_its_datas
         for name in re.findall(r"clingate_[a-z0-9_]*[a-z0-9]", target["expr"])
     }
     assert queried, "the dashboard queries no clingate metric"
-    assert queried <= documented, sorted(queried - documented)
+    assert queried <= set(documented_metrics()), sorted(queried - set(documented_metrics()))
 
 
 def test_the_prometheus_example_scrapes_both_worker_endpoints() -> None:
