@@ -1,6 +1,6 @@
 """Prometheus metrics of every clingate worker: one registry and one ``/metrics`` endpoint per process.
 
-Every metric is named ``clingate_<area>_*`` and listed in the README's "Metrics" section (a test fails
+Every metric is named ``clingate_<area>_*`` and listed in docs/metrics.md (a test fails
 when a registered one is missing there). Where each process serves them:
 
 * ``clingate worker`` (Faust: DBPM memory agent, clinical agent; the DBPM gate loop in a thread of
@@ -13,7 +13,7 @@ when a registered one is missing there). Where each process serves them:
   :class:`CollectorRegistry` and call :func:`serve` once. Their consumer lag comes from librdkafka
   (its statistics, :class:`LibrdkafkaLag`, or the consumer's own watermarks).
 
-What the classes here add, by area (names, types and labels in the README):
+What the classes here add, by area (names, types and labels in docs/metrics.md):
 
 * :class:`DbpmMetrics`: decisions per task and decision, gate latency, barrier timeouts, dead letters,
   verdicts applied and duplicate verdicts skipped; through :meth:`DbpmMetrics.watch` the consumer

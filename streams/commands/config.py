@@ -1,7 +1,7 @@
 """``clingate config``: every setting, its environment variable, default and meaning.
 
 The listing is generated from :class:`streams.settings.Settings`, the one place the environment is read,
-so it cannot drift from the code; ``--markdown`` prints the table the README carries.
+so it cannot drift from the code; ``--markdown`` prints the table docs/configuration.md carries.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def settings_rows() -> list[tuple[str, str, str]]:
 
 @app.callback(invoke_without_command=True)
 def show(
-    markdown: Annotated[bool, typer.Option(help="Print a Markdown table (the README's).")] = False,
+    markdown: Annotated[bool, typer.Option(help="Print a Markdown table (docs/configuration.md's).")] = False,
 ) -> None:
     """Print every setting with its environment variable, default and (without --markdown) current value."""
     if markdown:
