@@ -1,4 +1,4 @@
-"""Events of the classification arbiter (issue 6): requests in; dispositions, packets, ground truth out.
+"""Events of the classification arbiter: requests in; dispositions, packets, ground truth out.
 
 The shapes follow the agentic evaluation system's ``ClassificationOutput`` and ``DocumentBundle``
 (source: the agentic-evaluation-system slides, slides 2, 3, 9 and 10). Choices where the source is silent:

@@ -13,7 +13,7 @@ and both formats render exactly the fields of :data:`CONTEXT_FIELDS` (JSON keys;
 message in text). Anything else passed in ``extra`` is dropped, so a payload that slips into ``extra`` never
 reaches the output.
 
-Clinical text rule (issue 8): narratives, spans, answers, FHIR notes, document pages and validation errors
+Clinical text rule: narratives, spans, answers, FHIR notes, document pages and validation errors
 that quote input values MUST NOT be logged at INFO or above. Such detail goes to the dead-letter record
 (which is access-controlled like the input topic) or to DEBUG. :func:`log_dead_letter` is the one way a
 worker reports a dead letter: coordinates and error type at WARNING, the reason (which may quote the

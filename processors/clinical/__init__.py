@@ -1,4 +1,4 @@
-"""Deterministic clinical gates on FHIR R4 (issue 5): pure processors.
+"""Deterministic clinical gates on FHIR R4: pure processors.
 
 Source: PharmMesh escape register supplement (Supplementary Table 2 Phase 0 / Urgency Classification /
 Post-Pipeline Validation gates, Supplementary Data 1 drug safety maps and severity algorithm,

@@ -15,7 +15,7 @@ its own signature's records and returns the :class:`~processors.dbpm.update.Prop
 (target task and signature, weight, event time, provenance); :meth:`DBPMEngine.propagate` applies one
 at the writer of its target, where the guards that read the target's state are evaluated.
 :meth:`DBPMEngine.process` does both in one transaction, the propagations right after their verdict
-in the order produced: the inline Algorithm 1, byte for byte. A partitioned runtime (issue 4) calls
+in the order produced: the inline Algorithm 1, byte for byte. A partitioned runtime calls
 ``learn`` on the origin's partition and ``propagate`` on the target's, so each signature has one
 writer.
 

@@ -10,7 +10,7 @@ injects them as hints into the extraction prompt. Hints never become candidates 
 still proposes, the gate and the verifier dispose. Patient identifiers are hinted so the model does not
 extract them as clinical entities.
 
-Tasks and calls (paper §3.1, Table 14; issue 7): one NER call and one RE call per narrative, and one
+Tasks and calls (paper §3.1, Table 14): one NER call and one RE call per narrative, and one
 QA call per question template (paper QAR stage: code chooses the question and its category, the model
 answers it; :data:`QA_TEMPLATES`). A QA answer of ``NOT_IN_NARRATIVE`` is an abstention and yields no
 candidate (nothing to verify).

@@ -1,6 +1,6 @@
 """The verdict ledger: a verdict that names its candidate is applied at most once.
 
-Why in the engine. The verifier and generator groups are at-least-once (issue 7): after a crash
+Why in the engine. The verifier and generator groups are at-least-once: after a crash
 they re-issue their in-flight calls, so the verdict topic may hold the same candidate's verdict
 twice, at different offsets. Applied twice, Algorithm 1 doubles the count and raises the severity
 again. Deduplicating in the engine, not in the Kafka adapter, keeps "same input, same decision"

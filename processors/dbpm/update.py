@@ -25,7 +25,7 @@ them. Each names its target (task, signature) and carries what the target needs 
 knows: the cross-task weight, the event time and the provenance (origin task and signature, patient).
 Whoever owns the target signature applies it with :func:`apply_propagation`; the in-process engine
 does so at once, in the same transaction, which is exactly the inline Algorithm 1; the Kafka runtime
-sends it keyed by the target signature, so every signature has one writer (issue 4).
+sends it keyed by the target signature, so every signature has one writer.
 
 :func:`apply_propagation`, Propagate(e, w) of Algorithm 1 (lines 36-45), evaluates the guards that
 read the target's state *there*, at the target's writer: it does nothing when e is on the NER

@@ -34,7 +34,7 @@ The QA ensemble (choices the paper leaves open, recorded here):
 * If any ensemble call produces no answer, the candidate is unverified (as above): a verdict from
   fewer than three votes would be a different rule.
 
-Memory mapping (issue 7): FAIL -> ``hard_fail``, PASS_WEAK -> ``soft_downgrade``, PASS / PASS_STRONG ->
+Memory mapping: FAIL -> ``hard_fail``, PASS_WEAK -> ``soft_downgrade``, PASS / PASS_STRONG ->
 ``success``, source ``verifier_mmed`` (paper Table 4).
 
 DOWNGRADEd candidates. The paper (§4.2, Eq. 4) sends a DOWNGRADEd candidate to the verifier like an

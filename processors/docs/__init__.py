@@ -1,4 +1,4 @@
-"""The classification arbiter (issue 6): V1–V4 verification, V5, auto-fix, retries, review packets.
+"""The classification arbiter: V1–V4 verification, V5, auto-fix, retries, review packets.
 
 Entry points: :func:`processors.docs.arbiter.start` / :func:`~processors.docs.arbiter.resume` (the pure
 step machine whose LLM phases are requests), :func:`processors.docs.arbiter.run` (synchronous driver),

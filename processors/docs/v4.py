@@ -1,7 +1,7 @@
 """V4 — evidence verification against the DocumentBundle, deterministic part (slide 6).
 
 The seed has an LLM do all four V4 tasks; snippet verification, anchor verification and fabrication
-detection are decidable by string matching, so they are decided here first (issue 6), and the LLM is
+detection are decidable by string matching, so they are decided here first, and the LLM is
 left the judgement of evidence *quality* (see llm.py). Each snippet and each anchor goes through the
 match ladder of :mod:`processors.docs.text` on its claimed page, then on every other page:
 

@@ -1,6 +1,6 @@
 """``clingate bench chaos``: exactly-once under SIGKILL, measured on a synthetic stream.
 
-The soak (issue 4, "Exactly-once and recovery") replays a synthetic DBPM stream (the generator of
+The soak replays a synthetic DBPM stream (the generator of
 ``clingate bench dbpm``, the paper's proportions) through the broker to real ``clingate worker``
 subprocesses while it SIGKILLs a worker at seeded random points and restarts it on the same data
 directory, then checks:

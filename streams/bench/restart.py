@@ -1,7 +1,7 @@
 """``clingate bench restart``: how long a worker over a 1M-signature memory takes to be ready again.
 
-Issue 4: "recovery must come from the local RocksDB store plus changelog tail, not a full changelog
-replay". The bench builds the memory table of a fresh app the way the worker would, restarts a real
+Recovery must come from the local RocksDB store plus the changelog tail, not a full changelog
+replay. The bench builds the memory table of a fresh app the way the worker would, restarts a real
 ``clingate worker`` on it and reports, per restart, the time to "Ready" and how many changelog
 records Faust read (from the worker log's "Highwater" and "Reading Starts At" tables: records read =
 highwater - start offset, summed over the memory changelog's partitions):

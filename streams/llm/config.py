@@ -1,6 +1,6 @@
 """Where each role's LLM calls go: endpoint resolution from :class:`streams.settings.Settings`.
 
-Resolution per role (issue 7, names kept exactly because external tools rely on them):
+Resolution per role (names kept exactly: external tools rely on them):
 
 * URL: ``CLINGATE_GENERATOR_URL`` / ``CLINGATE_VERIFIER_URL`` for their role, else ``CLINGATE_LLM_URL``;
   the default role (operational and synthesis calls) uses ``CLINGATE_LLM_URL`` only.

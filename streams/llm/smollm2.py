@@ -10,7 +10,7 @@ Choices and the facts behind them (probed on the 2-core development VM):
 
 * ``llama-cpp-python`` is source-only on PyPI and its default ``-march=native`` build segfaults here
   (AMX): ``make smollm2`` builds it once with ``CMAKE_ARGS=-DGGML_NATIVE=OFF`` into a wheel cache.
-* ``n_threads=1``, as issue 7's probe of this machine recommends (a shared 2-core VM).
+* ``n_threads=1``, the fastest on a shared 2-core machine.
 * One Outlines generator per (schema, whitespace) is compiled once and reused; the cache is bounded
   (:data:`GENERATOR_CACHE_SIZE`, least recently used out) because a server may see arbitrary schemas.
 * The constraint is compiled by Outlines' ``llguidance`` backend, not its default ``outlines_core``.

@@ -1,4 +1,4 @@
-"""NTI gate: the seed's maps and algorithm, and every ambiguity decision of issue 5."""
+"""NTI gate: the seed's maps and algorithm, and every decision taken where the seed is ambiguous."""
 
 from __future__ import annotations
 

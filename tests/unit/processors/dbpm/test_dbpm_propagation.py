@@ -1,4 +1,4 @@
-"""Cross-task propagation as events (§4.4; issue 4: one writer per signature).
+"""Cross-task propagation as events (§4.4: one writer per signature).
 
 * ``learn`` returns the RE/QA -> NER evidence as :class:`Propagation` events; applying them in
   process right after their verdict is the inline Algorithm 1 of the engine before the split, record
