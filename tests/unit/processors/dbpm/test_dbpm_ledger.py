@@ -1,4 +1,4 @@
-"""The verdict ledger: a verdict naming its candidate is applied at most once (the LLM groups are at-least-once).
+"""The verdict ledger: a verdict naming its candidate is applied at most once (its groups are at-least-once).
 
 The verifier and generator groups re-issue in-flight calls after a crash, so a candidate's verdict
 may reach the memory twice. Properties: a stream with copies injected after their originals gives
