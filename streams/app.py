@@ -34,7 +34,9 @@ Choices (reasons in ``docs/faust-runtime.md``):
   to their next owner. Crashes in Faust's own stream machinery still restart the agent; each restart
   is logged with its cause and counted (``clingate_agent_restarts_total``).
 * The producer admits the largest record a dead-letter topic holds (``producer_max_request_size``):
-  aiokafka's 1 MB default rejected the dead letter of a 2 MB record.
+  aiokafka's 1 MB default rejected the dead letter of a 2 MB record. The tables' changelogs admit what
+  the data topics do (:data:`CHANGELOG_CONFIGS`, applied when Faust creates them; a changelog created
+  before keeps its limit until ``max.message.bytes`` is raised on it).
 * Producer linger 5 ms, 1 MiB batches, 5,000 records per poll, 64k stream buffer: fewer produce
   requests and fewer hand-offs per event (measured on the former Faust gate agent: ~20% less worker
   CPU per candidate).
@@ -66,6 +68,7 @@ from streams.tablestore import STORE_SCHEME, ChangelogStore
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
     CLINICAL_SAFETY_AUDITS,
+    DATA_MAX_MESSAGE_BYTES,
     DBPM_PROPAGATIONS,
     MAX_MESSAGE_BYTES,
     dlq_name,
@@ -77,6 +80,10 @@ log = logging.getLogger(__name__)
 PATIENT_TABLE = "clinical-patients"
 #: Exit status of a worker stopped by :func:`fail_stop` (``EX_SOFTWARE``).
 AGENT_FAILED_EXIT = 70
+#: Configs of the tables' changelogs (Faust creates them): they admit records as large as the data topics
+#: (the broker's ~1 MB default refused the memory record of a verdict with a 2 MB entity, and the state of a
+#: patient with a 2 MB resource; the agent stopped the worker, and again after every restart).
+CHANGELOG_CONFIGS = {"max.message.bytes": str(DATA_MAX_MESSAGE_BYTES)}
 
 
 def fail_stop(agent: str, error: Exception) -> NoReturn:
@@ -199,7 +206,7 @@ def create_app(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> faus
     # bytes key and value types give the raw serializers (Collection._serializer_from_type).
     memory = app.GlobalTable(
         MEMORY_TABLE, partitions=partitions, key_type=bytes, value_type=bytes,
-        help="DBPM memory records, partitioned by signature.",
+        help="DBPM memory records, partitioned by signature.", extra_topic_configs=CHANGELOG_CONFIGS,
     )  # fmt: skip
     engine, _ = dbpm_engines(settings)
     serde = make_serde(settings.schema_registry_url)
@@ -225,6 +232,7 @@ def create_app(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> faus
     patients = app.Table(
         PATIENT_TABLE, partitions=partitions, key_type=bytes, value_type=bytes,
         help="Clinical stream state per patient (latest FHIR resources, review, last assessment digest).",
+        extra_topic_configs=CHANGELOG_CONFIGS,
     )  # fmt: skip
     clinical = ClinicalAgent(
         patients.data,  # type: ignore[arg-type]

@@ -36,7 +36,9 @@ Choices:
   update with invalid resources (error type ``FhirInvalid``, the validation errors as the reason). The
   valid resources of such an update are still applied: validation is per resource
   (:func:`processors.clinical.fhir_input.parse_document`), and a resource that names another patient
-  than the key is one of the invalid ones.
+  than the key is one of the invalid ones. A record after which the patient's state would not fit the
+  table's changelog (:data:`STATE_MAX_BYTES`; error type ``StateTooLarge``, stage ``produce``) is not
+  applied: its outputs are not published and the state stays as it was.
 * **Retention**: deleting ``Patient/<id>`` empties the patient's resources (the reducer); the key itself
   (last review, last assessment digest) stays, so a patient seen once costs one small record for good.
   The changelog is compacted (one record per patient). Not done yet: expiring keys after a period of
@@ -63,7 +65,14 @@ from schemas.clinical import AdversarialReview, ClinicalAssessment, Deliverable,
 from schemas.common import Stage
 from schemas.fhir import FhirUpdate
 from schemas.serde import Serde
-from streams.dlq import DecodeFailed, SourceRecord, decode_record, processing_failed, send_dead_letter
+from streams.dlq import (
+    RECORD_OVERHEAD_BYTES,
+    DecodeFailed,
+    SourceRecord,
+    decode_record,
+    processing_failed,
+    send_dead_letter,
+)
 from streams.logs import log_dead_letter
 from streams.metrics import ClinicalMetrics
 from streams.settings import Settings
@@ -73,6 +82,7 @@ from topics.catalog import (
     CLINICAL_DELIVERABLES,
     CLINICAL_REVIEWS,
     CLINICAL_SAFETY_AUDITS,
+    DATA_MAX_MESSAGE_BYTES,
     FHIR_UPDATES,
 )
 
@@ -88,8 +98,12 @@ INPUTS: dict[str, type[FhirUpdate] | type[AdversarialReview] | type[Deliverable]
 OFFSET_PREFIX = b"\xfe\xfeoffset|"
 
 ClinicalInput = PatientUpdate | AdversarialReview | Deliverable
-Change = tuple[bytes, ClinicalStreamState | None, list[ClinicalAssessment | SafetyAudit]]
-"""What one record changes: its patient key, the new state (None: unchanged) and the outputs to publish."""
+Change = tuple[bytes, bytes | None, list[ClinicalAssessment | SafetyAudit]]
+"""What one record changes: its patient key, the new state's table value (None: unchanged) and the outputs
+to publish."""
+#: The largest patient record (key and state) the table's changelog admits (``streams.app.CHANGELOG_CONFIGS``,
+#: which also counts the record's framing).
+STATE_MAX_BYTES = DATA_MAX_MESSAGE_BYTES - RECORD_OVERHEAD_BYTES
 
 
 def gate_flags(
@@ -184,9 +198,9 @@ class ClinicalAgent:
                 await self._dead_letter(failed)
             if change is None:
                 continue
-            key, state, outputs = change
-            if state is not None:
-                writes[key] = state.model_dump_json().encode()
+            key, value, outputs = change
+            if value is not None:
+                writes[key] = value
             for out in outputs:
                 sends.append(await self._emit(key, out))
         if last_offset is None:
@@ -200,7 +214,8 @@ class ClinicalAgent:
         """One record through the gates: its dead letters, and what it changes (None: nothing).
 
         Never raises for a record: whatever it does to the processor is a dead letter of stage
-        ``process``, the patient's state left as it was.
+        ``process``, the patient's state left as it was; so is a record after which the patient's state
+        would not fit the table's changelog (stage ``produce``): the write would fail on every retry.
         """
         failures: list[DecodeFailed] = []
         try:
@@ -217,7 +232,15 @@ class ClinicalAgent:
             return [*failures, processing_failed(record, exc, INPUTS[record.topic].avro_name)], None
         self._metrics.gate_latency.observe(time.perf_counter() - started)
         published = [out for out in outputs if isinstance(out, ClinicalAssessment | SafetyAudit)]
-        return failures, (key, None if new_state == state else new_state, published)
+        if new_state == state:
+            return failures, (key, None, published)
+        value = new_state.model_dump_json().encode()
+        if len(key) + len(value) > STATE_MAX_BYTES:
+            size, expected = len(key) + len(value), INPUTS[record.topic].avro_name
+            reason = f"the patient's state would be {size} bytes; its table admits {STATE_MAX_BYTES}"
+            failed = DecodeFailed(record, Stage.PRODUCE, "StateTooLarge", reason, None, expected)
+            return [*failures, failed], None
+        return failures, (key, value, published)
 
     async def _emit(self, key: bytes, out: ClinicalAssessment | SafetyAudit) -> asyncio.Future:
         name = CLINICAL_ASSESSMENTS if isinstance(out, ClinicalAssessment) else CLINICAL_SAFETY_AUDITS

@@ -50,7 +50,9 @@ Consistency model of the gate (the memory side is in :mod:`streams.dbpm`).
   Consumers dedupe by ``candidate_id``. A failed delivery rewinds the batch's partitions to their
   first offset and decides them again (nothing is committed past an unacknowledged output).
 * Bad records (undecodable, or valid Avro that is not a DBPM event) go to
-  ``clingate.dbpm.candidates.dlq`` and are acknowledged there before the batch is committed.
+  ``clingate.dbpm.candidates.dlq`` and are acknowledged there before the batch is committed; so does a
+  candidate whose decision would not fit the decisions topic (stage ``produce``: a decision holds its
+  candidate, so a candidate near the topic's limit cannot have one).
 * Stopping never waits out a barrier: a candidate still at its barrier when the loop is stopped
   abandons its batch (outputs not yet sent are purged, nothing of the batch is committed) and the
   group's next owner decides it. Deciding it as timed out would publish a ``barrier_timeout``
@@ -76,6 +78,7 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 
 from processors.dbpm import BLOCK, DBPMConfig, DBPMEngine, Decision, GateEvent
+from schemas.common import Stage
 from schemas.dbpm import Candidate, GateDecision
 from schemas.serde import Serde, make_serde
 from state.base import Store, Transaction
@@ -91,6 +94,7 @@ from streams.dbpm import (
 )
 from streams.dlq import (
     PRODUCER_LIMITS,
+    RECORD_OVERHEAD_BYTES,
     DeadLetterDeliveryError,
     DeadLetterRouter,
     DecodeFailed,
@@ -102,7 +106,7 @@ from streams.logs import log_dead_letter
 from streams.metrics import DbpmMetrics
 from streams.settings import Settings
 from streams.tablestore import ChangelogFollower
-from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_TO_VERIFY
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_TO_VERIFY, max_message_bytes
 
 log = logging.getLogger(__name__)
 
@@ -256,9 +260,11 @@ class GateLoop:
         # Delivery reports for failures only: a Python callback per acknowledged record was a
         # measurable share of the gate's CPU.
         self._failures: list[KafkaError] = []
+        # It admits decisions as large as the decisions topic does (librdkafka's own limit is ~1 MB:
+        # a 2 MB candidate's decision raised in produce() and stopped the gate).
         self._producer = Producer(producer_config(bootstrap, **{
             "linger.ms": 2, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
-            "delivery.report.only.error": True,
+            "delivery.report.only.error": True, **PRODUCER_LIMITS,
             "on_delivery": lambda error, _message: self._failures.append(error),
         }))  # fmt: skip
         # Dead letters have their own producer: the router waits for each one's success report.
@@ -377,10 +383,18 @@ class GateLoop:
         if waited_out:
             self._metrics.barrier_timeouts.inc()
         try:
-            return self._gate.decide(candidate, event, waited_out)
+            out = self._gate.decide(candidate, event, waited_out)
         except Exception as exc:  # a poison record must not stop the partition: DLQ, nothing decided
             self._dead_letter(processing_failed(record, exc, Candidate.avro_name))
             return None
+        size = len(out.key) + len(out.value)
+        if size > (limit := max_message_bytes(DBPM_DECISIONS) - RECORD_OVERHEAD_BYTES):
+            # The broker would refuse it on every retry (the batch rewound forever): dead-letter its input.
+            reason = f"decision of {size} bytes to {DBPM_DECISIONS}, which admits {limit}"
+            self._dead_letter(DecodeFailed(record, Stage.PRODUCE, "OutputTooLarge", reason, None,
+                                           Candidate.avro_name))  # fmt: skip
+            return None
+        return out
 
     def _barrier(self, ts: float) -> bool:
         """Follow the changelog until every memory partition reached ``ts``; True if timed out.
