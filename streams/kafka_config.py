@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from streams.settings import Settings, get_settings
 
 if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
     from faust.types.auth import CredentialsT
 
 
@@ -97,6 +98,18 @@ def client_config(
         KafkaSecurityError: A SASL protocol without user name or password.
     """
     return {"bootstrap.servers": bootstrap, **security_config(settings or get_settings()), **overrides}
+
+
+def admin_client(bootstrap: str, **overrides: object) -> AdminClient:
+    """An AdminClient of the cluster at ``bootstrap`` with the process's security settings.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        **overrides: Further librdkafka settings (see :func:`client_config`).
+    """
+    from confluent_kafka.admin import AdminClient  # the Kafka client library only where a client is made
+
+    return AdminClient(client_config(bootstrap, **overrides))
 
 
 def liveness_config(session_timeout_s: float) -> dict[str, object]:

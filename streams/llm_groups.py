@@ -60,12 +60,13 @@ from schemas.common import Stage
 from schemas.serde import Serde, make_serde
 from streams.dbpm import producer_config
 from streams.dlq import PRODUCER_LIMITS, DeadLetterRouter, DecodeFailed, SourceRecord
+from streams.kafka_config import admin_client
 from streams.llm import CallType, ChatMessage, LlmClient, LlmFailed, LlmOk, Role
 from streams.llm.config import resolve_role
 from streams.metrics import LlmGroupMetrics
 from streams.ordered import Handler, OrderedLoop, consumer_config
 from streams.settings import Settings
-from topics.admin import admin_client, ensure_topics
+from topics.admin import ensure_topics
 from topics.catalog import build_catalog
 
 log = logging.getLogger(__name__)

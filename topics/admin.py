@@ -10,6 +10,9 @@ Compared: the partition count, the replication factor, and the topic configs cli
 (:attr:`TopicSpec.configs`). Other configs the cluster may have (e.g. ``segment.bytes``) are not
 ours and are ignored. ``cleanup.policy`` is compared as a set (``compact,delete`` equals
 ``delete,compact``).
+
+Both take an ``AdminClient`` (:func:`streams.kafka_config.admin_client` builds one with the process's
+security settings): the catalog knows topics, not how to reach a cluster.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from enum import StrEnum
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, ResourceType
 
-from streams.kafka_config import client_config
 from topics.catalog import TopicSpec
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -44,16 +46,6 @@ class TopicReport:
     spec: TopicSpec
     outcome: Outcome
     differences: tuple[str, ...] = ()
-
-
-def admin_client(bootstrap: str, **overrides: object) -> AdminClient:
-    """An AdminClient for ``bootstrap`` with the process's security settings.
-
-    Args:
-        bootstrap: Bootstrap address.
-        **overrides: Further librdkafka settings (see :func:`streams.kafka_config.client_config`).
-    """
-    return AdminClient(client_config(bootstrap, **overrides))
 
 
 def _normalise(name: str, value: str) -> str:

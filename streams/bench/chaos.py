@@ -70,11 +70,11 @@ from streams.app import dbpm_engines
 from streams.bench.dbpm import generate_events
 from streams.broker import LocalKafka, free_port
 from streams.commands.common import require_bootstrap
-from streams.kafka_config import client_config
+from streams.kafka_config import admin_client, client_config
 from streams.kafka_replay import ReplayTimeout, commit_worker_end_offsets, end_offset, replay_via_kafka
 from streams.replay.engine import replay_stream
 from streams.settings import Settings, get_settings
-from topics.admin import admin_client, ensure_topics
+from topics.admin import ensure_topics
 from topics.catalog import DBPM_DECISIONS, build_catalog
 
 REPO = Path(__file__).resolve().parents[2]

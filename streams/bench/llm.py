@@ -43,6 +43,7 @@ from schemas.dbpm import Candidate, GateDecision, Narrative, NerPayload
 from schemas.serde import Serde, make_serde
 from streams.commands.common import require_bootstrap
 from streams.dbpm import producer_config
+from streams.kafka_config import admin_client
 from streams.kafka_replay import commit_end_offsets
 from streams.llm import CallType, ClientPolicy, Endpoint, LlmClient, LlmOk, Role
 from streams.llm.schemas import NerVerdict
@@ -51,7 +52,7 @@ from streams.llm.testserver import DEFAULT_MODEL
 from streams.llm_groups import new_metrics
 from streams.settings import Settings, get_settings
 from streams.verifier import run_verifier
-from topics.admin import admin_client, ensure_topics
+from topics.admin import ensure_topics
 from topics.catalog import DBPM_DECISIONS, DBPM_NARRATIVES, DBPM_TO_VERIFY, build_catalog
 
 CONCURRENCY = (1, 16, 64, 256)

@@ -162,12 +162,12 @@ from streams.demo_data import DOCS, DOCS_EXAMPLES
 from streams.demo_data.timeline import fhir_timeline
 from streams.dlq import HEADER_PREFIX, PRODUCER_LIMITS, RECORD_OVERHEAD_BYTES, SourceRecord
 from streams.gate import Gate, gate_group
-from streams.kafka_config import client_config
+from streams.kafka_config import admin_client, client_config
 from streams.kafka_replay import CommitWatcher, ReplayTimeout, commit_end_offsets, end_offset, read_state
 from streams.ordered import Output
 from streams.settings import Settings, get_settings
 from streams.verifier import CONFIDENCE_HEADER, GATE_HEADER, VERDICT_HEADER
-from topics.admin import admin_client, ensure_topics
+from topics.admin import ensure_topics
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
     CLINICAL_DELIVERABLES,

@@ -49,10 +49,11 @@ from state.rocksdb import RocksDBStore
 from streams.bench.chaos import COMPARISON_ENV, WorkerProcess, comparison_engine, topic_ends
 from streams.commands.common import require_bootstrap
 from streams.dbpm import MEMORY_TABLE, memory_changelog, producer_config, verdict_key
+from streams.kafka_config import admin_client
 from streams.kafka_replay import commit_end_offsets
 from streams.settings import get_settings
 from streams.tablestore import BOUNDARY_KEY, write_group
-from topics.admin import admin_client, ensure_topics
+from topics.admin import ensure_topics
 from topics.catalog import DBPM_CANDIDATES, DBPM_VERDICTS, build_catalog
 
 _CATEGORIES = ("Symptoms", "Diagnosis", "Tests", "Treatment", "History", "Observation")

@@ -143,9 +143,9 @@ from streams.broker import Broker, free_port, provide_broker
 from streams.demo_data import DOCS_EXAMPLES
 from streams.demo_llm import LoopPlan, loop_plan
 from streams.demo_tap import Flow, Route, Tap
-from streams.kafka_config import client_config
+from streams.kafka_config import admin_client, client_config
 from streams.settings import Settings, get_settings
-from topics.admin import admin_client, ensure_topics
+from topics.admin import ensure_topics
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
     CLINICAL_REVIEWS,

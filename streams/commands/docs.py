@@ -55,11 +55,12 @@ from schemas.serde import make_serde
 from streams.commands.common import require_bootstrap
 from streams.docs import PacketFollower, producer_config, run_worker
 from streams.docs_arbiter import LLM_ROLE, arbitrate, configured_call
+from streams.kafka_config import admin_client
 from streams.llm import LlmClient
 from streams.llm.config import resolve_role
 from streams.metrics import DocsMetrics, serve
 from streams.settings import Settings, get_settings
-from topics.admin import admin_client, ensure_topics
+from topics.admin import ensure_topics
 from topics.catalog import DOCS_REVIEWS, build_catalog
 
 app = typer.Typer(

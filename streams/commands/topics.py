@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from streams.broker import configured_bootstrap
+from streams.kafka_config import admin_client
 from streams.settings import Settings, get_settings
 from topics.acls import (
     DEFAULT_PLAN,
@@ -36,7 +37,7 @@ from topics.acls import (
     inspect_acls,
     load_plan,
 )
-from topics.admin import Outcome, TopicReport, admin_client, ensure_topics, inspect_topics
+from topics.admin import Outcome, TopicReport, ensure_topics, inspect_topics
 from topics.catalog import DAY_MS, Catalog, build_catalog
 
 app = typer.Typer(help="Create the catalog's topics on a cluster, or describe them.", no_args_is_help=True)

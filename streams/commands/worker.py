@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from streams.commands.common import require_bootstrap
+from streams.kafka_config import admin_client
 from streams.logs import logging_config
 from streams.settings import Settings, get_settings
-from topics.admin import admin_client, ensure_topics
+from topics.admin import ensure_topics
 from topics.catalog import build_catalog
 
 if TYPE_CHECKING:

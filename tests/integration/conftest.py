@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from topics.admin import Outcome, admin_client, ensure_topics
+from streams.kafka_config import admin_client
+from topics.admin import Outcome, ensure_topics
 from topics.catalog import TopicSpec
 
 

@@ -38,11 +38,12 @@ from streams.bench.chaos import (
 from streams.broker import LocalKafka
 from streams.clinical import INPUTS as CLINICAL_INPUTS
 from streams.dbpm import producer_config
+from streams.kafka_config import admin_client
 from streams.kafka_replay import commit_end_offsets
 from streams.settings import get_settings
 from streams.testing.tail import Tail
 from tests.integration.test_clinical_worker import PATIENT, _expected, _review, _scenario
-from topics.admin import admin_client, ensure_topics
+from topics.admin import ensure_topics
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
     CLINICAL_REVIEWS,

@@ -29,10 +29,11 @@ from streams.bench.chaos import REPO, WorkerProcess
 from streams.clinical import INPUTS, fhir_input, gate_flags
 from streams.demo_data import CLINICAL
 from streams.dlq import header_map
+from streams.kafka_config import admin_client
 from streams.kafka_replay import commit_end_offsets
 from streams.settings import Settings
 from streams.testing.tail import Tail
-from topics.admin import admin_client, ensure_topics
+from topics.admin import ensure_topics
 from topics.catalog import CLINICAL_ASSESSMENTS, CLINICAL_REVIEWS, FHIR_UPDATES, build_catalog, dlq_name
 
 pytestmark = pytest.mark.integration

@@ -37,10 +37,10 @@ from streams.bench.dbpm import generate_events
 from streams.dbpm import BARRIER_HEADER, producer_config
 from streams.dlq import header_map
 from streams.gate import gate_group
-from streams.kafka_config import client_config
+from streams.kafka_config import admin_client, client_config
 from streams.kafka_replay import KafkaReplayResult, commit_worker_end_offsets, end_offset, replay_via_kafka
 from streams.settings import Settings
-from topics.admin import admin_client, ensure_topics
+from topics.admin import ensure_topics
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, build_catalog, dlq_name
 
 pytestmark = pytest.mark.integration

@@ -40,10 +40,11 @@ from streams.demo_data import DOCS
 from streams.dlq import header_map
 from streams.docs import DocsWorker, producer_config, run_worker
 from streams.docs_arbiter import client_call
+from streams.kafka_config import admin_client
 from streams.llm import Endpoint, LlmClient, Role
 from streams.llm.testserver import DEFAULT_MODEL, OpenAiTestServer
 from streams.settings import get_settings
-from topics.admin import admin_client, ensure_topics
+from topics.admin import ensure_topics
 from topics.catalog import (
     DOCS_CLASSIFICATIONS,
     DOCS_DISPOSITIONS,

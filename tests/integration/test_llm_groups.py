@@ -34,7 +34,7 @@ from streams.bench.llm import run_group_benchmark
 from streams.dbpm import contract_event, memory_changelog, producer_config
 from streams.dlq import header_map
 from streams.generator import run_generator
-from streams.kafka_config import client_config
+from streams.kafka_config import admin_client, client_config
 from streams.kafka_replay import (
     commit_end_offsets,
     commit_worker_end_offsets,
@@ -50,7 +50,7 @@ from streams.ordered import OrderedLoop
 from streams.settings import Settings
 from streams.verifier import CONFIDENCE_HEADER, GATE_HEADER, VERDICT_HEADER, run_verifier
 from tests.integration.test_dbpm_worker import COMPARISON_FLAGS, _scraped_sum
-from topics.admin import admin_client, ensure_topics
+from topics.admin import ensure_topics
 from topics.catalog import (
     DBPM_CANDIDATES,
     DBPM_DECISIONS,

@@ -18,8 +18,9 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from streams.broker import BrokerError, LocalKafka
+from streams.kafka_config import admin_client
 from streams.settings import get_settings
-from topics.admin import Outcome, admin_client, ensure_topics
+from topics.admin import Outcome, ensure_topics
 from topics.catalog import TopicSpec
 
 pytestmark = [

@@ -41,11 +41,12 @@ from streams.bench.clinical import MEDICATIONS
 from streams.clinical import fhir_input
 from streams.dbpm import TICK_HEADER, memory_changelog, producer_config, verdict_key
 from streams.dlq import header_map
+from streams.kafka_config import admin_client
 from streams.kafka_replay import CommitWatcher, commit_worker_end_offsets, read_state
 from streams.settings import Settings
 from streams.testing.tail import Tail
 from tests.integration.test_docs_worker import _request, _running_worker
-from topics.admin import admin_client, ensure_topics
+from topics.admin import ensure_topics
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
     DBPM_CANDIDATES,

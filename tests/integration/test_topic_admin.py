@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from topics.admin import Outcome, admin_client, ensure_topics, inspect_topics
+from streams.kafka_config import admin_client
+from topics.admin import Outcome, ensure_topics, inspect_topics
 from topics.catalog import CATALOG, build_catalog
 
 pytestmark = pytest.mark.integration

@@ -23,9 +23,10 @@ from schemas.serde import make_serde
 from streams.bench.chaos import WorkerProcess
 from streams.dbpm import producer_config
 from streams.demo_data import CLINICAL
+from streams.kafka_config import admin_client
 from streams.kafka_replay import commit_worker_end_offsets, end_offset
 from streams.settings import Settings
-from topics.admin import admin_client, ensure_topics
+from topics.admin import ensure_topics
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
     DBPM_CANDIDATES,
