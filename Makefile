@@ -52,8 +52,11 @@ endif
 demo: smollm2
 	$(VENV)/bin/clingate demo
 
+# ruff's lint rules and formatting, and the layer contracts of pyproject.toml [tool.importlinter].
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 test: lint smollm2
 	$(VENV)/bin/python -m pytest

@@ -5,7 +5,7 @@ its coordinates, so an operator can fix the cause and replay it. Only a record t
 dead-letter topic is cut: its largest fields are kept as prefixes, each with its original size and
 SHA-256 (:class:`Truncation`), so the original can still be found in the source topic. The same reason
 and coordinates also travel as Kafka headers on the dead-letter record (KIP-1034 style, see
-:mod:`streams.dlq`) so that tools which do not read Avro can still triage.
+:mod:`streams.runtime.dlq`) so that tools which do not read Avro can still triage.
 """
 
 from __future__ import annotations

@@ -89,9 +89,7 @@ GATED_TASKS: frozenset[str] = frozenset(PAYLOAD_BY_TASK)
 def _check_payload_matches_task(task: str, payload: Payload) -> None:
     expected = PAYLOAD_BY_TASK.get(task, JsonPayload)
     if not isinstance(payload, expected):
-        raise ValueError(
-            f"task {task!r} carries a {expected.__name__}, got a {type(payload).__name__}"
-        )
+        raise ValueError(f"task {task!r} carries a {expected.__name__}, got a {type(payload).__name__}")
 
 
 class Candidate(AvroModel):
@@ -192,12 +190,15 @@ class GateDecision(AvroModel):
     @model_validator(mode="after")
     def _agrees_with_candidate(self) -> Self:
         mine = (self.ts, self.task, self.patient_id, self.candidate_id)
-        theirs = (self.candidate.ts, self.candidate.task, self.candidate.patient_id,
-                  self.candidate.candidate_id)
+        theirs = (
+            self.candidate.ts,
+            self.candidate.task,
+            self.candidate.patient_id,
+            self.candidate.candidate_id,
+        )
         if mine != theirs:
             raise ValueError(
-                "ts, task, patient_id and candidate_id must repeat the candidate's: "
-                f"{mine} != {theirs}"
+                f"ts, task, patient_id and candidate_id must repeat the candidate's: {mine} != {theirs}"
             )
         return self
 

@@ -31,7 +31,5 @@ class FhirUpdate(AvroModel):
     def _resource_matches_type(self) -> Self:
         document = json.loads(self.resource)
         if not isinstance(document, dict) or document.get("resourceType") != self.resource_type:
-            raise ValueError(
-                f"resource must be a JSON object with resourceType {self.resource_type!r}"
-            )
+            raise ValueError(f"resource must be a JSON object with resourceType {self.resource_type!r}")
         return self

@@ -160,7 +160,7 @@ def _bytes_adapter(schema: Schema) -> Callable[[Any], Any] | None:
         if len([branch for branch in node if branch != "null"]) > 1:
             # The JSON dump does not say which branch a value took, so base64 text could not be told
             # from a string of another branch.
-            raise ValueError("bytes may only appear in a union with null (e.g. [\"null\", \"bytes\"])")
+            raise ValueError('bytes may only appear in a union with null (e.g. ["null", "bytes"])')
         (only,) = active
         return lambda value: None if value is None else only(value)
 

@@ -1,6 +1,6 @@
 """Fixtures the whole suite shares: one real Kafka broker per test session.
 
-``kafka_bootstrap`` is the address to use. It comes from :func:`streams.broker.provide_broker`:
+``kafka_bootstrap`` is the address to use. It comes from :func:`streams.testing.broker.provide_broker`:
 ``KAFKA_BOOTSTRAP_SERVERS`` if set, else a testcontainers broker where a Docker engine answers,
 else a native KRaft broker in a temporary directory, stopped when the session ends. The broker
 starts only when an integration test first asks for it, so unit-only runs never start one.
@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
-from streams.broker import Broker, provide_broker
-from streams.settings import get_settings
+from streams.runtime.settings import get_settings
+from streams.testing.broker import Broker, provide_broker
 
 settings.register_profile("clingate", deadline=None)
 settings.load_profile("clingate")

@@ -11,7 +11,7 @@ Compared: the partition count, the replication factor, and the topic configs cli
 ours and are ignored. ``cleanup.policy`` is compared as a set (``compact,delete`` equals
 ``delete,compact``).
 
-Both take an ``AdminClient`` (:func:`streams.kafka_config.admin_client` builds one with the process's
+Both take an ``AdminClient`` (:func:`streams.runtime.kafka_config.admin_client` builds one with the process's
 security settings): the catalog knows topics, not how to reach a cluster.
 """
 

@@ -24,7 +24,7 @@ Choices where the source left room (revisit with the pipeline owners):
   document) are ``compact,delete``: the newest value per key survives compaction and nothing lives
   longer than the retention. Ground truth and review packets are ``compact`` only: a label is kept
   until replaced, and a packet until its reviewed version replaces the pending one (the packet topic
-  is the review queue that ``clingate docs reviews`` reads).
+  is the review queue that ``clingate arbiter reviews`` reads).
   Everything else is an event log, ``delete``.
 - Retention: event logs 7 days (enough to rebuild state by replay after an incident of a long
   weekend); verdicts and decisions 30 days, since DBPM memory is learnt from verdicts and decisions
@@ -40,7 +40,8 @@ Choices where the source left room (revisit with the pipeline owners):
   ones that can never be dead-lettered. Producers and consumers must raise their own limits
   (``message.max.bytes``, ``fetch.message.max.bytes``) to match.
 - Keys: verdicts are keyed ``task|signature`` of the memory record they update
-  (``streams.dbpm.verdict_key``), partitioned with Java's murmur2 (``streams.dbpm.producer_config``),
+  (``streams.worker.dbpm.verdict_key``), partitioned with Java's murmur2
+  (``streams.worker.dbpm.producer_config``),
   so each signature has one writer; everything about a patient is keyed by patient id.
 - Cross-task propagation (DBPM §4.4) has its own topic, ``clingate.dbpm.propagations``, rather than a
   record kind on the verdicts topic: one value schema per topic (a schema registry's subject per
@@ -161,12 +162,13 @@ _DECLARED: tuple[TopicSpec, ...] = (
     TopicSpec(DBPM_NARRATIVES, "patient_id", "clingate.dbpm.Narrative", consumed=True),
     TopicSpec(DBPM_CANDIDATES, "patient_id", "clingate.dbpm.Candidate", consumed=True),
     TopicSpec(
-        DBPM_VERDICTS, "task|signature (streams.dbpm.verdict_key; murmur2 partitioner)",
+        DBPM_VERDICTS, "task|signature (streams.worker.dbpm.verdict_key; murmur2 partitioner)",
         "clingate.dbpm.Verdict",
         retention_ms=30 * DAY_MS, consumed=True,
     ),
     TopicSpec(
-        DBPM_PROPAGATIONS, "task|signature of the target (streams.dbpm.propagation_key; murmur2 partitioner)",
+        DBPM_PROPAGATIONS,
+        "task|signature of the target (streams.worker.dbpm.propagation_key; murmur2 partitioner)",
         "clingate.dbpm.Propagation",
         retention_ms=30 * DAY_MS, consumed=True,
     ),
@@ -266,7 +268,6 @@ def build_catalog(partitions: int = DEFAULT_PARTITIONS, replication: int = 1) ->
 
 
 CATALOG = build_catalog()
-
 
 
 def max_message_bytes(topic: str) -> int:

@@ -1,6 +1,6 @@
 """Generator side of the DBPM loop: deterministic hints, extraction prompts, candidates from answers.
 
-Pure functions: the stream adapter (:mod:`streams.generator`) makes the calls.
+Pure functions: the stream adapter (:mod:`streams.groups.generator`) makes the calls.
 
 Input assembly (DocGemma §13, "deterministic entity extraction"): before any model call, code
 pre-extracts patient identifiers with DocGemma's two regular expressions (UUIDs and the short form

@@ -16,7 +16,7 @@ the token budget (``LlmFailed`` kinds ``invalid_output`` and ``truncated``). Tha
 analogue of an unparseable free-text verdict. A call that produced no answer at all (timeout, server
 unavailable, rate limited, circuit open, rejected, disabled) is *not* ambiguous: nobody judged the
 candidate, so no verdict is made up and no memory event is emitted; the stream adapter dead-letters
-the candidate with the reason instead (see :mod:`streams.verifier`).
+the candidate with the reason instead (see :mod:`streams.groups.verifier`).
 
 The QA ensemble (choices the paper leaves open, recorded here):
 
@@ -42,7 +42,7 @@ ALLOWed one, tagged, with its confidence multiplied by 0.7; it says nothing that
 differently. So the verdict of a DOWNGRADEd candidate is applied to the memory exactly like any other
 (a success whitelists the signature, which is how a wrongly downgraded pattern recovers), and the
 tag and multiplier travel downstream with the verified candidate (record headers, see
-:mod:`streams.verifier`). A candidate is published downstream as verified when its memory label is
+:mod:`streams.groups.verifier`). A candidate is published downstream as verified when its memory label is
 ``success`` or ``soft_downgrade`` (a weak pass is still a pass); a FAIL is not.
 """
 

@@ -11,7 +11,7 @@ directory, then checks:
 3. a candidate decided more than once (re-delivered after a kill) got byte-identical records.
 
 Workers are driven only through the CLI (``python -m streams.cli worker``), the topics and
-:mod:`streams.kafka_replay`, so the soak holds whatever runs inside the worker.
+:mod:`streams.replay.kafka`, so the soak holds whatever runs inside the worker.
 
 Choices where the brief left room:
 
@@ -25,7 +25,7 @@ Choices where the brief left room:
   order and times, so the final memory is also the one of the original stream.
 * **Candidate ids** carry a run tag, so decisions of earlier runs on the same broker never count.
 * **Kill points** are numbers of candidates published, drawn from a seeded RNG. The publisher
-  itself stops at each one (the pause hook of :func:`streams.kafka_replay.replay_via_kafka`): once
+  itself stops at each one (the pause hook of :func:`streams.replay.kafka.replay_via_kafka`): once
   the candidates up to the point are acknowledged by the broker, :class:`ChaosMonkey` waits a
   seeded delay of up to half a second, so the kill lands while the worker is busy with them and not
   at a quiet point between epochs, and disrupts; only then does the publication go on. So every
@@ -66,14 +66,14 @@ from processors.dbpm import DBPMEngine
 from schemas.dbpm import GateDecision
 from schemas.serde import Serde, make_serde
 from state.memory import MemoryStore
-from streams.app import dbpm_engines
 from streams.bench.dbpm import generate_events
-from streams.broker import LocalKafka, free_port
-from streams.commands.common import require_bootstrap
-from streams.kafka_config import admin_client, client_config
-from streams.kafka_replay import ReplayTimeout, commit_worker_end_offsets, end_offset, replay_via_kafka
+from streams.cli.common import require_bootstrap
 from streams.replay.engine import replay_stream
-from streams.settings import Settings, get_settings
+from streams.replay.kafka import ReplayTimeout, commit_worker_end_offsets, end_offset, replay_via_kafka
+from streams.runtime.kafka_config import admin_client, client_config
+from streams.runtime.settings import Settings, get_settings
+from streams.testing.broker import LocalKafka, free_port
+from streams.worker.app import dbpm_engines
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_DECISIONS, build_catalog
 
@@ -84,7 +84,7 @@ COMPARISON_ENV: dict[str, str] = {
     "CLINGATE_DBPM_CROSS_TASK": "false",
     "CLINGATE_DBPM_MAINTENANCE": "false",
     "CLINGATE_CONSUMER_SESSION_TIMEOUT_S": "6",
-    # The replay waits for the candidates' commit after every run (streams.kafka_replay).
+    # The replay waits for the candidates' commit after every run (streams.replay.kafka).
     "CLINGATE_COMMIT_INTERVAL_S": "0.1",
     # A restarted worker catches up on its verdict backlog before the barrier opens; with the
     # default 5 s wait, a saturated machine let gates decide on a partial view (the 100k soak saw
@@ -345,9 +345,9 @@ class ChaosMonkey:
     """Disrupts the app at seeded points of the publication: the replay's pause hook.
 
     :func:`run_soak` passes :attr:`points` and this object to
-    :func:`~streams.kafka_replay.replay_via_kafka`, which calls it once the first ``n`` candidates are
+    :func:`~streams.replay.kafka.replay_via_kafka`, which calls it once the first ``n`` candidates are
     acknowledged by the broker, for each ``n`` in :attr:`points`, and publishes nothing more until it
-    returns (:class:`~streams.kafka_replay.Pauses`). A call waits a seeded delay, then runs the
+    returns (:class:`~streams.replay.kafka.Pauses`). A call waits a seeded delay, then runs the
     disruption (a restart included) in the publisher's thread. So when the replay returns, one
     :class:`Event` per point is recorded, at that point: no thread races the publisher.
 
@@ -505,7 +505,7 @@ def run_soak(
 
     Raises:
         TooFewCandidates: the stream has too few candidates for ``disruptions`` distinct points.
-        streams.kafka_replay.ReplayTimeout: the workers stopped making progress.
+        streams.replay.kafka.ReplayTimeout: the workers stopped making progress.
     """
     rng = random.Random(seed)
     tag = f"chaos{seed}-{uuid.uuid4().hex[:6]}"

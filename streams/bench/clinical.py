@@ -33,8 +33,8 @@ from typing import Annotated, Any
 
 import typer
 
-from streams.dbpm import producer_config
-from streams.kafka_config import client_config
+from streams.runtime.kafka_config import client_config
+from streams.worker.dbpm import producer_config
 
 AS_OF = datetime(2026, 3, 29, tzinfo=UTC)
 MEDICATIONS = (
@@ -250,7 +250,7 @@ def _stream_events(bundles: list[dict[str, Any]], knowledge: Any) -> tuple[list[
     from processors.clinical.assess import process_event
     from schemas.clinical import ClinicalAssessment
     from schemas.fhir import FhirUpdate
-    from streams.clinical import fhir_input
+    from streams.worker.clinical import fhir_input
 
     updates = []
     expected = 0
@@ -276,9 +276,9 @@ def _through_kafka(updates: list[Any], expected: int, timeout_s: float = 600.0) 
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     from schemas.serde import make_serde
-    from streams.broker import configured_bootstrap
-    from streams.kafka_replay import end_offset
-    from streams.settings import get_settings
+    from streams.replay.kafka import end_offset
+    from streams.runtime.settings import get_settings
+    from streams.testing.broker import configured_bootstrap
     from topics.catalog import CLINICAL_ASSESSMENTS, FHIR_UPDATES
 
     settings = get_settings()

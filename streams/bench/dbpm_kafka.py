@@ -8,7 +8,7 @@ Measured, in one run:
 
 1. the in-process gate (the engine over an in-memory store holding the same memory): candidates/s,
    the reference for the Kafka overhead ratio; and the in-process gate *pipeline*, the gate worker's
-   per-candidate work without Kafka (:class:`streams.gate.Gate`: decode the record, decide, encode
+   per-candidate work without Kafka (:class:`streams.worker.gate.Gate`: decode the record, decide, encode
    the decision);
 2. the sustained maximum through Kafka: a burst of candidates produced as fast as possible, rate =
    decisions consumed / time from first produce to last decision;
@@ -47,14 +47,14 @@ from processors.dbpm import GateEvent, VerdictEvent, parse_event
 from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.serde import Serde, make_serde
 from state.memory import MemoryStore
-from streams.app import dbpm_engines
-from streams.commands.common import require_bootstrap
-from streams.dbpm import producer_config, verdict_key
-from streams.dlq import DecodeFailed, SourceRecord
-from streams.gate import Gate
-from streams.kafka_config import client_config
-from streams.kafka_replay import end_offset
-from streams.settings import get_settings
+from streams.cli.common import require_bootstrap
+from streams.replay.kafka import end_offset
+from streams.runtime.dlq import DecodeFailed, SourceRecord
+from streams.runtime.kafka_config import client_config
+from streams.runtime.settings import get_settings
+from streams.worker.app import dbpm_engines
+from streams.worker.dbpm import producer_config, verdict_key
+from streams.worker.gate import Gate
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
 
 

@@ -6,14 +6,14 @@ concurrency / latency). The ratio achieved / (N / L) measures how much the clien
 validation, semaphore, event loop) costs on top of the server's latency; GPU consumer groups need it
 near 1 at the paper's 64-way concurrency, so the servers' continuous batching is fed.
 
-The server is ``clingate llm serve --backend test`` (:class:`streams.llm.serving.ServerProcess`) in its
+The server is ``clingate llm serve --backend test`` (:class:`streams.llm.serve.http.ServerProcess`) in its
 own process, so client and server do not share an event loop (on a 2-core machine they share the CPU).
 Each point runs one warm-up round (connections are opened) and then ``rounds`` measured rounds of N
 calls; the run time per point is about ``(rounds + 1) * L`` when the bound is reached.
 ``--groups`` measures the verifier consumer group instead of the bare client: the same Little's-law
 bound, now through the broker. Per point it publishes ``N * rounds`` to-verify records (NER candidates
 of 256 patients, with their narratives), runs one verifier group member
-(:func:`streams.verifier.run_verifier`) with N records and N client lanes in flight against the
+(:func:`streams.groups.verifier.run_verifier`) with N records and N client lanes in flight against the
 fixed-latency server, and measures its verdict rate between the 10th and the 90th percentile of the verdicts
 (so the group's join and the last stragglers are excluded). The rate includes decoding, the narrative
 lookup, the verdict semantics, encoding, producing and the in-order commits, all on the one event loop.
@@ -41,17 +41,17 @@ from rich.table import Table
 
 from schemas.dbpm import Candidate, GateDecision, Narrative, NerPayload
 from schemas.serde import Serde, make_serde
-from streams.commands.common import require_bootstrap
-from streams.dbpm import producer_config
-from streams.kafka_config import admin_client
-from streams.kafka_replay import commit_end_offsets
+from streams.cli.common import require_bootstrap
+from streams.groups.llm import new_metrics
+from streams.groups.verifier import run_verifier
 from streams.llm import CallType, ClientPolicy, Endpoint, LlmClient, LlmOk, Role
 from streams.llm.schemas import NerVerdict
-from streams.llm.serving import ServerProcess
-from streams.llm.testserver import DEFAULT_MODEL
-from streams.llm_groups import new_metrics
-from streams.settings import Settings, get_settings
-from streams.verifier import run_verifier
+from streams.llm.serve.http import ServerProcess
+from streams.llm.serve.testserver import DEFAULT_MODEL
+from streams.replay.kafka import commit_end_offsets
+from streams.runtime.kafka_config import admin_client
+from streams.runtime.settings import Settings, get_settings
+from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_DECISIONS, DBPM_NARRATIVES, DBPM_TO_VERIFY, build_catalog
 

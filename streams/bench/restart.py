@@ -18,7 +18,7 @@ worker's measured rate, so the memory is built in process instead, exactly as th
 builds it: each verdict (one NER pattern each, a fresh signature) goes through the comparison
 engine on the store of its memory partition (``task|signature`` key, murmur2, as the worker's
 input); the writes of ``--group`` consecutive verdicts of a partition form one changelog group
-closed by the boundary record (:func:`streams.tablestore.write_group` for the local store, the same
+closed by the boundary record (:func:`streams.worker.tablestore.write_group` for the local store, the same
 records in the same order to the changelog). The boundary's input offset is the verdict topic's end
 at build time (the app's group is committed there), so the worker starts exactly where the memory
 ends. Choice: the groups carry no watermark record (only replay candidates wait for watermarks).
@@ -47,12 +47,12 @@ from state.base import Transaction
 from state.memory import MemoryStore
 from state.rocksdb import RocksDBStore
 from streams.bench.chaos import COMPARISON_ENV, WorkerProcess, comparison_engine, topic_ends
-from streams.commands.common import require_bootstrap
-from streams.dbpm import MEMORY_TABLE, memory_changelog, producer_config, verdict_key
-from streams.kafka_config import admin_client
-from streams.kafka_replay import commit_end_offsets
-from streams.settings import get_settings
-from streams.tablestore import BOUNDARY_KEY, write_group
+from streams.cli.common import require_bootstrap
+from streams.replay.kafka import commit_end_offsets
+from streams.runtime.kafka_config import admin_client
+from streams.runtime.settings import get_settings
+from streams.worker.dbpm import MEMORY_TABLE, memory_changelog, producer_config, verdict_key
+from streams.worker.tablestore import BOUNDARY_KEY, write_group
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_CANDIDATES, DBPM_VERDICTS, build_catalog
 
@@ -229,7 +229,7 @@ def restart_bench(
         ready_s = worker.start()
         patterns = _patterns(worker.web_port)
         worker.stop()
-        log = worker.log.read_bytes()[worker.log_offset:].decode(errors="replace")
+        log = worker.log.read_bytes()[worker.log_offset :].decode(errors="replace")
         results.append(Restart(name, ready_s, recovery_seconds(log), records_read(log, changelog), patterns))
     return {"signatures": signatures, "changelog_records": total, "built_s": built_s, "stored_s": stored_s,
             "restarts": results}  # fmt: skip

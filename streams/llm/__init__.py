@@ -7,12 +7,13 @@ Public interface:
 * :class:`CallType` / :data:`CALL_PROFILES`: the one table of temperatures and token budgets;
 * :func:`response_model`: declare (lint and register) a response model;
 * the DBPM response models in :mod:`streams.llm.schemas`;
-* :mod:`streams.llm.serving`: the local OpenAI-compatible HTTP front (request validation, faults) with a
-  pluggable answer source, and :class:`~streams.llm.serving.ServerProcess` to run ``clingate llm serve``
+* :mod:`streams.llm.serve.http`: the local OpenAI-compatible HTTP front (request validation, faults) with a
+  pluggable answer source, and :class:`~streams.llm.serve.http.ServerProcess` to run ``clingate llm serve``
   in a child process;
-* answer sources: :mod:`streams.llm.testserver` (scripted, schema-valid) and :mod:`streams.llm.smollm2`
+* answer sources: :mod:`streams.llm.serve.testserver` (scripted, schema-valid) and
+  :mod:`streams.llm.serve.smollm2`
   (SmolLM2-135M under an Outlines constraint, ``smollm2`` extra);
-* :mod:`streams.llm.vllm_inprocess`: the same calls on vLLM's Python API (``gpu`` extra).
+* :mod:`streams.llm.serve.vllm_inprocess`: the same calls on vLLM's Python API (``gpu`` extra).
 """
 
 from streams.llm.calls import CALL_PROFILES, CallProfile, CallType, Role

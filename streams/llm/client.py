@@ -86,7 +86,7 @@ from streams.llm.calls import CALL_PROFILES, CallType, Role
 from streams.llm.config import Endpoint, enabling_variables, resolve_roles
 from streams.llm.lint import is_registered, json_schema_of
 from streams.llm.result import FailureKind, LlmFailed, LlmOk, clinician_message
-from streams.settings import Settings
+from streams.runtime.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -216,7 +216,7 @@ class _Final:
 @functools.cache
 def _ssl_context() -> ssl.SSLContext:
     # One per process: building one (loading the CA bundle) costs ~0.1 s. certifi's bundle, as httpx
-    # used; the environment (SSL_CERT_FILE) is read in streams.settings only.
+    # used; the environment (SSL_CERT_FILE) is read in streams.runtime.settings only.
     return ssl.create_default_context(cafile=certifi.where())
 
 
@@ -350,7 +350,7 @@ class LlmClient:
                                                ssl=_ssl_context()),
                 # asyncio.timeout in _attempt is the per-attempt deadline; aiohttp only bounds connecting.
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, self._policy.timeout_s)),
-                # The environment is read in streams.settings only: no HTTP(S)_PROXY here.
+                # The environment is read in streams.runtime.settings only: no HTTP(S)_PROXY here.
                 trust_env=False,
                 headers=self._headers,
             )  # fmt: skip
@@ -599,12 +599,20 @@ class LlmClient:
             finish_reason = choice.get("finish_reason")
             content = choice["message"]["content"]
         except (KeyError, IndexError, TypeError, AttributeError):
-            return self._failed(FailureKind.INVALID_OUTPUT, role, call_type, endpoint.base_url, attempts,
-                                elapsed, "answer envelope has no choices[0].message.content")
+            return self._failed(
+                FailureKind.INVALID_OUTPUT,
+                role,
+                call_type,
+                endpoint.base_url,
+                attempts,
+                elapsed,
+                "answer envelope has no choices[0].message.content",
+            )
         judged = judge_answer(content, finish_reason, response_model, call_type)
         if isinstance(judged, AnswerRejected):
-            return self._failed(judged.kind, role, call_type, endpoint.base_url, attempts, elapsed,
-                                judged.detail)
+            return self._failed(
+                judged.kind, role, call_type, endpoint.base_url, attempts, elapsed, judged.detail
+            )
         usage = envelope.get("usage") if isinstance(envelope.get("usage"), dict) else {}
         return LlmOk(
             value=judged,

@@ -1,4 +1,4 @@
-"""Where each role's LLM calls go: endpoint resolution from :class:`streams.settings.Settings`.
+"""Where each role's LLM calls go: endpoint resolution from :class:`streams.runtime.settings.Settings`.
 
 Resolution per role (names kept exactly: external tools rely on them):
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from streams.llm.calls import Role
-from streams.settings import Settings
+from streams.runtime.settings import Settings
 
 _URL_VARS = {
     Role.GENERATOR: "CLINGATE_GENERATOR_URL",

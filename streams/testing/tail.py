@@ -7,8 +7,8 @@ import uuid
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from streams.kafka_config import client_config
-from streams.kafka_replay import end_offset
+from streams.replay.kafka import end_offset
+from streams.runtime.kafka_config import client_config
 from topics.catalog import MAX_MESSAGE_BYTES
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from streams.kafka_config import admin_client
+from streams.runtime.kafka_config import admin_client
 from topics.admin import Outcome, ensure_topics
 from topics.catalog import TopicSpec
 

@@ -35,13 +35,13 @@ from streams.bench.chaos import (
     run_soak,
     topic_ends,
 )
-from streams.broker import LocalKafka
-from streams.clinical import INPUTS as CLINICAL_INPUTS
-from streams.dbpm import producer_config
-from streams.kafka_config import admin_client
-from streams.kafka_replay import commit_end_offsets
-from streams.settings import get_settings
+from streams.replay.kafka import commit_end_offsets
+from streams.runtime.kafka_config import admin_client
+from streams.runtime.settings import get_settings
+from streams.testing.broker import LocalKafka
 from streams.testing.tail import Tail
+from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
+from streams.worker.dbpm import producer_config
 from tests.integration.test_clinical_worker import PATIENT, _expected, _review, _scenario
 from topics.admin import ensure_topics
 from topics.catalog import (

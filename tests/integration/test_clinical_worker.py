@@ -26,13 +26,13 @@ from schemas.clinical import AdversarialReview, ClinicalAssessment
 from schemas.fhir import FhirUpdate
 from schemas.serde import make_serde
 from streams.bench.chaos import REPO, WorkerProcess
-from streams.clinical import INPUTS, fhir_input, gate_flags
-from streams.demo_data import CLINICAL
-from streams.dlq import header_map
-from streams.kafka_config import admin_client
-from streams.kafka_replay import commit_end_offsets
-from streams.settings import Settings
+from streams.demo.data import CLINICAL
+from streams.replay.kafka import commit_end_offsets
+from streams.runtime.dlq import header_map
+from streams.runtime.kafka_config import admin_client
+from streams.runtime.settings import Settings
 from streams.testing.tail import Tail
+from streams.worker.clinical import INPUTS, fhir_input, gate_flags
 from topics.admin import ensure_topics
 from topics.catalog import CLINICAL_ASSESSMENTS, CLINICAL_REVIEWS, FHIR_UPDATES, build_catalog, dlq_name
 

@@ -6,7 +6,7 @@ current end of the catalog topics, so records other tests left there are not the
 
 Exactly-once of the memory across a SIGKILLed and restarted worker, across a broker restart and across
 a SIGKILLed worker that never comes back is proven by the soaks of ``test_chaos.py`` (the same
-lockstep replay, :func:`streams.kafka_replay.replay_via_kafka`, on a synthetic stream); this module
+lockstep replay, :func:`streams.replay.kafka.replay_via_kafka`, on a synthetic stream); this module
 keeps the scenarios those do not cover (a clean stop, repeated verdicts, propagation).
 """
 
@@ -31,15 +31,15 @@ from schemas.common import DeadLetter
 from schemas.dbpm import Candidate, GateDecision
 from schemas.serde import make_serde
 from state.memory import MemoryStore
-from streams.app import dbpm_engines
 from streams.bench.chaos import COMPARISON_ENV, WorkerProcess, comparison_engine
 from streams.bench.dbpm import generate_events
-from streams.dbpm import BARRIER_HEADER, producer_config
-from streams.dlq import header_map
-from streams.gate import gate_group
-from streams.kafka_config import admin_client, client_config
-from streams.kafka_replay import KafkaReplayResult, commit_worker_end_offsets, end_offset, replay_via_kafka
-from streams.settings import Settings
+from streams.replay.kafka import KafkaReplayResult, commit_worker_end_offsets, end_offset, replay_via_kafka
+from streams.runtime.dlq import header_map
+from streams.runtime.kafka_config import admin_client, client_config
+from streams.runtime.settings import Settings
+from streams.worker.app import dbpm_engines
+from streams.worker.dbpm import BARRIER_HEADER, producer_config
+from streams.worker.gate import gate_group
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, build_catalog, dlq_name
 

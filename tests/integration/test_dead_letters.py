@@ -23,8 +23,8 @@ from schemas.common import DeadLetter
 from schemas.dbpm import Candidate, NerPayload, Verdict, VerdictLabel
 from schemas.registry import load_registry
 from schemas.serde import SINGLE_OBJECT_MAGIC, SingleObjectSerde
-from streams.dlq import DeadLetterDeliveryError, DeadLetterRouter, SourceRecord, header_map
-from streams.kafka_config import admin_client
+from streams.runtime.dlq import DeadLetterDeliveryError, DeadLetterRouter, SourceRecord, header_map
+from streams.runtime.kafka_config import admin_client
 from topics.admin import Outcome, ensure_topics
 from topics.catalog import TopicSpec, dlq_name
 

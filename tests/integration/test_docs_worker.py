@@ -1,6 +1,6 @@
-"""The classification arbiter's stream processor (``clingate docs worker``) on a real broker.
+"""The classification arbiter's stream processor (``clingate arbiter worker``) on a real broker.
 
-The worker runs in-process on its own event-loop thread, exactly as ``clingate docs worker`` runs it,
+The worker runs in-process on its own event-loop thread, exactly as ``clingate arbiter worker`` runs it,
 against the catalog's docs topics. Every document id carries a per-test suffix, so tests sharing the
 session broker (and its catalog topics) only ever read their own records.
 """
@@ -35,15 +35,15 @@ from schemas.docs import (
     ReviewStatus,
 )
 from schemas.serde import SingleObjectSerde
-from streams.commands.docs import app as docs_cli
-from streams.demo_data import DOCS
-from streams.dlq import header_map
-from streams.docs import DocsWorker, producer_config, run_worker
-from streams.docs_arbiter import client_call
-from streams.kafka_config import admin_client
+from streams.cli.arbiter import app as docs_cli
+from streams.demo.data import DOCS
+from streams.groups.arbiter import DocsWorker, producer_config, run_worker
+from streams.groups.arbiter_calls import client_call
 from streams.llm import Endpoint, LlmClient, Role
-from streams.llm.testserver import DEFAULT_MODEL, OpenAiTestServer
-from streams.settings import get_settings
+from streams.llm.serve.testserver import DEFAULT_MODEL, OpenAiTestServer
+from streams.runtime.dlq import header_map
+from streams.runtime.kafka_config import admin_client
+from streams.runtime.settings import get_settings
 from topics.admin import ensure_topics
 from topics.catalog import (
     DOCS_CLASSIFICATIONS,
@@ -201,7 +201,7 @@ def test_trap_cases_bad_record_and_review_flow_through_the_docs_worker(
     The Quest CBC classified as Genomic PRIMARY escalates to the SME with a pending review packet; the
     share-sum example is auto-fixed and accepted on its retry; the undecodable record lands on the
     classifications DLQ with its coordinates, and the worker carries on. An SME then corrects the
-    Quest document to OTHER with ``clingate docs review`` (after ``clingate docs reviews`` listed it as
+    Quest document to OTHER with ``clingate arbiter review`` (after ``clingate arbiter reviews`` listed it as
     pending): ground truth SME_CORRECTED is published and the packet's latest value on the compacted
     packet topic is reviewed.
     """

@@ -31,24 +31,24 @@ from schemas.serde import make_serde
 from state.memory import MemoryStore
 from streams.bench.chaos import WorkerProcess, comparison_engine
 from streams.bench.llm import run_group_benchmark
-from streams.dbpm import contract_event, memory_changelog, producer_config
-from streams.dlq import header_map
-from streams.generator import run_generator
-from streams.kafka_config import admin_client, client_config
-from streams.kafka_replay import (
+from streams.groups.generator import run_generator
+from streams.groups.llm import new_metrics
+from streams.groups.ordered import OrderedLoop
+from streams.groups.verifier import CONFIDENCE_HEADER, GATE_HEADER, VERDICT_HEADER, run_verifier
+from streams.llm import ClientPolicy, Endpoint, LlmClient, Role
+from streams.llm.serve.http import ChatRequest, Fault
+from streams.llm.serve.testserver import OpenAiTestServer
+from streams.replay.kafka import (
     commit_end_offsets,
     commit_worker_end_offsets,
     read_state,
     wait_until_consumed,
 )
-from streams.llm import ClientPolicy, Endpoint, LlmClient, Role
-from streams.llm.serving import ChatRequest, Fault
-from streams.llm.testserver import OpenAiTestServer
-from streams.llm_groups import new_metrics
-from streams.metrics import LlmGroupMetrics
-from streams.ordered import OrderedLoop
-from streams.settings import Settings
-from streams.verifier import CONFIDENCE_HEADER, GATE_HEADER, VERDICT_HEADER, run_verifier
+from streams.runtime.dlq import header_map
+from streams.runtime.kafka_config import admin_client, client_config
+from streams.runtime.metrics import LlmGroupMetrics
+from streams.runtime.settings import Settings
+from streams.worker.dbpm import contract_event, memory_changelog, producer_config
 from tests.integration.test_dbpm_worker import COMPARISON_FLAGS, _scraped_sum
 from topics.admin import ensure_topics
 from topics.catalog import (
@@ -433,8 +433,11 @@ def test_candidates_in_flight_when_a_verifier_stops_are_verified_by_the_next_mem
             run = uuid.uuid4().hex[:6]
             ner = NerPayload(entity="sepsis", category="Diagnosis")
             patients = [f"{run}-p{i}" for i in range(12)]
-            _publish(kafka_bootstrap, DBPM_NARRATIVES,
-                     [(p, _narrative(p, i, "Sepsis on meropenem.")) for i, p in enumerate(patients)])
+            _publish(
+                kafka_bootstrap,
+                DBPM_NARRATIVES,
+                [(p, _narrative(p, i, "Sepsis on meropenem.")) for i, p in enumerate(patients)],
+            )
             decisions = [(p, _decision(p, i, ner)) for i, p in enumerate(patients)]
             _publish(kafka_bootstrap, DBPM_TO_VERIFY, decisions)
             stop = asyncio.Event()
@@ -502,8 +505,11 @@ def test_verdicts_repeated_by_a_killed_verifier_and_a_re_emitting_gate_teach_the
             run = uuid.uuid4().hex[:6]
             patients = [f"{run}-p{i}" for i in range(24)]
             entities = [FAILING_ENTITY, "sepsis", "pneumonia"]
-            _publish(kafka_bootstrap, DBPM_NARRATIVES,
-                     [(p, _narrative(p, i, f"Suspected {entities[i % 3]}.")) for i, p in enumerate(patients)])
+            _publish(
+                kafka_bootstrap,
+                DBPM_NARRATIVES,
+                [(p, _narrative(p, i, f"Suspected {entities[i % 3]}.")) for i, p in enumerate(patients)],
+            )
             decisions = [(p, _decision(p, i, NerPayload(entity=entities[i % 3], category="Diagnosis")))
                          for i, p in enumerate(patients)]  # fmt: skip
             _publish(kafka_bootstrap, DBPM_TO_VERIFY, decisions + decisions[::2])

@@ -30,8 +30,8 @@ from streams.llm.schemas import (
     ReExtraction,
     ReVerdict,
 )
-from streams.llm.serving import ServerProcess
-from streams.llm.smollm2 import unavailable_reason
+from streams.llm.serve.http import ServerProcess
+from streams.llm.serve.smollm2 import unavailable_reason
 
 pytestmark = [
     pytest.mark.smollm2,
@@ -87,9 +87,11 @@ def run_calls(server: ServerProcess, calls: list[tuple[CallType, Any, list[ChatM
 
 def report(label: str, results: list[Any]) -> None:
     latencies = [r.latency_s for r in results]
-    print(f"\n{label}: {len(results)} calls, latency per call median {statistics.median(latencies):.2f} s, "
-          f"max {max(latencies):.2f} s, outcomes "
-          f"{sorted({type(r).__name__ if isinstance(r, LlmOk) else r.kind.value for r in results})}")
+    print(
+        f"\n{label}: {len(results)} calls, latency per call median {statistics.median(latencies):.2f} s, "
+        f"max {max(latencies):.2f} s, outcomes "
+        f"{sorted({type(r).__name__ if isinstance(r, LlmOk) else r.kind.value for r in results})}"
+    )
 
 
 @pytest.mark.timeout(900)

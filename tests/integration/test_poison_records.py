@@ -1,8 +1,8 @@
 """Poison records on every consumed topic, through every runtime as the product runs it (the CI version of
-``clingate bench poison``; the suite itself is :mod:`streams.bench.poison`).
+``clingate bench poison``; the suite itself is :mod:`streams.testing.poison`).
 
 Real subprocesses on the session broker: ``clingate worker`` (memory agent, gate, clinical agent),
-``clingate docs worker``, ``clingate generator`` and ``clingate verifier`` against ``clingate llm serve
+``clingate arbiter worker``, ``clingate generator`` and ``clingate verifier`` against ``clingate llm serve
 --backend test --hashed``. A few hundred records: on each fed topic 12 good and 12 bad ones (every kind
 of bad record at least once), six oversized bad values (one near the 8 MiB topic limit, one with a 2 MiB
 key whose dead letter must be cut, 2 MiB ones), large valid records (2 MiB texts) whose outputs must come,
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.bench.poison import DEFAULT_KINDS, RUNTIMES, UNFED, Kind, Scale, run_poison
+from streams.testing.poison import DEFAULT_KINDS, RUNTIMES, UNFED, Kind, Scale, run_poison
 from topics.catalog import CATALOG, DBPM_CANDIDATES, FHIR_UPDATES
 
 pytestmark = pytest.mark.integration

@@ -1,10 +1,11 @@
 """SASL/SCRAM over TLS and ACLs on a dedicated local broker: principals stay inside their grants,
 workers still work.
 
-The broker is :func:`streams.broker.sasl_local_kafka` serving SASL_SSL with certificates from
+The broker is :func:`streams.testing.broker.sasl_local_kafka` serving SASL_SSL with certificates from
 ``deploy/security/make-certs.sh`` (its own, not the session broker: the session broker has no
 authorizer), started once for the module. Every client here authenticates through
-:func:`streams.kafka_config.client_config` (aiokafka: :func:`streams.kafka_config.faust_credentials`)
+:func:`streams.runtime.kafka_config.client_config` (aiokafka:
+:func:`streams.runtime.kafka_config.faust_credentials`)
 with the settings of the principal it acts as; the worker is a real ``clingate worker`` subprocess
 configured only through ``CLINGATE_KAFKA_*``. Deploy/kafka/kafka-node.sh runs a node of its own.
 (One TLS broker for the module: a second one for the client-library check cost a broker start,
@@ -30,7 +31,10 @@ from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
 from schemas.serde import make_serde
 from streams.bench.chaos import WorkerProcess, comparison_engine
-from streams.broker import (
+from streams.replay.kafka import replay_via_kafka
+from streams.runtime.kafka_config import client_config, faust_credentials
+from streams.runtime.settings import Settings, get_settings
+from streams.testing.broker import (
     JVM_OPTIONS,
     LOG4J_CONFIG,
     ensure_artifacts,
@@ -38,9 +42,6 @@ from streams.broker import (
     sasl_local_kafka,
     wait_for_kafka,
 )
-from streams.kafka_config import client_config, faust_credentials
-from streams.kafka_replay import replay_via_kafka
-from streams.settings import Settings, get_settings
 from tests.integration.test_dbpm_worker import COMPARISON_FLAGS, _contract, _events, _in_process
 from topics.acls import DEFAULT_PLAN, AclOutcome, AclPlan, ensure_acls, load_plan
 from topics.admin import ensure_topics

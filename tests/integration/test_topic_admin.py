@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.kafka_config import admin_client
+from streams.runtime.kafka_config import admin_client
 from topics.admin import Outcome, ensure_topics, inspect_topics
 from topics.catalog import CATALOG, build_catalog
 

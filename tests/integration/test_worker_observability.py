@@ -21,11 +21,11 @@ from schemas.dbpm import Candidate, NerPayload
 from schemas.fhir import FhirUpdate
 from schemas.serde import make_serde
 from streams.bench.chaos import WorkerProcess
-from streams.dbpm import producer_config
-from streams.demo_data import CLINICAL
-from streams.kafka_config import admin_client
-from streams.kafka_replay import commit_worker_end_offsets, end_offset
-from streams.settings import Settings
+from streams.demo.data import CLINICAL
+from streams.replay.kafka import commit_worker_end_offsets, end_offset
+from streams.runtime.kafka_config import admin_client
+from streams.runtime.settings import Settings
+from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from streams.settings import get_settings
+from streams.runtime.settings import get_settings
 
 HL7_VERSION = "4.0.1"
 HL7_URL = f"https://registry.npmjs.org/hl7.fhir.r4.examples/-/hl7.fhir.r4.examples-{HL7_VERSION}.tgz"

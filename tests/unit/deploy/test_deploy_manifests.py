@@ -19,8 +19,8 @@ import yaml
 from typer.testing import CliRunner
 
 from streams import cli
-from streams.broker import sasl_local_kafka
-from streams.settings import Settings
+from streams.runtime.settings import Settings
+from streams.testing.broker import sasl_local_kafka
 from topics.acls import DEFAULT_PLAN, load_plan
 
 REPO = Path(__file__).resolve().parents[3]

@@ -1,4 +1,4 @@
-"""``clingate docs verify`` / ``show-packet`` and the docs benchmark's overlap of LLM calls."""
+"""``clingate arbiter verify`` / ``show-packet`` and the docs benchmark's overlap of LLM calls."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from processors.docs.arbiter import ArbiterConfig, run
 from processors.docs.llm import LlmRequest, LlmResult
 from schemas.docs import ReviewPacket
 from streams.bench.docs import load_request, rules_only_rate, stub_llm_run
-from streams.commands.docs import app, render_packet
-from streams.docs_arbiter import arbitrate
-from streams.settings import get_settings
+from streams.cli.arbiter import app, render_packet
+from streams.groups.arbiter_calls import arbitrate
+from streams.runtime.settings import get_settings
 
 runner = CliRunner()
 

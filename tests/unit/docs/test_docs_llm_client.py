@@ -1,6 +1,6 @@
 """The arbiter's LLM phases through the project's LLM client, end to end against the test server.
 
-The OpenAI-compatible test server runs in-process on its own event loop thread, so ``clingate docs
+The OpenAI-compatible test server runs in-process on its own event loop thread, so ``clingate arbiter
 verify`` (which runs its own ``asyncio.run``) talks to it over real HTTP exactly as to vLLM.
 """
 
@@ -17,13 +17,13 @@ from docs_examples import DATA
 from typer.testing import CliRunner, Result
 
 from processors.docs.llm import JUDGEMENT_SCHEMA, LlmJudgement
-from streams.commands.docs import app
-from streams.docs_arbiter import LLM_ROLE
+from streams.cli.arbiter import app
+from streams.groups.arbiter_calls import LLM_ROLE
 from streams.llm import CALL_PROFILES, CallType, Role
 from streams.llm.lint import is_registered, json_schema_of, lint_response_model
-from streams.llm.serving import Fault
-from streams.llm.testserver import DEFAULT_MODEL, OpenAiTestServer
-from streams.settings import get_settings
+from streams.llm.serve.http import Fault
+from streams.llm.serve.testserver import DEFAULT_MODEL, OpenAiTestServer
+from streams.runtime.settings import get_settings
 
 runner = CliRunner()
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from streams.llm import ClientPolicy, Endpoint, LlmClient, Role
-from streams.llm.testserver import DEFAULT_MODEL, OpenAiTestServer
+from streams.llm.serve.testserver import DEFAULT_MODEL, OpenAiTestServer
 
 Scenario = Callable[[OpenAiTestServer, LlmClient], Awaitable[Any]]
 

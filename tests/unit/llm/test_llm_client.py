@@ -27,7 +27,7 @@ from streams.llm.client import UnregisteredResponseModelError
 from streams.llm.lint import json_schema_of
 from streams.llm.result import MESSAGE_TEMPLATES, clinician_message
 from streams.llm.schemas import NerExtraction, NerVerdict, QaExtraction, QaVerdict, ReExtraction, ReVerdict
-from streams.llm.serving import Fault
+from streams.llm.serve.http import Fault
 
 from .conftest import FAST
 

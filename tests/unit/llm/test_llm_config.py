@@ -8,7 +8,7 @@ import pytest
 
 from streams.llm import CallType, FailureKind, LlmClient, Role, resolve_role, resolve_roles
 from streams.llm.schemas import NerVerdict
-from streams.settings import Settings
+from streams.runtime.settings import Settings
 
 VARS = (
     "CLINGATE_LLM_URL",
@@ -89,8 +89,8 @@ def test_client_from_settings_reports_disabled_roles_without_io(env):
 def test_status_command_says_which_roles_are_off(env):
     from typer.testing import CliRunner
 
-    from streams.commands.llm import app
-    from streams.settings import get_settings
+    from streams.cli.llm import app
+    from streams.runtime.settings import get_settings
 
     env(CLINGATE_VERIFIER_URL="http://v:8001/v1", CLINGATE_LLM_MODEL="m")
     get_settings.cache_clear()

@@ -14,15 +14,15 @@ from processors.dbpm.config import DBPMConfig
 from processors.dbpm.ontology import load_ontology
 from schemas.dbpm import Candidate, GateDecision, Narrative, QaPayload, Verdict
 from schemas.serde import make_serde
-from streams.dlq import DecodeFailed, SourceRecord
-from streams.generator import Generator
+from streams.groups.generator import Generator
+from streams.groups.llm import MeteredLlm
+from streams.groups.ordered import Output
+from streams.groups.verifier import Verifier
 from streams.llm import ClientPolicy, Endpoint, LlmClient, Role
-from streams.llm.serving import ChatRequest, Fault
-from streams.llm.testserver import DEFAULT_MODEL, OpenAiTestServer
-from streams.llm_groups import MeteredLlm
-from streams.metrics import LlmGroupMetrics
-from streams.ordered import Output
-from streams.verifier import Verifier
+from streams.llm.serve.http import ChatRequest, Fault
+from streams.llm.serve.testserver import DEFAULT_MODEL, OpenAiTestServer
+from streams.runtime.dlq import DecodeFailed, SourceRecord
+from streams.runtime.metrics import LlmGroupMetrics
 from topics.catalog import DBPM_DECISIONS, DBPM_NARRATIVES, DBPM_TO_VERIFY, DBPM_VERDICTS, DBPM_VERIFIED
 
 SERDE = make_serde(None)

@@ -10,11 +10,11 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from streams.commands.llm import app as llm_cli
-from streams.llm import smollm2
+from streams.cli.llm import app as llm_cli
 from streams.llm.lint import json_schema_of
 from streams.llm.schemas import NerVerdict
-from streams.llm.serving import (
+from streams.llm.serve import smollm2
+from streams.llm.serve.http import (
     ChatRequest,
     Completion,
     Fault,
@@ -66,8 +66,9 @@ def test_any_source_answers_through_the_same_envelope():
 
 def test_rejected_requests_never_reach_the_source():
     source = FixedSource()
-    responses = exchange(source, {**BODY, "guided_json": SCHEMA}, {**BODY, "model": "other"},
-                         {**BODY, "temperature": None})
+    responses = exchange(
+        source, {**BODY, "guided_json": SCHEMA}, {**BODY, "model": "other"}, {**BODY, "temperature": None}
+    )
     assert [r.status_code for r in responses] == [400, 404, 400]
     assert source.seen == []
 
@@ -103,8 +104,12 @@ def test_server_process_starts_the_cli_server_and_reads_back_its_model():
     """A child `clingate llm serve --backend test` answers the production request shape, then stops."""
     with ServerProcess.start("test", args=["--hashed"]) as server:
         assert server.model == "clingate-test"
-        response = httpx.post(f"{server.base_url}/chat/completions", json={**BODY, "model": server.model},
-                              timeout=30.0, trust_env=False)
+        response = httpx.post(
+            f"{server.base_url}/chat/completions",
+            json={**BODY, "model": server.model},
+            timeout=30.0,
+            trust_env=False,
+        )
         assert response.status_code == 200
         NerVerdict.model_validate_json(response.json()["choices"][0]["message"]["content"])
     with pytest.raises(httpx.TransportError):

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from streams.llm.lint import json_schema_of, registered_models
 from streams.llm.schemas import QaVerdict
-from streams.llm.serving import ChatRequest, RequestRejectedError, parse_chat_request
-from streams.llm.testserver import OpenAiTestServer, hashed_responder, instance_from_schema
+from streams.llm.serve.http import ChatRequest, RequestRejectedError, parse_chat_request
+from streams.llm.serve.testserver import OpenAiTestServer, hashed_responder, instance_from_schema
 
 SCHEMA = json_schema_of(QaVerdict)
 GOOD: dict[str, Any] = {

@@ -18,7 +18,7 @@ from streams.llm import CALL_PROFILES, CallType, FailureKind, LlmFailed, LlmOk
 from streams.llm.client import UnregisteredResponseModelError
 from streams.llm.lint import json_schema_of
 from streams.llm.schemas import NerExtraction, NerVerdict, QaVerdict, ReVerdict
-from streams.llm.vllm_inprocess import EngineConfig, VllmInProcess, sampling_kwargs, sampling_params
+from streams.llm.serve.vllm_inprocess import EngineConfig, VllmInProcess, sampling_kwargs, sampling_params
 
 
 @dataclass
@@ -132,8 +132,9 @@ def test_an_engine_exception_is_a_typed_failure_for_every_call(fake_vllm):
         def chat(self, conversations, sampling_params, use_tqdm=True):
             raise RuntimeError("CUDA error: out of memory")
 
-    results = VllmInProcess(Broken(), model_name="m").call_batch(CallType.NER_EXTRACTION, NerExtraction,
-                                                                 [USER, USER])
+    results = VllmInProcess(Broken(), model_name="m").call_batch(
+        CallType.NER_EXTRACTION, NerExtraction, [USER, USER]
+    )
     assert [r.kind for r in results] == [FailureKind.UNAVAILABLE] * 2
     assert all("out of memory" not in r.message for r in results)
 

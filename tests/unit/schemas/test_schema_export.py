@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 
 from schemas.registry import SchemaEntry, load_registry, schema_files
 from schemas.serde import SINGLE_OBJECT_HEADER_SIZE, SINGLE_OBJECT_MAGIC, SingleObjectSerde
-from streams.commands.schemas import ORDER_FILE, TOPICS_DIR, app
+from streams.cli.schemas import ORDER_FILE, TOPICS_DIR, app
 from topics.catalog import CATALOG
 
 REGISTRY = load_registry()

@@ -13,7 +13,7 @@ from processors.dbpm.measurement import ChannelStatus, channel_population
 from state import MemoryStore
 from state.kinds import StoreKind
 from streams.bench.dbpm import generate_events, run_benchmark
-from streams.commands.bench import app
+from streams.cli.bench import app
 
 
 def test_smoke_bench_dbpm_10000_events_on_both_stores_runs_and_prints_its_figures() -> None:

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import streams.kafka_replay as kafka_replay
+import streams.replay.kafka as kafka_replay
 from schemas.dbpm import Candidate, Decision, GateDecision
 from schemas.serde import make_serde
 from streams.bench.chaos import (
@@ -29,7 +29,7 @@ from streams.bench.chaos import (
 )
 from streams.bench.dbpm import generate_events
 from streams.bench.restart import records_read, recovery_seconds
-from streams.kafka_replay import Pauses, replay_via_kafka
+from streams.replay.kafka import Pauses, replay_via_kafka
 from topics.catalog import DBPM_CANDIDATES
 
 

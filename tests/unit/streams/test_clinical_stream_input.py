@@ -1,4 +1,4 @@
-"""The clinical agent's FHIR edge (:func:`streams.clinical.fhir_input`): applied or dead-lettered."""
+"""The clinical agent's FHIR edge (:func:`streams.worker.clinical.fhir_input`): applied or dead-lettered."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from processors.clinical.records import ResourceDelete
 from schemas.fhir import FhirUpdate
-from streams.clinical import fhir_input
+from streams.worker.clinical import fhir_input
 
 TS = datetime(2026, 3, 29, tzinfo=UTC)
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from streams.commands.config import app, settings_rows
-from streams.reference import settings_table
-from streams.settings import Settings
+from streams.cli.config import app, settings_rows
+from streams.runtime.reference import settings_table
+from streams.runtime.settings import Settings
 
 
 def test_every_setting_has_an_env_var_and_a_description() -> None:

@@ -1,9 +1,9 @@
 """A memory split over partitions by signature decides and snapshots like one memory.
 
-This is the property the Kafka runtime rests on (:mod:`streams.dbpm`): each memory partition runs
+This is the property the Kafka runtime rests on (:mod:`streams.worker.dbpm`): each memory partition runs
 the unchanged engine on the verdicts keyed to it, and gates read all partitions through
-:class:`~streams.dbpm.MergedView`. With cross-task propagation on, a verdict's propagation events
-are applied by the partition of their target signature (:func:`~streams.dbpm.propagation_key`); when
+:class:`~streams.worker.dbpm.MergedView`. With cross-task propagation on, a verdict's propagation events
+are applied by the partition of their target signature (:func:`~streams.worker.dbpm.propagation_key`); when
 they are applied before the next event (no hop delay), the partitioned memory is still exactly the
 single memory, so every signature has one writer and the view needs no tie-break. No broker:
 partitions are in-memory stores.
@@ -20,7 +20,7 @@ from processors.dbpm import DBPMConfig, DBPMEngine, GateEvent, load_ontology, pa
 from processors.dbpm.memory import Memory
 from state.base import Store, Transaction
 from state.memory import MemoryStore
-from streams.dbpm import MergedView, propagation_key, verdict_key
+from streams.worker.dbpm import MergedView, propagation_key, verdict_key
 from tests.replay_example import example_events, needs_example
 
 EVENTS = [parse_event(obj) for obj in example_events(1500)]

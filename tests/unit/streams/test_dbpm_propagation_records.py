@@ -1,7 +1,7 @@
 """Propagation events on the wire: their key finds the target's verdict partition, their value is exact.
 
 No broker: the properties the memory agent relies on when it sends evidence to
-``clingate.dbpm.propagations`` (:mod:`streams.dbpm`).
+``clingate.dbpm.propagations`` (:mod:`streams.worker.dbpm`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from processors.dbpm import DBPMConfig, DBPMEngine, Propagation, VerdictEvent, l
 from processors.dbpm.events import format_time
 from schemas.serde import make_serde
 from state import MemoryStore
-from streams.dbpm import propagation_event, propagation_key, propagation_record, verdict_key
+from streams.worker.dbpm import propagation_event, propagation_key, propagation_record, verdict_key
 from topics.catalog import DBPM_PROPAGATIONS
 
 ENGINE = DBPMEngine(DBPMConfig().with_flags(maintenance=False), load_ontology())

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from schemas.common import DeadLetter, Stage
 from schemas.dbpm import Candidate, NerPayload, Verdict, VerdictLabel
 from schemas.serde import DecodeReason, SingleObjectSerde
-from streams.dlq import (
+from streams.runtime.dlq import (
     PREFIX_BYTES,
     REASON_MAX_CHARS,
     RECORD_OVERHEAD_BYTES,

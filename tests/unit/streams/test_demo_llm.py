@@ -6,10 +6,10 @@ from typing import Any
 
 from processors.dbpm.extraction import QA_TEMPLATES, Hints, candidates, extraction_messages, qa_payload
 from processors.dbpm.verification import ENSEMBLE_VARIANTS, verdict_messages
-from streams.commands.demo import demo_stream
-from streams.demo_llm import loop_plan, script_responder
+from streams.demo.command import demo_stream
+from streams.demo.llm import loop_plan, script_responder
 from streams.llm.schemas import NerExtraction, NerVerdict, QaExtraction, QaVerdict, ReExtraction, ReVerdict
-from streams.llm.serving import ChatRequest
+from streams.llm.serve.http import ChatRequest
 
 _VERDICT_MODELS = {"ner": NerVerdict, "re": ReVerdict, "qa": QaVerdict}
 

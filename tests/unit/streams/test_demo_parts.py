@@ -7,8 +7,8 @@ from itertools import groupby
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams import demo_report as report
-from streams.commands.demo import demo_stream
+from streams.demo import report
+from streams.demo.command import demo_stream
 
 
 @settings(max_examples=5, deadline=None)

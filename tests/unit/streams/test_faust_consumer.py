@@ -1,4 +1,4 @@
-"""The rule of :class:`streams.faust_consumer.PositionSafeConsumer`: a fetched record is handed over or
+"""The rule of :class:`streams.worker.faust_consumer.PositionSafeConsumer`: a fetched record is handed over or
 its partition is moved back to it.
 
 The broker side of the bug (a survivor that stalled after a rebalance) is exercised by the takeover
@@ -18,7 +18,7 @@ import faust
 import pytest
 from faust.types import TP
 
-from streams.faust_consumer import TRANSPORT_SCHEME, PositionSafeConsumer, register
+from streams.worker.faust_consumer import TRANSPORT_SCHEME, PositionSafeConsumer, register
 
 A, B = TP("clingate.dbpm.verdicts", 0), TP("clingate.dbpm.verdicts", 1)
 

@@ -1,4 +1,4 @@
-"""The gate's per-candidate work (:class:`streams.gate.Gate`) without a broker.
+"""The gate's per-candidate work (:class:`streams.worker.gate.Gate`) without a broker.
 
 The gate loop is at least once: a re-delivered candidate is decided again and its decision MUST be the
 same bytes, so that consumers can dedupe by ``candidate_id``. Records that are not candidates MUST come
@@ -18,8 +18,8 @@ from schemas.dbpm import Candidate, GateDecision, NerPayload, Verdict, VerdictLa
 from schemas.serde import SingleObjectSerde
 from state.base import Transaction
 from state.memory import MemoryStore
-from streams.dlq import DecodeFailed, SourceRecord
-from streams.gate import Gate
+from streams.runtime.dlq import DecodeFailed, SourceRecord
+from streams.worker.gate import Gate
 from topics.catalog import DBPM_CANDIDATES
 
 SERDE = SingleObjectSerde()

@@ -10,8 +10,8 @@ import pytest
 from faust.auth import SASLCredentials, SSLCredentials
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
-from streams.kafka_config import KafkaSecurityError, client_config, faust_credentials, security_config
-from streams.settings import Settings
+from streams.runtime.kafka_config import KafkaSecurityError, client_config, faust_credentials, security_config
+from streams.runtime.settings import Settings
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 

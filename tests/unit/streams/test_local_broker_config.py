@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from streams.broker import (
+from streams.runtime.settings import Settings
+from streams.testing.broker import (
     BROKER_DEFAULTS,
     BrokerError,
     LocalKafka,
@@ -20,7 +21,6 @@ from streams.broker import (
     kafka_version,
     provide_broker,
 )
-from streams.settings import Settings
 
 
 def test_kafka_version_is_read_from_the_pom_and_is_a_3_9_or_4_release():

@@ -1,4 +1,4 @@
-"""Structured logs (:mod:`streams.logs`): ids in every format, clinical text never at INFO or above."""
+"""Structured logs (:mod:`streams.runtime.logs`): ids in every format, clinical text never at INFO+."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 from schemas.common import Stage
 from schemas.fhir import FhirUpdate
 from streams.cli import app
-from streams.clinical import fhir_input
-from streams.dlq import DecodeFailed, SourceRecord
-from streams.logs import JsonFormatter, TextFormatter, configure, log_dead_letter, logging_config
+from streams.runtime.dlq import DecodeFailed, SourceRecord
+from streams.runtime.logs import JsonFormatter, TextFormatter, configure, log_dead_letter, logging_config
+from streams.worker.clinical import fhir_input
 
 CLINICAL_TEXT = "Patient reports crushing chest pain radiating to the left arm"
 
@@ -87,7 +87,7 @@ def test_the_reason_of_a_dead_letter_is_available_at_debug(captured: io.StringIO
 
 
 def test_every_command_logs_in_the_configured_format(monkeypatch: pytest.MonkeyPatch) -> None:
-    from streams.settings import get_settings
+    from streams.runtime.settings import get_settings
 
     monkeypatch.setenv("CLINGATE_LOG_FORMAT", "json")
     monkeypatch.setenv("CLINGATE_LOG_LEVEL", "warning")
@@ -106,7 +106,7 @@ def test_every_command_logs_in_the_configured_format(monkeypatch: pytest.MonkeyP
 def test_the_faust_worker_gets_the_same_format_through_dictconfig() -> None:
     config = logging_config("info", "json")
     assert config["root"]["level"] == "INFO"
-    assert config["formatters"]["clingate"]["()"] == "streams.logs.JsonFormatter"
+    assert config["formatters"]["clingate"]["()"] == "streams.runtime.logs.JsonFormatter"
 
 
 def test_configure_replaces_the_handlers_it_finds() -> None:

@@ -1,4 +1,4 @@
-"""Worker metrics (:mod:`streams.metrics`): the endpoint helper, lag, population, lift, clinical, LLM."""
+"""Worker metrics (:mod:`streams.runtime.metrics`): endpoint helper, lag, population, lift, clinical, LLM."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from state import MemoryStore
 from streams.bench.dbpm import generate_events
 from streams.llm.calls import CallType
 from streams.llm.result import FailureKind, LlmFailed, LlmOk
-from streams.metrics import (
+from streams.runtime.metrics import (
     ALL_CATEGORIES,
     ClinicalMetrics,
     DbpmMetrics,
@@ -48,6 +48,7 @@ def test_librdkafka_statistics_become_the_lag_of_each_assigned_partition() -> No
     lag.on_stats(json.dumps({"topics": {"clingate.docs.classifications": {"partitions": {
         "0": {"consumer_lag": 7}, "1": {"consumer_lag": -1}, "-1": {"consumer_lag": 99},
     }}}}))  # fmt: skip
+
     def sample(partition: str) -> float | None:
         labels = {"topic": "clingate.docs.classifications", "partition": partition}
         return registry.get_sample_value("clingate_consumer_lag", labels)

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from processors.dbpm import DBPMConfig
 from state import MemoryStore
-from streams.metrics import ClinicalMetrics, DbpmMetrics, DocsMetrics, LlmGroupMetrics, faust_sensors
+from streams.runtime.metrics import ClinicalMetrics, DbpmMetrics, DocsMetrics, LlmGroupMetrics, faust_sensors
 
 ROOT = Path(__file__).resolve().parents[3]
 METRICS_DOC = ROOT / "docs" / "metrics.md"

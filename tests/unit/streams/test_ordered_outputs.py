@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from schemas.common import Stage
-from streams.dlq import DecodeFailed, SourceRecord
-from streams.ordered import Output, fitting, handler_failed
+from streams.groups.ordered import Output, fitting, handler_failed
+from streams.runtime.dlq import DecodeFailed, SourceRecord
 from topics.catalog import DATA_MAX_MESSAGE_BYTES, DBPM_CANDIDATES, DBPM_NARRATIVES
 
 RECORD = SourceRecord(DBPM_NARRATIVES, 2, 40, None, b"p-1", b"narrative")

@@ -1,4 +1,4 @@
-"""The poison suite's strategies (``streams.bench.poison``): every kind of bad record they promise, each
+"""The poison suite's strategies (``streams.testing.poison``): every kind of bad record they promise, each
 one bad for its topic's runtime, and the same records for the same seed."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from schemas.dbpm import Candidate, NerPayload, Verdict, VerdictLabel
 from schemas.fhir import FhirUpdate
 from schemas.serde import SchemaDecodeError, make_serde
 from streams.bench.chaos import comparison_engine
-from streams.bench.poison import (
+from streams.testing.poison import (
     CLINGATE_HEADERS,
     DEFAULT_KINDS,
     KEY_CHECKED,
@@ -36,7 +36,7 @@ from streams.bench.poison import (
     samples_for,
     schema_pool,
 )
-from streams.dbpm import TICK_HEADER, contract_event, verdict_key
+from streams.worker.dbpm import TICK_HEADER, contract_event, verdict_key
 from topics.catalog import DBPM_CANDIDATES, DBPM_VERDICTS, FHIR_UPDATES
 
 SERDE = make_serde(None)

@@ -1,6 +1,6 @@
 """The documentation stays true to the code and to itself.
 
-- Generated blocks in ``docs/*.md`` equal what :mod:`streams.reference` generates now.
+- Generated blocks in ``docs/*.md`` equal what :mod:`streams.runtime.reference` generates now.
 - Every relative link in ``README.md``, ``CHANGELOG.md`` and ``docs/*.md`` names an existing file, and an
   anchor into a Markdown file names one of its headings.
 - The README stays a front page (at most 200 lines, the two commands CI and users run), and no document
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from streams import reference
+from streams.runtime import reference
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCUMENTS = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
 from state import MemoryStore
-from streams.commands.replay import app
+from streams.cli.replay import app
 from streams.replay.engine import replay_stream
 from tests.replay_example import EXAMPLE, needs_example
 

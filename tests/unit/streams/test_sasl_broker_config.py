@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.broker import BrokerError, LocalKafka, read_password_dir, sasl_local_kafka
+from streams.testing.broker import BrokerError, LocalKafka, read_password_dir, sasl_local_kafka
 
 
 def _broker(tmp_path: Path, tls_dir: Path | None = None, password: str = "pw") -> LocalKafka:

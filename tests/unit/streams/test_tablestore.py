@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from state.memory import MemoryStore
-from streams.tablestore import BOUNDARY_KEY, ChangelogFollower
+from streams.worker.tablestore import BOUNDARY_KEY, ChangelogFollower
 
 _keys = st.sampled_from([b"Bner\x00a", b"Bner\x00b", b"Dp-1", b"Pa"])
 _write = st.tuples(_keys, st.one_of(st.none(), st.binary(min_size=1, max_size=4)))

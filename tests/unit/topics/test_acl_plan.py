@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceType
 from typer.testing import CliRunner
 
-from streams.commands import topics as topics_command
+from streams.cli import topics as topics_command
 from topics.acls import DEFAULT_PLAN, AclPlanError, load_plan, plan_bindings, principal_bindings
 from topics.catalog import CATALOG, DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, dlq_name
 

@@ -1,0 +1,5 @@
+"""``python -m streams.cli``: the ``clingate`` command line."""
+
+from streams.cli import main
+
+main()

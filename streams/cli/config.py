@@ -1,0 +1,57 @@
+"""``clingate config``: every setting, its environment variable, default and meaning.
+
+The listing is generated from :class:`streams.runtime.settings.Settings`, the one place the environment is
+read, so it cannot drift from the code; ``--markdown`` prints the table docs/configuration.md carries.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+from rich.console import Console
+from rich.table import Table
+
+from streams.runtime.settings import Settings, get_settings
+
+app = typer.Typer(help="Show every setting: environment variable, default, current value, meaning.")
+
+
+def _default(field: FieldInfo) -> str:
+    if field.default_factory is not None:
+        return "(computed)"
+    if field.default is PydanticUndefined or field.default is None:
+        return "unset"
+    # Shown as the user would write it, never as this machine's home directory.
+    return str(field.default).replace(str(Path.home()), "~", 1)
+
+
+def settings_rows() -> list[tuple[str, str, str]]:
+    """``(environment variable, default, description)`` of every setting, in declaration order."""
+    return [
+        (str(field.validation_alias), _default(field), field.description or "")
+        for field in Settings.model_fields.values()
+    ]
+
+
+@app.callback(invoke_without_command=True)
+def show(
+    markdown: Annotated[bool, typer.Option(help="Print a Markdown table (docs/configuration.md's).")] = False,
+) -> None:
+    """Print every setting with its environment variable, default and (without --markdown) current value."""
+    if markdown:
+        typer.echo("| variable | default | meaning |\n| --- | --- | --- |")
+        for env, default, doc in settings_rows():
+            typer.echo(f"| `{env}` | {default.replace('|', '/')} | {doc.replace('|', '/')} |")
+        return
+    current = get_settings()
+    table = Table(title="clingate settings")
+    for column in ("variable", "default", "current", "meaning"):
+        table.add_column(column, overflow="fold")
+    for (name, _), (env, default, doc) in zip(Settings.model_fields.items(), settings_rows(), strict=True):
+        value = getattr(current, name)
+        table.add_row(env, default, "***" if "key" in name and value else str(value), doc)
+    Console().print(table)

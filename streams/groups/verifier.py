@@ -1,0 +1,329 @@
+"""The verifier consumer group: to-verify -> schema-constrained verdict calls -> verdicts, verified.
+
+``clingate verifier`` reads ``clingate.dbpm.to-verify`` (the gate's ALLOW and DOWNGRADE decisions;
+BLOCKed candidates never reach it) and judges each candidate against its narrative with the verdict
+schema of its task (``NerVerdict``, ``ReVerdict``, ``QaVerdict``). The answer is turned into a verdict
+by code (:mod:`processors.dbpm.verification`: conservative pass, the QA three-vote ensemble with varied
+prompts, the memory mapping) and published:
+
+* the memory verdict (``hard_fail`` / ``soft_downgrade`` / ``success``, source ``verifier_mmed``) on
+  ``clingate.dbpm.verdicts``, keyed by :func:`streams.worker.dbpm.verdict_key` with the murmur2 producer, so
+  the memory agent owning the signature applies it. It carries the candidate's ``candidate_id`` and
+  event time, so a verdict published again (this group is at least once: a crash re-issues the
+  calls of uncommitted records; a re-emitted decision is verified again) is recognised by the
+  memory and applied once (:mod:`processors.dbpm.ledger`);
+* a passing candidate (success or soft_downgrade) on ``clingate.dbpm.verified``, keyed by patient id,
+  with headers ``clingate-gate`` (ALLOW / DOWNGRADE), ``clingate-confidence`` (the gate's multiplier,
+  0.7 for DOWNGRADE) and ``clingate-verdict`` (PASS, PASS_STRONG, PASS_WEAK), so the downgrade tag
+  travels with it (paper §4.2: a downgraded candidate passes, tagged).
+
+Where the narrative comes from (choice). A candidate does not carry its narrative text (the replay
+contract's candidate has none, and copying the text into every candidate, decision and to-verify record
+would multiply the narrative bytes on three topics by the candidates per narrative). The verifier
+instead follows ``clingate.dbpm.narratives`` itself (:class:`NarrativeCache`: every partition from the
+beginning, no consumer group, like a Kafka Streams global table) and finds a candidate's narrative by
+``(patient_id, ts)``: the generator gives every candidate its narrative's event time. Memory is bounded
+(``CLINGATE_VERIFIER_NARRATIVE_CACHE`` narratives, least recently used evicted). A candidate whose
+narrative is not found within ``CLINGATE_VERIFIER_NARRATIVE_WAIT_S`` (evicted, past the topic's
+retention, or never published: a candidate injected without a narrative) is dead-lettered with reason
+``NarrativeNotFound``. Cost: a restarted verifier re-reads the narrative topic (7 days' retention).
+
+Verification failures are never dropped silently: when the verdict call (or any call of a QA ensemble)
+gets no answer (``LlmFailed`` other than invalid / truncated output, which are *ambiguous* answers with
+the paper's conservative defaults), the to-verify record is dead-lettered to
+``clingate.dbpm.to-verify.dlq``, stage ``process``, error type ``LlmFailed:<kind>``, with the
+clinician-safe message and the operator detail; no verdict is invented and the memory learns nothing.
+Re-driving the dead letter verifies the candidate again.
+
+Calls saved by BLOCK. The group also reads ``clingate.dbpm.decisions`` and counts each BLOCK in
+``clingate_llm_verifier_calls_saved_total{task}``: a BLOCKed candidate is exactly one verdict call
+not made (a QA ensemble is never predictable in advance, so one call is the lower bound). Decisions
+topic records are committed in order like the to-verify ones, so a group counts each BLOCK once
+(at least once across a crash). Verifier calls made are ``clingate_llm_calls_total`` with the
+``*_verdict`` call types.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from processors.dbpm import DBPMEngine
+from processors.dbpm.verification import (
+    AMBIGUOUS,
+    ENSEMBLE_VARIANTS,
+    Answer,
+    Final,
+    NeedsEnsemble,
+    conservative,
+    ensemble,
+    is_verified,
+    verdict_event,
+    verdict_messages,
+)
+from schemas.common import Stage
+from schemas.dbpm import Decision, GateDecision, Narrative
+from schemas.serde import Serde
+from streams.groups.llm import MeteredLlm, default_serde, llm_failure, new_metrics, require_role, run_loop
+from streams.groups.ordered import Handled, OrderedLoop, Output
+from streams.llm import CallType, FailureKind, LlmClient, LlmFailed, LlmOk, Role
+from streams.llm.schemas import NerVerdict, QaVerdict, ReVerdict
+from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record
+from streams.runtime.kafka_config import client_config
+from streams.runtime.metrics import LlmGroupMetrics
+from streams.runtime.settings import Settings
+from streams.worker.dbpm import contract_event, verdict_key
+from topics.catalog import DBPM_DECISIONS, DBPM_NARRATIVES, DBPM_TO_VERIFY, DBPM_VERDICTS, DBPM_VERIFIED
+
+log = logging.getLogger(__name__)
+
+GROUP = "verifier"
+
+_CALLS = {
+    "ner": (CallType.NER_VERDICT, NerVerdict),
+    "re": (CallType.RE_VERDICT, ReVerdict),
+    "qa": (CallType.QA_VERDICT, QaVerdict),
+}
+_AMBIGUOUS_KINDS = frozenset({FailureKind.INVALID_OUTPUT, FailureKind.TRUNCATED})
+"""Failed calls in which the model did answer, just not with a schema verdict (see verification)."""
+
+GATE_HEADER = "clingate-gate"
+CONFIDENCE_HEADER = "clingate-confidence"
+VERDICT_HEADER = "clingate-verdict"
+
+
+class NarrativeSource(Protocol):
+    """Where the verifier finds a candidate's narrative."""
+
+    async def get(self, patient_id: str, ts: datetime) -> str | None:
+        """The narrative text of ``(patient_id, ts)``, or None when it cannot be found."""
+        ...
+
+
+class NarrativeCache:
+    """The narratives of ``clingate.dbpm.narratives`` by ``(patient_id, ts)``, bounded, least recently used
+    evicted. Fed by :meth:`run` on the caller's event loop (non-blocking polls)."""
+
+    def __init__(self, bootstrap: str, serde: Serde, capacity: int, wait_s: float) -> None:
+        """Assign every narrative partition from the beginning (no consumer group, nothing committed).
+
+        Args:
+            bootstrap: Kafka bootstrap servers.
+            serde: the process serde.
+            capacity: narratives kept.
+            wait_s: how long :meth:`get` waits for a narrative not yet read.
+        """
+        self._serde = serde
+        self._capacity = capacity
+        self._wait_s = wait_s
+        self._consumer = Consumer(client_config(bootstrap, **{
+            "group.id": f"clingate-narrative-reader-{uuid.uuid4().hex}", "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }))  # fmt: skip
+        metadata = self._consumer.list_topics(DBPM_NARRATIVES, timeout=30)
+        partitions = sorted(metadata.topics[DBPM_NARRATIVES].partitions)
+        self._consumer.assign([TopicPartition(DBPM_NARRATIVES, p, OFFSET_BEGINNING) for p in partitions])
+        self._texts: OrderedDict[tuple[str, datetime], str] = OrderedDict()
+        self._arrived = asyncio.Event()
+
+    def _apply(self, record: SourceRecord) -> None:
+        outcome = decode_record(self._serde, record, Narrative)
+        if isinstance(outcome, DecodeFailed):
+            return  # the generator dead-letters it; nothing can be verified against it
+        narrative = outcome.value
+        key = (narrative.patient_id, narrative.ts)
+        self._texts[key] = narrative.text
+        self._texts.move_to_end(key)
+        while len(self._texts) > self._capacity:
+            self._texts.popitem(last=False)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Read narratives until ``stop`` is set."""
+        try:
+            while not stop.is_set():
+                messages = self._consumer.consume(num_messages=500, timeout=0)
+                for message in messages:
+                    error = message.error()
+                    if error is None:
+                        self._apply(SourceRecord.from_message(message))
+                    elif error.code() != KafkaError._PARTITION_EOF:
+                        log.warning("narrative reader: %s", error)
+                if messages:
+                    self._arrived.set()
+                    self._arrived = asyncio.Event()
+                else:
+                    await asyncio.sleep(0.02)
+        finally:
+            self._consumer.close()
+
+    async def get(self, patient_id: str, ts: datetime) -> str | None:
+        """The narrative text of ``(patient_id, ts)``, waiting up to ``wait_s`` for it; None if absent."""
+        key = (patient_id, ts)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._wait_s
+        while key not in self._texts:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return None
+            try:
+                await asyncio.wait_for(self._arrived.wait(), timeout=remaining)
+            except TimeoutError:
+                return None
+        self._texts.move_to_end(key)
+        return self._texts[key]
+
+
+@dataclass(frozen=True, slots=True)
+class Verifier:
+    """The per-record handler of the verifier group.
+
+    Attributes:
+        llm: the metered client.
+        serde: the process serde.
+        engine: a DBPM engine with the workers' configuration (for :func:`verdict_key`).
+        narratives: where narratives are looked up.
+    """
+
+    llm: MeteredLlm
+    serde: Serde
+    engine: DBPMEngine
+    narratives: NarrativeSource
+
+    def __call__(self, record: SourceRecord) -> Handled | Awaitable[Handled]:
+        """Decode a decision; count a BLOCK (decisions topic) or verify (to-verify topic) as a task."""
+        outcome = decode_record(self.serde, record, GateDecision)
+        if record.topic == DBPM_DECISIONS:
+            # Only counted here: a decision that does not decode is the gate's to fix, and the same
+            # record's to-verify copy (if any) is dead-lettered below.
+            if not isinstance(outcome, DecodeFailed) and outcome.value.decision is Decision.BLOCK:
+                self.llm.metrics.calls_saved.labels(outcome.value.task).inc()
+            return []
+        if isinstance(outcome, DecodeFailed):
+            return [outcome]
+        return self._verify(record, outcome.value)
+
+    async def judge(self, decision: GateDecision, narrative: str) -> Final | list[LlmFailed]:
+        """Judge one candidate: the first call, the conservative rule, the QA ensemble if needed.
+
+        Returns:
+            The verdict, or the failed calls when a call got no answer.
+        """
+        candidate = decision.candidate
+        first = await self._ask(candidate.task, verdict_messages(candidate, narrative))
+        if isinstance(first, LlmFailed):
+            return [first]
+        decided = conservative(candidate.task, first)
+        if isinstance(decided, NeedsEnsemble):
+            votes = await asyncio.gather(*(
+                self._ask(candidate.task, verdict_messages(candidate, narrative, variant))
+                for variant in ENSEMBLE_VARIANTS
+            ))  # fmt: skip
+            failed = [vote for vote in votes if isinstance(vote, LlmFailed)]
+            if failed:
+                return failed
+            decided = ensemble([vote for vote in votes if isinstance(vote, Answer)])
+        return decided
+
+    async def _ask(self, task: str, messages: list[dict[str, str]]) -> Answer | LlmFailed:
+        call_type, model = _CALLS[task]
+        result = await self.llm.call(call_type, model, messages)  # type: ignore[arg-type]
+        if isinstance(result, LlmOk):
+            return Answer(result.value.verdict, getattr(result.value, "error_class", None))
+        if result.kind in _AMBIGUOUS_KINDS:
+            return Answer(AMBIGUOUS)
+        return result
+
+    async def _verify(self, record: SourceRecord, decision: GateDecision) -> Handled:
+        candidate = decision.candidate
+        if candidate.task not in _CALLS:
+            return [DecodeFailed(record, Stage.VALIDATE, "UngatedTask",
+                                 f"task {candidate.task!r} has no verifier (ner, re, qa)", None,
+                                 GateDecision.avro_name)]  # fmt: skip
+        narrative = await self.narratives.get(candidate.patient_id, candidate.ts)
+        if narrative is None:
+            self.llm.metrics.unprocessed.labels(GROUP, "narrative_not_found").inc()
+            when = candidate.model_dump(mode="json")["ts"]
+            reason = f"no narrative of patient {candidate.patient_id} at {when} on {DBPM_NARRATIVES}"
+            return [DecodeFailed(record, Stage.PROCESS, "NarrativeNotFound", reason, None,
+                                 GateDecision.avro_name)]  # fmt: skip
+        judged = await self.judge(decision, narrative)
+        if isinstance(judged, list):
+            self.llm.metrics.unprocessed.labels(GROUP, "verification_failed").inc()
+            return [llm_failure(record, GateDecision.avro_name, judged)]
+        verdict = verdict_event(candidate, judged, candidate.ts)
+        defaulted = "true" if judged.defaulted else "false"
+        self.llm.metrics.verdicts.labels(candidate.task, verdict.verdict.value, defaulted).inc()
+        outputs: list[Output | DecodeFailed] = [Output(
+            DBPM_VERDICTS, verdict_key(self.engine, contract_event(verdict)),  # type: ignore[arg-type]
+            self.serde.encode(verdict, topic=DBPM_VERDICTS),
+        )]  # fmt: skip
+        if is_verified(verdict.verdict):
+            headers = (
+                (GATE_HEADER, decision.decision.value.encode()),
+                (CONFIDENCE_HEADER, f"{decision.confidence_multiplier:g}".encode()),
+                (VERDICT_HEADER, judged.verdict.encode()),
+            )
+            outputs.append(Output(DBPM_VERIFIED, candidate.patient_id.encode(),
+                                  self.serde.encode(candidate, topic=DBPM_VERIFIED), headers))  # fmt: skip
+        return outputs
+
+
+async def run_verifier(
+    bootstrap: str,
+    settings: Settings,
+    *,
+    stop: asyncio.Event,
+    client: LlmClient | None = None,
+    metrics: LlmGroupMetrics | None = None,
+    max_in_flight: int | None = None,
+) -> OrderedLoop:
+    """Run one verifier group member until ``stop`` is set.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        settings: the process settings (group id, in-flight bound, cache, LLM servers, DBPM flags).
+        stop: set it to stop after the current step.
+        client: the LLM client (default: built from the settings and closed on exit).
+        metrics: where to count (default: a fresh registry).
+        max_in_flight: candidates at once (default ``settings.verifier_max_in_flight``).
+
+    Returns:
+        The stopped loop (``processed`` counts records of both input topics).
+
+    Raises:
+        RoleDisabledError: no verifier server is configured.
+    """
+    from streams.worker.app import dbpm_engines  # the Faust app module; imported only where a group runs
+
+    own_client = client is None
+    llm_client = client or LlmClient.from_settings(settings)
+    require_role(llm_client, settings, Role.VERIFIER)
+    meters = metrics or new_metrics()
+    serde = default_serde(settings)
+    narratives = NarrativeCache(bootstrap, serde, settings.verifier_narrative_cache,
+                                settings.verifier_narrative_wait_s)  # fmt: skip
+    reader_stop = asyncio.Event()
+    reader = asyncio.create_task(narratives.run(reader_stop))
+    engine, _ = dbpm_engines(settings)
+    try:
+        return await run_loop(
+            bootstrap, group_id=settings.verifier_group_id, topics=[DBPM_TO_VERIFY, DBPM_DECISIONS],
+            handler=Verifier(MeteredLlm(llm_client, meters, GROUP), serde, engine, narratives),
+            expected_schema=GateDecision.avro_name,
+            max_in_flight=max_in_flight or settings.verifier_max_in_flight,
+            session_timeout_s=settings.consumer_session_timeout_s,
+            metrics=meters, group=GROUP, serde=serde, stop=stop,
+        )  # fmt: skip
+    finally:
+        reader_stop.set()
+        await reader
+        if own_client:
+            await llm_client.aclose()

@@ -1,0 +1,249 @@
+"""In-process vLLM backend (``gpu`` extra): the same call types, schemas and results as :class:`LlmClient`,
+on vLLM's Python API instead of its HTTP server.
+
+Why it exists: a GPU node that runs the verifier next to its consumer can skip HTTP and hand whole
+batches to vLLM's continuous batching (``LLM.chat`` with a list of conversations). Everything that
+decides what a call is stays shared with the HTTP client, so the two cannot drift:
+
+* temperature and ``max_tokens`` come from the call-type table (:data:`streams.llm.calls.CALL_PROFILES`);
+* the schema is the registered response model's linted JSON schema (:func:`streams.llm.lint.json_schema_of`);
+  an unregistered model is refused (:func:`streams.llm.client.require_registered`);
+* the constraint is ``SamplingParams(structured_outputs=StructuredOutputsParams(json=schema,
+  disable_any_whitespace=True))``, the current API (vLLM docs, "Structured Outputs", offline
+  inference). Never the ``guided_decoding`` / ``GuidedDecodingParams`` API that vLLM v0.12 removed;
+* every answer is judged by :func:`streams.llm.client.judge_answer` (``length`` -> TRUNCATED, not valid
+  -> INVALID_OUTPUT) into ``LlmOk | LlmFailed`` with the same clinician-safe messages.
+
+Engine defaults follow the DBPM paper's serving set-up (Table 14: TP=2, ``max_model_len`` 8192,
+``max_num_seqs`` 256, ``gpu_memory_utilization`` 0.90, bfloat16, chunked prefill) and the structured
+outputs engine config that ``deploy/vllm`` passes to ``vllm serve`` (xgrammar, no whitespace).
+
+vllm is imported lazily (only :meth:`VllmInProcess.load` and :func:`sampling_params` import it), so
+this module imports, and its request building is unit-tested, on machines without vllm or a GPU.
+Failures inside the engine (an exception from ``LLM.chat``) become ``LlmFailed(UNAVAILABLE)`` for every
+call of the batch; retries and circuit breaking are HTTP concerns and do not apply in process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from streams.llm.calls import CALL_PROFILES, CallType
+from streams.llm.client import AnswerRejected, ChatMessage, judge_answer, require_registered
+from streams.llm.lint import json_schema_of
+from streams.llm.result import FailureKind, LlmFailed, LlmOk, clinician_message
+
+M = TypeVar("M", bound=BaseModel)
+
+INSTALL_HINT = "the in-process vLLM backend needs the gpu extra (pip install 'clingate[gpu]') on a GPU host"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Arguments of ``vllm.LLM`` (defaults: DBPM paper Table 14 and the deploy/vllm server config).
+
+    Attributes:
+        model: Hugging Face model id or local path.
+        served_name: the name results report as their model (defaults to ``model``).
+        tensor_parallel_size: GPUs per model.
+        max_model_len: context window.
+        max_num_seqs: sequences batched at once.
+        gpu_memory_utilization: fraction of GPU memory vLLM may take.
+        dtype: weight and activation precision.
+        structured_outputs_backend: the grammar engine.
+        disable_any_whitespace: compact JSON, set on the engine because xgrammar reads it there.
+    """
+
+    model: str
+    served_name: str | None = None
+    tensor_parallel_size: int = 2
+    max_model_len: int = 8192
+    max_num_seqs: int = 256
+    gpu_memory_utilization: float = 0.90
+    dtype: str = "bfloat16"
+    structured_outputs_backend: str = "xgrammar"
+    disable_any_whitespace: bool = True
+
+    def llm_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``vllm.LLM(**kwargs)``."""
+        return {
+            "model": self.model,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "max_model_len": self.max_model_len,
+            "max_num_seqs": self.max_num_seqs,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "dtype": self.dtype,
+            "enable_chunked_prefill": True,
+            "structured_outputs_config": {
+                "backend": self.structured_outputs_backend,
+                "disable_any_whitespace": self.disable_any_whitespace,
+            },
+        }
+
+
+def sampling_kwargs(
+    call_type: CallType, response_model: type[BaseModel], *, disable_any_whitespace: bool = True
+) -> dict[str, Any]:
+    """The sampling settings of a call, as plain data (what :func:`sampling_params` builds from).
+
+    Args:
+        call_type: selects temperature and ``max_tokens`` from the call-type table.
+        response_model: a registered response model; its linted JSON schema is the constraint.
+        disable_any_whitespace: request compact JSON.
+
+    Returns:
+        ``{"temperature", "max_tokens", "structured_outputs": {"json", "disable_any_whitespace"}}``.
+
+    Raises:
+        UnregisteredResponseModelError: ``response_model`` was not declared with ``@response_model``.
+    """
+    require_registered(response_model)
+    profile = CALL_PROFILES[call_type]
+    return {
+        "temperature": profile.temperature,
+        "max_tokens": profile.max_tokens,
+        "structured_outputs": {
+            "json": json_schema_of(response_model),
+            "disable_any_whitespace": disable_any_whitespace,
+        },
+    }
+
+
+def sampling_params(
+    call_type: CallType, response_model: type[BaseModel], *, disable_any_whitespace: bool = True
+) -> Any:
+    """``vllm.SamplingParams`` of a call, with ``StructuredOutputsParams`` (imports vllm).
+
+    Args:
+        call_type: selects temperature and ``max_tokens``.
+        response_model: a registered response model.
+        disable_any_whitespace: request compact JSON.
+
+    Returns:
+        A ``vllm.SamplingParams``.
+    """
+    from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
+    kwargs = sampling_kwargs(call_type, response_model, disable_any_whitespace=disable_any_whitespace)
+    return SamplingParams(
+        temperature=kwargs["temperature"],
+        max_tokens=kwargs["max_tokens"],
+        structured_outputs=StructuredOutputsParams(**kwargs["structured_outputs"]),
+    )
+
+
+class VllmInProcess:
+    """Schema-constrained calls on an in-process ``vllm.LLM``; results as from :class:`LlmClient`.
+
+    ``call_batch`` hands a whole batch to vLLM (continuous batching); ``call`` has the client's
+    signature so a consumer can take either. The engine is driven from one worker thread: ``LLM`` is
+    not meant for concurrent callers.
+    """
+
+    def __init__(self, llm: Any, *, model_name: str, disable_any_whitespace: bool = True) -> None:
+        """Wrap an engine (use :meth:`load` to build one).
+
+        Args:
+            llm: a ``vllm.LLM`` (or any object with its ``chat(conversations, sampling_params,
+                use_tqdm=...)`` method and output shape).
+            model_name: reported as the model of every result.
+            disable_any_whitespace: request compact JSON.
+        """
+        self._llm = llm
+        self._model_name = model_name
+        self._compact = disable_any_whitespace
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm")
+
+    @classmethod
+    def load(cls, config: EngineConfig) -> VllmInProcess:
+        """Start a vLLM engine in this process.
+
+        Raises:
+            RuntimeError: vllm is not installed (the message says how to install it).
+        """
+        try:
+            from vllm import LLM
+        except ImportError as exc:
+            raise RuntimeError(INSTALL_HINT) from exc
+        return cls(
+            LLM(**config.llm_kwargs()),
+            model_name=config.served_name or config.model,
+            disable_any_whitespace=config.disable_any_whitespace,
+        )
+
+    def call_batch(
+        self,
+        call_type: CallType,
+        response_model: type[M],
+        conversations: Sequence[Sequence[ChatMessage]],
+    ) -> list[LlmOk[M] | LlmFailed]:
+        """Run one call per conversation in a single engine batch; results in input order.
+
+        Args:
+            call_type: what kind of call these are.
+            response_model: a registered response model.
+            conversations: the chat messages of each call.
+
+        Returns:
+            One ``LlmOk`` or ``LlmFailed`` per conversation, in order. Never raises for engine or
+            output problems.
+        """
+        params = sampling_params(call_type, response_model, disable_any_whitespace=self._compact)
+        started = time.monotonic()
+        try:
+            outputs = self._llm.chat([list(c) for c in conversations], params, use_tqdm=False)
+        except Exception as exc:  # the engine's failure modes are many; callers get typed results
+            elapsed = time.monotonic() - started
+            detail = f"in-process vLLM failed: {type(exc).__name__}"
+            return [self._failed(FailureKind.UNAVAILABLE, call_type, elapsed, detail) for _ in conversations]
+        elapsed = time.monotonic() - started
+        return [self._result(output, response_model, call_type, elapsed) for output in outputs]
+
+    async def call(
+        self, call_type: CallType, response_model: type[M], messages: Sequence[ChatMessage]
+    ) -> LlmOk[M] | LlmFailed:
+        """One call, with :meth:`LlmClient.call`'s signature, run on the engine's worker thread."""
+        loop = asyncio.get_running_loop()
+        results = await loop.run_in_executor(
+            self._worker, self.call_batch, call_type, response_model, [messages]
+        )
+        return results[0]
+
+    def _result(
+        self, output: Any, response_model: type[M], call_type: CallType, elapsed: float
+    ) -> LlmOk[M] | LlmFailed:
+        completion = output.outputs[0]
+        judged = judge_answer(completion.text, completion.finish_reason, response_model, call_type)
+        if isinstance(judged, AnswerRejected):
+            return self._failed(judged.kind, call_type, elapsed, judged.detail)
+        return LlmOk(
+            value=judged,
+            call_type=call_type,
+            server="in-process",
+            model=self._model_name,
+            attempts=1,
+            latency_s=elapsed,
+            prompt_tokens=len(output.prompt_token_ids or ()),
+            completion_tokens=len(completion.token_ids or ()),
+        )
+
+    @staticmethod
+    def _failed(kind: FailureKind, call_type: CallType, elapsed: float, detail: str) -> LlmFailed:
+        role = CALL_PROFILES[call_type].role
+        return LlmFailed(
+            kind=kind,
+            message=clinician_message(kind, role),
+            operator_detail=detail,
+            call_type=call_type,
+            server="in-process",
+            attempts=1,
+            latency_s=elapsed,
+        )

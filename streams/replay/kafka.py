@@ -1,0 +1,451 @@
+"""Replay a DBPM stream through a running broker and workers; collect decisions and final state.
+
+This is the engine of ``clingate replay --via-kafka``: it produces the replay stream's events to
+``clingate.dbpm.verdicts`` and ``clingate.dbpm.candidates``, collects the decisions from
+``clingate.dbpm.decisions`` and rebuilds the final memory from the memory table's changelog, in the
+same formats as the in-process replay.
+
+Order (the consistency model of :mod:`streams.worker.dbpm`). The stream is cut into runs of consecutive
+verdicts and runs of consecutive gate events. A verdict run is produced as is. Before a gate run,
+every verdict partition gets a watermark tick at the first gate's event time (every verdict before
+it is already produced, so the memory agents may advance to it), the candidates carry the
+``clingate-barrier`` header (their gates wait for the memory), and the verdicts after the run are
+produced only once the decisions of the whole run have been consumed and the workers have
+committed the run's candidates (the gate group commits right after its outputs are acknowledged).
+A gate therefore sees exactly the verdicts that precede it in the
+stream, as in the in-process engine, whatever the workers' lag, and so does a candidate decided
+again after a worker crash (its decision record then repeats byte for byte). Without the commit
+wait, a SIGKILL between "decisions seen" and "offsets committed" re-delivers the run's candidates
+after the next verdicts were applied and some get a different second decision (found by the chaos
+soak, ``clingate bench chaos``). (A live pipeline needs no such lockstep: the verdict of a
+candidate exists only after its decision.)
+
+Pauses. A caller may name points of the publication (numbers of candidates published) and a hook:
+the publisher stops at each point, with everything before it acknowledged by the broker, and goes on
+only when the hook returns (:class:`Pauses`). The chaos soak disrupts the app there, so each
+disruption happens at its point whatever the relative speed of the publisher and the workers.
+
+Final state: the changelog of the memory table is read from the beginning, complete groups only,
+into one in-memory store per partition; :class:`~streams.worker.dbpm.MergedView` merges them and the
+engine's ``snapshot`` writes the contract's state document. ``as_of`` is the stream's last event
+time, as the contract defines it (the workers record only verdict times in the memory).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import groupby
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+
+from processors.dbpm import DBPMEngine, parse_event
+from processors.dbpm.memory import Memory
+from schemas.dbpm import Candidate, GateDecision, Verdict
+from schemas.serde import Serde
+from state.base import Store
+from state.memory import MemoryStore
+from streams.runtime.kafka_config import client_config
+from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
+from streams.worker.dbpm import (
+    BARRIER_HEADER,
+    MEMORY_INPUTS,
+    TICK_HEADER,
+    MergedView,
+    memory_changelog,
+    producer_config,
+    verdict_key,
+)
+from streams.worker.gate import gate_group
+from streams.worker.tablestore import ChangelogFollower
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
+
+
+class ReplayTimeout(TimeoutError):
+    """Decisions did not arrive in time: are workers running with the same topics and app id?"""
+
+
+@dataclass(frozen=True)
+class KafkaReplayResult:
+    """What a replay through Kafka produced."""
+
+    decisions: list[dict[str, Any]]
+    """One contract decision object per gate event, in input order, provenance fields included."""
+    state: dict[str, object]
+    """The final memory in the contract's state format."""
+
+
+def _producer(bootstrap: str) -> Producer:
+    return Producer(producer_config(bootstrap, **{"linger.ms": 2}))
+
+
+def _consumer(bootstrap: str) -> Consumer:
+    return Consumer(client_config(bootstrap, **{
+        "group.id": f"clingate-replay-{time.time_ns()}", "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+    }))  # fmt: skip
+
+
+def end_offset(client: Consumer, topic: str, partition: int, timeout_s: float = 30.0) -> int:
+    """The end offset of a partition, waiting out a leader election (fresh topic, broker restart)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return client.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)[1]
+        except KafkaException:
+            # NOT_LEADER / LEADER_NOT_AVAILABLE while a partition gets its leader; librdkafka does
+            # not mark them retriable here, so every error is retried until the deadline.
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _partitions(client: Consumer, topic: str) -> list[int]:
+    return sorted(client.list_topics(topic, timeout=30).topics[topic].partitions)
+
+
+class _DecisionCollector:
+    """Consumes ``clingate.dbpm.decisions`` from its end at construction time."""
+
+    def __init__(self, bootstrap: str, serde: Serde) -> None:
+        self._serde = serde
+        self._consumer = _consumer(bootstrap)
+        assignment = []
+        for p in _partitions(self._consumer, DBPM_DECISIONS):
+            end = end_offset(self._consumer, DBPM_DECISIONS, p)
+            assignment.append(TopicPartition(DBPM_DECISIONS, p, end))
+        self._consumer.assign(assignment)
+        self.seen: dict[str, GateDecision] = {}
+
+    def wait_for(self, candidate_ids: Iterable[str], timeout_s: float) -> None:
+        """Consume until every id in ``candidate_ids`` has a decision (duplicates are dropped)."""
+        missing = set(candidate_ids) - self.seen.keys()
+        deadline = time.monotonic() + timeout_s
+        while missing:
+            if time.monotonic() > deadline:
+                raise ReplayTimeout(f"{len(missing)} decisions missing, e.g. {sorted(missing)[:3]}")
+            message = self._consumer.poll(0.05)
+            if message is None or message.error():
+                continue
+            decision = self._serde.decode(message.value(), GateDecision, topic=DBPM_DECISIONS)
+            self.seen.setdefault(decision.candidate_id, decision)
+            missing.discard(decision.candidate_id)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _record(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k != "kind"}
+
+
+#: What a publisher does at a pause point, given the number of candidates published; it blocks the
+#: publication until it returns.
+PauseHook = Callable[[int], None]
+
+
+class Pauses:
+    """Points where a publisher stops, and the hook it calls there.
+
+    The publisher calls :meth:`reached` after producing each candidate, with the number produced so
+    far, counting 1, 2, 3, ... up to ``candidates``. At a point ``n`` :meth:`reached` flushes the
+    producer, so the first ``n`` candidates (and every record before them) are acknowledged by the
+    broker and the workers can consume them, then calls ``hook(n)`` (once per occurrence of ``n`` in
+    ``points``) and returns only after the hook did: nothing after the ``n``-th candidate is produced
+    before the hook has run.
+
+    Every point lies in ``1..candidates`` (checked here, before anything is published) and the
+    publisher passes through every count in that range, so the hook runs exactly ``len(points)``
+    times, in ascending order of the points, by the time the publication ends: the number of pauses
+    does not depend on how fast the publisher or the workers are.
+
+    Args:
+        points: numbers of candidates published at which to pause, in any order.
+        hook: what to do at a pause (required when ``points`` is not empty).
+        candidates: the candidates the publisher will produce.
+
+    Raises:
+        ValueError: a point outside ``1..candidates``, or points without a hook.
+    """
+
+    def __init__(self, points: Sequence[int], hook: PauseHook | None, candidates: int) -> None:
+        outside = sorted(n for n in points if not 1 <= n <= candidates)
+        if outside:
+            raise ValueError(f"pause points {outside} outside 1..{candidates} (the stream's candidates)")
+        if points and hook is None:
+            raise ValueError("pause points need a hook")
+        self._hook = hook
+        self._todo = sorted(points, reverse=True)  # the next point last
+        self.paused: list[int] = []
+        """The points passed so far, in order."""
+
+    @property
+    def pending(self) -> list[int]:
+        """The points not passed yet, ascending."""
+        return self._todo[::-1]
+
+    def reached(self, published: int, flush: Callable[[], object]) -> None:
+        """The ``published``-th candidate was produced: at a point, flush and run the hook."""
+        if not self._todo or self._todo[-1] != published:
+            return
+        flush()
+        while self._todo and self._todo[-1] == published:
+            self._todo.pop()
+            assert self._hook is not None  # checked in __init__
+            self._hook(published)
+            self.paused.append(published)
+
+    def finish(self) -> None:
+        """Check that the publication passed every point.
+
+        Raises:
+            RuntimeError: a point was not reached (the publisher skipped a count or stopped early).
+        """
+        if self._todo:
+            raise RuntimeError(f"the publication ended before the pause points {self.pending}")
+
+
+def replay_via_kafka(
+    bootstrap: str,
+    events: Sequence[dict[str, Any]],
+    engine: DBPMEngine,
+    serde: Serde,
+    app_id: str,
+    *,
+    timeout_s: float = 60.0,
+    pause_at: Sequence[int] = (),
+    on_pause: PauseHook | None = None,
+) -> KafkaReplayResult:
+    """Publish ``events`` (contract objects, in order), wait for every decision, rebuild the state.
+
+    The state is read only once the workers have committed every verdict and every propagation: a
+    stream that ends with verdicts has no decision to wait for, and reading the changelog when the
+    last decision arrives would miss them.
+
+    With ``pause_at``, the publication stops once the first ``n`` candidates are acknowledged by the
+    broker, for each ``n`` in ``pause_at``, calls ``on_pause(n)`` and goes on when it returns (see
+    :class:`Pauses`): by the time this function returns, ``on_pause`` ran exactly ``len(pause_at)``
+    times. The wait for a run's decisions starts after the run's pauses, so time spent in
+    ``on_pause`` (a worker restart, say) does not count against ``timeout_s``.
+
+    Args:
+        bootstrap: the broker.
+        events: the replay stream's events (already validated JSON objects).
+        engine: an engine configured as the workers are (for verdict keys and the snapshot).
+        serde: the process's serde.
+        app_id: the workers' application id (their consumer group; names the memory changelog).
+        timeout_s: longest wait for the decisions of one gate run, and for the final commit.
+        pause_at: numbers of candidates published at which to pause, each in ``1..`` the stream's
+            candidates.
+        on_pause: called at each pause with the number of candidates published; blocks the publisher.
+
+    Raises:
+        ReplayTimeout: a run's decisions, or the workers' final commit, did not arrive in ``timeout_s``.
+        ValueError: a pause point outside the stream's candidates (raised before anything is published).
+    """
+    pauses = Pauses(pause_at, on_pause, sum(e["kind"] == "gate" for e in events))
+    producer = _producer(bootstrap)
+    collector = _DecisionCollector(bootstrap, serde)
+    gate_commits = CommitWatcher(bootstrap, gate_group(app_id))
+    verdict_partitions = gate_commits.partitions(DBPM_VERDICTS)
+    order: list[str] = []
+    try:
+        for kind, run in groupby(events, key=lambda e: e["kind"]):
+            batch = list(run)
+            if kind == "verdict":
+                for obj in batch:
+                    key = verdict_key(engine, parse_event(obj))  # type: ignore[arg-type]
+                    value = serde.encode(Verdict.model_validate(_record(obj)), topic=DBPM_VERDICTS)
+                    producer.produce(DBPM_VERDICTS, key=key, value=value)
+                continue
+            tick = [(TICK_HEADER, batch[0]["ts"].encode())]
+            barrier = [(BARRIER_HEADER, b"")]
+            for p in verdict_partitions:
+                producer.produce(DBPM_VERDICTS, value=b"", partition=p, headers=tick)
+            for obj in batch:
+                candidate = Candidate.model_validate(_record(obj))
+                value = serde.encode(candidate, topic=DBPM_CANDIDATES)
+                producer.produce(
+                    DBPM_CANDIDATES, key=candidate.patient_id.encode(), value=value, headers=barrier
+                )
+                order.append(candidate.candidate_id)
+                pauses.reached(len(order), producer.flush)
+            producer.flush()
+            collector.wait_for((o["candidate_id"] for o in batch), timeout_s)
+            # A decision seen is not yet final: until the workers commit the candidates' offsets, a
+            # crash re-delivers them, and a re-delivered candidate is decided again on the memory
+            # as it is then. The next verdicts must not be in that memory.
+            gate_commits.wait(DBPM_CANDIDATES, timeout_s)
+        producer.flush()
+        pauses.finish()
+        decisions = [_decision_json(collector.seen[c]) for c in order]
+    finally:
+        collector.close()
+        gate_commits.close()
+    # Verdicts first: a worker commits a verdict only after the propagations it produced were
+    # acknowledged, so the propagation topic's end is final once every verdict is committed.
+    with CommitWatcher(bootstrap, app_id) as memory_commits:
+        for topic in MEMORY_INPUTS:
+            memory_commits.wait(topic, timeout_s)
+    last = parse_event(events[-1]).time if events else None
+    return KafkaReplayResult(decisions, read_state(bootstrap, memory_changelog(app_id), engine, last))
+
+
+def commit_end_offsets(bootstrap: str, group: str, topics: Sequence[str]) -> None:
+    """Start ``group`` at the current end of ``topics``: records already there are not this run's."""
+    consumer = Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
+    try:
+        ends = [
+            TopicPartition(topic, p, end_offset(consumer, topic, p))
+            for topic in topics
+            for p in _partitions(consumer, topic)
+        ]
+        consumer.commit(offsets=ends, asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def commit_worker_end_offsets(bootstrap: str, app_id: str) -> None:
+    """Start the workers of a fresh ``app_id`` at the current end of their input topics.
+
+    Two groups: the Faust app's (``app_id``: the memory agent's verdicts and propagations, the
+    clinical agent's inputs) and the gate's (:func:`streams.worker.gate.gate_group`, candidates). Without
+    it a fresh app on a shared broker would process every earlier run's records.
+    """
+    commit_end_offsets(bootstrap, app_id, [*MEMORY_INPUTS, *CLINICAL_INPUTS])
+    commit_end_offsets(bootstrap, gate_group(app_id), [DBPM_CANDIDATES])
+
+
+class CommitWatcher:
+    """Waits until a consumer group has committed the end of a topic; one client for many waits.
+
+    A lockstep publisher waits once per run of gate events: a client of its own per wait (connect,
+    find the group coordinator, close) cost ~45 ms a wait on the development VM, the wait itself on a
+    kept client ~5 ms. Use it as a context manager, or :meth:`close` it.
+    """
+
+    def __init__(self, bootstrap: str, group: str) -> None:
+        """Connect a client of ``group`` (it never subscribes, so it never joins the group)."""
+        self.group = group
+        self._consumer = Consumer(
+            client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False})
+        )
+        self._partitions: dict[str, list[int]] = {}
+
+    def __enter__(self) -> CommitWatcher:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def partitions(self, topic: str) -> list[int]:
+        """The partition numbers of ``topic`` (looked up once)."""
+        if topic not in self._partitions:
+            self._partitions[topic] = _partitions(self._consumer, topic)
+        return self._partitions[topic]
+
+    def ends(self, topic: str) -> dict[int, int]:
+        """The current end offset of every partition of ``topic``."""
+        return {p: end_offset(self._consumer, topic, p) for p in self.partitions(topic)}
+
+    def wait(self, topic: str, timeout_s: float) -> None:
+        """Block until the group has committed the current end offset of every partition of ``topic``.
+
+        A DBPM worker commits an input offset only after the changelog acknowledged the writes of the
+        records before it, so once this returns the changelog holds the memory after every record
+        published to ``topic`` so far. A partition that never held a record has nothing to consume and
+        counts as consumed: a group that started at the earliest offset never commits one there.
+
+        Raises:
+            ReplayTimeout: the group did not get there within ``timeout_s``.
+        """
+        wanted = [TopicPartition(topic, p) for p in self.partitions(topic)]
+        ends = self.ends(topic)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                committed = self._consumer.committed(wanted, timeout=30)
+            except KafkaException:
+                # NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS while the group coordinator moves or
+                # loads (a broker restart): retried until the deadline, as in end_offset.
+                committed = []
+            done = [tp.offset >= ends[tp.partition] or ends[tp.partition] == 0 for tp in committed]
+            if committed and all(done):
+                return
+            if time.monotonic() > deadline:
+                raise ReplayTimeout(
+                    f"group {self.group} did not commit the end of {topic} in {timeout_s:.0f} s"
+                )
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        """Close the client."""
+        self._consumer.close()
+
+
+def wait_until_consumed(bootstrap: str, group: str, topic: str, timeout_s: float) -> None:
+    """One :meth:`CommitWatcher.wait` on a client of its own (for a single wait).
+
+    Raises:
+        ReplayTimeout: the group did not commit the end of ``topic`` within ``timeout_s``.
+    """
+    with CommitWatcher(bootstrap, group) as watcher:
+        watcher.wait(topic, timeout_s)
+
+
+def _decision_json(decision: GateDecision) -> dict[str, Any]:
+    return {
+        "candidate_id": decision.candidate_id,
+        "decision": decision.decision.value,
+        "rule": decision.rule,
+        "signature": decision.signature,
+        "severity": decision.severity,
+        "multiplier": decision.confidence_multiplier,
+        "sources": list(decision.provenance),
+    }
+
+
+def _changelog(bootstrap: str, topic: str) -> Iterator[tuple[int, bytes, bytes | None, int]]:
+    """Every record of ``topic`` up to its current end: ``(partition, key, value, offset)``."""
+    consumer = _consumer(bootstrap)
+    try:
+        ends: dict[int, int] = {}
+        for p in _partitions(consumer, topic):
+            ends[p] = end_offset(consumer, topic, p)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p, end in ends.items() if end])
+        remaining = {p for p, end in ends.items() if end}
+        while remaining:
+            message = consumer.poll(1.0)
+            if message is None or message.error():
+                continue
+            p = message.partition()
+            yield p, message.key(), message.value(), message.offset()
+            if message.offset() + 1 >= ends[p]:
+                remaining.discard(p)
+    finally:
+        consumer.close()
+
+
+def read_state(bootstrap: str, changelog: str, engine: DBPMEngine, as_of: float | None) -> dict[str, object]:
+    """The memory's state document, rebuilt from the memory table's changelog.
+
+    Args:
+        bootstrap: the broker.
+        changelog: the memory table's changelog topic.
+        engine: for the snapshot (its configuration decides the tasks listed).
+        as_of: the stream's last event time (None: the memory's own).
+    """
+    followers: dict[int, ChangelogFollower] = {}
+    for partition, key, value, offset in _changelog(bootstrap, changelog):
+        follower = followers.setdefault(partition, ChangelogFollower(MemoryStore()))
+        follower.add(key, value, offset)
+    stores: list[Store] = [followers[p].store for p in sorted(followers)]
+    if as_of is not None:
+        # A one-record partition holding the stream's clock; the view takes the latest time.
+        stamp = MemoryStore()
+        with stamp.transaction() as txn:
+            Memory(txn, engine.config).set_clock(as_of, None)
+        stores.append(stamp)
+    return engine.snapshot(MergedView(lambda: stores).transaction())

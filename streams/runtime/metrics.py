@@ -1,0 +1,481 @@
+"""Prometheus metrics of every clingate worker: one registry and one ``/metrics`` endpoint per process.
+
+Every metric is named ``clingate_<area>_*`` and listed in docs/metrics.md (a test fails
+when a registered one is missing there). Where each process serves them:
+
+* ``clingate worker`` (Faust: DBPM memory agent, clinical agent; the DBPM gate loop in a thread of
+  the same process with ``--role all``): on the worker's web port (``CLINGATE_WEB_PORT``) at
+  ``/metrics``. Faust's own Prometheus sensor (:func:`faust.sensors.prometheus.setup_prometheus_sensors`,
+  prefix ``clingate``) adds the transport metrics on the same registry: records received and sent per
+  topic, end and committed offsets, commit and send latencies, rebalances.
+* Workers that are plain confluent-kafka consumer groups (``clingate arbiter worker``, the LLM groups,
+  ``clingate worker --role gate``) have no web server of their own: they build a
+  :class:`CollectorRegistry` and call :func:`serve` once. Their consumer lag comes from librdkafka
+  (its statistics, :class:`LibrdkafkaLag`, or the consumer's own watermarks).
+
+What the classes here add, by area (names, types and labels in docs/metrics.md):
+
+* :class:`DbpmMetrics`: decisions per task and decision, gate latency, barrier timeouts, dead letters,
+  verdicts applied and duplicate verdicts skipped; through :meth:`DbpmMetrics.watch` the consumer
+  lag and the memory channel population (:class:`MemoryPopulation`) computed at scrape time; and
+  the gate's selectivity (:class:`Selectivity`).
+* :class:`ClinicalMetrics`: assessments per traffic light, red sources, gate latency, dead letters.
+* :class:`DocsMetrics`: dispositions per decision, documents in flight, dead letters, LLM calls
+  (:class:`LlmMetrics`), consumer lag.
+
+Choices:
+
+* **Population without a scan.** Pattern and whitelist counts are the engine's incremental counters;
+  the BLOCK-clearing and DOWNGRADE-band counts walk the eviction index from the DOWNGRADE threshold up
+  (:func:`processors.dbpm.measurement.memory_population`), at the memory's own event-time clock.
+  Computed per scrape from the replicated view, so every worker reports the same global figure
+  (do not sum it across workers: take ``max``).
+* **Lift as the worker sees it.** The lift of Eq. 10 (``processors.dbpm.measurement``, whose maths is
+  used unchanged) pairs a gate decision with the verifier's verdict on the same candidate. A worker
+  pairs the decisions its gate loop made with the verdicts its memory agent applied; in a live
+  pipeline only ALLOWed and DOWNGRADEd candidates are verified, so the live lift is
+  ``P(DOWNGRADE | FAIL) / P(DOWNGRADE | PASS)`` among verified candidates (a BLOCK is never paired).
+  With several workers a pair is seen only when the candidate's partition and the verdict's partition
+  belong to the same worker: each worker's lift is then a sample of the pairs (the assignment does not
+  depend on the outcome), and the pair counters (``clingate_dbpm_selectivity_pairs_total``) add up
+  across workers for a fleet-wide lift. Pending decisions are bounded (:data:`MAX_PENDING_PAIRS`,
+  oldest dropped and counted) because BLOCKed candidates never get a verdict. Category: the
+  measurement module's (NER and QA category, RE ``HEAD|TAIL`` types); ``_all`` is the task total.
+* **Degenerate lifts**: ``clingate_dbpm_lift`` is ``+Inf`` when only FAIL pairs are tagged and 0 when
+  only PASS pairs are; an undefined lift (no pairs on a side, no tags) is absent; the interval exists
+  for finite lifts only.
+* **Red sources** are labelled by the rule before the first ``:`` of a traffic-light source
+  (``Rule C: NTI CRITICAL`` -> ``Rule C``): a bounded set, never patient content.
+* **Consumer lag** is one name for every worker, ``clingate_consumer_lag{topic,partition}``, over the
+  partitions the process owns: Faust's monitor (end minus committed offset) for the Faust worker,
+  librdkafka's ``consumer_lag`` statistic for the others.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from processors.dbpm.config import DBPMConfig
+from processors.dbpm.measurement import LiftStatus, SelectivityTracker, TagCounts, memory_population
+from processors.dbpm.memory import Memory
+from schemas.clinical import ClinicalAssessment
+from schemas.docs import Disposition
+from state.base import Store
+from streams.llm.result import LlmFailed, LlmOk
+
+if TYPE_CHECKING:  # the non-Faust workers import this module too: no Faust at run time for them
+    import faust
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 180.0)
+
+MAX_PENDING_PAIRS = 100_000
+"""Gate decisions a worker keeps waiting for their verdict. An entry is the candidate's pairing key (its
+payload fields), a few hundred bytes: tens of MB at the bound. At 1,000 candidates/s it covers a verifier
+that answers within 100 s."""
+
+ALL_CATEGORIES = "_all"
+"""The ``category`` label of a task's total lift."""
+
+LagSource = Callable[[], Iterable[tuple[str, int, int]]]
+"""Returns ``(topic, partition, lag)`` of the partitions the process consumes."""
+
+
+@dataclass(frozen=True)
+class MetricsEndpoint:
+    """A running ``/metrics`` HTTP server (see :func:`serve`).
+
+    Attributes:
+        port: the port it listens on (the chosen one when 0 was asked).
+        close: stops the server and frees the port.
+    """
+
+    port: int
+    close: Callable[[], None]
+
+
+def serve(registry: CollectorRegistry, port: int, addr: str = "0.0.0.0") -> MetricsEndpoint:
+    """Serve ``registry`` in Prometheus text format on ``addr:port`` (any path), from a daemon thread.
+
+    The one way a non-Faust clingate worker exposes its metrics; call it once per process, after the
+    metrics are registered, and :attr:`MetricsEndpoint.close` it on shutdown. Collectors run on the
+    server's thread: scrape-time collectors MUST only read state that is safe to read concurrently.
+
+    Args:
+        registry: the process's registry.
+        port: TCP port; 0 picks a free one (read it from the result).
+        addr: interface to bind; the default listens on every interface, as scrapers expect.
+
+    Returns:
+        The endpoint, with its port and a close function.
+    """
+    server, thread = start_http_server(port, addr=addr, registry=registry)
+
+    def close() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+    return MetricsEndpoint(server.server_port, close)
+
+
+def faust_sensors(app: faust.App, registry: CollectorRegistry) -> None:
+    """Faust's transport metrics (prefix ``clingate``) on ``registry``, served by the app at ``/metrics``."""
+    from faust.sensors.prometheus import setup_prometheus_sensors
+
+    setup_prometheus_sensors(app, pattern="/metrics", registry=registry, name_prefix="clingate")
+
+
+class ConsumerLag(Collector):
+    """``clingate_consumer_lag{topic,partition}``: messages behind the end, per owned input partition."""
+
+    def __init__(self, source: LagSource) -> None:
+        self.sources = [source]
+
+    def collect(self) -> Iterator[Metric]:
+        """One gauge sample per partition the source reports."""
+        lag = GaugeMetricFamily(
+            "clingate_consumer_lag", "Messages between a consumed partition's end and the group's position.",
+            labels=["topic", "partition"],
+        )  # fmt: skip
+        for source in self.sources:
+            for topic, partition, value in source():
+                lag.add_metric([topic, str(partition)], value)
+        yield lag
+
+
+class LibrdkafkaLag:
+    """The consumer lag of a confluent-kafka consumer, from librdkafka's periodic statistics.
+
+    Merge :meth:`client_config` into the consumer's configuration; librdkafka then calls
+    :meth:`on_stats` from the consumer's own poll (so the worker's thread), and a scrape reads the latest
+    figures (one atomic reference swap, safe from the server thread).
+    """
+
+    def __init__(self, registry: CollectorRegistry, interval_ms: int = 5000) -> None:
+        """Register the lag gauge on ``registry``; statistics every ``interval_ms``."""
+        self._interval_ms = interval_ms
+        self._latest: tuple[tuple[str, int, int], ...] = ()
+        registry.register(ConsumerLag(lambda: self._latest))
+
+    def client_config(self) -> dict[str, object]:
+        """librdkafka settings that turn the statistics on and deliver them here."""
+        return {"statistics.interval.ms": self._interval_ms, "stats_cb": self.on_stats}
+
+    def on_stats(self, stats_json: str) -> None:
+        """Keep the ``consumer_lag`` of every assigned partition (librdkafka reports -1 when unknown)."""
+        stats = json.loads(stats_json)
+        self._latest = tuple(
+            (topic, int(partition), int(p["consumer_lag"]))
+            for topic, t in stats.get("topics", {}).items()
+            for partition, p in t.get("partitions", {}).items()
+            if partition != "-1" and p.get("consumer_lag", -1) >= 0
+        )
+
+
+class MemoryPopulation(Collector):
+    """Scrape-time gauges of the DBPM memory's channel population (module docstring)."""
+
+    def __init__(self, view: Store, config: DBPMConfig, fail_events: Callable[[], Mapping[str, int]]) -> None:
+        self._view = view
+        self._config = config
+        self._fail_events = fail_events
+
+    def collect(self) -> Iterator[Metric]:
+        """Patterns and whitelist per task, BLOCK-clearing and DOWNGRADE-band patterns, inert channels."""
+        report = memory_population(Memory(self._view.transaction(), self._config), self._fail_events())
+        population = GaugeMetricFamily(
+            "clingate_dbpm_memory_patterns", "Records per memory channel (B blocklist, W whitelist).",
+            labels=["task", "table"],
+        )  # fmt: skip
+        block = GaugeMetricFamily(
+            "clingate_dbpm_memory_block_patterns",
+            "Blocklist patterns that clear the BLOCK clause of Eq. 4 at the memory's event time.",
+            labels=["task"],
+        )
+        band = GaugeMetricFamily(
+            "clingate_dbpm_memory_downgrade_patterns",
+            "Blocklist patterns in the DOWNGRADE band of Eq. 4 at the memory's event time.",
+            labels=["task"],
+        )
+        inert = GaugeMetricFamily(
+            "clingate_dbpm_memory_channel_inert",
+            "1 when the task's channel consumed fail verdicts here but holds no BLOCK-clearing pattern.",
+            labels=["task"],
+        )
+        for channel in report.channels:
+            population.add_metric([channel.task, "B"], channel.patterns)
+            population.add_metric([channel.task, "W"], channel.whitelist)
+            block.add_metric([channel.task], channel.block_eligible)
+            band.add_metric([channel.task], channel.downgrade_band)
+            inert.add_metric([channel.task], 1.0 if channel.task in report.inert_channels() else 0.0)
+        yield from (population, block, band, inert)
+
+
+class Selectivity(Collector):
+    """The live gate selectivity: pairs of gate decisions and verdicts, lift with its 95% interval.
+
+    Feed it :meth:`gate` from the gate loop and :meth:`verdict` from the memory agent (module docstring).
+    Thread-safe: a lock guards the tracker, so it also works behind :func:`serve`.
+    """
+
+    def __init__(self, max_pending: int = MAX_PENDING_PAIRS) -> None:
+        self._tracker = SelectivityTracker(max_pending=max_pending)
+        self._lock = threading.Lock()
+
+    def gate(self, task: str, patient_id: str, payload: Mapping[str, Any], decision: str) -> None:
+        """Record a gate decision (see :meth:`SelectivityTracker.gate`)."""
+        with self._lock:
+            self._tracker.gate(task, patient_id, payload, decision)
+
+    def verdict(
+        self, task: str, patient_id: str, payload: Mapping[str, Any], verdict: str, source: str
+    ) -> None:
+        """Record a verdict applied to the memory (see :meth:`SelectivityTracker.verdict`)."""
+        with self._lock:
+            self._tracker.verdict(task, patient_id, payload, verdict, source)
+
+    def fail_events(self) -> dict[str, int]:
+        """Fail verdicts (not ``success``) applied per task by this process."""
+        with self._lock:
+            return dict(self._tracker.fail_events)
+
+    def collect(self) -> Iterator[Metric]:
+        """Pair counters, lift and interval per task and category, pending and expired decisions."""
+        with self._lock:
+            counts = self._tracker.counts()
+            pending, expired = len(self._tracker.pending), self._tracker.expired
+        pairs = CounterMetricFamily(
+            "clingate_dbpm_selectivity_pairs", "Gate decisions paired with the verifier's verdict.",
+            labels=["task", "category", "outcome", "tagged"],
+        )  # fmt: skip
+        lift = GaugeMetricFamily(
+            "clingate_dbpm_lift", "Lift of Eq. 10: P(tag | FAIL) / P(tag | PASS) over this worker's pairs.",
+            labels=["task", "category"],
+        )  # fmt: skip
+        low = GaugeMetricFamily(
+            "clingate_dbpm_lift_ci_low", "Lower bound of the lift's 95% delta-method interval.",
+            labels=["task", "category"],
+        )  # fmt: skip
+        high = GaugeMetricFamily(
+            "clingate_dbpm_lift_ci_high", "Upper bound of the lift's 95% delta-method interval.",
+            labels=["task", "category"],
+        )  # fmt: skip
+        rows: list[tuple[str, str, TagCounts]] = [(c.task, c.category, c.counts) for c in counts.cells]
+        for cell in counts.cells:
+            c = cell.counts
+            for outcome, tagged, n in (
+                ("FAIL", "true", c.fail_tagged), ("FAIL", "false", c.fail_total - c.fail_tagged),
+                ("PASS", "true", c.pass_tagged), ("PASS", "false", c.pass_total - c.pass_tagged),
+            ):  # fmt: skip
+                pairs.add_metric([cell.task, cell.category, outcome, tagged], n)
+        rows += [(task, ALL_CATEGORIES, counts.task_total(task)) for task in counts.tasks()]
+        for task, category, tag_counts in rows:
+            value = tag_counts.lift()
+            if value.status is LiftStatus.UNDEFINED:
+                continue
+            labels = [task, category]
+            infinite = value.status is LiftStatus.INFINITE
+            lift.add_metric(labels, math.inf if infinite else float(value.value or 0.0))
+            if value.status is LiftStatus.FINITE:
+                low.add_metric(labels, float(value.ci_low or 0.0))
+                high.add_metric(labels, float(value.ci_high or 0.0))
+        waiting = GaugeMetricFamily("clingate_dbpm_selectivity_pending", "Gate decisions awaiting a verdict.")
+        waiting.add_metric([], pending)
+        dropped = CounterMetricFamily(
+            "clingate_dbpm_selectivity_expired", "Gate decisions dropped unpaired (bound on pending)."
+        )
+        dropped.add_metric([], expired)
+        yield from (pairs, lift, low, high, waiting, dropped)
+
+
+class DbpmMetrics:
+    """The DBPM agents' metrics on one registry (one per app: tests build several apps)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.dead_letters = Counter(
+            "clingate_dbpm_dead_letters", "Records routed to a dead-letter topic.", ["topic"],
+            registry=registry,
+        )  # fmt: skip
+        self.decisions = Counter(
+            "clingate_dbpm_decisions", "Gate decisions.", ["task", "decision"], registry=registry
+        )
+        self.agent_restarts = Counter(
+            "clingate_agent_restarts", "Faust agents restarted by their supervisor after a crash, by cause.",
+            ["agent", "error_type"], registry=registry,
+        )  # fmt: skip
+        self.gate_latency = Histogram(
+            "clingate_dbpm_gate_latency_seconds", "Candidate taken to decision sent (barrier included).",
+            buckets=_LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.propagations = Counter(
+            "clingate_dbpm_propagations",
+            "Cross-task propagation events: sent (by the origin's partition), applied, stopped by a "
+            "guard, or duplicate (a re-sent copy, skipped) at the target's partition.",
+            ["outcome"], registry=registry,
+        )  # fmt: skip
+        self.barrier_timeouts = Counter(
+            "clingate_dbpm_barrier_timeouts", "Gates decided before the memory reached their event time.",
+            registry=registry,
+        )  # fmt: skip
+        self.verdicts = Counter(
+            "clingate_dbpm_verdicts", "Verdicts applied to the memory.", ["task", "verdict", "source"],
+            registry=registry,
+        )  # fmt: skip
+        self.verdicts_duplicate = Counter(
+            "clingate_dbpm_verdicts_duplicate",
+            "Verdicts not applied: their candidate's verdict was applied before (a re-issued call).",
+            ["task"], registry=registry,
+        )  # fmt: skip
+        self.selectivity = Selectivity()
+        registry.register(self.selectivity)
+
+    def verdict_applied(self, task: str, patient_id: str, payload: Mapping[str, Any], verdict: str,
+                        source: str) -> None:  # fmt: skip
+        """Count a verdict the memory agent applied and offer it to the selectivity pairing."""
+        self.verdicts.labels(task, verdict, source).inc()
+        self.selectivity.verdict(task, patient_id, payload, verdict, source)
+
+    def watch(self, lag: LagSource, view: Store, config: DBPMConfig) -> None:
+        """Register the scrape-time gauges: consumer lag and the memory channel population."""
+        self._lag = ConsumerLag(lag)
+        self.registry.register(self._lag)
+        self.registry.register(MemoryPopulation(view, config, self.selectivity.fail_events))
+
+    def add_lag(self, lag: LagSource) -> None:
+        """Add a second consumer's lag to ``clingate_consumer_lag`` (after :meth:`watch`).
+
+        With ``--role all`` the memory agent (Faust) and the gate (its own consumer group) report
+        their input partitions separately; one metric family holds both.
+        """
+        self._lag.sources.append(lag)
+
+
+def red_source(source: str) -> str:
+    """The rule of a traffic-light source: the text before its first ``:`` (``Rule C: ...`` -> ``Rule C``)."""
+    return source.split(":", 1)[0].strip()
+
+
+class ClinicalMetrics:
+    """The clinical agent's metrics (on the Faust worker's registry)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.assessments = Counter(
+            "clingate_clinical_assessments", "Assessments published, by production traffic light.", ["light"],
+            registry=registry,
+        )  # fmt: skip
+        self.red_sources = Counter(
+            "clingate_clinical_red_sources", "Rules behind RED production lights (per assessment).",
+            ["source"], registry=registry,
+        )  # fmt: skip
+        self.gate_latency = Histogram(
+            "clingate_clinical_gate_latency_seconds", "Clinical gates on one record (process_event).",
+            buckets=_LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.dead_letters = Counter(
+            "clingate_clinical_dead_letters", "Records routed to a dead-letter topic.", ["topic"],
+            registry=registry,
+        )  # fmt: skip
+
+    def assessed(self, assessment: ClinicalAssessment) -> None:
+        """Count a published assessment by light and, when RED, by the rules that made it RED."""
+        light = assessment.traffic_light
+        self.assessments.labels(str(light.light)).inc()
+        if str(light.light) == "RED":
+            for rule in sorted({red_source(s) for s in light.sources if not s.startswith("Base")}):
+                self.red_sources.labels(rule).inc()
+
+
+class LlmMetrics:
+    """Calls through :class:`streams.llm.LlmClient`, by caller group, call type and outcome.
+
+    Shared by every LLM user: the docs worker (group ``docs``) and the generator and verifier
+    groups (:class:`LlmGroupMetrics`), so a dashboard sums LLM traffic over one metric.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.calls = Counter(
+            "clingate_llm_calls", "LLM calls by group, call type and outcome (ok or the failure kind).",
+            ["group", "call_type", "outcome"], registry=registry,
+        )  # fmt: skip
+        self.retries = Counter(
+            "clingate_llm_retries", "HTTP attempts after the first one.", ["group", "call_type"],
+            registry=registry,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "clingate_llm_call_seconds", "Wall time of one call, retries included, queueing excluded.",
+            ["group", "call_type"], buckets=_LLM_BUCKETS, registry=registry,
+        )  # fmt: skip
+
+    def observe(self, group: str, answer: LlmOk[Any] | LlmFailed) -> None:
+        """Count one call's answer for the caller ``group``."""
+        call_type = str(answer.call_type)
+        outcome = "ok" if isinstance(answer, LlmOk) else str(answer.kind)
+        self.calls.labels(group, call_type, outcome).inc()
+        if answer.attempts > 1:
+            self.retries.labels(group, call_type).inc(answer.attempts - 1)
+        self.latency.labels(group, call_type).observe(answer.latency_s)
+
+
+class DocsMetrics:
+    """The docs worker's metrics (``clingate arbiter worker``, served by :func:`serve`)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.dispositions = Counter(
+            "clingate_docs_dispositions", "Documents decided, by V5 decision and LLM mode.",
+            ["decision", "llm_mode"], registry=registry,
+        )  # fmt: skip
+        self.in_flight = Gauge("clingate_docs_in_flight", "Documents being decided now.", registry=registry)
+        self.dead_letters = Counter(
+            "clingate_docs_dead_letters", "Records routed to a dead-letter topic.", ["topic"],
+            registry=registry,
+        )  # fmt: skip
+        self.llm = LlmMetrics(registry)
+        self.lag = LibrdkafkaLag(registry)
+
+    def decided(self, disposition: Disposition) -> None:
+        """Count a decided disposition (the docs worker counts it when the document is decided)."""
+        self.dispositions.labels(str(disposition.decision), str(disposition.llm_mode)).inc()
+
+
+class LlmGroupMetrics:
+    """Metrics of the LLM consumer groups (``clingate generator`` / ``clingate verifier``).
+
+    * the calls themselves: :class:`LlmMetrics` (``clingate_llm_calls_total{group,call_type,outcome}``,
+      retries, ``clingate_llm_call_seconds``); verifier calls per task are the ``*_verdict`` call types;
+    * ``clingate_llm_in_flight{group}``: records being processed;
+    * ``clingate_llm_verifier_calls_saved_total{task}``: BLOCK decisions seen on
+      ``clingate.dbpm.decisions``, each one verifier call not made;
+    * ``clingate_llm_verdicts_total{task,verdict,defaulted}``: memory verdicts published;
+    * ``clingate_llm_unprocessed_total{group,reason}``: records dead-lettered, by reason.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.llm = LlmMetrics(registry)
+        self.in_flight = Gauge(
+            "clingate_llm_in_flight", "Records being processed.", ["group"], registry=registry
+        )
+        self.calls_saved = Counter(
+            "clingate_llm_verifier_calls_saved", "Verifier calls not made because the gate BLOCKed.",
+            ["task"], registry=registry,
+        )  # fmt: skip
+        self.verdicts = Counter(
+            "clingate_llm_verdicts", "Memory verdicts published.", ["task", "verdict", "defaulted"],
+            registry=registry,
+        )  # fmt: skip
+        self.unprocessed = Counter(
+            "clingate_llm_unprocessed", "Records dead-lettered, by reason.", ["group", "reason"],
+            registry=registry,
+        )  # fmt: skip

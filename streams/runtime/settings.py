@@ -1,0 +1,379 @@
+"""The one settings object of a clingate process.
+
+The environment is read here and nowhere else: every setting declares its environment
+variable, its default and what it means. Commands build one :class:`Settings` at start-up
+and pass it (or the values in it) down; processors never see the environment.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Process-wide configuration, frozen once read."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    kafka_bootstrap_servers: str | None = Field(
+        default=None,
+        validation_alias="KAFKA_BOOTSTRAP_SERVERS",
+        description="Bootstrap address of an existing Kafka cluster. Unset: clingate starts its own "
+        "broker (testcontainers where Docker works, else a native KRaft broker).",
+    )
+    # --- Kafka client security (streams.runtime.kafka_config turns these into librdkafka and Faust settings).
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT",
+        validation_alias="CLINGATE_KAFKA_SECURITY_PROTOCOL",
+        description="How every clingate client talks to Kafka: PLAINTEXT (local broker), SASL_PLAINTEXT, "
+        "SASL_SSL (production: SCRAM over TLS) or SSL.",
+    )
+    kafka_sasl_mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"] = Field(
+        default="SCRAM-SHA-512",
+        validation_alias="CLINGATE_KAFKA_SASL_MECHANISM",
+        description="SASL mechanism for the SASL_* protocols.",
+    )
+    kafka_username: str | None = Field(
+        default=None,
+        validation_alias="CLINGATE_KAFKA_USERNAME",
+        description="SASL user name: the principal (User:<name>) the cluster's ACLs grant to "
+        "(deploy/security/acls.yaml). Required by the SASL_* protocols.",
+    )
+    kafka_password: SecretStr | None = Field(
+        default=None,
+        validation_alias="CLINGATE_KAFKA_PASSWORD",
+        description="SASL password of CLINGATE_KAFKA_USERNAME. Required by the SASL_* protocols.",
+    )
+    kafka_ssl_ca_file: Path | None = Field(
+        default=None,
+        validation_alias="CLINGATE_KAFKA_SSL_CA_FILE",
+        description="PEM file of the CA that signed the brokers' certificates (SSL, SASL_SSL). Unset: "
+        "the system trust store.",
+    )
+    kafka_ssl_check_hostname: bool = Field(
+        default=True,
+        validation_alias="CLINGATE_KAFKA_SSL_CHECK_HOSTNAME",
+        description="Verify that a broker's certificate names the host it was reached at (SSL, SASL_SSL).",
+    )
+    ensure_topics_on_start: bool = Field(
+        default=True,
+        validation_alias="CLINGATE_ENSURE_TOPICS",
+        description="Workers create missing catalog topics when they start. Set false where a provisioning "
+        "job owns the topics and worker principals hold no Create/DescribeConfigs grants (ACLs).",
+    )
+    schema_registry_url: str | None = Field(
+        default=None,
+        validation_alias="CLINGATE_SCHEMA_REGISTRY_URL",
+        description="Confluent Schema Registry URL. Set: values use the registry wire format; "
+        "unset: Avro single-object encoding.",
+    )
+    home: Path = Field(
+        default=Path.home() / ".cache" / "clingate",
+        validation_alias="CLINGATE_HOME",
+        description="Cache directory for broker artifacts, broker data and worker state.",
+    )
+    broker_dir: Path | None = Field(
+        default=None,
+        validation_alias="CLINGATE_BROKER_DIR",
+        description="Directory of the broker that `clingate broker start|stop|status` manages "
+        "(data, logs, pid file). Default: <CLINGATE_HOME>/broker.",
+    )
+    topic_partitions: int = Field(
+        default=6,
+        ge=1,
+        validation_alias="CLINGATE_TOPIC_PARTITIONS",
+        description="Partitions of every data topic in the catalog (the unit of consumer parallelism; "
+        "dead-letter topics always get 1).",
+    )
+    topic_replication: int = Field(
+        default=1,
+        ge=1,
+        validation_alias="CLINGATE_TOPIC_REPLICATION",
+        description="Replication factor of every catalog topic: 1 on a single local broker, 3 on a "
+        "production cluster.",
+    )
+    docs_trap_rules: Path | None = Field(
+        default=None,
+        validation_alias="CLINGATE_DOCS_TRAP_RULES",
+        description="YAML of the classification arbiter's V3 trap rules (vendor, keyword and "
+        "header/footer rule sets). Unset: the packaged processors/docs/v3_trap_rules.yaml.",
+    )
+    docs_group_id: str = Field(
+        default="clingate-docs",
+        validation_alias="CLINGATE_DOCS_GROUP_ID",
+        description="Consumer group of `clingate arbiter worker` (its own group: the arbiter is not a Faust "
+        "agent, see streams/groups/arbiter.py).",
+    )
+    docs_max_in_flight: int = Field(
+        default=32,
+        ge=1,
+        validation_alias="CLINGATE_DOCS_MAX_IN_FLIGHT",
+        description="Documents the docs worker verifies at once (their LLM calls overlap); at the bound "
+        "it keeps a few records consumed and waiting, then pauses its partitions until one finishes.",
+    )
+
+    # --- LLM serving (streams.llm). Role URL > CLINGATE_LLM_URL > none (the role's LLM phases are off).
+    llm_url: str | None = Field(
+        default=None,
+        validation_alias="CLINGATE_LLM_URL",
+        description="Base URL of an OpenAI-compatible server (vLLM), including /v1, e.g. "
+        "http://127.0.0.1:8000/v1. Serves every LLM call unless a role URL overrides it. "
+        "Unset (and no role URL): LLM phases are off and say so.",
+    )
+    generator_url: str | None = Field(
+        default=None,
+        validation_alias="CLINGATE_GENERATOR_URL",
+        description="Base URL of the generator server (extraction calls); overrides CLINGATE_LLM_URL.",
+    )
+    verifier_url: str | None = Field(
+        default=None,
+        validation_alias="CLINGATE_VERIFIER_URL",
+        description="Base URL of the verifier server (verdict calls); overrides CLINGATE_LLM_URL.",
+    )
+    llm_model: str | None = Field(
+        default=None,
+        validation_alias="CLINGATE_LLM_MODEL",
+        description="Served model name sent with every LLM call unless a role model overrides it.",
+    )
+    generator_model: str | None = Field(
+        default=None,
+        validation_alias="CLINGATE_GENERATOR_MODEL",
+        description="Served model name of the generator; overrides CLINGATE_LLM_MODEL.",
+    )
+    verifier_model: str | None = Field(
+        default=None,
+        validation_alias="CLINGATE_VERIFIER_MODEL",
+        description="Served model name of the verifier; overrides CLINGATE_LLM_MODEL.",
+    )
+    llm_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias="CLINGATE_LLM_API_KEY",
+        description="Bearer token for servers started with `vllm serve --api-key`; unset: no header.",
+    )
+    llm_timeout_s: float = Field(
+        default=180.0,
+        gt=0,
+        validation_alias="CLINGATE_LLM_TIMEOUT_S",
+        description="Per-attempt deadline of one LLM call in seconds (DBPM paper Table 14: 180 s).",
+    )
+    llm_max_retries: int = Field(
+        default=3,
+        ge=0,
+        validation_alias="CLINGATE_LLM_MAX_RETRIES",
+        description="Retries after the first attempt for transient failures (paper A.3: three).",
+    )
+    llm_max_in_flight: int = Field(
+        default=64,
+        ge=1,
+        validation_alias="CLINGATE_LLM_MAX_IN_FLIGHT",
+        description="Concurrent requests per server (paper A.3: 64-way effective concurrency).",
+    )
+
+    # --- LLM consumer groups (streams.groups.generator, streams.groups.verifier).
+    generator_group_id: str = Field(
+        default="clingate-generator",
+        validation_alias="CLINGATE_GENERATOR_GROUP_ID",
+        description="Consumer group of `clingate generator` (narratives -> candidates).",
+    )
+    generator_max_in_flight: int = Field(
+        default=64,
+        ge=1,
+        validation_alias="CLINGATE_GENERATOR_MAX_IN_FLIGHT",
+        description="Narratives one generator process extracts at once (each makes 13 calls; the calls "
+        "on the wire are bounded by CLINGATE_LLM_MAX_IN_FLIGHT); at the bound it pauses its partitions.",
+    )
+    generator_metrics_port: int = Field(
+        default=6067,
+        ge=0,
+        le=65535,
+        validation_alias="CLINGATE_GENERATOR_METRICS_PORT",
+        description="Port of the generator's /metrics endpoint (Prometheus text format); 0: not served.",
+    )
+    verifier_group_id: str = Field(
+        default="clingate-verifier",
+        validation_alias="CLINGATE_VERIFIER_GROUP_ID",
+        description="Consumer group of `clingate verifier` (to-verify -> verdicts, verified).",
+    )
+    verifier_max_in_flight: int = Field(
+        default=64,
+        ge=1,
+        validation_alias="CLINGATE_VERIFIER_MAX_IN_FLIGHT",
+        description="Candidates one verifier process judges at once (one verdict call each, four for an "
+        "ambiguous QA answer); at the bound it pauses its partitions.",
+    )
+    verifier_metrics_port: int = Field(
+        default=6068,
+        ge=0,
+        le=65535,
+        validation_alias="CLINGATE_VERIFIER_METRICS_PORT",
+        description="Port of the verifier's /metrics endpoint (Prometheus text format); 0: not served.",
+    )
+    verifier_narrative_cache: int = Field(
+        default=100_000,
+        ge=1,
+        validation_alias="CLINGATE_VERIFIER_NARRATIVE_CACHE",
+        description="Narratives the verifier keeps in memory (least recently used evicted) to judge "
+        "candidates against; a candidate whose narrative is gone is dead-lettered.",
+    )
+    verifier_narrative_wait_s: float = Field(
+        default=10.0,
+        gt=0,
+        validation_alias="CLINGATE_VERIFIER_NARRATIVE_WAIT_S",
+        description="How long the verifier waits for a candidate's narrative to be read from "
+        "clingate.dbpm.narratives before it dead-letters the candidate.",
+    )
+
+    @field_validator(
+        "llm_url", "generator_url", "verifier_url", "llm_model", "generator_model", "verifier_model"
+    )
+    @classmethod
+    def _blank_is_unset(cls, value: str | None) -> str | None:
+        # `export CLINGATE_LLM_URL=` must mean "off", not "a server at the empty URL".
+        if value is None or not value.strip():
+            return None
+        return value.strip()
+
+    clinical_tier_b_class_maps: bool = Field(
+        default=False,
+        validation_alias="CLINGATE_CLINICAL_TIER_B",
+        description="Clinical gates: ESC-021 Tier B class-level NTI maps (opioids, benzodiazepines).",
+    )
+    clinical_esc032_staleness: bool = Field(
+        default=False,
+        validation_alias="CLINGATE_CLINICAL_ESC032",
+        description="Clinical gates: ESC-032, stale monitoring dependencies escalate the traffic light.",
+    )
+    clinical_esc033_compound: bool = Field(
+        default=False,
+        validation_alias="CLINGATE_CLINICAL_ESC033",
+        description="Clinical gates: ESC-033, NTI ELEVATED + stale NTI monitoring parameter -> RED.",
+    )
+    clinical_esc033_min_class: Literal["STALE", "PROFOUNDLY_STALE"] = Field(
+        default="PROFOUNDLY_STALE",
+        validation_alias="CLINGATE_CLINICAL_ESC033_MIN_CLASS",
+        description="Clinical gates: staleness class ESC-033 needs (the seed proposes PROFOUNDLY_STALE).",
+    )
+    clinical_rule_a_enforced: bool = Field(
+        default=False,
+        validation_alias="CLINGATE_CLINICAL_RULE_A",
+        description="Clinical gates: Rule A (automation bias) sets the production light (default: shadow).",
+    )
+
+    app_id: str = Field(
+        default="clingate-dbpm",
+        validation_alias="CLINGATE_APP_ID",
+        description="Faust application id: the consumer group of the DBPM workers and the prefix of "
+        "their changelog topics. Workers of one deployment share it.",
+    )
+    worker_datadir: Path | None = Field(
+        default=None,
+        validation_alias="CLINGATE_WORKER_DATADIR",
+        description="Local state of one worker (RocksDB tables). Two workers MUST NOT share it "
+        "(RocksDB LOCK). Default: <CLINGATE_HOME>/worker.",
+    )
+    web_port: int = Field(
+        default=6066,
+        ge=0,
+        le=65535,
+        validation_alias="CLINGATE_WEB_PORT",
+        description="Port of the worker's web endpoint (/metrics in Prometheus text format).",
+    )
+    table_standby_replicas: int = Field(
+        default=1,
+        ge=0,
+        validation_alias="CLINGATE_TABLE_STANDBY_REPLICAS",
+        description="Standby copies of each partitioned table kept warm on other workers for fast failover.",
+    )
+    consumer_session_timeout_s: float = Field(
+        default=30.0,
+        ge=6.0,
+        validation_alias="CLINGATE_CONSUMER_SESSION_TIMEOUT_S",
+        description="How long the group waits for a silent worker before its partitions move to the "
+        "others (a SIGKILLed worker is noticed only after this); also the generator and verifier groups'. "
+        "The broker admits 6 s to 300 s.",
+    )
+    commit_interval_s: float = Field(
+        default=2.8,
+        gt=0,
+        validation_alias="CLINGATE_COMMIT_INTERVAL_S",
+        description="How often a worker commits the input offsets it has processed (after flushing its "
+        "outputs). Faust's default; `replay --via-kafka` waits for these commits between runs, so replay "
+        "workers SHOULD use a short interval (0.1 s).",
+    )
+    dbpm_batch_max: int = Field(
+        default=500,
+        ge=1,
+        validation_alias="CLINGATE_DBPM_BATCH_MAX",
+        description="Most input events one agent step processes before it sends outputs and stages "
+        "state (the unit of delivery waiting and of the changelog group).",
+    )
+    dbpm_batch_linger_s: float = Field(
+        default=0.005,
+        gt=0,
+        validation_alias="CLINGATE_DBPM_BATCH_LINGER_S",
+        description="Longest wait to fill a batch; bounds the latency a batch adds.",
+    )
+    dbpm_barrier_timeout_s: float = Field(
+        default=5.0,
+        ge=0,
+        validation_alias="CLINGATE_DBPM_BARRIER_TIMEOUT_S",
+        description="Longest time a gate waits for every memory partition to reach its event time "
+        "(only candidates with the clingate-barrier header wait, e.g. replays) before it decides on the "
+        "view it has (then recorded in the decision's provenance).",
+    )
+
+    dbpm_cross_task: bool = Field(
+        default=True,
+        validation_alias="CLINGATE_DBPM_CROSS_TASK",
+        description="DBPM cross-task propagation (paper §4.4). Off for event-for-event comparisons "
+        "with the in-process engine.",
+    )
+    dbpm_maintenance: bool = Field(
+        default=True,
+        validation_alias="CLINGATE_DBPM_MAINTENANCE",
+        description="DBPM event-time maintenance (pruning, caps, hit-counter decay, paper §4.6), per "
+        "memory partition. Off for event-for-event comparisons.",
+    )
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO",
+        validation_alias="CLINGATE_LOG_LEVEL",
+        description="Log level of every clingate process (`clingate worker --loglevel` overrides it for "
+        "the worker). Clinical text is never logged at INFO or above.",
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        validation_alias="CLINGATE_LOG_FORMAT",
+        description="Log lines on stderr: `text` for people, `json` (one object per line with ts, level, "
+        "logger, message and the patient/candidate/document ids) for log collectors.",
+    )
+    docs_metrics_port: int = Field(
+        default=6067,
+        ge=0,
+        le=65535,
+        validation_alias="CLINGATE_DOCS_METRICS_PORT",
+        description="Port of `clingate arbiter worker`'s /metrics endpoint (Prometheus text format); 0 picks "
+        "a free port.",
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_upper(cls, value: object) -> object:
+        # `CLINGATE_LOG_LEVEL=info` is as good as INFO (Faust's -l takes lower case too).
+        return value.upper() if isinstance(value, str) else value
+
+    @property
+    def worker_dir(self) -> Path:
+        """The worker's data directory (``worker_datadir`` or ``<home>/worker``)."""
+        return self.worker_datadir or self.home / "worker"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Read the environment once per process."""
+    return Settings()

@@ -1,0 +1,755 @@
+"""A real Kafka broker for tests and commands, chosen three ways.
+
+:func:`provide_broker` gives a bootstrap address:
+
+1. ``KAFKA_BOOTSTRAP_SERVERS`` is set: that cluster is used as it is.
+2. Else a Docker engine answers a ping: testcontainers' Kafka module starts a KRaft broker
+   (:data:`TESTCONTAINERS_IMAGE`, the Confluent build of the same Kafka line as below).
+3. Else :class:`LocalKafka` starts a native single-node KRaft broker from Maven Central jars.
+
+The native broker is the one developers and CI run here. Its jars are resolved once by
+``mvn dependency:copy-dependencies`` from ``deploy/local/pom.xml`` (where the Kafka version is
+chosen, see the comment there) into ``<home>/kafka/<version>-<pom digest>/libs``; the digest
+means an edited pom never reuses a stale cache. Maven runs only when that directory is missing,
+offline first, so a repeat run needs no network once ``~/.m2`` holds the artifacts (the plugin
+version is pinned for that).
+
+A :class:`LocalKafka` owns one directory::
+
+    broker.json        ports and cluster id, kept so a restart reuses them (same bootstrap address)
+    server.properties  written at every start from BROKER_DEFAULTS + listeners + extra properties
+    kafka.pid          pid of the running JVM
+    jvm.out            the JVM's own stdout/stderr (crashes before logging starts)
+    logs/server.log    the broker log (deploy/local/log4j.properties)
+    data/              log.dirs: topic data and the KRaft metadata log
+
+Stopping and starting again on the same directory keeps every topic and record, which is what
+the chaos tests need. ``extra_properties`` override any generated property (a SASL/ACL variant
+replaces listeners and adds JAAS settings) and ``security`` is what the readiness probe
+connects with.
+
+Choices where the issue left room:
+- The JVM runs in its own session (``start_new_session``) so ``clingate broker start`` can exit
+  and leave it running; tests stop it explicitly in fixture teardown.
+- ``offsets.topic.num.partitions`` and ``transaction.state.log.num.partitions`` are 1: creating
+  the default 50 partitions on the first group join or transaction costs seconds on a 2-core
+  machine and buys nothing on one broker.
+- Readiness is a TCP connect to the listener followed by a metadata request that lists this
+  broker; only then does :meth:`LocalKafka.start` return.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Literal
+
+from confluent_kafka.admin import AdminClient
+
+from streams.runtime.kafka_config import client_config as kafka_client_config
+from streams.runtime.settings import Settings
+
+DEPLOY_LOCAL = Path(__file__).resolve().parents[2] / "deploy" / "local"
+KAFKA_POM = DEPLOY_LOCAL / "pom.xml"
+LOG4J_CONFIG = DEPLOY_LOCAL / "log4j.properties"
+
+# Kafka 3.9 inside Confluent Platform 7.9: the same broker line as the native path.
+TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.9.0"
+
+JVM_OPTIONS: tuple[str, ...] = (
+    "-Xms128m",
+    "-Xmx512m",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    # The client compiler only: the local broker lives for a test run or a demo, and the optimising
+    # compiler's threads took 22 of its 72 CPU-seconds in a 1,000-patient demo (per-thread CPU from
+    # /proc); without them the broker spent 16 s less, its request threads a little more.
+    "-XX:TieredStopAtLevel=1",
+    "-Djava.awt.headless=true",
+)
+
+# Broker settings shared by the native broker (server.properties) and the container (KAFKA_* env):
+# single-node durability, fast group start-up, and topics only from the catalog.
+BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
+    {
+        "auto.create.topics.enable": "false",
+        "default.replication.factor": "1",
+        "min.insync.replicas": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "1",
+        "group.initial.rebalance.delay.ms": "0",
+    }
+)
+
+_NODE_ID = 1
+#: SASL mechanism of :func:`sasl_local_kafka` (the default of CLINGATE_KAFKA_SASL_MECHANISM).
+SASL_MECHANISM = "SCRAM-SHA-512"
+#: Seconds a restart keeps trying its previous ports before it moves (clients know the old address).
+_PORT_REUSE_WAIT_S = 10.0
+
+
+class BrokerError(RuntimeError):
+    """The local broker could not be provisioned, started or stopped; the message says what to do."""
+
+
+def kafka_version(pom: Path = KAFKA_POM) -> str:
+    """The Kafka version chosen in the pom's ``kafka.version`` property.
+
+    Args:
+        pom: The pom to read.
+
+    Returns:
+        The version string, e.g. ``"3.9.2"``.
+    """
+    namespace = {"m": "http://maven.apache.org/POM/4.0.0"}
+    element = ET.parse(pom).getroot().find("m:properties/m:kafka.version", namespace)
+    if element is None or not (element.text or "").strip():
+        raise BrokerError(f"{pom} declares no <kafka.version> property")
+    return (element.text or "").strip()
+
+
+def ensure_artifacts(home: Path, pom: Path = KAFKA_POM) -> Path:
+    """Return the directory of broker jars, resolving them with Maven only if not cached yet.
+
+    Safe to call from concurrent processes: each resolves into its own temporary directory and
+    the first to finish publishes it by an atomic rename.
+
+    Args:
+        home: The clingate cache directory (``Settings.home``).
+        pom: The pom listing the broker artifacts.
+
+    Returns:
+        The ``libs`` directory, for a ``-cp libs/*`` class path.
+
+    Raises:
+        BrokerError: Maven is missing or failed.
+    """
+    digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:12]
+    libs = home / "kafka" / f"{kafka_version(pom)}-{digest}" / "libs"
+    if libs.is_dir():
+        return libs
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise BrokerError(
+            "Maven (mvn) is not on the PATH: install Maven 3.6+ and Java 17 to run the local Kafka "
+            "broker, or set KAFKA_BOOTSTRAP_SERVERS to use an existing cluster."
+        )
+    libs.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix="libs.", dir=libs.parent))
+    command = [
+        mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(pom), "dependency:copy-dependencies",
+        "-DincludeScope=runtime", f"-DoutputDirectory={staging}",
+    ]  # fmt: skip
+    # Offline first: with the artifacts already in ~/.m2 this needs no network at all; only a
+    # machine that never resolved them goes online.
+    result = subprocess.run([*command, "--offline"], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        output = (result.stdout + result.stderr).strip().splitlines()[-30:]
+        raise BrokerError(
+            f"Resolving Kafka jars with Maven failed (exit {result.returncode}); Maven Central must be "
+            "reachable the first time. Last output:\n" + "\n".join(output)
+        )
+    try:
+        staging.rename(libs)
+    except OSError:
+        # Another process published the same artifacts first; theirs are identical.
+        shutil.rmtree(staging, ignore_errors=True)
+    return libs
+
+
+def _bindable(port: int) -> int | None:
+    """``port`` (or, for 0, the port the kernel picked) if a listener could bind it now, else None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the JVM's listener does: a just-stopped broker's connections in TIME_WAIT don't make a
+        # port taken; only a socket that listens (or one bound without SO_REUSEADDR) does.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return None
+        return int(sock.getsockname()[1])
+
+
+def free_port(preferred: object = None, taken: tuple[int, ...] = (), wait: float = 0.0) -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now.
+
+    Args:
+        preferred: A port to return if it is an int, bindable and not in ``taken`` (a restart keeps
+            its address this way, so clients that bootstrapped with it find the broker again).
+        taken: Ports to avoid.
+        wait: Seconds to keep retrying ``preferred`` while it is busy (e.g. a socket of the
+            stopped broker still closing) before giving up on it for any free port.
+    """
+    if isinstance(preferred, int) and preferred not in taken:
+        deadline = time.monotonic() + wait
+        while True:
+            if _bindable(preferred) == preferred:
+                return preferred
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
+    while True:
+        port = _bindable(0)
+        if port is not None and port not in taken:
+            return port
+
+
+def _new_cluster_id() -> str:
+    # Kafka's Uuid text form: 16 random bytes, URL-safe base64 without padding (22 characters).
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+
+
+def wait_for_kafka(
+    bootstrap: str,
+    timeout: float,
+    security: Settings | None = None,
+    alive: Callable[[], bool] = lambda: True,
+) -> None:
+    """Block until a metadata request to ``bootstrap`` lists at least one broker.
+
+    Args:
+        bootstrap: The bootstrap address.
+        timeout: Seconds to wait in total.
+        security: The listener's client security (its ``CLINGATE_KAFKA_*`` fields); None: PLAINTEXT.
+            Never the process's own: a broker started here has the security it was started with.
+        alive: Checked between attempts; when it turns false, waiting stops at once.
+
+    Raises:
+        BrokerError: The broker did not answer in time, or ``alive`` turned false.
+    """
+    deadline = time.monotonic() + timeout
+    plaintext = Settings(kafka_security_protocol="PLAINTEXT")
+    admin = AdminClient(kafka_client_config(bootstrap, settings=security or plaintext, log_level=0))
+    last_error = "no answer"
+    while time.monotonic() < deadline:
+        if not alive():
+            raise BrokerError(f"the broker process exited before {bootstrap} answered")
+        try:
+            metadata = admin.list_topics(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
+        except Exception as error:  # KafkaException: not reachable yet
+            last_error = str(error)
+            time.sleep(0.2)
+            continue
+        if metadata.brokers:
+            return
+    raise BrokerError(
+        f"no Kafka broker answered a metadata request at {bootstrap} within {timeout:.0f}s "
+        f"(last error: {last_error})"
+    )
+
+
+def _tcp_reachable(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    """What :meth:`LocalKafka.status` reports."""
+
+    running: bool
+    pid: int | None
+    bootstrap: str | None
+    directory: Path
+    log_file: Path
+
+
+class LocalKafka:
+    """A native single-node KRaft broker living in one directory.
+
+    The broker MUST be stopped with :meth:`stop` (it runs in its own session and outlives the
+    Python process otherwise). Starting again on the same directory reuses its data, cluster id
+    and, when still free, its port.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        home: Path,
+        extra_properties: Mapping[str, str] | None = None,
+        security: Settings | None = None,
+        scram_credentials: Mapping[str, str] | None = None,
+    ) -> None:
+        """Describe a broker; nothing is started until :meth:`start`.
+
+        Args:
+            directory: The broker's own directory (created on start).
+            home: The clingate cache directory holding the jar cache.
+            extra_properties: server.properties entries that override the generated ones; the
+                placeholders ``{port}`` and ``{controller_port}`` in a value are replaced by the
+                ports of this start (e.g. ``SASL_PLAINTEXT://127.0.0.1:{port}``).
+            security: The client security of its listener, for the readiness probe (e.g. SASL
+                credentials of its super user); None: PLAINTEXT.
+            scram_credentials: user name -> password, written as SCRAM-SHA-512 credentials into the
+                metadata log when the storage is formatted (first start only; KIP-900), so that a
+                SASL listener can authenticate them from the first second.
+        """
+        # Absolute, because the pid check matches this path in the JVM's command line.
+        self.directory = directory.absolute()
+        self.home = home
+        self.extra_properties = dict(extra_properties or {})
+        self.security = security
+        self.scram_credentials = dict(scram_credentials or {})
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid_file(self) -> Path:
+        """Holds the pid of the running JVM."""
+        return self.directory / "kafka.pid"
+
+    @property
+    def log_file(self) -> Path:
+        """The broker's server.log."""
+        return self.directory / "logs" / "server.log"
+
+    @property
+    def properties_file(self) -> Path:
+        """The server.properties of the last start."""
+        return self.directory / "server.properties"
+
+    @property
+    def _state_file(self) -> Path:
+        return self.directory / "broker.json"
+
+    @property
+    def _jvm_output(self) -> Path:
+        return self.directory / "jvm.out"
+
+    def _state(self) -> dict[str, object]:
+        try:
+            return dict(json.loads(self._state_file.read_text()))
+        except FileNotFoundError:
+            return {}
+
+    def _pid(self) -> int | None:
+        """The pid in the pid file if that process is alive and is this broker's JVM."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        if self._process is not None and self._process.pid == pid and self._process.poll() is not None:
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        cmdline = Path(f"/proc/{pid}/cmdline")
+        # Where /proc exists, guard against a recycled pid (e.g. after a reboot).
+        if cmdline.exists() and str(self.properties_file).encode() not in cmdline.read_bytes():
+            return None
+        return pid
+
+    @property
+    def bootstrap(self) -> str | None:
+        """The bootstrap address while running, else None."""
+        if self._pid() is None:
+            return None
+        return f"127.0.0.1:{self._state()['port']}"
+
+    def status(self) -> BrokerStatus:
+        """Whether the broker runs, with its pid and address."""
+        pid = self._pid()
+        return BrokerStatus(
+            running=pid is not None,
+            pid=pid,
+            bootstrap=self.bootstrap if pid is not None else None,
+            directory=self.directory,
+            log_file=self.log_file,
+        )
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The broker's ERROR/FATAL lines and the last lines of its logs, for error messages.
+
+        The errors come first because a failed start ends in pages of orderly shutdown messages
+        that bury the cause (e.g. ``Address already in use``).
+        """
+        parts = []
+        for path in (self.log_file, self._jvm_output):
+            text = path.read_text(errors="replace").splitlines() if path.exists() else []
+            if not text:
+                continue
+            # An ERROR line, plus the exception line under it (where the cause is usually spelled out).
+            errors = [
+                line + ("" if following.startswith("[") else f"\n    {following}")
+                for line, following in zip(text, [*text[1:], "["], strict=True)
+                if " ERROR " in line or " FATAL " in line
+            ][-10:]
+            if errors:
+                parts.append(f"--- errors in {path} ---\n" + "\n".join(errors))
+            parts.append(f"--- end of {path} ---\n" + "\n".join(text[-lines:]))
+        return "\n".join(parts) or "(no broker output yet)"
+
+    def _server_properties(self, port: int, controller_port: int) -> dict[str, str]:
+        properties = {
+            "process.roles": "broker,controller",
+            "node.id": str(_NODE_ID),
+            "controller.quorum.voters": f"{_NODE_ID}@127.0.0.1:{controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(self.directory / "data"),
+            **BROKER_DEFAULTS,
+        }
+        properties.update(
+            (key, value.replace("{port}", str(port)).replace("{controller_port}", str(controller_port)))
+            for key, value in self.extra_properties.items()
+        )
+        return properties
+
+    def _java(self, libs: Path, main_class: str, *arguments: str) -> list[str]:
+        java = shutil.which("java")
+        if java is None:
+            raise BrokerError("java is not on the PATH: install Java 17 to run the local Kafka broker.")
+        return [
+            java,
+            *JVM_OPTIONS,
+            f"-Dkafka.logs.dir={self.log_file.parent}",
+            f"-Dlog4j.configuration={LOG4J_CONFIG.as_uri()}",
+            "-cp",
+            f"{libs}{os.sep}*",
+            main_class,
+            *arguments,
+        ]
+
+    def start(self, port: int | None = None, timeout: float = 90.0) -> str:
+        """Start the broker (if not running) and wait until it answers.
+
+        Args:
+            port: Listener port; default: the port of the previous start (retried for
+                :data:`_PORT_REUSE_WAIT_S` while busy), else any free port.
+            timeout: Seconds to wait for readiness.
+
+        Returns:
+            The bootstrap address, ``127.0.0.1:<port>``.
+
+        Raises:
+            BrokerError: Java or Maven is missing, or the broker did not become ready (the
+                message carries the tail of its log).
+        """
+        running = self.bootstrap
+        if running is not None:
+            if port is not None and running != f"127.0.0.1:{port}":
+                raise BrokerError(f"the broker in {self.directory} already runs at {running}")
+            return running
+        libs = ensure_artifacts(self.home)
+        state = self._state()
+        port = port or free_port(state.get("port"), wait=_PORT_REUSE_WAIT_S)
+        controller_port = free_port(state.get("controller_port"), taken=(port,), wait=_PORT_REUSE_WAIT_S)
+        cluster_id = str(state.get("cluster_id") or _new_cluster_id())
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        self._state_file.write_text(
+            json.dumps({"port": port, "controller_port": controller_port, "cluster_id": cluster_id})
+        )
+        properties = self._server_properties(port, controller_port)
+        self.properties_file.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
+        if not (self.directory / "data" / "meta.properties").exists():
+            self._format(libs, cluster_id)
+        with self._jvm_output.open("ab") as output:
+            self._process = subprocess.Popen(
+                self._java(libs, "kafka.Kafka", str(self.properties_file)),
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.pid_file.write_text(f"{self._process.pid}\n")
+        bootstrap = f"127.0.0.1:{port}"
+        process = self._process
+        try:
+            deadline = time.monotonic() + timeout
+            while not _tcp_reachable(port):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise BrokerError(f"the broker never listened on {bootstrap}")
+                time.sleep(0.1)
+            wait_for_kafka(
+                bootstrap, max(1.0, deadline - time.monotonic()), self.security,
+                alive=lambda: process.poll() is None,
+            )  # fmt: skip
+        except BrokerError as error:
+            self.stop()
+            raise BrokerError(f"Local Kafka broker failed to start: {error}.\n{self.log_tail()}") from error
+        return bootstrap
+
+    def _format(self, libs: Path, cluster_id: str) -> None:
+        command = self._java(
+            # "--cluster-id=ID", not "-t ID": a random id may start with "-", which argparse then takes
+            # for an option ("expected one argument").
+            libs, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
+            "-c", str(self.properties_file),
+            *(f"--add-scram={SASL_MECHANISM}=[name={user},password={password}]"
+              for user, password in self.scram_credentials.items()),
+        )  # fmt: skip
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise BrokerError(f"Formatting the broker storage failed:\n{result.stdout}{result.stderr}")
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Stop the broker and wait until its JVM is gone (SIGKILL after ``timeout`` seconds).
+
+        Args:
+            timeout: Seconds to allow a clean (controlled) shutdown.
+
+        Returns:
+            True if a running broker was stopped, False if none was running.
+        """
+        return self._end(signal.SIGTERM, timeout)
+
+    def kill(self) -> bool:
+        """Kill the broker abruptly (SIGKILL, no controlled shutdown), as a crash would.
+
+        Returns:
+            True if a running broker was killed.
+        """
+        return self._end(signal.SIGKILL, 0.0)
+
+    def _end(self, first_signal: signal.Signals, grace: float) -> bool:
+        pid = self._pid()
+        if pid is not None:
+            os.kill(pid, first_signal)
+            if not self._wait_gone(pid, grace):
+                os.kill(pid, signal.SIGKILL)
+                if not self._wait_gone(pid, 10.0):
+                    raise BrokerError(f"the broker JVM (pid {pid}) survived SIGKILL")
+        self.pid_file.unlink(missing_ok=True)
+        self._process = None
+        return pid is not None
+
+    def _wait_gone(self, pid: int, timeout: float) -> bool:
+        if self._process is not None and self._process.pid == pid:
+            # Our own child: wait() also reaps it, so no zombie is left behind.
+            try:
+                self._process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return False
+            self._process = None
+            return True
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return True
+            time.sleep(0.1)
+        return False
+
+
+def _jaas(login_module: str, **options: str) -> str:
+    # JAAS quoting: values are double-quoted; a quote or backslash inside one would end it early.
+    if any(ch in value for value in options.values() for ch in '"\\;'):
+        raise BrokerError('SASL user names and passwords of the local broker may not contain ", \\ or ;')
+    return f"{login_module} required " + " ".join(f'{key}="{value}"' for key, value in options.items()) + ";"
+
+
+def sasl_local_kafka(
+    directory: Path, *, home: Path, super_user: str, passwords: Mapping[str, str], tls_dir: Path | None = None
+) -> LocalKafka:
+    """A :class:`LocalKafka` that authenticates every client and authorises it by KRaft ACLs.
+
+    Clients connect to a ``SASL_PLAINTEXT`` listener with :data:`SASL_MECHANISM`, or, given
+    ``tls_dir``, to a ``SASL_SSL`` one (as deploy/kafka/kafka-node.sh configures a production node;
+    the controller listener then uses TLS too). Each user of ``passwords`` gets SCRAM credentials when the
+    storage is formatted. The ``StandardAuthorizer`` denies whatever no ACL allows
+    (``allow.everyone.if.no.acl.found=false``), except to ``super_user``, who creates topics and ACLs
+    (:mod:`topics.acls`) and whom the broker itself uses between its listeners.
+
+    The controller listener authenticates with SASL/PLAIN (static JAAS users): KRaft controllers
+    cannot check SCRAM credentials, which live in the metadata log they serve, and a PLAINTEXT
+    controller listener would make ``User:ANONYMOUS`` a required super user.
+
+    Args:
+        directory: The broker's own directory.
+        home: The clingate cache directory holding the jar cache.
+        super_user: The administrator's user name (must be a key of ``passwords``).
+        passwords: user name -> password of every principal that will connect.
+        tls_dir: Where ``deploy/security/make-certs.sh DIR 127.0.0.1`` wrote ``ca.pem`` and
+            ``127.0.0.1.pem``; None: no TLS.
+
+    Returns:
+        The broker, not started; its ``security`` authenticates as ``super_user``.
+    """
+    admin_password = passwords[super_user]
+    scram = _jaas("org.apache.kafka.common.security.scram.ScramLoginModule",
+                  username=super_user, password=admin_password)  # fmt: skip
+    plain = _jaas("org.apache.kafka.common.security.plain.PlainLoginModule", username=super_user,
+                  password=admin_password, **{f"user_{super_user}": admin_password})  # fmt: skip
+    protocol = "SASL_SSL" if tls_dir is not None else "SASL_PLAINTEXT"
+    properties = {
+        "listeners": f"{protocol}://127.0.0.1:{{port}},CONTROLLER://127.0.0.1:{{controller_port}}",
+        "advertised.listeners": f"{protocol}://127.0.0.1:{{port}}",
+        "listener.security.protocol.map": f"{protocol}:{protocol},CONTROLLER:{protocol}",
+        "inter.broker.listener.name": protocol,
+        "sasl.enabled.mechanisms": SASL_MECHANISM,
+        "sasl.mechanism.inter.broker.protocol": SASL_MECHANISM,
+        f"listener.name.{protocol.lower()}.{SASL_MECHANISM.lower()}.sasl.jaas.config": scram,
+        "sasl.mechanism.controller.protocol": "PLAIN",
+        "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.controller.plain.sasl.jaas.config": plain,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": f"User:{super_user}",
+        "allow.everyone.if.no.acl.found": "false",
+    }
+    if tls_dir is not None:
+        properties |= {
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(tls_dir / "127.0.0.1.pem"),
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(tls_dir / "ca.pem"),
+        }  # fmt: skip
+    probe = Settings(
+        kafka_security_protocol=protocol, kafka_sasl_mechanism=SASL_MECHANISM,
+        kafka_username=super_user, kafka_password=admin_password,
+        kafka_ssl_ca_file=tls_dir / "ca.pem" if tls_dir is not None else None,
+    )  # fmt: skip
+    return LocalKafka(directory, home=home, extra_properties=properties, security=probe,
+                      scram_credentials=passwords)  # fmt: skip
+
+
+def read_password_dir(directory: Path) -> dict[str, str]:
+    """user name -> password from a directory holding one file per user (its name) with the password.
+
+    The layout of ``SCRAM_USERS_DIR`` in deploy/kafka/kafka-node.sh and of a mounted Kubernetes
+    Secret; dot files (a Secret's ``..data`` links) are skipped.
+
+    Raises:
+        BrokerError: The directory holds no password file.
+    """
+    passwords = {
+        path.name: path.read_text(encoding="utf-8").strip()
+        for path in sorted(directory.iterdir())
+        if path.is_file() and not path.name.startswith(".")
+    }
+    if not passwords:
+        raise BrokerError(f"{directory} holds no password files (one file per user, named by the user)")
+    return passwords
+
+
+def docker_engine_available(timeout: float = 2.0) -> bool:
+    """True if a Docker engine answers a ping (a ``docker`` client binary alone is not enough).
+
+    Args:
+        timeout: Seconds to wait for the engine's answer.
+    """
+    try:
+        import docker
+    except ImportError:
+        return False
+    try:
+        client = docker.from_env(timeout=max(1, round(timeout)))
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:  # DockerException, connection and permission errors: no usable engine
+        return False
+
+
+def confluent_image_env(properties: Mapping[str, str]) -> dict[str, str]:
+    """Broker properties as the Confluent image's environment (``foo.bar`` -> ``KAFKA_FOO_BAR``).
+
+    Confluent's documentation maps ``_`` and ``-`` to ``__`` / ``___`` or the reverse depending on
+    the release, so property names containing them are refused rather than guessed.
+
+    Raises:
+        ValueError: A property name contains ``_`` or ``-``.
+    """
+    ambiguous = [key for key in properties if "_" in key or "-" in key]
+    if ambiguous:
+        raise ValueError(f"no reliable Confluent image variable for {ambiguous}")
+    return {"KAFKA_" + key.replace(".", "_").upper(): value for key, value in properties.items()}
+
+
+@contextlib.contextmanager
+def _container_broker() -> Iterator[str]:
+    from testcontainers.community.kafka import KafkaContainer
+
+    container = KafkaContainer(image=TESTCONTAINERS_IMAGE).with_kraft()
+    for name, value in confluent_image_env(BROKER_DEFAULTS).items():
+        container.with_env(name, value)
+    container.start()
+    try:
+        bootstrap = container.get_bootstrap_server()
+        wait_for_kafka(bootstrap, timeout=60.0)
+        yield bootstrap
+    finally:
+        container.stop()
+
+
+@dataclass(frozen=True)
+class Broker:
+    """A broker handed out by :func:`provide_broker`.
+
+    ``local`` is set only for the native broker, so that a test can stop, kill or restart it.
+    """
+
+    bootstrap: str
+    origin: Literal["environment", "testcontainers", "native"]
+    local: LocalKafka | None = None
+
+
+def local_broker(settings: Settings) -> LocalKafka:
+    """The broker that ``clingate broker start|stop|status`` manages (default ``<home>/broker``)."""
+    return LocalKafka(settings.broker_dir or settings.home / "broker", home=settings.home)
+
+
+def configured_bootstrap(settings: Settings) -> str | None:
+    """The address a command should talk to when none is given on its command line.
+
+    Returns:
+        ``KAFKA_BOOTSTRAP_SERVERS`` if set, else the address of a running ``clingate broker``,
+        else None (nothing to talk to).
+    """
+    return settings.kafka_bootstrap_servers or local_broker(settings).bootstrap
+
+
+@contextlib.contextmanager
+def provide_broker(settings: Settings, directory: Path) -> Iterator[Broker]:
+    """Give a running broker for the duration of the block: env var, else Docker, else native.
+
+    Args:
+        settings: Supplies ``kafka_bootstrap_servers`` and the cache ``home``.
+        directory: Where a native broker keeps its data (use a fresh temporary directory for a
+            throw-away broker).
+
+    Yields:
+        The broker; one started here is stopped when the block exits.
+    """
+    if settings.kafka_bootstrap_servers:
+        yield Broker(settings.kafka_bootstrap_servers, "environment")
+        return
+    if docker_engine_available():
+        with _container_broker() as bootstrap:
+            yield Broker(bootstrap, "testcontainers")
+        return
+    local = LocalKafka(directory, home=settings.home)
+    bootstrap = local.start()
+    try:
+        yield Broker(bootstrap, "native", local)
+    finally:
+        local.stop()

@@ -1,0 +1,285 @@
+"""The patient-keyed clinical stream (issue 5): wiring only, the gates are :mod:`processors.clinical`.
+
+Topology::
+
+    clingate.fhir.updates          (FhirUpdate, key patient id) --.
+    clingate.clinical.reviews      (AdversarialReview, key pid) --+--> clinical agent (one per partition)
+    clingate.clinical.deliverables (Deliverable, key pid)       --'        | process_event(state, event, now)
+                                                                          |--> clingate.clinical.assessments
+                                                                          |     (only when it changed)
+                                                                          |--> clingate.clinical.safety-audits
+                                                                          v     (one per deliverable)
+                             <app>-clinical-patients-changelog (Table on the clingate store, N partitions)
+
+Choices:
+
+* **One agent over the three co-partitioned topics**, ``concurrency=1``. A patient's state has exactly
+  one writer (the agent instance owning partition ``p`` of all three topics and of the table's
+  changelog), and the records of one partition are applied in the order Faust delivers them. Three
+  agents would be three writers of one table partition.
+* **State**: a Faust ``Table`` (partitioned, not global: only the owner reads a patient) on
+  :class:`streams.worker.tablestore.ChangelogStore`, key = patient id bytes, value = the JSON of
+  :class:`processors.clinical.assess.ClinicalStreamState`. Writes are staged per batch and partition as
+  one changelog group, durable locally only once the changelog acknowledged them (docs/faust-runtime.md).
+* **Idempotent re-delivery**: the group also records, per input topic, the last input offset applied
+  (``OFFSET_PREFIX + topic``); a re-delivered record at or below it is skipped. The store's own
+  boundary offset cannot serve: it holds one offset, and three topics share the partition.
+* **Outputs before state**: the batch's assessments and audits are awaited (acknowledged by the broker)
+  before its state is staged. A crash can then repeat an output (the records are re-processed and give
+  the same bytes: ``as_of`` is the event time) but never lose one behind a state that says "done".
+  Consumers dedupe assessments by ``(patient_id, as_of)`` and audits by ``audit_id``.
+* **Time**: ``now`` is the record's event time (``FhirUpdate.ts``, ``event_time`` of reviews and
+  deliverables), never the wall clock; replaying the topics gives the same outputs.
+* **Dead letters** (:mod:`streams.runtime.dlq`, awaited before the offset can be committed):
+  undecodable records;
+  a record the processor raised on (stage ``process``; the patient's state is left as it was);
+  a record whose key is not its ``patient_id`` (its state would live on the wrong partition); a FHIR
+  update with invalid resources (error type ``FhirInvalid``, the validation errors as the reason). The
+  valid resources of such an update are still applied: validation is per resource
+  (:func:`processors.clinical.fhir_input.parse_document`), and a resource that names another patient
+  than the key is one of the invalid ones. A record after which the patient's state would not fit the
+  table's changelog (:data:`STATE_MAX_BYTES`; error type ``StateTooLarge``, stage ``produce``) is not
+  applied: its outputs are not published and the state stays as it was.
+* **Retention**: deleting ``Patient/<id>`` empties the patient's resources (the reducer); the key itself
+  (last review, last assessment digest) stays, so a patient seen once costs one small record for good.
+  The changelog is compacted (one record per patient). Not done yet: expiring keys after a period of
+  event-time inactivity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from faust.types import EventT, TopicT
+
+from processors.clinical.assess import ClinicalStreamState, process_event
+from processors.clinical.fhir_input import parse_document
+from processors.clinical.knowledge import ClinicalKnowledge, GateFlags
+from processors.clinical.records import FhirChange, ResourceUpsert
+from processors.clinical.state import PatientUpdate
+from schemas.clinical import AdversarialReview, ClinicalAssessment, Deliverable, SafetyAudit
+from schemas.common import Stage
+from schemas.fhir import FhirUpdate
+from schemas.serde import Serde
+from streams.runtime.dlq import (
+    RECORD_OVERHEAD_BYTES,
+    DecodeFailed,
+    SourceRecord,
+    decode_record,
+    processing_failed,
+    send_dead_letter,
+)
+from streams.runtime.logs import log_dead_letter
+from streams.runtime.metrics import ClinicalMetrics
+from streams.runtime.settings import Settings
+from streams.worker.tablestore import ChangelogStore
+from topics.catalog import (
+    CLINICAL_ASSESSMENTS,
+    CLINICAL_DELIVERABLES,
+    CLINICAL_REVIEWS,
+    CLINICAL_SAFETY_AUDITS,
+    DATA_MAX_MESSAGE_BYTES,
+    FHIR_UPDATES,
+)
+
+log = logging.getLogger(__name__)
+
+#: Input topics of the clinical agent and the model each carries.
+INPUTS: dict[str, type[FhirUpdate] | type[AdversarialReview] | type[Deliverable]] = {
+    FHIR_UPDATES: FhirUpdate,
+    CLINICAL_REVIEWS: AdversarialReview,
+    CLINICAL_DELIVERABLES: Deliverable,
+}
+#: Table key prefix of the last input offset applied per topic (outside the UTF-8 patient-id key space).
+OFFSET_PREFIX = b"\xfe\xfeoffset|"
+
+ClinicalInput = PatientUpdate | AdversarialReview | Deliverable
+Change = tuple[bytes, bytes | None, list[ClinicalAssessment | SafetyAudit]]
+"""What one record changes: its patient key, the new state's table value (None: unchanged) and the outputs
+to publish."""
+#: The largest patient record (key and state) the table's changelog admits
+#: (``streams.worker.app.CHANGELOG_CONFIGS``, which also counts the record's framing).
+STATE_MAX_BYTES = DATA_MAX_MESSAGE_BYTES - RECORD_OVERHEAD_BYTES
+
+
+def gate_flags(
+    settings: Settings, *, tier_b: bool | None = None, esc032: bool | None = None, esc033: bool | None = None
+) -> GateFlags:
+    """The gate flags of this process: settings (environment), overridden by explicit command-line flags."""
+    return GateFlags(
+        tier_b_class_maps=settings.clinical_tier_b_class_maps if tier_b is None else tier_b,
+        esc032_staleness=settings.clinical_esc032_staleness if esc032 is None else esc032,
+        esc033_compound=settings.clinical_esc033_compound if esc033 is None else esc033,
+        esc033_min_class=settings.clinical_esc033_min_class,
+        rule_a_enforced=settings.clinical_rule_a_enforced,
+    )
+
+
+def _reference(change: FhirChange) -> str:
+    target = change.record if isinstance(change, ResourceUpsert) else change
+    return f"{target.resource_type}/{target.id}"
+
+
+def fhir_input(update: FhirUpdate) -> tuple[PatientUpdate | None, list[str]]:
+    """The validated changes of a FHIR update for its patient, and the errors of its invalid resources.
+
+    Returns:
+        ``(update or None when nothing applies, errors)``; every error names the resource it is about.
+    """
+    parsed = parse_document(json.loads(update.resource), default_patient=update.patient_id)
+    errors = [f"{bad.resource_type}/{bad.resource_id}: {bad.error}" for bad in parsed.invalid]
+    for patient, changes in sorted(parsed.changes.items()):
+        if patient != update.patient_id:
+            errors += [
+                f"{_reference(c)}: of patient {patient} on patient {update.patient_id}'s record"
+                for c in changes
+            ]
+    changes = tuple(parsed.changes.get(update.patient_id, ()))
+    return (PatientUpdate(patient_id=update.patient_id, changes=changes) if changes else None), errors
+
+
+class ClinicalAgent:
+    """The clinical agent's body, bound to the patient table's store, the knowledge and the topics.
+
+    Args:
+        patients: the patient table's :class:`~streams.worker.tablestore.ChangelogStore`.
+        serde: the process's serde.
+        knowledge: loaded clinical knowledge (immutable, shared).
+        flags: gate flags of this process.
+        topics: the output topics and the dead-letter topic of every input, by name.
+        metrics: where assessments, red sources, gate latency and dead letters are counted.
+    """
+
+    def __init__(
+        self,
+        patients: ChangelogStore,
+        serde: Serde,
+        knowledge: ClinicalKnowledge,
+        flags: GateFlags,
+        topics: dict[str, TopicT],
+        metrics: ClinicalMetrics,
+    ) -> None:
+        self._patients = patients
+        self._metrics = metrics
+        self._serde = serde
+        self._knowledge = knowledge
+        self._flags = flags
+        self._topics = topics
+
+    async def process(self, events: Sequence[EventT]) -> None:
+        """Process one batch, partition by partition; each partition's writes are one changelog group."""
+        by_partition: dict[int, list[EventT]] = {}
+        for event in events:
+            by_partition.setdefault(event.message.partition, []).append(event)
+        for partition, batch in by_partition.items():
+            await self._process_partition(partition, batch)
+
+    async def _process_partition(self, partition: int, batch: list[EventT]) -> None:
+        writes: dict[bytes, bytes | None] = {}
+
+        def read(key: bytes) -> bytes | None:
+            return writes[key] if key in writes else self._patients.get(partition, key)
+
+        sends: list[asyncio.Future] = []
+        last_offset: int | None = None
+        for event in batch:
+            topic, offset = event.message.topic, event.message.offset
+            marker = OFFSET_PREFIX + topic.encode()
+            done = read(marker)
+            if done is not None and offset <= int(done):
+                continue  # re-delivered after a crash: already applied
+            writes[marker], last_offset = str(offset).encode(), offset
+            failures, change = self._step(read, SourceRecord.from_event(event))
+            for failed in failures:
+                await self._dead_letter(failed)
+            if change is None:
+                continue
+            key, value, outputs = change
+            if value is not None:
+                writes[key] = value
+            for out in outputs:
+                sends.append(await self._emit(key, out))
+        if last_offset is None:
+            return
+        await asyncio.gather(*sends)  # outputs acknowledged before the state that remembers them
+        await asyncio.gather(*self._patients.stage(partition, writes.items(), last_offset))
+
+    def _step(
+        self, read: Callable[[bytes], bytes | None], record: SourceRecord
+    ) -> tuple[list[DecodeFailed], Change | None]:
+        """One record through the gates: its dead letters, and what it changes (None: nothing).
+
+        Never raises for a record: whatever it does to the processor is a dead letter of stage
+        ``process``, the patient's state left as it was; so is a record after which the patient's state
+        would not fit the table's changelog (stage ``produce``): the write would fail on every retry.
+        """
+        failures: list[DecodeFailed] = []
+        try:
+            decoded = self._decode(record, failures)
+            if decoded is None:
+                return failures, None
+            item, now = decoded
+            key = item.patient_id.encode()
+            raw = read(key)
+            state = None if raw is None else ClinicalStreamState.model_validate_json(raw)
+            started = time.perf_counter()
+            new_state, outputs = process_event(state, item, now, self._knowledge, self._flags)
+        except Exception as exc:  # a poison record must not stop the partition: DLQ, state unchanged
+            return [*failures, processing_failed(record, exc, INPUTS[record.topic].avro_name)], None
+        self._metrics.gate_latency.observe(time.perf_counter() - started)
+        published = [out for out in outputs if isinstance(out, ClinicalAssessment | SafetyAudit)]
+        if new_state == state:
+            return failures, (key, None, published)
+        value = new_state.model_dump_json().encode()
+        if len(key) + len(value) > STATE_MAX_BYTES:
+            size, expected = len(key) + len(value), INPUTS[record.topic].avro_name
+            reason = f"the patient's state would be {size} bytes; its table admits {STATE_MAX_BYTES}"
+            failed = DecodeFailed(record, Stage.PRODUCE, "StateTooLarge", reason, None, expected)
+            return [*failures, failed], None
+        return failures, (key, value, published)
+
+    async def _emit(self, key: bytes, out: ClinicalAssessment | SafetyAudit) -> asyncio.Future:
+        name = CLINICAL_ASSESSMENTS if isinstance(out, ClinicalAssessment) else CLINICAL_SAFETY_AUDITS
+        if isinstance(out, ClinicalAssessment):
+            self._metrics.assessed(out)
+            light = out.traffic_light.light
+            ids = {"patient_id": out.patient_id, "light": light}
+            log.info("assessment %s: %s", out.patient_id, light, extra=ids)
+        return await self._topics[name].send(key=key, value=self._serde.encode(out, topic=name))
+
+    def _decode(
+        self, record: SourceRecord, failures: list[DecodeFailed]
+    ) -> tuple[ClinicalInput, datetime] | None:
+        """The processor's event and its event time, or None; appends the record's dead letters to
+        ``failures`` (a FHIR update with some invalid resources has one and still applies the rest)."""
+        expected = INPUTS[record.topic]
+        result = decode_record(self._serde, record, expected)
+        if isinstance(result, DecodeFailed):
+            failures.append(result)
+            return None
+        value = result.value
+        if record.key != value.patient_id.encode():
+            failures.append(DecodeFailed(
+                record, Stage.VALIDATE, "KeyMismatch",
+                f"record key {record.key!r} is not the patient_id {value.patient_id!r}",
+                None, expected.avro_name,
+            ))  # fmt: skip
+            return None
+        if isinstance(value, FhirUpdate):
+            update, errors = fhir_input(value)
+            if errors:
+                failures.append(DecodeFailed(
+                    record, Stage.VALIDATE, "FhirInvalid", "; ".join(errors), None, expected.avro_name
+                ))  # fmt: skip
+            return None if update is None else (update, value.ts)
+        return value, value.event_time
+
+    async def _dead_letter(self, failed: DecodeFailed) -> None:
+        log_dead_letter(log, failed)
+        await send_dead_letter(self._topics, self._serde, failed)
+        self._metrics.dead_letters.labels(failed.record.topic).inc()

@@ -1,0 +1,516 @@
+"""The DBPM engine on Kafka: the memory agent (wiring only, no DBPM logic) and what the gate shares.
+
+The memory agent calls :class:`processors.dbpm.DBPMEngine` unchanged; this module decodes records,
+opens state, calls the engine, emits and stages. The gate runs outside Faust, as a confluent-kafka
+consumer group (:mod:`streams.worker.gate`), and uses this module's decoding, view and barrier records. The
+design and the Faust findings behind it are in ``docs/faust-runtime.md``.
+
+Topology::
+
+    clingate.dbpm.verdicts     (key task|signature) --+
+    clingate.dbpm.propagations (key task|signature   |--> memory agent (Faust, one writer per signature)
+                                of the target)  <-----+    | learns a verdict, sends its cross-task
+                                                           | evidence keyed by the target signature;
+                                                           | applies evidence for its own signatures
+                                                           | stages engine writes, one changelog
+                                                           v group per batch
+                              <app>-dbpm-memory-changelog (GlobalTable, rocksdict, N partitions)
+                                                          | every gate process follows every partition
+                                                          v (streams.worker.gate.MemoryFollower)
+    clingate.dbpm.candidates (key patient id)   --> gate loop (group <app>-gate) reads the replicated view
+                                                          |--> clingate.dbpm.decisions (every decision)
+                                                          '--> clingate.dbpm.to-verify (ALLOW, DOWNGRADE)
+
+Consistency model.
+
+* Ordered: the verdicts of one ``(task, signature)`` (one key, one partition, one writer: the memory
+  agent owning that partition, ``concurrency=1``); the records a memory partition writes (one
+  changelog partition, applied by readers in order, whole groups at a time:
+  :mod:`streams.worker.tablestore`); the candidates of one patient (one key, one partition, one member of
+  the gate group, decided in offset order); the propagation events one memory partition sends to
+  another (one producer, their identities ``(origin offset, index)`` increase).
+* One writer per signature, cross-task propagation included: the engine returns RE/QA -> NER
+  evidence as events (:meth:`processors.dbpm.DBPMEngine.learn`); the agent sends them to
+  ``clingate.dbpm.propagations`` keyed by the *target* ``task|signature`` (murmur2, the verdicts'
+  partition count), so the partition owning the target applies them
+  (:meth:`~processors.dbpm.DBPMEngine.propagate`) and evaluates the guards that read the target
+  (whitelist, cap, severity zone) on its own state when the event arrives.
+* Ordered by the barrier, for candidates that ask for it (header ``clingate-barrier``; the replay
+  publisher sets it): every memory partition publishes a watermark, the event time up to which it
+  has applied verdicts (verdict times, and ticks that the publisher writes to idle partitions). Such
+  a gate at event time ``t`` waits until every partition's watermark, as its gate process's view has
+  applied it from the changelog, is at least ``t``, so it sees every verdict published before it;
+  after ``barrier_timeout`` it decides on the view it has and says so in the decision's provenance
+  (``barrier_timeout``). Live candidates carry no such header and never wait: live verdict
+  partitions have no ticks, so a barrier would cost every gate the full timeout. Propagated
+  evidence does not hold the watermark back.
+* May race: a gate and verdicts published *after* its candidate (a gate can see newer memory than
+  the in-process engine would), and a gate and memory groups not yet read back from the changelog by
+  its view. In a live pipeline those verdicts are concurrent with the gate; ``replay --via-kafka``
+  restores the in-process order by publishing the next verdicts only after the decisions of the
+  gates before them arrived. Propagated evidence arrives one hop after its verdict: a gate in
+  between may see the target without it (the barrier does not wait for it), and the target
+  partition may apply later verdicts of the target signature first, so the update order of that
+  one NER pattern differs (Eq. 3 is not commutative; a success that arrived first whitelists the
+  target and the guard then stops the evidence). Only NER patterns that are propagation targets,
+  and NER gates on them, can differ from the in-process engine; the integration test measures it.
+  With propagation off nothing differs.
+* Aggregates (patient counters, QA category counts, populations) are per partition and summed by
+  the view (:mod:`processors.dbpm.partitioned`); caps and pruning run per partition.
+* Crash (SIGKILL) at any point: the local store never holds what the changelog does not (writes
+  are durable only after the changelog acknowledged them), every batch of a partition is one
+  changelog group closed by the input offset it covers, and a re-delivered verdict at or below that
+  offset is skipped, so memory updates are applied exactly once; a batch is acknowledged only after
+  its changelog writes are (Faust's flush before a commit gives up after 0.1 s without progress, so
+  the agent waits for the writes itself). Propagation events are acknowledged before the group of
+  the verdicts that produced them is staged (a durable group never stands for evidence that was not
+  sent); a crash in between re-applies those verdicts and sends the same events again (same state,
+  same output). The target keeps, per origin partition, the identity of the last event it applied,
+  in the same group as the application, and skips any identity at or below it: evidence is applied
+  exactly once. The gate commits a candidate's offset only after its outputs were acknowledged; a
+  re-delivered candidate (decided before the crash, not yet committed) is decided again on the view
+  as it is *then*: byte for byte the same record only if no verdict changed its pattern in between.
+  Consumers dedupe by ``candidate_id`` and keep the first. ``replay --via-kafka`` publishes no
+  verdict before the candidates before it are committed, so replayed duplicates are identical
+  (chaos soak: ``clingate bench chaos``).
+* Duplicate verdicts from at-least-once producers (the verifier re-issues its in-flight calls after
+  a crash; a candidate re-published by the generator is verified again): a verdict that names its
+  candidate is a new record at a later offset, so the offset skip above does not see it. The engine
+  applies at most one verdict per ``candidate_id`` per memory partition (its verdict ledger,
+  :mod:`processors.dbpm.ledger`: two point lookups, written in the same transaction and so in the
+  same changelog group as the update it guards, forgotten after ``verdict_dedupe_horizon_s`` of
+  event time plus at most an hour, default 30 days, the verdict topic's retention); a duplicate
+  changes nothing and is counted in ``clingate_dbpm_verdicts_duplicate_total``. In the engine, not
+  here, so that the in-process replay of a recorded verdict topic gives the memory the workers
+  hold. Verdicts without a ``candidate_id`` are applied as given. Not caught: a copy whose verdict
+  updates another signature than the first (a QA FAIL with an error class vs. a pass), which
+  another partition owns.
+
+Keys. A verdict's key is ``task|signature`` of the record it updates (:func:`verdict_key`); every
+producer of ``clingate.dbpm.verdicts`` MUST use it and Java's murmur2 partitioner (librdkafka:
+``partitioner=murmur2_random``) so that the memory partition of a signature is the verdict
+partition of that signature. A propagation's key is ``task|signature`` of its target
+(:func:`propagation_key`), sent by the memory agent with Faust's producer (aiokafka's default
+partitioner is murmur2). A new consumer group of workers MUST start both memory inputs
+(:data:`MEMORY_INPUTS`) at the same place, e.g. at their ends on a shared broker: evidence from
+another application's verdicts would otherwise be applied (workers with cross-task OFF apply no
+evidence at all).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from heapq import merge
+from typing import Any
+
+from faust.types import EventT, TopicT
+
+from processors.dbpm import (
+    DBPMEngine,
+    GateEvent,
+    Propagation,
+    VerdictEvent,
+    format_time,
+    parse_event,
+    parse_time,
+)
+from processors.dbpm.config import QA, SUCCESS
+from processors.dbpm.partitioned import merge_values
+from processors.dbpm.signatures import signature
+from processors.dbpm.update import effective_verdict
+from schemas.common import Stage
+from schemas.dbpm import Candidate, Verdict
+from schemas.dbpm import Propagation as PropagationRecord
+from schemas.serde import Serde
+from state.base import Store, Transaction
+from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record, processing_failed, send_dead_letter
+from streams.runtime.kafka_config import client_config
+from streams.runtime.logs import log_dead_letter
+from streams.runtime.metrics import DbpmMetrics
+from streams.worker.tablestore import ChangelogStore
+from topics.catalog import DBPM_PROPAGATIONS, DBPM_VERDICTS
+
+log = logging.getLogger(__name__)
+
+#: Per-partition memory record: the event time up to which the partition has applied verdicts.
+WATERMARK_KEY = b"\xfe\xfewatermark"
+#: Header of a watermark tick on ``clingate.dbpm.verdicts`` (value: ISO event time, record value empty).
+TICK_HEADER = "clingate-watermark"
+#: Name of the memory table (its changelog topic is :func:`memory_changelog`).
+MEMORY_TABLE = "dbpm-memory"
+
+
+def memory_changelog(app_id: str) -> str:
+    """The memory table's changelog topic of the workers of ``app_id`` (Faust's naming)."""
+    return f"{app_id}-{MEMORY_TABLE}-changelog"
+
+
+#: Header of a candidate that asks its gate to wait for the memory to reach its event time.
+BARRIER_HEADER = "clingate-barrier"
+_TIME = struct.Struct("<d")
+
+#: The topics the memory agent consumes, co-partitioned: partition p of each feeds memory partition p.
+MEMORY_INPUTS = (DBPM_VERDICTS, DBPM_PROPAGATIONS)
+#: Per-partition memory records (suffix: origin partition, 2 bytes big-endian): the identity
+#: ``(origin offset, index)`` of the last propagation applied from that origin partition.
+APPLIED_FROM_PREFIX = b"\xfe\xfepropagated-from\x00"
+_ORIGIN_PARTITION = struct.Struct(">H")
+_ORIGIN = struct.Struct("<qI")
+
+
+def verdict_key(engine: DBPMEngine, event: VerdictEvent) -> bytes:
+    """The record key of a verdict: ``task|signature`` of the memory record the verdict updates.
+
+    Mirrors :func:`processors.dbpm.update.apply_verdict`'s choice of signature: a failing QA
+    verdict with an error class updates the class pattern, everything else the payload's signature.
+    """
+    verdict = effective_verdict(engine.config, event.task, event.verdict)
+    error_class = event.payload.get("error_class") if event.task == QA and verdict != SUCCESS else None
+    return f"{event.task}|{signature(event.task, event.payload, error_class)}".encode()  # type: ignore[arg-type]
+
+
+def propagation_key(propagation: Propagation) -> bytes:
+    """The record key of a propagation: ``task|signature`` of its *target*, as a verdict of that record.
+
+    With the verdicts' partition count and murmur2, the target's memory partition consumes it.
+    """
+    return f"{propagation.task}|{propagation.signature}".encode()
+
+
+def propagation_record(
+    propagation: Propagation, origin_partition: int, origin_offset: int, index: int
+) -> PropagationRecord:
+    """The wire form of a propagation produced by the verdict at ``origin_offset`` of ``origin_partition``.
+
+    Args:
+        propagation: the engine's event.
+        origin_partition: the memory (verdict) partition that applied the origin verdict.
+        origin_offset: the origin verdict's offset in that partition.
+        index: the event's position among the verdict's propagations.
+    """
+    return PropagationRecord(
+        ts=format_time(propagation.time),  # type: ignore[arg-type]
+        task=propagation.task,
+        signature=propagation.signature,
+        weight=propagation.weight,
+        source=propagation.source,
+        origin_task=propagation.origin_task,
+        origin_signature=propagation.origin_signature,
+        patient_id=propagation.patient_id,
+        origin_partition=origin_partition,
+        origin_offset=origin_offset,
+        origin_index=index,
+    )
+
+
+def propagation_event(record: PropagationRecord) -> Propagation:
+    """The engine's event for a decoded propagation record (inverse of :func:`propagation_record`)."""
+    return Propagation(
+        record.task,
+        record.signature,
+        record.weight,
+        record.source,
+        record.ts.timestamp(),
+        record.origin_task,
+        record.origin_signature,
+        record.patient_id,
+    )
+
+
+def producer_config(bootstrap: str, **overrides: object) -> dict[str, object]:
+    """librdkafka producer settings for every clingate client that writes DBPM input topics.
+
+    Java's murmur2 partitioner (``murmur2_random``), the one Faust (aiokafka) uses, so that "the
+    partition of a key" means the same thing to the client and to the workers: a verdict keyed by
+    :func:`verdict_key` lands on the memory partition of its signature, a candidate on its patient's.
+    librdkafka's default (``consistent_random``, CRC32) would scatter them. Idempotent, ``acks=all``.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        **overrides: Further librdkafka settings (batching, queue sizes); dots spelt as in
+            librdkafka, passed through a dict (``**{"linger.ms": 20}``).
+    """
+    return client_config(
+        bootstrap, partitioner="murmur2_random", **{"enable.idempotence": True, "acks": "all", **overrides}
+    )
+
+
+def contract_event(model: Candidate | Verdict) -> GateEvent | VerdictEvent:
+    """The engine's event for a decoded topic record (the replay contract's JSON object).
+
+    Raises:
+        processors.dbpm.BadEvent: the record is valid Avro but not a valid DBPM event.
+    """
+    obj = model.model_dump(mode="json", exclude_none=True)
+    obj["kind"] = "gate" if isinstance(model, Candidate) else "verdict"
+    return parse_event(obj)
+
+
+class PartitionWriter(Store):
+    """The engine's store for one memory partition: reads see staged writes, commits are collected.
+
+    A transaction's commit appends its writes to :attr:`writes`; the agent stages them as one
+    changelog group when its batch is done.
+    """
+
+    def __init__(self, tables: ChangelogStore, partition: int) -> None:
+        self._tables = tables
+        self._partition = partition
+        self.writes: dict[bytes, bytes | None] = {}
+
+    def get(self, key: bytes) -> bytes | None:
+        """Latest value of ``key`` in this partition (this batch's commits first)."""
+        if key in self.writes:
+            return self.writes[key]
+        return self._tables.get(self._partition, key)
+
+    def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """The partition's pairs in ``[start, end)``, this batch's commits merged, ascending."""
+        mine = {k: v for k, v in self.writes.items() if k >= start and (end is None or k < end)}
+        older = ((k, v) for k, v in self._tables.iter_range(self._partition, start, end) if k not in mine)
+        newer = ((k, v) for k, v in sorted(mine.items()) if v is not None)
+        return merge(older, newer)  # type: ignore[arg-type]
+
+    def _apply(self, writes: dict[bytes, object]) -> None:
+        # The transaction's deletions are its non-bytes sentinel.
+        for key, value in writes.items():
+            self.writes[key] = value if isinstance(value, bytes) else None
+
+
+class MergedView(Store):
+    """Read-only view of a partitioned memory as one memory (the gates' replicated view).
+
+    Args:
+        partitions: returns the partition stores to merge (called on every read, so partitions
+            assigned later are seen).
+    """
+
+    def __init__(self, partitions: Callable[[], Sequence[Store]]) -> None:
+        self._partitions = partitions
+
+    def get(self, key: bytes) -> bytes | None:
+        """``key``'s value across partitions (:func:`processors.dbpm.partitioned.merge_values`)."""
+        values = [v for v in (db.get(key) for db in self._partitions()) if v is not None]
+        return merge_values(key, values) if values else None
+
+    def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """Merged pairs in ``[start, end)``, ascending, one per key."""
+        streams = [db.iter_range(start, end) for db in self._partitions()]
+        group: list[bytes] = []
+        current: bytes | None = None
+        for key, value in merge(*streams, key=lambda kv: kv[0]):
+            if key != current:
+                if current is not None:
+                    yield current, merge_values(current, group)
+                current, group = key, []
+            group.append(value)
+        if current is not None:
+            yield current, merge_values(current, group)
+
+    def _apply(self, writes: dict[bytes, object]) -> None:
+        # A gate's only writes are bookkeeping (the engine's as-of time); the view is never written.
+        return
+
+
+def decode_watermark(raw: bytes | None) -> float:
+    """The event time of a partition's :data:`WATERMARK_KEY` record (``-inf``: none yet)."""
+    return float("-inf") if raw is None else _TIME.unpack(raw)[0]
+
+
+def decode_event(
+    serde: Serde,
+    record: SourceRecord,
+    expected: type[Candidate] | type[Verdict] | type[PropagationRecord],
+    key: Callable[[Any], bytes] | None = None,
+) -> tuple[Any, Any] | DecodeFailed:
+    """``(model, engine event)`` of a consumed DBPM record, or why it goes to the dead-letter topic.
+
+    Valid Avro that is not a valid DBPM event (:class:`processors.dbpm.BadEvent`) fails at the
+    ``validate`` stage, and so does a record whose key is not ``key(engine event)`` when ``key`` is
+    given (the key decides the partition, hence the writer, of the state the record changes).
+    """
+    result = decode_record(serde, record, expected)
+    if isinstance(result, DecodeFailed):
+        return result
+    try:
+        model = result.value
+        event = propagation_event(model) if isinstance(model, PropagationRecord) else contract_event(model)
+    except Exception as exc:  # BadEvent (or anything else the conversion raises): not a DBPM event
+        return DecodeFailed(record, Stage.VALIDATE, type(exc).__name__, str(exc), None, expected.avro_name)
+    if key is not None and record.key != (wanted := key(event)):
+        reason = f"record key {record.key!r} is not {wanted!r}, the key of its content"
+        return DecodeFailed(record, Stage.VALIDATE, "KeyMismatch", reason, None, expected.avro_name)
+    return model, event
+
+
+class MemoryAgent:
+    """The memory agent's body, bound to the engine, the memory table's store and the dead-letter topic.
+
+    The gate is not a Faust agent (:mod:`streams.worker.gate`).
+
+    Args:
+        engine: the memory engine (maintenance as configured).
+        memory: the memory table's :class:`~streams.worker.tablestore.ChangelogStore`.
+        serde: the process's serde.
+        topics: ``propagations`` and the dead-letter topics by source topic name.
+        metrics: where verdicts, propagations and dead letters are counted.
+    """
+
+    def __init__(
+        self,
+        engine: DBPMEngine,
+        memory: ChangelogStore,
+        serde: Serde,
+        topics: dict[str, TopicT],
+        metrics: DbpmMetrics,
+    ) -> None:
+        self._engine = engine
+        self._memory = memory
+        self._serde = serde
+        self._topics = topics
+        self._metrics = metrics
+        self.view = MergedView(memory.durable_partitions)
+
+    # -- memory agent -----------------------------------------------------------------------
+
+    async def apply_memory_inputs(self, events: Sequence[EventT]) -> None:
+        """Apply a batch of verdicts and propagations, partition by partition, one changelog group each."""
+        by_partition: dict[int, list[EventT]] = {}
+        for event in events:
+            by_partition.setdefault(event.message.partition, []).append(event)
+        for partition, batch in by_partition.items():
+            await self._apply_partition(partition, batch)
+
+    async def _apply_partition(self, partition: int, batch: list[EventT]) -> None:
+        done = self._memory.input_offset(partition)
+        writer = PartitionWriter(self._memory, partition)
+        watermark = decode_watermark(writer.get(WATERMARK_KEY))
+        covered, changed = done, False
+        outbox: list[Awaitable[Any]] = []
+        for event in batch:
+            if event.message.topic == DBPM_PROPAGATIONS:
+                changed |= await self._apply_propagation(writer, event)
+                continue
+            offset = event.message.offset
+            if done is not None and offset <= done:
+                continue  # re-delivered after a crash: already in the memory
+            covered, changed = offset, True
+            record = SourceRecord.from_event(event)
+            result = self._learn(writer, record)
+            if isinstance(result, DecodeFailed):
+                await self._dead_letter(result)
+            elif isinstance(result, float):
+                watermark = max(watermark, result)
+            else:
+                verdict, propagations = result
+                watermark = max(watermark, verdict.time)
+                for index, propagation in enumerate(propagations):
+                    outbox.append(await self._send_propagation(propagation, partition, offset, index))
+        if not changed:
+            return
+        # The group covers the verdicts that produced the outbox; were it durable before the outbox,
+        # a crash in between would skip those verdicts on re-delivery and lose their evidence. A
+        # crash after the outbox and before the group re-applies them and sends the same events
+        # again, which their targets recognise (:meth:`_apply_propagation`).
+        for sent in outbox:
+            await sent
+        writer.writes[WATERMARK_KEY] = _TIME.pack(watermark)
+        await asyncio.gather(
+            *self._memory.stage(partition, writer.writes.items(), -1 if covered is None else covered)
+        )
+
+    async def _send_propagation(
+        self, propagation: Propagation, partition: int, offset: int, index: int
+    ) -> Awaitable[Any]:
+        """Send one propagation keyed by its target; returns the delivery future."""
+        topic = self._topics["propagations"]
+        record = propagation_record(propagation, partition, offset, index)
+        value = self._serde.encode(record, topic=topic.get_topic_name())
+        sent = await topic.send(key=propagation_key(propagation), value=value)
+        self._metrics.propagations.labels("sent").inc()
+        return sent
+
+    async def _apply_propagation(self, writer: PartitionWriter, event: EventT) -> bool:
+        """Apply a propagation record unless its identity was applied before; True if state changed.
+
+        Each origin partition's events reach a target partition in the order of their identity
+        ``(origin offset, index)`` (one producer per origin partition, one in-flight batch per
+        partition), and a copy re-sent after an origin crash repeats identities already seen with
+        the same content (an event depends on its verdict and the configuration only); so the last
+        identity applied per origin partition is the whole deduplication state. After a rebalance
+        the old and the new owner of an origin partition may both have sent a range: each sends it
+        contiguously and in order, so every identity is applied once, by whichever copy is first.
+        """
+        result = self._propagate(writer, SourceRecord.from_event(event))
+        if isinstance(result, DecodeFailed):
+            await self._dead_letter(result)
+            return False
+        return result
+
+    def _propagate(self, writer: PartitionWriter, record: SourceRecord) -> DecodeFailed | bool:
+        """One ``clingate.dbpm.propagations`` record applied to ``writer`` (True if state changed), or
+        why it goes to the dead-letter topic (the memory unchanged by it)."""
+        try:
+            decoded = decode_event(self._serde, record, PropagationRecord, propagation_key)
+            if isinstance(decoded, DecodeFailed):
+                return decoded
+            model, propagation = decoded
+            mark = APPLIED_FROM_PREFIX + _ORIGIN_PARTITION.pack(model.origin_partition)
+            identity = _ORIGIN.pack(model.origin_offset, model.origin_index)
+            last = writer.get(mark)
+            if last is not None and _ORIGIN.unpack(last) >= _ORIGIN.unpack(identity):
+                self._metrics.propagations.labels("duplicate").inc()
+                return False
+            with Transaction(writer) as txn:
+                _, applied = self._engine.propagate(txn, propagation)
+        except Exception as exc:  # a poison record must not stop the partition: DLQ, memory unchanged
+            return processing_failed(record, exc, PropagationRecord.avro_name)
+        writer.writes[mark] = identity
+        self._metrics.propagations.labels("applied" if applied else "stopped").inc()
+        return True
+
+    def _learn(
+        self, writer: PartitionWriter, record: SourceRecord
+    ) -> DecodeFailed | float | tuple[VerdictEvent, list[Propagation]]:
+        """One ``clingate.dbpm.verdicts`` record applied to ``writer``: a watermark tick's event time,
+        the verdict and its propagations, or why the record goes to the dead-letter topic.
+
+        Every failure is a value (the memory unchanged by the record): a bad tick header, a record
+        that does not decode or whose key is not the :func:`verdict_key` of its verdict (it would
+        be learnt by a partition that does not own its signature), or an engine error.
+        """
+        if any(name == TICK_HEADER for name, _ in record.headers):
+            tick = record.header(TICK_HEADER)
+            try:
+                return parse_time(tick.decode())  # type: ignore[union-attr]
+            except (ValueError, AttributeError) as exc:  # BadEvent, UnicodeDecodeError; a null header
+                reason = f"{TICK_HEADER} header {tick!r} is not an ISO 8601 time with a zone: {exc}"
+                return DecodeFailed(record, Stage.DECODE, "BadWatermark", reason, None, Verdict.avro_name)
+        try:
+            decoded = decode_event(
+                self._serde, record, Verdict, lambda event: verdict_key(self._engine, event)
+            )
+            if isinstance(decoded, DecodeFailed):
+                return decoded
+            _, verdict = decoded
+            with Transaction(writer) as txn:
+                _, propagations = self._engine.learn(txn, verdict, verdict.time)
+        except Exception as exc:  # a poison record must not stop the partition: DLQ, memory unchanged
+            return processing_failed(record, exc, Verdict.avro_name)
+        if propagations is None:
+            self._metrics.verdicts_duplicate.labels(verdict.task).inc()
+            return verdict, []
+        self._metrics.verdict_applied(
+            verdict.task, verdict.patient_id, verdict.payload, verdict.verdict, verdict.source
+        )
+        return verdict, propagations
+
+    # -- shared -----------------------------------------------------------------------------
+
+    async def _dead_letter(self, failed: DecodeFailed) -> None:
+        log_dead_letter(log, failed)
+        await send_dead_letter(self._topics, self._serde, failed)
+        self._metrics.dead_letters.labels(failed.record.topic).inc()

@@ -1,0 +1,455 @@
+"""The DBPM gate as a confluent-kafka consumer group, outside Faust's per-event path.
+
+Why not a Faust agent (measured, ``docs/faust-runtime.md`` section 4): as an agent the gate cost
+~1,000 us of worker CPU per candidate, ~85% of it Faust's per-event delivery (consumer thread
+hand-off, conductor, stream, ack, sensors, per-message producer buffer), against ~120 us for decode,
+gate and encode. The gate keeps no state of its own that must be written (its engine transaction is
+aborted), so it needs none of what Faust is for (tables, changelogs, standbys); the memory agent,
+which does, stays a Faust agent (:mod:`streams.worker.dbpm`). This loop consumes candidates in batches
+(``consume(num_messages=...)``), decides them with the unchanged engine, produces the decisions in
+batches and commits the batch's offsets only after the broker acknowledged every output.
+
+Topology::
+
+    <app>-dbpm-memory-changelog --(every partition, no group)--> MemoryFollower (RocksDB per partition)
+                                                                      | MergedView: the whole memory
+    clingate.dbpm.candidates --(group <app>-gate, batches)--> GateLoop -+-> clingate.dbpm.decisions
+                                                                        '-> clingate.dbpm.to-verify
+                                                                            (ALLOW, DOWNGRADE)
+
+State the gate reads.
+
+* The memory: a replicated view of the memory table (the GlobalKTable pattern). The follower reads
+  every partition of the memory changelog from the offset its local RocksDB store holds (one store
+  per partition, ``<worker datadir>/gate-view/``), applying whole changelog groups only
+  (:class:`streams.worker.tablestore.ChangelogFollower`, which writes data and changelog offset in one
+  ``WriteBatch``): a restart reads only the changelog tail, and a group a SIGKILLed memory writer left
+  unfinished is never visible.
+* The patient-keyed gate state (accepted NER categories, difficulty counters) is part of the memory
+  (the engine keeps it as per-partition partial counts that :class:`~streams.worker.dbpm.MergedView` sums,
+  ``docs/faust-runtime.md`` section 2 item 6), so it arrives through the same view. The gate itself
+  writes nothing: its engine transaction holds only bookkeeping (the as-of clock) and is aborted. No
+  gate-side table is needed, hence none is kept (a co-partitioned patient table would need a second
+  writer per patient, the verdicts of one patient landing on many signature partitions).
+
+Consistency model of the gate (the memory side is in :mod:`streams.worker.dbpm`).
+
+* Ordered: the candidates of one patient (one key, one candidates partition, one member of the gate
+  group, decided in offset order; their decisions are produced in that order with an idempotent
+  producer, keyed by patient).
+* Ordered by the barrier: a candidate with the ``clingate-barrier`` header (the replay publisher,
+  :mod:`streams.replay.kafka`) is decided only when every memory partition's watermark, as applied
+  by this process's follower, is at least its event time, or after ``barrier_timeout`` (then
+  ``barrier_timeout`` is in the provenance). Live candidates never wait.
+* May race: a gate and verdicts published after its candidate; a gate and a memory group still in
+  flight to this follower (the view lags the memory writer by the changelog round trip).
+* Delivery, at least once with identical outputs: offsets are committed only after ``flush()``
+  returned with every decision and to-verify record acknowledged. A crash, a SIGKILL or a
+  rebalance between the produce and the commit re-delivers the candidates, which are decided again
+  against a view that may only have grown; without new verdicts in between the bytes are the same.
+  Consumers dedupe by ``candidate_id``. A failed delivery rewinds the batch's partitions to their
+  first offset and decides them again (nothing is committed past an unacknowledged output).
+* Bad records (undecodable, or valid Avro that is not a DBPM event) go to
+  ``clingate.dbpm.candidates.dlq`` and are acknowledged there before the batch is committed; so does a
+  candidate whose decision would not fit the decisions topic (stage ``produce``: a decision holds its
+  candidate, so a candidate near the topic's limit cannot have one).
+* Stopping never waits out a barrier: a candidate still at its barrier when the loop is stopped
+  abandons its batch (outputs not yet sent are purged, nothing of the batch is committed) and the
+  group's next owner decides it. Deciding it as timed out would publish a ``barrier_timeout``
+  decision a replay does not make; waiting held a SIGTERMed worker for a barrier timeout per
+  candidate of the batch (its process was SIGKILLed after a minute).
+
+Process layout (``clingate worker --role``): ``all`` runs the Faust memory agent and this loop in one
+process, the loop in a thread (librdkafka releases the GIL while it polls and flushes); ``gate``
+runs only this loop, ``memory`` only the Faust app. Each gate process is a member of the consumer
+group :func:`gate_group`; scale the gate by starting more of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+
+from processors.dbpm import BLOCK, DBPMConfig, DBPMEngine, Decision, GateEvent
+from schemas.common import Stage
+from schemas.dbpm import Candidate, GateDecision
+from schemas.serde import Serde, make_serde
+from state.base import Store, Transaction
+from state.rocksdb import RocksDBStore
+from streams.runtime.dlq import (
+    PRODUCER_LIMITS,
+    RECORD_OVERHEAD_BYTES,
+    DeadLetterDeliveryError,
+    DeadLetterRouter,
+    DecodeFailed,
+    SourceRecord,
+    processing_failed,
+)
+from streams.runtime.kafka_config import client_config, liveness_config
+from streams.runtime.logs import log_dead_letter
+from streams.runtime.metrics import DbpmMetrics
+from streams.runtime.settings import Settings
+from streams.worker.dbpm import (
+    BARRIER_HEADER,
+    WATERMARK_KEY,
+    MergedView,
+    decode_event,
+    decode_watermark,
+    memory_changelog,
+    producer_config,
+)
+from streams.worker.tablestore import ChangelogFollower
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_TO_VERIFY, max_message_bytes
+
+log = logging.getLogger(__name__)
+
+#: Most records one ``consume`` call returns (candidates and changelog records alike).
+BATCH_MAX = 5000
+#: Longest wait of one ``consume`` for candidates (records that arrive end the wait at once).
+#: Fetches keep librdkafka's default long poll (``fetch.wait.max.ms`` 500): the broker answers as
+#: soon as a record arrives, so a short wait only adds idle fetch requests (measured: with 1-5 ms,
+#: the clients' broker threads cost ~50 us of CPU per candidate).
+POLL_S = 0.05
+
+
+def gate_group(app_id: str) -> str:
+    """The consumer group of the gates of the workers of ``app_id``.
+
+    Not ``app_id`` itself: that is the Faust memory agent's group, whose members speak Faust's
+    assignor protocol, which librdkafka's members cannot join.
+    """
+    return f"{app_id}-gate"
+
+
+class MemoryFollower:
+    """The gate's replicated view of the memory: every changelog partition, whole groups only.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        app_id: the workers' application id (names the changelog).
+        partitions: the number of memory partitions (= verdict topic partitions).
+        directory: where the per-partition RocksDB stores live (the process MUST own it).
+    """
+
+    def __init__(self, bootstrap: str, app_id: str, partitions: int, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.topic = memory_changelog(app_id)
+        self._stores = [RocksDBStore(directory / f"{p}.db") for p in range(partitions)]
+        self._followers = [ChangelogFollower(store) for store in self._stores]
+        self.view = MergedView(lambda: self._stores)
+        self._consumer = Consumer(client_config(bootstrap, **{
+            "group.id": f"{gate_group(app_id)}-view",  # required by librdkafka; never joined (assign)
+            "enable.auto.commit": False, "enable.partition.eof": False, "auto.offset.reset": "earliest",
+        }))  # fmt: skip
+        # Tail only: each partition resumes after the last group its store holds.
+        self._consumer.assign([
+            TopicPartition(self.topic, p, OFFSET_BEGINNING if (o := f.next_offset()) is None else o)
+            for p, f in enumerate(self._followers)
+        ])  # fmt: skip
+
+    def poll(self, timeout_s: float) -> int:
+        """Apply the changelog records available within ``timeout_s``; returns how many were read."""
+        messages = self._consumer.consume(num_messages=BATCH_MAX, timeout=timeout_s)
+        for message in messages:
+            error = message.error()
+            if error is None:
+                self._followers[message.partition()].add(message.key(), message.value(), message.offset())
+            else:  # e.g. the changelog does not exist yet (Faust creates it): librdkafka retries
+                log.debug("memory changelog: %s", error)
+        return len(messages)
+
+    def min_watermark(self) -> float:
+        """The event time every memory partition has applied in this view (``-inf`` if one has none)."""
+        return min(decode_watermark(store.get(WATERMARK_KEY)) for store in self._stores)
+
+    def close(self) -> None:
+        """Close the changelog consumer and the stores."""
+        self._consumer.close()
+        for store in self._stores:
+            store.close()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One decided candidate, ready to produce."""
+
+    key: bytes
+    value: bytes
+    event: GateEvent
+    decision: str
+
+    @property
+    def task(self) -> str:
+        """The candidate's task."""
+        return self.event.task
+
+
+class Gate:
+    """The gate's per-candidate work, without Kafka: decode, decide on a view, encode.
+
+    Args:
+        engine: the gate engine (maintenance off: gates never maintain the view).
+        serde: the process's serde.
+        view: the memory (read only: the engine's bookkeeping writes are aborted).
+    """
+
+    def __init__(self, engine: DBPMEngine, serde: Serde, view: Store) -> None:
+        self.engine = engine
+        self._serde = serde
+        self._view = view
+
+    def decode(self, record: SourceRecord) -> tuple[Candidate, GateEvent] | DecodeFailed:
+        """The candidate of a ``clingate.dbpm.candidates`` record and its engine event, or the failure."""
+        return decode_event(self._serde, record, Candidate)  # type: ignore[return-value]
+
+    def decide(self, candidate: Candidate, event: GateEvent, waited_out: bool = False) -> Outcome:
+        """Decide ``event`` on the view; the encoded decision record, keyed by patient."""
+        txn = Transaction(self._view)
+        _, [decision] = self.engine.process(txn, event, event.time)
+        txn.abort()
+        value = self._serde.encode(decision_record(candidate, decision, waited_out), topic=DBPM_DECISIONS)
+        return Outcome(candidate.patient_id.encode(), value, event, decision.decision)
+
+
+class _Stopping(Exception):
+    """The loop was stopped while a candidate waited at its barrier: its batch is abandoned."""
+
+
+class GateLoop:
+    """The gate consumer: candidates in, decisions and to-verify records out, commits after acks.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        app_id: the workers' application id (:func:`gate_group`, the memory changelog).
+        engine: the gate engine (maintenance off: gates never maintain the view).
+        serde: the process's serde.
+        follower: the memory view (the loop owns it and closes it when it stops).
+        barrier_timeout_s: see :attr:`streams.runtime.settings.Settings.dbpm_barrier_timeout_s`.
+        session_timeout_s: the group's session timeout.
+        metrics: where decisions, latencies, lag and dead letters are counted.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        app_id: str,
+        engine: DBPMEngine,
+        serde: Serde,
+        follower: MemoryFollower,
+        barrier_timeout_s: float,
+        session_timeout_s: float,
+        metrics: DbpmMetrics,
+    ) -> None:
+        self._gate = Gate(engine, serde, follower.view)
+        self._follower = follower
+        self._barrier_timeout_s = barrier_timeout_s
+        self._metrics = metrics
+        self._consumer = Consumer(client_config(bootstrap, **{
+            "group.id": gate_group(app_id), "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "enable.partition.eof": False,
+            **liveness_config(session_timeout_s),
+        }))  # fmt: skip
+        # Decisions leave in batches: 2 ms linger is enough to fill them, flush() sends at once.
+        # Delivery reports for failures only: a Python callback per acknowledged record was a
+        # measurable share of the gate's CPU.
+        self._failures: list[KafkaError] = []
+        # It admits decisions as large as the decisions topic does (librdkafka's own limit is ~1 MB:
+        # a 2 MB candidate's decision raised in produce() and stopped the gate).
+        self._producer = Producer(producer_config(bootstrap, **{
+            "linger.ms": 2, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
+            "delivery.report.only.error": True, **PRODUCER_LIMITS,
+            "on_delivery": lambda error, _message: self._failures.append(error),
+        }))  # fmt: skip
+        # Dead letters have their own producer: the router waits for each one's success report.
+        self._dead_letters = DeadLetterRouter(Producer(producer_config(bootstrap, **PRODUCER_LIMITS)), serde)
+        self._lag: dict[int, int] = {}
+        self._committed: dict[int, int] = {}  # partition -> next offset, of partitions we own
+        self._stop = threading.Event()  # run()'s, once it runs
+        self._consumer.subscribe([DBPM_CANDIDATES], on_revoke=self._on_revoke)
+
+    @property
+    def view(self) -> MergedView:
+        """The replicated memory view the gate decides on."""
+        return self._follower.view
+
+    @property
+    def config(self) -> DBPMConfig:
+        """The gate engine's configuration."""
+        return self._gate.engine.config
+
+    def lag(self) -> Iterator[tuple[str, int, int]]:
+        """(topic, partition, high watermark - committed offset) of the assigned candidate partitions."""
+        for partition, value in list(self._lag.items()):
+            yield DBPM_CANDIDATES, partition, value
+
+    def run(self, stop: threading.Event) -> None:
+        """Decide batches until ``stop`` is set; then leave the group and close the clients."""
+        self._stop = stop
+        try:
+            while not stop.is_set():
+                batch = self._consumer.consume(num_messages=BATCH_MAX, timeout=POLL_S)
+                self._follower.poll(0)  # after the wait: the batch is decided on the freshest view
+                if batch:
+                    self.decide(batch)
+            # A clean stop: make the last (asynchronous) commit durable before leaving the group,
+            # or the next owner decides the last batch again.
+            if self._committed:
+                self._consumer.commit(offsets=[
+                    TopicPartition(DBPM_CANDIDATES, p, o) for p, o in self._committed.items()
+                ], asynchronous=False)  # fmt: skip
+        finally:
+            self._consumer.close()
+            self._producer.flush(30)
+            self._follower.close()
+
+    def decide(self, messages: list[Message]) -> None:
+        """Decide one batch, produce its outputs, and commit it once every output is acknowledged."""
+        started = time.perf_counter()
+        failures = self._failures
+        failures.clear()
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        decided: list[Outcome] = []
+        produce = self._producer.produce
+        try:
+            for message in messages:
+                if message.error() is not None:
+                    log.warning("candidates consumer: %s", message.error())
+                    continue
+                partition, offset = message.partition(), message.offset()
+                first.setdefault(partition, offset)
+                last[partition] = offset
+                out = self._decide_one(message)
+                if out is None:
+                    continue
+                produce(DBPM_DECISIONS, out.value, out.key)
+                if out.decision != BLOCK:
+                    produce(DBPM_TO_VERIFY, out.value, out.key)
+                decided.append(out)
+        except (DeadLetterDeliveryError, BufferError) as exc:
+            self._rewind(first, str(exc))
+            return
+        except _Stopping:
+            self._producer.purge(in_queue=True, in_flight=False)
+            log.info("stopping at a barrier: %d candidates left to the group's next owner", len(messages))
+            return
+        remaining = self._producer.flush(30)
+        if failures or remaining:
+            self._rewind(first, failures[0].str() if failures else f"{remaining} outputs still queued")
+            return
+        self._committed.update((p, o + 1) for p, o in last.items())
+        self._consumer.commit(
+            offsets=[TopicPartition(DBPM_CANDIDATES, p, o + 1) for p, o in last.items()], asynchronous=True
+        )
+        elapsed = time.perf_counter() - started
+        for (task, decision), count in Counter((out.task, out.decision) for out in decided).items():
+            self._metrics.decisions.labels(task, decision).inc(count)
+        for out in decided:
+            self._metrics.gate_latency.observe(elapsed)
+            gate = out.event
+            self._metrics.selectivity.gate(gate.task, gate.patient_id, gate.payload, out.decision)
+        for partition, offset in last.items():
+            _, high = self._consumer.get_watermark_offsets(
+                TopicPartition(DBPM_CANDIDATES, partition), cached=True
+            )
+            self._lag[partition] = max(high - offset - 1, 0)
+
+    def _rewind(self, first: dict[int, int], reason: str) -> None:
+        """Seek the batch's partitions back to its first offsets: the batch is decided again."""
+        log.error("gate batch not delivered (%s); deciding it again", reason)
+        for partition, offset in first.items():
+            self._consumer.seek(TopicPartition(DBPM_CANDIDATES, partition, offset))
+
+    def _decide_one(self, message: Message) -> Outcome | None:
+        """One candidate decided (after its barrier, if it asks for one), or None if dead-lettered.
+
+        Raises:
+            _Stopping: the loop was stopped at the candidate's barrier.
+        """
+        record = SourceRecord.from_message(message)
+        decoded = self._gate.decode(record)
+        if isinstance(decoded, DecodeFailed):
+            self._dead_letter(decoded)
+            return None
+        candidate, event = decoded
+        waited_out = any(k == BARRIER_HEADER for k, _ in record.headers) and self._barrier(event.time)
+        if waited_out:
+            self._metrics.barrier_timeouts.inc()
+        try:
+            out = self._gate.decide(candidate, event, waited_out)
+        except Exception as exc:  # a poison record must not stop the partition: DLQ, nothing decided
+            self._dead_letter(processing_failed(record, exc, Candidate.avro_name))
+            return None
+        size = len(out.key) + len(out.value)
+        if size > (limit := max_message_bytes(DBPM_DECISIONS) - RECORD_OVERHEAD_BYTES):
+            # The broker would refuse it on every retry (the batch rewound forever): dead-letter its input.
+            reason = f"decision of {size} bytes to {DBPM_DECISIONS}, which admits {limit}"
+            self._dead_letter(DecodeFailed(record, Stage.PRODUCE, "OutputTooLarge", reason, None,
+                                           Candidate.avro_name))  # fmt: skip
+            return None
+        return out
+
+    def _barrier(self, ts: float) -> bool:
+        """Follow the changelog until every memory partition reached ``ts``; True if timed out.
+
+        Raises:
+            _Stopping: the loop was stopped meanwhile (module docstring, "Stopping").
+        """
+        deadline = time.monotonic() + self._barrier_timeout_s
+        while self._follower.min_watermark() < ts:
+            if self._stop.is_set():
+                raise _Stopping
+            if time.monotonic() >= deadline:
+                return True
+            self._follower.poll(0.001)
+        return False
+
+    def _dead_letter(self, failed: DecodeFailed) -> None:
+        log_dead_letter(log, failed)
+        self._dead_letters.send(failed)
+        self._metrics.dead_letters.labels(failed.record.topic).inc()
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Batches are committed before the next consume, so nothing of ours is in flight here.
+        for tp in partitions:
+            self._lag.pop(tp.partition, None)
+            self._committed.pop(tp.partition, None)
+
+
+def decision_record(candidate: Candidate, decision: Decision, waited_out: bool) -> GateDecision:
+    """The ``clingate.dbpm.decisions`` record of ``decision`` on ``candidate``."""
+    provenance = (*decision.sources, *decision.policy, *(("barrier_timeout",) if waited_out else ()))
+    return GateDecision(
+        ts=candidate.ts,
+        task=candidate.task,
+        patient_id=candidate.patient_id,
+        candidate_id=candidate.candidate_id,
+        decision=decision.decision,
+        rule=decision.rule,
+        signature=decision.signature,
+        severity=decision.severity,
+        confidence_multiplier=decision.multiplier,
+        provenance=provenance,
+        candidate=candidate,
+    )
+
+
+def build_gate(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> GateLoop:
+    """The gate loop of a worker and its memory view (``<worker datadir>/gate-view``), from settings."""
+    from streams.worker.app import dbpm_engines  # the engines' one configuration point
+
+    _, engine = dbpm_engines(settings)
+    follower = MemoryFollower(
+        bootstrap, settings.app_id, settings.topic_partitions, settings.worker_dir / "gate-view"
+    )
+    return GateLoop(
+        bootstrap, settings.app_id, engine, make_serde(settings.schema_registry_url), follower,
+        settings.dbpm_barrier_timeout_s, settings.consumer_session_timeout_s, metrics,
+    )  # fmt: skip
