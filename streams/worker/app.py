@@ -44,10 +44,11 @@ Choices (reasons in ``docs/faust-runtime.md``):
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import NoReturn
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, NoReturn
 
 import faust
 from faust.stores import STORES
@@ -55,16 +56,17 @@ from faust.types import AgentT, EventT, StreamT, TopicT
 
 from processors.clinical.knowledge import default_knowledge
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
-from schemas.serde import make_serde
+from schemas.serde import Serde, make_serde
+from streams.runtime.dlq import SourceRecord, send_dead_letter
 from streams.runtime.kafka_config import faust_credentials
 from streams.runtime.metrics import ClinicalMetrics, DbpmMetrics, faust_sensors
 from streams.runtime.settings import Settings
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
-from streams.worker.clinical import ClinicalAgent, gate_flags
-from streams.worker.dbpm import MEMORY_INPUTS, MEMORY_TABLE, MemoryAgent
+from streams.worker.clinical import ClinicalHandler, gate_flags
+from streams.worker.dbpm import MEMORY_INPUTS, MEMORY_TABLE, MemoryHandler, MergedView
 from streams.worker.faust_consumer import TRANSPORT_SCHEME
 from streams.worker.faust_consumer import register as register_transport
-from streams.worker.tablestore import STORE_SCHEME, ChangelogStore
+from streams.worker.tablestore import STORE_SCHEME, ChangelogStore, TableHandler
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
     CLINICAL_SAFETY_AUDITS,
@@ -116,6 +118,52 @@ def batch_agent(
 
     body.__name__ = name.replace("-", "_")
     return body
+
+
+class TableAgent:
+    """A Faust agent body over a table handler: batches per partition, sends, waits, stages.
+
+    Everything a record means is the handler's (:class:`~streams.worker.tablestore.TableHandler`);
+    this adapter only does what needs Faust, in the order that makes state exactly once: per
+    partition of the batch, it sends the handler's dead letters and outputs and waits until the
+    broker acknowledged every one, and only then stages the handler's changelog group
+    (:meth:`~streams.worker.tablestore.ChangelogStore.stage`) and waits for it. Faust acknowledges
+    the events when the body returns, so no input offset is committed before its outputs and its
+    group are durable; a crash in between re-delivers the input, which the group's boundary (or the
+    handler's own offset markers) lets the handler skip once durable.
+
+    Args:
+        handler: the per-partition logic.
+        table: the table's store.
+        serde: the process's serde (dead letters).
+        topics: raw-bytes topics by name: every output topic and the dead-letter topic of every input.
+    """
+
+    def __init__(
+        self, handler: TableHandler, table: ChangelogStore, serde: Serde, topics: Mapping[str, TopicT]
+    ) -> None:
+        self._handler = handler
+        self._table = table
+        self._serde = serde
+        self._topics = topics
+
+    async def process(self, events: Sequence[EventT]) -> None:
+        """Process one batch, partition by partition; each partition's writes are one changelog group."""
+        by_partition: dict[int, list[SourceRecord]] = {}
+        for event in events:
+            by_partition.setdefault(event.message.partition, []).append(SourceRecord.from_event(event))
+        for partition, records in by_partition.items():
+            batch = self._handler.apply(self._table, partition, records)
+            for failed in batch.dead_letters:
+                self._handler.dead_lettered(failed)
+                await send_dead_letter(self._topics, self._serde, failed)
+            sent: list[Awaitable[Any]] = []
+            for out in batch.outputs:
+                headers = list(out.headers) or None
+                sent.append(await self._topics[out.topic].send(key=out.key, value=out.value, headers=headers))
+            await asyncio.gather(*sent)  # outputs acknowledged before the group that stands for them
+            if batch.writes is not None:
+                await asyncio.gather(*self._table.stage(partition, batch.writes.items(), batch.input_offset))
 
 
 def count_restarts(app: faust.App, metrics: DbpmMetrics) -> None:
@@ -211,22 +259,23 @@ def create_app(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> faus
     engine, _ = dbpm_engines(settings)
     serde = make_serde(settings.schema_registry_url)
     faust_sensors(app, metrics.registry)
-    agent = MemoryAgent(
-        engine,
-        memory.data,  # type: ignore[arg-type]
+    store: ChangelogStore = memory.data  # type: ignore[assignment]
+    agent = TableAgent(
+        MemoryHandler(engine, serde, metrics),
+        store,
         serde,
         {
-            "propagations": topic(DBPM_PROPAGATIONS),
+            DBPM_PROPAGATIONS: topic(DBPM_PROPAGATIONS),
             **{dlq_name(t): topic(dlq_name(t), topic_partitions=1) for t in MEMORY_INPUTS},
         },
-        metrics,
     )
-    metrics.watch(lambda: _lag(app, (*MEMORY_INPUTS, *CLINICAL_INPUTS)), agent.view, engine.config)
+    view = MergedView(store.durable_partitions)
+    metrics.watch(lambda: _lag(app, (*MEMORY_INPUTS, *CLINICAL_INPUTS)), view, engine.config)
     batch, linger = settings.dbpm_batch_max, settings.dbpm_batch_linger_s
     count_restarts(app, metrics)
     # One agent over both memory inputs: Faust assigns partition p of each to the same worker.
     app.agent(topic(*MEMORY_INPUTS), name="dbpm-memory", concurrency=1)(
-        batch_agent("dbpm-memory", batch, linger, agent.apply_memory_inputs)
+        batch_agent("dbpm-memory", batch, linger, agent.process)
     )
 
     patients = app.Table(
@@ -234,17 +283,15 @@ def create_app(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> faus
         help="Clinical stream state per patient (latest FHIR resources, review, last assessment digest).",
         extra_topic_configs=CHANGELOG_CONFIGS,
     )  # fmt: skip
-    clinical = ClinicalAgent(
+    clinical = TableAgent(
+        ClinicalHandler(serde, default_knowledge(), gate_flags(settings), ClinicalMetrics(metrics.registry)),
         patients.data,  # type: ignore[arg-type]
         serde,
-        default_knowledge(),
-        gate_flags(settings),
         {
             CLINICAL_ASSESSMENTS: topic(CLINICAL_ASSESSMENTS),
             CLINICAL_SAFETY_AUDITS: topic(CLINICAL_SAFETY_AUDITS),
             **{dlq_name(t): topic(dlq_name(t), topic_partitions=1) for t in CLINICAL_INPUTS},
         },
-        ClinicalMetrics(metrics.registry),
     )
     app.agent(topic(*CLINICAL_INPUTS), name="clinical-patients", concurrency=1)(
         batch_agent("clinical-patients", batch, linger, clinical.process)

@@ -1,4 +1,4 @@
-"""The patient-keyed clinical stream (issue 5): wiring only, the gates are :mod:`processors.clinical`.
+"""The patient-keyed clinical stream: wiring only, the gates are :mod:`processors.clinical`.
 
 Topology::
 
@@ -13,6 +13,9 @@ Topology::
 
 Choices:
 
+* **Handler and agent.** The per-record logic is :class:`ClinicalHandler`, which returns a batch's
+  outputs, dead letters and changelog group as data; the Faust agent is the generic
+  :class:`streams.worker.app.TableAgent`, which sends them, waits for the acknowledgements and stages.
 * **One agent over the three co-partitioned topics**, ``concurrency=1``. A patient's state has exactly
   one writer (the agent instance owning partition ``p`` of all three topics and of the table's
   changelog), and the records of one partition are applied in the order Faust delivers them. Three
@@ -48,14 +51,11 @@ Choices:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-
-from faust.types import EventT, TopicT
 
 from processors.clinical.assess import ClinicalStreamState, process_event
 from processors.clinical.fhir_input import parse_document
@@ -66,18 +66,18 @@ from schemas.clinical import AdversarialReview, ClinicalAssessment, Deliverable,
 from schemas.common import Stage
 from schemas.fhir import FhirUpdate
 from schemas.serde import Serde
+from streams.groups.ordered import Output
 from streams.runtime.dlq import (
     RECORD_OVERHEAD_BYTES,
     DecodeFailed,
     SourceRecord,
     decode_record,
     processing_failed,
-    send_dead_letter,
 )
 from streams.runtime.logs import log_dead_letter
 from streams.runtime.metrics import ClinicalMetrics
 from streams.runtime.settings import Settings
-from streams.worker.tablestore import ChangelogStore
+from streams.worker.tablestore import PartitionedTable, TableBatch
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
     CLINICAL_DELIVERABLES,
@@ -143,71 +143,63 @@ def fhir_input(update: FhirUpdate) -> tuple[PatientUpdate | None, list[str]]:
     return (PatientUpdate(patient_id=update.patient_id, changes=changes) if changes else None), errors
 
 
-class ClinicalAgent:
-    """The clinical agent's body, bound to the patient table's store, the knowledge and the topics.
+class ClinicalHandler:
+    """The clinical agent's per-partition logic, bound to the knowledge, the flags and the serde.
+
+    No Kafka, no Faust, no clock: a batch of one partition's records (the three input topics, offset
+    order) is applied against the patient table's partition, and :meth:`apply` returns the
+    assessments and audits to produce, the dead letters and the changelog group (patient states and
+    the per-topic offset markers) as data. The Faust agent (:class:`streams.worker.app.TableAgent`)
+    and the topology test driver (:mod:`streams.testing.driver`) both run it.
 
     Args:
-        patients: the patient table's :class:`~streams.worker.tablestore.ChangelogStore`.
         serde: the process's serde.
         knowledge: loaded clinical knowledge (immutable, shared).
         flags: gate flags of this process.
-        topics: the output topics and the dead-letter topic of every input, by name.
         metrics: where assessments, red sources, gate latency and dead letters are counted.
     """
 
     def __init__(
-        self,
-        patients: ChangelogStore,
-        serde: Serde,
-        knowledge: ClinicalKnowledge,
-        flags: GateFlags,
-        topics: dict[str, TopicT],
-        metrics: ClinicalMetrics,
+        self, serde: Serde, knowledge: ClinicalKnowledge, flags: GateFlags, metrics: ClinicalMetrics
     ) -> None:
-        self._patients = patients
         self._metrics = metrics
         self._serde = serde
         self._knowledge = knowledge
         self._flags = flags
-        self._topics = topics
 
-    async def process(self, events: Sequence[EventT]) -> None:
-        """Process one batch, partition by partition; each partition's writes are one changelog group."""
-        by_partition: dict[int, list[EventT]] = {}
-        for event in events:
-            by_partition.setdefault(event.message.partition, []).append(event)
-        for partition, batch in by_partition.items():
-            await self._process_partition(partition, batch)
+    def apply(self, table: PartitionedTable, partition: int, records: Sequence[SourceRecord]) -> TableBatch:
+        """Apply one batch of ``partition``'s records as one changelog group.
 
-    async def _process_partition(self, partition: int, batch: list[EventT]) -> None:
+        A record at or below the last offset applied from its topic (``OFFSET_PREFIX + topic`` in the
+        partition) was applied before a crash and is skipped. The group holds the changed patient
+        states and the new offset markers and covers the batch's last applied offset; no group when
+        every record was skipped.
+        """
         writes: dict[bytes, bytes | None] = {}
 
         def read(key: bytes) -> bytes | None:
-            return writes[key] if key in writes else self._patients.get(partition, key)
+            return writes[key] if key in writes else table.get(partition, key)
 
-        sends: list[asyncio.Future] = []
+        outputs: list[Output] = []
+        dead_letters: list[DecodeFailed] = []
         last_offset: int | None = None
-        for event in batch:
-            topic, offset = event.message.topic, event.message.offset
-            marker = OFFSET_PREFIX + topic.encode()
+        for record in records:
+            marker = OFFSET_PREFIX + record.topic.encode()
             done = read(marker)
-            if done is not None and offset <= int(done):
+            if done is not None and record.offset <= int(done):
                 continue  # re-delivered after a crash: already applied
-            writes[marker], last_offset = str(offset).encode(), offset
-            failures, change = self._step(read, SourceRecord.from_event(event))
-            for failed in failures:
-                await self._dead_letter(failed)
+            writes[marker], last_offset = str(record.offset).encode(), record.offset
+            failures, change = self._step(read, record)
+            dead_letters += failures
             if change is None:
                 continue
-            key, value, outputs = change
+            key, value, published = change
             if value is not None:
                 writes[key] = value
-            for out in outputs:
-                sends.append(await self._emit(key, out))
+            outputs += [self._output(key, out) for out in published]
         if last_offset is None:
-            return
-        await asyncio.gather(*sends)  # outputs acknowledged before the state that remembers them
-        await asyncio.gather(*self._patients.stage(partition, writes.items(), last_offset))
+            return TableBatch([], dead_letters, None, -1)
+        return TableBatch(outputs, dead_letters, writes, last_offset)
 
     def _step(
         self, read: Callable[[bytes], bytes | None], record: SourceRecord
@@ -243,14 +235,15 @@ class ClinicalAgent:
             return [*failures, failed], None
         return failures, (key, value, published)
 
-    async def _emit(self, key: bytes, out: ClinicalAssessment | SafetyAudit) -> asyncio.Future:
+    def _output(self, key: bytes, out: ClinicalAssessment | SafetyAudit) -> Output:
+        """The record of an assessment (counted and logged) or an audit, keyed by patient."""
         name = CLINICAL_ASSESSMENTS if isinstance(out, ClinicalAssessment) else CLINICAL_SAFETY_AUDITS
         if isinstance(out, ClinicalAssessment):
             self._metrics.assessed(out)
             light = out.traffic_light.light
             ids = {"patient_id": out.patient_id, "light": light}
             log.info("assessment %s: %s", out.patient_id, light, extra=ids)
-        return await self._topics[name].send(key=key, value=self._serde.encode(out, topic=name))
+        return Output(name, key, self._serde.encode(out, topic=name))
 
     def _decode(
         self, record: SourceRecord, failures: list[DecodeFailed]
@@ -279,7 +272,7 @@ class ClinicalAgent:
             return None if update is None else (update, value.ts)
         return value, value.event_time
 
-    async def _dead_letter(self, failed: DecodeFailed) -> None:
+    def dead_lettered(self, failed: DecodeFailed) -> None:
+        """Log and count a dead letter the runtime routes."""
         log_dead_letter(log, failed)
-        await send_dead_letter(self._topics, self._serde, failed)
         self._metrics.dead_letters.labels(failed.record.topic).inc()

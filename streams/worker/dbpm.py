@@ -1,8 +1,11 @@
-"""The DBPM engine on Kafka: the memory agent (wiring only, no DBPM logic) and what the gate shares.
+"""The DBPM engine on Kafka: the memory agent's handler (wiring only, no DBPM logic) and what the gate shares.
 
-The memory agent calls :class:`processors.dbpm.DBPMEngine` unchanged; this module decodes records,
-opens state, calls the engine, emits and stages. The gate runs outside Faust, as a confluent-kafka
-consumer group (:mod:`streams.worker.gate`), and uses this module's decoding, view and barrier records. The
+The memory agent calls :class:`processors.dbpm.DBPMEngine` unchanged. Its per-partition logic is
+:class:`MemoryHandler`, which decodes records, reads the partition's state, calls the engine and
+returns the propagation records, dead letters and changelog group as data; the Faust agent
+(:class:`streams.worker.app.TableAgent`) only batches per partition, sends, waits for the
+acknowledgements and stages the group. The gate runs outside Faust, as a confluent-kafka consumer
+group (:mod:`streams.worker.gate`), and uses this module's decoding, view and barrier records. The
 design and the Faust findings behind it are in ``docs/faust-runtime.md``.
 
 Topology::
@@ -99,14 +102,11 @@ evidence at all).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import struct
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from heapq import merge
 from typing import Any
-
-from faust.types import EventT, TopicT
 
 from processors.dbpm import (
     DBPMEngine,
@@ -126,11 +126,12 @@ from schemas.dbpm import Candidate, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
 from schemas.serde import Serde
 from state.base import Store, Transaction
-from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record, processing_failed, send_dead_letter
+from streams.groups.ordered import Output
+from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record, processing_failed
 from streams.runtime.kafka_config import client_config
 from streams.runtime.logs import log_dead_letter
 from streams.runtime.metrics import DbpmMetrics
-from streams.worker.tablestore import ChangelogStore
+from streams.worker.tablestore import PartitionedTable, TableBatch, input_offset
 from topics.catalog import DBPM_PROPAGATIONS, DBPM_VERDICTS
 
 log = logging.getLogger(__name__)
@@ -252,11 +253,12 @@ def contract_event(model: Candidate | Verdict) -> GateEvent | VerdictEvent:
 class PartitionWriter(Store):
     """The engine's store for one memory partition: reads see staged writes, commits are collected.
 
-    A transaction's commit appends its writes to :attr:`writes`; the agent stages them as one
-    changelog group when its batch is done.
+    A transaction's commit appends its writes to :attr:`writes`; the runtime stages them as one
+    changelog group when its batch is done. ``tables`` is any per-partition store: the worker's
+    :class:`~streams.worker.tablestore.ChangelogStore`, or the topology driver's in-memory table.
     """
 
-    def __init__(self, tables: ChangelogStore, partition: int) -> None:
+    def __init__(self, tables: PartitionedTable, partition: int) -> None:
         self._tables = tables
         self._partition = partition
         self.writes: dict[bytes, bytes | None] = {}
@@ -320,6 +322,11 @@ def decode_watermark(raw: bytes | None) -> float:
     return float("-inf") if raw is None else _TIME.unpack(raw)[0]
 
 
+def min_watermark(partitions: Sequence[Store]) -> float:
+    """The event time every memory partition has applied (``-inf`` if one has none): the barrier's level."""
+    return min(decode_watermark(store.get(WATERMARK_KEY)) for store in partitions)
+
+
 def decode_event(
     serde: Serde,
     record: SourceRecord,
@@ -346,113 +353,93 @@ def decode_event(
     return model, event
 
 
-class MemoryAgent:
-    """The memory agent's body, bound to the engine, the memory table's store and the dead-letter topic.
+class MemoryHandler:
+    """The memory agent's per-partition logic: verdicts and propagations in, changelog group and outputs out.
 
-    The gate is not a Faust agent (:mod:`streams.worker.gate`).
+    No Kafka, no Faust, no clock: a batch of one memory partition's records (verdicts and
+    propagations, offset order) is applied to a :class:`PartitionWriter` over the partition's state,
+    and :meth:`apply` returns what the runtime must do, as data
+    (:class:`~streams.worker.tablestore.TableBatch`): the propagation records to produce, the dead
+    letters, and the changelog group closed by the last verdict offset it covers. The Faust agent
+    (:class:`streams.worker.app.TableAgent`) and the topology test driver
+    (:mod:`streams.testing.driver`) both run it.
 
     Args:
         engine: the memory engine (maintenance as configured).
-        memory: the memory table's :class:`~streams.worker.tablestore.ChangelogStore`.
         serde: the process's serde.
-        topics: ``propagations`` and the dead-letter topics by source topic name.
         metrics: where verdicts, propagations and dead letters are counted.
     """
 
-    def __init__(
-        self,
-        engine: DBPMEngine,
-        memory: ChangelogStore,
-        serde: Serde,
-        topics: dict[str, TopicT],
-        metrics: DbpmMetrics,
-    ) -> None:
+    def __init__(self, engine: DBPMEngine, serde: Serde, metrics: DbpmMetrics) -> None:
         self._engine = engine
-        self._memory = memory
         self._serde = serde
-        self._topics = topics
         self._metrics = metrics
-        self.view = MergedView(memory.durable_partitions)
 
-    # -- memory agent -----------------------------------------------------------------------
+    def apply(self, table: PartitionedTable, partition: int, records: Sequence[SourceRecord]) -> TableBatch:
+        """Apply one batch of ``partition``'s verdicts and propagations as one changelog group.
 
-    async def apply_memory_inputs(self, events: Sequence[EventT]) -> None:
-        """Apply a batch of verdicts and propagations, partition by partition, one changelog group each."""
-        by_partition: dict[int, list[EventT]] = {}
-        for event in events:
-            by_partition.setdefault(event.message.partition, []).append(event)
-        for partition, batch in by_partition.items():
-            await self._apply_partition(partition, batch)
-
-    async def _apply_partition(self, partition: int, batch: list[EventT]) -> None:
-        done = self._memory.input_offset(partition)
-        writer = PartitionWriter(self._memory, partition)
+        A verdict at or below the partition's boundary offset is already in the memory (re-delivered
+        after a crash) and is skipped; a propagation is skipped by its identity instead
+        (:meth:`propagate`). The group records the partition's watermark, the latest verdict or tick
+        event time applied, and covers the last verdict offset of the batch, dead-lettered ones
+        included (their dead letter is written before the group is staged).
+        """
+        done = input_offset(table, partition)
+        writer = PartitionWriter(table, partition)
         watermark = decode_watermark(writer.get(WATERMARK_KEY))
         covered, changed = done, False
-        outbox: list[Awaitable[Any]] = []
-        for event in batch:
-            if event.message.topic == DBPM_PROPAGATIONS:
-                changed |= await self._apply_propagation(writer, event)
+        outputs: list[Output] = []
+        dead_letters: list[DecodeFailed] = []
+        for record in records:
+            if record.topic == DBPM_PROPAGATIONS:
+                applied = self.propagate(writer, record)
+                if isinstance(applied, DecodeFailed):
+                    dead_letters.append(applied)
+                else:
+                    changed |= applied
                 continue
-            offset = event.message.offset
-            if done is not None and offset <= done:
+            if done is not None and record.offset <= done:
                 continue  # re-delivered after a crash: already in the memory
-            covered, changed = offset, True
-            record = SourceRecord.from_event(event)
-            result = self._learn(writer, record)
+            covered, changed = record.offset, True
+            result = self.learn(writer, record)
             if isinstance(result, DecodeFailed):
-                await self._dead_letter(result)
+                dead_letters.append(result)
             elif isinstance(result, float):
                 watermark = max(watermark, result)
             else:
                 verdict, propagations = result
                 watermark = max(watermark, verdict.time)
-                for index, propagation in enumerate(propagations):
-                    outbox.append(await self._send_propagation(propagation, partition, offset, index))
+                outputs += [
+                    self._propagation_output(propagation, partition, record.offset, index)
+                    for index, propagation in enumerate(propagations)
+                ]
         if not changed:
-            return
-        # The group covers the verdicts that produced the outbox; were it durable before the outbox,
-        # a crash in between would skip those verdicts on re-delivery and lose their evidence. A
-        # crash after the outbox and before the group re-applies them and sends the same events
-        # again, which their targets recognise (:meth:`_apply_propagation`).
-        for sent in outbox:
-            await sent
+            return TableBatch([], dead_letters, None, -1)
         writer.writes[WATERMARK_KEY] = _TIME.pack(watermark)
-        await asyncio.gather(
-            *self._memory.stage(partition, writer.writes.items(), -1 if covered is None else covered)
-        )
+        return TableBatch(outputs, dead_letters, writer.writes, -1 if covered is None else covered)
 
-    async def _send_propagation(
+    def _propagation_output(
         self, propagation: Propagation, partition: int, offset: int, index: int
-    ) -> Awaitable[Any]:
-        """Send one propagation keyed by its target; returns the delivery future."""
-        topic = self._topics["propagations"]
+    ) -> Output:
+        """The record of one propagation, keyed by its target."""
         record = propagation_record(propagation, partition, offset, index)
-        value = self._serde.encode(record, topic=topic.get_topic_name())
-        sent = await topic.send(key=propagation_key(propagation), value=value)
+        value = self._serde.encode(record, topic=DBPM_PROPAGATIONS)
         self._metrics.propagations.labels("sent").inc()
-        return sent
+        return Output(DBPM_PROPAGATIONS, propagation_key(propagation), value)
 
-    async def _apply_propagation(self, writer: PartitionWriter, event: EventT) -> bool:
-        """Apply a propagation record unless its identity was applied before; True if state changed.
-
-        Each origin partition's events reach a target partition in the order of their identity
-        ``(origin offset, index)`` (one producer per origin partition, one in-flight batch per
-        partition), and a copy re-sent after an origin crash repeats identities already seen with
-        the same content (an event depends on its verdict and the configuration only); so the last
-        identity applied per origin partition is the whole deduplication state. After a rebalance
-        the old and the new owner of an origin partition may both have sent a range: each sends it
-        contiguously and in order, so every identity is applied once, by whichever copy is first.
-        """
-        result = self._propagate(writer, SourceRecord.from_event(event))
-        if isinstance(result, DecodeFailed):
-            await self._dead_letter(result)
-            return False
-        return result
-
-    def _propagate(self, writer: PartitionWriter, record: SourceRecord) -> DecodeFailed | bool:
+    def propagate(self, writer: PartitionWriter, record: SourceRecord) -> DecodeFailed | bool:
         """One ``clingate.dbpm.propagations`` record applied to ``writer`` (True if state changed), or
-        why it goes to the dead-letter topic (the memory unchanged by it)."""
+        why it goes to the dead-letter topic (the memory unchanged by it).
+
+        Applied unless its identity was applied before. Each origin partition's events reach a target
+        partition in the order of their identity ``(origin offset, index)`` (one producer per origin
+        partition, one in-flight batch per partition), and a copy re-sent after an origin crash
+        repeats identities already seen with the same content (an event depends on its verdict and
+        the configuration only); so the last identity applied per origin partition is the whole
+        deduplication state. After a rebalance the old and the new owner of an origin partition may
+        both have sent a range: each sends it contiguously and in order, so every identity is applied
+        once, by whichever copy is first.
+        """
         try:
             decoded = decode_event(self._serde, record, PropagationRecord, propagation_key)
             if isinstance(decoded, DecodeFailed):
@@ -472,7 +459,7 @@ class MemoryAgent:
         self._metrics.propagations.labels("applied" if applied else "stopped").inc()
         return True
 
-    def _learn(
+    def learn(
         self, writer: PartitionWriter, record: SourceRecord
     ) -> DecodeFailed | float | tuple[VerdictEvent, list[Propagation]]:
         """One ``clingate.dbpm.verdicts`` record applied to ``writer``: a watermark tick's event time,
@@ -508,9 +495,7 @@ class MemoryAgent:
         )
         return verdict, propagations
 
-    # -- shared -----------------------------------------------------------------------------
-
-    async def _dead_letter(self, failed: DecodeFailed) -> None:
+    def dead_lettered(self, failed: DecodeFailed) -> None:
+        """Log and count a dead letter the runtime routes."""
         log_dead_letter(log, failed)
-        await send_dead_letter(self._topics, self._serde, failed)
         self._metrics.dead_letters.labels(failed.record.topic).inc()

@@ -29,17 +29,23 @@ value``: Faust's ``__setitem__`` finds the partition through the implicit ``curr
 
 Keys and values are raw bytes (the table is declared with the ``raw`` serializers); the engine's
 records are encoded by the engine's own codec, not by Faust.
+
+What a writer computes does not depend on this store: a table handler (the DBPM memory, the clinical
+patients) reads a :class:`PartitionedTable` and returns a :class:`TableBatch`, its outputs and its
+changelog group as data. The Faust agent (:class:`streams.worker.app.TableAgent`) sends and stages
+them here; the topology test driver (:mod:`streams.testing.driver`) applies them to an in-memory
+changelog, so both run the same per-record code.
 """
 
 from __future__ import annotations
 
 import shutil
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from heapq import merge
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from faust.stores.base import SerializedStore
 from faust.types import TP, EventT
@@ -48,6 +54,8 @@ from faust.types.tuples import FutureMessage
 from state.base import RESERVED_PREFIX
 from state.base import Store as StateStore
 from state.rocksdb import RocksDBStore
+from streams.groups.ordered import Output
+from streams.runtime.dlq import DecodeFailed, SourceRecord
 
 #: URL scheme under which :func:`streams.worker.app.create_app` registers this store with Faust.
 STORE_SCHEME = "clingate"
@@ -58,6 +66,65 @@ BOUNDARY_KEY = b"\xfe\xfeinput-offset"
 # Offset marker (state.base offset markers) holding the last changelog offset applied locally.
 _CHANGELOG_MARKER = "changelog"
 _WRITE_THROUGH_STAGE = "write through ChangelogStore.stage(partition, writes, input_offset)"
+
+
+class PartitionedTable(Protocol):
+    """What a table handler reads: one key space per partition, its writer's staged writes included."""
+
+    def get(self, partition: int, key: bytes) -> bytes | None:
+        """The value of ``key`` in ``partition`` as its writer sees it, or None."""
+        ...
+
+    def iter_range(self, partition: int, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` of ``partition`` with ``start <= key < end`` (None: unbounded), ascending."""
+        ...
+
+
+def input_offset(table: PartitionedTable, partition: int) -> int | None:
+    """The input offset the state of ``partition`` covers (its last group's boundary), or None."""
+    raw = table.get(partition, BOUNDARY_KEY)
+    return None if raw is None else int(raw)
+
+
+def group_records(
+    writes: Iterable[tuple[bytes, bytes | None]], input_offset: int
+) -> list[tuple[bytes, bytes | None]]:
+    """The changelog records of one group: ``writes`` in order, closed by the boundary of ``input_offset``."""
+    return [*writes, (BOUNDARY_KEY, str(int(input_offset)).encode())]
+
+
+@dataclass(frozen=True, slots=True)
+class TableBatch:
+    """What a table handler made of one batch of a partition's records, as data.
+
+    The runtime produces the dead letters and the outputs and waits for their acknowledgement before
+    it stages the group: a durable group (whose input is skipped on re-delivery) then never stands
+    for an output or a dead letter that was not written.
+
+    Attributes:
+        outputs: records to produce, in order.
+        dead_letters: records that go to their topic's dead-letter topic.
+        writes: the changelog group (``None`` values delete); None when the batch changed nothing
+            and no group is staged.
+        input_offset: the input offset the group's boundary records (meaningful with ``writes``).
+    """
+
+    outputs: list[Output]
+    dead_letters: list[DecodeFailed]
+    writes: dict[bytes, bytes | None] | None
+    input_offset: int
+
+
+class TableHandler(Protocol):
+    """The per-partition logic of a table writer, without Kafka, Faust or a clock."""
+
+    def apply(self, table: PartitionedTable, partition: int, records: Sequence[SourceRecord]) -> TableBatch:
+        """Process ``records`` of ``partition`` (offset order) against the partition's state in ``table``."""
+        ...
+
+    def dead_lettered(self, failed: DecodeFailed) -> None:
+        """Log and count a dead letter the runtime routes."""
+        ...
 
 
 @dataclass(slots=True)
@@ -156,7 +223,7 @@ class ChangelogStore(SerializedStore):
             The delivery futures of the group's changelog records.
         """
         part = self._partition(partition)
-        records = [*writes, (BOUNDARY_KEY, str(int(input_offset)).encode())]
+        records = group_records(writes, input_offset)
         futures: list[FutureMessage] = []
         for key, value in records:
             entry = _Staged(key, value)
@@ -165,11 +232,6 @@ class ChangelogStore(SerializedStore):
             part.staged.append(entry)
             part.overlay[key] = entry
         return futures
-
-    def input_offset(self, partition: int) -> int | None:
-        """The input offset the partition's state covers (staged included), or None."""
-        raw = self.get(partition, BOUNDARY_KEY)
-        return None if raw is None else int(raw)
 
     def get(self, partition: int, key: bytes) -> bytes | None:
         """Read ``key`` in ``partition`` as its writer sees it (staged writes first)."""
