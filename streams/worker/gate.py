@@ -71,7 +71,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,6 +83,7 @@ from schemas.dbpm import Candidate, GateDecision
 from schemas.serde import Serde, make_serde
 from state.base import Store, Transaction
 from state.rocksdb import RocksDBStore
+from streams.groups.ordered import Output
 from streams.runtime.dlq import (
     PRODUCER_LIMITS,
     RECORD_OVERHEAD_BYTES,
@@ -98,11 +99,10 @@ from streams.runtime.metrics import DbpmMetrics
 from streams.runtime.settings import Settings
 from streams.worker.dbpm import (
     BARRIER_HEADER,
-    WATERMARK_KEY,
     MergedView,
     decode_event,
-    decode_watermark,
     memory_changelog,
+    min_watermark,
     producer_config,
 )
 from streams.worker.tablestore import ChangelogFollower
@@ -167,7 +167,7 @@ class MemoryFollower:
 
     def min_watermark(self) -> float:
         """The event time every memory partition has applied in this view (``-inf`` if one has none)."""
-        return min(decode_watermark(store.get(WATERMARK_KEY)) for store in self._stores)
+        return min_watermark(self._stores)
 
     def close(self) -> None:
         """Close the changelog consumer and the stores."""
@@ -190,9 +190,24 @@ class Outcome:
         """The candidate's task."""
         return self.event.task
 
+    def outputs(self) -> list[Output]:
+        """The records to produce: the decision, and the same record to verify unless it is a BLOCK."""
+        decided = Output(DBPM_DECISIONS, self.key, self.value)
+        if self.decision == BLOCK:
+            return [decided]
+        return [decided, Output(DBPM_TO_VERIFY, self.key, self.value)]
+
+
+Barrier = Callable[[float], bool]
+"""Waits until the memory view reached an event time; True if it gave up (the gate then decides on the
+view it has and says ``barrier_timeout``)."""
+
 
 class Gate:
     """The gate's per-candidate work, without Kafka: decode, decide on a view, encode.
+
+    :meth:`handle` is the whole per-record handler: the :class:`GateLoop` and the topology test driver
+    (:mod:`streams.testing.driver`) run it and differ only in how they wait at a barrier.
 
     Args:
         engine: the gate engine (maintenance off: gates never maintain the view).
@@ -216,6 +231,30 @@ class Gate:
         txn.abort()
         value = self._serde.encode(decision_record(candidate, decision, waited_out), topic=DBPM_DECISIONS)
         return Outcome(candidate.patient_id.encode(), value, event, decision.decision)
+
+    def handle(self, record: SourceRecord, barrier: Barrier) -> Outcome | DecodeFailed:
+        """One ``clingate.dbpm.candidates`` record: its decision, or why it goes to the dead-letter topic.
+
+        A candidate with the :data:`~streams.worker.dbpm.BARRIER_HEADER` waits at ``barrier`` for its
+        event time first. Never raises for a record (the engine raising on it is a dead letter of stage
+        ``process``, a decision larger than its topic admits one of stage ``produce``); what ``barrier``
+        raises propagates.
+        """
+        decoded = self.decode(record)
+        if isinstance(decoded, DecodeFailed):
+            return decoded
+        candidate, event = decoded
+        waited_out = any(k == BARRIER_HEADER for k, _ in record.headers) and barrier(event.time)
+        try:
+            outcome = self.decide(candidate, event, waited_out)
+        except Exception as exc:  # a poison record must not stop the partition: DLQ, nothing decided
+            return processing_failed(record, exc, Candidate.avro_name)
+        size = len(outcome.key) + len(outcome.value)
+        if size > (limit := max_message_bytes(DBPM_DECISIONS) - RECORD_OVERHEAD_BYTES):
+            # The broker would refuse it on every retry (the batch rewound forever): dead-letter its input.
+            reason = f"decision of {size} bytes to {DBPM_DECISIONS}, which admits {limit}"
+            return DecodeFailed(record, Stage.PRODUCE, "OutputTooLarge", reason, None, Candidate.avro_name)
+        return outcome
 
 
 class _Stopping(Exception):
@@ -326,12 +365,12 @@ class GateLoop:
                 partition, offset = message.partition(), message.offset()
                 first.setdefault(partition, offset)
                 last[partition] = offset
-                out = self._decide_one(message)
-                if out is None:
+                out = self._gate.handle(SourceRecord.from_message(message), self._barrier)
+                if isinstance(out, DecodeFailed):
+                    self._dead_letter(out)
                     continue
-                produce(DBPM_DECISIONS, out.value, out.key)
-                if out.decision != BLOCK:
-                    produce(DBPM_TO_VERIFY, out.value, out.key)
+                for output in out.outputs():
+                    produce(output.topic, output.value, output.key)
                 decided.append(out)
         except (DeadLetterDeliveryError, BufferError) as exc:
             self._rewind(first, str(exc))
@@ -367,37 +406,8 @@ class GateLoop:
         for partition, offset in first.items():
             self._consumer.seek(TopicPartition(DBPM_CANDIDATES, partition, offset))
 
-    def _decide_one(self, message: Message) -> Outcome | None:
-        """One candidate decided (after its barrier, if it asks for one), or None if dead-lettered.
-
-        Raises:
-            _Stopping: the loop was stopped at the candidate's barrier.
-        """
-        record = SourceRecord.from_message(message)
-        decoded = self._gate.decode(record)
-        if isinstance(decoded, DecodeFailed):
-            self._dead_letter(decoded)
-            return None
-        candidate, event = decoded
-        waited_out = any(k == BARRIER_HEADER for k, _ in record.headers) and self._barrier(event.time)
-        if waited_out:
-            self._metrics.barrier_timeouts.inc()
-        try:
-            out = self._gate.decide(candidate, event, waited_out)
-        except Exception as exc:  # a poison record must not stop the partition: DLQ, nothing decided
-            self._dead_letter(processing_failed(record, exc, Candidate.avro_name))
-            return None
-        size = len(out.key) + len(out.value)
-        if size > (limit := max_message_bytes(DBPM_DECISIONS) - RECORD_OVERHEAD_BYTES):
-            # The broker would refuse it on every retry (the batch rewound forever): dead-letter its input.
-            reason = f"decision of {size} bytes to {DBPM_DECISIONS}, which admits {limit}"
-            self._dead_letter(DecodeFailed(record, Stage.PRODUCE, "OutputTooLarge", reason, None,
-                                           Candidate.avro_name))  # fmt: skip
-            return None
-        return out
-
     def _barrier(self, ts: float) -> bool:
-        """Follow the changelog until every memory partition reached ``ts``; True if timed out.
+        """Follow the changelog until every memory partition reached ``ts``; True if timed out (counted).
 
         Raises:
             _Stopping: the loop was stopped meanwhile (module docstring, "Stopping").
@@ -407,6 +417,7 @@ class GateLoop:
             if self._stop.is_set():
                 raise _Stopping
             if time.monotonic() >= deadline:
+                self._metrics.barrier_timeouts.inc()
                 return True
             self._follower.poll(0.001)
         return False
