@@ -31,15 +31,16 @@ own consumer group (``CLINGATE_DOCS_GROUP_ID``, default ``clingate-docs``) start
 
 Reviews are low volume and handled in the same loop: their records complete at once (no LLM), so they
 are published and committed in order like the classifications. The packet of a review is looked up in
-:class:`PacketFollower`, which reads the compacted packet topic (every partition, no group) and is
-caught up to the topic's end before a review whose packet it has not seen is given up as a dead letter.
+:class:`Packets`; the worker's are a :class:`PacketFollower`, which reads the compacted packet topic
+(every partition, no group) and is caught up to the topic's end before a review whose packet it has
+not seen is given up as a dead letter.
 A packet this worker decides is remembered by the follower as soon as its document is decided (before
 the loop publishes it): a review consumed right after finds it. Memory: one packet per escalated
 document, bounded by the compacted topic itself.
 
 Counting (``clingate_docs_*``): a disposition when its document is decided, a dead letter when the loop
-routes it (:attr:`streams.groups.ordered.OrderedLoop.on_dead_letter`); a document decided again after a crash
-is counted again, as the at-least-once delivery above implies.
+routes it (:attr:`streams.groups.ordered.OrderedLoop.on_dead_letter`); a document decided again after a
+crash is counted again, as the at-least-once delivery above implies.
 
 Rebalance: on revocation, the documents in flight of the revoked partitions are cancelled and their
 offsets stay uncommitted; the partition's new owner decides them again.
@@ -47,6 +48,7 @@ offsets stay uncommitted; the partition's new owner decides them again.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 import time
@@ -54,7 +56,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from processors.docs.arbiter import ArbiterConfig
@@ -93,12 +95,62 @@ def producer_config(bootstrap: str) -> dict[str, object]:
     )  # fmt: skip
 
 
-class PacketFollower:
-    """The latest review packet of every document, read from the compacted packet topic.
+class Packets(abc.ABC):
+    """The latest review packet of every document, built from the packet topic's records.
+
+    What a review needs and nothing else: the packet it closes. Where the records come from is the
+    subclass's :meth:`catch_up` (:class:`PacketFollower` reads the compacted topic from Kafka; the
+    topology test driver reads its in-memory topic). Packets that do not decode are skipped with a
+    warning: they stay in the topic, and the worker that wrote them is the one to fix.
+
+    Args:
+        serde: the process's serde.
+    """
+
+    def __init__(self, serde: Serde) -> None:
+        self._serde = serde
+        self.packets: dict[str, ReviewPacket] = {}
+        """Latest packet per document id."""
+
+    def remember(self, packet: ReviewPacket) -> None:
+        """Record a packet this process has just published (read-your-writes before it is read back)."""
+        self.packets[packet.doc_id] = packet
+
+    def apply(self, record: SourceRecord) -> None:
+        """Take one record of the packet topic (offset order per partition) as its document's latest."""
+        outcome = decode_record(self._serde, record, ReviewPacket)
+        if isinstance(outcome, DecodeFailed):
+            # The reason may quote the packet's text: DEBUG only (streams.runtime.logs).
+            ids = {"topic": record.topic, "partition": record.partition, "offset": record.offset}
+            log.warning("packet reader: skipping %s[%d]@%d (%s)", record.topic, record.partition,
+                        record.offset, outcome.error_type, extra=ids)  # fmt: skip
+            log.debug("packet reader: %s", outcome.reason, extra=ids)
+            return
+        self.packets[outcome.value.doc_id] = outcome.value
+
+    @abc.abstractmethod
+    def catch_up(self) -> None:
+        """Read the packet records published so far that this reader has not read yet."""
+
+    def find(self, doc_id: str) -> ReviewPacket | None:
+        """The latest packet of ``doc_id``, caught up with the topic first if this reader has none yet."""
+        packet = self.packets.get(doc_id)
+        if packet is None:
+            self.catch_up()
+            packet = self.packets.get(doc_id)
+        return packet
+
+    def pending(self) -> list[ReviewPacket]:
+        """Packets awaiting review, oldest event time first."""
+        waiting = [p for p in self.packets.values() if p.review_status is ReviewStatus.PENDING]
+        return sorted(waiting, key=lambda packet: (packet.ts, packet.doc_id))
+
+
+class PacketFollower(Packets):
+    """:class:`Packets` read from the compacted packet topic on Kafka.
 
     Reads every partition from the beginning without a consumer group (nothing is committed), like a
-    Kafka Streams global table. Packets that do not decode are skipped with a warning: they stay in
-    the topic, and the worker that wrote them is the one to fix.
+    Kafka Streams global table.
     """
 
     def __init__(self, bootstrap: str, serde: Serde, topic: str = DOCS_REVIEW_PACKETS) -> None:
@@ -109,8 +161,8 @@ class PacketFollower:
             serde: the process's serde.
             topic: the packet topic.
         """
+        super().__init__(serde)
         self._topic = topic
-        self._serde = serde
         self._consumer = Consumer(client_config(bootstrap, **{
             "group.id": f"clingate-packet-reader-{uuid.uuid4().hex}",
             "enable.auto.commit": False, "isolation.level": "read_committed",
@@ -122,12 +174,6 @@ class PacketFollower:
         self._partitions = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions]
         self._consumer.assign(self._partitions)
         self._next: dict[int, int] = {}
-        self.packets: dict[str, ReviewPacket] = {}
-        """Latest packet per document id."""
-
-    def remember(self, packet: ReviewPacket) -> None:
-        """Record a packet this process has just published (read-your-writes before it is read back)."""
-        self.packets[packet.doc_id] = packet
 
     def _ends(self, timeout_s: float) -> dict[int, int]:
         """The end offset of every non-empty partition, retried while a partition has no leader yet."""
@@ -159,28 +205,12 @@ class PacketFollower:
             if all(self._next.get(p, 0) >= end for p, end in ends.items()):
                 return
             for message in self._consumer.consume(num_messages=500, timeout=0.2):
-                self._apply(message)
-
-    def _apply(self, message: Message) -> None:
-        if message.error() is not None:
-            log.warning("packet reader: %s", message.error())
-            return
-        record = SourceRecord.from_message(message)
-        self._next[record.partition] = record.offset + 1
-        outcome = decode_record(self._serde, record, ReviewPacket)
-        if isinstance(outcome, DecodeFailed):
-            # The reason may quote the packet's text: DEBUG only (streams.runtime.logs).
-            ids = {"topic": record.topic, "partition": record.partition, "offset": record.offset}
-            log.warning("packet reader: skipping %s[%d]@%d (%s)", record.topic, record.partition,
-                        record.offset, outcome.error_type, extra=ids)  # fmt: skip
-            log.debug("packet reader: %s", outcome.reason, extra=ids)
-            return
-        self.packets[outcome.value.doc_id] = outcome.value
-
-    def pending(self) -> list[ReviewPacket]:
-        """Packets awaiting review, oldest event time first."""
-        waiting = [p for p in self.packets.values() if p.review_status is ReviewStatus.PENDING]
-        return sorted(waiting, key=lambda packet: (packet.ts, packet.doc_id))
+                if message.error() is not None:
+                    log.warning("packet reader: %s", message.error())
+                    continue
+                record = SourceRecord.from_message(message)
+                self._next[record.partition] = record.offset + 1
+                self.apply(record)
 
     def close(self) -> None:
         """Close the consumer."""
@@ -198,7 +228,8 @@ class DocsWorker:
 
     Attributes:
         serde: the process's serde.
-        packets: the packet follower (used from the loop's event loop only; not thread-safe).
+        packets: the latest packets (a :class:`PacketFollower` in production; used from the loop's
+            event loop only, not thread-safe).
         trap_rules: V3's rule sets.
         call: the LLM call, or None for rules-only.
         metrics: dispositions and dead letters are counted here (the loop sets the in-flight gauge).
@@ -206,7 +237,7 @@ class DocsWorker:
     """
 
     serde: Serde
-    packets: PacketFollower
+    packets: Packets
     trap_rules: TrapRules
     call: LlmCall | None
     metrics: DocsMetrics
@@ -246,10 +277,7 @@ class DocsWorker:
         return outputs
 
     def _review(self, record: SourceRecord, review: Review) -> Handled:
-        packet = self.packets.packets.get(review.doc_id)
-        if packet is None:
-            self.packets.catch_up()
-            packet = self.packets.packets.get(review.doc_id)
+        packet = self.packets.find(review.doc_id)
         try:
             if packet is None:
                 raise LookupError(f"no review packet for document {review.doc_id}")
