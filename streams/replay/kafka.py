@@ -141,6 +141,63 @@ def _record(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k != "kind"}
 
 
+@dataclass(frozen=True, slots=True)
+class ReplayRecord:
+    """One record the replay publisher produces."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
+    partition: int | None = None
+    """The partition, for a record without a key (a watermark tick); None: the key's (murmur2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRun:
+    """One run of the stream: consecutive verdicts, or consecutive gate events with their ticks."""
+
+    records: list[ReplayRecord]
+    candidate_ids: list[str]
+    """The run's candidates, in order (empty for a run of verdicts)."""
+
+
+def replay_runs(
+    events: Sequence[dict[str, Any]], engine: DBPMEngine, serde: Serde, verdict_partitions: Sequence[int]
+) -> Iterator[ReplayRun]:
+    """The records of the replay publication, run by run (the order of the module docstring).
+
+    A verdict becomes a verdict record keyed by :func:`~streams.worker.dbpm.verdict_key`. A run of
+    gate events starts with one watermark tick per verdict partition at the run's first event time
+    (every verdict before it is published), followed by its candidates keyed by patient, each with
+    the barrier header. Nothing here waits: the lockstep between runs is the caller's.
+
+    Args:
+        events: the replay stream's events (contract JSON objects), in order.
+        engine: an engine configured as the workers are (for verdict keys).
+        serde: the process's serde.
+        verdict_partitions: the partition numbers of ``clingate.dbpm.verdicts``.
+    """
+    for kind, run in groupby(events, key=lambda e: e["kind"]):
+        batch = list(run)
+        if kind == "verdict":
+            yield ReplayRun([
+                ReplayRecord(DBPM_VERDICTS, verdict_key(engine, parse_event(obj)),  # type: ignore[arg-type]
+                             serde.encode(Verdict.model_validate(_record(obj)), topic=DBPM_VERDICTS))
+                for obj in batch
+            ], [])  # fmt: skip
+            continue
+        tick = ((TICK_HEADER, batch[0]["ts"].encode()),)
+        records = [ReplayRecord(DBPM_VERDICTS, None, b"", tick, p) for p in verdict_partitions]
+        candidates = [Candidate.model_validate(_record(obj)) for obj in batch]
+        records += [
+            ReplayRecord(DBPM_CANDIDATES, c.patient_id.encode(), serde.encode(c, topic=DBPM_CANDIDATES),
+                         ((BARRIER_HEADER, b""),))
+            for c in candidates
+        ]  # fmt: skip
+        yield ReplayRun(records, [c.candidate_id for c in candidates])
+
+
 #: What a publisher does at a pause point, given the number of candidates published; it blocks the
 #: publication until it returns.
 PauseHook = Callable[[int], None]
@@ -252,35 +309,26 @@ def replay_via_kafka(
     verdict_partitions = gate_commits.partitions(DBPM_VERDICTS)
     order: list[str] = []
     try:
-        for kind, run in groupby(events, key=lambda e: e["kind"]):
-            batch = list(run)
-            if kind == "verdict":
-                for obj in batch:
-                    key = verdict_key(engine, parse_event(obj))  # type: ignore[arg-type]
-                    value = serde.encode(Verdict.model_validate(_record(obj)), topic=DBPM_VERDICTS)
-                    producer.produce(DBPM_VERDICTS, key=key, value=value)
+        for run in replay_runs(events, engine, serde, verdict_partitions):
+            candidates = iter(run.candidate_ids)
+            for record in run.records:
+                kwargs = {} if record.partition is None else {"partition": record.partition}
+                producer.produce(record.topic, key=record.key, value=record.value,
+                                 headers=list(record.headers), **kwargs)  # fmt: skip
+                if record.topic == DBPM_CANDIDATES:
+                    order.append(next(candidates))
+                    pauses.reached(len(order), producer.flush)
+            if not run.candidate_ids:
                 continue
-            tick = [(TICK_HEADER, batch[0]["ts"].encode())]
-            barrier = [(BARRIER_HEADER, b"")]
-            for p in verdict_partitions:
-                producer.produce(DBPM_VERDICTS, value=b"", partition=p, headers=tick)
-            for obj in batch:
-                candidate = Candidate.model_validate(_record(obj))
-                value = serde.encode(candidate, topic=DBPM_CANDIDATES)
-                producer.produce(
-                    DBPM_CANDIDATES, key=candidate.patient_id.encode(), value=value, headers=barrier
-                )
-                order.append(candidate.candidate_id)
-                pauses.reached(len(order), producer.flush)
             producer.flush()
-            collector.wait_for((o["candidate_id"] for o in batch), timeout_s)
+            collector.wait_for(run.candidate_ids, timeout_s)
             # A decision seen is not yet final: until the workers commit the candidates' offsets, a
             # crash re-delivers them, and a re-delivered candidate is decided again on the memory
             # as it is then. The next verdicts must not be in that memory.
             gate_commits.wait(DBPM_CANDIDATES, timeout_s)
         producer.flush()
         pauses.finish()
-        decisions = [_decision_json(collector.seen[c]) for c in order]
+        decisions = [decision_json(collector.seen[c]) for c in order]
     finally:
         collector.close()
         gate_commits.close()
@@ -395,7 +443,8 @@ def wait_until_consumed(bootstrap: str, group: str, topic: str, timeout_s: float
         watcher.wait(topic, timeout_s)
 
 
-def _decision_json(decision: GateDecision) -> dict[str, Any]:
+def decision_json(decision: GateDecision) -> dict[str, Any]:
+    """The contract decision object of a decision record, its provenance as ``sources``."""
     return {
         "candidate_id": decision.candidate_id,
         "decision": decision.decision.value,
@@ -437,8 +486,21 @@ def read_state(bootstrap: str, changelog: str, engine: DBPMEngine, as_of: float 
         engine: for the snapshot (its configuration decides the tasks listed).
         as_of: the stream's last event time (None: the memory's own).
     """
+    return changelog_state(_changelog(bootstrap, changelog), engine, as_of)
+
+
+def changelog_state(
+    records: Iterable[tuple[int, bytes, bytes | None, int]], engine: DBPMEngine, as_of: float | None
+) -> dict[str, object]:
+    """The memory's state document from the memory changelog's records, whole groups only.
+
+    Args:
+        records: ``(partition, key, value, offset)`` of the changelog, in offset order per partition.
+        engine: for the snapshot (its configuration decides the tasks listed).
+        as_of: the stream's last event time (None: the memory's own).
+    """
     followers: dict[int, ChangelogFollower] = {}
-    for partition, key, value, offset in _changelog(bootstrap, changelog):
+    for partition, key, value, offset in records:
         follower = followers.setdefault(partition, ChangelogFollower(MemoryStore()))
         follower.add(key, value, offset)
     stores: list[Store] = [followers[p].store for p in sorted(followers)]
