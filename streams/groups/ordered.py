@@ -146,6 +146,22 @@ def handler_failed(record: SourceRecord, error: BaseException, expected_schema: 
     return [processing_failed(record, error, expected_schema)]
 
 
+async def handle_record(handle: Handler, record: SourceRecord, expected_schema: str) -> Handled:
+    """What the loop publishes for ``record``, computed on its own: the handler's outputs and dead
+    letters (awaited if the handler returns an awaitable), its dead letter if the handler raised
+    (:func:`handler_failed`), or its ``produce`` dead letter if an output is too large (:func:`fitting`).
+
+    For runners without Kafka (the topology test driver): the loop itself keeps many records in
+    flight and computes the same thing in two steps.
+    """
+    try:
+        outcome = handle(record)
+        handled = await outcome if inspect.isawaitable(outcome) else outcome
+    except Exception as error:  # a handler's bug on one record: its dead letter, not a crash loop
+        return handler_failed(record, error, expected_schema)
+    return fitting(record, handled, expected_schema)
+
+
 def fitting(record: SourceRecord, handled: Handled, expected_schema: str) -> Handled:
     """``handled``, or the record's dead letter (stage ``produce``) if an output exceeds its topic's
     ``max.message.bytes``: the broker would refuse it, and the loop would stop on every retry."""

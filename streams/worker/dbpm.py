@@ -131,7 +131,7 @@ from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record, proce
 from streams.runtime.kafka_config import client_config
 from streams.runtime.logs import log_dead_letter
 from streams.runtime.metrics import DbpmMetrics
-from streams.worker.tablestore import PartitionedTable, TableBatch, input_offset
+from streams.worker.tablestore import PartitionedTable, TableBatch, input_offset, table_changelog
 from topics.catalog import DBPM_PROPAGATIONS, DBPM_VERDICTS
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ MEMORY_TABLE = "dbpm-memory"
 
 def memory_changelog(app_id: str) -> str:
     """The memory table's changelog topic of the workers of ``app_id`` (Faust's naming)."""
-    return f"{app_id}-{MEMORY_TABLE}-changelog"
+    return table_changelog(app_id, MEMORY_TABLE)
 
 
 #: Header of a candidate that asks its gate to wait for the memory to reach its event time.

@@ -213,12 +213,16 @@ class Gate:
         engine: the gate engine (maintenance off: gates never maintain the view).
         serde: the process's serde.
         view: the memory (read only: the engine's bookkeeping writes are aborted).
+        metrics: where dead letters are counted (None: nowhere).
     """
 
-    def __init__(self, engine: DBPMEngine, serde: Serde, view: Store) -> None:
+    def __init__(
+        self, engine: DBPMEngine, serde: Serde, view: Store, metrics: DbpmMetrics | None = None
+    ) -> None:
         self.engine = engine
         self._serde = serde
         self._view = view
+        self._metrics = metrics
 
     def decode(self, record: SourceRecord) -> tuple[Candidate, GateEvent] | DecodeFailed:
         """The candidate of a ``clingate.dbpm.candidates`` record and its engine event, or the failure."""
@@ -256,6 +260,12 @@ class Gate:
             return DecodeFailed(record, Stage.PRODUCE, "OutputTooLarge", reason, None, Candidate.avro_name)
         return outcome
 
+    def dead_lettered(self, failed: DecodeFailed) -> None:
+        """Log and count a dead letter the runtime routed."""
+        log_dead_letter(log, failed)
+        if self._metrics is not None:
+            self._metrics.dead_letters.labels(failed.record.topic).inc()
+
 
 class _Stopping(Exception):
     """The loop was stopped while a candidate waited at its barrier: its batch is abandoned."""
@@ -286,7 +296,7 @@ class GateLoop:
         session_timeout_s: float,
         metrics: DbpmMetrics,
     ) -> None:
-        self._gate = Gate(engine, serde, follower.view)
+        self._gate = Gate(engine, serde, follower.view, metrics)
         self._follower = follower
         self._barrier_timeout_s = barrier_timeout_s
         self._metrics = metrics
@@ -423,9 +433,8 @@ class GateLoop:
         return False
 
     def _dead_letter(self, failed: DecodeFailed) -> None:
-        log_dead_letter(log, failed)
         self._dead_letters.send(failed)
-        self._metrics.dead_letters.labels(failed.record.topic).inc()
+        self._gate.dead_lettered(failed)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Batches are committed before the next consume, so nothing of ours is in flight here.

@@ -68,6 +68,11 @@ _CHANGELOG_MARKER = "changelog"
 _WRITE_THROUGH_STAGE = "write through ChangelogStore.stage(partition, writes, input_offset)"
 
 
+def table_changelog(app_id: str, table: str) -> str:
+    """The changelog topic of table ``table`` of the workers of ``app_id`` (Faust's naming)."""
+    return f"{app_id}-{table}-changelog"
+
+
 class PartitionedTable(Protocol):
     """What a table handler reads: one key space per partition, its writer's staged writes included."""
 

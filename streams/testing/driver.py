@@ -1,0 +1,480 @@
+"""A topology test driver: clingate's runtimes, topic to topic, in memory, without a broker.
+
+The role Kafka Streams' ``TopologyTestDriver`` plays for a Streams topology. A test pipes records into
+catalog topics; every runtime subscribed to a topic processes them, and their outputs, dead letters
+and changelog groups land on in-memory topics the test reads back. Nothing runs in a thread and
+nothing reads the clock, so the same pipes give the same bytes on every run.
+
+What is the deployed code, unchanged:
+
+* the per-record logic of every runtime: :class:`~streams.worker.dbpm.MemoryHandler` (the memory
+  agent), :class:`~streams.worker.gate.Gate` (the gate loop),
+  :class:`~streams.worker.clinical.ClinicalHandler` (the clinical agent),
+  :class:`~streams.groups.arbiter.DocsWorker` (the arbiter group) and any
+  :data:`~streams.groups.ordered.Handler` of an LLM group (:meth:`TopologyDriver.add_group`), run
+  under the rules of their adapters (:class:`~streams.worker.app.TableAgent`: dead letters and
+  outputs before the changelog group; :func:`~streams.groups.ordered.handle_record`: a handler's
+  exception or an oversized output is a dead letter);
+* the serde (:func:`schemas.serde.make_serde`), keys (the handlers' own), partitions (the catalog's
+  counts, :func:`topics.catalog.build_catalog`; Java's murmur2 partitioner, :func:`partition_for`),
+  headers, and dead-letter routing (:func:`streams.runtime.dlq.dead_letter_record` to ``<topic>.dlq``);
+* the engines and flags of the settings (:func:`streams.worker.app.dbpm_engines`,
+  :func:`streams.worker.clinical.gate_flags`, the trap rules), and the tables' changelog format:
+  every group a table handler returns goes to the table's changelog topic closed by its boundary and
+  is applied whole (:class:`~streams.worker.tablestore.ChangelogFollower`), the way recovery, standbys
+  and the gate's follower read it; the memory state is read from that changelog the way
+  ``replay --via-kafka`` reads it (:func:`streams.replay.kafka.changelog_state`).
+
+What it is not: a broker. There is one consumer per runtime and no group, no rebalance, no crash,
+no transaction, no security, no commit; records are delivered exactly once and in the order they were
+produced (a global order that respects every partition's offset order and every output's cause). So
+it proves what equals what on a stream (worker = in-process engine, clinical agent = pure processor,
+arbiter group = in-process arbiter, every bad record in its DLQ), not what survives a SIGKILL or a
+rebalance: those stay integration tests on a real broker.
+
+Ordering. :meth:`TopologyDriver.pipe` appends a record and then processes everything it causes before
+it returns: records are taken from one queue in production order and each is handed to every runtime
+subscribed to its topic. A verdict's propagation records are therefore applied before the next piped
+record, as the in-process engine applies them inline; a gate sees exactly the verdicts piped before
+it. A candidate with the barrier header finds its memory at its event time when ticks were piped
+(:meth:`TopologyDriver.replay` pipes them as ``replay --via-kafka`` does); otherwise nothing more can
+arrive while it waits, so it is decided as the gate decides after its barrier timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from aiokafka.partitioner import murmur2
+from prometheus_client import CollectorRegistry
+
+from processors.clinical.knowledge import default_knowledge
+from processors.dbpm import parse_event
+from processors.docs.v3 import load_trap_rules
+from schemas.base import AvroModel
+from schemas.common import DeadLetter
+from schemas.dbpm import GateDecision
+from schemas.docs import ClassificationRequest
+from schemas.serde import Serde, make_serde
+from state.memory import MemoryStore
+from streams.groups.arbiter import DocsWorker, Packets
+from streams.groups.arbiter_calls import LlmCall
+from streams.groups.ordered import Handler, Output, handle_record
+from streams.replay.kafka import KafkaReplayResult, changelog_state, decision_json, replay_runs
+from streams.runtime.dlq import DecodeFailed, SourceRecord, dead_letter_record, header_map
+from streams.runtime.metrics import ClinicalMetrics, DbpmMetrics, DocsMetrics
+from streams.runtime.settings import Settings
+from streams.worker.app import PATIENT_TABLE, dbpm_engines
+from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
+from streams.worker.clinical import ClinicalHandler, gate_flags
+from streams.worker.dbpm import MEMORY_INPUTS, MemoryHandler, MergedView, memory_changelog, min_watermark
+from streams.worker.gate import Gate
+from streams.worker.tablestore import ChangelogFollower, TableHandler, group_records, table_changelog
+from topics.catalog import (
+    DBPM_CANDIDATES,
+    DBPM_DECISIONS,
+    DBPM_VERDICTS,
+    DOCS_CLASSIFICATIONS,
+    DOCS_REVIEW_PACKETS,
+    DOCS_REVIEWS,
+    build_catalog,
+    dlq_name,
+    max_message_bytes,
+)
+
+M = TypeVar("M", bound=AvroModel)
+
+DRIVER_APP_ID = "clingate-driver"
+"""The application id the driver's workers have (it names their tables' changelog topics)."""
+
+DeadLettered = Callable[[DecodeFailed], None]
+"""Logs and counts a dead letter its runtime routes."""
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition of a keyed record: Java's default partitioner, ``toPositive(murmur2(key)) % n``.
+
+    What Faust (aiokafka) and every clingate confluent-kafka producer (``murmur2_random``) compute, so
+    a key lands where the workers expect it.
+    """
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+class RecordTooLargeError(ValueError):
+    """A record larger than its topic's ``max.message.bytes``: the broker would refuse it."""
+
+
+class Topic:
+    """One in-memory topic: partitions of records with offsets from 0, and the order they arrived in.
+
+    Args:
+        name: the topic's name.
+        partitions: its partition count.
+        max_bytes: the largest record (key, value and headers) it admits.
+    """
+
+    def __init__(self, name: str, partitions: int, max_bytes: int) -> None:
+        self.name = name
+        self.partitions: list[list[SourceRecord]] = [[] for _ in range(partitions)]
+        self.log: list[SourceRecord] = []
+        """Every record, in the order it was appended (each partition's records in offset order)."""
+        self._max_bytes = max_bytes
+
+    def append(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]] = (),
+        timestamp_ms: int | None = 0,
+        partition: int | None = None,
+    ) -> SourceRecord:
+        """Append one record at the end of its partition (the key's, unless ``partition`` is given).
+
+        Raises:
+            ValueError: neither a key nor a partition, or a partition the topic does not have.
+            RecordTooLargeError: the record exceeds the topic's ``max.message.bytes``.
+        """
+        if partition is None:
+            if key is not None:
+                partition = partition_for(key, len(self.partitions))
+            elif len(self.partitions) == 1:
+                partition = 0
+            else:
+                raise ValueError(f"{self.name}: a record without a key needs an explicit partition")
+        if not 0 <= partition < len(self.partitions):
+            raise ValueError(f"{self.name} has no partition {partition}")
+        size = len(key or b"") + len(value or b"") + sum(len(k.encode()) + len(v or b"") for k, v in headers)
+        if size > self._max_bytes:
+            raise RecordTooLargeError(
+                f"{self.name}: a record of {size} bytes; the topic admits {self._max_bytes}"
+            )
+        records = self.partitions[partition]
+        record = SourceRecord(self.name, partition, len(records), timestamp_ms, key, value, tuple(headers))
+        records.append(record)
+        self.log.append(record)
+        return record
+
+
+class ChangelogTable:
+    """A table of the workers' kind in memory: one store per partition, written only through its changelog.
+
+    :meth:`stage` appends a handler's group to the changelog topic, closed by its boundary, and applies
+    it as every reader of the changelog does (:class:`~streams.worker.tablestore.ChangelogFollower`,
+    whole groups). The broker acknowledges at once here, so the writer's staged writes and the durable
+    state are the same: what the handler reads is what a recovered worker would read.
+
+    Args:
+        changelog: the table's changelog topic (one partition per table partition).
+    """
+
+    def __init__(self, changelog: Topic) -> None:
+        self.changelog = changelog
+        self._followers = [ChangelogFollower(MemoryStore()) for _ in changelog.partitions]
+
+    def get(self, partition: int, key: bytes) -> bytes | None:
+        """The value of ``key`` in ``partition``, or None."""
+        return self._followers[partition].store.get(key)
+
+    def iter_range(self, partition: int, start: bytes, end: bytes | None) -> Iterable[tuple[bytes, bytes]]:
+        """``(key, value)`` of ``partition`` in ``[start, end)``, ascending."""
+        return self._followers[partition].store.iter_range(start, end)
+
+    def stage(self, partition: int, writes: Iterable[tuple[bytes, bytes | None]], input_offset: int) -> None:
+        """Write one group of ``partition`` to the changelog and apply it."""
+        follower = self._followers[partition]
+        for key, value in group_records(writes, input_offset):
+            record = self.changelog.append(key, value, partition=partition)
+            follower.add(key, value, record.offset)
+
+    def stores(self) -> list[MemoryStore]:
+        """Every partition's store, in partition order."""
+        return [follower.store for follower in self._followers]  # type: ignore[misc]
+
+
+class TopicPackets(Packets):
+    """The review packets the docs worker reads, from the driver's compacted packet topic.
+
+    Args:
+        serde: the driver's serde.
+        topic: the driver's ``clingate.docs.review-packets``.
+    """
+
+    def __init__(self, serde: Serde, topic: Topic) -> None:
+        super().__init__(serde)
+        self._topic = topic
+        self._read = 0
+
+    def catch_up(self) -> None:
+        """Apply the packet records appended since the last catch-up."""
+        for record in self._topic.log[self._read :]:
+            self.apply(record)
+        self._read = len(self._topic.log)
+
+
+@dataclass(frozen=True)
+class DeadLetterRecord:
+    """A record of a dead-letter topic, read back."""
+
+    letter: DeadLetter
+    """The decoded dead letter (original bytes, reason, stage, coordinates)."""
+    headers: dict[str, str]
+    """Its KIP-1034-style headers, without the prefix (:func:`streams.runtime.dlq.header_map`)."""
+    record: SourceRecord
+    """The dead-letter record itself."""
+
+
+class TopologyDriver:
+    """clingate's runtimes over in-memory topics (module docstring).
+
+    Runs the worker's memory agent, gate and clinical agent, and the docs worker (rules only unless
+    ``docs_call`` is given), configured from ``settings`` as ``clingate worker`` and ``clingate docs
+    worker`` are; LLM groups join with :meth:`add_group`. Use it as a context manager, or
+    :meth:`close` it (it owns an event loop for handlers that return awaitables).
+
+    Args:
+        settings: the process settings (partitions, DBPM flags, clinical flags, trap rules).
+        serde: the process serde (default: the settings').
+        docs_call: the arbiter's LLM call (None: rules only).
+        app_id: the workers' application id (names the tables' changelog topics).
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        serde: Serde | None = None,
+        docs_call: LlmCall | None = None,
+        app_id: str = DRIVER_APP_ID,
+    ) -> None:
+        settings = settings or Settings()
+        self.settings = settings
+        self.serde = serde or make_serde(settings.schema_registry_url)
+        partitions = settings.topic_partitions
+        self.topics: dict[str, Topic] = {
+            spec.name: Topic(
+                spec.name, spec.partitions, spec.max_message_bytes or max_message_bytes(spec.name)
+            )
+            for spec in build_catalog(partitions)
+        }
+        self._subscribers: dict[str, list[Callable[[SourceRecord], None]]] = {}
+        self._queue: deque[SourceRecord] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+        self.engine, gate_engine = dbpm_engines(settings)
+        self.dbpm_metrics = DbpmMetrics(CollectorRegistry())
+        self.memory = ChangelogTable(self._topic(memory_changelog(app_id), partitions))
+        self.memory_view = MergedView(self.memory.stores)
+        memory = MemoryHandler(self.engine, self.serde, self.dbpm_metrics)
+        self._subscribe(MEMORY_INPUTS, self._table_runtime(memory, self.memory))
+        self.gate = Gate(gate_engine, self.serde, self.memory_view, self.dbpm_metrics)
+        self._subscribe([DBPM_CANDIDATES], self._gate_runtime)
+
+        self.clinical_metrics = ClinicalMetrics(self.dbpm_metrics.registry)
+        self.patients = ChangelogTable(self._topic(table_changelog(app_id, PATIENT_TABLE), partitions))
+        clinical = ClinicalHandler(
+            self.serde, default_knowledge(), gate_flags(settings), self.clinical_metrics
+        )
+        self._subscribe(CLINICAL_INPUTS, self._table_runtime(clinical, self.patients))
+
+        self.docs_metrics = DocsMetrics(CollectorRegistry())
+        self.packets = TopicPackets(self.serde, self.topics[DOCS_REVIEW_PACKETS])
+        docs = DocsWorker(self.serde, self.packets, load_trap_rules(settings.docs_trap_rules), docs_call,
+                          self.docs_metrics)  # fmt: skip
+        self.docs = docs
+        inputs = [DOCS_CLASSIFICATIONS, DOCS_REVIEWS]
+        self.add_group(inputs, docs, ClassificationRequest.avro_name, docs.dead_lettered)
+
+    # -- set-up -----------------------------------------------------------------------------------
+
+    def add_group(
+        self,
+        topics: Sequence[str],
+        handler: Handler,
+        expected_schema: str,
+        dead_lettered: DeadLettered | None = None,
+    ) -> None:
+        """Subscribe a consumer group's handler (an :class:`~streams.groups.ordered.OrderedLoop` handler).
+
+        Each record's outputs and dead letters are what the loop would publish for it
+        (:func:`~streams.groups.ordered.handle_record`), routed in the handler's order. A handler that
+        returns an awaitable runs on the driver's event loop, to completion, before the next record.
+
+        Args:
+            topics: the group's input topics.
+            handler: its per-record handler.
+            expected_schema: Avro name of its input model (dead letters of handler failures).
+            dead_lettered: called with every dead letter routed (to log and count it).
+        """
+
+        def process(record: SourceRecord) -> None:
+            handled = self.run(handle_record(handler, record, expected_schema))
+            self._route(record, handled, dead_lettered)
+
+        self._subscribe(topics, process)
+
+    def run(self, awaitable: Any) -> Any:
+        """Run ``awaitable`` to completion on the driver's event loop (e.g. to start a test server)."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(awaitable)
+
+    def close(self) -> None:
+        """Close the driver's event loop."""
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+    def __enter__(self) -> TopologyDriver:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- input ------------------------------------------------------------------------------------
+
+    def pipe(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | AvroModel | None,
+        headers: Sequence[tuple[str, bytes | None]] = (),
+        timestamp_ms: int | None = 0,
+        partition: int | None = None,
+    ) -> SourceRecord:
+        """Produce one record and process everything it causes; returns the record as stored.
+
+        Args:
+            topic: a catalog topic.
+            key: the record key (its partition, by murmur2, unless ``partition`` is given).
+            value: bytes as they are, None (a tombstone), or a model encoded with the driver's serde.
+            headers: the record's headers.
+            timestamp_ms: its Kafka timestamp (every output of it carries the same).
+            partition: an explicit partition (required without a key).
+
+        Raises:
+            RecordTooLargeError: the record, or an output of it, exceeds its topic's limit (the
+                broker would refuse it).
+        """
+        if isinstance(value, AvroModel):
+            value = self.serde.encode(value, topic=topic)
+        record = self._append(topic, key, value, headers, timestamp_ms, partition)
+        self._drain()
+        return record
+
+    def replay(self, events: Sequence[dict[str, Any]]) -> KafkaReplayResult:
+        """Pipe a DBPM replay stream as ``replay --via-kafka`` publishes it; its decisions and state.
+
+        The records are :func:`streams.replay.kafka.replay_runs`' (verdicts keyed by signature, a
+        watermark tick per verdict partition before each run of gates, candidates with the barrier
+        header), the decisions are read back as that command reads them (first per candidate, in
+        input order) and the state from the memory changelog with ``as_of`` the last event's time.
+        """
+        verdict_partitions = range(len(self.topics[DBPM_VERDICTS].partitions))
+        order: list[str] = []
+        start = len(self.topics[DBPM_DECISIONS].log)
+        for run in replay_runs(events, self.engine, self.serde, verdict_partitions):
+            for record in run.records:
+                self.pipe(record.topic, record.key, record.value, record.headers, partition=record.partition)
+            order += run.candidate_ids
+        seen: dict[str, GateDecision] = {}
+        for record in self.topics[DBPM_DECISIONS].log[start:]:
+            decision = self.serde.decode(record.value, GateDecision, topic=DBPM_DECISIONS)  # type: ignore[arg-type]
+            seen.setdefault(decision.candidate_id, decision)
+        last = parse_event(events[-1]).time if events else None
+        return KafkaReplayResult([decision_json(seen[c]) for c in order], self.memory_state(last))
+
+    # -- output -----------------------------------------------------------------------------------
+
+    def records(self, topic: str) -> list[SourceRecord]:
+        """Every record of ``topic``, in the order it was produced."""
+        return list(self.topics[topic].log)
+
+    def values(self, topic: str, model: type[M]) -> list[M]:
+        """Every record of ``topic`` decoded as ``model`` with the driver's serde, in production order."""
+        return [self.serde.decode(r.value, model, topic=topic) for r in self.topics[topic].log]  # type: ignore[arg-type]
+
+    def dead_letters(self, topic: str) -> list[DeadLetterRecord]:
+        """The dead letters of ``topic`` (the records of ``<topic>.dlq``), decoded, in production order."""
+        name = dlq_name(topic)
+        return [
+            DeadLetterRecord(self.serde.decode(r.value, DeadLetter, topic=name), header_map(r.headers), r)  # type: ignore[arg-type]
+            for r in self.topics[name].log
+        ]
+
+    def memory_state(self, as_of: float | None = None) -> dict[str, object]:
+        """The memory's state document, read from the memory changelog as ``replay --via-kafka`` reads it.
+
+        Args:
+            as_of: the stream's last event time (None: the memory's own clock).
+        """
+        changelog = ((r.partition, r.key or b"", r.value, r.offset) for r in self.memory.changelog.log)
+        return changelog_state(changelog, self.engine, as_of)
+
+    def memory_watermark(self) -> float:
+        """The event time every memory partition has applied (``-inf`` while one has none)."""
+        return min_watermark(self.memory.stores())
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _topic(self, name: str, partitions: int) -> Topic:
+        topic = self.topics[name] = Topic(name, partitions, max_message_bytes(name))
+        return topic
+
+    def _subscribe(self, topics: Iterable[str], process: Callable[[SourceRecord], None]) -> None:
+        for topic in topics:
+            self._subscribers.setdefault(topic, []).append(process)
+
+    def _append(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]],
+        timestamp_ms: int | None,
+        partition: int | None = None,
+    ) -> SourceRecord:
+        record = self.topics[topic].append(key, value, headers, timestamp_ms, partition)
+        if topic in self._subscribers:
+            self._queue.append(record)
+        return record
+
+    def _drain(self) -> None:
+        """Hand every queued record to its subscribers, oldest first, until nothing is left."""
+        while self._queue:
+            record = self._queue.popleft()
+            for process in self._subscribers[record.topic]:
+                process(record)
+
+    def _route(
+        self, source: SourceRecord, items: Iterable[Output | DecodeFailed], dead_lettered: DeadLettered | None
+    ) -> None:
+        """Produce a runtime's outputs and dead letters for ``source``, in order, with its timestamp."""
+        for item in items:
+            if isinstance(item, Output):
+                self._append(item.topic, item.key, item.value, item.headers, source.timestamp_ms)
+                continue
+            out = dead_letter_record(self.serde, item)
+            self._append(out.topic, out.key, out.value, out.headers, source.timestamp_ms)
+            if dead_lettered is not None:
+                dead_lettered(item)
+
+    def _table_runtime(self, handler: TableHandler, table: ChangelogTable) -> Callable[[SourceRecord], None]:
+        """A table agent (:class:`~streams.worker.app.TableAgent`'s order) over ``handler`` and ``table``."""
+
+        def process(record: SourceRecord) -> None:
+            batch = handler.apply(table, record.partition, [record])
+            self._route(record, [*batch.dead_letters, *batch.outputs], handler.dead_lettered)
+            if batch.writes is not None:
+                table.stage(record.partition, batch.writes.items(), batch.input_offset)
+
+        return process
+
+    def _gate_runtime(self, record: SourceRecord) -> None:
+        """The gate loop on one candidate; its barrier gives up at once if the memory is behind."""
+        outcome = self.gate.handle(record, lambda ts: self.memory_watermark() < ts)
+        items = [outcome] if isinstance(outcome, DecodeFailed) else outcome.outputs()
+        self._route(record, items, self.gate.dead_lettered)
