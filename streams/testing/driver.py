@@ -262,6 +262,7 @@ class TopologyDriver:
         }
         self._subscribers: dict[str, list[Callable[[SourceRecord], None]]] = {}
         self._queue: deque[SourceRecord] = deque()
+        self._history: list[SourceRecord] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
         self.engine, gate_engine = dbpm_engines(settings)
@@ -365,6 +366,15 @@ class TopologyDriver:
         self._drain()
         return record
 
+    def redeliver(self, record: SourceRecord) -> None:
+        """Hand a stored record to its subscribers again and process what it causes.
+
+        What a consumer does after a crash between processing a record and committing its offset:
+        the same record, at the same offset, once more.
+        """
+        self._queue.append(record)
+        self._drain()
+
     def replay(self, events: Sequence[dict[str, Any]]) -> KafkaReplayResult:
         """Pipe a DBPM replay stream as ``replay --via-kafka`` publishes it; its decisions and state.
 
@@ -389,9 +399,10 @@ class TopologyDriver:
 
     # -- output -----------------------------------------------------------------------------------
 
-    def records(self, topic: str) -> list[SourceRecord]:
-        """Every record of ``topic``, in the order it was produced."""
-        return list(self.topics[topic].log)
+    def records(self, *topics: str) -> list[SourceRecord]:
+        """Every record of ``topics``, in the order it was produced (across topics too)."""
+        wanted = set(topics)
+        return [record for record in self._history if record.topic in wanted]
 
     def values(self, topic: str, model: type[M]) -> list[M]:
         """Every record of ``topic`` decoded as ``model`` with the driver's serde, in production order."""
@@ -438,6 +449,7 @@ class TopologyDriver:
         partition: int | None = None,
     ) -> SourceRecord:
         record = self.topics[topic].append(key, value, headers, timestamp_ms, partition)
+        self._history.append(record)
         if topic in self._subscribers:
             self._queue.append(record)
         return record
@@ -473,8 +485,15 @@ class TopologyDriver:
 
         return process
 
+    def _barrier(self, ts: float) -> bool:
+        """The gate's barrier here: nothing can arrive while it waits, so a memory behind ``ts`` times out."""
+        timed_out = self.memory_watermark() < ts
+        if timed_out:
+            self.dbpm_metrics.barrier_timeouts.inc()
+        return timed_out
+
     def _gate_runtime(self, record: SourceRecord) -> None:
-        """The gate loop on one candidate; its barrier gives up at once if the memory is behind."""
-        outcome = self.gate.handle(record, lambda ts: self.memory_watermark() < ts)
+        """The gate loop on one candidate."""
+        outcome = self.gate.handle(record, self._barrier)
         items = [outcome] if isinstance(outcome, DecodeFailed) else outcome.outputs()
         self._route(record, items, self.gate.dead_lettered)

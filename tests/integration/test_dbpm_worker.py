@@ -40,6 +40,7 @@ from streams.runtime.settings import Settings
 from streams.worker.app import dbpm_engines
 from streams.worker.dbpm import BARRIER_HEADER, producer_config
 from streams.worker.gate import gate_group
+from tests.dbpm_streams import with_candidate_ids, with_copies
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, build_catalog, dlq_name
 
@@ -101,42 +102,6 @@ def _contract(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"candidate_id": d["candidate_id"], "decision": d["decision"]} for d in decisions]
 
 
-def _with_candidate_ids(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The stream with every other verdict naming a candidate of its own (as the verifier's verdicts do).
-
-    The other verdicts keep the example's form, without a candidate id (rule sources, other verifiers).
-    """
-    out, verdicts = [], 0
-    for i, event in enumerate(events):
-        if event["kind"] == "verdict":
-            verdicts += 1
-            if verdicts % 2 == 0:
-                event = {**event, "candidate_id": f"v-{i}"}
-        out.append(event)
-    return out
-
-
-def _with_copies(events: list[dict[str, Any]], every: int) -> tuple[list[dict[str, Any]], int]:
-    """Every ``every``-th verdict that names a candidate published again after the next gate event.
-
-    A re-issued verifier call publishes such a copy. Returns the stream and the number of copies.
-    """
-    out: list[dict[str, Any]] = []
-    pending: list[dict[str, Any]] = []
-    verdicts = copies = 0
-    for event in events:
-        out.append(event)
-        if event["kind"] == "verdict" and event.get("candidate_id"):
-            verdicts += 1
-            if verdicts % every == 0:
-                pending.append(dict(event))
-        elif event["kind"] == "gate" and pending:
-            out += pending
-            copies += len(pending)
-            pending = []
-    return out + pending, copies + len(pending)
-
-
 def _scraped_sum(port: int, metric: str) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         lines = response.read().decode().splitlines()
@@ -158,8 +123,8 @@ def test_worker_decides_and_learns_like_the_in_process_engine_applying_a_repeate
     load average ~15.)
     """
     app_id, [worker] = start_workers(1, **COMPARISON_FLAGS)
-    unique = _with_candidate_ids(_events(600))
-    published, copies = _with_copies(unique, every=2)
+    unique = with_candidate_ids(_events(600))
+    published, copies = with_copies(unique, every=2)
     engine = comparison_engine()
 
     result = replay_via_kafka(kafka_bootstrap, published, engine, make_serde(None), app_id)

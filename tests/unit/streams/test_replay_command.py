@@ -13,7 +13,7 @@ from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
 from state import MemoryStore
 from streams.cli.replay import app
 from streams.replay.engine import replay_stream
-from tests.replay_example import EXAMPLE, needs_example
+from tests.replay_example import EXAMPLE, assert_state_close, needs_example
 
 _NER_GATE = {
     "kind": "gate",
@@ -28,21 +28,6 @@ _NER_GATE = {
 def _run(tmp_path: Path, *args: str) -> tuple[int, str]:
     result = CliRunner().invoke(app, list(args))
     return result.exit_code, result.stderr if result.stderr_bytes is not None else result.output
-
-
-def _assert_state_close(got: object, want: object, path: str = "$") -> None:
-    if isinstance(want, dict):
-        assert isinstance(got, dict) and list(got) == list(want), path
-        for key in want:
-            _assert_state_close(got[key], want[key], f"{path}.{key}")
-    elif isinstance(want, list):
-        assert isinstance(got, list) and len(got) == len(want), path
-        for i, (g, w) in enumerate(zip(got, want, strict=True)):
-            _assert_state_close(g, w, f"{path}[{i}]")
-    elif isinstance(want, float):
-        assert got == pytest.approx(want, abs=1e-9, rel=0), path
-    else:
-        assert got == want, path
 
 
 @needs_example
@@ -63,7 +48,7 @@ def test_replay_reproduces_the_contract_example(tmp_path, store):
     assert [(d["candidate_id"], d["decision"]) for d in got] == [
         (d["candidate_id"], d["decision"]) for d in want
     ]
-    _assert_state_close(json.loads(state.read_text()), json.loads((EXAMPLE / "state.json").read_text()))
+    assert_state_close(json.loads(state.read_text()), json.loads((EXAMPLE / "state.json").read_text()))
 
 
 @needs_example

@@ -1,0 +1,41 @@
+"""DBPM streams the worker tests and the topology tests share: verdicts that name candidates, repeated."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def with_candidate_ids(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The stream with every other verdict naming a candidate of its own (as the verifier's verdicts do).
+
+    The other verdicts keep the example's form, without a candidate id (rule sources, other verifiers).
+    """
+    out, verdicts = [], 0
+    for i, event in enumerate(events):
+        if event["kind"] == "verdict":
+            verdicts += 1
+            if verdicts % 2 == 0:
+                event = {**event, "candidate_id": f"v-{i}"}
+        out.append(event)
+    return out
+
+
+def with_copies(events: list[dict[str, Any]], every: int) -> tuple[list[dict[str, Any]], int]:
+    """Every ``every``-th verdict that names a candidate published again after the next gate event.
+
+    A re-issued verifier call publishes such a copy. Returns the stream and the number of copies.
+    """
+    out: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
+    verdicts = copies = 0
+    for event in events:
+        out.append(event)
+        if event["kind"] == "verdict" and event.get("candidate_id"):
+            verdicts += 1
+            if verdicts % every == 0:
+                pending.append(dict(event))
+        elif event["kind"] == "gate" and pending:
+            out += pending
+            copies += len(pending)
+            pending = []
+    return out + pending, copies + len(pending)

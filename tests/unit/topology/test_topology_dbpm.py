@@ -1,0 +1,229 @@
+"""DBPM through the topology driver: the worker's memory agent and gate equal the in-process engine.
+
+The driver runs the deployed per-record code (:class:`~streams.worker.dbpm.MemoryHandler`,
+:class:`~streams.worker.gate.Gate`) over in-memory topics with the real serde, keys, murmur2 partitions,
+headers and changelog groups, and publishes a stream exactly as ``replay --via-kafka`` does (verdicts
+keyed by signature, a watermark tick per verdict partition, candidates with the barrier header).
+Everything is processed in production order, so the comparison is event for event: the memory, read
+back from its changelog, and every decision with its provenance equal the in-process engine's. With
+cross-task propagation on as well: the evidence travels through ``clingate.dbpm.propagations`` to the
+target's partition and is applied before the next record, as the engine applies it inline. (On a
+broker it is one hop late; ``tests/integration/test_dbpm_worker.py`` measures that difference.)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import Counter
+
+from schemas.dbpm import Candidate, GateDecision
+from schemas.dbpm import Propagation as PropagationRecord
+from streams.bench.chaos import COMPARISON_ENV, comparison_engine, in_process, soak_stream
+from streams.bench.dbpm import StreamShape, generate_events
+from streams.replay.kafka import decision_json
+from streams.runtime.settings import Settings
+from streams.testing.driver import TopologyDriver, partition_for
+from streams.worker.dbpm import BARRIER_HEADER, TICK_HEADER
+from tests.dbpm_streams import with_candidate_ids, with_copies
+from tests.replay_example import EXAMPLE, assert_state_close, example_events, needs_example
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_PROPAGATIONS, DBPM_VERDICTS
+
+COMPARISON = Settings(**COMPARISON_ENV)  # type: ignore[arg-type]
+"""The workers' settings of the chaos soak and the worker integration tests (propagation, maintenance off)."""
+PROPAGATION = Settings(**{**COMPARISON_ENV, "CLINGATE_DBPM_CROSS_TASK": "true"})  # type: ignore[arg-type]
+"""As :data:`COMPARISON`, with cross-task propagation on."""
+_FIELDS = ("candidate_id", "decision", "rule", "signature", "severity", "multiplier")
+
+
+def _engine_decisions(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The in-process engine's decisions as the worker's decision records carry them."""
+    return [{**{k: d[k] for k in _FIELDS}, "provenance": d["sources"] + d["policy"]} for d in decisions]
+
+
+def _worker_decisions(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**{k: d[k] for k in _FIELDS}, "provenance": d["sources"]} for d in decisions]
+
+
+def _assert_equals_the_engine(settings: Settings, events: list[dict[str, Any]]) -> TopologyDriver:
+    """Replay ``events`` through a driver with ``settings``; its decisions and memory are the engine's."""
+    with TopologyDriver(settings) as driver:
+        result = driver.replay(events)
+    decisions, state = in_process(driver.engine, events)
+    assert _worker_decisions(result.decisions) == _engine_decisions(decisions)
+    assert result.state == state
+    return driver
+
+
+def _total(counter: Counter, **labels: str) -> float:
+    """The sum of ``counter``'s samples whose labels include ``labels``."""
+    return sum(
+        s.value
+        for metric in counter.collect()
+        for s in metric.samples
+        if s.name.endswith("_total") and labels.items() <= s.labels.items()
+    )
+
+
+@needs_example
+def test_the_replay_example_gives_the_examples_decisions_and_state_and_the_engines_provenance() -> None:
+    """Scenario: the replay contract's example (4,904 events, cross-task propagation on, maintenance off,
+    as ``clingate replay --no-maintenance`` made it) published as ``replay --via-kafka`` publishes it.
+
+    Every candidate gets the example's decision, the state read back from the memory changelog is the
+    example's state (floats within 1e-9), and decisions with their provenance and the state are exactly
+    the in-process engine's; no gate waited out its barrier (the ticks brought every partition to it).
+    """
+    events = example_events()
+    driver = _assert_equals_the_engine(Settings(CLINGATE_DBPM_MAINTENANCE=False), events)
+
+    got = [(d.candidate_id, d.decision.value) for d in driver.values(DBPM_DECISIONS, GateDecision)]
+    want = [json.loads(line) for line in (EXAMPLE / "decisions.jsonl").read_text().splitlines()]
+    assert got == [(d["candidate_id"], d["decision"]) for d in want]
+    assert_state_close(driver.memory_state(), json.loads((EXAMPLE / "state.json").read_text()))
+    assert not any("barrier_timeout" in d.provenance for d in driver.values(DBPM_DECISIONS, GateDecision))
+    assert driver.records(DBPM_PROPAGATIONS), "the example propagates cross-task evidence"
+
+
+@pytest.mark.parametrize("settings", [COMPARISON, PROPAGATION], ids=["propagation-off", "propagation-on"])
+def test_the_synthetic_stream_gives_the_engines_decisions_and_memory(settings: Settings) -> None:
+    """Scenario: 3,000 events of ``clingate bench dbpm``'s stream (the paper's proportions)."""
+    _assert_equals_the_engine(settings, list(generate_events(3000)))
+
+
+def test_the_chaos_soaks_stream_gives_the_engines_decisions_and_memory() -> None:
+    """Scenario: the chaos soak's stream (epochs of candidates, then their verdicts), without the kills.
+
+    What the soak compares after its SIGKILLs holds without them: decisions and memory equal the
+    in-process engine's on the same reordered stream.
+    """
+    _assert_equals_the_engine(COMPARISON, soak_stream(3000, 500, "topology"))
+
+
+@settings(max_examples=12, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    events=st.integers(min_value=1, max_value=600),
+    seed=st.integers(min_value=0, max_value=2**16),
+    propagation=st.booleans(),
+)
+def test_any_synthetic_stream_gives_the_engines_decisions_and_memory(
+    events: int, seed: int, propagation: bool
+) -> None:
+    """Property: for any length and seed of the synthetic stream, with propagation on or off."""
+    _assert_equals_the_engine(PROPAGATION if propagation else COMPARISON,
+                              list(generate_events(events, StreamShape(seed=seed))))  # fmt: skip
+
+
+@needs_example
+def test_a_repeated_verdict_is_applied_once_and_counted() -> None:
+    """Scenario: every other verdict names its candidate, and every second of those is published again
+    after the next gate (an at-least-once verifier re-issuing a call).
+
+    Decisions and memory equal the engine's on the stream without the copies, and
+    ``clingate_dbpm_verdicts_duplicate_total`` counts every copy.
+    """
+    unique = with_candidate_ids(example_events(600))
+    published, copies = with_copies(unique, every=2)
+
+    with TopologyDriver(COMPARISON) as driver:
+        result = driver.replay(published)
+
+    decisions, state = in_process(driver.engine, unique)
+    assert copies >= 50
+    assert _worker_decisions(result.decisions) == _engine_decisions(decisions)
+    assert result.state == state
+    assert _total(driver.dbpm_metrics.verdicts_duplicate) == copies
+
+
+def test_redelivered_records_change_no_memory_and_a_candidate_is_decided_on_the_memory_as_it_is() -> None:
+    """Scenario: after a stream, records are delivered again at their offsets, as after a crash before
+    the commit: verdicts (skipped by the memory partition's boundary offset), propagations (skipped by
+    their identity) and candidates.
+
+    The memory is unchanged and no new propagation is sent. A candidate is decided again on the memory
+    as it is now, which is the in-process engine's decision for the same gate event appended to the
+    stream (consumers dedupe by candidate id and keep the first).
+    """
+    events = list(generate_events(800))
+    with TopologyDriver(PROPAGATION) as driver:
+        driver.replay(events)
+        state = driver.memory_state()
+        propagations = driver.records(DBPM_PROPAGATIONS)
+        decided = len(driver.records(DBPM_DECISIONS))
+        candidates = driver.records(DBPM_CANDIDATES)[::11]
+        for record in [*driver.records(DBPM_VERDICTS)[::7], *propagations[::3], *candidates]:
+            driver.redeliver(record)
+
+        assert propagations, "the stream propagates cross-task evidence"
+        assert driver.memory_state() == state
+        assert driver.records(DBPM_PROPAGATIONS) == propagations
+        assert _total(driver.dbpm_metrics.propagations, outcome="duplicate") == len(propagations[::3])
+        again = [decision_json(d) for d in driver.values(DBPM_DECISIONS, GateDecision)[decided:]]
+    gates = [e for e in events if e["kind"] == "gate"][::11]
+    decisions, _ = in_process(driver.engine, events + gates)
+    assert _worker_decisions(again) == _engine_decisions(decisions[-len(gates) :])
+
+
+def test_a_propagation_reaches_the_partition_of_its_target_signature() -> None:
+    """Scenario: one relation hard-failed with propagation on.
+
+    Its evidence leaves the relation's partition as two records keyed by the target ``ner|<entity>``,
+    each on the partition murmur2 gives that key (the target's verdict partition), naming its origin
+    partition and offset; the targets get their cross-task patterns there.
+    """
+    relation = {"head": "metformin", "head_type": "Treatment", "relation": "TREATS", "tail": "pneumonia",
+                "tail_type": "Diagnosis"}  # fmt: skip
+    events = [{"kind": "verdict", "ts": "2026-01-01T00:00:00Z", "task": "re", "verdict": "hard_fail",
+               "source": "verifier_mmed", "patient_id": "p1", "payload": relation}]  # fmt: skip
+    with TopologyDriver(PROPAGATION) as driver:
+        driver.replay(events)
+        [verdict] = driver.records(DBPM_VERDICTS)
+        sent = driver.records(DBPM_PROPAGATIONS)
+        models = driver.values(DBPM_PROPAGATIONS, PropagationRecord)
+        state = driver.memory_state()
+
+    assert [r.key for r in sent] == [b"ner|metformin", b"ner|pneumonia"]
+    for record, model in zip(sent, models, strict=True):
+        assert record.partition == partition_for(record.key or b"", COMPARISON.topic_partitions)
+        assert (model.origin_partition, model.origin_offset) == (verdict.partition, verdict.offset)
+    assert {e["signature"] for e in state["blocklist"]["ner"]} == {"metformin", "pneumonia"}  # type: ignore[index]
+
+
+def test_a_candidate_decides_after_its_barrier_or_as_timed_out_when_the_memory_cannot_reach_it() -> None:
+    """Scenario: two replay candidates (barrier header); ticks bring every memory partition to the first
+    one's event time, none to the second's.
+
+    The first is decided on the memory at its time. While the second waits nothing else can arrive, so
+    it is decided as the gate loop decides after its barrier timeout: on the memory it has,
+    ``barrier_timeout`` in its provenance, counted in ``clingate_dbpm_barrier_timeouts_total``.
+    """
+    gate = {"kind": "gate", "ts": "2026-01-01T00:00:00Z", "task": "ner", "patient_id": "p1",
+            "candidate_id": "c1", "payload": {"entity": "fever", "category": "Symptoms"}}  # fmt: skip
+    later = Candidate.model_validate({**_record(gate), "ts": "2026-01-02T00:00:00Z", "candidate_id": "c2"})
+    with TopologyDriver(COMPARISON) as driver:
+        driver.replay([gate])
+        driver.pipe(DBPM_CANDIDATES, b"p1", later, [(BARRIER_HEADER, b"")])
+        ticks = driver.records(DBPM_VERDICTS)
+        first, second = driver.values(DBPM_DECISIONS, GateDecision)
+        timeouts = _total(driver.dbpm_metrics.barrier_timeouts)
+
+    assert {(r.partition, r.header(TICK_HEADER)) for r in ticks} == {
+        (p, b"2026-01-01T00:00:00Z") for p in range(COMPARISON.topic_partitions)
+    }
+    assert "barrier_timeout" not in first.provenance
+    assert "barrier_timeout" in second.provenance
+    assert timeouts == 1
+
+
+def _record(event: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in event.items() if k != "kind"}
+
+
+def test_the_driver_engine_is_the_one_the_comparison_workers_run() -> None:
+    """The driver's memory engine is configured as workers started with ``COMPARISON_ENV`` are."""
+    with TopologyDriver(COMPARISON) as driver:
+        assert driver.engine.config == comparison_engine().config
