@@ -6,125 +6,39 @@ with a fresh app id whose group starts at the current end of the clinical input 
 
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 
-from processors.clinical.assess import process_event
-from processors.clinical.knowledge import default_knowledge
-from schemas.clinical import AdversarialReview, ClinicalAssessment
-from schemas.fhir import FhirUpdate
+from schemas.clinical import ClinicalAssessment
 from schemas.serde import make_serde
 from streams.bench.chaos import REPO, WorkerProcess
-from streams.demo.data import CLINICAL
 from streams.replay.kafka import commit_end_offsets
 from streams.runtime.dlq import header_map
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
 from streams.testing.tail import Tail
-from streams.worker.clinical import INPUTS, fhir_input, gate_flags
+from streams.worker.clinical import INPUTS
+from tests.clinical_scenario import (
+    AS_OF,
+    PATIENT,
+    at,
+    concur_review,
+    expected_assessments,
+    fhir_bundle,
+    scenario,
+)
 from topics.admin import ensure_topics
 from topics.catalog import CLINICAL_ASSESSMENTS, CLINICAL_REVIEWS, FHIR_UPDATES, build_catalog, dlq_name
 
 pytestmark = pytest.mark.integration
-
-PATIENT = "PT-TEST-010"
-BUNDLE = CLINICAL / f"{PATIENT}.json"
-AS_OF = "2026-03-29T00:00:00Z"
-
-
-def _at(day: int, hour: int = 8) -> datetime:
-    return datetime(2026, 3, day, hour, tzinfo=UTC)
-
-
-def _resources() -> dict[str, dict[str, Any]]:
-    bundle = json.loads(BUNDLE.read_text(encoding="utf-8"))
-    return {f"{e['resource']['resourceType']}/{e['resource']['id']}": e["resource"] for e in bundle["entry"]}
-
-
-def _bundle(*resources: dict[str, Any], deletes: tuple[str, ...] = ()) -> dict[str, Any]:
-    entries: list[dict[str, Any]] = [{"resource": r} for r in resources]
-    entries += [{"request": {"method": "DELETE", "url": url}} for url in deletes]
-    return {
-        "resourceType": "Bundle",
-        "type": "collection" if not deletes else "transaction",
-        "entry": entries,
-    }
-
-
-def _scenario() -> tuple[list[FhirUpdate], dict[str, dict[str, Any]], str]:
-    """The FHIR updates of the simulated days, the final resource set, and the invalid resource's id.
-
-    Day 20: the patient, the medications and an amiodarone statement deleted later (as one bundle).
-    Day 22-24: one laboratory result a day, then the heart rate and the conditions. The digoxin level
-    arrives as version 2 (2.1 ng/mL); its older version 1 (0.8 ng/mL) arrives late, at the event time
-    of the update before it, and must change nothing (no assessment). Day 26: the amiodarone
-    statement is deleted; an Observation with a status outside its required value set goes to the
-    DLQ. Day 27: the encounter (symptom text).
-    """
-    res = _resources()
-    amiodarone = copy.deepcopy(res["MedicationStatement/pt-test-010-med-05"])
-    amiodarone.update(
-        id="pt-test-010-med-99", medicationCodeableConcept={"text": "amiodarone 200 mg po daily"}
-    )
-    digoxin_v2 = copy.deepcopy(res["Observation/pt010-obs-dig"])
-    digoxin_v2["meta"] = {"versionId": "2"}
-    digoxin_v1 = copy.deepcopy(res["Observation/pt010-obs-dig"])
-    digoxin_v1["valueQuantity"] = {**digoxin_v1["valueQuantity"], "value": 0.8}
-    invalid = copy.deepcopy(res["Observation/pt010-obs-hr"])
-    invalid.update(id="pt010-obs-invalid", status="not-a-status")
-    meds = [r for k, r in res.items() if k.startswith("MedicationStatement/")]
-    docs: list[tuple[datetime, dict[str, Any]]] = [
-        (_at(20), _bundle(res[f"Patient/{PATIENT}"], *meds, amiodarone)),
-        (_at(22), digoxin_v2),
-        (_at(22, 9), res["Observation/pt010-obs-k"]),
-        (_at(23), res["Observation/pt010-obs-mg"]),
-        (_at(23, 9), _bundle(res["Observation/pt010-obs-cr"], res["Observation/pt010-obs-egfr"])),
-        (_at(24), _bundle(res["Observation/pt010-obs-hr"], res["Condition/pt010-cond-01"],
-                          res["Condition/pt010-cond-02"])),
-        (_at(24), digoxin_v1),  # same instant as the day-24 update: nothing changes
-        (_at(26), _bundle(deletes=("MedicationStatement/pt-test-010-med-99",))),
-        (_at(26, 9), invalid),
-        (_at(27), res["Encounter/pt010-enc-01"]),
-    ]  # fmt: skip
-    updates = [
-        FhirUpdate(ts=ts, patient_id=PATIENT, resource_type=doc["resourceType"], resource=json.dumps(doc))
-        for ts, doc in docs
-    ]
-    final = dict(res)
-    final["Observation/pt010-obs-dig"] = digoxin_v2
-    return updates, final, invalid["id"]
-
-
-def _review() -> AdversarialReview:
-    return AdversarialReview(
-        patient_id=PATIENT,
-        review_id="review-1",
-        event_time=AS_OF,
-        disposition="CONCUR",
-        automation_bias_risk="LOW",
-    )
-
-
-def _expected(updates: list[FhirUpdate], review: AdversarialReview) -> list[dict[str, Any]]:
-    """The assessments the pure stream processor emits for the same events in the same order."""
-    knowledge, flags = default_knowledge(), gate_flags(Settings())
-    events: list[tuple[Any, datetime]] = [(c, u.ts) for u in updates if (c := fhir_input(u)[0]) is not None]
-    state, emitted = None, []
-    for event, now in [*events, (review, review.event_time)]:
-        state, outputs = process_event(state, event, now, knowledge, flags)
-        emitted += [o.model_dump(mode="json") for o in outputs if isinstance(o, ClinicalAssessment)]
-    return emitted
 
 
 @pytest.fixture
@@ -150,9 +64,9 @@ def test_patient_stream_emits_only_changes_and_ends_red_like_the_cli(
     exactly the changes the pure processor emits for the same events, the last one RED via Rule C
     despite the reviewer's CONCUR, and it equals ``clingate clinical assess`` on the final data.
     """
-    updates, final, invalid_id = _scenario()
-    review = _review()
-    expected = _expected(updates, review)
+    updates, final, invalid_id = scenario()
+    review = concur_review()
+    expected = expected_assessments(updates, review)
     serde = make_serde(None)
     assessments = Tail(kafka_bootstrap, CLINICAL_ASSESSMENTS)
     dead = Tail(kafka_bootstrap, dlq_name(FHIR_UPDATES))
@@ -185,7 +99,7 @@ def test_patient_stream_emits_only_changes_and_ends_red_like_the_cli(
 
     assert [m.key() for m in assessments.records] == [PATIENT.encode()] * len(expected)
     assert got == expected
-    assert _at(24).strftime("%Y-%m-%dT%H:%M:%SZ") in [a["as_of"] for a in got]
+    assert at(24).strftime("%Y-%m-%dT%H:%M:%SZ") in [a["as_of"] for a in got]
     assert len(got) == len(updates) - 1  # 10 updates - the late version - the invalid one + the review
     assert len(
         {json.dumps({k: v for k, v in a.items() if k != "as_of"}, sort_keys=True) for a in got}
@@ -202,7 +116,7 @@ def test_patient_stream_emits_only_changes_and_ends_red_like_the_cli(
     assert headers["exception"] == "FhirInvalid" and invalid_id in headers["message"]
 
     bundle = tmp_path / "final.json"
-    bundle.write_text(json.dumps(_bundle(*final.values())), encoding="utf-8")
+    bundle.write_text(json.dumps(fhir_bundle(*final.values())), encoding="utf-8")
     cli = subprocess.run(
         [sys.executable, "-W", "ignore", "-m", "streams.cli", "clinical", "assess", "--in", str(bundle),
          "--as-of", AS_OF, "--disposition", "CONCUR", "--automation-bias", "LOW"],

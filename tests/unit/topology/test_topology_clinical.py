@@ -1,0 +1,125 @@
+"""The clinical agent through the topology driver: its outputs are the pure stream processor's.
+
+The driver runs the deployed per-record code (:class:`~streams.worker.clinical.ClinicalHandler`) on the
+three co-partitioned input topics, with the patient table written as changelog groups and read back
+the way a recovered worker reads it. Records are processed in production order, so the assessments
+and audits topics carry exactly what :func:`processors.clinical.assess.process_event` emits for the
+same events, patient by patient.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from schemas.clinical import ClinicalAssessment, Deliverable, SafetyAudit
+from schemas.fhir import FhirUpdate
+from streams.demo.command import clinical_inputs
+from streams.runtime.settings import Settings
+from streams.testing.driver import TopologyDriver, partition_for
+from tests.clinical_scenario import (
+    PATIENT,
+    ClinicalEvent,
+    at,
+    concur_review,
+    expected_assessments,
+    pure_outputs,
+    scenario,
+)
+from topics.catalog import (
+    CLINICAL_ASSESSMENTS,
+    CLINICAL_DELIVERABLES,
+    CLINICAL_REVIEWS,
+    CLINICAL_SAFETY_AUDITS,
+    FHIR_UPDATES,
+)
+
+TOPIC = {FhirUpdate: FHIR_UPDATES, Deliverable: CLINICAL_DELIVERABLES}
+
+
+def _pipe(driver: TopologyDriver, events: list[ClinicalEvent]) -> None:
+    """Each event to its topic, keyed by its patient, in order."""
+    for event in events:
+        driver.pipe(TOPIC.get(type(event), CLINICAL_REVIEWS), event.patient_id.encode(), event)
+
+
+def test_a_patients_fhir_updates_and_review_give_the_pure_processors_assessments() -> None:
+    """Scenario: PT-TEST-010 over nine simulated days (a late older version of a result, a delete, an
+    invalid resource), then a CONCUR review.
+
+    The assessments topic carries exactly the pure processor's emissions (only changes: the late
+    version emits nothing), keyed by the patient; the last one is RED by Rule C despite the CONCUR;
+    the invalid resource is one ``FhirInvalid`` dead letter naming it, while the update's valid
+    resources are applied.
+    """
+    updates, _, invalid_id = scenario()
+    review = concur_review()
+    with TopologyDriver(Settings()) as driver:
+        _pipe(driver, [*updates, review])
+        records = driver.records(CLINICAL_ASSESSMENTS)
+        got = [a.model_dump(mode="json") for a in driver.values(CLINICAL_ASSESSMENTS, ClinicalAssessment)]
+        [dead] = driver.dead_letters(FHIR_UPDATES)
+
+    assert got == expected_assessments(updates, review)
+    assert len(got) == len(updates) - 1
+    assert {r.key for r in records} == {PATIENT.encode()}
+    assert at(24).strftime("%Y-%m-%dT%H:%M:%SZ") in [a["as_of"] for a in got]
+    assert got[-1]["traffic_light"]["light"] == "RED"
+    assert "Rule C: NTI CRITICAL" in got[-1]["traffic_light"]["sources"]
+    assert got[-1]["nti"]["supratherapeutic"][0]["value"] == 2.1
+    assert dead.headers["exception"] == "FhirInvalid" and invalid_id in dead.headers["message"]
+    assert dead.record.key == PATIENT.encode()
+
+
+def _deliverables(patients: list[str], when: datetime) -> list[Deliverable]:
+    return [
+        Deliverable(patient_id=pid, deliverable_id=f"{pid}-plan", event_time=when,
+                    text="Care plan: digoxin level reviewed, potassium monitored, no DDI with amiodarone.")
+        for pid in patients
+    ]  # fmt: skip
+
+
+def test_the_demos_patients_give_the_pure_processors_assessments_and_audits() -> None:
+    """Scenario: the demo's clinical stream: 40 generated patients' FHIR timeline over six simulated
+    weeks, the four golden bundles, their reviews, then a deliverable per golden patient.
+
+    Every assessment and every safety audit the agent publishes, in order, is the pure processor's,
+    each keyed by its patient on the patient's partition; nothing is dead-lettered; each patient's
+    state is on its own partition of the patient table.
+    """
+    fhir, golden = clinical_inputs(40)
+    when = datetime(2026, 3, 29, tzinfo=UTC)
+    events: list[ClinicalEvent] = [*fhir, *(u for u, _ in golden), *(r for _, r in golden)]
+    events += _deliverables([u.patient_id for u, _ in golden], when)
+    settings = Settings()
+    with TopologyDriver(settings) as driver:
+        _pipe(driver, events)
+        assessments = driver.values(CLINICAL_ASSESSMENTS, ClinicalAssessment)
+        audits = driver.values(CLINICAL_SAFETY_AUDITS, SafetyAudit)
+        outputs = driver.records(CLINICAL_ASSESSMENTS, CLINICAL_SAFETY_AUDITS)
+        dead = [d for topic in TOPIC.values() for d in driver.dead_letters(topic)]
+        held = {
+            pid: driver.patients.get(partition_for(pid.encode(), settings.topic_partitions), pid.encode())
+            for pid in {e.patient_id for e in events}
+        }
+
+    expected = pure_outputs(events, settings)
+    assert assessments == [o for o in expected if isinstance(o, ClinicalAssessment)]
+    assert audits == [o for o in expected if isinstance(o, SafetyAudit)] and len(audits) == len(golden)
+    assert all(r.partition == partition_for(r.key or b"", settings.topic_partitions) for r in outputs)
+    assert dead == []
+    assert all(state is not None for state in held.values())
+
+
+def test_redelivered_clinical_records_publish_nothing_and_change_no_patient() -> None:
+    """Scenario: after PT-TEST-010's stream, every third record is delivered again at its offset (a
+    crash before the commit): each is at or below its topic's offset marker, so nothing is published
+    and the patient table's state is unchanged (no new changelog group either)."""
+    updates, _, _ = scenario()
+    with TopologyDriver(Settings()) as driver:
+        _pipe(driver, [*updates, concur_review()])
+        published = len(driver.records(CLINICAL_ASSESSMENTS, CLINICAL_SAFETY_AUDITS))
+        changelog = len(driver.patients.changelog.log)
+        for record in driver.records(FHIR_UPDATES, CLINICAL_REVIEWS)[::3]:
+            driver.redeliver(record)
+        assert len(driver.records(CLINICAL_ASSESSMENTS, CLINICAL_SAFETY_AUDITS)) == published
+        assert len(driver.patients.changelog.log) == changelog
