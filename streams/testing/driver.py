@@ -47,26 +47,34 @@ import asyncio
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 from aiokafka.partitioner import murmur2
 from prometheus_client import CollectorRegistry
 
 from processors.clinical.knowledge import default_knowledge
+from processors.clinical.vocabulary import DrugVocabulary
 from processors.dbpm import parse_event
 from processors.docs.v3 import load_trap_rules
 from schemas.base import AvroModel
 from schemas.common import DeadLetter
-from schemas.dbpm import GateDecision
+from schemas.dbpm import GateDecision, Narrative
 from schemas.docs import ClassificationRequest
 from schemas.serde import Serde, make_serde
 from state.memory import MemoryStore
 from streams.groups.arbiter import DocsWorker, Packets
 from streams.groups.arbiter_calls import LlmCall
+from streams.groups.generator import GROUP as GENERATOR
+from streams.groups.generator import Generator
+from streams.groups.llm import MeteredLlm
 from streams.groups.ordered import Handler, Output, handle_record
+from streams.groups.verifier import GROUP as VERIFIER
+from streams.groups.verifier import Verifier
+from streams.llm import LlmClient
 from streams.replay.kafka import KafkaReplayResult, changelog_state, decision_json, replay_runs
-from streams.runtime.dlq import DecodeFailed, SourceRecord, dead_letter_record, header_map
-from streams.runtime.metrics import ClinicalMetrics, DbpmMetrics, DocsMetrics
+from streams.runtime.dlq import DecodeFailed, SourceRecord, dead_letter_record, decode_record, header_map
+from streams.runtime.metrics import ClinicalMetrics, DbpmMetrics, DocsMetrics, LlmGroupMetrics
 from streams.runtime.settings import Settings
 from streams.worker.app import PATIENT_TABLE, dbpm_engines
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
@@ -77,6 +85,8 @@ from streams.worker.tablestore import ChangelogFollower, TableHandler, group_rec
 from topics.catalog import (
     DBPM_CANDIDATES,
     DBPM_DECISIONS,
+    DBPM_NARRATIVES,
+    DBPM_TO_VERIFY,
     DBPM_VERDICTS,
     DOCS_CLASSIFICATIONS,
     DOCS_REVIEW_PACKETS,
@@ -215,6 +225,34 @@ class TopicPackets(Packets):
         self._read = len(self._topic.log)
 
 
+class TopicNarratives:
+    """The verifier's narrative source, over the driver's narratives topic (what its cache follows).
+
+    A candidate is produced after its narrative, so everything the verifier could wait for is in the
+    topic already; a narrative not found is missing for good, and the verifier dead-letters the
+    candidate (``NarrativeNotFound``) as it does after its wait.
+
+    Args:
+        serde: the driver's serde.
+        topic: the driver's ``clingate.dbpm.narratives``.
+    """
+
+    def __init__(self, serde: Serde, topic: Topic) -> None:
+        self._serde = serde
+        self._topic = topic
+        self._read = 0
+        self._texts: dict[tuple[str, datetime], str] = {}
+
+    async def get(self, patient_id: str, ts: datetime) -> str | None:
+        """The text of the narrative of ``(patient_id, ts)``, or None."""
+        for record in self._topic.log[self._read :]:
+            outcome = decode_record(self._serde, record, Narrative)
+            if not isinstance(outcome, DecodeFailed):  # the generator dead-letters it
+                self._texts[(outcome.value.patient_id, outcome.value.ts)] = outcome.value.text
+        self._read = len(self._topic.log)
+        return self._texts.get((patient_id, ts))
+
+
 @dataclass(frozen=True)
 class DeadLetterRecord:
     """A record of a dead-letter topic, read back."""
@@ -232,7 +270,8 @@ class TopologyDriver:
 
     Runs the worker's memory agent, gate and clinical agent, and the docs worker (rules only unless
     ``docs_call`` is given), configured from ``settings`` as ``clingate worker`` and ``clingate docs
-    worker`` are; LLM groups join with :meth:`add_group`. Use it as a context manager, or
+    worker`` are; the generator and verifier groups join with :meth:`add_llm_groups`, any other
+    group's handler with :meth:`add_group`. Use it as a context manager, or
     :meth:`close` it (it owns an event loop for handlers that return awaitables).
 
     Args:
@@ -316,6 +355,30 @@ class TopologyDriver:
             self._route(record, handled, dead_lettered)
 
         self._subscribe(topics, process)
+
+    def add_llm_groups(self, client: LlmClient, vocabulary: DrugVocabulary | None = None) -> LlmGroupMetrics:
+        """Subscribe the generator and verifier groups' handlers, their calls made through ``client``.
+
+        As ``clingate generator`` and ``clingate verifier`` build them (the verifier with the memory
+        engine's configuration, for verdict keys), except where they find narratives
+        (:class:`TopicNarratives`). ``client`` is used on the driver's event loop (:meth:`run`).
+
+        Args:
+            client: the LLM client (e.g. to an :class:`~streams.llm.serve.testserver.OpenAiTestServer`
+                started with :meth:`run`); the caller closes it.
+            vocabulary: the generator's drug dictionary for prompt hints (default: empty).
+
+        Returns:
+            The groups' metrics (calls, verdicts, calls saved).
+        """
+        metrics = LlmGroupMetrics(CollectorRegistry())
+        generator = Generator(MeteredLlm(client, metrics, GENERATOR), self.serde,
+                              vocabulary or DrugVocabulary.empty())  # fmt: skip
+        self.add_group([DBPM_NARRATIVES], generator, Narrative.avro_name)
+        narratives = TopicNarratives(self.serde, self.topics[DBPM_NARRATIVES])
+        verifier = Verifier(MeteredLlm(client, metrics, VERIFIER), self.serde, self.engine, narratives)
+        self.add_group([DBPM_TO_VERIFY, DBPM_DECISIONS], verifier, GateDecision.avro_name)
+        return metrics
 
     def run(self, awaitable: Any) -> Any:
         """Run ``awaitable`` to completion on the driver's event loop (e.g. to start a test server)."""

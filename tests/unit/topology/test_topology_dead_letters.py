@@ -13,7 +13,6 @@ and the memory are those of the good stream alone.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -21,19 +20,20 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processors.dbpm import BadEvent, parse_event, parse_time
+from processors.dbpm import parse_event
 from schemas.base import AvroModel
 from schemas.clinical import Deliverable
 from schemas.dbpm import Candidate, Verdict
-from schemas.serde import SINGLE_OBJECT_MAGIC, make_serde
+from schemas.serde import make_serde
 from streams.bench.dbpm import generate_events
 from streams.demo.command import verify_example
 from streams.runtime.dlq import SourceRecord
 from streams.runtime.settings import Settings
 from streams.testing.driver import TopologyDriver
 from streams.worker.app import dbpm_engines
-from streams.worker.dbpm import TICK_HEADER, verdict_key
+from streams.worker.dbpm import verdict_key
 from tests.clinical_scenario import concur_review, scenario
+from tests.unit.topology.bad_records import KINDS, Piped, applies
 from tests.unit.topology.test_topology_arbiter import _review
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
@@ -58,24 +58,10 @@ SETTINGS = Settings(CLINGATE_DBPM_MAINTENANCE=False)
 CONSUMED = (DBPM_CANDIDATES, DBPM_VERDICTS, DBPM_PROPAGATIONS, FHIR_UPDATES, CLINICAL_REVIEWS,
             CLINICAL_DELIVERABLES, DOCS_CLASSIFICATIONS, DOCS_REVIEWS)  # fmt: skip
 """Every topic a runtime of the driver consumes."""
-KEY_CHECKED = (DBPM_VERDICTS, DBPM_PROPAGATIONS, FHIR_UPDATES, CLINICAL_REVIEWS, CLINICAL_DELIVERABLES)
-"""Topics whose runtime dead-letters a record whose key is not the key of its content."""
 OUTPUTS = (DBPM_DECISIONS, DBPM_TO_VERIFY, CLINICAL_ASSESSMENTS, CLINICAL_SAFETY_AUDITS, DOCS_DISPOSITIONS,
            DOCS_REVIEW_PACKETS, DOCS_GROUND_TRUTH)  # fmt: skip
 """The topics the good records' outputs go to (propagations carry their origin offset, so they are
 compared through the memory they build)."""
-TWO_MB = 2 * 1024 * 1024
-GARBAGE_TICKS = (None, b"", b"\xffnot a time", b"yesterday", b"2026-13-45T99:99:99Z", b"2026-05-04T10:00:00")
-
-
-@dataclass(frozen=True)
-class Piped:
-    """One record to pipe."""
-
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
 def _model(obj: dict[str, Any], model: type[AvroModel]) -> AvroModel:
@@ -166,78 +152,10 @@ def samples() -> dict[str, Piped]:
     return found
 
 
-def _not_a_time(value: bytes | None) -> bool:
-    try:
-        parse_time(value.decode())  # type: ignore[union-attr]
-    except (AttributeError, UnicodeDecodeError, BadEvent):
-        return True
-    return False
-
-
-BadRecord = Callable[[str, random.Random], Piped]
-"""Makes a bad record of one kind for a topic, its free choices drawn from the generator."""
-
-
-def _random_bytes(topic: str, rng: random.Random) -> Piped:
-    return Piped(topic, samples()[topic].key, rng.randbytes(rng.randrange(65)))
-
-
-def _truncated(topic: str, rng: random.Random) -> Piped:
-    good = samples()[topic]
-    value = good.value or b""
-    return Piped(topic, good.key, value[: rng.randrange(len(value))])
-
-
-def _flipped_header(topic: str, rng: random.Random) -> Piped:
-    """A good record with one bit of its single-object header (marker and schema fingerprint) flipped.
-
-    Only the header: a flipped bit in the body often still decodes, into another valid record.
-    """
-    good = samples()[topic]
-    flipped = bytearray(good.value or b"")
-    bit = rng.randrange(len(SINGLE_OBJECT_MAGIC + bytes(8)) * 8)
-    flipped[bit // 8] ^= 1 << (bit % 8)
-    return Piped(topic, good.key, bytes(flipped))
-
-
-def _foreign(topic: str, rng: random.Random) -> Piped:
-    other = rng.choice([t for t in CONSUMED if t != topic])
-    return Piped(topic, samples()[topic].key, samples()[other].value)
-
-
-def _tombstone(topic: str, rng: random.Random) -> Piped:
-    return Piped(topic, samples()[topic].key, None)
-
-
-def _wrong_key(topic: str, rng: random.Random) -> Piped:
-    good = samples()[topic]
-    return Piped(topic, good.key + rng.randbytes(rng.randrange(1, 9)), good.value)  # type: ignore[operator]
-
-
-def _garbage_tick(topic: str, rng: random.Random) -> Piped:
-    garbage = rng.choice([*GARBAGE_TICKS, rng.randbytes(rng.randrange(25))])
-    if not _not_a_time(garbage):
-        garbage = b"\xff" + (garbage or b"")
-    body = rng.choice([b"", samples()[topic].value])
-    return Piped(topic, samples()[topic].key, body, ((TICK_HEADER, garbage),))
-
-
-def _two_mb(topic: str, rng: random.Random) -> Piped:
-    return Piped(topic, samples()[topic].key, SINGLE_OBJECT_MAGIC + rng.randbytes(TWO_MB))
-
-
-KINDS: dict[str, BadRecord] = {
-    "random bytes": _random_bytes, "truncated": _truncated, "flipped header": _flipped_header,
-    "another schema": _foreign, "tombstone": _tombstone, "wrong key": _wrong_key,
-    "garbage watermark": _garbage_tick, "2 MB": _two_mb,
-}  # fmt: skip
-
-
-def applies(kind: str, topic: str) -> bool:
-    """Whether ``kind`` is a bad record on ``topic`` (keys are checked on some topics, ticks are verdicts)."""
-    return (kind != "wrong key" or topic in KEY_CHECKED) and (
-        kind != "garbage watermark" or topic == DBPM_VERDICTS
-    )
+def bad_record(kind: str, topic: str, rng: random.Random) -> Piped:
+    """A bad record of ``kind`` on ``topic``, made from the topic's sample and the other topics'."""
+    others = [samples()[t].value or b"" for t in CONSUMED if t != topic]
+    return KINDS[kind](samples()[topic], others, rng)
 
 
 @st.composite
@@ -245,7 +163,7 @@ def bad_records(draw: st.DrawFn) -> Piped:
     """A bad record of any applicable kind on any consumed topic."""
     topic = draw(st.sampled_from(CONSUMED))
     kind = draw(st.sampled_from([k for k in KINDS if applies(k, topic)]))
-    return KINDS[kind](topic, random.Random(draw(st.integers(0, 2**32))))
+    return bad_record(kind, topic, random.Random(draw(st.integers(0, 2**32))))
 
 
 def assert_dead_lettered_alone(bad: list[tuple[int, Piped]]) -> None:
@@ -292,7 +210,7 @@ def test_every_kind_of_bad_record_on_every_consumed_topic_is_dead_lettered_once(
     stream (a 2 MB value included on each topic)."""
     rng = random.Random(5)
     draws = [(kind, topic) for topic in CONSUMED for kind in KINDS if applies(kind, topic)]
-    bad = [(rng.randrange(len(good_stream()) + 1), KINDS[kind](topic, rng)) for kind, topic in draws]
+    bad = [(rng.randrange(len(good_stream()) + 1), bad_record(kind, topic, rng)) for kind, topic in draws]
     assert_dead_lettered_alone(bad)
 
 

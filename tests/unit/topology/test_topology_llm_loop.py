@@ -1,0 +1,121 @@
+"""The whole DBPM loop through the topology driver: narratives -> generator -> gate -> verifier -> memory.
+
+The generator and verifier handlers (:class:`~streams.groups.generator.Generator`,
+:class:`~streams.groups.verifier.Verifier`) call the production LLM client, against the in-process test
+server answering as the demo's script does (the synthetic stream's planned candidates and verdicts,
+:mod:`streams.demo.llm`); the gate and the memory agent run as everywhere on the driver. Each piped
+narrative is processed to the end (its candidates decided, verified and learnt) before the next, the
+order of the demo's lockstep slice, so the demo's own check holds without a broker: decisions and
+memory equal the in-process engine's on the loop's events (:func:`streams.demo.command.loop_reference`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+from prometheus_client import Counter
+
+from schemas.dbpm import Candidate, Decision, GateDecision, Verdict
+from streams.demo.command import _in_process, demo_stream, loop_reference
+from streams.demo.llm import LoopPlan, loop_plan, script_responder
+from streams.llm import ClientPolicy, Endpoint, LlmClient, Role
+from streams.llm.serve.testserver import DEFAULT_MODEL, OpenAiTestServer
+from streams.runtime.metrics import LlmGroupMetrics
+from streams.runtime.settings import Settings
+from streams.testing.driver import TopologyDriver
+from tests.unit.topology.bad_records import KINDS, Piped, applies
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_NARRATIVES, DBPM_TO_VERIFY, DBPM_VERDICTS
+
+SETTINGS = Settings(CLINGATE_DBPM_MAINTENANCE=False)
+
+
+@contextmanager
+def llm_loop(loop: LoopPlan) -> Iterator[tuple[TopologyDriver, LlmGroupMetrics]]:
+    """A driver with the LLM groups, their client on a test server answering ``loop``'s script."""
+    with TopologyDriver(SETTINGS) as driver:
+        server = OpenAiTestServer(
+            models=[DEFAULT_MODEL], responder=script_responder(loop.answers), record=False
+        )
+        base = driver.run(server.start())
+        roles = {role: Endpoint(base, DEFAULT_MODEL) for role in (Role.GENERATOR, Role.VERIFIER)}
+        client = LlmClient(roles, policy=ClientPolicy(timeout_s=10.0, max_retries=0))
+        try:
+            yield driver, driver.add_llm_groups(client)
+        finally:
+            driver.run(client.aclose())
+            driver.run(server.stop())
+
+
+def _total(counter: Counter) -> float:
+    return sum(s.value for m in counter.collect() for s in m.samples if s.name.endswith("_total"))
+
+
+def test_the_loop_decides_and_learns_like_the_in_process_engine_and_bad_records_are_dead_lettered() -> None:
+    """Scenario: the narratives of four synthetic patients and, after the second, a bad record of every
+    kind that applies on both LLM groups' input topics (random bytes, truncated, flipped header, another
+    schema, tombstone, 2 MB).
+
+    The generator emits exactly the planned candidates; every candidate is decided, every one let
+    through is verified into one verdict, every BLOCK counts as a verifier call saved; decisions and the
+    memory (read from its changelog) are the in-process engine's on the loop's events; each bad record
+    is one dead letter, whole, on its topic's DLQ.
+    """
+    loop = loop_plan(demo_stream(4))
+    rng = random.Random(11)
+    bad: list[Piped] = []
+    with llm_loop(loop) as (driver, metrics):
+        for index, narrative in enumerate(loop.narratives):
+            driver.pipe(DBPM_NARRATIVES, narrative.patient_id.encode(), narrative)
+            if index == 1:
+                good = [
+                    Piped(r.topic, r.key, r.value)
+                    for r in driver.records(DBPM_NARRATIVES, DBPM_TO_VERIFY)[:2]
+                ]
+                bad = [
+                    KINDS[kind](sample, [other.value or b""], rng)
+                    for sample, other in (good, good[::-1])
+                    for kind in KINDS
+                    if applies(kind, sample.topic)
+                ]
+                for record in bad:
+                    driver.pipe(record.topic, record.key, record.value, record.headers)
+        candidates = driver.values(DBPM_CANDIDATES, Candidate)
+        decisions = {d.candidate_id: d.decision.value for d in driver.values(DBPM_DECISIONS, GateDecision)}
+        verdicts = {v.candidate_id: v for v in driver.values(DBPM_VERDICTS, Verdict)}
+        state = driver.memory_state(loop.narratives[-1].ts.timestamp())
+        dead = [d.letter for topic in (DBPM_NARRATIVES, DBPM_TO_VERIFY) for d in driver.dead_letters(topic)]
+        engine = driver.engine
+
+    emitted = {n.patient_id: [c for c in candidates if c.patient_id == n.patient_id] for n in loop.narratives}
+    assert emitted == loop.candidates
+    expected, expected_state, _, _ = _in_process(engine, loop_reference(loop, emitted, verdicts), 0)
+    assert decisions == expected
+    assert state == expected_state
+    blocked = sum(d == Decision.BLOCK.value for d in decisions.values())
+    assert set(verdicts) == {c for c, d in decisions.items() if d != Decision.BLOCK.value}
+    assert _total(metrics.calls_saved) == blocked
+    assert {r.topic for r in bad} == {DBPM_NARRATIVES, DBPM_TO_VERIFY} and len(bad) == 12
+    assert [(d.topic, d.key, d.value) for d in dead] == [(r.topic, r.key, r.value) for r in bad]
+
+
+def test_a_candidate_without_its_narrative_is_dead_lettered_by_the_verifier() -> None:
+    """Scenario: a to-verify record whose candidate names a narrative time nothing was published at.
+
+    The verifier finds no narrative and dead-letters it (``NarrativeNotFound``, stage ``process``)
+    without a call; no verdict is invented.
+    """
+    loop = loop_plan(demo_stream(1))
+    with llm_loop(loop) as (driver, metrics):
+        driver.pipe(DBPM_NARRATIVES, loop.narratives[0].patient_id.encode(), loop.narratives[0])
+        decision = driver.values(DBPM_TO_VERIFY, GateDecision)[0]
+        later = decision.ts + timedelta(days=1)
+        orphan = decision.model_copy(update={"ts": later, "candidate": decision.candidate.model_copy(
+            update={"ts": later})})  # fmt: skip
+        verdicts, calls = len(driver.records(DBPM_VERDICTS)), _total(metrics.llm.calls)
+        driver.pipe(DBPM_TO_VERIFY, decision.patient_id.encode(), orphan)
+        [letter] = driver.dead_letters(DBPM_TO_VERIFY)
+        assert (len(driver.records(DBPM_VERDICTS)), _total(metrics.llm.calls)) == (verdicts, calls)
+    assert (letter.headers["exception"], letter.headers["stage"]) == ("NarrativeNotFound", "process")
