@@ -42,7 +42,7 @@ from streams.testing.broker import LocalKafka
 from streams.testing.tail import Tail
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
 from streams.worker.dbpm import producer_config
-from tests.integration.test_clinical_worker import PATIENT, _expected, _review, _scenario
+from tests.clinical_scenario import PATIENT, concur_review, expected_assessments, scenario
 from topics.admin import ensure_topics
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
@@ -150,9 +150,9 @@ def test_clinical_agent_repeats_but_never_loses_an_assessment_across_sigkill(
     byte for byte (the assessment's ``as_of`` is the event time), but none is lost and none differs,
     so the assessments with repeats removed are exactly what the pure processor emits.
     """
-    updates, _, _ = _scenario()
-    review = _review()
-    expected = _expected(updates, review)
+    updates, _, _ = scenario()
+    review = concur_review()
+    expected = expected_assessments(updates, review)
     serde = make_serde(None)
     app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
     ensure_topics(admin_client(kafka_bootstrap), build_catalog(get_settings().topic_partitions))
