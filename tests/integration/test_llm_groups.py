@@ -50,6 +50,7 @@ from streams.runtime.metrics import LlmGroupMetrics
 from streams.runtime.settings import Settings
 from streams.worker.dbpm import contract_event, memory_changelog, producer_config
 from tests.integration.test_dbpm_worker import COMPARISON_FLAGS, _scraped_sum
+from tests.llm_answers import FAILING_ENTITY, clinical_responder, verdict_requests
 from topics.admin import ensure_topics
 from topics.catalog import (
     DBPM_CANDIDATES,
@@ -64,27 +65,8 @@ from topics.catalog import (
 
 pytestmark = pytest.mark.integration
 
-FAILING_ENTITY = "tumour lysis syndrome"
 SERDE = make_serde(None)
 T0 = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
-
-
-def _schema_fields(request: ChatRequest) -> set[str]:
-    return set(request.schema.get("properties", {}))
-
-
-def clinical_responder(request: ChatRequest) -> Any:
-    """Generator and verifier in one: NER finds the failing entity, the verifier FAILs exactly it."""
-    fields = _schema_fields(request)
-    if "entities" in fields:
-        return {"entities": [{"entity": FAILING_ENTITY, "category": "Diagnosis"}]}
-    if "relations" in fields:
-        return {"relations": []}
-    if "status" in fields:
-        return {"status": "NOT_IN_NARRATIVE", "answer": ""}
-    if "verdict" in fields:
-        return {"verdict": "FAIL" if f"entity: {FAILING_ENTITY}" in request.prompt else "PASS"}
-    raise AssertionError(f"unexpected schema {sorted(fields)}")
 
 
 @contextmanager
@@ -106,11 +88,6 @@ def served(**options: Any) -> Iterator[OpenAiTestServer]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(30)
         loop.close()
-
-
-def _verdict_requests(server: OpenAiTestServer) -> int:
-    return sum(1 for body in server.requests if "verdict" in body["response_format"]["json_schema"]["schema"]
-               .get("properties", {}))  # fmt: skip
 
 
 class Tail:
@@ -259,7 +236,7 @@ def test_verifier_fails_teach_the_memory_until_the_gate_blocks_without_a_verifie
                         wait_until_consumed, kafka_bootstrap, worker.app_id, DBPM_VERDICTS, 60
                     )
                 assert blocked_at is not None and blocked_at >= 2, "min support: no single FAIL blocks"
-                verdict_calls = _verdict_requests(ver_server)
+                verdict_calls = verdict_requests(ver_server)
                 assert verdict_calls == blocked_at
 
                 def saved() -> float | None:
@@ -273,7 +250,7 @@ def test_verifier_fails_teach_the_memory_until_the_gate_blocks_without_a_verifie
                 await asyncio.to_thread(
                     wait_until_consumed, kafka_bootstrap, settings.verifier_group_id, DBPM_TO_VERIFY, 60
                 )
-                assert _verdict_requests(ver_server) == verdict_calls  # no call for the BLOCKed candidate
+                assert verdict_requests(ver_server) == verdict_calls  # no call for the BLOCKed candidate
                 assert saved() == 1.0
                 made = metrics.registry.get_sample_value(
                     "clingate_llm_calls_total",

@@ -1,9 +1,10 @@
 """The whole DBPM loop through the topology driver: narratives -> generator -> gate -> verifier -> memory.
 
 The generator and verifier handlers (:class:`~streams.groups.generator.Generator`,
-:class:`~streams.groups.verifier.Verifier`) call the production LLM client, against the in-process test
-server answering as the demo's script does (the synthetic stream's planned candidates and verdicts,
-:mod:`streams.demo.llm`); the gate and the memory agent run as everywhere on the driver. Each piped
+:class:`~streams.groups.verifier.Verifier`) call the production LLM client against the in-process test
+server, here answering as the demo's script does (the synthetic stream's planned candidates and
+verdicts, :mod:`streams.demo.llm`) or with one hallucinated entity the verifier fails; the gate and the
+memory agent run as everywhere on the driver. Each piped
 narrative is processed to the end (its candidates decided, verified and learnt) before the next, the
 order of the demo's lockstep slice, so the demo's own check holds without a broker: decisions and
 memory equal the in-process engine's on the loop's events (:func:`streams.demo.command.loop_reference`).
@@ -14,39 +15,54 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from prometheus_client import Counter
 
-from schemas.dbpm import Candidate, Decision, GateDecision, Verdict
+from schemas.dbpm import Candidate, Decision, GateDecision, Narrative, NerPayload, Verdict
 from streams.demo.command import _in_process, demo_stream, loop_reference
 from streams.demo.llm import LoopPlan, loop_plan, script_responder
 from streams.llm import ClientPolicy, Endpoint, LlmClient, Role
-from streams.llm.serve.testserver import DEFAULT_MODEL, OpenAiTestServer
+from streams.llm.serve.testserver import DEFAULT_MODEL, OpenAiTestServer, Responder
 from streams.runtime.metrics import LlmGroupMetrics
 from streams.runtime.settings import Settings
 from streams.testing.driver import TopologyDriver
+from tests.llm_answers import FAILING_ENTITY, clinical_responder, verdict_requests
 from tests.unit.topology.bad_records import KINDS, Piped, applies
-from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_NARRATIVES, DBPM_TO_VERIFY, DBPM_VERDICTS
+from topics.catalog import (
+    DBPM_CANDIDATES,
+    DBPM_DECISIONS,
+    DBPM_NARRATIVES,
+    DBPM_TO_VERIFY,
+    DBPM_VERDICTS,
+    DBPM_VERIFIED,
+)
 
 SETTINGS = Settings(CLINGATE_DBPM_MAINTENANCE=False)
 
 
 @contextmanager
-def llm_loop(loop: LoopPlan) -> Iterator[tuple[TopologyDriver, LlmGroupMetrics]]:
-    """A driver with the LLM groups, their client on a test server answering ``loop``'s script."""
-    with TopologyDriver(SETTINGS) as driver:
-        server = OpenAiTestServer(
-            models=[DEFAULT_MODEL], responder=script_responder(loop.answers), record=False
-        )
+def llm_groups(
+    settings: Settings, responder: Responder
+) -> Iterator[tuple[TopologyDriver, LlmGroupMetrics, OpenAiTestServer]]:
+    """A driver with the LLM groups, their client on a test server answering with ``responder``."""
+    with TopologyDriver(settings) as driver:
+        server = OpenAiTestServer(models=[DEFAULT_MODEL], responder=responder)
         base = driver.run(server.start())
         roles = {role: Endpoint(base, DEFAULT_MODEL) for role in (Role.GENERATOR, Role.VERIFIER)}
         client = LlmClient(roles, policy=ClientPolicy(timeout_s=10.0, max_retries=0))
         try:
-            yield driver, driver.add_llm_groups(client)
+            yield driver, driver.add_llm_groups(client), server
         finally:
             driver.run(client.aclose())
             driver.run(server.stop())
+
+
+@contextmanager
+def llm_loop(loop: LoopPlan) -> Iterator[tuple[TopologyDriver, LlmGroupMetrics]]:
+    """The LLM groups on a test server answering ``loop``'s script (the demo's)."""
+    with llm_groups(SETTINGS, script_responder(loop.answers)) as (driver, metrics, _server):
+        yield driver, metrics
 
 
 def _total(counter: Counter) -> float:
@@ -119,3 +135,38 @@ def test_a_candidate_without_its_narrative_is_dead_lettered_by_the_verifier() ->
         [letter] = driver.dead_letters(DBPM_TO_VERIFY)
         assert (len(driver.records(DBPM_VERDICTS)), _total(metrics.llm.calls)) == (verdicts, calls)
     assert (letter.headers["exception"], letter.headers["stage"]) == ("NarrativeNotFound", "process")
+
+
+def test_verifier_fails_teach_the_memory_until_the_gate_blocks_without_a_verifier_call() -> None:
+    """Scenario: narratives of different patients all yield the same hallucinated entity, which the
+    verifier fails (the worker's default settings).
+
+    Narratives in -> generator candidates -> gate decisions -> verifier FAIL verdicts -> memory. After
+    enough corroborating FAILs (more than one: the memory's minimum support) the gate BLOCKs the next
+    identical candidate, which never reaches the verifier: the server answered one verdict call per
+    earlier narrative and none after, and the BLOCK is counted as a saved call.
+    """
+    with llm_groups(Settings(), clinical_responder) as (driver, metrics, server):
+        blocked_at = None
+        for i in range(10):
+            text = f"Patient p{i} was admitted; the team suspected {FAILING_ENTITY}."
+            narrative = Narrative(ts=datetime(2026, 5, 4, 10, i, tzinfo=UTC), patient_id=f"p{i}", text=text)
+            driver.pipe(DBPM_NARRATIVES, narrative.patient_id.encode(), narrative)
+            [decision] = [d for d in driver.values(DBPM_DECISIONS, GateDecision) if d.patient_id == f"p{i}"]
+            if decision.decision is Decision.BLOCK:
+                blocked_at = i
+                break
+        verdicts = driver.values(DBPM_VERDICTS, Verdict)
+        verified = driver.records(DBPM_VERIFIED)
+        calls = verdict_requests(server)
+    saved = metrics.registry.get_sample_value("clingate_llm_verifier_calls_saved_total", {"task": "ner"})
+    made = metrics.registry.get_sample_value(
+        "clingate_llm_calls_total", {"group": "verifier", "call_type": "ner_verdict", "outcome": "ok"}
+    )
+
+    assert blocked_at is not None and blocked_at >= 2, "min support: no single FAIL blocks"
+    assert calls == made == len(verdicts) == blocked_at
+    assert saved == 1.0
+    assert {(v.verdict, v.source) for v in verdicts} == {("hard_fail", "verifier_mmed")}
+    assert {v.payload for v in verdicts} == {NerPayload(entity=FAILING_ENTITY, category="Diagnosis")}
+    assert verified == []
