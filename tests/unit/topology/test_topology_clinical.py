@@ -9,19 +9,26 @@ same events, patient by patient.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from pathlib import Path
+
+from typer.testing import CliRunner
 
 from schemas.clinical import ClinicalAssessment, Deliverable, SafetyAudit
 from schemas.fhir import FhirUpdate
+from streams.cli.clinical import app as clinical_cli
 from streams.demo.command import clinical_inputs
 from streams.runtime.settings import Settings
 from streams.testing.driver import TopologyDriver, partition_for
 from tests.clinical_scenario import (
+    AS_OF,
     PATIENT,
     ClinicalEvent,
     at,
     concur_review,
     expected_assessments,
+    fhir_bundle,
     pure_outputs,
     scenario,
 )
@@ -42,16 +49,18 @@ def _pipe(driver: TopologyDriver, events: list[ClinicalEvent]) -> None:
         driver.pipe(TOPIC.get(type(event), CLINICAL_REVIEWS), event.patient_id.encode(), event)
 
 
-def test_a_patients_fhir_updates_and_review_give_the_pure_processors_assessments() -> None:
+def test_a_patients_fhir_updates_and_review_give_the_pure_processors_assessments_and_the_clis(
+    tmp_path: Path,
+) -> None:
     """Scenario: PT-TEST-010 over nine simulated days (a late older version of a result, a delete, an
     invalid resource), then a CONCUR review.
 
     The assessments topic carries exactly the pure processor's emissions (only changes: the late
-    version emits nothing), keyed by the patient; the last one is RED by Rule C despite the CONCUR;
-    the invalid resource is one ``FhirInvalid`` dead letter naming it, while the update's valid
-    resources are applied.
+    version emits nothing), keyed by the patient; the last one is RED by Rule C despite the CONCUR and
+    equals ``clingate clinical assess`` on the final resources; the invalid resource is one
+    ``FhirInvalid`` dead letter naming it, while the update's valid resources are applied.
     """
-    updates, _, invalid_id = scenario()
+    updates, final, invalid_id = scenario()
     review = concur_review()
     with TopologyDriver(Settings()) as driver:
         _pipe(driver, [*updates, review])
@@ -68,6 +77,23 @@ def test_a_patients_fhir_updates_and_review_give_the_pure_processors_assessments
     assert got[-1]["nti"]["supratherapeutic"][0]["value"] == 2.1
     assert dead.headers["exception"] == "FhirInvalid" and invalid_id in dead.headers["message"]
     assert dead.record.key == PATIENT.encode()
+
+    bundle = tmp_path / "final.json"
+    bundle.write_text(json.dumps(fhir_bundle(*final.values())), encoding="utf-8")
+    args = [
+        "assess",
+        "--in",
+        str(bundle),
+        "--as-of",
+        AS_OF,
+        "--disposition",
+        "CONCUR",
+        "--automation-bias",
+        "LOW",
+    ]
+    cli = CliRunner().invoke(clinical_cli, args)
+    assert cli.exit_code == 0, cli.output
+    assert json.loads(cli.stdout) == got[-1]
 
 
 def _deliverables(patients: list[str], when: datetime) -> list[Deliverable]:
