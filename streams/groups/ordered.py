@@ -53,6 +53,7 @@ from streams.runtime.dlq import (
     DecodeFailed,
     SourceRecord,
     processing_failed,
+    record_size,
 )
 from streams.runtime.kafka_config import client_config, liveness_config
 from topics.catalog import max_message_bytes
@@ -167,7 +168,7 @@ def fitting(record: SourceRecord, handled: Handled, expected_schema: str) -> Han
     ``max.message.bytes``: the broker would refuse it, and the loop would stop on every retry."""
     for item in handled:
         if isinstance(item, Output):
-            size = len(item.key) + len(item.value) + sum(len(k.encode()) + len(v) for k, v in item.headers)
+            size = record_size(item.key, item.value, item.headers)
             if size > (limit := max_message_bytes(item.topic) - RECORD_OVERHEAD_BYTES):
                 reason = f"output of {size} bytes to {item.topic}, which admits {limit}"
                 return [DecodeFailed(record, Stage.PRODUCE, "OutputTooLarge", reason, None, expected_schema)]

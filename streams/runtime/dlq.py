@@ -200,7 +200,12 @@ class OutgoingRecord:
     @property
     def size(self) -> int:
         """Bytes of key, value and headers (what counts against ``max.message.bytes``, framing aside)."""
-        return len(self.key or b"") + len(self.value) + sum(len(k.encode()) + len(v) for k, v in self.headers)
+        return record_size(self.key, self.value, self.headers)
+
+
+def record_size(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]]) -> int:
+    """Bytes of a record's key, value and headers: what counts against ``max.message.bytes`` (no framing)."""
+    return len(key or b"") + len(value or b"") + sum(len(k.encode()) + len(v or b"") for k, v in headers)
 
 
 def capped(reason: str) -> str:

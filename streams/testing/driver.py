@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -62,6 +62,7 @@ from schemas.common import DeadLetter
 from schemas.dbpm import GateDecision, Narrative
 from schemas.docs import ClassificationRequest
 from schemas.serde import Serde, make_serde
+from state.base import Store
 from state.memory import MemoryStore
 from streams.groups.arbiter import DocsWorker, Packets
 from streams.groups.arbiter_calls import LlmCall
@@ -73,7 +74,15 @@ from streams.groups.verifier import GROUP as VERIFIER
 from streams.groups.verifier import Verifier
 from streams.llm import LlmClient
 from streams.replay.kafka import KafkaReplayResult, changelog_state, decision_json, replay_runs
-from streams.runtime.dlq import DecodeFailed, SourceRecord, dead_letter_record, decode_record, header_map
+from streams.runtime.dlq import (
+    RECORD_OVERHEAD_BYTES,
+    DecodeFailed,
+    SourceRecord,
+    dead_letter_record,
+    decode_record,
+    header_map,
+    record_size,
+)
 from streams.runtime.metrics import ClinicalMetrics, DbpmMetrics, DocsMetrics, LlmGroupMetrics
 from streams.runtime.settings import Settings
 from streams.worker.app import PATIENT_TABLE, dbpm_engines
@@ -124,7 +133,8 @@ class Topic:
     Args:
         name: the topic's name.
         partitions: its partition count.
-        max_bytes: the largest record (key, value and headers) it admits.
+        max_bytes: its ``max.message.bytes`` (a record's key, value and headers must fit in it with
+            :data:`~streams.runtime.dlq.RECORD_OVERHEAD_BYTES` to spare, as the producers assume).
     """
 
     def __init__(self, name: str, partitions: int, max_bytes: int) -> None:
@@ -157,11 +167,9 @@ class Topic:
                 raise ValueError(f"{self.name}: a record without a key needs an explicit partition")
         if not 0 <= partition < len(self.partitions):
             raise ValueError(f"{self.name} has no partition {partition}")
-        size = len(key or b"") + len(value or b"") + sum(len(k.encode()) + len(v or b"") for k, v in headers)
-        if size > self._max_bytes:
-            raise RecordTooLargeError(
-                f"{self.name}: a record of {size} bytes; the topic admits {self._max_bytes}"
-            )
+        size = record_size(key, value, headers)
+        if size > (limit := self._max_bytes - RECORD_OVERHEAD_BYTES):
+            raise RecordTooLargeError(f"{self.name}: a record of {size} bytes; the topic admits {limit}")
         records = self.partitions[partition]
         record = SourceRecord(self.name, partition, len(records), timestamp_ms, key, value, tuple(headers))
         records.append(record)
@@ -189,7 +197,7 @@ class ChangelogTable:
         """The value of ``key`` in ``partition``, or None."""
         return self._followers[partition].store.get(key)
 
-    def iter_range(self, partition: int, start: bytes, end: bytes | None) -> Iterable[tuple[bytes, bytes]]:
+    def iter_range(self, partition: int, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` of ``partition`` in ``[start, end)``, ascending."""
         return self._followers[partition].store.iter_range(start, end)
 
@@ -200,9 +208,9 @@ class ChangelogTable:
             record = self.changelog.append(key, value, partition=partition)
             follower.add(key, value, record.offset)
 
-    def stores(self) -> list[MemoryStore]:
+    def stores(self) -> list[Store]:
         """Every partition's store, in partition order."""
-        return [follower.store for follower in self._followers]  # type: ignore[misc]
+        return [follower.store for follower in self._followers]
 
 
 class TopicPackets(Packets):

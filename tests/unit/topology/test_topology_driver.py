@@ -7,6 +7,7 @@ import pytest
 from schemas.common import DeadLetter
 from schemas.dbpm import Candidate
 from streams.bench.dbpm import generate_events
+from streams.runtime.dlq import RECORD_OVERHEAD_BYTES
 from streams.runtime.settings import Settings
 from streams.testing.driver import RecordTooLargeError, Topic, TopologyDriver, partition_for
 from tests.clinical_scenario import concur_review, scenario
@@ -47,7 +48,7 @@ def test_the_driver_has_every_catalog_topic_with_its_partitions() -> None:
 
 
 def test_records_get_offsets_per_partition_in_order() -> None:
-    topic = Topic("t", 3, 1000)
+    topic = Topic("t", 3, 10_000)
     keys = [b"a", b"b", b"a", b"c", b"a"]
     stored = [topic.append(k, b"v") for k in keys]
     for p, records in enumerate(topic.partitions):
@@ -59,14 +60,14 @@ def test_records_get_offsets_per_partition_in_order() -> None:
 
 def test_a_record_without_a_key_needs_a_partition_unless_the_topic_has_one() -> None:
     with pytest.raises(ValueError, match="explicit partition"):
-        Topic("t", 3, 1000).append(None, b"v")
-    assert Topic("t", 3, 1000).append(None, b"v", partition=2).partition == 2
-    assert Topic("t", 1, 1000).append(None, b"v").partition == 0
+        Topic("t", 3, 10_000).append(None, b"v")
+    assert Topic("t", 3, 10_000).append(None, b"v", partition=2).partition == 2
+    assert Topic("t", 1, 10_000).append(None, b"v").partition == 0
 
 
 def test_a_record_larger_than_its_topic_admits_is_refused() -> None:
     with pytest.raises(RecordTooLargeError):
-        Topic("t", 1, 10).append(b"key", b"value--", [("h", b"x")])
+        Topic("t", 1, RECORD_OVERHEAD_BYTES + 10).append(b"key", b"value--", [("h", b"x")])
 
 
 def test_outputs_go_to_the_partition_of_their_key_and_carry_their_inputs_timestamp() -> None:
