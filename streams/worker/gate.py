@@ -92,6 +92,7 @@ from streams.runtime.dlq import (
     DecodeFailed,
     SourceRecord,
     processing_failed,
+    record_size,
 )
 from streams.runtime.kafka_config import client_config, liveness_config
 from streams.runtime.logs import log_dead_letter
@@ -253,7 +254,7 @@ class Gate:
             outcome = self.decide(candidate, event, waited_out)
         except Exception as exc:  # a poison record must not stop the partition: DLQ, nothing decided
             return processing_failed(record, exc, Candidate.avro_name)
-        size = len(outcome.key) + len(outcome.value)
+        size = record_size(outcome.key, outcome.value, ())
         if size > (limit := max_message_bytes(DBPM_DECISIONS) - RECORD_OVERHEAD_BYTES):
             # The broker would refuse it on every retry (the batch rewound forever): dead-letter its input.
             reason = f"decision of {size} bytes to {DBPM_DECISIONS}, which admits {limit}"
