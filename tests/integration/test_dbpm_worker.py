@@ -7,7 +7,9 @@ current end of the catalog topics, so records other tests left there are not the
 Exactly-once of the memory across a SIGKILLed and restarted worker, across a broker restart and across
 a SIGKILLed worker that never comes back is proven by the soaks of ``test_chaos.py`` (the same
 lockstep replay, :func:`streams.replay.kafka.replay_via_kafka`, on a synthetic stream); this module
-keeps the scenarios those do not cover (a clean stop, repeated verdicts, propagation).
+keeps the scenarios those do not cover (a clean stop, propagation, a stop at a barrier). The worker
+equals the in-process engine, repeated verdicts included, on the broker-free topology driver too
+(tests/unit/topology).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -27,22 +28,18 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from processors.dbpm import DBPMEngine, VerdictEvent, parse_event
-from schemas.common import DeadLetter
-from schemas.dbpm import Candidate, GateDecision
+from schemas.dbpm import Candidate
 from schemas.serde import make_serde
 from state.memory import MemoryStore
 from streams.bench.chaos import COMPARISON_ENV, WorkerProcess, comparison_engine
-from streams.bench.dbpm import generate_events
 from streams.replay.kafka import KafkaReplayResult, commit_worker_end_offsets, end_offset, replay_via_kafka
-from streams.runtime.dlq import header_map
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings
 from streams.worker.app import dbpm_engines
 from streams.worker.dbpm import BARRIER_HEADER, producer_config
 from streams.worker.gate import gate_group
-from tests.dbpm_streams import with_candidate_ids, with_copies
 from topics.admin import ensure_topics
-from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, build_catalog, dlq_name
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, build_catalog
 
 pytestmark = pytest.mark.integration
 
@@ -100,41 +97,6 @@ def _in_process(engine: DBPMEngine, events: list[dict[str, Any]]) -> tuple[list[
 
 def _contract(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"candidate_id": d["candidate_id"], "decision": d["decision"]} for d in decisions]
-
-
-def _scraped_sum(port: int, metric: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        lines = response.read().decode().splitlines()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(metric + "{"))
-
-
-def test_worker_decides_and_learns_like_the_in_process_engine_applying_a_repeated_verdict_once(
-    kafka_bootstrap: str, start_workers
-) -> None:
-    """Scenario: a worker replays a slice of the public replay example; some verdicts arrive twice.
-
-    Every other verdict names its candidate (as the verifier's do), the others none (rule sources);
-    every second one that names a candidate is published again after the next gate (same key and
-    content, a later offset of the same partition), as an at-least-once verifier does. With cross-task
-    propagation and maintenance off, every gate event gets exactly one decision, the same as the
-    in-process engine gives on the stream without the copies, the memory rebuilt from the worker's
-    changelog is that engine's final state, and ``clingate_dbpm_verdicts_duplicate_total`` counts
-    every copy. (One replay proves both: a plain replay and one with copies took 1.9-2.4 min each at
-    load average ~15.)
-    """
-    app_id, [worker] = start_workers(1, **COMPARISON_FLAGS)
-    unique = with_candidate_ids(_events(600))
-    published, copies = with_copies(unique, every=2)
-    engine = comparison_engine()
-
-    result = replay_via_kafka(kafka_bootstrap, published, engine, make_serde(None), app_id)
-
-    expected_decisions, expected_state = _in_process(engine, unique)
-    assert copies >= 50
-    assert any(e["kind"] == "verdict" and "candidate_id" not in e for e in unique)
-    assert _contract(result.decisions) == expected_decisions
-    assert result.state == expected_state
-    assert _scraped_sum(worker.web_port, "clingate_dbpm_verdicts_duplicate_total") == copies
 
 
 @contextmanager
@@ -234,7 +196,6 @@ def _propagation_targets(engine: DBPMEngine, events: list[dict[str, Any]]) -> se
     return targets
 
 
-@pytest.mark.parametrize("stream", ["replay-example", "synthetic"])
 def test_propagation_through_kafka_differs_from_the_engine_only_by_the_hop(
     kafka_bootstrap: str, start_workers, stream: str
 ) -> None:
@@ -251,9 +212,9 @@ def test_propagation_through_kafka_differs_from_the_engine_only_by_the_hop(
     every candidate has one decision, RE and QA blocklists, whitelists and the preemption set equal
     the engine's exactly. The measured difference is printed (``-s``) and bounded below.
 
-    CI replays the first 600 events of each stream (82 and 47 propagation events; a lockstep run of
-    gates costs 0.2-0.3 s through a worker, so 1,500 events took 2-2.6 min per stream at load average
-    ~15 on the 2-core VM). Measured on the
+    CI replays the first 600 events of the example (82 propagation events); on a synthetic stream the
+    same comparison without the hop (in-process topics) is a topology test (tests/unit/topology).
+    Measured on the
     first 1,500 events of each (186 and 152 propagation events, every NER pattern of the example and
     39 of 43 synthetic ones carry cross-task hits): no decision and no pattern differs; the same on
     the whole example (4,904 events, 491 propagation events) and on 5,000 synthetic events (484),
@@ -264,14 +225,14 @@ def test_propagation_through_kafka_differs_from_the_engine_only_by_the_hop(
     stream that does.
     """
     app_id, _ = start_workers(1, **{**COMPARISON_FLAGS, "CLINGATE_DBPM_CROSS_TASK": "true"})
-    events = _events(600) if stream == "replay-example" else list(generate_events(600))
+    events = _events(600)
     engine = _propagation_engine()
 
     result = replay_via_kafka(kafka_bootstrap, events, engine, make_serde(None), app_id)
 
     difference = _propagation_difference(result, events, engine)
     state = difference.pop("state")
-    print(f"\n{stream}: {json.dumps(difference, default=str)}")
+    print(f"\nreplay-example: {json.dumps(difference, default=str)}")
     gates = [e["candidate_id"] for e in events if e["kind"] == "gate"]
     assert [d["candidate_id"] for d in result.decisions] == gates
     assert set(difference["changed_tasks"]) <= {"ner"}
@@ -372,46 +333,6 @@ def _tail(bootstrap: str, topic: str) -> Consumer:
     partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
     consumer.assign([TopicPartition(topic, p, end_offset(consumer, topic, p)) for p in partitions])
     return consumer
-
-
-def _first(consumer: Consumer, match: Callable[[Any], bool], timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        message = consumer.poll(0.2)
-        if message is not None and message.error() is None and match(message):
-            return message
-    raise AssertionError("no matching record in time")
-
-
-def test_bad_candidates_are_dead_lettered_and_the_next_ones_decided(
-    kafka_bootstrap: str, start_workers
-) -> None:
-    """Scenario: undecodable bytes and a valid candidate of the same patient reach the gate.
-
-    The bad record goes whole, with its reason, to ``clingate.dbpm.candidates.dlq``; the candidate
-    after it on the same partition is decided (the gate neither crashes nor stalls on it).
-    """
-    start_workers(1, **COMPARISON_FLAGS)
-    serde = make_serde(None)
-    patient = f"p-{uuid.uuid4().hex[:8]}"
-    dlq, decisions = _tail(kafka_bootstrap, dlq_name(DBPM_CANDIDATES)), _tail(kafka_bootstrap, DBPM_DECISIONS)
-    producer = Producer(producer_config(kafka_bootstrap))
-    candidate = Candidate.model_validate({"ts": "2026-05-04T10:00:00Z", "task": "ner", "patient_id": patient,
-                                          "candidate_id": f"{patient}-c", "payload": {"entity": "fever",
-                                          "category": "Symptoms"}})  # fmt: skip
-    producer.produce(DBPM_CANDIDATES, key=patient.encode(), value=b"not avro")
-    producer.produce(DBPM_CANDIDATES, key=patient.encode(), value=serde.encode(candidate))
-    producer.flush(30)
-    try:
-        dead = _first(dlq, lambda m: m.key() == patient.encode())
-        decided = _first(decisions, lambda m: m.key() == patient.encode())
-    finally:
-        dlq.close()
-        decisions.close()
-
-    assert header_map(dead.headers())["stage"] == "decode"
-    assert serde.decode(dead.value(), DeadLetter).value == b"not avro"
-    assert serde.decode(decided.value(), GateDecision).candidate_id == f"{patient}-c"
 
 
 def test_a_sigtermed_worker_stops_at_once_leaving_candidates_at_their_barrier_to_the_next_owner(
