@@ -73,7 +73,7 @@ from streams.replay.kafka import ReplayTimeout, commit_worker_end_offsets, end_o
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.broker import LocalKafka, free_port
-from streams.worker.app import dbpm_engines
+from streams.worker.dbpm import dbpm_engines
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_DECISIONS, build_catalog
 

@@ -52,8 +52,7 @@ from streams.replay.kafka import end_offset
 from streams.runtime.dlq import DecodeFailed, SourceRecord
 from streams.runtime.kafka_config import client_config
 from streams.runtime.settings import get_settings
-from streams.worker.app import dbpm_engines
-from streams.worker.dbpm import producer_config, verdict_key
+from streams.worker.dbpm import dbpm_engines, producer_config, verdict_key
 from streams.worker.gate import Gate
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
 

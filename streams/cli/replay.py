@@ -117,7 +117,7 @@ def _replay_via_kafka(
     from streams.replay.engine import EventReader
     from streams.replay.kafka import replay_via_kafka
     from streams.runtime.settings import get_settings
-    from streams.worker.app import dbpm_engines
+    from streams.worker.dbpm import dbpm_engines
 
     settings = get_settings()
     if no_maintenance == settings.dbpm_maintenance:

@@ -1162,8 +1162,7 @@ def step_streams(
     """
     from streams.llm.serve.testserver import DEFAULT_MODEL
     from streams.replay.kafka import commit_end_offsets, commit_worker_end_offsets, wait_until_consumed
-    from streams.worker.app import dbpm_engines
-    from streams.worker.dbpm import memory_changelog
+    from streams.worker.dbpm import dbpm_engines, memory_changelog
 
     engine, _ = dbpm_engines(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
     console.print(

@@ -301,7 +301,7 @@ async def run_verifier(
     Raises:
         RoleDisabledError: no verifier server is configured.
     """
-    from streams.worker.app import dbpm_engines  # the Faust app module; imported only where a group runs
+    from streams.worker.dbpm import dbpm_engines
 
     own_client = client is None
     llm_client = client or LlmClient.from_settings(settings)

@@ -85,10 +85,17 @@ from streams.runtime.dlq import (
 )
 from streams.runtime.metrics import ClinicalMetrics, DbpmMetrics, DocsMetrics, LlmGroupMetrics
 from streams.runtime.settings import Settings
-from streams.worker.app import PATIENT_TABLE, dbpm_engines
+from streams.worker.app import PATIENT_TABLE
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
 from streams.worker.clinical import ClinicalHandler, gate_flags
-from streams.worker.dbpm import MEMORY_INPUTS, MemoryHandler, MergedView, memory_changelog, min_watermark
+from streams.worker.dbpm import (
+    MEMORY_INPUTS,
+    MemoryHandler,
+    MergedView,
+    dbpm_engines,
+    memory_changelog,
+    min_watermark,
+)
 from streams.worker.gate import Gate
 from streams.worker.tablestore import ChangelogFollower, TableHandler, group_records, table_changelog
 from topics.catalog import (

@@ -154,12 +154,12 @@ from streams.runtime.dlq import HEADER_PREFIX, PRODUCER_LIMITS, RECORD_OVERHEAD_
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.broker import free_port
-from streams.worker.app import dbpm_engines
 from streams.worker.clinical import fhir_input, gate_flags
 from streams.worker.dbpm import (
     BARRIER_HEADER,
     TICK_HEADER,
     contract_event,
+    dbpm_engines,
     memory_changelog,
     producer_config,
     propagation_event,

@@ -55,7 +55,6 @@ from faust.stores import STORES
 from faust.types import AgentT, EventT, StreamT, TopicT
 
 from processors.clinical.knowledge import default_knowledge
-from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
 from schemas.serde import Serde, make_serde
 from streams.runtime.dlq import SourceRecord, send_dead_letter
 from streams.runtime.kafka_config import faust_credentials
@@ -63,7 +62,7 @@ from streams.runtime.metrics import ClinicalMetrics, DbpmMetrics, faust_sensors
 from streams.runtime.settings import Settings
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
 from streams.worker.clinical import ClinicalHandler, gate_flags
-from streams.worker.dbpm import MEMORY_INPUTS, MEMORY_TABLE, MemoryHandler, MergedView
+from streams.worker.dbpm import MEMORY_INPUTS, MEMORY_TABLE, MemoryHandler, MergedView, dbpm_engines
 from streams.worker.faust_consumer import TRANSPORT_SCHEME
 from streams.worker.faust_consumer import register as register_transport
 from streams.worker.tablestore import STORE_SCHEME, ChangelogStore, TableHandler
@@ -182,15 +181,6 @@ def count_restarts(app: faust.App, metrics: DbpmMetrics) -> None:
         await faust_handler(agent, error)
 
     app._on_agent_error = on_error  # type: ignore[method-assign]
-
-
-def dbpm_engines(settings: Settings) -> tuple[DBPMEngine, DBPMEngine]:
-    """The memory engine and the gate engine (maintenance off: gates never maintain the view)."""
-    config = DBPMConfig().with_flags(
-        cross_task=settings.dbpm_cross_task, maintenance=settings.dbpm_maintenance
-    )
-    ontology = load_ontology()
-    return DBPMEngine(config, ontology), DBPMEngine(config.with_flags(maintenance=False), ontology)
 
 
 def _lag(app: faust.App, topics: tuple[str, ...]) -> Iterator[tuple[str, int, int]]:

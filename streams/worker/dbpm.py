@@ -109,11 +109,13 @@ from heapq import merge
 from typing import Any
 
 from processors.dbpm import (
+    DBPMConfig,
     DBPMEngine,
     GateEvent,
     Propagation,
     VerdictEvent,
     format_time,
+    load_ontology,
     parse_event,
     parse_time,
 )
@@ -131,6 +133,7 @@ from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record, proce
 from streams.runtime.kafka_config import client_config
 from streams.runtime.logs import log_dead_letter
 from streams.runtime.metrics import DbpmMetrics
+from streams.runtime.settings import Settings
 from streams.worker.tablestore import PartitionedTable, TableBatch, input_offset, table_changelog
 from topics.catalog import DBPM_PROPAGATIONS, DBPM_VERDICTS
 
@@ -237,6 +240,16 @@ def producer_config(bootstrap: str, **overrides: object) -> dict[str, object]:
     return client_config(
         bootstrap, partitioner="murmur2_random", **{"enable.idempotence": True, "acks": "all", **overrides}
     )
+
+
+def dbpm_engines(settings: Settings) -> tuple[DBPMEngine, DBPMEngine]:
+    """The memory engine and the gate engine of a worker configured by ``settings`` (maintenance off in the
+    gate: gates never maintain the view). The one place the engines are built, outside the Faust app."""
+    config = DBPMConfig().with_flags(
+        cross_task=settings.dbpm_cross_task, maintenance=settings.dbpm_maintenance
+    )
+    ontology = load_ontology()
+    return DBPMEngine(config, ontology), DBPMEngine(config.with_flags(maintenance=False), ontology)
 
 
 def contract_event(model: Candidate | Verdict) -> GateEvent | VerdictEvent:

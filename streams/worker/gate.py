@@ -464,7 +464,7 @@ def decision_record(candidate: Candidate, decision: Decision, waited_out: bool) 
 
 def build_gate(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> GateLoop:
     """The gate loop of a worker and its memory view (``<worker datadir>/gate-view``), from settings."""
-    from streams.worker.app import dbpm_engines  # the engines' one configuration point
+    from streams.worker.dbpm import dbpm_engines
 
     _, engine = dbpm_engines(settings)
     follower = MemoryFollower(

@@ -35,8 +35,7 @@ from streams.bench.chaos import COMPARISON_ENV, WorkerProcess, comparison_engine
 from streams.replay.kafka import KafkaReplayResult, commit_worker_end_offsets, end_offset, replay_via_kafka
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings
-from streams.worker.app import dbpm_engines
-from streams.worker.dbpm import BARRIER_HEADER, producer_config
+from streams.worker.dbpm import BARRIER_HEADER, dbpm_engines, producer_config
 from streams.worker.gate import gate_group
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, build_catalog

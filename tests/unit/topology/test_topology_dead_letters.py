@@ -30,8 +30,7 @@ from streams.demo.command import verify_example
 from streams.runtime.dlq import SourceRecord
 from streams.runtime.settings import Settings
 from streams.testing.driver import TopologyDriver
-from streams.worker.app import dbpm_engines
-from streams.worker.dbpm import verdict_key
+from streams.worker.dbpm import dbpm_engines, verdict_key
 from tests.clinical_scenario import concur_review, scenario
 from tests.unit.topology.bad_records import KINDS, Piped, applies
 from tests.unit.topology.test_topology_arbiter import _review
