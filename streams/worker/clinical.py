@@ -43,6 +43,12 @@ Choices:
   than the key is one of the invalid ones. A record after which the patient's state would not fit the
   table's changelog (:data:`STATE_MAX_BYTES`; error type ``StateTooLarge``, stage ``produce``) is not
   applied: its outputs are not published and the state stays as it was.
+* **Order across the three topics**: one patient's records of one topic are applied in their order;
+  between topics there is none (Faust interleaves the co-partitioned topics). After a crash, updates
+  whose assessments were already published but whose state was not yet durable are applied again,
+  and a review or deliverable delivered before them is assessed on the older state. Nothing is lost
+  (the updates follow at once), but a reviewer's verdict can meet a state older than the assessment
+  the reviewer saw; a producer that needs the order waits for the updates' commit first.
 * **Retention**: deleting ``Patient/<id>`` empties the patient's resources (the reducer); the key itself
   (last review, last assessment digest) stays, so a patient seen once costs one small record for good.
   The changelog is compacted (one record per patient). Not done yet: expiring keys after a period of

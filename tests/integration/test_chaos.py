@@ -35,7 +35,7 @@ from streams.bench.chaos import (
     run_soak,
     topic_ends,
 )
-from streams.replay.kafka import commit_end_offsets
+from streams.replay.kafka import commit_end_offsets, wait_until_consumed
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.testing.broker import LocalKafka
@@ -177,6 +177,11 @@ def test_clinical_agent_repeats_but_never_loses_an_assessment_across_sigkill(
         while len(distinct()) < len(expected) - 1:
             assert time.monotonic() < deadline, f"{len(distinct())} of {len(expected) - 1} assessments"
             assessments.until(len(assessments.records) + 1, timeout_s=120)
+        # The assessments above may all be the killed worker's, sent before it staged their state: the
+        # restarted worker then applies those updates again, and the review (another topic, no order
+        # with them) could be applied before them, on the older state. Once the group has committed the
+        # updates' end, their state is durable and the review comes after it.
+        wait_until_consumed(kafka_bootstrap, app_id, FHIR_UPDATES, timeout_s=120)
         producer.produce(
             CLINICAL_REVIEWS, key=PATIENT.encode(), value=serde.encode(review, topic=CLINICAL_REVIEWS)
         )
