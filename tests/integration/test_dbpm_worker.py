@@ -196,7 +196,7 @@ def _propagation_targets(engine: DBPMEngine, events: list[dict[str, Any]]) -> se
 
 
 def test_propagation_through_kafka_differs_from_the_engine_only_by_the_hop(
-    kafka_bootstrap: str, start_workers, stream: str
+    kafka_bootstrap: str, start_workers
 ) -> None:
     """Scenario: a replay with cross-task propagation ON through one worker, compared with the engine.
 
