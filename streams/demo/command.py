@@ -1,4 +1,4 @@
-"""``clingate demo``: the README's main job, the product end to end on a real Kafka broker.
+"""``clingate demo``: the main job of the README, the product end to end on a real Kafka broker.
 
 Every part runs as the product runs it, as a process of its own reading and writing topics; the demo
 only produces inputs and consumes outputs, as an upstream and a downstream system would.
@@ -69,26 +69,12 @@ Choices recorded here:
   they reach their totals. The verdict check allows for them (verdicts = let through - dead-lettered).
 * **Stream size.** The paper's proportions give about 49 candidates per patient through the loop (at
   most one QA answer per question template). ``--patients`` defaults to 2,000 (about 98,000
-  candidates), the issue's "few thousand patients", with a lockstep slice of 40; every blocklist
-  channel is populated from about 40 patients on. What a patient costs was profiled in every process
-  of the bulk phase and the waste removed. Session 3 (py-spy): the LLM client's HTTP layer (httpx:
-  1.2-1.4 ms of client CPU per call; aiohttp now: 0.22-0.25 ms, the request's constant JSON
-  serialised once), this demo's own checks (now lookups of what changed, not walks over every
-  decision), one-second first fetches in step 2, and the memory agents and the gate as two ``clingate
-  worker`` processes (``--role memory``, ``--role gate``: in one process the memory agent, GIL-bound
-  beside the gate thread, fell minutes behind the verdicts). Session 4 (per-process CPU from
-  ``/proc``, the broker's request metrics over JMX, per-thread CPU of the broker, py-spy ``--native``),
-  all processes together 284 -> 211 CPU-seconds for 1,000 patients: the LLM groups publish (flush,
-  commit) at most every 25 ms while calls are in flight instead of after every finished call
-  (:data:`streams.groups.ordered.PUBLISH_INTERVAL_S`; verifier CPU -26%, the broker's too), every clingate
-  process runs the cyclic collector 28 times less often (:data:`streams.cli.GC_THRESHOLDS`; it took a
-  quarter of this demo's CPU), the local broker runs without the optimising JIT compiler
-  (:data:`streams.testing.broker.JVM_OPTIONS`), this demo's tap holds its fetches 20 ms
-  (:data:`streams.demo.tap.FETCH_WAIT_MS`), and the verifier group has one member: a second one
-  cost ~10% more CPU on two cores and gained nothing (a deployment scales the group across machines;
-  ``tests/integration/test_llm_groups.py`` runs several members). Measured at 2,000 patients
-  (README): about 0.2 CPU-seconds per patient over every process, the broker included; the memory
-  agents' Faust path is now the largest single share. Smaller runs: ``--patients 1000`` or fewer.
+  candidates) with a lockstep slice of 40; every blocklist channel is populated from about 40 patients
+  on. The memory agents and the gate run as two ``clingate worker`` processes (``--role memory``,
+  ``--role gate``): in one process the memory agent, GIL-bound beside the gate thread, fell behind the
+  verdicts. The verifier group has one member here (a second cost CPU on two cores and gained
+  nothing; a deployment scales the group across machines). What a patient costs in every process,
+  and the profiles behind these choices: docs/performance.md. Smaller runs: ``--patients 1000``.
 * **Selectivity** (lift per QA category) pairs every gate decision with the candidate's planned
   verdict when the demo's responder plays the ground truth, so BLOCKed candidates are measured too;
   with a real model (``CLINGATE_LLM_URL``) only the verdicts the verifier published are paired.
