@@ -46,17 +46,14 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from schemas.common import Stage
 from streams.runtime.dlq import (
-    RECORD_OVERHEAD_BYTES,
     DeadLetterRouter,
     DecodeFailed,
     SourceRecord,
+    oversized_output,
     processing_failed,
-    record_size,
 )
 from streams.runtime.kafka_config import client_config, liveness_config
-from topics.catalog import max_message_bytes
 
 log = logging.getLogger(__name__)
 
@@ -168,10 +165,9 @@ def fitting(record: SourceRecord, handled: Handled, expected_schema: str) -> Han
     ``max.message.bytes``: the broker would refuse it, and the loop would stop on every retry."""
     for item in handled:
         if isinstance(item, Output):
-            size = record_size(item.key, item.value, item.headers)
-            if size > (limit := max_message_bytes(item.topic) - RECORD_OVERHEAD_BYTES):
-                reason = f"output of {size} bytes to {item.topic}, which admits {limit}"
-                return [DecodeFailed(record, Stage.PRODUCE, "OutputTooLarge", reason, None, expected_schema)]
+            failed = oversized_output(record, item.topic, item.key, item.value, item.headers, expected_schema)
+            if failed is not None:
+                return [failed]
     return handled
 
 

@@ -208,6 +208,31 @@ def record_size(key: bytes | None, value: bytes | None, headers: Sequence[tuple[
     return len(key or b"") + len(value or b"") + sum(len(k.encode()) + len(v or b"") for k, v in headers)
 
 
+def fits(
+    topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]] = ()
+) -> bool:
+    """Whether a record fits ``topic``'s ``max.message.bytes`` with :data:`RECORD_OVERHEAD_BYTES` of framing
+    to spare, as the producers count it."""
+    return record_size(key, value, headers) <= max_message_bytes(topic) - RECORD_OVERHEAD_BYTES
+
+
+def oversized_output(
+    record: SourceRecord,
+    topic: str,
+    key: bytes,
+    value: bytes,
+    headers: Sequence[tuple[str, bytes]],
+    expected_schema: str,
+) -> DecodeFailed | None:
+    """The dead letter of ``record`` (stage ``produce``, ``OutputTooLarge``) when its output to ``topic``
+    does not :func:`fit <fits>` (the broker would refuse it on every retry); None when it does."""
+    if fits(topic, key, value, headers):
+        return None
+    size, limit = record_size(key, value, headers), max_message_bytes(topic) - RECORD_OVERHEAD_BYTES
+    reason = f"output of {size} bytes to {topic}, which admits {limit}"
+    return DecodeFailed(record, Stage.PRODUCE, "OutputTooLarge", reason, None, expected_schema)
+
+
 def capped(reason: str) -> str:
     """``reason`` cut to :data:`REASON_MAX_CHARS` characters, saying how many were left out."""
     if len(reason) <= REASON_MAX_CHARS:

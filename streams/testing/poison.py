@@ -150,10 +150,11 @@ from streams.demo.data.timeline import fhir_timeline
 from streams.groups.ordered import Output
 from streams.groups.verifier import CONFIDENCE_HEADER, GATE_HEADER, VERDICT_HEADER
 from streams.replay.kafka import CommitWatcher, ReplayTimeout, commit_end_offsets, end_offset, read_state
-from streams.runtime.dlq import HEADER_PREFIX, PRODUCER_LIMITS, RECORD_OVERHEAD_BYTES, SourceRecord
+from streams.runtime.dlq import HEADER_PREFIX, PRODUCER_LIMITS, SourceRecord, fits
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.broker import free_port
+from streams.testing.metrics import scraped_sum
 from streams.worker.clinical import fhir_input, gate_flags
 from streams.worker.dbpm import (
     BARRIER_HEADER,
@@ -190,7 +191,6 @@ from topics.catalog import (
     MAX_MESSAGE_BYTES,
     build_catalog,
     dlq_name,
-    max_message_bytes,
 )
 
 T = TypeVar("T")
@@ -630,12 +630,6 @@ NEAR_LIMIT = DATA_MAX_MESSAGE_BYTES - 64 * 1024
 LARGE = 2 * MIB
 """The text of a large valid record: above every client's and broker's 1 MB default, within the topics'
 8 MiB (a verdict carries its entity twice, in its key and its value)."""
-
-
-def fits(topic: str, key: bytes, value: bytes) -> bool:
-    """Whether a record fits ``topic`` (and a table changelog declared like the data topics), counted as
-    the runtimes count it: key and value plus :data:`streams.runtime.dlq.RECORD_OVERHEAD_BYTES` of framing."""
-    return len(key) + len(value) <= max_message_bytes(topic) - RECORD_OVERHEAD_BYTES
 
 
 def filler(size: int, rng: random.Random) -> str:
@@ -1401,15 +1395,6 @@ def environment(bootstrap: str, **settings: str) -> dict[str, str]:
     return {**base, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, **COMPARISON_ENV, **settings}
 
 
-def scraped_restarts(web_port: int) -> float:
-    """``clingate_agent_restarts_total`` summed over its labels, scraped from a worker's /metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/metrics", timeout=10) as response:
-        lines = response.read().decode().splitlines()
-    return sum(
-        float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("clingate_agent_restarts_total{")
-    )
-
-
 def _answers(base_url: str) -> bool:
     """Whether the LLM server at ``base_url`` still answers."""
     try:
@@ -1886,7 +1871,9 @@ def run_poison(
         processes: dict[str, int | None] = {name: s.exit_code for name, s in services.items()}
         processes["llm test server"] = None if _answers(server.base_url) else -1
         try:
-            restarts = scraped_restarts(web_port) if processes["worker"] is None else 0.0
+            restarts = (
+                scraped_sum(web_port, "clingate_agent_restarts_total") if processes["worker"] is None else 0.0
+            )
         except OSError as error:
             restarts = 0.0
             stages.stalled.append(f"the worker's /metrics did not answer: {error}")

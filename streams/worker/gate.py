@@ -78,7 +78,6 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 
 from processors.dbpm import BLOCK, DBPMConfig, DBPMEngine, Decision, GateEvent
-from schemas.common import Stage
 from schemas.dbpm import Candidate, GateDecision
 from schemas.serde import Serde, make_serde
 from state.base import Store, Transaction
@@ -86,13 +85,12 @@ from state.rocksdb import RocksDBStore
 from streams.groups.ordered import Output
 from streams.runtime.dlq import (
     PRODUCER_LIMITS,
-    RECORD_OVERHEAD_BYTES,
     DeadLetterDeliveryError,
     DeadLetterRouter,
     DecodeFailed,
     SourceRecord,
+    oversized_output,
     processing_failed,
-    record_size,
 )
 from streams.runtime.kafka_config import client_config, liveness_config
 from streams.runtime.logs import log_dead_letter
@@ -107,7 +105,7 @@ from streams.worker.dbpm import (
     producer_config,
 )
 from streams.worker.tablestore import ChangelogFollower
-from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_TO_VERIFY, max_message_bytes
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_TO_VERIFY
 
 log = logging.getLogger(__name__)
 
@@ -254,12 +252,11 @@ class Gate:
             outcome = self.decide(candidate, event, waited_out)
         except Exception as exc:  # a poison record must not stop the partition: DLQ, nothing decided
             return processing_failed(record, exc, Candidate.avro_name)
-        size = record_size(outcome.key, outcome.value, ())
-        if size > (limit := max_message_bytes(DBPM_DECISIONS) - RECORD_OVERHEAD_BYTES):
-            # The broker would refuse it on every retry (the batch rewound forever): dead-letter its input.
-            reason = f"decision of {size} bytes to {DBPM_DECISIONS}, which admits {limit}"
-            return DecodeFailed(record, Stage.PRODUCE, "OutputTooLarge", reason, None, Candidate.avro_name)
-        return outcome
+        # A decision the broker would refuse on every retry (the batch rewound forever) is its input's DLQ.
+        return (
+            oversized_output(record, DBPM_DECISIONS, outcome.key, outcome.value, (), Candidate.avro_name)
+            or outcome
+        )
 
     def dead_lettered(self, failed: DecodeFailed) -> None:
         """Log and count a dead letter the runtime routed."""

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -49,6 +48,7 @@ from streams.runtime.dlq import header_map
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.metrics import LlmGroupMetrics
 from streams.runtime.settings import Settings
+from streams.testing.metrics import scraped_sum
 from streams.worker.dbpm import contract_event, memory_changelog, producer_config
 from tests.integration.test_dbpm_worker import COMPARISON_FLAGS
 from tests.llm_answers import FAILING_ENTITY, clinical_responder
@@ -123,13 +123,6 @@ class Tail:
 
     def close(self) -> None:
         self._consumer.close()
-
-
-def _scraped_sum(port: int, metric: str) -> float:
-    """The sum of ``metric`` over its labels on a worker's ``/metrics``."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        lines = response.read().decode().splitlines()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(metric + "{"))
 
 
 def _publish(bootstrap: str, topic: str, records: list[tuple[str, Any]]) -> None:
@@ -464,7 +457,7 @@ def test_verdicts_repeated_by_a_killed_verifier_and_a_re_emitting_gate_teach_the
         last = max(v.ts for v in verdicts).timestamp()
         expected = engine.snapshot(store.transaction())
         got = read_state(kafka_bootstrap, memory_changelog(app_id), engine, last)
-        duplicates = _scraped_sum(worker.web_port, "clingate_dbpm_verdicts_duplicate_total")
+        duplicates = scraped_sum(worker.web_port, "clingate_dbpm_verdicts_duplicate_total")
     finally:
         worker.stop()
 

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 import random
-import re
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -42,6 +40,7 @@ from streams.replay.kafka import CommitWatcher, commit_worker_end_offsets, read_
 from streams.runtime.dlq import header_map
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
+from streams.testing.metrics import scraped_sum
 from streams.testing.tail import Tail
 from streams.worker.clinical import fhir_input
 from streams.worker.dbpm import TICK_HEADER, memory_changelog, producer_config, verdict_key
@@ -80,19 +79,9 @@ def worker(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> It
     started.stop()
 
 
-def _metrics(worker: WorkerProcess) -> dict[str, float]:
-    """Every sample of the worker's ``/metrics``, by its exposed line name (labels included)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return {
-        name: float(value) for name, value in re.findall(r"^(\S+(?:\{[^}]*\})?) (\S+)$", text, re.MULTILINE)
-    }
-
-
 def _assert_alive_without_restarts(worker: WorkerProcess) -> None:
     assert worker.running, f"the worker exited: see {worker.log}"
-    restarts = {k: v for k, v in _metrics(worker).items() if k.startswith("clingate_agent_restarts_total")}
-    assert not any(restarts.values()), restarts
+    assert scraped_sum(worker.web_port, "clingate_agent_restarts_total") == 0
 
 
 def _dead_letter(message: Message) -> tuple[DeadLetter, dict[str, str]]:
@@ -141,8 +130,7 @@ def test_a_verdict_with_a_malformed_watermark_header_is_dead_lettered_and_its_bu
     last = max(parse_event(v).time for v in good)
     _, expected = in_process(engine, good)
     assert read_state(kafka_bootstrap, memory_changelog(worker.app_id), engine, last) == expected
-    applied = sum(v for k, v in _metrics(worker).items() if k.startswith("clingate_dbpm_verdicts_total"))
-    assert applied == GOOD
+    assert scraped_sum(worker.web_port, "clingate_dbpm_verdicts_total") == GOOD
     _assert_alive_without_restarts(worker)
 
 
