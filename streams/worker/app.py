@@ -81,9 +81,9 @@ log = logging.getLogger(__name__)
 PATIENT_TABLE = "clinical-patients"
 #: Exit status of a worker stopped by :func:`fail_stop` (``EX_SOFTWARE``).
 AGENT_FAILED_EXIT = 70
-#: Configs of the tables' changelogs (Faust creates them): they admit records as large as the data topics
-#: (the broker's ~1 MB default refused the memory record of a verdict with a 2 MB entity, and the state of a
-#: patient with a 2 MB resource; the agent stopped the worker, and again after every restart).
+#: Configs of the tables' changelogs (Faust creates them): they admit records as large as the data topics,
+#: since a memory record holds its verdict's entity and a patient's state its FHIR resources; at the
+#: broker's ~1 MB default a valid large input could not be staged, and the worker stopped on it every time.
 CHANGELOG_CONFIGS = {"max.message.bytes": str(DATA_MAX_MESSAGE_BYTES)}
 
 
