@@ -102,8 +102,17 @@ def end_offset(client: Consumer, topic: str, partition: int, timeout_s: float = 
             time.sleep(0.2)
 
 
-def _partitions(client: Consumer, topic: str) -> list[int]:
-    return sorted(client.list_topics(topic, timeout=30).topics[topic].partitions)
+def _partitions(client: Consumer, topic: str, timeout_s: float = 30.0) -> list[int]:
+    """The partition numbers of ``topic``, waiting out a topic created a moment ago (its metadata has
+    an error and no partitions until the controller has placed them)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        metadata = client.list_topics(topic, timeout=timeout_s).topics[topic]
+        if metadata.error is None and metadata.partitions:
+            return sorted(metadata.partitions)
+        if time.monotonic() > deadline:
+            raise KafkaException(metadata.error)
+        time.sleep(0.2)
 
 
 class _DecisionCollector:

@@ -328,6 +328,11 @@ class DbpmMetrics:
             "clingate_dbpm_barrier_timeouts", "Gates decided before the memory reached their event time.",
             registry=registry,
         )  # fmt: skip
+        self.barrier_waiting = Gauge(
+            "clingate_dbpm_barrier_waiting",
+            "Gates waiting now for every memory partition to reach their event time (0 or 1 per gate loop).",
+            registry=registry,
+        )
         self.verdicts = Counter(
             "clingate_dbpm_verdicts", "Verdicts applied to the memory.", ["task", "verdict", "source"],
             registry=registry,

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -129,8 +130,9 @@ def kafka_version(pom: Path = KAFKA_POM) -> str:
 def ensure_artifacts(home: Path, pom: Path = KAFKA_POM) -> Path:
     """Return the directory of broker jars, resolving them with Maven only if not cached yet.
 
-    Safe to call from concurrent processes: each resolves into its own temporary directory and
-    the first to finish publishes it by an atomic rename.
+    Safe to call from concurrent processes (parallel test workers): one resolves at a time under a
+    file lock, so two Maven runs never write one local repository at once, into a temporary
+    directory published by an atomic rename, so a crash never leaves a partial ``libs``.
 
     Args:
         home: The clingate cache directory (``Settings.home``).
@@ -153,6 +155,15 @@ def ensure_artifacts(home: Path, pom: Path = KAFKA_POM) -> Path:
             "broker, or set KAFKA_BOOTSTRAP_SERVERS to use an existing cluster."
         )
     libs.parent.mkdir(parents=True, exist_ok=True)
+    with (libs.parent / "resolve.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not libs.is_dir():
+            _resolve(mvn, pom, libs)
+    return libs
+
+
+def _resolve(mvn: str, pom: Path, libs: Path) -> None:
+    """Copy the pom's runtime dependencies into ``libs`` with Maven, offline first."""
     staging = Path(tempfile.mkdtemp(prefix="libs.", dir=libs.parent))
     command = [
         mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(pom), "dependency:copy-dependencies",
@@ -170,12 +181,7 @@ def ensure_artifacts(home: Path, pom: Path = KAFKA_POM) -> Path:
             f"Resolving Kafka jars with Maven failed (exit {result.returncode}); Maven Central must be "
             "reachable the first time. Last output:\n" + "\n".join(output)
         )
-    try:
-        staging.rename(libs)
-    except OSError:
-        # Another process published the same artifacts first; theirs are identical.
-        shutil.rmtree(staging, ignore_errors=True)
-    return libs
+    staging.rename(libs)
 
 
 def _bindable(port: int) -> int | None:

@@ -420,14 +420,17 @@ class GateLoop:
         Raises:
             _Stopping: the loop was stopped meanwhile (module docstring, "Stopping").
         """
+        if self._follower.min_watermark() >= ts:
+            return False
         deadline = time.monotonic() + self._barrier_timeout_s
-        while self._follower.min_watermark() < ts:
-            if self._stop.is_set():
-                raise _Stopping
-            if time.monotonic() >= deadline:
-                self._metrics.barrier_timeouts.inc()
-                return True
-            self._follower.poll(0.001)
+        with self._metrics.barrier_waiting.track_inprogress():
+            while self._follower.min_watermark() < ts:
+                if self._stop.is_set():
+                    raise _Stopping
+                if time.monotonic() >= deadline:
+                    self._metrics.barrier_timeouts.inc()
+                    return True
+                self._follower.poll(0.001)
         return False
 
     def _dead_letter(self, failed: DecodeFailed) -> None:

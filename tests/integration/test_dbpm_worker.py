@@ -15,12 +15,10 @@ equals the in-process engine, repeated verdicts included, on the broker-free top
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +33,7 @@ from streams.bench.chaos import COMPARISON_ENV, WorkerProcess, comparison_engine
 from streams.replay.kafka import KafkaReplayResult, commit_worker_end_offsets, end_offset, replay_via_kafka
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings
+from streams.testing.metrics import scraped_sum
 from streams.worker.dbpm import BARRIER_HEADER, dbpm_engines, producer_config
 from streams.worker.gate import gate_group
 from topics.admin import ensure_topics
@@ -98,30 +97,15 @@ def _contract(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"candidate_id": d["candidate_id"], "decision": d["decision"]} for d in decisions]
 
 
-@contextmanager
-def _sigkilled(worker: WorkerProcess, delays: Sequence[float]) -> Iterator[list[float]]:
-    """SIGKILL ``worker`` and restart it after each of ``delays`` seconds, on a thread, while the block runs.
+def _kill_and_restart(worker: WorkerProcess, kills: list[int]) -> Callable[[int], None]:
+    """A pause hook: SIGKILL ``worker`` and start it again, noting the candidates published."""
 
-    Yields the (monotonic) times of the kills so far; kills still due when the block ends are skipped.
-    """
-    done = threading.Event()
-    kills: list[float] = []
+    def hook(published: int) -> None:
+        worker.kill()
+        kills.append(published)
+        worker.start()
 
-    def chaos() -> None:
-        for delay in delays:
-            if done.wait(delay):
-                return
-            worker.kill()
-            kills.append(time.monotonic())
-            worker.start()
-
-    thread = threading.Thread(target=chaos, daemon=True)
-    thread.start()
-    try:
-        yield kills
-    finally:
-        done.set()
-        thread.join()
+    return hook
 
 
 def test_survivor_takes_over_a_stopped_workers_partitions_with_state(
@@ -134,18 +118,28 @@ def test_survivor_takes_over_a_stopped_workers_partitions_with_state(
     engine's decisions and state.
     """
     app_id, [first, second] = start_workers(2, **COMPARISON_FLAGS)
-    events = _events(500)
+    events = _events(300)
     engine = comparison_engine()
-    stopper = threading.Timer(4.0, second.stop)
-    stopper.start()
-    try:
-        result = replay_via_kafka(kafka_bootstrap, events, engine, make_serde(None), app_id, timeout_s=120.0)
-    finally:
-        stopper.cancel()
-        stopper.join()
+    stopped: list[int] = []
+
+    def stop(published: int) -> None:
+        second.stop()
+        stopped.append(published)
+
+    result = replay_via_kafka(
+        kafka_bootstrap,
+        events,
+        engine,
+        make_serde(None),
+        app_id,
+        timeout_s=120.0,
+        pause_at=[60],
+        on_pause=stop,
+    )
 
     expected_decisions, expected_state = _in_process(engine, events)
-    assert b"[^Worker]: Ready" in first.log.read_bytes()
+    assert stopped == [60]
+    assert not second.running and first.running
     assert _contract(result.decisions) == expected_decisions
     assert result.state == expected_state
 
@@ -211,7 +205,7 @@ def test_propagation_through_kafka_differs_from_the_engine_only_by_the_hop(
     every candidate has one decision, RE and QA blocklists, whitelists and the preemption set equal
     the engine's exactly. The measured difference is printed (``-s``) and bounded below.
 
-    CI replays the first 600 events of the example (82 propagation events); on a synthetic stream the
+    CI replays the first 400 events of the example (50 propagation events); on a synthetic stream the
     same comparison without the hop (in-process topics) is a topology test (tests/unit/topology).
     Measured on the
     first 1,500 events of each (186 and 152 propagation events, every NER pattern of the example and
@@ -224,7 +218,7 @@ def test_propagation_through_kafka_differs_from_the_engine_only_by_the_hop(
     stream that does.
     """
     app_id, _ = start_workers(1, **{**COMPARISON_FLAGS, "CLINGATE_DBPM_CROSS_TASK": "true"})
-    events = _events(600)
+    events = _events(400)
     engine = _propagation_engine()
 
     result = replay_via_kafka(kafka_bootstrap, events, engine, make_serde(None), app_id)
@@ -310,11 +304,14 @@ def test_propagated_evidence_is_applied_exactly_once_across_sigkills(
     events = _relation_failures(700)
     engine = _propagation_engine()
 
-    with _sigkilled(worker, (2.0, 3.0)) as kills:
-        result = replay_via_kafka(kafka_bootstrap, events, engine, make_serde(None), app_id, timeout_s=120.0)
+    kills: list[int] = []
+    result = replay_via_kafka(
+        kafka_bootstrap, events, engine, make_serde(None), app_id, timeout_s=120.0,
+        pause_at=[20, 45], on_pause=_kill_and_restart(worker, kills),
+    )  # fmt: skip
 
     decisions, state = _in_process(engine, events)
-    assert kills, "the replay finished before the first kill; lengthen the stream"
+    assert kills == [20, 45]
     counts = {
         name: {e["signature"]: (e["count"], e["cross_task_hits"]) for e in s["blocklist"]["ner"]}  # type: ignore[index]
         for name, s in (("kafka", result.state), ("engine", state))
@@ -359,7 +356,10 @@ def test_a_sigtermed_worker_stops_at_once_leaving_candidates_at_their_barrier_to
                          headers=[(BARRIER_HEADER, b"")],
                          on_delivery=lambda _e, m: placed.append((m.partition(), m.offset())))  # fmt: skip
     producer.flush(30)
-    time.sleep(3.0)  # the gate polls every 50 ms: the first candidate is at its barrier by now
+    deadline = time.monotonic() + 60
+    while scraped_sum(worker.web_port, "clingate_dbpm_barrier_waiting") < 1:
+        assert time.monotonic() < deadline, "no candidate reached its barrier in 60 s"
+        time.sleep(0.05)
     started = time.monotonic()
     worker.stop()
     stopped_in = time.monotonic() - started

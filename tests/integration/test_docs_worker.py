@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from typer.testing import CliRunner
 
 from processors.docs.v3 import load_trap_rules
@@ -41,6 +41,7 @@ from streams.groups.arbiter import DocsWorker, producer_config, run_worker
 from streams.groups.arbiter_calls import client_call
 from streams.llm import Endpoint, LlmClient, Role
 from streams.llm.serve.testserver import DEFAULT_MODEL, OpenAiTestServer
+from streams.replay.kafka import commit_end_offsets
 from streams.runtime.dlq import header_map
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
@@ -84,8 +85,7 @@ def _running_worker(
     ensure_topics(admin_client(bootstrap), catalog)
     if group_id is None:  # a fresh group reads only this test's records, not the session's earlier ones
         group_id = f"docs-test-{uuid.uuid4().hex}"
-        for topic in (DOCS_CLASSIFICATIONS, DOCS_REVIEWS):
-            _start_group_at_end(bootstrap, group_id, topic)
+        commit_end_offsets(bootstrap, group_id, [DOCS_CLASSIFICATIONS, DOCS_REVIEWS])
     ready: list[DocsWorker] = []
     servers: list[OpenAiTestServer] = []
     holder: dict[str, object] = {}
@@ -164,29 +164,6 @@ def _collect(
     finally:
         consumer.close()
     return seen
-
-
-def _start_group_at_end(bootstrap: str, group: str, topic: str) -> None:
-    """Commit ``group``'s offsets at the current end of ``topic``, so it reads only what comes next."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    deadline = time.monotonic() + 30
-    try:
-        while True:
-            try:  # a topic created a moment ago may have no partition leader yet
-                numbers = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-                partitions = [TopicPartition(topic, p) for p in numbers]
-                ends = [
-                    TopicPartition(topic, tp.partition, consumer.get_watermark_offsets(tp, timeout=30)[1])
-                    for tp in partitions
-                ]
-                break
-            except KafkaException:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        consumer.commit(offsets=ends, asynchronous=False)
-    finally:
-        consumer.close()
 
 
 def _values(seen: dict[str, list], topic: str, key: str, model: type) -> list:
@@ -306,7 +283,7 @@ def test_documents_in_flight_when_a_worker_stops_are_decided_by_the_next_one(kaf
     """
     run = uuid.uuid4().hex[:8]
     group = f"docs-resume-{run}"
-    _start_group_at_end(kafka_bootstrap, group, DOCS_CLASSIFICATIONS)  # other tests' documents are not ours
+    commit_end_offsets(kafka_bootstrap, group, [DOCS_CLASSIFICATIONS])  # other tests' documents are not ours
     ids = {f"resume-{run}-{n}" for n in range(4)}
     requests = [_request("classification_doc2_6_clean", "bundle_doc2_6", doc_id) for doc_id in sorted(ids)]
     with _running_worker(kafka_bootstrap, llm_latency_s=30.0, group_id=group) as (_first, servers):
