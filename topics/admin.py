@@ -30,7 +30,7 @@ from topics.catalog import TopicSpec
 DEFAULT_TIMEOUT_S = 30.0
 
 
-class Outcome(StrEnum):
+class TopicStatus(StrEnum):
     """How a topic on the cluster relates to its spec."""
 
     CREATED = "CREATED"
@@ -44,7 +44,7 @@ class TopicReport:
     """The outcome for one topic; ``differences`` reads ``what: cluster=X, catalog=Y``."""
 
     spec: TopicSpec
-    outcome: Outcome
+    outcome: TopicStatus
     differences: tuple[str, ...] = ()
 
 
@@ -122,13 +122,14 @@ def inspect_topics(
     existing = _existing(admin, timeout)
     present = [spec for spec in specs if spec.name in existing]
     differences = _differences(admin, present, timeout)
-    return [_report(spec, differences.get(spec.name), Outcome.MISSING) for spec in specs]
+    return [_report(spec, differences.get(spec.name), TopicStatus.MISSING) for spec in specs]
 
 
-def _report(spec: TopicSpec, differences: tuple[str, ...] | None, absent: Outcome) -> TopicReport:
+def _report(spec: TopicSpec, differences: tuple[str, ...] | None, absent: TopicStatus) -> TopicReport:
     if differences is None:
         return TopicReport(spec, absent)
-    return TopicReport(spec, Outcome.EXISTS_DIFFERENT_CONFIG if differences else Outcome.EXISTS, differences)
+    status = TopicStatus.EXISTS_DIFFERENT_CONFIG if differences else TopicStatus.EXISTS
+    return TopicReport(spec, status, differences)
 
 
 def ensure_topics(
@@ -170,4 +171,4 @@ def ensure_topics(
             created.add(name)
     to_compare = [spec for spec in specs if spec.name not in created]
     differences = _differences(admin, to_compare, timeout)
-    return [_report(spec, differences.get(spec.name), Outcome.CREATED) for spec in specs]
+    return [_report(spec, differences.get(spec.name), TopicStatus.CREATED) for spec in specs]

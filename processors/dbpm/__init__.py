@@ -12,9 +12,9 @@ Public API (stable; the Kafka runtime, the replay command and the measurement to
         txn, decisions = engine.process(txn, event, event.time)
     engine.snapshot(store.transaction())     # the replay contract's state document
 
-* :class:`DBPMEngine` ``.process(state, event, now) -> (state, [Decision])``: ``state`` is any
+* :class:`DBPMEngine` ``.process(state, event, now) -> (state, [GateRuling])``: ``state`` is any
   key-value object with get / exists / set / delete / iter_prefix (a :class:`state.base.Transaction`);
-  ``now`` MUST be the event time (seconds since the epoch); a gate event yields one :class:`Decision`
+  ``now`` MUST be the event time (seconds since the epoch); a gate event yields one :class:`GateRuling`
   (``decision`` ALLOW | DOWNGRADE | BLOCK, ``rule``, ``severity``, ``support``, ``multiplier``,
   ``sources``, ``policy``; ``to_json(provenance)`` gives the contract's decision line).
 * :class:`DBPMConfig` (frozen; ``with_flags(**changes)``) and :class:`Flags`: every constant of the
@@ -48,7 +48,7 @@ from processors.dbpm.events import (
     parse_event,
     parse_time,
 )
-from processors.dbpm.gates import ALLOW, BLOCK, DOWNGRADE, Decision
+from processors.dbpm.gates import ALLOW, BLOCK, DOWNGRADE, GateRuling
 from processors.dbpm.ontology import Ontology, load_ontology
 from processors.dbpm.update import Propagation
 
@@ -59,10 +59,10 @@ __all__ = [
     "BadEvent",
     "DBPMConfig",
     "DBPMEngine",
-    "Decision",
     "Event",
     "Flags",
     "GateEvent",
+    "GateRuling",
     "Ontology",
     "Propagation",
     "TaskParams",

@@ -7,7 +7,7 @@ replay and a Kafka runtime run the same code on the same records.
 
 Per event: (1) with maintenance ON, run the event-time maintenance of :mod:`.maintenance`; (2)
 record the event time (``as_of``); (3) a verdict is applied to the memory (:mod:`.update`), a gate
-event is decided (:mod:`.gates`) and its :class:`~processors.dbpm.gates.Decision` returned.
+event is decided (:mod:`.gates`) and its :class:`~processors.dbpm.gates.GateRuling` returned.
 With the master switch (``Flags.disabled``) every gate ALLOWs and nothing is read or written.
 
 Cross-task propagation (§4.4) is an explicit output. :meth:`DBPMEngine.learn` applies a verdict to
@@ -34,7 +34,7 @@ from typing import TypeVar
 
 from processors.dbpm.config import QA, RE, DBPMConfig
 from processors.dbpm.events import Event, GateEvent, VerdictEvent, format_time
-from processors.dbpm.gates import ALLOW, Decision, gate_ner, gate_qa, gate_relation
+from processors.dbpm.gates import ALLOW, GateRuling, gate_ner, gate_qa, gate_relation
 from processors.dbpm.ledger import admit
 from processors.dbpm.maintenance import advance_clock
 from processors.dbpm.memory import KeyValue, Memory, half_lives
@@ -60,7 +60,7 @@ class DBPMEngine:
         self.ontology = ontology
         self._half_lives = half_lives(config)
 
-    def process(self, state: S, event: Event, now: float) -> tuple[S, list[Decision]]:
+    def process(self, state: S, event: Event, now: float) -> tuple[S, list[GateRuling]]:
         """Apply one event at event time ``now`` and return the state and the decisions it produced.
 
         Args:
@@ -74,7 +74,8 @@ class DBPMEngine:
         if self.config.flags.disabled:
             if isinstance(event, GateEvent):
                 sig = signature(event.task, event.payload)
-                return state, [Decision(event.candidate_id, ALLOW, "disabled", event.task, sig, None, 0, 1.0)]
+                ruling = GateRuling(event.candidate_id, ALLOW, "disabled", event.task, sig, None, 0, 1.0)
+                return state, [ruling]
             return state, []
         if not isinstance(event, GateEvent):
             _, propagations = self.learn(state, event, now)

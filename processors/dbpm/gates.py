@@ -55,7 +55,7 @@ BLOCK = "BLOCK"
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class GateRuling:
     """A gate decision with its provenance.
 
     Attributes:
@@ -101,7 +101,7 @@ class Decision:
 
 def _three_tier(
     mem: Memory, event: GateEvent, task: str, sig: str, now: float, whitelisted: bool
-) -> Decision:
+) -> GateRuling:
     cfg = mem.config
     if whitelisted:
         return _decide(mem, event, ALLOW, "whitelist", sig, None, 0, ("whitelist",))
@@ -132,7 +132,7 @@ def _decide(
     support: int,
     sources: tuple[str, ...] = (),
     pattern_sources: int = 0,
-) -> Decision:
+) -> GateRuling:
     """Apply the flag policy to a gate result and attach the multiplier."""
     flags = mem.config.flags
     policy: list[str] = []
@@ -154,7 +154,7 @@ def _decide(
         decision = DOWNGRADE
         policy.append("downgrade_first")
     multiplier = {ALLOW: 1.0, DOWNGRADE: mem.config.downgrade_multiplier, BLOCK: 0.0}[decision]
-    return Decision(
+    return GateRuling(
         event.candidate_id,
         decision,
         rule,
@@ -168,13 +168,13 @@ def _decide(
     )
 
 
-def gate_ner(mem: Memory, event: GateEvent, now: float) -> Decision:
+def gate_ner(mem: Memory, event: GateEvent, now: float) -> GateRuling:
     """The NER gate (and the generic gate of an open task): whitelist, then Eq. 4."""
     sig = signature(event.task, event.payload)
     return _three_tier(mem, event, event.task, sig, now, mem.is_whitelisted(event.task, sig))
 
 
-def gate_relation(mem: Memory, ontology: Ontology, event: GateEvent, now: float) -> Decision:
+def gate_relation(mem: Memory, ontology: Ontology, event: GateEvent, now: float) -> GateRuling:
     """The relation gate: preemption BLOCK, ontology-admitted ALLOW, then Eq. 4 on the RE blocklist."""
     payload = event.payload
     sig = signature(RE, payload)
@@ -202,7 +202,7 @@ def patient_difficulty(mem: Memory, patient_id: str) -> float:
     return rejections / max(rejections + yields, 1)
 
 
-def gate_qa(mem: Memory, event: GateEvent, now: float) -> Decision:
+def gate_qa(mem: Memory, event: GateEvent, now: float) -> GateRuling:
     """The QA gate of §4.8: NER coverage (Eq. 9), else fail rate (Eq. 7) x difficulty (Eq. 8)."""
     cfg = mem.config
     payload = event.payload

@@ -70,21 +70,21 @@ TAGGING_DECISIONS: frozenset[str] = frozenset({DOWNGRADE, BLOCK})
 """Gate decisions that count as a tag (Table 10: DOWNGRADE collapsed with BLOCK)."""
 
 
-class Outcome(StrEnum):
+class VerdictOutcome(StrEnum):
     """The verifier's decision on a candidate, as the lift reads it."""
 
     FAIL = "FAIL"
     PASS = "PASS"
 
 
-_VERDICT_OUTCOMES: Mapping[str, Outcome] = {
-    HARD_FAIL: Outcome.FAIL,
-    SOFT_DOWNGRADE: Outcome.PASS,
-    SUCCESS: Outcome.PASS,
+_VERDICT_OUTCOMES: Mapping[str, VerdictOutcome] = {
+    HARD_FAIL: VerdictOutcome.FAIL,
+    SOFT_DOWNGRADE: VerdictOutcome.PASS,
+    SUCCESS: VerdictOutcome.PASS,
 }
 
 
-def verdict_outcome(verdict: str, source: str) -> Outcome | None:
+def verdict_outcome(verdict: str, source: str) -> VerdictOutcome | None:
     """Map a replay-stream verdict to FAIL/PASS, or ``None`` when it does not measure a gate.
 
     Args:
@@ -220,12 +220,12 @@ class TagCounts:
         if not (0 <= self.fail_tagged <= self.fail_total and 0 <= self.pass_tagged <= self.pass_total):
             raise ValueError(f"tagged counts must lie in [0, total]: {self}")
 
-    def record(self, outcome: Outcome, tagged: bool, pairs: int = 1) -> TagCounts:
+    def record(self, outcome: VerdictOutcome, tagged: bool, pairs: int = 1) -> TagCounts:
         """Return the counts with ``pairs`` more pairs of the given outcome, all tagged or all not."""
         if pairs < 0:
             raise ValueError(f"pairs must be >= 0, got {pairs}")
         tags = pairs if tagged else 0
-        if outcome is Outcome.FAIL:
+        if outcome is VerdictOutcome.FAIL:
             return replace(self, fail_tagged=self.fail_tagged + tags, fail_total=self.fail_total + pairs)
         return replace(self, pass_tagged=self.pass_tagged + tags, pass_total=self.pass_total + pairs)
 
@@ -326,7 +326,7 @@ class SelectivityCounts:
             merged[key] = merged.get(key, TagCounts()).merge(cell.counts)
         return cls(tuple(SelectivityCell(t, c, merged[(t, c)]) for t, c in sorted(merged)))
 
-    def record(self, task: str, category: str, outcome: Outcome, tagged: bool) -> SelectivityCounts:
+    def record(self, task: str, category: str, outcome: VerdictOutcome, tagged: bool) -> SelectivityCounts:
         """Return the counters with one more observed pair."""
         one = SelectivityCell(task, category, TagCounts().record(outcome, tagged))
         return self.merge(SelectivityCounts((one,)))
@@ -387,7 +387,7 @@ class SelectivityTracker:
     """
 
     pending: dict[tuple[str, ...], bool] = field(default_factory=dict)
-    observed: dict[tuple[str, str, Outcome, bool], int] = field(default_factory=dict)
+    observed: dict[tuple[str, str, VerdictOutcome, bool], int] = field(default_factory=dict)
     fail_events: dict[str, int] = field(default_factory=dict)
     max_pending: int | None = None
     """Bound on gate decisions awaiting their verdict (None: unbounded, for finite replays). A live

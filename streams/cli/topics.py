@@ -37,7 +37,7 @@ from topics.acls import (
     inspect_acls,
     load_plan,
 )
-from topics.admin import Outcome, TopicReport, ensure_topics, inspect_topics
+from topics.admin import TopicReport, TopicStatus, ensure_topics, inspect_topics
 from topics.catalog import DAY_MS, Catalog, build_catalog
 
 app = typer.Typer(help="Create the catalog's topics on a cluster, or describe them.", no_args_is_help=True)
@@ -58,10 +58,10 @@ Replication = Annotated[
 Timeout = Annotated[float, typer.Option(help="Seconds per broker request.")]
 
 _STYLE = {
-    Outcome.CREATED: "green",
-    Outcome.EXISTS: "cyan",
-    Outcome.EXISTS_DIFFERENT_CONFIG: "bold red",
-    Outcome.MISSING: "yellow",
+    TopicStatus.CREATED: "green",
+    TopicStatus.EXISTS: "cyan",
+    TopicStatus.EXISTS_DIFFERENT_CONFIG: "bold red",
+    TopicStatus.MISSING: "yellow",
 }
 
 
@@ -140,9 +140,9 @@ def create(
     with _cluster_errors_reported(address):
         reports = ensure_topics(admin_client(address), _catalog(settings, partitions, replication), timeout)
     _out.print(_reports_table(reports, f"topics on {address}"))
-    counts = {outcome: sum(r.outcome is outcome for r in reports) for outcome in Outcome}
+    counts = {outcome: sum(r.outcome is outcome for r in reports) for outcome in TopicStatus}
     _err.print(", ".join(f"{count} {outcome}" for outcome, count in counts.items() if count))
-    if counts[Outcome.EXISTS_DIFFERENT_CONFIG]:
+    if counts[TopicStatus.EXISTS_DIFFERENT_CONFIG]:
         _err.print("Some topics differ from the catalog; clingate does not alter them: fix or recreate them.")
         raise typer.Exit(1)
 

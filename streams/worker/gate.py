@@ -77,7 +77,7 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 
-from processors.dbpm import BLOCK, DBPMConfig, DBPMEngine, Decision, GateEvent
+from processors.dbpm import BLOCK, DBPMConfig, DBPMEngine, GateEvent, GateRuling
 from schemas.dbpm import Candidate, GateDecision
 from schemas.serde import Serde, make_serde
 from state.base import Store, Transaction
@@ -176,7 +176,7 @@ class MemoryFollower:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class DecidedCandidate:
     """One decided candidate, ready to produce."""
 
     key: bytes
@@ -227,15 +227,15 @@ class Gate:
         """The candidate of a ``clingate.dbpm.candidates`` record and its engine event, or the failure."""
         return decode_event(self._serde, record, Candidate)  # type: ignore[return-value]
 
-    def decide(self, candidate: Candidate, event: GateEvent, waited_out: bool = False) -> Outcome:
+    def decide(self, candidate: Candidate, event: GateEvent, waited_out: bool = False) -> DecidedCandidate:
         """Decide ``event`` on the view; the encoded decision record, keyed by patient."""
         txn = Transaction(self._view)
         _, [decision] = self.engine.process(txn, event, event.time)
         txn.abort()
         value = self._serde.encode(decision_record(candidate, decision, waited_out), topic=DBPM_DECISIONS)
-        return Outcome(candidate.patient_id.encode(), value, event, decision.decision)
+        return DecidedCandidate(candidate.patient_id.encode(), value, event, decision.decision)
 
-    def handle(self, record: SourceRecord, barrier: Barrier) -> Outcome | DecodeFailed:
+    def handle(self, record: SourceRecord, barrier: Barrier) -> DecidedCandidate | DecodeFailed:
         """One ``clingate.dbpm.candidates`` record: its decision, or why it goes to the dead-letter topic.
 
         A candidate with the :data:`~streams.worker.dbpm.BARRIER_HEADER` waits at ``barrier`` for its
@@ -363,7 +363,7 @@ class GateLoop:
         failures.clear()
         first: dict[int, int] = {}
         last: dict[int, int] = {}
-        decided: list[Outcome] = []
+        decided: list[DecidedCandidate] = []
         produce = self._producer.produce
         try:
             for message in messages:
@@ -444,7 +444,7 @@ class GateLoop:
             self._committed.pop(tp.partition, None)
 
 
-def decision_record(candidate: Candidate, decision: Decision, waited_out: bool) -> GateDecision:
+def decision_record(candidate: Candidate, decision: GateRuling, waited_out: bool) -> GateDecision:
     """The ``clingate.dbpm.decisions`` record of ``decision`` on ``candidate``."""
     provenance = (*decision.sources, *decision.policy, *(("barrier_timeout",) if waited_out else ()))
     return GateDecision(

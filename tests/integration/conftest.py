@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from streams.runtime.kafka_config import admin_client
-from topics.admin import Outcome, ensure_topics
+from topics.admin import TopicStatus, ensure_topics
 from topics.catalog import TopicSpec
 
 
@@ -24,7 +24,7 @@ def new_topic(kafka_bootstrap: str) -> Callable[..., str]:
         name = f"{prefix}.{uuid.uuid4().hex[:12]}"
         spec = TopicSpec(name=name, key="test key", value_schema="test", partitions=partitions)
         [report] = ensure_topics(admin_client(kafka_bootstrap), [spec])
-        assert report.outcome is Outcome.CREATED
+        assert report.outcome is TopicStatus.CREATED
         return name
 
     return create

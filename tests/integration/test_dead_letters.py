@@ -25,7 +25,7 @@ from schemas.registry import load_registry
 from schemas.serde import SINGLE_OBJECT_MAGIC, SingleObjectSerde
 from streams.runtime.dlq import DeadLetterDeliveryError, DeadLetterRouter, SourceRecord, header_map
 from streams.runtime.kafka_config import admin_client
-from topics.admin import Outcome, ensure_topics
+from topics.admin import TopicStatus, ensure_topics
 from topics.catalog import TopicSpec, dlq_name
 
 pytestmark = pytest.mark.integration
@@ -56,7 +56,7 @@ def _create_topics(bootstrap: str, source: str) -> None:
     spec = TopicSpec(source, "test key", "test", partitions=1, consumed=True, max_message_bytes=MAX_BYTES)
     assert spec.dlq is not None  # its limit is derived from the source's, with headroom
     specs = [spec, spec.dlq]
-    assert all(r.outcome is Outcome.CREATED for r in ensure_topics(admin_client(bootstrap), specs))
+    assert all(r.outcome is TopicStatus.CREATED for r in ensure_topics(admin_client(bootstrap), specs))
 
 
 def _drain(bootstrap: str, topic: str, group: str, count: int) -> list:

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, Producer
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.testing.broker import BrokerError, LocalKafka
-from topics.admin import Outcome, ensure_topics
+from topics.admin import TopicStatus, ensure_topics
 from topics.catalog import TopicSpec
 
 pytestmark = [
@@ -103,7 +103,7 @@ def test_restart_on_the_same_directory_keeps_address_topics_and_records(tmp_path
     bootstrap = broker.start()
     try:
         spec = TopicSpec(name="restart.records", key="k", value_schema="test", partitions=1)
-        assert ensure_topics(admin_client(bootstrap), [spec])[0].outcome is Outcome.CREATED
+        assert ensure_topics(admin_client(bootstrap), [spec])[0].outcome is TopicStatus.CREATED
         producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
         for i in range(3):
             producer.produce(spec.name, value=f"r{i}".encode())
@@ -116,7 +116,7 @@ def test_restart_on_the_same_directory_keeps_address_topics_and_records(tmp_path
         assert broker.kill() is True
         assert not broker.status().running
         assert broker.start() == bootstrap
-        assert ensure_topics(admin_client(bootstrap), [spec])[0].outcome is Outcome.EXISTS
+        assert ensure_topics(admin_client(bootstrap), [spec])[0].outcome is TopicStatus.EXISTS
         assert _read_all(bootstrap, spec.name, 3) == [b"r0", b"r1", b"r2"]
     finally:
         broker.stop()

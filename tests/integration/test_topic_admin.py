@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from streams.runtime.kafka_config import admin_client
-from topics.admin import Outcome, ensure_topics, inspect_topics
+from topics.admin import TopicStatus, ensure_topics, inspect_topics
 from topics.catalog import CATALOG, build_catalog
 
 pytestmark = pytest.mark.integration
@@ -34,8 +34,8 @@ def test_creating_the_catalog_twice_creates_then_finds_every_topic(kafka_bootstr
     first = ensure_topics(admin, specs)
     second = ensure_topics(admin, specs)
 
-    assert [r.outcome for r in first] == [Outcome.CREATED] * len(specs)
-    assert [r.outcome for r in second] == [Outcome.EXISTS] * len(specs)
+    assert [r.outcome for r in first] == [TopicStatus.CREATED] * len(specs)
+    assert [r.outcome for r in second] == [TopicStatus.EXISTS] * len(specs)
     assert all(r.differences == () for r in second)
 
 
@@ -44,11 +44,11 @@ def test_a_topic_made_with_other_partitions_or_retention_is_reported_as_differen
     admin = admin_client(kafka_bootstrap)
     spec = _private_copy(partitions=3)[0]
     by_hand = replace(spec, partitions=1, retention_ms=3_600_000)
-    assert ensure_topics(admin, [by_hand])[0].outcome is Outcome.CREATED
+    assert ensure_topics(admin, [by_hand])[0].outcome is TopicStatus.CREATED
 
     [report] = ensure_topics(admin, [spec])
 
-    assert report.outcome is Outcome.EXISTS_DIFFERENT_CONFIG
+    assert report.outcome is TopicStatus.EXISTS_DIFFERENT_CONFIG
     assert "partitions: cluster=1, catalog=3" in report.differences
     assert any(d.startswith("retention.ms: cluster=3600000") for d in report.differences)
     assert len(admin.list_topics(topic=spec.name, timeout=10).topics[spec.name].partitions) == 1
@@ -61,7 +61,7 @@ def test_inspect_reports_missing_topics_and_creates_nothing(kafka_bootstrap: str
 
     reports = inspect_topics(admin, specs)
 
-    assert [r.outcome for r in reports] == [Outcome.MISSING] * 3
+    assert [r.outcome for r in reports] == [TopicStatus.MISSING] * 3
     assert not set(admin.list_topics(timeout=10).topics) & {s.name for s in specs}
 
 
@@ -70,8 +70,8 @@ def test_compacted_topic_configs_round_trip_through_the_broker(kafka_bootstrap: 
     admin = admin_client(kafka_bootstrap)
     spec = replace(CATALOG.get("clingate.clinical.assessments"), name=f"t{uuid.uuid4().hex[:8]}.assessments")
 
-    assert ensure_topics(admin, [spec])[0].outcome is Outcome.CREATED
-    assert inspect_topics(admin, [spec])[0].outcome is Outcome.EXISTS
+    assert ensure_topics(admin, [spec])[0].outcome is TopicStatus.CREATED
+    assert inspect_topics(admin, [spec])[0].outcome is TopicStatus.EXISTS
 
 
 def test_cli_topics_create_on_the_real_catalog_is_idempotent(kafka_bootstrap: str):

@@ -9,7 +9,7 @@ import urllib.request
 from prometheus_client import CollectorRegistry
 
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology, parse_event
-from processors.dbpm.measurement import Outcome, SelectivityCounts, memory_population
+from processors.dbpm.measurement import SelectivityCounts, VerdictOutcome, memory_population
 from processors.dbpm.memory import Memory
 from schemas.clinical import ClinicalAssessment, TrafficLight
 from state import MemoryStore
@@ -71,7 +71,7 @@ def test_the_live_lift_and_its_interval_are_the_measurement_modules() -> None:
     for i, (decision, verdict) in enumerate(plan):
         selectivity.gate("qa", f"p{i}", _qa("Q?"), decision)
         selectivity.verdict("qa", f"p{i}", _qa("Q?"), verdict, "verifier_mmed")
-        outcome = Outcome.FAIL if verdict == "hard_fail" else Outcome.PASS
+        outcome = VerdictOutcome.FAIL if verdict == "hard_fail" else VerdictOutcome.PASS
         expected = expected.record("qa", "diagnosis", outcome, decision == "DOWNGRADE")
     lift = expected.cell("qa", "diagnosis").lift()
     for category in ("diagnosis", ALL_CATEGORIES):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from processors.dbpm import DBPMConfig, DBPMEngine, Decision, format_time, load_ontology, parse_event
+from processors.dbpm import DBPMConfig, DBPMEngine, GateRuling, format_time, load_ontology, parse_event
 from processors.dbpm.memory import Memory
 from state import MemoryStore
 
@@ -23,7 +23,7 @@ class Harness:
         self.store = MemoryStore()
         self._n = 0
 
-    def send(self, obj: dict) -> list[Decision]:
+    def send(self, obj: dict) -> list[GateRuling]:
         event = parse_event(obj, tuple(self.config.tasks))
         with self.store.transaction() as txn:
             _, out = self.engine.process(txn, event, event.time)
@@ -36,7 +36,7 @@ class Harness:
         self.send({"kind": "verdict", "ts": iso(at), "task": task, "verdict": verdict, "source": source,
                    "patient_id": patient, "payload": payload})  # fmt: skip
 
-    def gate(self, task: str, payload: dict, *, at: float = T0, patient: str = "p1") -> Decision:
+    def gate(self, task: str, payload: dict, *, at: float = T0, patient: str = "p1") -> GateRuling:
         self._n += 1
         (decision,) = self.send({"kind": "gate", "ts": iso(at), "task": task, "patient_id": patient,
                                  "candidate_id": f"c{self._n}", "payload": payload})  # fmt: skip

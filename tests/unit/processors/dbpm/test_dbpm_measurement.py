@@ -14,12 +14,12 @@ from processors.dbpm.measurement import (
     ChannelPopulation,
     ChannelStatus,
     LiftStatus,
-    Outcome,
     PopulationReport,
     SelectivityCell,
     SelectivityCounts,
     SelectivityTracker,
     TagCounts,
+    VerdictOutcome,
     channel_population,
     is_tagged,
     measurement_category,
@@ -86,9 +86,9 @@ def test_only_downgrade_and_block_tag() -> None:
 
 
 def test_only_verifier_verdicts_measure_a_gate() -> None:
-    assert verdict_outcome("hard_fail", "verifier_mmed") is Outcome.FAIL
-    assert verdict_outcome("success", "verifier_mmed") is Outcome.PASS
-    assert verdict_outcome("soft_downgrade", "verifier_mmed") is Outcome.PASS
+    assert verdict_outcome("hard_fail", "verifier_mmed") is VerdictOutcome.FAIL
+    assert verdict_outcome("success", "verifier_mmed") is VerdictOutcome.PASS
+    assert verdict_outcome("soft_downgrade", "verifier_mmed") is VerdictOutcome.PASS
     assert verdict_outcome("hard_fail", "rule_based") is None
     with pytest.raises(ValueError):
         verdict_outcome("maybe", "verifier_mmed")
@@ -114,14 +114,14 @@ _OBSERVATIONS = st.lists(
     st.tuples(
         st.sampled_from(["ner", "re", "qa"]),
         st.sampled_from(["diagnosis", "tests", "history"]),
-        st.sampled_from(list(Outcome)),
+        st.sampled_from(list(VerdictOutcome)),
         st.booleans(),
     ),
     max_size=60,
 )
 
 
-def _fold(observations: list[tuple[str, str, Outcome, bool]]) -> SelectivityCounts:
+def _fold(observations: list[tuple[str, str, VerdictOutcome, bool]]) -> SelectivityCounts:
     counts = SelectivityCounts()
     for task, category, outcome, tagged in observations:
         counts = counts.record(task, category, outcome, tagged)
@@ -178,8 +178,8 @@ def test_unsorted_cells_are_rejected_and_from_cells_sorts_and_adds() -> None:
 def test_render_shows_every_cell_and_a_total_per_task() -> None:
     counts = (
         SelectivityCounts()
-        .record("qa", "diagnosis", Outcome.FAIL, True)
-        .record("qa", "history", Outcome.PASS, False)
+        .record("qa", "diagnosis", VerdictOutcome.FAIL, True)
+        .record("qa", "history", VerdictOutcome.PASS, False)
     )
     text = counts.render()
     assert "diagnosis" in text and "history" in text and "(all)" in text
