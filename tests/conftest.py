@@ -1,4 +1,8 @@
-"""Fixtures the whole suite shares: one real Kafka broker per test session.
+"""Fixtures the whole suite shares: one real Kafka broker per test process.
+
+pytest-xdist runs the suite in several processes (pyproject ``addopts``); each starts its own broker
+unless ``KAFKA_BOOTSTRAP_SERVERS`` names one (every test keeps to its own app ids and groups, so a
+shared broker works too).
 
 ``kafka_bootstrap`` is the address to use. It comes from :func:`streams.testing.broker.provide_broker`:
 ``KAFKA_BOOTSTRAP_SERVERS`` if set, else a testcontainers broker where a Docker engine answers,
