@@ -98,12 +98,25 @@ class _Root(TyperGroup):
         return None if entry is None else _LazyGroup(cmd_name, entry)
 
 
+ROOT_FLAGS_OFF: dict[str, bool] = {"help": False, "install_completion": False, "show_completion": False}
+"""``clingate``'s own flags when not given: off, as bools (Typer's defaults for them are ``None``).
+
+Given as the root context's ``default_map`` (click's defaults by parameter name). Before a group runs,
+its parent's parameters are converted, and Typer converts a value that is not a bool with a Pydantic
+adapter it builds on first use: with ``None`` flags every ``clingate GROUP ...`` would import Pydantic,
+which is most of what ``clingate replay --help`` would cost beyond ``clingate --help``
+(docs/performance.md). A bool passes
+unconverted, so ``clingate GROUP --help`` imports Pydantic only if the group's module does (the help of
+a group's sub-command still converts that group's own ``--help``)."""
+
+
 app = typer.Typer(
     name="clingate",
     cls=_Root,
     help="clingate: gated decisions for clinical LLM pipelines on Apache Kafka.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"default_map": ROOT_FLAGS_OFF},
 )
 
 
