@@ -77,6 +77,7 @@ from processors.dbpm.memory import Memory
 from processors.dbpm.qa_classifier import classify_qa_error
 from state import MemoryStore, Store, Transaction
 from state.kinds import StoreKind
+from streams.bench.stats import percentile
 
 STREAM_START = datetime(2026, 5, 4, tzinfo=UTC)
 PATIENTS_PER_DAY = 500.0
@@ -650,7 +651,10 @@ class Costs:
         """Percentiles of two equally long series of nanosecond costs."""
         wall, cpu = sorted(wall_ns), sorted(cpu_ns)
         return cls(
-            _percentile(wall, 0.5), _percentile(wall, 0.99), _percentile(cpu, 0.5), _percentile(cpu, 0.99)
+            percentile(wall, 0.5) / 1_000.0,
+            percentile(wall, 0.99) / 1_000.0,
+            percentile(cpu, 0.5) / 1_000.0,
+            percentile(cpu, 0.99) / 1_000.0,
         )
 
 
@@ -751,14 +755,6 @@ class BenchResult:
 
 def _mib(size: int) -> str:
     return f"{size / 2**20:,.1f} MiB"
-
-
-def _percentile(ordered: Sequence[int], q: float) -> float:
-    """Nearest-rank percentile of an ascending sequence of nanoseconds, in microseconds."""
-    if not ordered:
-        return 0.0
-    rank = max(1, math.ceil(q * len(ordered)))
-    return ordered[rank - 1] / 1_000.0
 
 
 def _rss_bytes() -> int:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -47,6 +46,7 @@ from processors.dbpm import GateEvent, VerdictEvent, parse_event
 from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.serde import Serde, make_serde
 from state.memory import MemoryStore
+from streams.bench.stats import percentile
 from streams.cli.common import require_bootstrap
 from streams.replay.kafka import end_offset
 from streams.runtime.dlq import DecodeFailed, SourceRecord
@@ -201,10 +201,6 @@ class _Client:
         return n / (time.perf_counter() - started), latencies
 
 
-def _percentile(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=1000)[int(q * 1000) - 1] if len(values) > 1 else values[0]
-
-
 def dbpm_kafka(
     events: Annotated[Path, typer.Option("--events", exists=True, help="A replay-contract stream.")],
     n: Annotated[int, typer.Option("-n", help="Candidates per measurement.")] = 20_000,
@@ -236,7 +232,7 @@ def dbpm_kafka(
         offered = maximum * fraction
         achieved, latencies = client.run(client.candidates(gates, max(1000, int(n * fraction))), offered)
         points.append(LatencyPoint(
-            fraction, offered, achieved, _percentile(latencies, 0.5) * 1e3, _percentile(latencies, 0.99) * 1e3
+            fraction, offered, achieved, percentile(latencies, 0.5) * 1e3, percentile(latencies, 0.99) * 1e3
         ))  # fmt: skip
     result = BenchResult(reference, pipeline, maximum, reference / maximum, points, cpu_us)
     typer.echo(f"in-process gate: {reference:,.0f} candidates/s (engine); {pipeline:,.0f} candidates/s "

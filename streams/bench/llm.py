@@ -41,6 +41,7 @@ from rich.table import Table
 
 from schemas.dbpm import Candidate, GateDecision, Narrative, NerPayload
 from schemas.serde import Serde, make_serde
+from streams.bench.stats import percentile
 from streams.cli.common import require_bootstrap
 from streams.groups.llm import new_metrics
 from streams.groups.verifier import run_verifier
@@ -102,13 +103,6 @@ def rounds_for(latency_s: float, quick: bool) -> int:
     return max(MIN_ROUNDS, math.ceil(TARGET_POINT_S / latency_s))
 
 
-def _percentile(ordered: list[float], q: float) -> float:
-    """Nearest-rank percentile of an ascending list (NaN when empty)."""
-    if not ordered:
-        return math.nan
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
 async def measure_point(base_url: str, concurrency: int, latency_s: float, rounds: int) -> BenchPoint:
     """Measure one (N, L) point against a server that answers after ``latency_s``.
 
@@ -148,8 +142,8 @@ async def measure_point(base_url: str, concurrency: int, latency_s: float, round
         calls_per_s=achieved,
         bound_per_s=bound,
         ratio=achieved / bound,
-        p50_s=_percentile(latencies, 0.50),
-        p99_s=_percentile(latencies, 0.99),
+        p50_s=percentile(latencies, 0.50, empty=math.nan),
+        p99_s=percentile(latencies, 0.99, empty=math.nan),
         cpu_ms_per_call=cpu * 1000.0 / calls,
     )
 

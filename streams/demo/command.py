@@ -124,6 +124,7 @@ from rich.table import Table
 
 from schemas.base import AvroModel
 from schemas.serde import Serde, make_serde
+from streams.bench.stats import percentile
 from streams.demo import report
 from streams.demo.data import DOCS_EXAMPLES
 from streams.demo.llm import LoopPlan, loop_plan
@@ -1325,11 +1326,6 @@ def step_dbpm(
         results.failed.append(f"inert blocklist channels: {', '.join(population.inert_channels())}")
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else 0.0
-
-
 def _bulk_figures(
     plan: Plan,
     results: Results,
@@ -1368,8 +1364,8 @@ def _bulk_figures(
         "blocks": sum(1 for c in ids if decisions[c] == "BLOCK"),
         "patients_per_s": len(bulk) / span if span > 0 else 0.0,
         "candidates_per_s": len(ids) / span if span > 0 else 0.0,
-        "patient_p50": _percentile(per_patient, 0.5), "patient_p99": _percentile(per_patient, 0.99),
-        "candidate_p50": _percentile(per_candidate, 0.5), "candidate_p99": _percentile(per_candidate, 0.99),
+        "patient_p50": percentile(per_patient, 0.5), "patient_p99": percentile(per_patient, 0.99),
+        "candidate_p50": percentile(per_candidate, 0.5), "candidate_p99": percentile(per_candidate, 0.99),
         "differing": differing, "same_state": same_state,
     }  # fmt: skip
 
@@ -1892,7 +1888,7 @@ def _model_rows(calls: list[Any]) -> list[tuple[str, str]]:
     valid = sum(1 for c in calls if c.outcome == "valid")
     latencies = sorted(c.latency_s for c in calls)
     return [("real model (SmolLM2): valid calls, latency p50 / max",
-             f"{valid}/{len(calls)}, {_percentile(latencies, 0.5):.1f} / {latencies[-1]:.1f} s")]  # fmt: skip
+             f"{valid}/{len(calls)}, {percentile(latencies, 0.5):.1f} / {latencies[-1]:.1f} s")]  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------- command
