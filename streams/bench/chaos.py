@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from processors.dbpm import DBPMEngine
 from schemas.dbpm import GateDecision
@@ -69,8 +69,9 @@ from state.memory import MemoryStore
 from streams.bench.dbpm import generate_events
 from streams.cli.common import require_bootstrap
 from streams.replay.engine import replay_stream
-from streams.replay.kafka import ReplayTimeout, commit_worker_end_offsets, end_offset, replay_via_kafka
-from streams.runtime.kafka_config import admin_client, client_config
+from streams.replay.kafka import ReplayTimeout, commit_worker_end_offsets, replay_via_kafka
+from streams.runtime.kafka_clients import end_offsets, reader
+from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.broker import LocalKafka, free_port
 from streams.worker.dbpm import dbpm_engines
@@ -204,15 +205,11 @@ def in_process(engine: DBPMEngine, events: Sequence[dict[str, Any]]) -> tuple[li
     return [json.loads(line) for line in decisions.getvalue().splitlines()], state
 
 
-def _partitions(client: Consumer, topic: str) -> list[int]:
-    return sorted(client.list_topics(topic, timeout=30).topics[topic].partitions)
-
-
 def topic_ends(bootstrap: str, topic: str) -> dict[int, int]:
     """The end offset of every partition of ``topic``."""
-    client = Consumer(client_config(bootstrap, **{"group.id": "clingate-chaos-probe"}))
+    client = reader(bootstrap, "chaos-probe")
     try:
-        return {p: end_offset(client, topic, p) for p in _partitions(client, topic)}
+        return end_offsets(client, topic)
     finally:
         client.close()
 
@@ -221,10 +218,7 @@ def read_between(bootstrap: str, topic: str, start: dict[int, int]) -> Iterator[
     """Values of ``topic`` from ``start`` (per partition) to the current end."""
     ends = topic_ends(bootstrap, topic)
     todo = {p: end for p, end in ends.items() if end > start.get(p, 0)}
-    client = Consumer(client_config(
-        bootstrap, **{"group.id": f"clingate-chaos-{uuid.uuid4().hex}", "enable.auto.commit": False,
-                      "isolation.level": "read_committed"},
-    ))  # fmt: skip
+    client = reader(bootstrap, "chaos", **{"isolation.level": "read_committed"})
     try:
         client.assign([TopicPartition(topic, p, start.get(p, 0)) for p in todo])
         while todo:

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from processors.dbpm import GateEvent, VerdictEvent, parse_event
 from schemas.dbpm import Candidate, GateDecision, Verdict
@@ -48,9 +48,8 @@ from schemas.serde import Serde, make_serde
 from state.memory import MemoryStore
 from streams.bench.stats import percentile
 from streams.cli.common import require_bootstrap
-from streams.replay.kafka import end_offset
 from streams.runtime.dlq import DecodeFailed, SourceRecord
-from streams.runtime.kafka_config import client_config
+from streams.runtime.kafka_clients import assign_at_ends, reader
 from streams.runtime.settings import get_settings
 from streams.worker.dbpm import dbpm_engines, producer_config, verdict_key
 from streams.worker.gate import Gate
@@ -143,14 +142,8 @@ class _Client:
         self.producer = Producer(
             producer_config(bootstrap, **{"linger.ms": 2, "queue.buffering.max.messages": 1_000_000})
         )
-        self.consumer = Consumer(client_config(bootstrap, **{
-            "group.id": f"clingate-bench-{uuid.uuid4().hex}", "enable.auto.commit": False,
-        }))  # fmt: skip
-        topic = self.consumer.list_topics(DBPM_DECISIONS, timeout=30).topics[DBPM_DECISIONS]
-        self.consumer.assign([
-            TopicPartition(DBPM_DECISIONS, p, end_offset(self.consumer, DBPM_DECISIONS, p))
-            for p in topic.partitions
-        ])  # fmt: skip
+        self.consumer = reader(bootstrap, "bench")
+        assign_at_ends(self.consumer, [DBPM_DECISIONS])
 
     def load(self, engine_verdicts: list[dict[str, Any]]) -> None:
         engine, _ = dbpm_engines(get_settings())

@@ -129,7 +129,8 @@ from streams.demo import report
 from streams.demo.data import DOCS_EXAMPLES
 from streams.demo.llm import LoopPlan, loop_plan
 from streams.demo.tap import Flow, Route, Tap
-from streams.runtime.kafka_config import admin_client, client_config
+from streams.runtime.kafka_clients import end_offsets, producer, reader
+from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.broker import Broker, free_port, provide_broker
 from topics.admin import ensure_topics
@@ -196,26 +197,18 @@ class DemoError(RuntimeError):
 
 
 def _producer(bootstrap: str) -> Producer:
-    return Producer(client_config(bootstrap, **{"enable.idempotence": True, "linger.ms": 5}))
+    return producer(bootstrap, **{"linger.ms": 5})
 
 
 def _consumer(bootstrap: str) -> Consumer:
-    return Consumer(client_config(bootstrap, **{
-        "group.id": f"clingate-demo-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-    }))  # fmt: skip
+    return reader(bootstrap, "demo", **{"auto.offset.reset": "earliest"})
 
 
 def _end_offsets(consumer: Consumer, topics: Sequence[str]) -> dict[str, int]:
     """Sum of the end offsets of each topic's partitions (a partition still electing its leader just
-    after creation is waited out for 30 s by :func:`streams.replay.kafka.end_offset`)."""
-    from streams.replay.kafka import end_offset
-
+    after creation is waited out for 30 s by :func:`streams.runtime.kafka_clients.end_offset`)."""
     try:
-        metadata = consumer.list_topics(timeout=30).topics
-        return {
-            topic: sum(end_offset(consumer, topic, p) for p in metadata[topic].partitions) for topic in topics
-        }
+        return {topic: sum(end_offsets(consumer, topic).values()) for topic in topics}
     except KafkaException as error:
         raise DemoError(f"end offsets of {list(topics)} unavailable for 30 s: {error}") from error
 

@@ -33,11 +33,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer
 
 from schemas.base import AvroModel
 from schemas.serde import Serde
-from streams.replay.kafka import end_offset
+from streams.runtime.kafka_clients import assign_at_ends
 from streams.runtime.kafka_config import client_config
 from streams.worker.tablestore import BOUNDARY_KEY
 
@@ -125,13 +125,9 @@ class Tap(threading.Thread):
             "group.id": "clingate-demo-tap", "enable.auto.commit": False, "isolation.level": "read_committed",
             "fetch.wait.max.ms": FETCH_WAIT_MS, "fetch.min.bytes": 1 << 24,
         }))  # fmt: skip
-        assignment = []
-        for topic in [*self._routes, *([changelog] if changelog else [])]:
-            partitions = self._consumer.list_topics(topic, timeout=30).topics[topic].partitions
-            assignment += [TopicPartition(topic, p, end_offset(self._consumer, topic, p)) for p in partitions]
+        assignment = assign_at_ends(self._consumer, [*self._routes, *([changelog] if changelog else [])])
         self._next: dict[tuple[str, int], int] = {(tp.topic, tp.partition): tp.offset for tp in assignment}
         """Per watched partition, the offset after the last record read (written by the tap thread)."""
-        self._consumer.assign(assignment)
 
     def run(self) -> None:
         """Poll until stopped; a failure is kept in :attr:`error` for the main thread."""

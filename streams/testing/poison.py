@@ -149,8 +149,9 @@ from streams.demo.data import DOCS, DOCS_EXAMPLES
 from streams.demo.data.timeline import fhir_timeline
 from streams.groups.ordered import Output
 from streams.groups.verifier import CONFIDENCE_HEADER, GATE_HEADER, VERDICT_HEADER
-from streams.replay.kafka import CommitWatcher, ReplayTimeout, commit_end_offsets, end_offset, read_state
+from streams.replay.kafka import CommitWatcher, ReplayTimeout, commit_end_offsets, read_state
 from streams.runtime.dlq import HEADER_PREFIX, PRODUCER_LIMITS, SourceRecord, fits
+from streams.runtime.kafka_clients import end_offsets, reader
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.broker import free_port
@@ -1460,33 +1461,18 @@ class Read:
     headers: tuple[tuple[str, bytes], ...]
 
 
-def topic_ends(client: Consumer, topic: str) -> dict[int, int]:
-    """The end offset of every partition of ``topic``."""
-    partitions = sorted(client.list_topics(topic, timeout=30).topics[topic].partitions)
-    return {p: end_offset(client, topic, p) for p in partitions}
-
-
 def read_from(bootstrap: str, starts: dict[str, dict[int, int]], timeout_s: float = 300.0) -> list[Read]:
     """Every record of the topics of ``starts`` from those offsets to the topics' current ends.
 
     Raises:
         RuntimeError: not everything could be read within ``timeout_s``.
     """
-    client = Consumer(
-        client_config(
-            bootstrap,
-            **{
-                "group.id": f"clingate-poison-reader-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "fetch.message.max.bytes": MAX_MESSAGE_BYTES + MIB,
-            },
-        )
-    )
+    client = reader(bootstrap, "poison-reader", **{"fetch.message.max.bytes": MAX_MESSAGE_BYTES + MIB})
     try:
         todo: dict[tuple[str, int], int] = {}
         assignment = []
         for topic, start in starts.items():
-            for p, end in topic_ends(client, topic).items():
+            for p, end in end_offsets(client, topic).items():
                 if end > start.get(p, 0):
                     todo[(topic, p)] = end
                     assignment.append(TopicPartition(topic, p, start.get(p, 0)))
@@ -1782,9 +1768,9 @@ def run_poison(
         DOCS_CLASSIFICATIONS: f"{app_id}-docs",
         DOCS_REVIEWS: f"{app_id}-docs",
     }
-    probe = Consumer(client_config(bootstrap, **{"group.id": f"clingate-poison-probe-{plan.tag}"}))
+    probe = reader(bootstrap, "poison-probe")
     try:
-        starts = {t: topic_ends(probe, t) for t in (*OUTPUTS, *(dlq_name(t) for t in RUNTIMES))}
+        starts = {t: end_offsets(probe, t) for t in (*OUTPUTS, *(dlq_name(t) for t in RUNTIMES))}
     finally:
         probe.close()
     for topic, group in groups.items():
@@ -1930,7 +1916,7 @@ def _lags(bootstrap: str, groups: dict[str, str]) -> dict[str, int]:
     for topic, group in groups.items():
         client = Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
         try:
-            ends = topic_ends(client, topic)
+            ends = end_offsets(client, topic)
             committed = client.committed([TopicPartition(topic, p) for p in ends], timeout=30)
             out[topic] = sum(
                 max(0, ends[tp.partition] - max(tp.offset, 0)) for tp in committed if ends[tp.partition] > 0

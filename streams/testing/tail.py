@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import time
-import uuid
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Message
 
-from streams.replay.kafka import end_offset
-from streams.runtime.kafka_config import client_config
+from streams.runtime.kafka_clients import assign_at_ends, reader
 from topics.catalog import MAX_MESSAGE_BYTES
 
 
@@ -21,14 +19,8 @@ class Tail:
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.topic = topic
-        self._consumer = Consumer(client_config(bootstrap, **{
-            "group.id": f"tail-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
-            "fetch.message.max.bytes": MAX_MESSAGE_BYTES,
-        }))  # fmt: skip
-        partitions = self._consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        self._consumer.assign(
-            [TopicPartition(topic, p, end_offset(self._consumer, topic, p)) for p in partitions]
-        )
+        self._consumer = reader(bootstrap, "tail", **{"fetch.message.max.bytes": MAX_MESSAGE_BYTES})
+        assign_at_ends(self._consumer, [topic])
         self.records: list[Message] = []
 
     def until(self, count: int, timeout_s: float = 90.0) -> list[Message]:

@@ -203,7 +203,7 @@ class _InstantWorkers:
             def close(self) -> None:
                 pass
 
-        monkeypatch.setattr(kafka_replay, "_producer", lambda bootstrap: Producer())
+        monkeypatch.setattr(kafka_replay, "Producer", lambda config: Producer())
         monkeypatch.setattr(kafka_replay, "_DecisionCollector", Collector)
         monkeypatch.setattr(kafka_replay, "CommitWatcher", Commits)
         monkeypatch.setattr(kafka_replay, "read_state", lambda *_: {})
