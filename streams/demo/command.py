@@ -17,7 +17,7 @@ Steps (each prints what it did):
      generator`` and ``clingate verifier`` (the LLM groups, one member each), and, unless
      ``CLINGATE_LLM_URL`` (or ``CLINGATE_GENERATOR_URL``) names a server, the LLM test server of
      :mod:`streams.demo.llm`, whose answers play the synthetic ground truth;
-   * DBPM: one narrative per patient of the synthetic stream of :mod:`streams.bench.dbpm` (the
+   * DBPM: one narrative per patient of the synthetic stream of :mod:`streams.testing.dbpm_stream` (the
      paper's proportions) -> generator -> candidates -> gate -> to-verify -> verifier -> verdicts ->
      memory;
    * clinical: ``--clinical-patients`` generated patients whose FHIR records change over simulated
@@ -100,7 +100,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -133,6 +132,7 @@ from streams.runtime.kafka_clients import end_offsets, producer, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.broker import Broker, free_port, provide_broker
+from streams.testing.process import ProcessError, ProcessHandle, python_module
 from topics.admin import ensure_topics
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
@@ -291,17 +291,17 @@ class ServiceProcess:
     ) -> None:
         self.name = name
         self.log = log
-        self._args = [module, *args]
-        self._env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, **env}
         self._ready = ready
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process = ProcessHandle(
+            name,
+            python_module(module, *args),
+            env={**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, **env},
+            log=log,
+            new_session=True,
+        )
 
     def __enter__(self) -> ServiceProcess:
-        with self.log.open("wb") as out:
-            self._process = subprocess.Popen(
-                [sys.executable, "-W", "ignore", "-m", *self._args],
-                env=self._env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+        self._process.start()
         return self
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
@@ -310,39 +310,35 @@ class ServiceProcess:
         Raises:
             DemoError: it exited or was not ready within ``timeout_s``.
         """
-        assert self._process is not None, "enter the context first"
-        deadline = time.monotonic() + timeout_s
-        while self._ready and not any(marker in self.log.read_bytes() for marker in self._ready):
-            self.check_running()
-            if time.monotonic() > deadline:
-                raise DemoError(f"the {self.name} was not ready within {timeout_s:.0f} s:\n{self.tail()}")
-            time.sleep(0.2)
+        try:
+            self._process.wait_for_output(*self._ready, timeout_s=timeout_s, poll_s=0.2)
+        except ProcessError as error:
+            self.check_running()  # it exited
+            message = f"the {self.name} was not ready within {timeout_s:.0f} s:\n{self.tail()}"
+            raise DemoError(message) from error
 
     def check_running(self) -> None:
         """Raise :class:`DemoError` (with its log's tail) if the process has exited: the streams would
         otherwise wait out their timeout for outputs it will never produce."""
-        assert self._process is not None, "enter the context first"
-        if self._process.poll() is not None:
-            raise DemoError(f"the {self.name} exited (code {self._process.returncode}):\n{self.tail()}")
+        code = self._process.returncode
+        if code is not None:
+            raise DemoError(f"the {self.name} exited (code {code}):\n{self.tail()}")
+
+    @property
+    def running(self) -> bool:
+        """Whether the process was started and has not exited."""
+        return self._process.running
 
     def tail(self, lines: int = 20) -> str:
         """The last lines of the process's log."""
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        return self._process.tail(lines)
 
     def terminate(self) -> None:
         """Ask the process to stop (SIGTERM) without waiting; :meth:`__exit__` waits for it."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
+        self._process.terminate()
 
     def __exit__(self, *_exc: object) -> None:
-        if self._process is None or self._process.poll() is not None:
-            return
-        self.terminate()
-        try:
-            self._process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
+        self._process.stop(grace_s=30)
 
 
 @contextmanager
@@ -526,7 +522,7 @@ def demo_stream(patients: int, seed: int = 0) -> list[dict[str, Any]]:
     """The synthetic DBPM stream of ``patients`` patients, each stage's candidates stamped at its first
     candidate time and its verdicts at its last (event time never goes backwards); the plan of the
     loop (:func:`streams.demo.llm.loop_plan`) is built from it."""
-    from streams.bench.dbpm import StreamShape, generate_events
+    from streams.testing.dbpm_stream import StreamShape, generate_events
 
     seen: set[str] = set()
     events: list[dict[str, Any]] = []

@@ -3,7 +3,7 @@
 With the generator and verifier groups in the loop (narratives -> generator -> candidates -> gate ->
 to-verify -> verifier -> verdicts -> memory), the demo needs LLM answers. Without ``CLINGATE_LLM_URL``
 it runs the local OpenAI-compatible test server (:mod:`streams.llm.serve.testserver`) with the responder of
-this module, which answers as the synthetic stream of :mod:`streams.bench.dbpm` says: the generator's
+this module, which answers as the synthetic stream of :mod:`streams.testing.dbpm_stream` says: the generator's
 extraction answer for a patient's narrative is the patient's planned candidates, and the verifier's
 verdict on a candidate is the planned outcome of that candidate. The paper's proportions (candidates
 per patient, fail rates per task and category) therefore hold in the loop, and the answers are

@@ -86,9 +86,6 @@ import inspect
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -143,8 +140,6 @@ from schemas.docs import (
 from schemas.fhir import FhirUpdate
 from schemas.serde import SINGLE_OBJECT_MAGIC, SchemaDecodeError, Serde, make_serde
 from state.memory import MemoryStore
-from streams.bench.chaos import COMPARISON_ENV, REPO, comparison_engine
-from streams.bench.dbpm import StreamShape, generate_events
 from streams.demo.data import DOCS, DOCS_EXAMPLES
 from streams.demo.data.timeline import fhir_timeline
 from streams.groups.ordered import Output
@@ -155,7 +150,10 @@ from streams.runtime.kafka_clients import end_offsets, reader
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.broker import free_port
+from streams.testing.dbpm_stream import StreamShape, generate_events
 from streams.testing.metrics import scraped_sum
+from streams.testing.process import SOURCE_ROOT, ProcessError, ProcessHandle, python_module
+from streams.testing.worker import COMPARISON_ENV, comparison_engine
 from streams.worker.clinical import fhir_input, gate_flags
 from streams.worker.dbpm import (
     BARRIER_HEADER,
@@ -1333,20 +1331,14 @@ class Service:
     def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path) -> None:
         self.name = name
         self.log = log
-        with log.open("ab") as out:
-            self._process = subprocess.Popen(
-                [sys.executable, "-W", "ignore", "-m", "streams.cli", *args],
-                cwd=REPO,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self._process = ProcessHandle(
+            name, python_module("streams.cli", *args), env=env, cwd=SOURCE_ROOT, log=log, new_session=True
+        ).start(append=True)
 
     @property
     def exit_code(self) -> int | None:
         """None while it runs."""
-        return self._process.poll()
+        return self._process.returncode
 
     def wait_for(self, marker: bytes, timeout_s: float = 180.0) -> None:
         """Wait until its log says ``marker``.
@@ -1354,26 +1346,18 @@ class Service:
         Raises:
             RuntimeError: it exited first, or ``timeout_s`` passed.
         """
-        deadline = time.monotonic() + timeout_s
-        while marker not in self.log.read_bytes():
-            if self.exit_code is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} not ready (exit {self.exit_code}): see {self.log}")
-            time.sleep(0.1)
+        try:
+            self._process.wait_for_output(marker, timeout_s=timeout_s)
+        except ProcessError as error:
+            raise RuntimeError(f"{self.name} not ready (exit {self.exit_code}): see {self.log}") from error
 
     def terminate(self) -> None:
         """Ask it to stop (SIGTERM) without waiting."""
-        if self._process.poll() is None:
-            self._process.send_signal(signal.SIGTERM)
+        self._process.terminate()
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 60 s."""
-        if self._process.poll() is None:
-            self._process.send_signal(signal.SIGTERM)
-            try:
-                self._process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+        self._process.stop(grace_s=60)
 
 
 _LLM_VARIABLES = frozenset(
@@ -1390,7 +1374,7 @@ _LLM_VARIABLES = frozenset(
 
 def environment(bootstrap: str, **settings: str) -> dict[str, str]:
     """A runtime's environment: this process's without any LLM server setting (the docs worker runs
-    rules-only, as its reference), the broker, :data:`streams.bench.chaos.COMPARISON_ENV` (propagation and
+    rules-only, as its reference), the broker, :data:`streams.testing.worker.COMPARISON_ENV` (propagation and
     maintenance off, commits every 0.1 s, a 6 s session timeout) and ``settings``."""
     base = {k: v for k, v in os.environ.items() if k not in _LLM_VARIABLES}
     return {**base, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, **COMPARISON_ENV, **settings}

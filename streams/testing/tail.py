@@ -1,12 +1,14 @@
-"""A reader of what is published to a topic from the moment the reader is created on."""
+"""Reading back what a topic received: from the moment a :class:`Tail` is created on, or between
+remembered offsets and the current end (:func:`read_between`)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
-from confluent_kafka import Message
+from confluent_kafka import Message, TopicPartition
 
-from streams.runtime.kafka_clients import assign_at_ends, reader
+from streams.runtime.kafka_clients import assign_at_ends, end_offsets, reader
 from topics.catalog import MAX_MESSAGE_BYTES
 
 
@@ -40,3 +42,31 @@ class Tail:
     def close(self) -> None:
         """Leave the topic."""
         self._consumer.close()
+
+
+def topic_ends(bootstrap: str, topic: str) -> dict[int, int]:
+    """The end offset of every partition of ``topic``."""
+    client = reader(bootstrap, "probe")
+    try:
+        return end_offsets(client, topic)
+    finally:
+        client.close()
+
+
+def read_between(bootstrap: str, topic: str, start: dict[int, int]) -> Iterator[bytes]:
+    """Values of ``topic`` from ``start`` (per partition) to the current end."""
+    ends = topic_ends(bootstrap, topic)
+    todo = {p: end for p, end in ends.items() if end > start.get(p, 0)}
+    client = reader(bootstrap, "read-between", **{"isolation.level": "read_committed"})
+    try:
+        client.assign([TopicPartition(topic, p, start.get(p, 0)) for p in todo])
+        while todo:
+            message = client.poll(1.0)
+            if message is None or message.error():
+                continue
+            p = message.partition()
+            yield message.value()
+            if message.offset() + 1 >= todo.get(p, 0):
+                todo.pop(p, None)
+    finally:
+        client.close()

@@ -31,11 +31,11 @@ from processors.dbpm import DBPMEngine, VerdictEvent, parse_event
 from schemas.dbpm import Candidate
 from schemas.serde import make_serde
 from state.memory import MemoryStore
-from streams.bench.chaos import COMPARISON_ENV, WorkerProcess, comparison_engine
 from streams.replay.kafka import KafkaReplayResult, commit_worker_end_offsets, replay_via_kafka
 from streams.runtime.kafka_clients import assign_at_ends, reader
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings
+from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine
 from streams.worker.dbpm import BARRIER_HEADER, dbpm_engines, producer_config
 from streams.worker.gate import gate_group
 from topics.admin import ensure_topics

@@ -29,7 +29,6 @@ from processors.clinical.vocabulary import DrugVocabulary
 from schemas.dbpm import Candidate, GateDecision, Narrative, NerPayload, RePayload, Verdict
 from schemas.serde import make_serde
 from state.memory import MemoryStore
-from streams.bench.chaos import WorkerProcess, comparison_engine
 from streams.bench.llm import run_group_benchmark
 from streams.groups.generator import run_generator
 from streams.groups.llm import new_metrics
@@ -49,6 +48,7 @@ from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.metrics import LlmGroupMetrics
 from streams.runtime.settings import Settings
 from streams.testing.metrics import scraped_sum
+from streams.testing.worker import WorkerProcess, comparison_engine
 from streams.worker.dbpm import contract_event, memory_changelog, producer_config
 from tests.integration.test_dbpm_worker import COMPARISON_FLAGS
 from tests.llm_answers import FAILING_ENTITY, clinical_responder

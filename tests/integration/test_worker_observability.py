@@ -1,6 +1,7 @@
 """A real ``clingate worker`` logs JSON without clinical text and counts what it did on ``/metrics``.
 
-Uses the :class:`streams.bench.chaos.WorkerProcess` subprocess (JSON logs at INFO) against the session broker.
+Uses the :class:`streams.testing.worker.WorkerProcess` subprocess (JSON logs at INFO) against the session
+broker.
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from confluent_kafka import Consumer, Producer
 from schemas.dbpm import Candidate, NerPayload
 from schemas.fhir import FhirUpdate
 from schemas.serde import make_serde
-from streams.bench.chaos import WorkerProcess
 from streams.demo.data import CLINICAL
 from streams.replay.kafka import commit_worker_end_offsets
 from streams.runtime.kafka_clients import assign_at_ends, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
+from streams.testing.worker import WorkerProcess
 from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
 from topics.catalog import (

@@ -177,7 +177,7 @@ def test_a_service_that_exited_fails_the_run_at_once_with_its_log(tmp_path):
     service = ServiceProcess("test service", [], {}, "127.0.0.1:9", tmp_path / "svc.log", (), module="this")
     with service:
         deadline = time.monotonic() + 30
-        while service._process.poll() is None and time.monotonic() < deadline:
+        while service.running and time.monotonic() < deadline:
             time.sleep(0.05)
         with pytest.raises(DemoError, match=r"the test service exited \(code 0\)"):
             service.check_running()
