@@ -6,7 +6,7 @@ concurrency / latency). The ratio achieved / (N / L) measures how much the clien
 validation, semaphore, event loop) costs on top of the server's latency; GPU consumer groups need it
 near 1 at the paper's 64-way concurrency, so the servers' continuous batching is fed.
 
-The server is ``clingate llm serve --backend test`` (:class:`streams.llm.serve.http.ServerProcess`) in its
+The server is ``clingate llm serve --backend test`` (:class:`streams.testing.llm_server.ServerProcess`) in its
 own process, so client and server do not share an event loop (on a 2-core machine they share the CPU).
 Each point runs one warm-up round (connections are opened) and then ``rounds`` measured rounds of N
 calls; the run time per point is about ``(rounds + 1) * L`` when the bound is reached.
@@ -47,11 +47,11 @@ from streams.groups.llm import new_metrics
 from streams.groups.verifier import run_verifier
 from streams.llm import CallType, ClientPolicy, Endpoint, LlmClient, LlmOk, Role
 from streams.llm.schemas import NerVerdict
-from streams.llm.serve.http import ServerProcess
 from streams.llm.serve.testserver import DEFAULT_MODEL
 from streams.replay.kafka import commit_end_offsets
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings, get_settings
+from streams.testing.llm_server import ServerProcess
 from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_DECISIONS, DBPM_NARRATIVES, DBPM_TO_VERIFY, build_catalog

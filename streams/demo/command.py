@@ -1597,7 +1597,7 @@ def step_model(console: Console, plan: Plan, narratives: int, results: Results) 
     import importlib.util
 
     from streams.demo.model import probe
-    from streams.llm.serve.http import ServerProcess, ServerProcessError
+    from streams.testing.llm_server import ServerProcess, ServerProcessError
 
     if narratives == 0:
         console.print("  skipped (--model-narratives 0)")

@@ -2,7 +2,7 @@
 
 The demo's loop answers from a script (:mod:`streams.demo.llm`), so that its figures are the paper's
 proportions and its decisions can be compared with the in-process engine. This step shows the same
-client talking to a real constrained decoder: ``streams.llm.serve.http.ServerProcess.start("smollm2")``
+client talking to a real constrained decoder: ``streams.testing.llm_server.ServerProcess.start("smollm2")``
 (SmolLM2-135M on llama.cpp, every answer constrained to the request's JSON schema), the calls the
 groups make, validity and latency per call.
 

@@ -151,6 +151,7 @@ from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.broker import free_port
 from streams.testing.dbpm_stream import StreamShape, generate_events
+from streams.testing.llm_server import ServerProcess
 from streams.testing.metrics import scraped_sum
 from streams.testing.process import SOURCE_ROOT, ProcessError, ProcessHandle, python_module
 from streams.testing.worker import COMPARISON_ENV, comparison_engine
@@ -1727,8 +1728,6 @@ def run_poison(
         timeout_s: longest wait for one phase's commits (a longer wait is reported as a stall).
         log: progress lines.
     """
-    from streams.llm.serve.http import ServerProcess
-
     started = time.monotonic()
     settings = get_settings()
     serde = make_serde(settings.schema_registry_url)
