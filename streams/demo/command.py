@@ -402,7 +402,7 @@ def schema_samples(assessment: AvroModel, request: AvroModel, finished: Any) -> 
     from schemas.clinical import AdversarialReview, Deliverable
     from schemas.dbpm import Narrative, Propagation
     from schemas.docs import GroundTruth, GroundTruthSource, Review, ReviewDecision
-    from streams.bench.schemas import TS, samples
+    from streams.testing.schema_samples import TS, samples
 
     disposition, packet = finished.disposition, finished.packet
     pid = assessment.patient_id  # type: ignore[attr-defined]
