@@ -6,19 +6,8 @@ that are either fresh or weeks old), then one update in most later weeks: a new 
 (therapeutic or supratherapeutic), a toxicity symptom (an Encounter), an interacting drug started, the
 NTI drug started or stopped, or nothing (the labs only age). The NTI gate therefore moves patients
 between NORMAL, ELEVATED and CRITICAL, and their traffic lights between GREEN, YELLOW and RED, as
-event time advances; the staleness gate sees the labs age between updates.
-
-Choices:
-
-* **One FhirUpdate per patient-week**, carrying a FHIR ``Bundle`` of that week's resources (as a FHIR
-  subscription notification or a batch ETL would deliver them). The clinical agent parses bundles
-  entry by entry (:func:`processors.clinical.fhir_input.parse_document`), and one record per patient
-  and event time makes "the update that caused this assessment" unambiguous for latency.
-* **Event times**: week ``w`` of patient ``i`` is ``START + w weeks + a per-patient offset`` (hours),
-  so the stream interleaves patients; the stream is sorted by event time.
-* **Stopping a drug** re-sends the same ``MedicationStatement`` id with status ``stopped`` (an update
-  of the resource, not a deletion).
-* Seeded: the same seed gives the same stream.
+event time advances; the staleness gate sees the labs age between updates. Seeded: the same seed
+gives the same stream.
 """
 
 from __future__ import annotations
@@ -57,7 +46,15 @@ _PROFILES = ((), ("warfarin",), ("digoxin",), ("warfarin", "digoxin"))
 
 @dataclass(frozen=True)
 class Update:
-    """One patient's FHIR changes at one event time (becomes one ``FhirUpdate`` record)."""
+    """One patient's FHIR changes at one event time (becomes one ``FhirUpdate`` record).
+
+    One update per patient-week, carrying a FHIR ``Bundle`` of that week's resources (as a FHIR
+    subscription notification or a batch ETL would deliver them): the clinical agent parses bundles
+    entry by entry (:func:`processors.clinical.fhir_input.parse_document`), and one record per patient
+    and event time makes "the update that caused this assessment" unambiguous for latency. Stopping a
+    drug re-sends the same ``MedicationStatement`` id with status ``stopped`` (an update of the
+    resource, not a deletion).
+    """
 
     patient_id: str
     ts: datetime
@@ -162,7 +159,11 @@ def _patient(index: int, rng: random.Random) -> list[Update]:
 
 
 def fhir_timeline(patients: int, seed: int = 0) -> list[Update]:
-    """The FHIR updates of ``patients`` generated patients over :data:`WEEKS` weeks, in event-time order."""
+    """The FHIR updates of ``patients`` generated patients over :data:`WEEKS` weeks, in event-time order.
+
+    Week ``w`` of patient ``i`` is at ``START + w weeks + a per-patient offset`` (hours), so the stream
+    interleaves patients.
+    """
     rng = random.Random(seed)
     updates = [u for index in range(patients) for u in _patient(index, rng)]
     return sorted(updates, key=lambda u: (u.ts, u.patient_id))

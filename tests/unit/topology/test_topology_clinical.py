@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from schemas.clinical import ClinicalAssessment, Deliverable, SafetyAudit
 from schemas.fhir import FhirUpdate
 from streams.cli.clinical import app as clinical_cli
-from streams.demo.command import clinical_inputs
+from streams.demo.plan import clinical_inputs
 from streams.runtime.settings import Settings
 from streams.testing.driver import TopologyDriver, partition_for
 from tests.clinical_scenario import (

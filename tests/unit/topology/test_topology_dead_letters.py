@@ -25,7 +25,7 @@ from schemas.base import AvroModel
 from schemas.clinical import Deliverable
 from schemas.dbpm import Candidate, Verdict
 from schemas.serde import make_serde
-from streams.demo.command import verify_example
+from streams.demo.plan import verify_example
 from streams.runtime.dlq import SourceRecord
 from streams.runtime.settings import Settings
 from streams.testing.dbpm_stream import generate_events
