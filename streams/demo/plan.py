@@ -16,9 +16,6 @@ from typing import Any
 
 from rich.console import Console
 
-from processors.clinical.assess import ClinicalStreamState, process_event
-from processors.clinical.knowledge import default_knowledge
-from processors.clinical.state import PatientUpdate
 from processors.dbpm import DBPMEngine
 from processors.dbpm.events import Event
 from processors.docs.arbiter import ArbiterConfig, Finished, run
@@ -36,8 +33,8 @@ from streams.demo.results import MemoryPoint, State
 from streams.groups.arbiter_calls import LLM_ROLE
 from streams.llm.config import resolve_role
 from streams.runtime.settings import get_settings
+from streams.testing.clinical_reference import pure_outputs
 from streams.testing.dbpm_stream import StreamShape, generate_events
-from streams.worker.clinical import fhir_input, gate_flags
 from streams.worker.dbpm import contract_event
 
 DEFAULT_PATIENTS = 2000
@@ -168,27 +165,9 @@ def clinical_reference(
     fhir: list[FhirUpdate], golden: list[tuple[FhirUpdate, AdversarialReview]]
 ) -> tuple[dict[str, ClinicalAssessment], int]:
     """The pure stream processor over the same events: each patient's final assessment, and the count."""
-    knowledge, flags = default_knowledge(), gate_flags(get_settings())
-    states: dict[str, ClinicalStreamState] = {}
-    final: dict[str, ClinicalAssessment] = {}
-    count = 0
-    events: list[FhirUpdate | AdversarialReview] = [*fhir, *(u for u, _ in golden), *(r for _, r in golden)]
-    for event in events:
-        item: PatientUpdate | AdversarialReview | None
-        if isinstance(event, FhirUpdate):
-            item, now = fhir_input(event)[0], event.ts
-        else:
-            item, now = event, event.event_time
-        if item is None:
-            continue
-        states[event.patient_id], outputs = process_event(
-            states.get(event.patient_id), item, now, knowledge, flags
-        )
-        for out in outputs:
-            if isinstance(out, ClinicalAssessment):
-                final[out.patient_id] = out
-                count += 1
-    return final, count
+    events = [*fhir, *(u for u, _ in golden), *(r for _, r in golden)]
+    assessments = [o for o in pure_outputs(events, get_settings()) if isinstance(o, ClinicalAssessment)]
+    return last_per_patient(assessments), len(assessments)
 
 
 def last_per_patient(outputs: Sequence[ClinicalAssessment]) -> dict[str, ClinicalAssessment]:
