@@ -200,7 +200,7 @@ def _population(snapshots: Sequence[MemoryPoint]) -> str:
     hours = _hours(snapshots)
     tasks = ("ner", "re", "qa")
     blocklist = [
-        Series(task, [(h, len(s.blocklist.get(task, []))) for h, s in zip(hours, snapshots, strict=True)])
+        Series(task, [(h, len(s.blocklist.get(task, {}))) for h, s in zip(hours, snapshots, strict=True)])
         for task in tasks
     ]
     whitelist = [
@@ -217,14 +217,19 @@ def _trajectories(snapshots: Sequence[MemoryPoint]) -> str:
     hours = _hours(snapshots)
     final = snapshots[-1].blocklist if snapshots else {}
     ranked = sorted(
-        ((p.severity * p.count, task, p.signature) for task, ps in final.items() for p in ps), reverse=True
+        (
+            (severity * count, task, sig)
+            for task, ps in final.items()
+            for sig, (severity, count) in ps.items()
+        ),
+        reverse=True,
     )
     trajectories = []
     for _, task, signature in ranked[:5]:
         points = []
         for h, s in zip(hours, snapshots, strict=True):
-            found = [p.severity for p in s.blocklist.get(task, []) if p.signature == signature]
-            if found:
+            found = s.blocklist.get(task, {}).get(signature)
+            if found is not None:
                 points.append((h, found[0]))
         trajectories.append(Series(f"{task} {signature}", points))
     return line_chart(

@@ -15,22 +15,14 @@ State = dict[str, object]
 
 
 @dataclass(frozen=True)
-class Pattern:
-    """A blocklist pattern of a memory snapshot."""
-
-    signature: str
-    severity: float
-    count: int
-
-
-@dataclass(frozen=True)
 class MemoryPoint:
-    """The memory at one event time, as the report charts it: per task, the blocklist patterns and the
-    number of whitelist signatures held."""
+    """The memory at one event time, as the report charts it."""
 
     time: float
-    blocklist: dict[str, list[Pattern]]
+    blocklist: dict[str, dict[str, tuple[float, int]]]
+    """Per task, the blocklist's patterns: signature -> (severity effective at ``time``, count)."""
     whitelist: dict[str, int]
+    """Per task, the whitelist signatures held."""
 
     @classmethod
     def of(cls, time: float, state: State) -> MemoryPoint:
@@ -40,10 +32,7 @@ class MemoryPoint:
         return cls(
             time,
             {
-                task: [
-                    Pattern(str(p["signature"]), cast(float, p["severity"]), cast(int, p["count"]))
-                    for p in ps
-                ]
+                task: {str(p["signature"]): (cast(float, p["severity"]), cast(int, p["count"])) for p in ps}
                 for task, ps in blocklist.items()
             },
             {task: len(entries) for task, entries in whitelist.items()},
@@ -57,6 +46,7 @@ class TopicRow:
     name: str
     partitions: int
     outcome: str
+    """``CREATED``, ``EXISTS``, ... (:class:`topics.admin.Outcome`)."""
 
 
 @dataclass(frozen=True)

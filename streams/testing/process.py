@@ -15,7 +15,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 """The directory holding these sources' ``streams`` package: ``python -m streams.cli`` run there imports
@@ -72,26 +74,15 @@ class ProcessHandle:
 
     def start(self, *, append: bool = False) -> ProcessHandle:
         """Spawn the child (again, after it stopped); ``append`` keeps the log's earlier lines."""
-        if self.log is None:
+        with ExitStack() as stack:
+            if self.log is None:  # a pipe to read lines from; stdin and stderr are this process's
+                stdio: dict[str, Any] = {"stdout": subprocess.PIPE, "text": True}
+            else:
+                self.log_offset = self.log.stat().st_size if append and self.log.exists() else 0
+                out = stack.enter_context(self.log.open("ab" if append else "wb"))
+                stdio = {"stdin": subprocess.DEVNULL, "stdout": out, "stderr": subprocess.STDOUT}
             self._process = subprocess.Popen(
-                self.argv,
-                env=self._env,
-                cwd=self._cwd,
-                stdout=subprocess.PIPE,
-                text=True,
-                start_new_session=self._new_session,
-            )
-            return self
-        self.log_offset = self.log.stat().st_size if append and self.log.exists() else 0
-        with self.log.open("ab" if append else "wb") as out:
-            self._process = subprocess.Popen(
-                self.argv,
-                env=self._env,
-                cwd=self._cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=self._new_session,
+                self.argv, env=self._env, cwd=self._cwd, start_new_session=self._new_session, **stdio
             )
         return self
 
