@@ -121,10 +121,18 @@ class Tap(threading.Thread):
             self._routes.setdefault(route.topic, []).append(route)
         self._stopping = threading.Event()
         self.error: BaseException | None = None
-        self._consumer = Consumer(client_config(bootstrap, **{
-            "group.id": "clingate-demo-tap", "enable.auto.commit": False, "isolation.level": "read_committed",
-            "fetch.wait.max.ms": FETCH_WAIT_MS, "fetch.min.bytes": 1 << 24,
-        }))  # fmt: skip
+        self._consumer = Consumer(
+            client_config(
+                bootstrap,
+                **{
+                    "group.id": "clingate-demo-tap",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "fetch.wait.max.ms": FETCH_WAIT_MS,
+                    "fetch.min.bytes": 1 << 24,
+                },
+            )
+        )
         assignment = assign_at_ends(self._consumer, [*self._routes, *([changelog] if changelog else [])])
         self._next: dict[tuple[str, int], int] = {(tp.topic, tp.partition): tp.offset for tp in assignment}
         """Per watched partition, the offset after the last record read (written by the tap thread)."""

@@ -76,15 +76,26 @@ def _lab(pid: str, rid: str, drug: str, when: datetime, high: bool, rng: random.
         "resourceType": "Observation",
         "id": rid,
         "status": "final",
-        "category": [{"coding": [{
-            "system": "http://terminology.hl7.org/CodeSystem/observation-category", "code": "laboratory",
-        }]}],
+        "category": [
+            {
+                "coding": [
+                    {
+                        "system": "http://terminology.hl7.org/CodeSystem/observation-category",
+                        "code": "laboratory",
+                    }
+                ]
+            }
+        ],
         "code": {"coding": [{"system": _LOINC, "code": code, "display": display}], "text": display},
         "subject": {"reference": f"Patient/{pid}"},
         "effectiveDateTime": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "valueQuantity": {"value": round(value, 2), "unit": unit, "system": "http://unitsofmeasure.org",
-                          "code": unit},
-    }  # fmt: skip
+        "valueQuantity": {
+            "value": round(value, 2),
+            "unit": unit,
+            "system": "http://unitsofmeasure.org",
+            "code": unit,
+        },
+    }
 
 
 def _medication(pid: str, rid: str, text: str, status: str = "active") -> dict[str, Any]:
@@ -94,6 +105,30 @@ def _medication(pid: str, rid: str, text: str, status: str = "active") -> dict[s
         "status": status,
         "medicationCodeableConcept": {"text": text},
         "subject": {"reference": f"Patient/{pid}"},
+    }
+
+
+def _condition(pid: str, rid: str, text: str) -> dict[str, Any]:
+    status = {
+        "coding": [{"system": "http://terminology.hl7.org/CodeSystem/condition-clinical", "code": "active"}]
+    }
+    return {
+        "resourceType": "Condition",
+        "id": rid,
+        "code": {"text": text},
+        "subject": {"reference": f"Patient/{pid}"},
+        "clinicalStatus": status,
+    }
+
+
+def _encounter(pid: str, rid: str, reason: str) -> dict[str, Any]:
+    return {
+        "resourceType": "Encounter",
+        "id": rid,
+        "status": "finished",
+        "subject": {"reference": f"Patient/{pid}"},
+        "class": {"system": "http://terminology.hl7.org/CodeSystem/v3-ActCode", "code": "AMB"},
+        "reasonCode": [{"text": reason}],
     }
 
 
@@ -114,13 +149,7 @@ def _patient(index: int, rng: random.Random) -> list[Update]:
         }
     ]
     for j, text in enumerate(rng.sample(_CONDITIONS, rng.randint(1, 2))):
-        resources.append({
-            "resourceType": "Condition", "id": f"{pid}-c{j}", "code": {"text": text},
-            "subject": {"reference": f"Patient/{pid}"},
-            "clinicalStatus": {"coding": [{
-                "system": "http://terminology.hl7.org/CodeSystem/condition-clinical", "code": "active",
-            }]},
-        })  # fmt: skip
+        resources.append(_condition(pid, f"{pid}-c{j}", text))
     for j, text in enumerate(rng.sample(_ORDINARY, rng.randint(2, 4))):
         resources.append(_medication(pid, f"{pid}-m{j}", text))
     labs = 0
@@ -145,12 +174,7 @@ def _patient(index: int, rng: random.Random) -> list[Update]:
             week_resources.append(_lab(pid, f"{pid}-o{labs}", drug, when, rng.random() < 0.3, rng))
             labs += 1
         elif change == "symptom" and drugs:
-            week_resources.append({
-                "resourceType": "Encounter", "id": f"{pid}-e{week}", "status": "finished",
-                "subject": {"reference": f"Patient/{pid}"},
-                "class": {"system": "http://terminology.hl7.org/CodeSystem/v3-ActCode", "code": "AMB"},
-                "reasonCode": [{"text": _SYMPTOM[rng.choice(drugs)]}],
-            })  # fmt: skip
+            week_resources.append(_encounter(pid, f"{pid}-e{week}", _SYMPTOM[rng.choice(drugs)]))
         elif change == "interaction" and drugs:
             week_resources.append(_medication(pid, f"{pid}-ix", _INTERACTING[drugs[0]]))
         if week_resources:
