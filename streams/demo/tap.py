@@ -16,12 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Message
 
 from schemas.base import AvroModel
 from schemas.serde import Serde
-from streams.runtime.kafka_clients import assign_at_ends
-from streams.runtime.kafka_config import client_config
+from streams.runtime.kafka_clients import assign_at_ends, reader
 from streams.worker.tablestore import BOUNDARY_KEY
 
 POLL_S = 0.02
@@ -121,18 +120,8 @@ class Tap(threading.Thread):
             self._routes.setdefault(route.topic, []).append(route)
         self._stopping = threading.Event()
         self.error: BaseException | None = None
-        self._consumer = Consumer(
-            client_config(
-                bootstrap,
-                **{
-                    "group.id": "clingate-demo-tap",
-                    "enable.auto.commit": False,
-                    "isolation.level": "read_committed",
-                    "fetch.wait.max.ms": FETCH_WAIT_MS,
-                    "fetch.min.bytes": 1 << 24,
-                },
-            )
-        )
+        fetch = {"fetch.wait.max.ms": FETCH_WAIT_MS, "fetch.min.bytes": 1 << 24}
+        self._consumer = reader(bootstrap, "demo-tap", **{"isolation.level": "read_committed", **fetch})
         assignment = assign_at_ends(self._consumer, [*self._routes, *([changelog] if changelog else [])])
         self._next: dict[tuple[str, int], int] = {(tp.topic, tp.partition): tp.offset for tp in assignment}
         """Per watched partition, the offset after the last record read (written by the tap thread)."""
