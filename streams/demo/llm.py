@@ -27,13 +27,18 @@ from processors.dbpm.extraction import QA_TEMPLATES, candidates, qa_payload
 from processors.dbpm.verification import ENSEMBLE_VARIANTS, verdict_messages
 from schemas.dbpm import Candidate, Narrative
 from streams.llm.serve.http import ChatRequest
-from streams.llm.serve.testserver import DEFAULT_MODEL, OpenAiTestServer, instance_from_schema
+from streams.llm.serve.testserver import DEFAULT_MODEL, OpenAiTestServer, Responder, instance_from_schema
+from streams.testing.dbpm_stream import StreamEvent
 
 _VERDICT = {
     "ner": {"success": "PASS", "soft_downgrade": "PASS", "hard_fail": "FAIL"},
     "re": {"success": "PASS_STRONG", "soft_downgrade": "PASS_WEAK", "hard_fail": "FAIL"},
     "qa": {"success": "PASS", "soft_downgrade": "PASS", "hard_fail": "FAIL"},
 }
+
+
+Json = dict[str, Any]
+"""A JSON object: a payload of the synthetic stream, an answer of the responder."""
 
 
 def _key(*parts: str) -> str:
@@ -65,7 +70,7 @@ class LoopPlan:
     """Per patient id, in the generator's order (NER, RE, QA)."""
     truth: dict[str, str] = field(default_factory=dict)
     """Per candidate id, the planned memory label (the synthetic verdict)."""
-    answers: dict[str, Any] = field(default_factory=dict)
+    answers: dict[str, Json] = field(default_factory=dict)
     """Lookup key -> answer JSON (the responder's script)."""
 
     def write(self, path: Path) -> None:
@@ -77,14 +82,14 @@ def _narrative_text(patient: str, spans: list[str]) -> str:
     return f"Patient {patient}. Findings: " + "; ".join(dict.fromkeys(spans)) + "."
 
 
-Truths = dict[tuple[str, str, str], dict[str, Any]]
+Truths = dict[tuple[str, str, str], StreamEvent]
 """(patient id, task, payload JSON without the error class) -> the synthetic verdict event."""
 
 
-def loop_plan(events: list[dict[str, Any]]) -> LoopPlan:
+def loop_plan(events: list[StreamEvent]) -> LoopPlan:
     """The loop's inputs and answers from the synthetic stream (gate and verdict events, any order)."""
     truths: Truths = {}
-    gates: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    gates: dict[str, dict[str, list[Json]]] = defaultdict(lambda: defaultdict(list))
     first_ts: dict[str, str] = {}
     for e in events:
         first_ts.setdefault(e["patient_id"], e["ts"])
@@ -101,12 +106,12 @@ def loop_plan(events: list[dict[str, Any]]) -> LoopPlan:
 
 
 def _plan_patient(
-    plan: LoopPlan, patient: str, ts: datetime, tasks: dict[str, list[dict[str, Any]]], truths: Truths
+    plan: LoopPlan, patient: str, ts: datetime, tasks: dict[str, list[Json]], truths: Truths
 ) -> None:
     """Add a patient's narrative, the generator's extraction answers and candidates, and the verdicts."""
     ner = [{"entity": p["entity"], "category": p["category"]} for p in tasks["ner"]]
     rel = [{k: p[k] for k in ("head", "head_type", "relation", "tail", "tail_type")} for p in tasks["re"]]
-    qa: dict[str, dict[str, Any]] = {}
+    qa: dict[str, Json] = {}
     for p in tasks["qa"]:
         qa.setdefault(p["category"], p)
     spans = [p["entity"] for p in ner] + [s for p in rel for s in (p["head"], p["tail"])]
@@ -130,7 +135,7 @@ def _plan_patient(
 
 
 def _plan_verdict(
-    plan: LoopPlan, candidate: Candidate, text: str, qa: dict[str, dict[str, Any]], truths: Truths
+    plan: LoopPlan, candidate: Candidate, text: str, qa: dict[str, Json], truths: Truths
 ) -> None:
     """The planned label of ``candidate`` and the verifier's answer to each of its verdict calls."""
     if candidate.task == "qa":
@@ -141,7 +146,7 @@ def _plan_verdict(
     truth = truths.get((candidate.patient_id, candidate.task, json.dumps(payload, sort_keys=True)))
     label = truth["verdict"] if truth else "success"
     plan.truth[candidate.candidate_id] = label
-    answer_json: dict[str, Any] = {"verdict": _VERDICT[candidate.task][label]}
+    answer_json: Json = {"verdict": _VERDICT[candidate.task][label]}
     if candidate.task == "qa":
         failed = label == "hard_fail"
         answer_json["error_class"] = (
@@ -160,10 +165,10 @@ def _claim_of(user: str) -> str:
     return user.split("Claim:\n", 1)[1].split("\n\n", 1)[0]
 
 
-def script_responder(answers: dict[str, Any]) -> Any:
+def script_responder(answers: dict[str, Json]) -> Responder:
     """A test-server responder answering from ``answers`` (a :class:`LoopPlan`'s), else minimally."""
 
-    def respond(request: ChatRequest) -> Any:
+    def respond(request: ChatRequest) -> object:
         user = next((str(m.get("content", "")) for m in request.messages if m.get("role") == "user"), "")
         if "Narrative:\n" not in user:
             return instance_from_schema(request.schema)

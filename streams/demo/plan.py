@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
-from typing import Any
 
 from rich.console import Console
 
@@ -34,7 +33,7 @@ from streams.groups.arbiter_calls import LLM_ROLE
 from streams.llm.config import resolve_role
 from streams.runtime.settings import get_settings
 from streams.testing.clinical_reference import pure_outputs
-from streams.testing.dbpm_stream import StreamShape, generate_events
+from streams.testing.dbpm_stream import StreamEvent, StreamShape, generate_events
 from streams.worker.dbpm import contract_event
 
 DEFAULT_PATIENTS = 2000
@@ -118,18 +117,18 @@ def build_plan(
     )
 
 
-def demo_stream(patients: int, seed: int = 0) -> list[dict[str, Any]]:
+def demo_stream(patients: int, seed: int = 0) -> list[StreamEvent]:
     """The synthetic DBPM stream (replay-contract objects) of ``patients`` patients, each stage's
     candidates stamped at its first candidate time and its verdicts at its last (event time never goes
     backwards); the plan of the loop (:func:`streams.demo.llm.loop_plan`) is built from it."""
     seen: set[str] = set()
-    events: list[dict[str, Any]] = []
+    events: list[StreamEvent] = []
     for event in generate_events(sys.maxsize, StreamShape(seed=seed)):
         seen.add(event["patient_id"])
         if len(seen) > patients:
             break
         events.append(event)
-    stream: list[dict[str, Any]] = []
+    stream: list[StreamEvent] = []
     for _, stage in groupby(events, key=lambda e: (e["patient_id"], e["task"])):
         batch = list(stage)
         first, last = min(e["ts"] for e in batch), max(e["ts"] for e in batch)

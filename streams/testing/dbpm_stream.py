@@ -48,6 +48,9 @@ from typing import Any
 from processors.dbpm.extraction import QA_TEMPLATES
 from processors.dbpm.qa_classifier import classify_qa_error
 
+StreamEvent = dict[str, Any]
+"""One event of the replay-stream contract (a JSON object: ``kind``, ``ts``, ``task``, ``payload``, ...)."""
+
 STREAM_START = datetime(2026, 5, 4, tzinfo=UTC)
 PATIENTS_PER_DAY = 500.0
 
@@ -546,7 +549,7 @@ class _Patient:
             yield _verdict(verdict_ts, "qa", verdict, "verifier_mmed", self.pid, verdict_payload)
 
 
-def generate_events(n_events: int, shape: StreamShape | None = None) -> Iterator[dict[str, Any]]:
+def generate_events(n_events: int, shape: StreamShape | None = None) -> Iterator[StreamEvent]:
     """Yield the first ``n_events`` events of the synthetic stream described by ``shape``.
 
     Args:
