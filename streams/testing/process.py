@@ -1,9 +1,9 @@
 """One handle on a child process, shared by the demo, the benchmarks and the tests.
 
 A :class:`ProcessHandle` spawns an argv (environment, working directory, own session or not), sends its
-output to a log file (appended, so a restart keeps the earlier runs' lines) or to a pipe, waits until a
-readiness predicate holds, the child exits or a deadline passes (a :class:`ProcessError` naming the
-log), and stops it: SIGTERM with a grace period, then SIGKILL; or SIGKILL at once, as a crash.
+output to a log file (new, or appended to so that a restart keeps the earlier runs' lines) or to a pipe,
+waits until a readiness predicate holds, the child exits or a deadline passes (a :class:`ProcessError`
+naming the log), and stops it: SIGTERM with a grace period, then SIGKILL; or SIGKILL at once, as a crash.
 What differs between the children (the markers that say ready, the messages their callers report, a
 broker JVM that outlives its parent) stays with the classes that use a handle.
 """
