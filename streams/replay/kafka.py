@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from processors.dbpm import DBPMEngine, parse_event
 from processors.dbpm.memory import Memory
@@ -47,7 +47,14 @@ from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.serde import Serde
 from state.base import Store
 from state.memory import MemoryStore
-from streams.runtime.kafka_clients import assign_at_ends, end_offset, end_offsets, partitions, reader
+from streams.runtime.kafka_clients import (
+    assign_at_ends,
+    end_offset,
+    end_offsets,
+    partitions,
+    read_to_end,
+    reader,
+)
 from streams.runtime.kafka_config import client_config
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
 from streams.worker.dbpm import (
@@ -433,17 +440,8 @@ def _changelog(bootstrap: str, topic: str) -> Iterator[tuple[int, bytes, bytes |
     """Every record of ``topic`` up to its current end: ``(partition, key, value, offset)``."""
     consumer = _reader(bootstrap)
     try:
-        ends = end_offsets(consumer, topic)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p, end in ends.items() if end])
-        remaining = {p for p, end in ends.items() if end}
-        while remaining:
-            message = consumer.poll(1.0)
-            if message is None or message.error():
-                continue
-            p = message.partition()
-            yield p, message.key(), message.value(), message.offset()
-            if message.offset() + 1 >= ends[p]:
-                remaining.discard(p)
+        for message in read_to_end(consumer, topic):
+            yield message.partition(), message.key(), message.value(), message.offset()
     finally:
         consumer.close()
 

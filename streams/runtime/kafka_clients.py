@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
 
 from streams.runtime.kafka_config import client_config
 
@@ -71,3 +71,24 @@ def assign_at_ends(client: Consumer, topics: Iterable[str]) -> list[TopicPartiti
     ]
     client.assign(assignment)
     return assignment
+
+
+def read_to_end(client: Consumer, topic: str, start: Mapping[int, int] | None = None) -> Iterator[Message]:
+    """The records of ``topic`` from ``start`` (per partition; a partition not named: from its beginning)
+    up to the end it has now, each partition's in order; ``client`` is assigned those partitions.
+
+    Args:
+        client: a consumer of its own (:func:`reader`); closing it is the caller's.
+        topic: the topic.
+        start: the first offset to read per partition.
+    """
+    start = start or {}
+    todo = {p: end for p, end in end_offsets(client, topic).items() if end > start.get(p, 0)}
+    client.assign([TopicPartition(topic, p, start.get(p, OFFSET_BEGINNING)) for p in todo])
+    while todo:
+        message = client.poll(1.0)
+        if message is None or message.error():
+            continue
+        yield message
+        if message.offset() + 1 >= todo.get(message.partition(), 0):
+            todo.pop(message.partition(), None)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import Message
 
-from streams.runtime.kafka_clients import assign_at_ends, end_offsets, reader
+from streams.runtime.kafka_clients import assign_at_ends, end_offsets, read_to_end, reader
 from topics.catalog import MAX_MESSAGE_BYTES
 
 
@@ -55,18 +55,9 @@ def topic_ends(bootstrap: str, topic: str) -> dict[int, int]:
 
 def read_between(bootstrap: str, topic: str, start: dict[int, int]) -> Iterator[bytes]:
     """Values of ``topic`` from ``start`` (per partition) to the current end."""
-    ends = topic_ends(bootstrap, topic)
-    todo = {p: end for p, end in ends.items() if end > start.get(p, 0)}
     client = reader(bootstrap, "read-between", **{"isolation.level": "read_committed"})
     try:
-        client.assign([TopicPartition(topic, p, start.get(p, 0)) for p in todo])
-        while todo:
-            message = client.poll(1.0)
-            if message is None or message.error():
-                continue
-            p = message.partition()
+        for message in read_to_end(client, topic, start):
             yield message.value()
-            if message.offset() + 1 >= todo.get(p, 0):
-                todo.pop(p, None)
     finally:
         client.close()
