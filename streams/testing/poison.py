@@ -141,7 +141,7 @@ from schemas.fhir import FhirUpdate
 from schemas.serde import SINGLE_OBJECT_MAGIC, SchemaDecodeError, Serde, make_serde
 from state.memory import MemoryStore
 from streams.demo.data import DOCS, DOCS_EXAMPLES
-from streams.demo.data.timeline import fhir_timeline
+from streams.demo.data.timeline import encounter, fhir_timeline
 from streams.groups.ordered import Output
 from streams.groups.verifier import CONFIDENCE_HEADER, GATE_HEADER, VERDICT_HEADER
 from streams.replay.kafka import CommitWatcher, ReplayTimeout, commit_end_offsets, read_state
@@ -947,15 +947,8 @@ _DELIVERABLES = (
 
 def _encounter(pid: str, rid: str, when: datetime, text: str) -> FhirUpdate:
     """A FHIR update of one finished Encounter whose reason is ``text``."""
-    resource = {
-        "resourceType": "Encounter",
-        "id": rid,
-        "status": "finished",
-        "subject": {"reference": f"Patient/{pid}"},
-        "class": {"system": "http://terminology.hl7.org/CodeSystem/v3-ActCode", "code": "AMB"},
-        "reasonCode": [{"text": text}],
-    }
-    return FhirUpdate(ts=when, patient_id=pid, resource_type="Encounter", resource=json.dumps(resource))
+    resource = json.dumps(encounter(pid, rid, text))
+    return FhirUpdate(ts=when, patient_id=pid, resource_type="Encounter", resource=resource)
 
 
 def _clinical(tag: str, scale: Scale, rng: random.Random, serde: Serde) -> _Family:

@@ -121,7 +121,8 @@ def _condition(pid: str, rid: str, text: str) -> dict[str, Any]:
     }
 
 
-def _encounter(pid: str, rid: str, reason: str) -> dict[str, Any]:
+def encounter(pid: str, rid: str, reason: str) -> dict[str, Any]:
+    """A finished ambulatory Encounter of patient ``pid`` whose reason is ``reason`` (FHIR JSON)."""
     return {
         "resourceType": "Encounter",
         "id": rid,
@@ -174,7 +175,7 @@ def _patient(index: int, rng: random.Random) -> list[Update]:
             week_resources.append(_lab(pid, f"{pid}-o{labs}", drug, when, rng.random() < 0.3, rng))
             labs += 1
         elif change == "symptom" and drugs:
-            week_resources.append(_encounter(pid, f"{pid}-e{week}", _SYMPTOM[rng.choice(drugs)]))
+            week_resources.append(encounter(pid, f"{pid}-e{week}", _SYMPTOM[rng.choice(drugs)]))
         elif change == "interaction" and drugs:
             week_resources.append(_medication(pid, f"{pid}-ix", _INTERACTING[drugs[0]]))
         if week_resources:
