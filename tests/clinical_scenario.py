@@ -1,33 +1,26 @@
 """Clinical inputs the worker tests and the topology tests share, and the pure processor's outputs for them.
 
 :func:`scenario` is PT-TEST-010 arriving as FHIR updates over nine simulated days (a late older
-version, a delete, an invalid resource); :func:`pure_outputs` runs :func:`processors.clinical.assess.
-process_event` over any patient-keyed events the way the clinical agent feeds it (FHIR updates
-validated by :func:`streams.worker.clinical.fhir_input`, each event at its own event time, one state
-per patient), which is what the agent's outputs must equal.
+version, a delete, an invalid resource); what the agent's outputs must equal is
+:func:`streams.testing.clinical_reference.pure_outputs` over them.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from processors.clinical.assess import ClinicalStreamState, process_event
-from processors.clinical.knowledge import default_knowledge
-from schemas.clinical import AdversarialReview, ClinicalAssessment, Deliverable, SafetyAudit
+from schemas.clinical import AdversarialReview, ClinicalAssessment
 from schemas.fhir import FhirUpdate
 from streams.demo.data import CLINICAL
 from streams.runtime.settings import Settings
-from streams.worker.clinical import fhir_input, gate_flags
+from streams.testing.clinical_reference import pure_outputs
 
 PATIENT = "PT-TEST-010"
 BUNDLE = CLINICAL / f"{PATIENT}.json"
 AS_OF = "2026-03-29T00:00:00Z"
-
-ClinicalEvent = FhirUpdate | AdversarialReview | Deliverable
 
 
 def at(day: int, hour: int = 8) -> datetime:
@@ -106,30 +99,6 @@ def concur_review() -> AdversarialReview:
         disposition="CONCUR",
         automation_bias_risk="LOW",
     )
-
-
-def pure_outputs(
-    events: Iterable[ClinicalEvent], settings: Settings
-) -> list[ClinicalAssessment | SafetyAudit]:
-    """The assessments and audits the pure stream processor emits for ``events``, in order.
-
-    Each patient has its own state; a FHIR update contributes its valid changes only, at its ``ts``;
-    a review and a deliverable act at their ``event_time``.
-    """
-    knowledge, flags = default_knowledge(), gate_flags(settings)
-    states: dict[str, ClinicalStreamState] = {}
-    emitted: list[ClinicalAssessment | SafetyAudit] = []
-    for event in events:
-        if isinstance(event, FhirUpdate):
-            item, now = fhir_input(event)[0], event.ts
-        else:
-            item, now = event, event.event_time
-        if item is None:
-            continue
-        states[event.patient_id], outputs = process_event(states.get(event.patient_id), item, now, knowledge,
-                                                          flags)  # fmt: skip
-        emitted += [o for o in outputs if isinstance(o, ClinicalAssessment | SafetyAudit)]
-    return emitted
 
 
 def expected_assessments(updates: list[FhirUpdate], last: AdversarialReview) -> list[dict[str, Any]]:

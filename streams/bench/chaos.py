@@ -42,201 +42,32 @@ Choices where the brief left room:
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from io import StringIO
-from itertools import islice
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from confluent_kafka import Consumer, TopicPartition
 
-from processors.dbpm import DBPMEngine
 from schemas.dbpm import GateDecision
 from schemas.serde import Serde, make_serde
-from state.memory import MemoryStore
-from streams.bench.dbpm import generate_events
 from streams.cli.common import require_bootstrap
-from streams.replay.engine import replay_stream
-from streams.replay.kafka import ReplayTimeout, commit_worker_end_offsets, end_offset, replay_via_kafka
-from streams.runtime.kafka_config import admin_client, client_config
-from streams.runtime.settings import Settings, get_settings
-from streams.testing.broker import LocalKafka, free_port
-from streams.worker.dbpm import dbpm_engines
+from streams.replay.kafka import ReplayTimeout, commit_worker_end_offsets, replay_via_kafka
+from streams.runtime.kafka_config import admin_client
+from streams.runtime.settings import get_settings
+from streams.testing.broker import LocalKafka
+from streams.testing.tail import read_between, topic_ends
+from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine, in_process, soak_stream
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_DECISIONS, build_catalog
 
-REPO = Path(__file__).resolve().parents[2]
-#: Worker environment for an event-for-event comparison with the in-process engine. A SIGKILLed
-#: worker's partitions move after the session timeout: the broker's minimum, 6 s.
-COMPARISON_ENV: dict[str, str] = {
-    "CLINGATE_DBPM_CROSS_TASK": "false",
-    "CLINGATE_DBPM_MAINTENANCE": "false",
-    "CLINGATE_CONSUMER_SESSION_TIMEOUT_S": "6",
-    # The replay waits for the candidates' commit after every run (streams.replay.kafka).
-    "CLINGATE_COMMIT_INTERVAL_S": "0.1",
-    # A restarted worker catches up on its verdict backlog before the barrier opens; with the
-    # default 5 s wait, a saturated machine let gates decide on a partial view (the 100k soak saw
-    # 23 such decisions, marked barrier_timeout). A comparison run waits for the memory instead.
-    "CLINGATE_DBPM_BARRIER_TIMEOUT_S": "300",
-}
-_READY = b"[^Worker]: Ready"
 # The decision fields the in-process engine and the workers' decision records share.
 _COMPARED = ("candidate_id", "decision", "rule", "signature", "severity", "multiplier")
-
-
-class WorkerProcess:
-    """One ``python -m streams.cli worker`` subprocess; restartable on the same data directory.
-
-    Args:
-        bootstrap: the broker.
-        app_id: the workers' application id (consumer group, changelog names).
-        datadir: this worker's own state directory (two workers MUST NOT share one).
-        env: extra environment (settings) for the worker.
-    """
-
-    def __init__(self, bootstrap: str, app_id: str, datadir: Path, env: dict[str, str]) -> None:
-        self.app_id = app_id
-        self.datadir = datadir
-        self.log = datadir.with_suffix(".log")
-        self._env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "CLINGATE_APP_ID": app_id, **env}
-        self._process: subprocess.Popen[bytes] | None = None
-        self.web_port = 0
-        self.log_offset = 0
-        """Where the log of the latest start begins."""
-
-    @property
-    def running(self) -> bool:
-        """Whether the subprocess is alive."""
-        return self._process is not None and self._process.poll() is None
-
-    def start(self, timeout_s: float = 180.0) -> float:
-        """Start the worker and wait until Faust reports it ready.
-
-        Returns:
-            Seconds from the start of the process to "Ready" (recovery included).
-
-        Raises:
-            RuntimeError: the worker exited or was not ready in ``timeout_s`` (see its log).
-        """
-        offset = self.log_offset = self.log.stat().st_size if self.log.exists() else 0
-        self.web_port = free_port()
-        started = time.monotonic()
-        with self.log.open("ab") as out:
-            self._process = subprocess.Popen(
-                [sys.executable, "-W", "ignore", "-m", "streams.cli", "worker", "-l", "info",
-                 "--web-port", str(self.web_port), "--datadir", str(self.datadir)],
-                cwd=REPO, env=self._env, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        deadline = started + timeout_s
-        while _READY not in self.log.read_bytes()[offset:]:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"worker exited with {self._process.returncode}: see {self.log}")
-            if time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"worker not ready in {timeout_s:.0f} s: see {self.log}")
-            time.sleep(0.1)
-        return time.monotonic() - started
-
-    def kill(self) -> None:
-        """SIGKILL: no flush, no commit, no clean close."""
-        if self.running:
-            assert self._process is not None
-            self._process.send_signal(signal.SIGKILL)
-            self._process.wait()
-
-    def stop(self) -> None:
-        """SIGTERM and wait for the clean stop (SIGKILL after a minute)."""
-        if self.running:
-            assert self._process is not None
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-
-def comparison_engine() -> DBPMEngine:
-    """The engine configured as workers started with :data:`COMPARISON_ENV` are."""
-    engine, _ = dbpm_engines(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
-    return engine
-
-
-def soak_stream(n_events: int, epoch: int, tag: str) -> list[dict[str, Any]]:
-    """The synthetic stream cut into epochs: each epoch's candidates first, then its verdicts.
-
-    Args:
-        n_events: events taken from the generator.
-        epoch: events per epoch.
-        tag: prefix of every candidate id (keeps runs on one broker apart).
-    """
-    source = generate_events(n_events)
-    out: list[dict[str, Any]] = []
-    while chunk := list(islice(source, epoch)):
-        first_ts = chunk[0]["ts"]
-        out += [{**e, "ts": first_ts, "candidate_id": f"{tag}-{e['candidate_id']}"}
-                for e in chunk if e["kind"] == "gate"]  # fmt: skip
-        out += [e for e in chunk if e["kind"] == "verdict"]
-    return out
-
-
-def in_process(engine: DBPMEngine, events: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], object]:
-    """Decisions (provenance fields included) and final state of the in-process engine on ``events``."""
-    store = MemoryStore()
-    decisions = StringIO()
-    replay_stream((json.dumps(e) for e in events), decisions, StringIO(), store, engine, provenance=True)
-    txn = store.transaction()
-    try:
-        state = engine.snapshot(txn)
-    finally:
-        txn.abort()
-    return [json.loads(line) for line in decisions.getvalue().splitlines()], state
-
-
-def _partitions(client: Consumer, topic: str) -> list[int]:
-    return sorted(client.list_topics(topic, timeout=30).topics[topic].partitions)
-
-
-def topic_ends(bootstrap: str, topic: str) -> dict[int, int]:
-    """The end offset of every partition of ``topic``."""
-    client = Consumer(client_config(bootstrap, **{"group.id": "clingate-chaos-probe"}))
-    try:
-        return {p: end_offset(client, topic, p) for p in _partitions(client, topic)}
-    finally:
-        client.close()
-
-
-def read_between(bootstrap: str, topic: str, start: dict[int, int]) -> Iterator[bytes]:
-    """Values of ``topic`` from ``start`` (per partition) to the current end."""
-    ends = topic_ends(bootstrap, topic)
-    todo = {p: end for p, end in ends.items() if end > start.get(p, 0)}
-    client = Consumer(client_config(
-        bootstrap, **{"group.id": f"clingate-chaos-{uuid.uuid4().hex}", "enable.auto.commit": False,
-                      "isolation.level": "read_committed"},
-    ))  # fmt: skip
-    try:
-        client.assign([TopicPartition(topic, p, start.get(p, 0)) for p in todo])
-        while todo:
-            message = client.poll(1.0)
-            if message is None or message.error():
-                continue
-            p = message.partition()
-            yield message.value()
-            if message.offset() + 1 >= todo.get(p, 0):
-                todo.pop(p, None)
-    finally:
-        client.close()
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,6 @@ from typing import Annotated, Any
 
 import typer
 
-from streams.runtime.kafka_config import client_config
 from streams.worker.dbpm import producer_config
 
 AS_OF = datetime(2026, 3, 29, tzinfo=UTC)
@@ -273,10 +272,10 @@ def _stream_events(bundles: list[dict[str, Any]], knowledge: Any) -> tuple[list[
 
 def _through_kafka(updates: list[Any], expected: int, timeout_s: float = 600.0) -> tuple[float, float]:
     """Produce ``updates``, consume until ``expected`` of their assessments arrived: (updates/s, seconds)."""
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Producer
 
     from schemas.serde import make_serde
-    from streams.replay.kafka import end_offset
+    from streams.runtime.kafka_clients import assign_at_ends, reader
     from streams.runtime.settings import get_settings
     from streams.testing.broker import configured_bootstrap
     from topics.catalog import CLINICAL_ASSESSMENTS, FHIR_UPDATES
@@ -289,17 +288,8 @@ def _through_kafka(updates: list[Any], expected: int, timeout_s: float = 600.0) 
         )
     serde = make_serde(settings.schema_registry_url)
     patients = {u.patient_id.encode() for u in updates}
-    group = f"clingate-bench-{uuid.uuid4().hex}"
-    consumer = Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
-    partitions = (
-        consumer.list_topics(CLINICAL_ASSESSMENTS, timeout=30).topics[CLINICAL_ASSESSMENTS].partitions
-    )
-    consumer.assign(
-        [
-            TopicPartition(CLINICAL_ASSESSMENTS, p, end_offset(consumer, CLINICAL_ASSESSMENTS, p))
-            for p in partitions
-        ]
-    )
+    consumer = reader(bootstrap, "bench")
+    assign_at_ends(consumer, [CLINICAL_ASSESSMENTS])
     producer = Producer(
         producer_config(bootstrap, **{"linger.ms": 20, "queue.buffering.max.messages": 1_000_000})
     )

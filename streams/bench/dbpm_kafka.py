@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -41,16 +40,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from processors.dbpm import GateEvent, VerdictEvent, parse_event
 from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.serde import Serde, make_serde
 from state.memory import MemoryStore
+from streams.bench.stats import percentile
 from streams.cli.common import require_bootstrap
-from streams.replay.kafka import end_offset
 from streams.runtime.dlq import DecodeFailed, SourceRecord
-from streams.runtime.kafka_config import client_config
+from streams.runtime.kafka_clients import assign_at_ends, reader
 from streams.runtime.settings import get_settings
 from streams.worker.dbpm import dbpm_engines, producer_config, verdict_key
 from streams.worker.gate import Gate
@@ -143,14 +142,8 @@ class _Client:
         self.producer = Producer(
             producer_config(bootstrap, **{"linger.ms": 2, "queue.buffering.max.messages": 1_000_000})
         )
-        self.consumer = Consumer(client_config(bootstrap, **{
-            "group.id": f"clingate-bench-{uuid.uuid4().hex}", "enable.auto.commit": False,
-        }))  # fmt: skip
-        topic = self.consumer.list_topics(DBPM_DECISIONS, timeout=30).topics[DBPM_DECISIONS]
-        self.consumer.assign([
-            TopicPartition(DBPM_DECISIONS, p, end_offset(self.consumer, DBPM_DECISIONS, p))
-            for p in topic.partitions
-        ])  # fmt: skip
+        self.consumer = reader(bootstrap, "bench")
+        assign_at_ends(self.consumer, [DBPM_DECISIONS])
 
     def load(self, engine_verdicts: list[dict[str, Any]]) -> None:
         engine, _ = dbpm_engines(get_settings())
@@ -201,10 +194,6 @@ class _Client:
         return n / (time.perf_counter() - started), latencies
 
 
-def _percentile(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=1000)[int(q * 1000) - 1] if len(values) > 1 else values[0]
-
-
 def dbpm_kafka(
     events: Annotated[Path, typer.Option("--events", exists=True, help="A replay-contract stream.")],
     n: Annotated[int, typer.Option("-n", help="Candidates per measurement.")] = 20_000,
@@ -236,7 +225,7 @@ def dbpm_kafka(
         offered = maximum * fraction
         achieved, latencies = client.run(client.candidates(gates, max(1000, int(n * fraction))), offered)
         points.append(LatencyPoint(
-            fraction, offered, achieved, _percentile(latencies, 0.5) * 1e3, _percentile(latencies, 0.99) * 1e3
+            fraction, offered, achieved, percentile(latencies, 0.5) * 1e3, percentile(latencies, 0.99) * 1e3
         ))  # fmt: skip
     result = BenchResult(reference, pipeline, maximum, reference / maximum, points, cpu_us)
     typer.echo(f"in-process gate: {reference:,.0f} candidates/s (engine); {pipeline:,.0f} candidates/s "

@@ -6,7 +6,7 @@ concurrency / latency). The ratio achieved / (N / L) measures how much the clien
 validation, semaphore, event loop) costs on top of the server's latency; GPU consumer groups need it
 near 1 at the paper's 64-way concurrency, so the servers' continuous batching is fed.
 
-The server is ``clingate llm serve --backend test`` (:class:`streams.llm.serve.http.ServerProcess`) in its
+The server is ``clingate llm serve --backend test`` (:class:`streams.testing.llm_server.ServerProcess`) in its
 own process, so client and server do not share an event loop (on a 2-core machine they share the CPU).
 Each point runs one warm-up round (connections are opened) and then ``rounds`` measured rounds of N
 calls; the run time per point is about ``(rounds + 1) * L`` when the bound is reached.
@@ -41,16 +41,17 @@ from rich.table import Table
 
 from schemas.dbpm import Candidate, GateDecision, Narrative, NerPayload
 from schemas.serde import Serde, make_serde
+from streams.bench.stats import percentile
 from streams.cli.common import require_bootstrap
 from streams.groups.llm import new_metrics
 from streams.groups.verifier import run_verifier
 from streams.llm import CallType, ClientPolicy, Endpoint, LlmClient, LlmOk, Role
 from streams.llm.schemas import NerVerdict
-from streams.llm.serve.http import ServerProcess
 from streams.llm.serve.testserver import DEFAULT_MODEL
 from streams.replay.kafka import commit_end_offsets
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings, get_settings
+from streams.testing.llm_server import ServerProcess
 from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_DECISIONS, DBPM_NARRATIVES, DBPM_TO_VERIFY, build_catalog
@@ -102,13 +103,6 @@ def rounds_for(latency_s: float, quick: bool) -> int:
     return max(MIN_ROUNDS, math.ceil(TARGET_POINT_S / latency_s))
 
 
-def _percentile(ordered: list[float], q: float) -> float:
-    """Nearest-rank percentile of an ascending list (NaN when empty)."""
-    if not ordered:
-        return math.nan
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
 async def measure_point(base_url: str, concurrency: int, latency_s: float, rounds: int) -> BenchPoint:
     """Measure one (N, L) point against a server that answers after ``latency_s``.
 
@@ -148,8 +142,8 @@ async def measure_point(base_url: str, concurrency: int, latency_s: float, round
         calls_per_s=achieved,
         bound_per_s=bound,
         ratio=achieved / bound,
-        p50_s=_percentile(latencies, 0.50),
-        p99_s=_percentile(latencies, 0.99),
+        p50_s=percentile(latencies, 0.50, empty=math.nan),
+        p99_s=percentile(latencies, 0.99, empty=math.nan),
         cpu_ms_per_call=cpu * 1000.0 / calls,
     )
 

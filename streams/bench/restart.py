@@ -46,11 +46,12 @@ from processors.dbpm import DBPMEngine, parse_event
 from state.base import Transaction
 from state.memory import MemoryStore
 from state.rocksdb import RocksDBStore
-from streams.bench.chaos import COMPARISON_ENV, WorkerProcess, comparison_engine, topic_ends
 from streams.cli.common import require_bootstrap
 from streams.replay.kafka import commit_end_offsets
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
+from streams.testing.tail import topic_ends
+from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine
 from streams.worker.dbpm import MEMORY_TABLE, memory_changelog, producer_config, verdict_key
 from streams.worker.tablestore import BOUNDARY_KEY, write_group
 from topics.admin import ensure_topics

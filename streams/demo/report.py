@@ -12,11 +12,17 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
+from pathlib import Path
+
+from processors.dbpm.measurement import PopulationReport, SelectivityCounts
+from streams.demo.results import MemoryPoint, Results
+from streams.demo.summary import stream_rows, summary_rows
 
 _W, _H, _PAD = 640, 260, 48
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 _LIGHT_COLOURS = {"RED": "#d62728", "YELLOW": "#e6b800", "GREEN": "#2ca02c"}
+_LIGHTS = ("RED", "YELLOW", "GREEN")
 
 
 @dataclass(frozen=True)
@@ -152,4 +158,134 @@ def page(title: str, sections: Sequence[tuple[str, str]]) -> str:
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
         f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>\n"
+    )
+
+
+# ------------------------------------------------------------------------------------ the demo's page
+
+
+def write_report(path: Path, results: Results) -> None:
+    """Write the self-contained report.html of the run."""
+    dbpm = results.loop_results
+    sections = [
+        ("Summary", table(["measure", "value"], summary_rows(results))),
+        ("DBPM memory population", _population(dbpm.snapshots)),
+        ("Severity trajectories", _trajectories(dbpm.snapshots)),
+        ("QA lift per category", _lifts(dbpm.selectivity)),
+        ("Channel population", _channels(dbpm.population)),
+        ("Traffic lights", _traffic_lights(results)),
+        (
+            "Arbiter dispositions",
+            table(
+                ["case", "documents", "decision", "rule", "issues"],
+                [astuple(d) for d in results.dispositions],
+            ),
+        ),
+        ("Throughput and latency per stream", _stream_charts(results)),
+        ("Dead letters", table(["topic", "records added"], sorted(results.dead_letters.added.items()))),
+        (
+            "Schemas",
+            table(["schema", "topic", "bytes", "round trip OK"], [astuple(r) for r in results.round_trips]),
+        ),
+    ]
+    path.write_text(page("clingate demo report", sections), encoding="utf-8")
+
+
+def _hours(snapshots: Sequence[MemoryPoint]) -> list[float]:
+    start = snapshots[0].time if snapshots else 0.0
+    return [(s.time - start) / 3600 for s in snapshots]
+
+
+def _population(snapshots: Sequence[MemoryPoint]) -> str:
+    hours = _hours(snapshots)
+    tasks = ("ner", "re", "qa")
+    blocklist = [
+        Series(task, [(h, len(s.blocklist.get(task, {}))) for h, s in zip(hours, snapshots, strict=True)])
+        for task in tasks
+    ]
+    whitelist = [
+        Series(task, [(h, s.whitelist.get(task, 0)) for h, s in zip(hours, snapshots, strict=True)])
+        for task in tasks
+    ]
+    return line_chart("blocklist signatures held over event time", blocklist, "patterns") + line_chart(
+        "whitelist signatures held over event time", whitelist, "signatures"
+    )
+
+
+def _trajectories(snapshots: Sequence[MemoryPoint]) -> str:
+    """The severity of the five blocklist signatures with the largest severity x count at the end."""
+    hours = _hours(snapshots)
+    final = snapshots[-1].blocklist if snapshots else {}
+    ranked = sorted(
+        (
+            (severity * count, task, sig)
+            for task, ps in final.items()
+            for sig, (severity, count) in ps.items()
+        ),
+        reverse=True,
+    )
+    trajectories = []
+    for _, task, signature in ranked[:5]:
+        points = []
+        for h, s in zip(hours, snapshots, strict=True):
+            found = s.blocklist.get(task, {}).get(signature)
+            if found is not None:
+                points.append((h, found[0]))
+        trajectories.append(Series(f"{task} {signature}", points))
+    return line_chart(
+        "severity of the top 5 blocklist signatures (severity x count at the end)", trajectories, "severity"
+    )
+
+
+def _lifts(selectivity: SelectivityCounts) -> str:
+    bars = []
+    for cell in selectivity.cells:
+        if cell.task == "qa":
+            lift = cell.counts.lift()
+            bars.append(Interval(cell.category, lift.value, lift.ci_low, lift.ci_high, str(lift)))
+    return interval_chart("lift with 95% CI (dashed: 1, no selectivity)", bars, "lift") + table(
+        ["category", "lift [95% CI]"], [(b.label, b.text) for b in bars]
+    )
+
+
+def _channels(population: PopulationReport) -> str:
+    headers = ["task", "fail events", "patterns", "BLOCK-clearing", "DOWNGRADE band", "whitelist", "status"]
+    rows = [
+        (c.task, c.fail_events, c.patterns, c.block_eligible, c.downgrade_band, c.whitelist, c.status.value)
+        for c in population.channels
+    ]
+    return table(headers, rows)
+
+
+def _traffic_lights(results: Results) -> str:
+    lights = {k: results.lights[k] for k in _LIGHTS}
+    weeks = [
+        Series(k, [(float(w.week), float(w.lights[k])) for w in results.lights_by_week]) for k in _LIGHTS
+    ]
+    patients = [
+        (p.patient, p.age, p.severity, ", ".join(p.drugs), p.light, p.shadow, "; ".join(p.sources))
+        for p in [*results.golden, *results.red_patients]
+    ]
+    return (
+        bar_chart("traffic-light distribution (final)", lights, "patients")
+        + line_chart("traffic lights at the end of each simulated week", weeks, "patients", "simulated week")
+        + table(["patient", "age", "NTI", "drugs", "light", "shadow", "red sources"], patients)
+    )
+
+
+def _stream_charts(results: Results) -> str:
+    stats = {name: flow.stats() for name, flow in results.flows.items()}
+    return (
+        bar_chart("throughput (outputs/s)", {n: round(s["rate"]) for n, s in stats.items()}, "outputs/s")
+        + bar_chart(
+            "latency p50 (ms, produced -> output consumed)",
+            {n: round(1000 * s["p50"]) for n, s in stats.items()},
+            "ms",
+        )
+        + bar_chart(
+            "latency p99 (ms, produced -> output consumed)",
+            {n: round(1000 * s["p99"]) for n, s in stats.items()},
+            "ms",
+        )
+        + table(["stream", "outputs", "throughput", "latency p50", "latency p99"], stream_rows(results))
     )

@@ -6,23 +6,6 @@ consumed the output it caused; throughput is outputs per second from the first i
 last output consumed. The :class:`Tap` thread reads every partition of the watched topics from their
 end offsets at construction (so only this run's records count), decodes each record, keeps those
 whose id belongs to the run, and stamps outputs with the wall clock when it consumed them.
-
-Choices:
-
-* **One consumer, assigned partitions, no group**: the demo must not join the workers' groups, and
-  reading from the end offsets taken before any input is produced is what makes "this run's records"
-  well defined on a shared broker.
-* **Latency per id**: an output is matched to the input with the same id (DBPM: the candidate id;
-  clinical: patient id and event time, one FHIR update per patient and event time; docs: the document
-  id). Latency counts the first output of an id; every output is kept (a golden patient's FHIR update
-  and review share an event time, and both assessments matter).
-* **Wall clock**: the demo is a client, not a processor; ``CreateTime`` and the consume stamp are both
-  this machine's clock, in milliseconds for the former.
-* Records that do not decode (the demo's own dead-letter probes) are skipped.
-* **Memory progress**: given the DBPM memory table's changelog, the tap also follows its group
-  boundaries (:data:`streams.worker.tablestore.BOUNDARY_KEY`, value: the verdict offset the group covers;
-  changelog partition = verdict partition), so the demo knows when the memory agents have applied a
-  verdict: the worker stages a group, and its gates read staged writes, before the boundary is sent.
 """
 
 from __future__ import annotations
@@ -33,17 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Message
 
 from schemas.base import AvroModel
 from schemas.serde import Serde
-from streams.replay.kafka import end_offset
-from streams.runtime.kafka_config import client_config
+from streams.runtime.kafka_clients import assign_at_ends, reader
 from streams.worker.tablestore import BOUNDARY_KEY
 
 POLL_S = 0.02
 """Longest wait of one ``consume``: it returns early only with a full batch, so this bounds how late the
-demo sees an output, which the DBPM lockstep slice waits for once per patient (was 0.1 s)."""
+demo sees an output, which the DBPM lockstep slice waits for once per patient."""
 
 FETCH_WAIT_MS = 20
 """How long the broker holds the tap's fetch for data (librdkafka ``fetch.wait.max.ms``; with a
@@ -106,7 +88,24 @@ class Route:
 
 
 class Tap(threading.Thread):
-    """Consumes the routes' topics from their current ends until :meth:`stop`; see the module docstring."""
+    """Consumes the routes' topics from their current ends until :meth:`stop`.
+
+    * **One consumer, assigned partitions, no group**: the demo must not join the workers' groups, and
+      reading from the end offsets taken before any input is produced is what makes "this run's
+      records" well defined on a shared broker.
+    * **Latency per id**: an output is matched to the input with the same id (DBPM: the candidate id;
+      clinical: patient id and event time, one FHIR update per patient and event time; docs: the
+      document id). Latency counts the first output of an id; every output is kept (a golden patient's
+      FHIR update and review share an event time, and both assessments matter).
+    * **Wall clock**: the demo is a client, not a processor; ``CreateTime`` and the consume stamp are
+      both this machine's clock, in milliseconds for the former.
+    * Records that do not decode (the demo's own dead-letter probes) are skipped.
+    * **Memory progress**: given the DBPM memory table's changelog, the tap also follows its group
+      boundaries (:data:`streams.worker.tablestore.BOUNDARY_KEY`, value: the verdict offset the group
+      covers; changelog partition = verdict partition), so the demo knows when the memory agents have
+      applied a verdict: the worker stages a group, and its gates read staged writes, before the
+      boundary is sent.
+    """
 
     def __init__(
         self, bootstrap: str, serde: Serde, routes: list[Route], changelog: str | None = None
@@ -121,17 +120,11 @@ class Tap(threading.Thread):
             self._routes.setdefault(route.topic, []).append(route)
         self._stopping = threading.Event()
         self.error: BaseException | None = None
-        self._consumer = Consumer(client_config(bootstrap, **{
-            "group.id": "clingate-demo-tap", "enable.auto.commit": False, "isolation.level": "read_committed",
-            "fetch.wait.max.ms": FETCH_WAIT_MS, "fetch.min.bytes": 1 << 24,
-        }))  # fmt: skip
-        assignment = []
-        for topic in [*self._routes, *([changelog] if changelog else [])]:
-            partitions = self._consumer.list_topics(topic, timeout=30).topics[topic].partitions
-            assignment += [TopicPartition(topic, p, end_offset(self._consumer, topic, p)) for p in partitions]
+        fetch = {"fetch.wait.max.ms": FETCH_WAIT_MS, "fetch.min.bytes": 1 << 24}
+        self._consumer = reader(bootstrap, "demo-tap", **{"isolation.level": "read_committed", **fetch})
+        assignment = assign_at_ends(self._consumer, [*self._routes, *([changelog] if changelog else [])])
         self._next: dict[tuple[str, int], int] = {(tp.topic, tp.partition): tp.offset for tp in assignment}
         """Per watched partition, the offset after the last record read (written by the tap thread)."""
-        self._consumer.assign(assignment)
 
     def run(self) -> None:
         """Poll until stopped; a failure is kept in :attr:`error` for the main thread."""
@@ -146,7 +139,7 @@ class Tap(threading.Thread):
         finally:
             self._consumer.close()
 
-    def _take(self, message: Any) -> None:
+    def _take(self, message: Message) -> None:
         if message.topic() == self._changelog:
             if message.key() == BOUNDARY_KEY:
                 self.applied[message.partition()] = int(message.value())

@@ -8,8 +8,8 @@ Public interface:
 * :func:`response_model`: declare (lint and register) a response model;
 * the DBPM response models in :mod:`streams.llm.schemas`;
 * :mod:`streams.llm.serve.http`: the local OpenAI-compatible HTTP front (request validation, faults) with a
-  pluggable answer source, and :class:`~streams.llm.serve.http.ServerProcess` to run ``clingate llm serve``
-  in a child process;
+  pluggable answer source (:class:`streams.testing.llm_server.ServerProcess` runs ``clingate llm serve``
+  in a child process);
 * answer sources: :mod:`streams.llm.serve.testserver` (scripted, schema-valid) and
   :mod:`streams.llm.serve.smollm2`
   (SmolLM2-135M under an Outlines constraint, ``smollm2`` extra);

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from processors.dbpm import DBPMEngine, parse_event
 from processors.dbpm.memory import Memory
@@ -47,6 +47,14 @@ from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.serde import Serde
 from state.base import Store
 from state.memory import MemoryStore
+from streams.runtime.kafka_clients import (
+    assign_at_ends,
+    end_offset,
+    end_offsets,
+    partitions,
+    read_to_end,
+    reader,
+)
 from streams.runtime.kafka_config import client_config
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
 from streams.worker.dbpm import (
@@ -77,42 +85,9 @@ class KafkaReplayResult:
     """The final memory in the contract's state format."""
 
 
-def _producer(bootstrap: str) -> Producer:
-    return Producer(producer_config(bootstrap, **{"linger.ms": 2}))
-
-
-def _consumer(bootstrap: str) -> Consumer:
-    return Consumer(client_config(bootstrap, **{
-        "group.id": f"clingate-replay-{time.time_ns()}", "enable.auto.commit": False,
-        "isolation.level": "read_committed",
-    }))  # fmt: skip
-
-
-def end_offset(client: Consumer, topic: str, partition: int, timeout_s: float = 30.0) -> int:
-    """The end offset of a partition, waiting out a leader election (fresh topic, broker restart)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return client.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)[1]
-        except KafkaException:
-            # NOT_LEADER / LEADER_NOT_AVAILABLE while a partition gets its leader; librdkafka does
-            # not mark them retriable here, so every error is retried until the deadline.
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
-def _partitions(client: Consumer, topic: str, timeout_s: float = 30.0) -> list[int]:
-    """The partition numbers of ``topic``, waiting out a topic created a moment ago (its metadata has
-    an error and no partitions until the controller has placed them)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        metadata = client.list_topics(topic, timeout=timeout_s).topics[topic]
-        if metadata.error is None and metadata.partitions:
-            return sorted(metadata.partitions)
-        if time.monotonic() > deadline:
-            raise KafkaException(metadata.error)
-        time.sleep(0.2)
+def _reader(bootstrap: str) -> Consumer:
+    """A consumer of what the workers committed (transactional outputs included only once committed)."""
+    return reader(bootstrap, "replay", **{"isolation.level": "read_committed"})
 
 
 class _DecisionCollector:
@@ -120,12 +95,8 @@ class _DecisionCollector:
 
     def __init__(self, bootstrap: str, serde: Serde) -> None:
         self._serde = serde
-        self._consumer = _consumer(bootstrap)
-        assignment = []
-        for p in _partitions(self._consumer, DBPM_DECISIONS):
-            end = end_offset(self._consumer, DBPM_DECISIONS, p)
-            assignment.append(TopicPartition(DBPM_DECISIONS, p, end))
-        self._consumer.assign(assignment)
+        self._consumer = _reader(bootstrap)
+        assign_at_ends(self._consumer, [DBPM_DECISIONS])
         self.seen: dict[str, GateDecision] = {}
 
     def wait_for(self, candidate_ids: Iterable[str], timeout_s: float) -> None:
@@ -312,7 +283,7 @@ def replay_via_kafka(
         ValueError: a pause point outside the stream's candidates (raised before anything is published).
     """
     pauses = Pauses(pause_at, on_pause, sum(e["kind"] == "gate" for e in events))
-    producer = _producer(bootstrap)
+    producer = Producer(producer_config(bootstrap, **{"linger.ms": 2}))
     collector = _DecisionCollector(bootstrap, serde)
     gate_commits = CommitWatcher(bootstrap, gate_group(app_id))
     verdict_partitions = gate_commits.partitions(DBPM_VERDICTS)
@@ -355,9 +326,9 @@ def commit_end_offsets(bootstrap: str, group: str, topics: Sequence[str]) -> Non
     consumer = Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
     try:
         ends = [
-            TopicPartition(topic, p, end_offset(consumer, topic, p))
+            TopicPartition(topic, p, end)
             for topic in topics
-            for p in _partitions(consumer, topic)
+            for p, end in end_offsets(consumer, topic).items()
         ]
         consumer.commit(offsets=ends, asynchronous=False)
     finally:
@@ -400,7 +371,7 @@ class CommitWatcher:
     def partitions(self, topic: str) -> list[int]:
         """The partition numbers of ``topic`` (looked up once)."""
         if topic not in self._partitions:
-            self._partitions[topic] = _partitions(self._consumer, topic)
+            self._partitions[topic] = partitions(self._consumer, topic)
         return self._partitions[topic]
 
     def ends(self, topic: str) -> dict[int, int]:
@@ -467,21 +438,10 @@ def decision_json(decision: GateDecision) -> dict[str, Any]:
 
 def _changelog(bootstrap: str, topic: str) -> Iterator[tuple[int, bytes, bytes | None, int]]:
     """Every record of ``topic`` up to its current end: ``(partition, key, value, offset)``."""
-    consumer = _consumer(bootstrap)
+    consumer = _reader(bootstrap)
     try:
-        ends: dict[int, int] = {}
-        for p in _partitions(consumer, topic):
-            ends[p] = end_offset(consumer, topic, p)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p, end in ends.items() if end])
-        remaining = {p for p, end in ends.items() if end}
-        while remaining:
-            message = consumer.poll(1.0)
-            if message is None or message.error():
-                continue
-            p = message.partition()
-            yield p, message.key(), message.value(), message.offset()
-            if message.offset() + 1 >= ends[p]:
-                remaining.discard(p)
+        for message in read_to_end(consumer, topic):
+            yield message.partition(), message.key(), message.value(), message.offset()
     finally:
         consumer.close()
 

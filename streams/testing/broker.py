@@ -29,8 +29,10 @@ replaces listeners and adds JAAS settings) and ``security`` is what the readines
 connects with.
 
 Choices where the issue left room:
-- The JVM runs in its own session (``start_new_session``) so ``clingate broker start`` can exit
-  and leave it running; tests stop it explicitly in fixture teardown.
+- The JVM runs in its own session (a :class:`~streams.testing.process.ProcessHandle` with
+  ``new_session``) so ``clingate broker start`` can exit and leave it running; tests stop it
+  explicitly in fixture teardown. The process that started it stops it through its handle; any
+  other (``clingate broker stop``) knows it only by the pid file and stops it by pid.
 - ``offsets.topic.num.partitions`` and ``transaction.state.log.num.partitions`` are 1: creating
   the default 50 partitions on the first group join or transaction costs seconds on a 2-core
   machine and buys nothing on one broker.
@@ -64,6 +66,7 @@ from confluent_kafka.admin import AdminClient
 
 from streams.runtime.kafka_config import client_config as kafka_client_config
 from streams.runtime.settings import Settings
+from streams.testing.process import ProcessError, ProcessHandle
 
 DEPLOY_LOCAL = Path(__file__).resolve().parents[2] / "deploy" / "local"
 KAFKA_POM = DEPLOY_LOCAL / "pom.xml"
@@ -321,7 +324,8 @@ class LocalKafka:
         self.extra_properties = dict(extra_properties or {})
         self.security = security
         self.scram_credentials = dict(scram_credentials or {})
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: ProcessHandle | None = None
+        """The JVM when this object started it (else only the pid file knows it)."""
 
     @property
     def pid_file(self) -> Path:
@@ -358,7 +362,7 @@ class LocalKafka:
             pid = int(self.pid_file.read_text().strip())
         except (FileNotFoundError, ValueError):
             return None
-        if self._process is not None and self._process.pid == pid and self._process.poll() is not None:
+        if self._process is not None and self._process.pid == pid and not self._process.running:
             return None
         try:
             os.kill(pid, 0)
@@ -479,27 +483,19 @@ class LocalKafka:
         self.properties_file.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
         if not (self.directory / "data" / "meta.properties").exists():
             self._format(libs, cluster_id)
-        with self._jvm_output.open("ab") as output:
-            self._process = subprocess.Popen(
-                self._java(libs, "kafka.Kafka", str(self.properties_file)),
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.pid_file.write_text(f"{self._process.pid}\n")
+        java = self._java(libs, "kafka.Kafka", str(self.properties_file))
+        # Its own session: `clingate broker start` exits and leaves the broker running.
+        process = ProcessHandle("Kafka broker", java, log=self._jvm_output, new_session=True)
+        self._process = process.start(append=True)
+        self.pid_file.write_text(f"{process.pid}\n")
         bootstrap = f"127.0.0.1:{port}"
-        process = self._process
         try:
-            deadline = time.monotonic() + timeout
-            while not _tcp_reachable(port):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise BrokerError(f"the broker never listened on {bootstrap}")
-                time.sleep(0.1)
-            wait_for_kafka(
-                bootstrap, max(1.0, deadline - time.monotonic()), self.security,
-                alive=lambda: process.poll() is None,
-            )  # fmt: skip
+            try:
+                listening_s = process.wait_until(lambda: _tcp_reachable(port), timeout)
+            except ProcessError as error:
+                raise BrokerError(f"the broker never listened on {bootstrap}") from error
+            remaining = max(1.0, timeout - listening_s)
+            wait_for_kafka(bootstrap, remaining, self.security, alive=lambda: process.running)
         except BrokerError as error:
             self.stop()
             raise BrokerError(f"Local Kafka broker failed to start: {error}.\n{self.log_tail()}") from error
@@ -540,32 +536,38 @@ class LocalKafka:
     def _end(self, first_signal: signal.Signals, grace: float) -> bool:
         pid = self._pid()
         if pid is not None:
-            os.kill(pid, first_signal)
-            if not self._wait_gone(pid, grace):
-                os.kill(pid, signal.SIGKILL)
-                if not self._wait_gone(pid, 10.0):
-                    raise BrokerError(f"the broker JVM (pid {pid}) survived SIGKILL")
+            if self._process is not None and self._process.pid == pid:
+                self._process.stop(grace, first=first_signal)  # our own child: stopped and reaped
+            else:
+                _end_detached(pid, first_signal, grace)
         self.pid_file.unlink(missing_ok=True)
         self._process = None
         return pid is not None
 
-    def _wait_gone(self, pid: int, timeout: float) -> bool:
-        if self._process is not None and self._process.pid == pid:
-            # Our own child: wait() also reaps it, so no zombie is left behind.
-            try:
-                self._process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                return False
-            self._process = None
+
+def _end_detached(pid: int, first_signal: signal.Signals, grace: float) -> None:
+    """Stop a broker JVM that another process started (``clingate broker start`` exited and left it
+    running): only its pid is known, so it is signalled and watched by pid, SIGKILL after ``grace``.
+
+    Raises:
+        BrokerError: it survived SIGKILL for 10 s.
+    """
+    os.kill(pid, first_signal)
+    if not _gone(pid, grace):
+        os.kill(pid, signal.SIGKILL)
+        if not _gone(pid, 10.0):
+            raise BrokerError(f"the broker JVM (pid {pid}) survived SIGKILL")
+
+
+def _gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
             return True
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return True
-            time.sleep(0.1)
-        return False
+        time.sleep(0.1)
+    return False
 
 
 def _jaas(login_module: str, **options: str) -> str:

@@ -86,9 +86,6 @@ import inspect
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -143,18 +140,21 @@ from schemas.docs import (
 from schemas.fhir import FhirUpdate
 from schemas.serde import SINGLE_OBJECT_MAGIC, SchemaDecodeError, Serde, make_serde
 from state.memory import MemoryStore
-from streams.bench.chaos import COMPARISON_ENV, REPO, comparison_engine
-from streams.bench.dbpm import StreamShape, generate_events
 from streams.demo.data import DOCS, DOCS_EXAMPLES
-from streams.demo.data.timeline import fhir_timeline
+from streams.demo.data.timeline import encounter, fhir_timeline
 from streams.groups.ordered import Output
 from streams.groups.verifier import CONFIDENCE_HEADER, GATE_HEADER, VERDICT_HEADER
-from streams.replay.kafka import CommitWatcher, ReplayTimeout, commit_end_offsets, end_offset, read_state
+from streams.replay.kafka import CommitWatcher, ReplayTimeout, commit_end_offsets, read_state
 from streams.runtime.dlq import HEADER_PREFIX, PRODUCER_LIMITS, SourceRecord, fits
+from streams.runtime.kafka_clients import end_offsets, reader
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.broker import free_port
+from streams.testing.dbpm_stream import StreamShape, generate_events
+from streams.testing.llm_server import ServerProcess
 from streams.testing.metrics import scraped_sum
+from streams.testing.process import SOURCE_ROOT, ProcessError, ProcessHandle, python_module
+from streams.testing.worker import COMPARISON_ENV, comparison_engine
 from streams.worker.clinical import fhir_input, gate_flags
 from streams.worker.dbpm import (
     BARRIER_HEADER,
@@ -947,15 +947,8 @@ _DELIVERABLES = (
 
 def _encounter(pid: str, rid: str, when: datetime, text: str) -> FhirUpdate:
     """A FHIR update of one finished Encounter whose reason is ``text``."""
-    resource = {
-        "resourceType": "Encounter",
-        "id": rid,
-        "status": "finished",
-        "subject": {"reference": f"Patient/{pid}"},
-        "class": {"system": "http://terminology.hl7.org/CodeSystem/v3-ActCode", "code": "AMB"},
-        "reasonCode": [{"text": text}],
-    }
-    return FhirUpdate(ts=when, patient_id=pid, resource_type="Encounter", resource=json.dumps(resource))
+    resource = json.dumps(encounter(pid, rid, text))
+    return FhirUpdate(ts=when, patient_id=pid, resource_type="Encounter", resource=resource)
 
 
 def _clinical(tag: str, scale: Scale, rng: random.Random, serde: Serde) -> _Family:
@@ -1332,20 +1325,14 @@ class Service:
     def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path) -> None:
         self.name = name
         self.log = log
-        with log.open("ab") as out:
-            self._process = subprocess.Popen(
-                [sys.executable, "-W", "ignore", "-m", "streams.cli", *args],
-                cwd=REPO,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self._process = ProcessHandle(
+            name, python_module("streams.cli", *args), env=env, cwd=SOURCE_ROOT, log=log, new_session=True
+        ).start(append=True)
 
     @property
     def exit_code(self) -> int | None:
         """None while it runs."""
-        return self._process.poll()
+        return self._process.returncode
 
     def wait_for(self, marker: bytes, timeout_s: float = 180.0) -> None:
         """Wait until its log says ``marker``.
@@ -1353,26 +1340,18 @@ class Service:
         Raises:
             RuntimeError: it exited first, or ``timeout_s`` passed.
         """
-        deadline = time.monotonic() + timeout_s
-        while marker not in self.log.read_bytes():
-            if self.exit_code is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} not ready (exit {self.exit_code}): see {self.log}")
-            time.sleep(0.1)
+        try:
+            self._process.wait_for_output(marker, timeout_s=timeout_s)
+        except ProcessError as error:
+            raise RuntimeError(f"{self.name} not ready (exit {self.exit_code}): see {self.log}") from error
 
     def terminate(self) -> None:
         """Ask it to stop (SIGTERM) without waiting."""
-        if self._process.poll() is None:
-            self._process.send_signal(signal.SIGTERM)
+        self._process.terminate()
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 60 s."""
-        if self._process.poll() is None:
-            self._process.send_signal(signal.SIGTERM)
-            try:
-                self._process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+        self._process.stop(grace_s=60)
 
 
 _LLM_VARIABLES = frozenset(
@@ -1389,7 +1368,7 @@ _LLM_VARIABLES = frozenset(
 
 def environment(bootstrap: str, **settings: str) -> dict[str, str]:
     """A runtime's environment: this process's without any LLM server setting (the docs worker runs
-    rules-only, as its reference), the broker, :data:`streams.bench.chaos.COMPARISON_ENV` (propagation and
+    rules-only, as its reference), the broker, :data:`streams.testing.worker.COMPARISON_ENV` (propagation and
     maintenance off, commits every 0.1 s, a 6 s session timeout) and ``settings``."""
     base = {k: v for k, v in os.environ.items() if k not in _LLM_VARIABLES}
     return {**base, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, **COMPARISON_ENV, **settings}
@@ -1460,33 +1439,18 @@ class Read:
     headers: tuple[tuple[str, bytes], ...]
 
 
-def topic_ends(client: Consumer, topic: str) -> dict[int, int]:
-    """The end offset of every partition of ``topic``."""
-    partitions = sorted(client.list_topics(topic, timeout=30).topics[topic].partitions)
-    return {p: end_offset(client, topic, p) for p in partitions}
-
-
 def read_from(bootstrap: str, starts: dict[str, dict[int, int]], timeout_s: float = 300.0) -> list[Read]:
     """Every record of the topics of ``starts`` from those offsets to the topics' current ends.
 
     Raises:
         RuntimeError: not everything could be read within ``timeout_s``.
     """
-    client = Consumer(
-        client_config(
-            bootstrap,
-            **{
-                "group.id": f"clingate-poison-reader-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "fetch.message.max.bytes": MAX_MESSAGE_BYTES + MIB,
-            },
-        )
-    )
+    client = reader(bootstrap, "poison-reader", **{"fetch.message.max.bytes": MAX_MESSAGE_BYTES + MIB})
     try:
         todo: dict[tuple[str, int], int] = {}
         assignment = []
         for topic, start in starts.items():
-            for p, end in topic_ends(client, topic).items():
+            for p, end in end_offsets(client, topic).items():
                 if end > start.get(p, 0):
                     todo[(topic, p)] = end
                     assignment.append(TopicPartition(topic, p, start.get(p, 0)))
@@ -1757,8 +1721,6 @@ def run_poison(
         timeout_s: longest wait for one phase's commits (a longer wait is reported as a stall).
         log: progress lines.
     """
-    from streams.llm.serve.http import ServerProcess
-
     started = time.monotonic()
     settings = get_settings()
     serde = make_serde(settings.schema_registry_url)
@@ -1782,9 +1744,9 @@ def run_poison(
         DOCS_CLASSIFICATIONS: f"{app_id}-docs",
         DOCS_REVIEWS: f"{app_id}-docs",
     }
-    probe = Consumer(client_config(bootstrap, **{"group.id": f"clingate-poison-probe-{plan.tag}"}))
+    probe = reader(bootstrap, "poison-probe")
     try:
-        starts = {t: topic_ends(probe, t) for t in (*OUTPUTS, *(dlq_name(t) for t in RUNTIMES))}
+        starts = {t: end_offsets(probe, t) for t in (*OUTPUTS, *(dlq_name(t) for t in RUNTIMES))}
     finally:
         probe.close()
     for topic, group in groups.items():
@@ -1930,7 +1892,7 @@ def _lags(bootstrap: str, groups: dict[str, str]) -> dict[str, int]:
     for topic, group in groups.items():
         client = Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
         try:
-            ends = topic_ends(client, topic)
+            ends = end_offsets(client, topic)
             committed = client.committed([TopicPartition(topic, p) for p in ends], timeout=30)
             out[topic] = sum(
                 max(0, ends[tp.partition] - max(tp.offset, 0)) for tp in committed if ends[tp.partition] > 0

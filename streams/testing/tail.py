@@ -1,14 +1,14 @@
-"""A reader of what is published to a topic from the moment the reader is created on."""
+"""Reading back what a topic received: from the moment a :class:`Tail` is created on, or between
+remembered offsets and the current end (:func:`read_between`)."""
 
 from __future__ import annotations
 
 import time
-import uuid
+from collections.abc import Iterator
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Message
 
-from streams.replay.kafka import end_offset
-from streams.runtime.kafka_config import client_config
+from streams.runtime.kafka_clients import assign_at_ends, end_offsets, read_to_end, reader
 from topics.catalog import MAX_MESSAGE_BYTES
 
 
@@ -21,14 +21,8 @@ class Tail:
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.topic = topic
-        self._consumer = Consumer(client_config(bootstrap, **{
-            "group.id": f"tail-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
-            "fetch.message.max.bytes": MAX_MESSAGE_BYTES,
-        }))  # fmt: skip
-        partitions = self._consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        self._consumer.assign(
-            [TopicPartition(topic, p, end_offset(self._consumer, topic, p)) for p in partitions]
-        )
+        self._consumer = reader(bootstrap, "tail", **{"fetch.message.max.bytes": MAX_MESSAGE_BYTES})
+        assign_at_ends(self._consumer, [topic])
         self.records: list[Message] = []
 
     def until(self, count: int, timeout_s: float = 90.0) -> list[Message]:
@@ -48,3 +42,22 @@ class Tail:
     def close(self) -> None:
         """Leave the topic."""
         self._consumer.close()
+
+
+def topic_ends(bootstrap: str, topic: str) -> dict[int, int]:
+    """The end offset of every partition of ``topic``."""
+    client = reader(bootstrap, "probe")
+    try:
+        return end_offsets(client, topic)
+    finally:
+        client.close()
+
+
+def read_between(bootstrap: str, topic: str, start: dict[int, int]) -> Iterator[bytes]:
+    """Values of ``topic`` from ``start`` (per partition) to the current end."""
+    client = reader(bootstrap, "read-between", **{"isolation.level": "read_committed"})
+    try:
+        for message in read_to_end(client, topic, start):
+            yield message.value()
+    finally:
+        client.close()

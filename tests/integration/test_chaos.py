@@ -24,22 +24,20 @@ from confluent_kafka import Producer
 from schemas.clinical import ClinicalAssessment
 from schemas.serde import make_serde
 from streams.bench.chaos import (
-    COMPARISON_ENV,
     Disruption,
     Recovery,
     SoakReport,
-    WorkerProcess,
     kill_and_restart,
     kill_for_good,
     restart_broker,
     run_soak,
-    topic_ends,
 )
 from streams.replay.kafka import commit_end_offsets, wait_until_consumed
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.testing.broker import LocalKafka
-from streams.testing.tail import Tail
+from streams.testing.tail import Tail, topic_ends
+from streams.testing.worker import COMPARISON_ENV, WorkerProcess
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
 from streams.worker.dbpm import producer_config
 from tests.clinical_scenario import PATIENT, concur_review, expected_assessments, scenario

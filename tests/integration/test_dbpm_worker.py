@@ -29,11 +29,12 @@ from processors.dbpm import DBPMEngine, VerdictEvent, parse_event
 from schemas.dbpm import Candidate
 from schemas.serde import make_serde
 from state.memory import MemoryStore
-from streams.bench.chaos import COMPARISON_ENV, WorkerProcess, comparison_engine
-from streams.replay.kafka import KafkaReplayResult, commit_worker_end_offsets, end_offset, replay_via_kafka
+from streams.replay.kafka import KafkaReplayResult, commit_worker_end_offsets, replay_via_kafka
+from streams.runtime.kafka_clients import assign_at_ends, reader
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings
 from streams.testing.metrics import scraped_sum
+from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine
 from streams.worker.dbpm import BARRIER_HEADER, dbpm_engines, producer_config
 from streams.worker.gate import gate_group
 from topics.admin import ensure_topics
@@ -324,10 +325,8 @@ def test_propagated_evidence_is_applied_exactly_once_across_sigkills(
 
 def _tail(bootstrap: str, topic: str) -> Consumer:
     """A consumer of ``topic`` from its current end (no group offsets)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False})  # fmt: skip
-    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, end_offset(consumer, topic, p)) for p in partitions])
+    consumer = reader(bootstrap, "tail")
+    assign_at_ends(consumer, [topic])
     return consumer
 
 

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -29,7 +26,6 @@ from processors.clinical.vocabulary import DrugVocabulary
 from schemas.dbpm import Candidate, GateDecision, Narrative, NerPayload, RePayload, Verdict
 from schemas.serde import make_serde
 from state.memory import MemoryStore
-from streams.bench.chaos import WorkerProcess, comparison_engine
 from streams.bench.llm import run_group_benchmark
 from streams.groups.generator import run_generator
 from streams.groups.llm import new_metrics
@@ -49,6 +45,8 @@ from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.metrics import LlmGroupMetrics
 from streams.runtime.settings import Settings
 from streams.testing.metrics import scraped_sum
+from streams.testing.process import SOURCE_ROOT, ProcessHandle, python_module
+from streams.testing.worker import WorkerProcess, comparison_engine
 from streams.worker.dbpm import contract_event, memory_changelog, producer_config
 from tests.integration.test_dbpm_worker import COMPARISON_FLAGS
 from tests.llm_answers import FAILING_ENTITY, clinical_responder
@@ -359,9 +357,7 @@ def test_candidates_in_flight_when_a_verifier_stops_are_verified_by_the_next_mem
     asyncio.run(scenario())
 
 
-def _verifier_process(
-    bootstrap: str, settings: Settings, log: Path, max_in_flight: int
-) -> subprocess.Popen[bytes]:
+def _verifier_process(bootstrap: str, settings: Settings, log: Path, max_in_flight: int) -> ProcessHandle:
     """A ``clingate verifier`` subprocess of ``settings``' group (the only way to SIGKILL a member).
 
     Its group session times out after the broker's minimum, 6 s: a SIGKILLed member's partitions move
@@ -373,12 +369,10 @@ def _verifier_process(
         "CLINGATE_LLM_MODEL": "clingate-test", "CLINGATE_VERIFIER_GROUP_ID": settings.verifier_group_id,
         "CLINGATE_VERIFIER_NARRATIVE_WAIT_S": "5", "CLINGATE_CONSUMER_SESSION_TIMEOUT_S": "6",
     }  # fmt: skip
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-W", "ignore", "-m", "streams.cli", "verifier", "--metrics-port", "0",
-             "--max-in-flight", str(max_in_flight)],
-            cwd=Path(__file__).resolve().parents[2], env=env, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    argv = python_module(
+        "streams.cli", "verifier", "--metrics-port", "0", "--max-in-flight", str(max_in_flight)
+    )
+    return ProcessHandle("verifier", argv, env=env, cwd=SOURCE_ROOT, log=log).start(append=True)
 
 
 def test_verdicts_repeated_by_a_killed_verifier_and_a_re_emitting_gate_teach_the_memory_once(
@@ -421,9 +415,8 @@ def test_verdicts_repeated_by_a_killed_verifier_and_a_re_emitting_gate_teach_the
             first = _verifier_process(kafka_bootstrap, settings, tmp_path / "verifier.log", max_in_flight=4)
             try:
                 await tail.wait_for(lambda: len(_ours(tail.values(DBPM_VERDICTS, Verdict), run)) >= 8)
-                first.send_signal(signal.SIGKILL)
             finally:
-                first.wait()
+                first.kill()
             second = _verifier_process(kafka_bootstrap, settings, tmp_path / "verifier.log", max_in_flight=4)
             try:
                 wanted = {f"{p}-ner" for p in patients}
@@ -435,8 +428,7 @@ def test_verdicts_repeated_by_a_killed_verifier_and_a_re_emitting_gate_teach_the
                 await asyncio.to_thread(wait_until_consumed, kafka_bootstrap, settings.verifier_group_id,
                                         DBPM_TO_VERIFY, 60)  # fmt: skip
             finally:
-                second.terminate()
-                second.wait(60)
+                second.stop(grace_s=60)
             tail.poll()
             verdicts = _ours(tail.values(DBPM_VERDICTS, Verdict), run)
             tail.close()

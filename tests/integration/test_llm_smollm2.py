@@ -30,8 +30,8 @@ from streams.llm.schemas import (
     ReExtraction,
     ReVerdict,
 )
-from streams.llm.serve.http import ServerProcess
 from streams.llm.serve.smollm2 import unavailable_reason
+from streams.testing.llm_server import ServerProcess
 
 pytestmark = [
     pytest.mark.smollm2,

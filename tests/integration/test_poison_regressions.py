@@ -34,7 +34,6 @@ from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.docs import Disposition
 from schemas.fhir import FhirUpdate
 from schemas.serde import make_serde
-from streams.bench.chaos import COMPARISON_ENV, WorkerProcess, comparison_engine, in_process, soak_stream
 from streams.bench.clinical import MEDICATIONS
 from streams.replay.kafka import CommitWatcher, commit_worker_end_offsets, read_state
 from streams.runtime.dlq import header_map
@@ -42,6 +41,7 @@ from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
 from streams.testing.metrics import scraped_sum
 from streams.testing.tail import Tail
+from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine, in_process, soak_stream
 from streams.worker.clinical import fhir_input
 from streams.worker.dbpm import TICK_HEADER, memory_changelog, producer_config, verdict_key
 from tests.integration.test_docs_worker import _request, _running_worker

@@ -30,7 +30,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
 from schemas.serde import make_serde
-from streams.bench.chaos import WorkerProcess, comparison_engine
 from streams.replay.kafka import replay_via_kafka
 from streams.runtime.kafka_config import client_config, faust_credentials
 from streams.runtime.settings import Settings, get_settings
@@ -42,6 +41,7 @@ from streams.testing.broker import (
     sasl_local_kafka,
     wait_for_kafka,
 )
+from streams.testing.worker import WorkerProcess, comparison_engine
 from tests.integration.test_dbpm_worker import COMPARISON_FLAGS, _contract, _events, _in_process
 from topics.acls import DEFAULT_PLAN, AclOutcome, AclPlan, ensure_acls, load_plan
 from topics.admin import ensure_topics

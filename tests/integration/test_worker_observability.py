@@ -1,6 +1,7 @@
 """A real ``clingate worker`` logs JSON without clinical text and counts what it did on ``/metrics``.
 
-Uses the :class:`streams.bench.chaos.WorkerProcess` subprocess (JSON logs at INFO) against the session broker.
+Uses the :class:`streams.testing.worker.WorkerProcess` subprocess (JSON logs at INFO) against the session
+broker.
 """
 
 from __future__ import annotations
@@ -15,16 +16,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 
 from schemas.dbpm import Candidate, NerPayload
 from schemas.fhir import FhirUpdate
 from schemas.serde import make_serde
-from streams.bench.chaos import WorkerProcess
 from streams.demo.data import CLINICAL
-from streams.replay.kafka import commit_worker_end_offsets, end_offset
+from streams.replay.kafka import commit_worker_end_offsets
+from streams.runtime.kafka_clients import assign_at_ends, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
+from streams.testing.worker import WorkerProcess
 from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
 from topics.catalog import (
@@ -44,13 +46,8 @@ CLINICAL_TEXT = "Patient reports crushing chest pain radiating to the left arm"
 
 
 def _tail(bootstrap: str, topics: list[str]) -> Consumer:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"tail-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False})  # fmt: skip
-    consumer.assign([
-        TopicPartition(topic, p, end_offset(consumer, topic, p))
-        for topic in topics
-        for p in consumer.list_topics(topic, timeout=30).topics[topic].partitions
-    ])  # fmt: skip
+    consumer = reader(bootstrap, "tail")
+    assign_at_ends(consumer, topics)
     return consumer
 
 

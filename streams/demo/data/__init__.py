@@ -31,15 +31,35 @@ DOCS_EXAMPLES: dict[str, tuple[str, str]] = {
 """Each example: ``case -> (classification file stem, bundle file stem)`` under :data:`DOCS`."""
 
 GOLDEN_REVIEWS: dict[str, dict[str, str | int | None]] = {
-    "PT-TEST-008": {"disposition": "CONCUR", "subcategory": None, "automation_bias_risk": "LOW",
-                    "revision_count": 2, "audit_verdict": "MODIFICATION_REQUIRED"},
-    "PT-TEST-009": {"disposition": "DISSENT", "subcategory": None, "automation_bias_risk": "LOW",
-                    "revision_count": 1, "audit_verdict": "APPROVED"},
-    "PT-TEST-010": {"disposition": "CONCUR", "subcategory": None, "automation_bias_risk": "LOW",
-                    "revision_count": 2, "audit_verdict": "APPROVED"},
-    "PT-TEST-012": {"disposition": "DISSENT", "subcategory": "DATAGAP", "automation_bias_risk": "LOW",
-                    "revision_count": 1, "audit_verdict": "APPROVED"},
-}  # fmt: skip
+    "PT-TEST-008": {
+        "disposition": "CONCUR",
+        "subcategory": None,
+        "automation_bias_risk": "LOW",
+        "revision_count": 2,
+        "audit_verdict": "MODIFICATION_REQUIRED",
+    },
+    "PT-TEST-009": {
+        "disposition": "DISSENT",
+        "subcategory": None,
+        "automation_bias_risk": "LOW",
+        "revision_count": 1,
+        "audit_verdict": "APPROVED",
+    },
+    "PT-TEST-010": {
+        "disposition": "CONCUR",
+        "subcategory": None,
+        "automation_bias_risk": "LOW",
+        "revision_count": 2,
+        "audit_verdict": "APPROVED",
+    },
+    "PT-TEST-012": {
+        "disposition": "DISSENT",
+        "subcategory": "DATAGAP",
+        "automation_bias_risk": "LOW",
+        "revision_count": 1,
+        "audit_verdict": "APPROVED",
+    },
+}
 """The review inputs of each golden case's published run (Supplementary Table 3 Part C of the
 PharmMesh escape register supplement): keyword arguments of ``ReviewInputs``."""
 

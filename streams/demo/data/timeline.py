@@ -6,19 +6,8 @@ that are either fresh or weeks old), then one update in most later weeks: a new 
 (therapeutic or supratherapeutic), a toxicity symptom (an Encounter), an interacting drug started, the
 NTI drug started or stopped, or nothing (the labs only age). The NTI gate therefore moves patients
 between NORMAL, ELEVATED and CRITICAL, and their traffic lights between GREEN, YELLOW and RED, as
-event time advances; the staleness gate sees the labs age between updates.
-
-Choices:
-
-* **One FhirUpdate per patient-week**, carrying a FHIR ``Bundle`` of that week's resources (as a FHIR
-  subscription notification or a batch ETL would deliver them). The clinical agent parses bundles
-  entry by entry (:func:`processors.clinical.fhir_input.parse_document`), and one record per patient
-  and event time makes "the update that caused this assessment" unambiguous for latency.
-* **Event times**: week ``w`` of patient ``i`` is ``START + w weeks + a per-patient offset`` (hours),
-  so the stream interleaves patients; the stream is sorted by event time.
-* **Stopping a drug** re-sends the same ``MedicationStatement`` id with status ``stopped`` (an update
-  of the resource, not a deletion).
-* Seeded: the same seed gives the same stream.
+event time advances; the staleness gate sees the labs age between updates. Seeded: the same seed
+gives the same stream.
 """
 
 from __future__ import annotations
@@ -57,7 +46,15 @@ _PROFILES = ((), ("warfarin",), ("digoxin",), ("warfarin", "digoxin"))
 
 @dataclass(frozen=True)
 class Update:
-    """One patient's FHIR changes at one event time (becomes one ``FhirUpdate`` record)."""
+    """One patient's FHIR changes at one event time (becomes one ``FhirUpdate`` record).
+
+    One update per patient-week, carrying a FHIR ``Bundle`` of that week's resources (as a FHIR
+    subscription notification or a batch ETL would deliver them): the clinical agent parses bundles
+    entry by entry (:func:`processors.clinical.fhir_input.parse_document`), and one record per patient
+    and event time makes "the update that caused this assessment" unambiguous for latency. Stopping a
+    drug re-sends the same ``MedicationStatement`` id with status ``stopped`` (an update of the
+    resource, not a deletion).
+    """
 
     patient_id: str
     ts: datetime
@@ -79,15 +76,26 @@ def _lab(pid: str, rid: str, drug: str, when: datetime, high: bool, rng: random.
         "resourceType": "Observation",
         "id": rid,
         "status": "final",
-        "category": [{"coding": [{
-            "system": "http://terminology.hl7.org/CodeSystem/observation-category", "code": "laboratory",
-        }]}],
+        "category": [
+            {
+                "coding": [
+                    {
+                        "system": "http://terminology.hl7.org/CodeSystem/observation-category",
+                        "code": "laboratory",
+                    }
+                ]
+            }
+        ],
         "code": {"coding": [{"system": _LOINC, "code": code, "display": display}], "text": display},
         "subject": {"reference": f"Patient/{pid}"},
         "effectiveDateTime": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "valueQuantity": {"value": round(value, 2), "unit": unit, "system": "http://unitsofmeasure.org",
-                          "code": unit},
-    }  # fmt: skip
+        "valueQuantity": {
+            "value": round(value, 2),
+            "unit": unit,
+            "system": "http://unitsofmeasure.org",
+            "code": unit,
+        },
+    }
 
 
 def _medication(pid: str, rid: str, text: str, status: str = "active") -> dict[str, Any]:
@@ -97,6 +105,31 @@ def _medication(pid: str, rid: str, text: str, status: str = "active") -> dict[s
         "status": status,
         "medicationCodeableConcept": {"text": text},
         "subject": {"reference": f"Patient/{pid}"},
+    }
+
+
+def _condition(pid: str, rid: str, text: str) -> dict[str, Any]:
+    status = {
+        "coding": [{"system": "http://terminology.hl7.org/CodeSystem/condition-clinical", "code": "active"}]
+    }
+    return {
+        "resourceType": "Condition",
+        "id": rid,
+        "code": {"text": text},
+        "subject": {"reference": f"Patient/{pid}"},
+        "clinicalStatus": status,
+    }
+
+
+def encounter(pid: str, rid: str, reason: str) -> dict[str, Any]:
+    """A finished ambulatory Encounter of patient ``pid`` whose reason is ``reason`` (FHIR JSON)."""
+    return {
+        "resourceType": "Encounter",
+        "id": rid,
+        "status": "finished",
+        "subject": {"reference": f"Patient/{pid}"},
+        "class": {"system": "http://terminology.hl7.org/CodeSystem/v3-ActCode", "code": "AMB"},
+        "reasonCode": [{"text": reason}],
     }
 
 
@@ -117,13 +150,7 @@ def _patient(index: int, rng: random.Random) -> list[Update]:
         }
     ]
     for j, text in enumerate(rng.sample(_CONDITIONS, rng.randint(1, 2))):
-        resources.append({
-            "resourceType": "Condition", "id": f"{pid}-c{j}", "code": {"text": text},
-            "subject": {"reference": f"Patient/{pid}"},
-            "clinicalStatus": {"coding": [{
-                "system": "http://terminology.hl7.org/CodeSystem/condition-clinical", "code": "active",
-            }]},
-        })  # fmt: skip
+        resources.append(_condition(pid, f"{pid}-c{j}", text))
     for j, text in enumerate(rng.sample(_ORDINARY, rng.randint(2, 4))):
         resources.append(_medication(pid, f"{pid}-m{j}", text))
     labs = 0
@@ -148,12 +175,7 @@ def _patient(index: int, rng: random.Random) -> list[Update]:
             week_resources.append(_lab(pid, f"{pid}-o{labs}", drug, when, rng.random() < 0.3, rng))
             labs += 1
         elif change == "symptom" and drugs:
-            week_resources.append({
-                "resourceType": "Encounter", "id": f"{pid}-e{week}", "status": "finished",
-                "subject": {"reference": f"Patient/{pid}"},
-                "class": {"system": "http://terminology.hl7.org/CodeSystem/v3-ActCode", "code": "AMB"},
-                "reasonCode": [{"text": _SYMPTOM[rng.choice(drugs)]}],
-            })  # fmt: skip
+            week_resources.append(encounter(pid, f"{pid}-e{week}", _SYMPTOM[rng.choice(drugs)]))
         elif change == "interaction" and drugs:
             week_resources.append(_medication(pid, f"{pid}-ix", _INTERACTING[drugs[0]]))
         if week_resources:
@@ -162,7 +184,11 @@ def _patient(index: int, rng: random.Random) -> list[Update]:
 
 
 def fhir_timeline(patients: int, seed: int = 0) -> list[Update]:
-    """The FHIR updates of ``patients`` generated patients over :data:`WEEKS` weeks, in event-time order."""
+    """The FHIR updates of ``patients`` generated patients over :data:`WEEKS` weeks, in event-time order.
+
+    Week ``w`` of patient ``i`` is at ``START + w weeks + a per-patient offset`` (hours), so the stream
+    interleaves patients.
+    """
     rng = random.Random(seed)
     updates = [u for index in range(patients) for u in _patient(index, rng)]
     return sorted(updates, key=lambda u: (u.ts, u.patient_id))

@@ -24,8 +24,9 @@ schema-invalid JSON and a truncated answer.
 
 It is an asyncio (aiohttp) server; one process handles hundreds of concurrent requests, as the
 Little's-law benchmark needs (a source that computes, like the model, serialises its own work).
-:func:`serve_forever` prints ``listening <base-url>`` once ready, and :class:`ServerProcess` runs
-``clingate llm serve`` in a child process and reads that line back, for the demo and the tests.
+:func:`serve_forever` prints ``listening <base-url>`` once ready, and
+:class:`streams.testing.llm_server.ServerProcess` runs ``clingate llm serve`` in a child process and reads
+that line back, for the demo and the tests.
 """
 
 from __future__ import annotations
@@ -34,15 +35,12 @@ import asyncio
 import hashlib
 import json
 import re
-import subprocess
-import sys
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal, Protocol
 
-import httpx
 from aiohttp import web
 
 REMOVED_KEYS = re.compile(r"^guided_")
@@ -433,76 +431,3 @@ async def serve_forever(server: OpenAiServer, host: str, port: int) -> None:
         await asyncio.Event().wait()
     finally:
         await server.stop()
-
-
-class ServerProcessError(RuntimeError):
-    """A server child process exited or said something else before ``listening <base-url>``."""
-
-
-class ServerProcess:
-    """A local OpenAI-compatible server in a child process (``clingate llm serve``).
-
-    ``with ServerProcess.start("smollm2") as server: server.base_url, server.model``. The child
-    prints ``listening <base-url>`` once ready; its stderr passes through to this process's stderr.
-    """
-
-    def __init__(self, process: subprocess.Popen[str], base_url: str, model: str) -> None:
-        """Wrap a started child (use :meth:`start`).
-
-        Args:
-            process: the child.
-            base_url: the OpenAI base URL it printed.
-            model: the served model name.
-        """
-        self._process = process
-        self.base_url = base_url
-        self.model = model
-
-    @classmethod
-    def start(cls, backend: str, *, model: str | None = None, args: Sequence[str] = ()) -> ServerProcess:
-        """Start ``clingate llm serve --backend BACKEND --port 0`` and wait until it listens.
-
-        Args:
-            backend: ``test`` or ``smollm2`` (see ``clingate llm serve --help``).
-            model: served model name; None: the backend's default (read back from ``/v1/models``).
-            args: further ``clingate llm serve`` options, e.g. ``["--latency-ms", "50"]``.
-
-        Returns:
-            The running server; stop it with :meth:`stop` (or use it as a context manager).
-
-        Raises:
-            ServerProcessError: the child exited, or printed something else, before listening.
-        """
-        argv = [sys.executable, "-m", "streams.cli", "llm", "serve", "--backend", backend, "--port", "0"]
-        if model is not None:
-            argv += ["--model", model]
-        process = subprocess.Popen([*argv, *args], stdout=subprocess.PIPE, text=True)
-        line = process.stdout.readline() if process.stdout else ""
-        if not line.startswith("listening "):
-            process.terminate()
-            process.wait(timeout=10)
-            raise ServerProcessError(
-                f"`clingate llm serve --backend {backend}` did not start (exit {process.returncode}, "
-                f"said {line.strip()!r}); its stderr above says why"
-            )
-        base_url = line.split()[1]
-        served = httpx.get(f"{base_url}/models", timeout=10.0, trust_env=False).json()["data"][0]["id"]
-        return cls(process, base_url, served)
-
-    def stop(self) -> None:
-        """Stop the child (SIGTERM, then SIGKILL after 10 s)."""
-        if self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-
-    def __enter__(self) -> ServerProcess:
-        """Context manager: the child stops on exit."""
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        """Stop the child."""
-        self.stop()

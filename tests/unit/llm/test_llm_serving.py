@@ -20,8 +20,8 @@ from streams.llm.serve.http import (
     Fault,
     OpenAiServer,
     RequestRejectedError,
-    ServerProcess,
 )
+from streams.testing.llm_server import ServerProcess
 
 SCHEMA = json_schema_of(NerVerdict)
 BODY: dict[str, Any] = {

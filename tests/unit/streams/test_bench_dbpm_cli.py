@@ -12,8 +12,9 @@ from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology, parse_event
 from processors.dbpm.measurement import ChannelStatus, channel_population
 from state import MemoryStore
 from state.kinds import StoreKind
-from streams.bench.dbpm import generate_events, run_benchmark
+from streams.bench.dbpm import run_benchmark
 from streams.cli.bench import app
+from streams.testing.dbpm_stream import generate_events
 
 
 def test_smoke_bench_dbpm_10000_events_on_both_stores_runs_and_prints_its_figures() -> None:

@@ -1,4 +1,4 @@
-"""Specification tests for the synthetic DBPM stream (streams/bench/dbpm.py)."""
+"""Specification tests for the synthetic DBPM stream (streams/testing/dbpm_stream.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from processors.dbpm import load_ontology, parse_event
 from processors.dbpm.qa_classifier import QAErrorClass
-from streams.bench.dbpm import StreamShape, generate_events, stream_lines, write_stream
+from streams.testing.dbpm_stream import StreamShape, generate_events, stream_lines, write_stream
 
 TASKS = {"ner", "re", "qa"}
 VERDICTS = {"hard_fail", "soft_downgrade", "success"}

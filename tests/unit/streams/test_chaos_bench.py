@@ -19,17 +19,11 @@ from hypothesis import strategies as st
 import streams.replay.kafka as kafka_replay
 from schemas.dbpm import Candidate, Decision, GateDecision
 from schemas.serde import make_serde
-from streams.bench.chaos import (
-    ChaosMonkey,
-    TooFewCandidates,
-    WorkerProcess,
-    comparison_engine,
-    disruption_points,
-    soak_stream,
-)
-from streams.bench.dbpm import generate_events
+from streams.bench.chaos import ChaosMonkey, TooFewCandidates, disruption_points
 from streams.bench.restart import records_read, recovery_seconds
 from streams.replay.kafka import Pauses, replay_via_kafka
+from streams.testing.dbpm_stream import generate_events
+from streams.testing.worker import WorkerProcess, comparison_engine, soak_stream
 from topics.catalog import DBPM_CANDIDATES
 
 
@@ -203,7 +197,7 @@ class _InstantWorkers:
             def close(self) -> None:
                 pass
 
-        monkeypatch.setattr(kafka_replay, "_producer", lambda bootstrap: Producer())
+        monkeypatch.setattr(kafka_replay, "Producer", lambda config: Producer())
         monkeypatch.setattr(kafka_replay, "_DecisionCollector", Collector)
         monkeypatch.setattr(kafka_replay, "CommitWatcher", Commits)
         monkeypatch.setattr(kafka_replay, "read_state", lambda *_: {})

@@ -6,8 +6,8 @@ from typing import Any
 
 from processors.dbpm.extraction import QA_TEMPLATES, Hints, candidates, extraction_messages, qa_payload
 from processors.dbpm.verification import ENSEMBLE_VARIANTS, verdict_messages
-from streams.demo.command import demo_stream
 from streams.demo.llm import loop_plan, script_responder
+from streams.demo.plan import demo_stream
 from streams.llm.schemas import NerExtraction, NerVerdict, QaExtraction, QaVerdict, ReExtraction, ReVerdict
 from streams.llm.serve.http import ChatRequest
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.demo import report
-from streams.demo.command import demo_stream
+from streams.demo.plan import demo_stream
 
 
 @settings(max_examples=5, deadline=None)

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.demo.command import DeadLettered, first_pending, loop_pending
 from streams.demo.data.timeline import START, WEEKS, fhir_timeline, week_of
+from streams.demo.feed import first_pending, loop_pending
+from streams.demo.results import DeadLettered
 from streams.demo.tap import Flow
 
 
@@ -93,14 +94,15 @@ def test_the_tap_counts_dead_lettered_verifications_and_narratives_of_the_run_on
     from schemas.common import DeadLetter, Stage
     from schemas.dbpm import Decision, GateDecision
     from schemas.serde import make_serde
-    from streams.demo.command import _routes, build_plan
+    from streams.demo.plan import build_plan
+    from streams.demo.streams import routes
     from topics.catalog import DBPM_NARRATIVES, DBPM_TO_VERIFY, dlq_name
 
     serde = make_serde(None)
     plan = build_plan(2, 1, 0, 1, Console(quiet=True))
     flows = {name: Flow(name) for name in ("generator", "dbpm", "verifier", "clinical", "docs")}
     dead = DeadLettered()
-    routes = {r.topic: r for r in _routes(plan, flows, dead, serde) if r.topic.endswith(".dlq")}
+    routes = {r.topic: r for r in routes(plan, flows, dead, serde) if r.topic.endswith(".dlq")}
     narrative = plan.loop.narratives[0]
     candidate = plan.loop.candidates[narrative.patient_id][0]
     decision = GateDecision(ts=candidate.ts, task=candidate.task, patient_id=candidate.patient_id,
@@ -129,7 +131,8 @@ def test_progress_bars_reach_their_totals_when_llm_work_is_dead_lettered():
     each bar counts its dead letters as the report does."""
     from rich.console import Console
 
-    from streams.demo.command import build_plan, loop_progress
+    from streams.demo.plan import build_plan
+    from streams.demo.progress import loop_progress
 
     plan = build_plan(2, 1, 0, 1, Console(quiet=True))
     first, second = (n.patient_id for n in plan.loop.narratives)
@@ -172,12 +175,13 @@ def test_a_service_that_exited_fails_the_run_at_once_with_its_log(tmp_path):
     streams' timeout: the outputs it owed would never come."""
     import time
 
-    from streams.demo.command import DemoError, ServiceProcess
+    from streams.demo.errors import DemoError
+    from streams.demo.services import ServiceProcess
 
     service = ServiceProcess("test service", [], {}, "127.0.0.1:9", tmp_path / "svc.log", (), module="this")
     with service:
         deadline = time.monotonic() + 30
-        while service._process.poll() is None and time.monotonic() < deadline:
+        while service.running and time.monotonic() < deadline:
             time.sleep(0.05)
         with pytest.raises(DemoError, match=r"the test service exited \(code 0\)"):
             service.check_running()

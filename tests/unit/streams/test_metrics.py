@@ -13,7 +13,6 @@ from processors.dbpm.measurement import SelectivityCounts, VerdictOutcome, memor
 from processors.dbpm.memory import Memory
 from schemas.clinical import ClinicalAssessment, TrafficLight
 from state import MemoryStore
-from streams.bench.dbpm import generate_events
 from streams.llm.calls import CallType
 from streams.llm.result import FailureKind, LlmFailed, LlmOk
 from streams.runtime.metrics import (
@@ -26,6 +25,7 @@ from streams.runtime.metrics import (
     red_source,
     serve,
 )
+from streams.testing.dbpm_stream import generate_events
 
 
 def test_serve_exposes_the_registry_in_prometheus_text_and_close_frees_the_port() -> None:

@@ -18,7 +18,6 @@ from schemas.common import DeadLetter, Header, Stage, Truncation
 from schemas.dbpm import Candidate, NerPayload, Verdict, VerdictLabel
 from schemas.fhir import FhirUpdate
 from schemas.serde import SchemaDecodeError, make_serde
-from streams.bench.chaos import comparison_engine
 from streams.testing.poison import (
     CLINGATE_HEADERS,
     DEFAULT_KINDS,
@@ -36,6 +35,7 @@ from streams.testing.poison import (
     samples_for,
     schema_pool,
 )
+from streams.testing.worker import comparison_engine
 from streams.worker.dbpm import TICK_HEADER, contract_event, verdict_key
 from topics.catalog import DBPM_CANDIDATES, DBPM_VERDICTS, FHIR_UPDATES
 

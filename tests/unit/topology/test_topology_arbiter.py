@@ -21,8 +21,8 @@ from schemas.docs import (
     ReviewPacket,
     ReviewStatus,
 )
-from streams.demo.command import verify_example
 from streams.demo.data import DOCS_EXAMPLES
+from streams.demo.plan import verify_example
 from streams.runtime.settings import Settings
 from streams.testing.driver import TopologyDriver
 from topics.catalog import (

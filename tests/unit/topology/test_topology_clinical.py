@@ -18,18 +18,17 @@ from typer.testing import CliRunner
 from schemas.clinical import ClinicalAssessment, Deliverable, SafetyAudit
 from schemas.fhir import FhirUpdate
 from streams.cli.clinical import app as clinical_cli
-from streams.demo.command import clinical_inputs
+from streams.demo.plan import clinical_inputs
 from streams.runtime.settings import Settings
+from streams.testing.clinical_reference import ClinicalEvent, pure_outputs
 from streams.testing.driver import TopologyDriver, partition_for
 from tests.clinical_scenario import (
     AS_OF,
     PATIENT,
-    ClinicalEvent,
     at,
     concur_review,
     expected_assessments,
     fhir_bundle,
-    pure_outputs,
     scenario,
 )
 from topics.catalog import (

@@ -23,11 +23,11 @@ from prometheus_client import Counter
 
 from schemas.dbpm import Candidate, GateDecision
 from schemas.dbpm import Propagation as PropagationRecord
-from streams.bench.chaos import COMPARISON_ENV, comparison_engine, in_process, soak_stream
-from streams.bench.dbpm import StreamShape, generate_events
 from streams.replay.kafka import decision_json
 from streams.runtime.settings import Settings
+from streams.testing.dbpm_stream import StreamShape, generate_events
 from streams.testing.driver import TopologyDriver, partition_for
+from streams.testing.worker import COMPARISON_ENV, comparison_engine, in_process, soak_stream
 from streams.worker.dbpm import BARRIER_HEADER, TICK_HEADER
 from tests.dbpm_streams import with_candidate_ids, with_copies
 from tests.replay_example import EXAMPLE, assert_state_close, example_events, needs_example

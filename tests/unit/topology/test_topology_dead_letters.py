@@ -25,10 +25,10 @@ from schemas.base import AvroModel
 from schemas.clinical import Deliverable
 from schemas.dbpm import Candidate, Verdict
 from schemas.serde import make_serde
-from streams.bench.dbpm import generate_events
-from streams.demo.command import verify_example
+from streams.demo.plan import verify_example
 from streams.runtime.dlq import SourceRecord
 from streams.runtime.settings import Settings
+from streams.testing.dbpm_stream import generate_events
 from streams.testing.driver import TopologyDriver
 from streams.worker.dbpm import dbpm_engines, verdict_key
 from tests.clinical_scenario import concur_review, scenario

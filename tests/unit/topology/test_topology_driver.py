@@ -6,9 +6,9 @@ import pytest
 
 from schemas.common import DeadLetter
 from schemas.dbpm import Candidate
-from streams.bench.dbpm import generate_events
 from streams.runtime.dlq import RECORD_OVERHEAD_BYTES
 from streams.runtime.settings import Settings
+from streams.testing.dbpm_stream import generate_events
 from streams.testing.driver import RecordTooLargeError, Topic, TopologyDriver, partition_for
 from tests.clinical_scenario import concur_review, scenario
 from topics.catalog import (

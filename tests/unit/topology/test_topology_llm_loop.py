@@ -7,7 +7,7 @@ verdicts, :mod:`streams.demo.llm`) or with one hallucinated entity the verifier 
 memory agent run as everywhere on the driver. Each piped
 narrative is processed to the end (its candidates decided, verified and learnt) before the next, the
 order of the demo's lockstep slice, so the demo's own check holds without a broker: decisions and
-memory equal the in-process engine's on the loop's events (:func:`streams.demo.command.loop_reference`).
+memory equal the in-process engine's on the loop's events (:func:`streams.demo.plan.loop_reference`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from datetime import UTC, datetime, timedelta
 from prometheus_client import Counter
 
 from schemas.dbpm import Candidate, Decision, GateDecision, Narrative, NerPayload, Verdict
-from streams.demo.command import _in_process, demo_stream, loop_reference
 from streams.demo.llm import LoopPlan, loop_plan, script_responder
+from streams.demo.plan import demo_stream, engine_run, loop_reference
 from streams.llm import ClientPolicy, Endpoint, LlmClient, Role
 from streams.llm.serve.testserver import DEFAULT_MODEL, OpenAiTestServer, Responder
 from streams.runtime.metrics import LlmGroupMetrics
@@ -107,9 +107,9 @@ def test_the_loop_decides_and_learns_like_the_in_process_engine_and_bad_records_
 
     emitted = {n.patient_id: [c for c in candidates if c.patient_id == n.patient_id] for n in loop.narratives}
     assert emitted == loop.candidates
-    expected, expected_state, _, _ = _in_process(engine, loop_reference(loop, emitted, verdicts), 0)
-    assert decisions == expected
-    assert state == expected_state
+    reference = engine_run(engine, loop_reference(loop, emitted, verdicts), 0)
+    assert decisions == reference.decisions
+    assert state == reference.state
     blocked = sum(d == Decision.BLOCK.value for d in decisions.values())
     assert set(verdicts) == {c for c, d in decisions.items() if d != Decision.BLOCK.value}
     assert _total(metrics.calls_saved) == blocked

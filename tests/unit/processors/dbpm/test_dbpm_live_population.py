@@ -8,7 +8,7 @@ from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology, parse_event
 from processors.dbpm.measurement import channel_population, memory_population
 from processors.dbpm.memory import Memory
 from state import MemoryStore
-from streams.bench.dbpm import generate_events
+from streams.testing.dbpm_stream import generate_events
 
 
 @pytest.mark.parametrize("maintenance", [True, False])

@@ -1,0 +1,246 @@
+"""The inputs of a demo run, built before anything is produced, and their in-process references.
+
+:func:`build_plan` draws every input (the DBPM narratives and the candidates the generator will emit,
+the FHIR timeline and the golden cases, copies of the arbiter examples) and computes what the pure
+processors make of them; the run's outputs are compared with these (:mod:`streams.demo.checks`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import groupby
+
+from rich.console import Console
+
+from processors.dbpm import DBPMEngine
+from processors.dbpm.events import Event
+from processors.docs.arbiter import ArbiterConfig, Finished, run
+from processors.docs.v3 import load_trap_rules
+from schemas.clinical import AdversarialReview, ClinicalAssessment
+from schemas.dbpm import Candidate, Verdict
+from schemas.docs import ClassificationOutput, ClassificationRequest, DocumentBundle
+from schemas.fhir import FhirUpdate
+from state.memory import MemoryStore
+from streams.demo.data import CLINICAL, DOCS, DOCS_EXAMPLES, GOLDEN_AS_OF, GOLDEN_REVIEWS
+from streams.demo.data.timeline import fhir_timeline
+from streams.demo.errors import DemoError
+from streams.demo.llm import LoopPlan, loop_plan
+from streams.demo.results import MemoryPoint, State
+from streams.groups.arbiter_calls import LLM_ROLE
+from streams.llm.config import resolve_role
+from streams.runtime.settings import get_settings
+from streams.testing.clinical_reference import pure_outputs
+from streams.testing.dbpm_stream import StreamEvent, StreamShape, generate_events
+from streams.worker.dbpm import contract_event
+
+DEFAULT_PATIENTS = 2000
+"""DBPM patients of a default run: about 98,000 candidates (docs/demo.md, "Stream size")."""
+
+DEFAULT_LOCKSTEP = 40
+"""Patients of the default lockstep slice (docs/demo.md, "The DBPM loop")."""
+
+STREAMS_TIMEOUT_S = 900.0
+"""Longest the three streams may take together, plus :data:`STREAMS_TIMEOUT_PER_PATIENT_S` per DBPM
+patient (a stuck DBPM gate run fails sooner, after 120 s per lockstep patient)."""
+
+STREAMS_TIMEOUT_PER_PATIENT_S = 0.5
+"""Allowance per DBPM patient on top of :data:`STREAMS_TIMEOUT_S`: a bulk phase of a few thousand
+patients on a loaded 2-core machine runs at 3-4 patients/s."""
+
+SNAPSHOTS = 40
+"""Points of the memory-population and severity charts along the stream."""
+
+
+def streams_timeout(patients: int) -> float:
+    """Seconds the streams of a run with ``patients`` DBPM patients may take."""
+    return STREAMS_TIMEOUT_S + STREAMS_TIMEOUT_PER_PATIENT_S * patients
+
+
+@dataclass(frozen=True)
+class Document:
+    """A classification request of the run: a copy of an arbiter example, with its own doc id."""
+
+    case: str
+    request: ClassificationRequest
+    expected: Finished
+    """The in-process arbiter's rules-only outcome."""
+
+
+@dataclass
+class Plan:
+    """The inputs of one run, built before anything is produced, with the in-process expectations."""
+
+    dbpm_patients: int
+    lockstep: int
+    """Patients of the lockstep slice (the first ones); the rest run in the bulk phase."""
+    loop: LoopPlan
+    llm_url: str | None
+    """The LLM server the user configured for the loop (None: the demo runs its own test server)."""
+    fhir: list[FhirUpdate]
+    golden: list[tuple[FhirUpdate, AdversarialReview]]
+    clinical_expected: dict[str, ClinicalAssessment]
+    """Per patient, the last assessment of the pure stream processor."""
+    clinical_outputs: int
+    documents: list[Document]
+    docs_rules_only: bool
+
+    @property
+    def gates(self) -> int:
+        """Candidates the generator emits for the narratives (with the demo's responder)."""
+        return sum(len(c) for c in self.loop.candidates.values())
+
+
+def build_plan(
+    patients: int, lockstep: int, clinical_patients: int, documents: int, console: Console
+) -> Plan:
+    """Every input of the run and the in-process expectations the streams are checked against."""
+    settings = get_settings()
+    with console.status("building the inputs and the in-process expectations"):
+        loop = loop_plan(demo_stream(patients))
+        fhir, golden = clinical_inputs(clinical_patients)
+        expected, outputs = clinical_reference(fhir, golden)
+        docs = docs_inputs(max(1, -(-documents // len(DOCS_EXAMPLES))))
+    return Plan(
+        dbpm_patients=patients,
+        lockstep=min(lockstep, len(loop.narratives)),
+        loop=loop,
+        llm_url=settings.generator_url or settings.llm_url,
+        fhir=fhir,
+        golden=golden,
+        clinical_expected=expected,
+        clinical_outputs=outputs,
+        documents=docs,
+        docs_rules_only=resolve_role(settings, LLM_ROLE).endpoint is None,
+    )
+
+
+def demo_stream(patients: int, seed: int = 0) -> list[StreamEvent]:
+    """The synthetic DBPM stream (replay-contract objects) of ``patients`` patients, each stage's
+    candidates stamped at its first candidate time and its verdicts at its last (event time never goes
+    backwards); the plan of the loop (:func:`streams.demo.llm.loop_plan`) is built from it."""
+    seen: set[str] = set()
+    events: list[StreamEvent] = []
+    for event in generate_events(sys.maxsize, StreamShape(seed=seed)):
+        seen.add(event["patient_id"])
+        if len(seen) > patients:
+            break
+        events.append(event)
+    stream: list[StreamEvent] = []
+    for _, stage in groupby(events, key=lambda e: (e["patient_id"], e["task"])):
+        batch = list(stage)
+        first, last = min(e["ts"] for e in batch), max(e["ts"] for e in batch)
+        stream += [{**e, "ts": first} for e in batch if e["kind"] == "gate"]
+        stream += [{**e, "ts": last} for e in batch if e["kind"] == "verdict"]
+    return stream
+
+
+def golden_time() -> datetime:
+    """The event time of the golden cases (their published ``as_of``)."""
+    return datetime.fromisoformat(GOLDEN_AS_OF.replace("Z", "+00:00"))
+
+
+def clinical_inputs(generated: int) -> tuple[list[FhirUpdate], list[tuple[FhirUpdate, AdversarialReview]]]:
+    """The FHIR updates of the generated timeline, and the golden cases' (bundle update, review) pairs."""
+    fhir = [
+        FhirUpdate(ts=u.ts, patient_id=u.patient_id, resource_type="Bundle", resource=u.resource_json())
+        for u in fhir_timeline(generated)
+    ]
+    when = golden_time()
+    golden = []
+    for case, review in GOLDEN_REVIEWS.items():
+        bundle = (CLINICAL / f"{case}.json").read_text("utf-8")
+        update = FhirUpdate(ts=when, patient_id=case, resource_type="Bundle", resource=bundle)
+        review_id = f"{case}-demo-review"
+        golden.append(
+            (update, AdversarialReview(patient_id=case, review_id=review_id, event_time=when, **review))  # type: ignore[arg-type]
+        )
+    return fhir, golden
+
+
+def clinical_reference(
+    fhir: list[FhirUpdate], golden: list[tuple[FhirUpdate, AdversarialReview]]
+) -> tuple[dict[str, ClinicalAssessment], int]:
+    """The pure stream processor over the same events: each patient's final assessment, and the count."""
+    events = [*fhir, *(u for u, _ in golden), *(r for _, r in golden)]
+    assessments = [o for o in pure_outputs(events, get_settings()) if isinstance(o, ClinicalAssessment)]
+    return last_per_patient(assessments), len(assessments)
+
+
+def last_per_patient(outputs: Sequence[ClinicalAssessment]) -> dict[str, ClinicalAssessment]:
+    """Each patient's last assessment among ``outputs`` (what a consumer keeping the latest ends with)."""
+    return {a.patient_id: a for a in outputs}
+
+
+def verify_example(case: str) -> tuple[ClassificationRequest, Finished]:
+    """A docs example as a request, and the arbiter's rules-only outcome for it."""
+    classification, bundle_name = DOCS_EXAMPLES[case]
+    config = ArbiterConfig(trap_rules=load_trap_rules(get_settings().docs_trap_rules), llm_enabled=False)
+    bundle = DocumentBundle.model_validate_json((DOCS / f"{bundle_name}.json").read_bytes())
+    output = ClassificationOutput.model_validate_json((DOCS / f"{classification}.json").read_bytes())
+    when = datetime.fromisoformat(bundle.processing_timestamp.replace("Z", "+00:00"))
+    request = ClassificationRequest(
+        doc_id=f"{bundle.doc_id}-{case}", ts=when, classification=output, bundle=bundle
+    )
+    finished = run(request, config)
+    if not isinstance(finished, Finished):  # rules-only: the arbiter never waits for an LLM
+        raise DemoError(f"the rules-only arbiter did not decide the example {case}")
+    return request, finished
+
+
+def docs_inputs(copies: int) -> list[Document]:
+    """``copies`` of every arbiter example, each request with its own doc id."""
+    documents = []
+    for case in DOCS_EXAMPLES:
+        request, finished = verify_example(case)
+        for copy in range(copies):
+            doc_id = f"{request.doc_id}-{copy:03d}"
+            documents.append(Document(case, request.model_copy(update={"doc_id": doc_id}), finished))
+    return documents
+
+
+def loop_reference(
+    loop: LoopPlan, emitted: dict[str, list[Candidate]], verdicts: dict[str, Verdict]
+) -> list[Event]:
+    """The loop's events as the in-process engine sees them: per narrative, its candidates' gate events
+    in the generator's order, then the verdicts the verifier published for them, in the same order."""
+    events: list[Event] = []
+    for narrative in loop.narratives:
+        found = emitted.get(narrative.patient_id, [])
+        events += [contract_event(c) for c in found]
+        events += [contract_event(verdicts[c.candidate_id]) for c in found if c.candidate_id in verdicts]
+    return events
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """The in-process engine over a sequence of events."""
+
+    decisions: dict[str, str]
+    """Decision by candidate id."""
+    state: State
+    """The final memory."""
+    snapshots: list[MemoryPoint]
+    """The memory at :data:`SNAPSHOTS` points along the way."""
+    marked: State | None
+    """The memory after the first ``mark`` events (as of the last of them)."""
+
+
+def engine_run(engine: DBPMEngine, events: list[Event], mark: int) -> EngineRun:
+    """Run ``engine`` over ``events`` on a fresh in-memory store (see :class:`EngineRun`)."""
+    store = MemoryStore()
+    decisions: dict[str, str] = {}
+    snapshots: list[MemoryPoint] = []
+    marked = engine.snapshot(store.transaction()) if mark == 0 else None
+    every = max(1, len(events) // SNAPSHOTS)
+    for index, event in enumerate(events, start=1):
+        with store.transaction() as txn:
+            _, out = engine.process(txn, event, event.time)
+        decisions.update((d.candidate_id, d.decision) for d in out)
+        if index % every == 0 or index == len(events):
+            snapshots.append(MemoryPoint.of(event.time, engine.snapshot(store.transaction())))
+        if index == mark:
+            marked = engine.snapshot(store.transaction())
+    return EngineRun(decisions, engine.snapshot(store.transaction()), snapshots, marked)

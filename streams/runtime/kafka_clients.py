@@ -1,0 +1,102 @@
+"""The confluent-kafka clients clingate's tools make, and the offsets they read, in one place.
+
+The replay, the demo, the benchmarks and the test harness read topics from outside the workers: they
+assign partitions themselves (joining no group), start at the current end of a topic or at an offset
+they remember, and produce with idempotence. Every client is built from
+:func:`~streams.runtime.kafka_config.client_config`, so it carries the process's security settings.
+(:mod:`streams.runtime.kafka_config` itself does not import the client library, so that commands
+which only read settings stay quick to start.)
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
+
+from streams.runtime.kafka_config import client_config
+
+
+def reader(bootstrap: str, name: str, **overrides: object) -> Consumer:
+    """A consumer that assigns its partitions itself and commits nothing.
+
+    Its group id, ``clingate-<name>-<random>``, is its own: it never joins or disturbs a group.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        name: what reads, for the group id (e.g. ``replay``, ``demo``).
+        **overrides: further librdkafka settings (see :func:`client_config`).
+    """
+    group = f"clingate-{name}-{uuid.uuid4().hex[:8]}"
+    return Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False, **overrides}))
+
+
+def producer(bootstrap: str, **overrides: object) -> Producer:
+    """An idempotent producer (librdkafka's default partitioner: for topics no worker partitions by key;
+    DBPM and clinical inputs take :func:`streams.worker.dbpm.producer_config`, Java's murmur2)."""
+    return Producer(client_config(bootstrap, **{"enable.idempotence": True, **overrides}))
+
+
+def partitions(client: Consumer, topic: str, timeout_s: float = 30.0) -> list[int]:
+    """The partition numbers of ``topic``, ascending, waiting out a topic created a moment ago (its
+    metadata has an error and no partitions until the controller has placed them)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        metadata = client.list_topics(topic, timeout=timeout_s).topics[topic]
+        if metadata.error is None and metadata.partitions:
+            return sorted(metadata.partitions)
+        if time.monotonic() > deadline:
+            raise KafkaException(metadata.error)
+        time.sleep(0.2)
+
+
+def end_offset(client: Consumer, topic: str, partition: int, timeout_s: float = 30.0) -> int:
+    """The end offset of a partition, waiting out a leader election (fresh topic, broker restart)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return client.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)[1]
+        except KafkaException:
+            # NOT_LEADER / LEADER_NOT_AVAILABLE while a partition gets its leader; librdkafka does
+            # not mark them retriable here, so every error is retried until the deadline.
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def end_offsets(client: Consumer, topic: str) -> dict[int, int]:
+    """The end offset of every partition of ``topic``."""
+    return {p: end_offset(client, topic, p) for p in partitions(client, topic)}
+
+
+def assign_at_ends(client: Consumer, topics: Iterable[str]) -> list[TopicPartition]:
+    """Assign ``client`` every partition of ``topics`` at its current end (only what is published from
+    now on is read); returns the assignment."""
+    assignment = [
+        TopicPartition(topic, p, end) for topic in topics for p, end in end_offsets(client, topic).items()
+    ]
+    client.assign(assignment)
+    return assignment
+
+
+def read_to_end(client: Consumer, topic: str, start: Mapping[int, int] | None = None) -> Iterator[Message]:
+    """The records of ``topic`` from ``start`` (per partition; a partition not named: from its beginning)
+    up to the end it has now, each partition's in order; ``client`` is assigned those partitions.
+
+    Args:
+        client: a consumer of its own (:func:`reader`); closing it is the caller's.
+        topic: the topic.
+        start: the first offset to read per partition.
+    """
+    start = start or {}
+    todo = {p: end for p, end in end_offsets(client, topic).items() if end > start.get(p, 0)}
+    client.assign([TopicPartition(topic, p, start.get(p, OFFSET_BEGINNING)) for p in todo])
+    while todo:
+        message = client.poll(1.0)
+        if message is None or message.error():
+            continue
+        yield message
+        if message.offset() + 1 >= todo.get(message.partition(), 0):
+            todo.pop(message.partition(), None)

@@ -1,0 +1,150 @@
+"""``clingate worker`` as a child process, and what its decisions and memory are compared with.
+
+:class:`WorkerProcess` runs a worker for the chaos soak, the benchmarks and the tests. A worker started
+with :data:`COMPARISON_ENV` promises the in-process engine's decisions and memory
+(:func:`comparison_engine`, :func:`in_process`) on a stream such as :func:`soak_stream`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from io import StringIO
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from processors.dbpm import DBPMEngine
+from state.memory import MemoryStore
+from streams.replay.engine import replay_stream
+from streams.runtime.settings import Settings
+from streams.testing.broker import free_port
+from streams.testing.dbpm_stream import generate_events
+from streams.testing.process import SOURCE_ROOT, ProcessError, ProcessHandle, python_module
+from streams.worker.dbpm import dbpm_engines
+
+_READY = b"[^Worker]: Ready"
+
+#: Worker environment for an event-for-event comparison with the in-process engine. A SIGKILLed
+#: worker's partitions move after the session timeout: the broker's minimum, 6 s.
+COMPARISON_ENV: dict[str, str] = {
+    "CLINGATE_DBPM_CROSS_TASK": "false",
+    "CLINGATE_DBPM_MAINTENANCE": "false",
+    "CLINGATE_CONSUMER_SESSION_TIMEOUT_S": "6",
+    # The replay waits for the candidates' commit after every run (streams.replay.kafka).
+    "CLINGATE_COMMIT_INTERVAL_S": "0.1",
+    # A restarted worker catches up on its verdict backlog before the barrier opens; with the
+    # default 5 s wait, a saturated machine let gates decide on a partial view (the 100k soak saw
+    # 23 such decisions, marked barrier_timeout). A comparison run waits for the memory instead.
+    "CLINGATE_DBPM_BARRIER_TIMEOUT_S": "300",
+}
+
+
+class WorkerProcess:
+    """One ``python -m streams.cli worker`` subprocess; restartable on the same data directory.
+
+    Args:
+        bootstrap: the broker.
+        app_id: the workers' application id (consumer group, changelog names).
+        datadir: this worker's own state directory (two workers MUST NOT share one).
+        env: extra environment (settings) for the worker.
+    """
+
+    def __init__(self, bootstrap: str, app_id: str, datadir: Path, env: dict[str, str]) -> None:
+        self.app_id = app_id
+        self.datadir = datadir
+        self.log = datadir.with_suffix(".log")
+        self._env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "CLINGATE_APP_ID": app_id, **env}
+        self._process: ProcessHandle | None = None
+        self.web_port = 0
+
+    @property
+    def running(self) -> bool:
+        """Whether the subprocess is alive."""
+        return self._process is not None and self._process.running
+
+    @property
+    def log_offset(self) -> int:
+        """Where the log of the latest start begins."""
+        return self._process.log_offset if self._process is not None else 0
+
+    def start(self, timeout_s: float = 180.0) -> float:
+        """Start the worker (its log appended to) and wait until Faust reports it ready.
+
+        Returns:
+            Seconds from the start of the process to "Ready" (recovery included).
+
+        Raises:
+            RuntimeError: the worker exited or was not ready in ``timeout_s`` (see its log).
+        """
+        self.web_port = free_port()
+        started = time.monotonic()
+        argv = python_module(
+            "streams.cli",
+            "worker",
+            "-l",
+            "info",
+            "--web-port",
+            str(self.web_port),
+            "--datadir",
+            str(self.datadir),
+        )
+        self._process = ProcessHandle("worker", argv, env=self._env, cwd=SOURCE_ROOT, log=self.log)
+        self._process.start(append=True)
+        try:
+            self._process.wait_for_output(_READY, timeout_s=timeout_s)
+        except ProcessError as error:
+            if error.returncode is not None:
+                raise RuntimeError(f"worker exited with {error.returncode}: see {self.log}") from error
+            self.kill()
+            raise RuntimeError(f"worker not ready in {timeout_s:.0f} s: see {self.log}") from error
+        return time.monotonic() - started
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no commit, no clean close."""
+        if self._process is not None:
+            self._process.kill()
+
+    def stop(self) -> None:
+        """SIGTERM and wait for the clean stop (SIGKILL after a minute)."""
+        if self._process is not None:
+            self._process.stop(grace_s=60)
+
+
+def comparison_engine() -> DBPMEngine:
+    """The engine configured as workers started with :data:`COMPARISON_ENV` are."""
+    engine, _ = dbpm_engines(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
+    return engine
+
+
+def soak_stream(n_events: int, epoch: int, tag: str) -> list[dict[str, Any]]:
+    """The synthetic stream cut into epochs: each epoch's candidates first, then its verdicts.
+
+    Args:
+        n_events: events taken from the generator.
+        epoch: events per epoch.
+        tag: prefix of every candidate id (keeps runs on one broker apart).
+    """
+    source = generate_events(n_events)
+    out: list[dict[str, Any]] = []
+    while chunk := list(islice(source, epoch)):
+        first_ts = chunk[0]["ts"]
+        out += [{**e, "ts": first_ts, "candidate_id": f"{tag}-{e['candidate_id']}"}
+                for e in chunk if e["kind"] == "gate"]  # fmt: skip
+        out += [e for e in chunk if e["kind"] == "verdict"]
+    return out
+
+
+def in_process(engine: DBPMEngine, events: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], object]:
+    """Decisions (provenance fields included) and final state of the in-process engine on ``events``."""
+    store = MemoryStore()
+    decisions = StringIO()
+    replay_stream((json.dumps(e) for e in events), decisions, StringIO(), store, engine, provenance=True)
+    txn = store.transaction()
+    try:
+        state = engine.snapshot(txn)
+    finally:
+        txn.abort()
+    return [json.loads(line) for line in decisions.getvalue().splitlines()], state
