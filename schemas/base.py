@@ -27,7 +27,8 @@ tests check the rest):
 * an Avro ``int`` field is bounded to 32 bits in the model (``Field(ge=..., le=...)``) so that the model
   rejects what the schema cannot carry;
 * a schema's enum is mirrored by a :class:`enum.StrEnum` of the same name (checked: values equal the
-  symbols) or a ``Literal``.
+  symbols), by one marked :func:`avro_enum` with that name where two areas share an enum name, or by a
+  ``Literal``.
 
 Time. Every event carries its event time in a field typed :data:`EventTime`. Choice (the brief left
 ``timestamp-millis`` or ISO strings open): an Avro ``string`` holding ISO 8601 in UTC with a ``Z``
@@ -43,8 +44,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, ClassVar
+from enum import StrEnum
+from typing import Annotated, ClassVar, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -54,6 +57,26 @@ from pydantic import (
     ConfigDict,
     PlainSerializer,
 )
+
+E = TypeVar("E", bound=type[StrEnum])
+
+#: The attribute :func:`avro_enum` sets; the registry reads it (default: the class name).
+AVRO_ENUM_NAME = "__avro_enum_name__"
+
+
+def avro_enum(name: str) -> Callable[[E], E]:
+    """Mark a :class:`~enum.StrEnum` as the mirror of the Avro enum ``name`` of its module's area.
+
+    Avro names are unique per namespace, so ``clingate.dbpm.Decision`` and ``clingate.docs.Decision``
+    may both exist; in Python they need names of their own, and this keeps the registry's mirror
+    check (symbols equal values) on them.
+    """
+
+    def mark(cls: E) -> E:
+        setattr(cls, AVRO_ENUM_NAME, name)
+        return cls
+
+    return mark
 
 
 def _to_utc(value: datetime) -> datetime:

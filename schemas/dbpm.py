@@ -23,7 +23,7 @@ from typing import ClassVar, Self
 
 from pydantic import Field, model_validator
 
-from schemas.base import AvroModel, EventTime, JsonText
+from schemas.base import AvroModel, EventTime, JsonText, avro_enum
 
 
 class NerPayload(AvroModel):
@@ -158,8 +158,9 @@ class Propagation(AvroModel):
     origin_index: int = Field(ge=0, le=2**31 - 1)
 
 
-class Decision(StrEnum):
-    """Outcome of the DBPM gate."""
+@avro_enum("Decision")
+class GateAction(StrEnum):
+    """What the DBPM gate does with a candidate (the Avro enum ``clingate.dbpm.Decision``)."""
 
     ALLOW = "ALLOW"
     DOWNGRADE = "DOWNGRADE"
@@ -179,7 +180,7 @@ class GateDecision(AvroModel):
     task: str
     patient_id: str
     candidate_id: str
-    decision: Decision
+    decision: GateAction
     rule: str
     signature: str
     severity: float | None = None

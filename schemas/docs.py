@@ -29,7 +29,7 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schemas.base import AvroModel, EventTime
+from schemas.base import AvroModel, EventTime, avro_enum
 
 
 class _Part(BaseModel):
@@ -244,8 +244,9 @@ class Issue(_Part):
         return self
 
 
-class Decision(StrEnum):
-    """V5's dispositions (slide 7)."""
+@avro_enum("Decision")
+class ArbiterDecision(StrEnum):
+    """V5's dispositions (slide 7; the Avro enum ``clingate.docs.Decision``)."""
 
     AUTO_ACCEPT = "AUTO_ACCEPT"
     AUTO_RETRY = "AUTO_RETRY"
@@ -272,7 +273,7 @@ class AttemptRecord(_Part):
 
     attempt: int
     fingerprint: str
-    decision: Decision
+    decision: ArbiterDecision
     rule_fired: int
     issues: list[Issue]
     quality_score: float
@@ -289,7 +290,7 @@ class Disposition(AvroModel):
 
     doc_id: str
     ts: EventTime
-    decision: Decision
+    decision: ArbiterDecision
     rule_fired: int
     rule: str
     reason: EscalationReason
@@ -341,7 +342,7 @@ class ReviewPacket(AvroModel):
     pdf_filename: str
     file_path: str
     total_pages: int
-    v5_decision: Decision
+    v5_decision: ArbiterDecision
     rule_fired: int
     reason: EscalationReason
     classification: ClassificationOutput

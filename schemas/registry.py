@@ -68,7 +68,7 @@ from fastavro.schema import fingerprint as fastavro_fingerprint
 from fastavro.schema import to_parsing_canonical_form
 from fastavro.types import Schema
 
-from schemas.base import AvroModel
+from schemas.base import AVRO_ENUM_NAME, AvroModel
 
 AVRO_ROOT = Path(__file__).parent / "avro"
 """Where the current schemas live, one directory per area."""
@@ -346,7 +346,7 @@ def _models_of(module: ModuleType) -> list[type[AvroModel]]:
 
 def _enums_of(module: ModuleType) -> dict[str, type[StrEnum]]:
     return {
-        cls.__name__: cls
+        getattr(cls, AVRO_ENUM_NAME, cls.__name__): cls
         for _, cls in inspect.getmembers(module, inspect.isclass)
         if issubclass(cls, StrEnum) and cls.__module__ == module.__name__
     }

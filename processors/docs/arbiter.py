@@ -50,10 +50,10 @@ from processors.docs.v4 import verify_evidence
 from processors.docs.v5 import RULES, decide
 from schemas.docs import (
     Agent,
+    ArbiterDecision,
     AttemptRecord,
     ClassificationOutput,
     ClassificationRequest,
-    Decision,
     Disposition,
     EscalationReason,
     FixKind,
@@ -241,12 +241,12 @@ def _conclude(state: ArbiterState, llm_issues: dict[Agent, list[Issue]]) -> Step
         fixes_applied=list(current.fixes_applied),
     )
     history = (*state.history, record)
-    if rule.decision is not Decision.AUTO_RETRY:
+    if rule.decision is not ArbiterDecision.AUTO_RETRY:
         return _finish(state, history, rule.decision, EscalationReason.V5_RULE)
     fixed, applied = apply_fixes(current.classification, issues)
     stop = retry_outcome(current.attempt, fingerprint(fixed), state.seen_fingerprints)
     if stop is not None:
-        return _finish(state, history, Decision.ESCALATE_TO_SME, stop)
+        return _finish(state, history, ArbiterDecision.ESCALATE_TO_SME, stop)
     return _begin(
         state.request,
         state.config,
@@ -259,7 +259,10 @@ def _conclude(state: ArbiterState, llm_issues: dict[Agent, list[Issue]]) -> Step
 
 
 def _finish(
-    state: ArbiterState, history: tuple[AttemptRecord, ...], decision: Decision, reason: EscalationReason
+    state: ArbiterState,
+    history: tuple[AttemptRecord, ...],
+    decision: ArbiterDecision,
+    reason: EscalationReason,
 ) -> Finished:
     last = history[-1]
     disposition = Disposition(
@@ -277,5 +280,9 @@ def _finish(
         llm_note=LLM_NOTE if state.config.llm_enabled else RULES_ONLY_NOTE,
         llm_calls=sum(record.llm_calls for record in history),
     )
-    packet = build_review_packet(state.request, disposition) if decision is Decision.ESCALATE_TO_SME else None
+    packet = (
+        build_review_packet(state.request, disposition)
+        if decision is ArbiterDecision.ESCALATE_TO_SME
+        else None
+    )
     return Finished(disposition, packet)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from schemas.docs import Decision, Issue, Severity
+from schemas.docs import ArbiterDecision, Issue, Severity
 
 
 @dataclass(frozen=True)
@@ -46,19 +46,24 @@ class Rule:
 
     number: int
     condition: str
-    decision: Decision
+    decision: ArbiterDecision
     applies: Callable[[IssueCounts], bool]
 
 
 RULES: tuple[Rule, ...] = (
-    Rule(1, "Any BLOCKER issue", Decision.ESCALATE_TO_SME, lambda c: c.blocker > 0),
-    Rule(2, ">= 3 MAJOR issues", Decision.ESCALATE_TO_SME, lambda c: c.major >= 3),
-    Rule(3, ">= 2 non-fixable MAJOR", Decision.ESCALATE_TO_SME, lambda c: c.major_non_fixable >= 2),
-    Rule(4, ">= 1 non-fixable MAJOR", Decision.ESCALATE_TO_SME, lambda c: c.major_non_fixable >= 1),
-    Rule(5, "1-2 fixable MAJOR", Decision.AUTO_RETRY, lambda c: 1 <= c.major_fixable <= 2),
-    Rule(6, "Only MINOR issues", Decision.AUTO_ACCEPT, lambda c: c.minor > 0 and c.blocker == c.major == 0),
-    Rule(7, "No issues", Decision.AUTO_ACCEPT, lambda c: c.blocker == c.major == c.minor == 0),
-    Rule(8, "Ambiguous (safety fallback)", Decision.ESCALATE_TO_SME, lambda c: True),
+    Rule(1, "Any BLOCKER issue", ArbiterDecision.ESCALATE_TO_SME, lambda c: c.blocker > 0),
+    Rule(2, ">= 3 MAJOR issues", ArbiterDecision.ESCALATE_TO_SME, lambda c: c.major >= 3),
+    Rule(3, ">= 2 non-fixable MAJOR", ArbiterDecision.ESCALATE_TO_SME, lambda c: c.major_non_fixable >= 2),
+    Rule(4, ">= 1 non-fixable MAJOR", ArbiterDecision.ESCALATE_TO_SME, lambda c: c.major_non_fixable >= 1),
+    Rule(5, "1-2 fixable MAJOR", ArbiterDecision.AUTO_RETRY, lambda c: 1 <= c.major_fixable <= 2),
+    Rule(
+        6,
+        "Only MINOR issues",
+        ArbiterDecision.AUTO_ACCEPT,
+        lambda c: c.minor > 0 and c.blocker == c.major == 0,
+    ),
+    Rule(7, "No issues", ArbiterDecision.AUTO_ACCEPT, lambda c: c.blocker == c.major == c.minor == 0),
+    Rule(8, "Ambiguous (safety fallback)", ArbiterDecision.ESCALATE_TO_SME, lambda c: True),
 )
 
 

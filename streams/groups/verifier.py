@@ -70,7 +70,7 @@ from processors.dbpm.verification import (
     verdict_messages,
 )
 from schemas.common import Stage
-from schemas.dbpm import Decision, GateDecision, Narrative
+from schemas.dbpm import GateAction, GateDecision, Narrative
 from schemas.serde import Serde
 from streams.groups.llm import MeteredLlm, default_serde, llm_failure, new_metrics, require_role, run_loop
 from streams.groups.ordered import Handled, OrderedLoop, Output
@@ -203,7 +203,7 @@ class Verifier:
         if record.topic == DBPM_DECISIONS:
             # Only counted here: a decision that does not decode is the gate's to fix, and the same
             # record's to-verify copy (if any) is dead-lettered below.
-            if not isinstance(outcome, DecodeFailed) and outcome.value.decision is Decision.BLOCK:
+            if not isinstance(outcome, DecodeFailed) and outcome.value.decision is GateAction.BLOCK:
                 self.llm.metrics.calls_saved.labels(outcome.value.task).inc()
             return []
         if isinstance(outcome, DecodeFailed):

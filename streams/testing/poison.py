@@ -119,7 +119,7 @@ from schemas.clinical import AdversarialReview, ClinicalAssessment, Deliverable,
 from schemas.common import DeadLetter, Stage
 from schemas.dbpm import (
     Candidate,
-    Decision,
+    GateAction,
     GateDecision,
     Narrative,
     NerPayload,
@@ -880,7 +880,7 @@ def _dbpm(
             family.feeds[DBPM_CANDIDATES].append(too_large(record, "OutputTooLarge"))
             continue
         family.feeds[DBPM_CANDIDATES].append(record)
-        outputs = (DBPM_DECISIONS,) if out.decision == Decision.BLOCK else (DBPM_DECISIONS, DBPM_TO_VERIFY)
+        outputs = (DBPM_DECISIONS,) if out.decision == GateAction.BLOCK else (DBPM_DECISIONS, DBPM_TO_VERIFY)
         family.expected += [
             Expected(topic, out.key, out.value, (), DBPM_CANDIDATES, candidate.candidate_id)
             for topic in outputs
@@ -1160,7 +1160,7 @@ def _llm(
                 task=task,
                 patient_id=candidate.patient_id,
                 candidate_id=candidate.candidate_id,
-                decision=Decision.DOWNGRADE if downgrade else Decision.ALLOW,
+                decision=GateAction.DOWNGRADE if downgrade else GateAction.ALLOW,
                 rule="poison-suite",
                 signature="poison",
                 confidence_multiplier=0.7 if downgrade else 1.0,

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from schemas.base import AvroModel
 from schemas.common import DeadLetter, Stage
-from schemas.dbpm import Candidate, Decision, GateDecision, NerPayload, RePayload, Verdict, VerdictLabel
+from schemas.dbpm import Candidate, GateAction, GateDecision, NerPayload, RePayload, Verdict, VerdictLabel
 from schemas.fhir import FhirUpdate
 
 TS = datetime(2026, 5, 4, 10, 0, 1, tzinfo=UTC)
@@ -30,7 +30,7 @@ def samples() -> list[AvroModel]:
                 patient_id="p-000123", payload=NerPayload(entity="patient", category="Diagnosis")),
         candidate,
         GateDecision(ts=TS, task="re", patient_id="p-000123", candidate_id="c-000123-re-0007",
-                     decision=Decision.DOWNGRADE, rule="downgrade_band",
+                     decision=GateAction.DOWNGRADE, rule="downgrade_band",
                      signature="TREATMENT|TREATS|DIAGNOSIS",
                      severity=0.52, confidence_multiplier=0.7,
                      provenance=("blocklist re TREATMENT|TREATS|DIAGNOSIS severity=0.52 count=2",),

@@ -23,9 +23,9 @@ from typer.testing import CliRunner
 from processors.docs.v3 import load_trap_rules
 from schemas.common import DeadLetter
 from schemas.docs import (
+    ArbiterDecision,
     ClassificationOutput,
     ClassificationRequest,
-    Decision,
     Disposition,
     DocumentBundle,
     DocumentType,
@@ -202,14 +202,14 @@ def test_trap_cases_bad_record_and_review_flow_through_the_docs_worker(
     assert decided(seen), {t: [k for k, _, _ in v] for t, v in seen.items()}
 
     [quest_disposition] = _values(seen, DOCS_DISPOSITIONS, quest, Disposition)
-    assert quest_disposition.decision is Decision.ESCALATE_TO_SME
+    assert quest_disposition.decision is ArbiterDecision.ESCALATE_TO_SME
     assert any(i.agent == "V3" and i.severity == "BLOCKER" for i in quest_disposition.issues)
     [packet] = _values(seen, DOCS_REVIEW_PACKETS, quest, ReviewPacket)
     assert packet.review_status is ReviewStatus.PENDING
 
     [accepted] = _values(seen, DOCS_DISPOSITIONS, share_sum, Disposition)
-    assert (accepted.decision, len(accepted.attempts)) == (Decision.AUTO_ACCEPT, 2)
-    assert accepted.attempts[0].decision is Decision.AUTO_RETRY
+    assert (accepted.decision, len(accepted.attempts)) == (ArbiterDecision.AUTO_ACCEPT, 2)
+    assert accepted.attempts[0].decision is ArbiterDecision.AUTO_RETRY
     shares = [c.segment_share for c in accepted.final_classification.segments[0].classifications]
     assert shares == [0.472, 0.283, 0.094, 0.075, 0.075]
     assert _values(seen, DOCS_REVIEW_PACKETS, share_sum, ReviewPacket) == []
@@ -270,7 +270,9 @@ def test_llm_calls_of_different_documents_overlap_in_the_worker(kafka_bootstrap:
         )  # fmt: skip
         peak = servers[0].peak_in_flight
     dispositions = [_values(seen, DOCS_DISPOSITIONS, doc_id, Disposition)[0] for doc_id in ids]
-    assert {(d.decision, d.llm_mode, d.llm_calls) for d in dispositions} == {(Decision.AUTO_ACCEPT, "LLM", 3)}
+    assert {(d.decision, d.llm_mode, d.llm_calls) for d in dispositions} == {
+        (ArbiterDecision.AUTO_ACCEPT, "LLM", 3)
+    }
     assert peak > 3, f"LLM calls did not overlap across documents (peak {peak})"
 
 

@@ -14,7 +14,7 @@ from processors.docs.issues import make_issue
 from processors.docs.v1 import check_v1
 from processors.docs.v2 import check_v2_rules, share_sum_ok
 from processors.docs.v5 import RULES, decide
-from schemas.docs import Agent, Decision, FixKind, Issue, Severity
+from schemas.docs import Agent, ArbiterDecision, FixKind, Issue, Severity
 
 
 def _issue(severity: Severity, fixable: bool = False) -> Issue:
@@ -33,14 +33,14 @@ B, M, MF, m = (
 @pytest.mark.parametrize(
     ("issues", "rule", "decision"),
     [
-        ([B, MF, m], 1, Decision.ESCALATE_TO_SME),
-        ([MF, MF, MF], 2, Decision.ESCALATE_TO_SME),
-        ([M, M], 3, Decision.ESCALATE_TO_SME),
-        ([M, MF, m], 4, Decision.ESCALATE_TO_SME),
-        ([MF], 5, Decision.AUTO_RETRY),
-        ([MF, MF, m], 5, Decision.AUTO_RETRY),
-        ([m, m], 6, Decision.AUTO_ACCEPT),
-        ([], 7, Decision.AUTO_ACCEPT),
+        ([B, MF, m], 1, ArbiterDecision.ESCALATE_TO_SME),
+        ([MF, MF, MF], 2, ArbiterDecision.ESCALATE_TO_SME),
+        ([M, M], 3, ArbiterDecision.ESCALATE_TO_SME),
+        ([M, MF, m], 4, ArbiterDecision.ESCALATE_TO_SME),
+        ([MF], 5, ArbiterDecision.AUTO_RETRY),
+        ([MF, MF, m], 5, ArbiterDecision.AUTO_RETRY),
+        ([m, m], 6, ArbiterDecision.AUTO_ACCEPT),
+        ([], 7, ArbiterDecision.AUTO_ACCEPT),
     ],
 )
 def test_each_v5_rule_fires_in_priority_order(issues, rule, decision):
@@ -50,7 +50,7 @@ def test_each_v5_rule_fires_in_priority_order(issues, rule, decision):
 
 def test_the_table_has_the_seeds_eight_rules_in_order():
     assert [r.number for r in RULES] == list(range(1, 9))
-    assert RULES[-1].decision is Decision.ESCALATE_TO_SME
+    assert RULES[-1].decision is ArbiterDecision.ESCALATE_TO_SME
 
 
 _issues = st.lists(st.sampled_from([B, M, MF, m]), max_size=8)
@@ -67,7 +67,7 @@ def test_v5_is_order_independent_and_its_fallback_is_never_needed(issues, rnd: r
 @given(_issues)
 def test_any_non_fixable_major_escalates(issues):
     if M in issues:
-        assert decide(issues).decision is Decision.ESCALATE_TO_SME
+        assert decide(issues).decision is ArbiterDecision.ESCALATE_TO_SME
 
 
 def test_worked_share_normalisation():

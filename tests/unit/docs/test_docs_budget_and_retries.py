@@ -18,7 +18,7 @@ from processors.docs.arbiter import (
 )
 from processors.docs.autofix import fingerprint
 from processors.docs.llm import LlmFinding, LlmJudgement, LlmPhase, LlmRequest, LlmResult
-from schemas.docs import Decision, EscalationReason, LlmMode, Severity
+from schemas.docs import ArbiterDecision, EscalationReason, LlmMode, Severity
 
 
 def test_best_case_is_two_calls_when_a_rule_blocker_skips_the_v2_semantic_check(with_llm):
@@ -31,7 +31,7 @@ def test_best_case_is_two_calls_when_a_rule_blocker_skips_the_v2_semantic_check(
 
 def test_a_clean_auto_accept_runs_all_three_llm_phases_once(with_llm):
     disposition = run(example("clean"), with_llm, judge_with()).disposition
-    assert (disposition.decision, disposition.llm_calls) == (Decision.AUTO_ACCEPT, 3)
+    assert (disposition.decision, disposition.llm_calls) == (ArbiterDecision.AUTO_ACCEPT, 3)
 
 
 def test_a_v3_rule_blocker_does_not_skip_the_v2_semantic_check(with_llm):
@@ -106,9 +106,9 @@ def test_a_fix_that_changes_nothing_escalates_as_a_cycle_without_another_attempt
         update={"classification": request.classification.model_copy(update={"document_mixture": zero})}
     )
     disposition = run(request, rules_only).disposition
-    assert [a.decision for a in disposition.attempts] == [Decision.AUTO_RETRY]
+    assert [a.decision for a in disposition.attempts] == [ArbiterDecision.AUTO_RETRY]
     assert (disposition.decision, disposition.reason) == (
-        Decision.ESCALATE_TO_SME,
+        ArbiterDecision.ESCALATE_TO_SME,
         EscalationReason.FIX_CYCLE,
     )
     assert disposition.rule_fired == 5
@@ -130,7 +130,7 @@ def test_a_failed_llm_phase_is_a_major_issue_that_escalates(with_llm):
     [issue] = disposition.issues
     assert (issue.agent, issue.severity, issue.source) == ("V3", Severity.MAJOR, "LLM")
     assert "timeout after 30s" in issue.message
-    assert (disposition.decision, disposition.rule_fired) == (Decision.ESCALATE_TO_SME, 4)
+    assert (disposition.decision, disposition.rule_fired) == (ArbiterDecision.ESCALATE_TO_SME, 4)
 
 
 def test_a_missing_result_counts_as_a_failed_phase_and_an_unknown_one_is_refused(with_llm):

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processors.docs.arbiter import MAX_RETRIES, run
-from schemas.docs import ClassificationRequest, Decision, Disposition, Severity
+from schemas.docs import ArbiterDecision, ClassificationRequest, Disposition, Severity
 from schemas.registry import load_registry
 
 _SCHEMA = load_registry().for_model(Disposition).current.parsed
@@ -64,8 +64,8 @@ def test_every_disposition_is_consistent_replayable_and_valid_avro(rules_only, w
     disposition = finished.disposition
     assert run(request, config, judge) == finished  # same input, same decision
     assert 1 <= len(disposition.attempts) <= MAX_RETRIES + 1
-    assert (finished.packet is not None) is (disposition.decision is Decision.ESCALATE_TO_SME)
-    if disposition.decision is Decision.AUTO_ACCEPT:
+    assert (finished.packet is not None) is (disposition.decision is ArbiterDecision.ESCALATE_TO_SME)
+    if disposition.decision is ArbiterDecision.AUTO_ACCEPT:
         assert all(i.severity is Severity.MINOR for i in disposition.issues)
     buffer = io.BytesIO()
     fastavro.schemaless_writer(buffer, _SCHEMA, disposition.model_dump(mode="json"))

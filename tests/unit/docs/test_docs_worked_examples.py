@@ -11,7 +11,7 @@ from processors.docs.llm import LlmPhase
 from processors.docs.packet import format_issue, ground_truth
 from processors.docs.v5 import decide
 from schemas.docs import (
-    Decision,
+    ArbiterDecision,
     DocumentType,
     FixKind,
     GroundTruthSource,
@@ -32,12 +32,12 @@ def test_share_sum_example_auto_retries_then_auto_accepts_with_the_seeds_normali
         True,
     )
     assert issue.message == "Segment 1 shares sum to 1.060 instead of 1.0"
-    assert (first.decision, first.rule_fired) == (Decision.AUTO_RETRY, 5)
+    assert (first.decision, first.rule_fired) == (ArbiterDecision.AUTO_RETRY, 5)
     assert second.fixes_applied == [FixKind.NORMALISE_SEGMENT_SHARES]
-    assert (second.decision, second.rule_fired, second.issues) == (Decision.AUTO_ACCEPT, 7, [])
+    assert (second.decision, second.rule_fired, second.issues) == (ArbiterDecision.AUTO_ACCEPT, 7, [])
     shares = [c.segment_share for c in finished.disposition.final_classification.segments[0].classifications]
     assert shares == [0.472, 0.283, 0.094, 0.075, 0.075]
-    assert finished.disposition.decision is Decision.AUTO_ACCEPT
+    assert finished.disposition.decision is ArbiterDecision.AUTO_ACCEPT
     assert finished.packet is None
 
 
@@ -49,7 +49,10 @@ def test_quest_diagnostics_with_genomic_primary_is_a_v3_blocker_that_escalates(r
         issue.message == "Routine lab vendor detected (Quest Diagnostics) but Genomic Report marked PRIMARY"
     )
     assert issue.suggested_fix == "Reclassify as 'Other' or downgrade to MENTION_ONLY"
-    assert (finished.disposition.decision, finished.disposition.rule_fired) == (Decision.ESCALATE_TO_SME, 1)
+    assert (finished.disposition.decision, finished.disposition.rule_fired) == (
+        ArbiterDecision.ESCALATE_TO_SME,
+        1,
+    )
     assert finished.packet is not None
     assert format_issue(finished.packet.issues[0]) == (
         "[BLOCKER] V3-0001 (Agent: V3)\n"
@@ -70,7 +73,7 @@ def test_segment_count_three_with_two_segments_is_an_auto_fixable_v1_blocker(rul
     )
     assert issue.message == "number_of_segments is 3 but segments array has 2 items"
     # V5 rule 1 escalates every BLOCKER; the repaired version is offered to the SME.
-    assert finished.disposition.decision is Decision.ESCALATE_TO_SME
+    assert finished.disposition.decision is ArbiterDecision.ESCALATE_TO_SME
     assert finished.packet is not None and finished.packet.auto_fix_preview is not None
     assert finished.packet.auto_fix_preview.number_of_segments == 2
 
@@ -96,7 +99,7 @@ def test_v5_auto_retry_example_two_fixable_majors_and_a_minor_is_rule_5(rules_on
         (Severity.MAJOR, True, "Segment 1 shares sum to 1.060 instead of 1.0"),
         (Severity.MINOR, False, "Genomic Report is PRIMARY but has no evidence snippets"),
     ]
-    assert (first.decision, first.rule_fired) == (Decision.AUTO_RETRY, 5)
+    assert (first.decision, first.rule_fired) == (ArbiterDecision.AUTO_RETRY, 5)
     assert decide(first.issues).number == 5
 
 
@@ -107,7 +110,7 @@ def test_fabricated_snippet_on_page_3_is_a_v4_blocker_possible_hallucination(rul
         "Evidence snippet 'BRCA1 pathogenic variant...' not found in actual PDF text on page 3. "
         "Possible hallucination."
     ]
-    assert finished.disposition.decision is Decision.ESCALATE_TO_SME
+    assert finished.disposition.decision is ArbiterDecision.ESCALATE_TO_SME
 
 
 def test_lab_requisition_with_pathology_embedded_raw_is_a_v3_blocker(rules_only):
@@ -125,7 +128,10 @@ def test_v2_llm_semantic_inconsistency_escalates_as_a_non_fixable_major(with_llm
     finished = run(example("clean"), with_llm, judge)
     [issue] = finished.disposition.issues
     assert (issue.id, issue.severity, issue.auto_fixable, issue.source) == ("V2-0001", "MAJOR", False, "LLM")
-    assert (finished.disposition.decision, finished.disposition.rule_fired) == (Decision.ESCALATE_TO_SME, 4)
+    assert (finished.disposition.decision, finished.disposition.rule_fired) == (
+        ArbiterDecision.ESCALATE_TO_SME,
+        4,
+    )
 
 
 def test_sme_corrects_quest_panel_to_other_giving_sme_corrected_ground_truth(rules_only):

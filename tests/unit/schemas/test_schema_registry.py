@@ -82,6 +82,18 @@ def test_a_field_only_in_the_model_is_refused(avro_copy: Path):
         build_registry(avro_copy, avro_copy / "_released")
 
 
+def test_an_enum_mirrored_under_another_python_name_is_still_checked(avro_copy: Path):
+    """GateAction mirrors clingate.dbpm.Decision (``avro_enum``): a symbol added to the schema only is refused."""
+
+    def add_symbol(schema: dict) -> None:
+        decision = next(f for f in schema["fields"] if f["name"] == "decision")
+        decision["type"]["symbols"].append("QUARANTINE")
+
+    _edit(avro_copy / "dbpm" / "GateDecision.avsc", add_symbol)
+    with pytest.raises(SchemaRegistryError, match=re.escape("clingate.dbpm.Decision: symbols")):
+        build_registry(avro_copy, avro_copy / "_released")
+
+
 def test_a_schema_without_a_model_is_refused(avro_copy: Path):
     orphan = {"type": "record", "name": "Orphan", "namespace": "clingate.dbpm", "fields": []}
     (avro_copy / "dbpm" / "Orphan.avsc").write_text(json.dumps(orphan))

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import streams.replay.kafka as kafka_replay
-from schemas.dbpm import Candidate, Decision, GateDecision
+from schemas.dbpm import Candidate, GateAction, GateDecision
 from schemas.serde import make_serde
 from streams.bench.chaos import ChaosMonkey, TooFewCandidates, disruption_points
 from streams.bench.restart import records_read, recovery_seconds
@@ -170,7 +170,7 @@ class _InstantWorkers:
                     c = serde.decode(value, Candidate, topic=DBPM_CANDIDATES)
                     self.seen[c.candidate_id] = GateDecision(
                         ts=c.ts, task=c.task, patient_id=c.patient_id, candidate_id=c.candidate_id,
-                        decision=Decision.ALLOW, rule="r", signature="s", confidence_multiplier=1.0,
+                        decision=GateAction.ALLOW, rule="r", signature="s", confidence_multiplier=1.0,
                         candidate=c,
                     )  # fmt: skip
                 assert set(candidate_ids) <= self.seen.keys()

@@ -92,7 +92,7 @@ def test_the_tap_counts_dead_lettered_verifications_and_narratives_of_the_run_on
     from rich.console import Console
 
     from schemas.common import DeadLetter, Stage
-    from schemas.dbpm import Decision, GateDecision
+    from schemas.dbpm import GateAction, GateDecision
     from schemas.serde import make_serde
     from streams.demo.plan import build_plan
     from streams.demo.streams import routes
@@ -106,7 +106,7 @@ def test_the_tap_counts_dead_lettered_verifications_and_narratives_of_the_run_on
     narrative = plan.loop.narratives[0]
     candidate = plan.loop.candidates[narrative.patient_id][0]
     decision = GateDecision(ts=candidate.ts, task=candidate.task, patient_id=candidate.patient_id,
-                            candidate_id=candidate.candidate_id, decision=Decision.ALLOW, rule="no_match",
+                            candidate_id=candidate.candidate_id, decision=GateAction.ALLOW, rule="no_match",
                             signature="S", confidence_multiplier=1.0, candidate=candidate)  # fmt: skip
 
     def letter(topic: str, value: bytes) -> DeadLetter:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from processors.docs.packet import ground_truth
 from schemas.docs import (
-    Decision,
+    ArbiterDecision,
     Disposition,
     DocumentType,
     GroundTruth,
@@ -72,7 +72,10 @@ def test_the_demos_examples_give_the_in_process_arbiters_outputs_and_reviews_clo
     assert dispositions == [finished.disposition for _, finished in cases]
     assert keys == [request.doc_id.encode() for request, _ in cases]
     assert pending == [finished.packet for _, finished in cases if finished.packet is not None]
-    assert {d.decision for d in dispositions} >= {Decision.AUTO_ACCEPT, Decision.ESCALATE_TO_SME}
+    assert {d.decision for d in dispositions} >= {
+        ArbiterDecision.AUTO_ACCEPT,
+        ArbiterDecision.ESCALATE_TO_SME,
+    }
     closed = [ground_truth(packet, review) for packet, review in zip(pending, reviews, strict=True)]
     assert truths == [truth for _, truth in closed]
     assert reviewed == [packet for packet, _ in closed]

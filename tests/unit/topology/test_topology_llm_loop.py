@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 from prometheus_client import Counter
 
-from schemas.dbpm import Candidate, Decision, GateDecision, Narrative, NerPayload, Verdict
+from schemas.dbpm import Candidate, GateAction, GateDecision, Narrative, NerPayload, Verdict
 from streams.demo.llm import LoopPlan, loop_plan, script_responder
 from streams.demo.plan import demo_stream, engine_run, loop_reference
 from streams.llm import ClientPolicy, Endpoint, LlmClient, Role
@@ -110,8 +110,8 @@ def test_the_loop_decides_and_learns_like_the_in_process_engine_and_bad_records_
     reference = engine_run(engine, loop_reference(loop, emitted, verdicts), 0)
     assert decisions == reference.decisions
     assert state == reference.state
-    blocked = sum(d == Decision.BLOCK.value for d in decisions.values())
-    assert set(verdicts) == {c for c, d in decisions.items() if d != Decision.BLOCK.value}
+    blocked = sum(d == GateAction.BLOCK.value for d in decisions.values())
+    assert set(verdicts) == {c for c, d in decisions.items() if d != GateAction.BLOCK.value}
     assert _total(metrics.calls_saved) == blocked
     assert {r.topic for r in bad} == {DBPM_NARRATIVES, DBPM_TO_VERIFY} and len(bad) == 12
     assert [(d.topic, d.key, d.value) for d in dead] == [(r.topic, r.key, r.value) for r in bad]
@@ -153,7 +153,7 @@ def test_verifier_fails_teach_the_memory_until_the_gate_blocks_without_a_verifie
             narrative = Narrative(ts=datetime(2026, 5, 4, 10, i, tzinfo=UTC), patient_id=f"p{i}", text=text)
             driver.pipe(DBPM_NARRATIVES, narrative.patient_id.encode(), narrative)
             [decision] = [d for d in driver.values(DBPM_DECISIONS, GateDecision) if d.patient_id == f"p{i}"]
-            if decision.decision is Decision.BLOCK:
+            if decision.decision is GateAction.BLOCK:
                 blocked_at = i
                 break
         verdicts = driver.values(DBPM_VERDICTS, Verdict)
