@@ -46,7 +46,7 @@ class TopicRow:
     name: str
     partitions: int
     outcome: str
-    """``CREATED``, ``EXISTS``, ... (:class:`topics.admin.Outcome`)."""
+    """``CREATED``, ``EXISTS``, ... (:class:`topics.admin.TopicStatus`)."""
 
 
 @dataclass(frozen=True)
