@@ -83,7 +83,7 @@ def test_a_field_only_in_the_model_is_refused(avro_copy: Path):
 
 
 def test_an_enum_mirrored_under_another_python_name_is_still_checked(avro_copy: Path):
-    """GateAction mirrors clingate.dbpm.Decision (``avro_enum``): a symbol added to the schema only is refused."""
+    """GateAction mirrors clingate.dbpm.Decision (``avro_enum``): a symbol only in the schema is refused."""
 
     def add_symbol(schema: dict) -> None:
         decision = next(f for f in schema["fields"] if f["name"] == "decision")
