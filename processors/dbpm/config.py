@@ -32,8 +32,10 @@ Choices recorded here (the paper is silent or ambiguous):
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 
 HARD_FAIL = "hard_fail"
@@ -231,3 +233,30 @@ class DBPMConfig:
     def with_flags(self, **changes: bool) -> DBPMConfig:
         """A copy of this configuration with some flags changed (e.g. ``maintenance=False``)."""
         return replace(self, flags=replace(self.flags, **changes))
+
+    def describe(self) -> dict[str, object]:
+        """Every constant and flag as JSON data, by attribute name: what :meth:`fingerprint` hashes."""
+        described: dict[str, object] = {}
+        for attribute in fields(self):
+            value = getattr(self, attribute.name)
+            if isinstance(value, Flags | TaskParams):
+                value = _fields_of(value)
+            elif attribute.name == "tasks":
+                value = {task: _fields_of(params) for task, params in value.items()}
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            described[attribute.name] = value
+        return described
+
+    def fingerprint(self) -> str:
+        """12 hex digits naming this configuration: equal for equal configurations, in any process.
+
+        Decisions carry it, so a decision says which flags and constants made it, and two processes
+        of one application that were configured differently can be told apart.
+        """
+        canonical = json.dumps(self.describe(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def _fields_of(instance: Flags | TaskParams) -> dict[str, object]:
+    return {attribute.name: getattr(instance, attribute.name) for attribute in fields(instance)}

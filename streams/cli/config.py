@@ -6,6 +6,7 @@ read, so it cannot drift from the code; ``--markdown`` prints the table docs/con
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -40,8 +41,22 @@ def settings_rows() -> list[tuple[str, str, str]]:
 @app.callback(invoke_without_command=True)
 def show(
     markdown: Annotated[bool, typer.Option(help="Print a Markdown table (docs/configuration.md's).")] = False,
+    dbpm: Annotated[
+        bool,
+        typer.Option(
+            "--dbpm",
+            help="Print the DBPM engine configuration these settings give (every flag and constant) as "
+            "JSON, with the fingerprint its decisions carry.",
+        ),
+    ] = False,
 ) -> None:
     """Print every setting with its environment variable, default and (without --markdown) current value."""
+    if dbpm:
+        from streams.worker.dbpm import dbpm_config  # the engine's modules, only when asked
+
+        config = dbpm_config(get_settings())
+        typer.echo(json.dumps({"fingerprint": config.fingerprint(), **config.describe()}, indent=2))
+        return
     if markdown:
         typer.echo("| variable | default | meaning |\n| --- | --- | --- |")
         for env, default, doc in settings_rows():

@@ -75,12 +75,18 @@ def replay(
         ),
     ] = False,
 ) -> None:
-    """Run the DBPM engine over EVENTS.jsonl and write the decisions (and the final state)."""
-    from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
+    """Run the DBPM engine over EVENTS.jsonl and write the decisions (and the final state).
+
+    The engine is configured by the CLINGATE_DBPM_* settings, as the workers are (`clingate config
+    --dbpm` shows the result); --no-maintenance turns maintenance off on top of them.
+    """
+    from processors.dbpm import DBPMEngine, load_ontology
     from state.kinds import open_store
     from streams.replay.engine import replay_stream, write_state
+    from streams.runtime.settings import get_settings
+    from streams.worker.dbpm import dbpm_config
 
-    config = DBPMConfig()
+    config = dbpm_config(get_settings())  # the CLINGATE_DBPM_* settings, as a worker reads them
     if no_maintenance:
         config = config.with_flags(maintenance=False)
     engine = DBPMEngine(config, load_ontology())

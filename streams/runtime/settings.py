@@ -339,6 +339,55 @@ class Settings(BaseSettings):
         description="DBPM event-time maintenance (pruning, caps, hit-counter decay, paper §4.6), per "
         "memory partition. Off for event-for-event comparisons.",
     )
+    dbpm_three_tier: bool = Field(
+        default=True,
+        validation_alias="CLINGATE_DBPM_THREE_TIER",
+        description="BPM_ENABLE_THREE_TIER (paper Table 12); off: the gate collapses to BLOCK / ALLOW.",
+    )
+    dbpm_uncertainty: bool = Field(
+        default=True,
+        validation_alias="CLINGATE_DBPM_UNCERTAINTY",
+        description="BPM_ENABLE_UNCERTAINTY (Table 12); off: ambiguous QA verdicts (soft_downgrade) are "
+        "applied as success.",
+    )
+    dbpm_source_weights: bool = Field(
+        default=True,
+        validation_alias="CLINGATE_DBPM_SOURCE_WEIGHTS",
+        description="BPM_ENABLE_SOURCE_WEIGHTS (Table 12, weights of Table 4); off: every source weighs 1.",
+    )
+    dbpm_qa_hard_block: bool = Field(
+        default=False,
+        validation_alias="CLINGATE_DBPM_QA_HARD_BLOCK",
+        description="M1_QA_GATE_HARD_BLOCK (Table 12); on: the QA gate's DOWNGRADE becomes BLOCK.",
+    )
+    dbpm_downgrade_first: bool = Field(
+        default=False,
+        validation_alias="CLINGATE_DBPM_DOWNGRADE_FIRST",
+        description="The paper's measurement discipline (§4.9): no gate BLOCKs, it tags DOWNGRADE instead, "
+        "so every suspect candidate stays in the stream and the audit trail.",
+    )
+    dbpm_disable: bool = Field(
+        default=False,
+        validation_alias="CLINGATE_DBPM_DISABLE",
+        description="BPM_DISABLE master switch (Table 12); on: every gate ALLOWs and the memory records "
+        "nothing.",
+    )
+    dbpm_ontology_filter: Literal["on", "tag-only", "off"] = Field(
+        default="on",
+        validation_alias="CLINGATE_DBPM_ONTOLOGY_FILTER",
+        description="The ontology-violation filter's channel (§4.7, BPM_DISABLE_M3 inverted): on; "
+        "tag-only (a BLOCK resting on ontology evidence is emitted as DOWNGRADE, §4.9 / A.6); off "
+        "(rule-based RE verdicts are not recorded).",
+    )
+    dbpm_qa_fail_threshold: float = Field(
+        default=0.30,
+        ge=0.0,
+        le=1.0,
+        validation_alias="CLINGATE_DBPM_QA_FAIL_THRESHOLD",
+        description="M1V5_FAIL_THRESHOLD, the QA category fail rate above which the third and fourth "
+        "signal sources DOWNGRADE (Eq. 7-8; the paper used 0.30 on its development cohort, 0.60 "
+        "held out).",
+    )
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO",

@@ -242,12 +242,28 @@ def producer_config(bootstrap: str, **overrides: object) -> dict[str, object]:
     )
 
 
+def dbpm_config(settings: Settings) -> DBPMConfig:
+    """The engine configuration the ``CLINGATE_DBPM_*`` settings describe: the paper's deployed values
+    (:class:`~processors.dbpm.DBPMConfig` defaults) with the flags and the QA fail-rate threshold set."""
+    config = DBPMConfig(qa_fail_rate_threshold=settings.dbpm_qa_fail_threshold)
+    return config.with_flags(
+        cross_task=settings.dbpm_cross_task,
+        maintenance=settings.dbpm_maintenance,
+        three_tier=settings.dbpm_three_tier,
+        uncertainty=settings.dbpm_uncertainty,
+        source_weights=settings.dbpm_source_weights,
+        qa_hard_block=settings.dbpm_qa_hard_block,
+        downgrade_first=settings.dbpm_downgrade_first,
+        disabled=settings.dbpm_disable,
+        ontology_filter=settings.dbpm_ontology_filter != "off",
+        ontology_tag_only=settings.dbpm_ontology_filter == "tag-only",
+    )
+
+
 def dbpm_engines(settings: Settings) -> tuple[DBPMEngine, DBPMEngine]:
     """The memory engine and the gate engine of a worker configured by ``settings`` (maintenance off in the
     gate: gates never maintain the view). The one place the engines are built, outside the Faust app."""
-    config = DBPMConfig().with_flags(
-        cross_task=settings.dbpm_cross_task, maintenance=settings.dbpm_maintenance
-    )
+    config = dbpm_config(settings)
     ontology = load_ontology()
     return DBPMEngine(config, ontology), DBPMEngine(config.with_flags(maintenance=False), ontology)
 
