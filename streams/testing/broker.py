@@ -48,6 +48,7 @@ import fcntl
 import hashlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -218,10 +219,27 @@ def free_port(preferred: object = None, taken: tuple[int, ...] = (), wait: float
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.2)
+    low, high = _LISTENER_PORTS
+    rng = random.Random()
     while True:
-        port = _bindable(0)
+        port = _bindable(rng.randrange(low, high))
         if port is not None and port not in taken:
             return port
+
+
+def _listener_ports() -> tuple[int, int]:
+    """Where :func:`free_port` draws from: below the kernel's ephemeral range, where a port found free
+    stays free until a listener binds it. A port the kernel picks for ``bind(0)`` is in the same range
+    as every outgoing connection's local port, and with several brokers and their clients starting at
+    once one of those connections took a broker's port between the check and the bind."""
+    try:
+        first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        first_ephemeral = 32768  # Linux's default
+    return (10000, first_ephemeral) if first_ephemeral > 12000 else (first_ephemeral // 2, first_ephemeral)
+
+
+_LISTENER_PORTS = _listener_ports()
 
 
 def _new_cluster_id() -> str:
