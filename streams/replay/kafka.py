@@ -440,7 +440,7 @@ def _changelog(bootstrap: str, topic: str) -> Iterator[tuple[int, bytes, bytes |
     """Every record of ``topic`` up to its current end: ``(partition, key, value, offset)``."""
     consumer = _reader(bootstrap)
     try:
-        for message in read_to_end(consumer, topic):
+        for message in read_to_end(consumer, {topic: {}}):
             yield message.partition(), message.key(), message.value(), message.offset()
     finally:
         consumer.close()

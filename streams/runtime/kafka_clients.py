@@ -81,22 +81,40 @@ def assign_at_ends(client: Consumer, topics: Iterable[str]) -> list[TopicPartiti
     return assignment
 
 
-def read_to_end(client: Consumer, topic: str, start: Mapping[int, int] | None = None) -> Iterator[Message]:
-    """The records of ``topic`` from ``start`` (per partition; a partition not named: from its beginning)
-    up to the end it has now, each partition's in order; ``client`` is assigned those partitions.
+def read_to_end(
+    client: Consumer, starts: Mapping[str, Mapping[int, int]], timeout_s: float | None = None
+) -> Iterator[Message]:
+    """The records of each topic of ``starts`` from its offsets (a partition not named: from its
+    beginning) up to the end each partition has now, each partition's in order; ``client`` is assigned
+    those partitions. A record at or past that end (the topic grew meanwhile) is not read.
 
     Args:
         client: a consumer of its own (:func:`reader`); closing it is the caller's.
-        topic: the topic.
-        start: the first offset to read per partition.
+        starts: per topic, the first offset to read per partition.
+        timeout_s: longest time to read everything (None: no limit).
+
+    Raises:
+        TimeoutError: ``timeout_s`` passed before every partition was read to its end.
     """
-    start = start or {}
-    todo = {p: end for p, end in end_offsets(client, topic).items() if end > start.get(p, 0)}
-    client.assign([TopicPartition(topic, p, start.get(p, OFFSET_BEGINNING)) for p in todo])
+    todo: dict[tuple[str, int], int] = {}
+    assignment = []
+    for topic, start in starts.items():
+        for p, end in end_offsets(client, topic).items():
+            if end > start.get(p, 0):
+                todo[(topic, p)] = end
+                assignment.append(TopicPartition(topic, p, start.get(p, OFFSET_BEGINNING)))
+    client.assign(assignment)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while todo:
-        message = client.poll(1.0)
-        if message is None or message.error():
-            continue
-        yield message
-        if message.offset() + 1 >= todo.get(message.partition(), 0):
-            todo.pop(message.partition(), None)
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"could not read back {sorted(todo)[:3]} within {timeout_s:.0f} s")
+        for message in client.consume(num_messages=1000, timeout=0.5):
+            topic, p, offset = message.topic(), message.partition(), message.offset()
+            if message.error() is not None or topic is None or p is None or offset is None:
+                continue
+            end = todo.get((topic, p), 0)
+            if offset >= end:
+                continue  # past the end this read is about
+            yield message
+            if offset + 1 >= end:
+                todo.pop((topic, p))

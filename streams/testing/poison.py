@@ -146,7 +146,7 @@ from streams.groups.ordered import Output
 from streams.groups.verifier import CONFIDENCE_HEADER, GATE_HEADER, VERDICT_HEADER
 from streams.replay.kafka import CommitWatcher, ReplayTimeout, commit_end_offsets, read_state
 from streams.runtime.dlq import HEADER_PREFIX, PRODUCER_LIMITS, SourceRecord, fits
-from streams.runtime.kafka_clients import end_offsets, reader
+from streams.runtime.kafka_clients import end_offsets, read_to_end, reader
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.broker import free_port
@@ -1443,33 +1443,14 @@ def read_from(bootstrap: str, starts: dict[str, dict[int, int]], timeout_s: floa
     """Every record of the topics of ``starts`` from those offsets to the topics' current ends.
 
     Raises:
-        RuntimeError: not everything could be read within ``timeout_s``.
+        TimeoutError: not everything could be read within ``timeout_s``.
     """
     client = reader(bootstrap, "poison-reader", **{"fetch.message.max.bytes": MAX_MESSAGE_BYTES + MIB})
     try:
-        todo: dict[tuple[str, int], int] = {}
-        assignment = []
-        for topic, start in starts.items():
-            for p, end in end_offsets(client, topic).items():
-                if end > start.get(p, 0):
-                    todo[(topic, p)] = end
-                    assignment.append(TopicPartition(topic, p, start.get(p, 0)))
-        client.assign(assignment)
         out: list[Read] = []
-        deadline = time.monotonic() + timeout_s
-        while todo and time.monotonic() < deadline:
-            for message in client.consume(num_messages=1000, timeout=0.5):
-                topic, p, offset = message.topic(), message.partition(), message.offset()
-                if message.error() is not None or topic is None or p is None or offset is None:
-                    continue
-                if offset >= todo.get((topic, p), 0):
-                    continue  # beyond the end this read is about
-                headers = tuple((k, v or b"") for k, v in message.headers() or ())
-                out.append(Read(topic, p, offset, message.key(), message.value(), headers))
-                if offset + 1 >= todo[(topic, p)]:
-                    todo.pop((topic, p))
-        if todo:
-            raise RuntimeError(f"could not read back {sorted(todo)[:3]}")
+        for m in read_to_end(client, starts, timeout_s):
+            headers = tuple((k, v or b"") for k, v in m.headers() or ())
+            out.append(Read(m.topic(), m.partition(), m.offset(), m.key(), m.value(), headers))
         return out
     finally:
         client.close()

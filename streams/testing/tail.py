@@ -57,7 +57,7 @@ def read_between(bootstrap: str, topic: str, start: dict[int, int]) -> Iterator[
     """Values of ``topic`` from ``start`` (per partition) to the current end."""
     client = reader(bootstrap, "read-between", **{"isolation.level": "read_committed"})
     try:
-        for message in read_to_end(client, topic, start):
+        for message in read_to_end(client, {topic: start}):
             yield message.value()
     finally:
         client.close()
