@@ -239,7 +239,7 @@ class DBPMConfig:
         described: dict[str, object] = {}
         for attribute in fields(self):
             value = getattr(self, attribute.name)
-            if isinstance(value, Flags | TaskParams):
+            if isinstance(value, Flags):
                 value = _fields_of(value)
             elif attribute.name == "tasks":
                 value = {task: _fields_of(params) for task, params in value.items()}
@@ -249,11 +249,8 @@ class DBPMConfig:
         return described
 
     def fingerprint(self) -> str:
-        """12 hex digits naming this configuration: equal for equal configurations, in any process.
-
-        Decisions carry it, so a decision says which flags and constants made it, and two processes
-        of one application that were configured differently can be told apart.
-        """
+        """12 hex digits naming this configuration: equal for equal configurations, in any process, so
+        two processes configured differently can be told apart by it (``clingate config --dbpm``)."""
         canonical = json.dumps(self.describe(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 

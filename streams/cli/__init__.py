@@ -105,9 +105,8 @@ Given as the root context's ``default_map`` (click's defaults by parameter name)
 its parent's parameters are converted, and Typer converts a value that is not a bool with a Pydantic
 adapter it builds on first use: with ``None`` flags every ``clingate GROUP ...`` would import Pydantic,
 which is most of what ``clingate replay --help`` would cost beyond ``clingate --help``
-(docs/performance.md). A bool passes
-unconverted, so ``clingate GROUP --help`` imports Pydantic only if the group's module does (the help of
-a group's sub-command still converts that group's own ``--help``)."""
+(docs/performance.md). A bool passes unconverted, so ``clingate GROUP --help`` imports Pydantic only if
+the group's module does (the help of a group's sub-command still converts that group's own ``--help``)."""
 
 
 app = typer.Typer(

@@ -46,7 +46,7 @@ def show(
         typer.Option(
             "--dbpm",
             help="Print the DBPM engine configuration these settings give (every flag and constant) as "
-            "JSON, with the fingerprint its decisions carry.",
+            "JSON, with the fingerprint that names it.",
         ),
     ] = False,
 ) -> None:

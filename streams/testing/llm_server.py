@@ -7,12 +7,11 @@ the server which model it serves.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
 import httpx
 
-from streams.testing.process import ProcessHandle
+from streams.testing.process import SOURCE_ROOT, ProcessHandle, python_module
 
 
 class ServerProcessError(RuntimeError):
@@ -53,10 +52,11 @@ class ServerProcess:
         Raises:
             ServerProcessError: the child exited, or printed something else, before listening.
         """
-        argv = [sys.executable, "-m", "streams.cli", "llm", "serve", "--backend", backend, "--port", "0"]
+        argv = python_module("streams.cli", "llm", "serve", "--backend", backend, "--port", "0")
         if model is not None:
             argv += ["--model", model]
-        process = ProcessHandle(f"clingate llm serve --backend {backend}", [*argv, *args]).start()
+        name = f"clingate llm serve --backend {backend}"
+        process = ProcessHandle(name, [*argv, *args], cwd=SOURCE_ROOT).start()
         line = process.readline()
         if not line.startswith("listening "):
             process.stop(grace_s=10)
