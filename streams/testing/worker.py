@@ -36,8 +36,8 @@ COMPARISON_ENV: dict[str, str] = {
     # The replay waits for the candidates' commit after every run (streams.replay.kafka).
     "CLINGATE_COMMIT_INTERVAL_S": "0.1",
     # A restarted worker catches up on its verdict backlog before the barrier opens; with the
-    # default 5 s wait, a saturated machine let gates decide on a partial view (the 100k soak saw
-    # 23 such decisions, marked barrier_timeout). A comparison run waits for the memory instead.
+    # default 5 s wait, a saturated machine lets gates decide on a partial view (marked
+    # barrier_timeout). A comparison run waits for the memory instead.
     "CLINGATE_DBPM_BARRIER_TIMEOUT_S": "300",
 }
 
