@@ -102,6 +102,7 @@ class Candidate(AvroModel):
     patient_id: str
     candidate_id: str
     payload: Payload
+    document_ts: EventTime | None = None
 
     @model_validator(mode="after")
     def _payload_matches_task(self) -> Self:
@@ -129,6 +130,9 @@ class Verdict(AvroModel):
     patient_id: str
     payload: Payload
     candidate_id: str | None = None
+    stage: str | None = Field(default=None, examples=["gatekeeper", "verifier"])
+    reason: str | None = Field(default=None, examples=["Ontology_Mismatch_Diagnosis", "QA_Verifier_Reject"])
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
 
     @model_validator(mode="after")
     def _payload_matches_task(self) -> Self:
@@ -167,6 +171,19 @@ class GateAction(StrEnum):
     BLOCK = "BLOCK"
 
 
+class Coverage(StrEnum):
+    """How a QA candidate's NER coverage was settled before the gate decided it (the coverage join)."""
+
+    SETTLED = "settled"
+    """Every NER candidate of its narrative was verified, BLOCKed or dead-lettered."""
+    TIMEOUT = "timeout"
+    """The bounded wait ran out first; the categories accepted by then were stamped."""
+    NO_NER = "no_ner"
+    """Its narrative produced no NER candidate: nothing to wait for, no category accepted."""
+    OFF = "off"
+    """The join is off: decided at once, on the coverage the memory holds."""
+
+
 class GateDecision(AvroModel):
     """The gate's decision on one candidate with the evidence it rested on.
 
@@ -187,6 +204,9 @@ class GateDecision(AvroModel):
     confidence_multiplier: float
     provenance: tuple[str, ...] = ()
     candidate: Candidate
+    config: str | None = None
+    coverage: Coverage | None = None
+    coverage_wait_s: float | None = Field(default=None, ge=0.0)
 
     @model_validator(mode="after")
     def _agrees_with_candidate(self) -> Self:

@@ -22,7 +22,8 @@ Public API (stable; the Kafka runtime, the replay command and the measurement to
 * :func:`parse_event` / :class:`VerdictEvent` / :class:`GateEvent` / :class:`BadEvent`: the replay
   contract's events; :func:`parse_time` / :func:`format_time` for its timestamps.
 * :func:`load_ontology` / :class:`Ontology`: Eq. 6 (``violates``), the RE gate's admitted check
-  (``admits``) and ``violation_event`` (the Filter's rule-based verdict for a live pipeline).
+  (``admits``); :func:`processors.dbpm.ontology.filter_verdict` is the Filter's rule-based verdict on a
+  live candidate.
 * Gate outcome constants :data:`ALLOW`, :data:`DOWNGRADE`, :data:`BLOCK`.
 * Partitioned runtimes: ``engine.learn(state, verdict, now) -> (state, [Propagation] | None)``
   applies a verdict to its own signature's records and returns the cross-task evidence (§4.4) as

@@ -17,7 +17,13 @@ candidate (nothing to verify).
 
 Candidate ids are content-derived (SHA-256 of patient, narrative event time, task and payload), so a
 narrative processed twice (a crash before its offset was committed) yields the same ids and consumers
-dedupe. The candidate's event time is the narrative's.
+dedupe.
+
+Time. A candidate's event time (``ts``) is when it was extracted, which the caller reads from its clock
+and passes in: the memory decays on wall-clock time (paper Eq. 5, Appendix A.4), so a backfill of old
+documents must not age the memory along the documents' dates. The narrative's own date travels as
+``document_ts``: it identifies the narrative (the verifier finds the text by it, the coverage join
+groups a narrative's candidates by it) and never drives decay.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from processors.clinical.vocabulary import DrugVocabulary
 from schemas.dbpm import Candidate, Narrative, NerPayload, QaPayload, RePayload
@@ -132,13 +139,16 @@ def candidate_id(narrative: Narrative, task: str, payload: Mapping[str, object])
     return f"{task}-{hashlib.sha256(material.encode()).hexdigest()[:24]}"
 
 
-def candidates(narrative: Narrative, task: str, payloads: Sequence[Mapping[str, object]]) -> list[Candidate]:
+def candidates(
+    narrative: Narrative, task: str, payloads: Sequence[Mapping[str, object]], extracted: datetime
+) -> list[Candidate]:
     """The candidates of one extraction answer, duplicates (same payload) removed, order kept.
 
     Args:
-        narrative: the source narrative (patient id and event time).
+        narrative: the source narrative (patient id and document date).
         task: ``ner``, ``re`` or ``qa``.
         payloads: payload objects with the fields of the task's payload record.
+        extracted: when the answer was extracted: the candidates' event time.
 
     Returns:
         One candidate per distinct payload.
@@ -148,8 +158,8 @@ def candidates(narrative: Narrative, task: str, payloads: Sequence[Mapping[str, 
         cid = candidate_id(narrative, task, payload)
         if cid not in out:
             out[cid] = Candidate(
-                ts=narrative.ts, task=task, patient_id=narrative.patient_id, candidate_id=cid,
-                payload=_PAYLOADS[task].model_validate(payload),
+                ts=extracted, task=task, patient_id=narrative.patient_id, candidate_id=cid,
+                payload=_PAYLOADS[task].model_validate(payload), document_ts=narrative.ts,
             )  # fmt: skip
     return list(out.values())
 

@@ -24,8 +24,9 @@ grid of event time (:data:`EXPIRY_STEP_S`, one hour): the first verdict whose ``
 verdict_dedupe_horizon_s`` passes a grid boundary deletes the records older than that boundary, so
 a record lives between the horizon and the horizon plus one step (default horizon 30 days, the
 verdict topic's retention: a copy older than that is no longer in the log to be re-delivered). A
-duplicate arriving later than that after its original is applied again. The verifier stamps a
-verdict with its candidate's event time, so a re-issued verdict carries the original's time.
+duplicate arriving later than that after its original is applied again. A verdict's time is when it
+was judged (the verifier's clock), so a re-issued verdict is later than its original; it is recognised
+as long as the original's record lives, whatever its own time.
 
 Cost: two point lookups per verdict that names a candidate (its record, the expiry boundary), and
 one walk of the expiry index per step of event time that deletes what expired (each record once).
@@ -88,12 +89,27 @@ def admit(kv: KeyValue, candidate_id: str, now: float, horizon_s: float) -> bool
     if last is None or boundary > _TICK.unpack(last)[0]:
         expire_before(kv, boundary * EXPIRY_STEP_S)
         kv.set(_META, _TICK.pack(boundary))
-    cid = candidate_id.encode()
-    if kv.exists(_SEEN + cid):
+    seen = seen_key(candidate_id)
+    if kv.exists(seen):
         return False
-    kv.set(_SEEN + cid, _TIME.pack(now))
-    kv.set(_EXPIRY + _order8(now) + cid, b"")
+    kv.set(seen, _TIME.pack(now))
+    kv.set(_EXPIRY + _order8(now) + candidate_id.encode(), b"")
     return True
+
+
+def seen_key(candidate_id: str) -> bytes:
+    """The key of the record that says a verdict of ``candidate_id`` was applied."""
+    return _SEEN + candidate_id.encode()
+
+
+def judged_candidate(key: bytes) -> str | None:
+    """The candidate id of a ``V`` record's key (a verdict of it was applied), None for any other key."""
+    if not key.startswith(_SEEN):
+        return None
+    try:
+        return key[len(_SEEN) :].decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def expire_before(kv: KeyValue, cutoff: float) -> int:

@@ -408,6 +408,13 @@ class Memory:
         """The patient has an accepted NER fact in ``category`` (normalised lower-case)."""
         return self.kv.exists(self._category_key(patient_id, category))
 
+    def patient_categories(self, patient_id: str) -> tuple[str, ...]:
+        """The patient's accepted NER categories (normalised lower-case), sorted."""
+        prefix = self._category_key(patient_id, "")
+        # Categories are UTF-8, which never holds the byte 0xff; the length field keeps other ids out.
+        keys = self.kv.iter_range(prefix, prefix + b"\xff")
+        return tuple(sorted({k[len(prefix) :].decode() for k, _ in keys}))
+
     # -- metadata -----------------------------------------------------------------------------
 
     def clock(self) -> tuple[float | None, int | None]:

@@ -12,6 +12,10 @@ Semantics (all comparisons case-insensitive, whitespace-stripped):
   that pair's allowed labels; an unlisted pair never violates;
 * a triple is **admitted** iff its pair is listed and ``alias(r)`` is among them. The relation gate
   ALLOWs admitted triples (the RE gate's whitelist, see :mod:`processors.dbpm.gates`).
+
+:func:`filter_verdict` is the Filter on a live candidate: the gate calls it on every relation it
+decides and publishes the verdict on the verdict topic, where it feeds the RE blocklist like any
+verdict (a replay stream already holds these verdicts, replay contract).
 """
 
 from __future__ import annotations
@@ -24,8 +28,14 @@ from types import MappingProxyType
 import yaml
 
 from processors.dbpm.config import RE, RULE_BASED
+from schemas.dbpm import Candidate, RePayload, Verdict, VerdictLabel
 
 _PACKAGE_DATA = "ontology.yaml"
+
+
+def type_pair(head_type: str, tail_type: str) -> tuple[str, str]:
+    """The (head type, tail type) key of the priors: stripped and upper-cased."""
+    return head_type.strip().upper(), tail_type.strip().upper()
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +51,7 @@ class Ontology:
         aliases = {str(k).strip().upper(): str(v).strip().upper() for k, v in data["aliases"].items()}  # type: ignore[union-attr]
         priors: dict[tuple[str, str], frozenset[str]] = {}
         for entry in data["priors"]:  # type: ignore[union-attr]
-            pair = (str(entry["head_type"]).strip().upper(), str(entry["tail_type"]).strip().upper())
+            pair = type_pair(str(entry["head_type"]), str(entry["tail_type"]))
             labels = {aliases.get(str(r).strip().upper(), str(r).strip().upper()) for r in entry["relations"]}
             priors[pair] = priors.get(pair, frozenset()) | frozenset(labels)
         return cls(MappingProxyType(priors), MappingProxyType(aliases))
@@ -52,7 +62,7 @@ class Ontology:
         return self.aliases.get(label, label)
 
     def _allowed(self, head_type: str, tail_type: str) -> frozenset[str] | None:
-        return self.priors.get((head_type.strip().upper(), tail_type.strip().upper()))
+        return self.priors.get(type_pair(head_type, tail_type))
 
     def violates(self, head_type: str, relation: str, tail_type: str) -> bool:
         """Eq. 6: the pair is listed and the alias-normalised relation is not allowed for it."""
@@ -64,26 +74,47 @@ class Ontology:
         allowed = self._allowed(head_type, tail_type)
         return allowed is not None and self.alias(relation) in allowed
 
-    def violation_event(self, gate_event: Mapping[str, object]) -> dict[str, object] | None:
-        """The Filter's rule-based hard_fail for an RE gate event in the replay format, if it violates.
 
-        A live pipeline calls this on every relation candidate and publishes the result on the
-        verdict stream; in a replay stream these events are already present (replay contract).
-        """
-        if gate_event.get("task") != RE:
-            return None
-        payload = gate_event["payload"]
-        if not self.violates(payload["head_type"], payload["relation"], payload["tail_type"]):  # type: ignore[index]
-            return None
-        return {
-            "kind": "verdict",
-            "ts": gate_event["ts"],
-            "task": RE,
-            "verdict": "hard_fail",
-            "source": RULE_BASED,
-            "patient_id": gate_event["patient_id"],
-            "payload": dict(payload),  # type: ignore[call-overload]
-        }
+FILTER_STAGE = "gatekeeper"
+"""The rejection log's stage of the Filter's verdicts (paper Table 7, "Stage 1 (Gatekeeper)")."""
+
+FILTER_ID_SUFFIX = ":ontology"
+"""Appended to the candidate id to give the Filter's verdict an id of its own: the memory applies one
+verdict per id (:mod:`processors.dbpm.ledger`), and the verifier's verdict on the same candidate
+carries the candidate's own id, so both are kept."""
+
+
+def filter_verdict(ontology: Ontology, candidate: Candidate) -> Verdict | None:
+    """The Ontology-Violation Filter on one candidate: a ``rule_based`` ``hard_fail`` if it violates.
+
+    Only a relation candidate can violate (Eq. 6). The verdict is about the candidate's own triple, so
+    it carries the candidate's signature (its payload), patient and event time: the Filter is part of
+    the gate, which decides at the candidate's time, so deciding a candidate again gives the same
+    verdict, byte for byte. Its weight is the source's (Table 4: 0.5). Rejection log: stage
+    ``gatekeeper``, reason ``Ontology_Mismatch_<head type>`` (Table 7 names mismatches by clinical
+    category; the head type is the category the inadmissible relation starts from), confidence 1.0
+    (a deterministic rule).
+
+    Returns:
+        The verdict, or None when the candidate is not a relation or its triple does not violate.
+    """
+    payload = candidate.payload
+    if candidate.task != RE or not isinstance(payload, RePayload):
+        return None
+    if not ontology.violates(payload.head_type, payload.relation, payload.tail_type):
+        return None
+    return Verdict(
+        ts=candidate.ts,
+        task=RE,
+        verdict=VerdictLabel.HARD_FAIL,
+        source=RULE_BASED,
+        patient_id=candidate.patient_id,
+        payload=payload,
+        candidate_id=candidate.candidate_id + FILTER_ID_SUFFIX,
+        stage=FILTER_STAGE,
+        reason=f"Ontology_Mismatch_{payload.head_type.strip()}",
+        confidence=1.0,
+    )
 
 
 def load_ontology(text: str | None = None) -> Ontology:

@@ -96,11 +96,14 @@ class Final:
         verdict: PASS, FAIL, PASS_STRONG or PASS_WEAK.
         error_class: QA failure class (FAIL only).
         defaulted: True when a conservative default or the ensemble decided it, not a single answer.
+        confidence: the share of the answers counted that named this verdict: 1.0 for a single
+            answer, votes / 3 for the ensemble, 0.0 for a conservative default (no answer named it).
     """
 
     verdict: AnswerVerdict
     error_class: QaErrorClass | None = None
     defaulted: bool = False
+    confidence: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,9 +136,9 @@ def conservative(task: str, answer: Answer) -> Final | NeedsEnsemble:
         raise ValueError(f"task {task!r} has no verifier verdict space (gated tasks: ner, re, qa)")
     if answer.verdict is AMBIGUOUS:
         if task == "ner":
-            return Final("PASS", defaulted=True)
+            return Final("PASS", defaulted=True, confidence=0.0)
         if task == "re":
-            return Final("PASS_WEAK", defaulted=True)
+            return Final("PASS_WEAK", defaulted=True, confidence=0.0)
         return NeedsEnsemble()
     if answer.verdict not in allowed:
         raise ValueError(f"verdict {answer.verdict!r} is not in the {task} verdict space {sorted(allowed)}")
@@ -162,11 +165,12 @@ def ensemble(votes: Sequence[Answer]) -> Final:
             raise ValueError(f"QA vote {vote.verdict!r} is not PASS, FAIL or ambiguous")
     fails = [vote for vote in votes if vote.verdict == "FAIL"]
     if len(fails) * 2 <= ENSEMBLE_SIZE:
-        return Final("PASS", defaulted=True)
+        passes = sum(vote.verdict == "PASS" for vote in votes)
+        return Final("PASS", defaulted=True, confidence=passes / ENSEMBLE_SIZE)
     classes = Counter(vote.error_class for vote in fails if vote.error_class is not None)
     # Counter keeps first-insertion order among equal counts, so the earliest vote wins a tie.
     error_class = classes.most_common(1)[0][0] if classes else None
-    return Final("FAIL", error_class, defaulted=True)
+    return Final("FAIL", error_class, defaulted=True, confidence=len(fails) / ENSEMBLE_SIZE)
 
 
 _LABELS: dict[str, VerdictLabel] = {
@@ -187,17 +191,31 @@ def is_verified(label: VerdictLabel) -> bool:
     return label is not VerdictLabel.HARD_FAIL
 
 
+VERIFIER_STAGE = "verifier"
+"""The rejection log's stage of every verifier verdict (paper Table 7)."""
+
+_REASONS: dict[str, str] = {"FAIL": "Reject", "PASS_WEAK": "Weak", "PASS": "Pass", "PASS_STRONG": "Pass"}
+
+
+def verdict_reason(task: str, verdict: AnswerVerdict) -> str:
+    """The rejection log's reason of a verifier verdict: ``<TASK>_Verifier_Reject`` for a FAIL (Table 7's
+    ``NER_Verifier_Reject``, ``QA_Verifier_Reject``), ``..._Weak`` for PASS_WEAK, ``..._Pass`` otherwise."""
+    return f"{task.upper()}_Verifier_{_REASONS[verdict]}"
+
+
 def verdict_event(candidate: Candidate, final: Final, ts: datetime) -> Verdict:
-    """The memory verdict event of a judged candidate.
+    """The memory verdict event of a judged candidate, with the rejection log's fields (Table 7).
 
     Args:
         candidate: the judged candidate.
         final: the decided verdict.
-        ts: the verdict's event time (the candidate's: a verdict is about the candidate's moment).
+        ts: the verdict's event time: when it was decided (the caller's clock; paper §3.2 records the
+            wall-clock time of each verdict event, and Eq. 5 decays on it).
 
     Returns:
-        A :class:`~schemas.dbpm.Verdict` from ``verifier_mmed``; a failing QA verdict carries its error
-        class in the payload, where the memory looks for it (it selects the class pattern).
+        A :class:`~schemas.dbpm.Verdict` from ``verifier_mmed``, stage ``verifier``; a failing QA
+        verdict carries its error class in the payload, where the memory looks for it (it selects the
+        class pattern).
     """
     payload = candidate.payload
     if isinstance(payload, QaPayload):
@@ -213,6 +231,9 @@ def verdict_event(candidate: Candidate, final: Final, ts: datetime) -> Verdict:
         patient_id=candidate.patient_id,
         payload=payload,
         candidate_id=candidate.candidate_id,
+        stage=VERIFIER_STAGE,
+        reason=verdict_reason(candidate.task, final.verdict),
+        confidence=final.confidence,
     )
 
 

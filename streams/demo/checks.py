@@ -19,13 +19,14 @@ from rich.table import Table
 
 from processors.dbpm import DBPMEngine
 from processors.dbpm.measurement import SelectivityCounts, SelectivityTracker, channel_population
+from processors.dbpm.ontology import FILTER_ID_SUFFIX
 from schemas.clinical import ClinicalAssessment
 from schemas.dbpm import Candidate, Verdict
 from streams.bench.stats import percentile
 from streams.demo.data.timeline import week_of
-from streams.demo.feed import emitted_candidates
+from streams.demo.feed import emitted_candidates, published_candidates, published_verdicts
 from streams.demo.llm import LoopPlan
-from streams.demo.plan import Plan, engine_run, last_per_patient, loop_reference
+from streams.demo.plan import Plan, engine_run, last_per_patient, last_time, loop_reference
 from streams.demo.results import (
     BulkFigures,
     DbpmResults,
@@ -37,7 +38,6 @@ from streams.demo.results import (
     WeekLights,
 )
 from streams.demo.summary import lights_text
-from streams.demo.tap import Flow
 from streams.replay.kafka import read_state
 from streams.worker.dbpm import memory_changelog
 
@@ -57,20 +57,22 @@ def step_dbpm(
     """Step 4: the loop's decisions, memory and selectivity; the lockstep slice vs the in-process engine
     (a check), the bulk phase vs the in-process engine (reported) and the bulk phase's figures."""
     loop, run, dead = plan.loop, results.loop or LoopRun(), results.dead or DeadLettered()
-    decisions = _decisions(results.flows["dbpm"])
+    decided = dict(results.flows["dbpm"].latest)
+    decisions = {cid: str(d.decision) for cid, d in decided.items()}
+    # As decided: a QA candidate with the NER categories the coverage join stamped on it.
     emitted = {
-        patient: [c for c in found if c.candidate_id in decisions]
-        for patient, found in emitted_candidates(plan, results.flows).items()
+        patient: [decided[c.candidate_id].candidate for c in found if c.candidate_id in decided]
+        for patient, found in published_candidates(results.flows).items()
     }
-    verdicts = {v.candidate_id: v for v in results.flows["verifier"].outputs}
-    last_ts = loop.narratives[-1].ts.timestamp() if loop.narratives else None
-    state = read_state(bootstrap, memory_changelog(app_id), engine, last_ts)
+    verdicts = published_verdicts(results.flows)
+    events = loop_reference(loop, emitted, verdicts)
+    state = read_state(bootstrap, memory_changelog(app_id), engine, last_time(events))
     lockstep_ids = {
         c.candidate_id for n in loop.narratives[: plan.lockstep] for c in emitted.get(n.patient_id, [])
     }
     mark = len(loop_reference(LoopPlan(narratives=loop.narratives[: plan.lockstep]), emitted, verdicts))
     with console.status("in-process reference run"):
-        reference = engine_run(engine, loop_reference(loop, emitted, verdicts), mark)
+        reference = engine_run(engine, events, mark)
     differing = _differing(reference.decisions, decisions, lambda cid: cid in lockstep_ids)
     bulk_differing = _differing(reference.decisions, decisions, lambda cid: cid not in lockstep_ids)
     same = not differing and (run.lockstep_state == reference.marked if plan.lockstep else True)
@@ -90,7 +92,7 @@ def step_dbpm(
         lockstep=plan.lockstep,
         lockstep_gates=len(lockstep_ids),
         same_state=run.lockstep_state == reference.marked,
-        verdicts=len(verdicts),
+        verdicts=len(results.flows["verifier"].outputs),
         lockstep_s=run.lockstep_s,
         blocks=sum(n for (_, d), n in per_task.items() if d == "BLOCK"),
         let_through=sum(1 for d in decisions.values() if d != "BLOCK"),
@@ -115,10 +117,6 @@ def _dbpm_failures(dbpm: DbpmResults) -> list[str]:
     if inert and dbpm.patients >= INERT_CHECK_MIN_PATIENTS:
         failed.append(f"inert blocklist channels: {', '.join(inert)}")
     return failed
-
-
-def _decisions(flow: Flow) -> dict[str, str]:
-    return {cid: str(d.decision) for cid, d in list(flow.latest.items())}
 
 
 def _differing(
@@ -151,8 +149,9 @@ def _measure(
             measured.gate(c.task, c.patient_id, payload, decision)
             consumed.gate(c.task, c.patient_id, payload, decision)
             verdict = verdicts.get(c.candidate_id)
-            if verdict is not None:
-                consumed.verdict(c.task, c.patient_id, payload, verdict.verdict, verdict.source)
+            for judged in (verdicts.get(c.candidate_id + FILTER_ID_SUFFIX), verdict):
+                if judged is not None:
+                    consumed.verdict(c.task, c.patient_id, payload, judged.verdict, judged.source)
             label = loop.truth[c.candidate_id] if truth else (verdict.verdict if verdict else None)
             if label is not None:
                 measured.verdict(c.task, c.patient_id, payload, label, "verifier_mmed")

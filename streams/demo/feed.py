@@ -16,12 +16,13 @@ from typing import TypeVar
 from confluent_kafka import Producer
 
 from processors.dbpm import DBPMEngine
-from schemas.dbpm import Candidate, Narrative
+from schemas.dbpm import Candidate, Narrative, Verdict
 from schemas.fhir import FhirUpdate
 from schemas.serde import Serde
 from streams.demo.errors import DemoError
 from streams.demo.kafka_io import demo_producer
-from streams.demo.plan import Document, Plan, streams_timeout
+from streams.demo.llm import LoopPlan
+from streams.demo.plan import Document, Plan, last_time, loop_reference, streams_timeout
 from streams.demo.results import DeadLettered, LoopRun
 from streams.demo.tap import Flow, Tap
 from streams.replay.kafka import CommitWatcher, read_state
@@ -101,13 +102,23 @@ def feed_docs(bootstrap: str, serde: Serde, plan: Plan, rate: float) -> None:
 
 def emitted_candidates(plan: Plan, flows: dict[str, Flow]) -> dict[str, list[Candidate]]:
     """Per patient, the candidates of the loop in the generator's order: the planned ones when the
-    demo's responder answers, else those the generator published (the model's)."""
-    if plan.llm_url is None:
-        return plan.loop.candidates
+    demo's responder answers (known before the generator publishes them), else those the generator
+    published (the model's)."""
+    return plan.loop.candidates if plan.llm_url is None else published_candidates(flows)
+
+
+def published_candidates(flows: dict[str, Flow]) -> dict[str, list[Candidate]]:
+    """Per patient, the candidates the generator published, in its order, each once: with the event
+    time it gave them (its clock when it extracted them), which the in-process reference must use."""
     emitted: dict[str, dict[str, Candidate]] = {}
     for c in list(flows["generator"].outputs):
         emitted.setdefault(c.patient_id, {}).setdefault(c.candidate_id, c)
     return {patient: list(found.values()) for patient, found in emitted.items()}
+
+
+def published_verdicts(flows: dict[str, Flow]) -> dict[str, Verdict]:
+    """The verifier's and the Ontology-Violation Filter's verdicts, by their ids."""
+    return {v.candidate_id: v for v in (*flows["verifier"].outputs, *flows["filter"].outputs)}
 
 
 def loop_pending(
@@ -189,7 +200,11 @@ class LoopFeeder:
                 self._wait_done([narrative], LOCKSTEP_TIMEOUT_S)
             run.lockstep_s = time.perf_counter() - started
             if lockstep:
-                as_of = narratives[lockstep - 1].ts.timestamp()
+                slice_plan = LoopPlan(narratives=narratives[:lockstep])
+                events = loop_reference(
+                    slice_plan, published_candidates(self._flows), published_verdicts(self._flows)
+                )
+                as_of = last_time(events)
                 changelog = memory_changelog(self._app_id)
                 run.lockstep_state = read_state(self._bootstrap, changelog, self._engine, as_of)
             bulk = narratives[lockstep:]

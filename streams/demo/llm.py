@@ -23,6 +23,7 @@ from typing import Annotated, Any
 
 import typer
 
+from processors.dbpm.config import RULE_BASED
 from processors.dbpm.extraction import QA_TEMPLATES, candidates, qa_payload
 from processors.dbpm.verification import ENSEMBLE_VARIANTS, verdict_messages
 from schemas.dbpm import Candidate, Narrative
@@ -58,7 +59,9 @@ class LoopPlan:
       generator will emit.
     * **Verdicts**: NER PASS/FAIL (a planned soft downgrade is a PASS: the NER verdict is binary), RE
       PASS_STRONG / PASS_WEAK / FAIL for success / soft_downgrade / hard_fail, QA PASS/FAIL with the
-      planned error class (default ``unsupported``). A verdict call is recognised by its narrative and
+      planned error class (default ``unsupported``). A relation whose synthetic verdict is the
+      Ontology-Violation Filter's is passed by the verifier (:attr:`violations`): the gate's Filter
+      fails it. A verdict call is recognised by its narrative and
       its claim text, which the responder derives with :func:`processors.dbpm.verification.verdict_messages`
       for every planned candidate (and every ensemble variant for QA, the only task with an ensemble).
     * **Lookup keys** are SHA-256 digests of the narrative and the task / question / claim, so the
@@ -70,6 +73,11 @@ class LoopPlan:
     """Per patient id, in the generator's order (NER, RE, QA)."""
     truth: dict[str, str] = field(default_factory=dict)
     """Per candidate id, the planned memory label (the synthetic verdict)."""
+    violations: set[str] = field(default_factory=set)
+    """Ids of the relation candidates whose synthetic verdict is the Ontology-Violation Filter's: the
+    verifier passes them (PASS_STRONG: the narrative states the relation; only the Filter knows the
+    type triple is inadmissible), so the RE channel is fed by the verifier-independent source, as in
+    the paper (§4.7, §6.2)."""
     answers: dict[str, Json] = field(default_factory=dict)
     """Lookup key -> answer JSON (the responder's script)."""
 
@@ -121,14 +129,14 @@ def _plan_patient(
     plan.narratives.append(narrative)
     plan.answers[_key(text, "ner")] = {"entities": ner}
     plan.answers[_key(text, "re")] = {"relations": rel}
-    found = candidates(narrative, "ner", ner) + candidates(narrative, "re", rel)
+    found = candidates(narrative, "ner", ner, ts) + candidates(narrative, "re", rel, ts)
     for category, (question, _) in QA_TEMPLATES.items():
         planned = qa.get(category)
         answer = planned["answer"].strip() if planned else ""
         status = "ANSWERED" if answer else "NOT_IN_NARRATIVE"
         plan.answers[_key(text, "qa", question)] = {"status": status, "answer": answer}
         if answer:
-            found += candidates(narrative, "qa", [qa_payload(category, answer)])
+            found += candidates(narrative, "qa", [qa_payload(category, answer)], ts)
     plan.candidates[patient] = found
     for candidate in found:
         _plan_verdict(plan, candidate, text, qa, truths)
@@ -147,6 +155,9 @@ def _plan_verdict(
     label = truth["verdict"] if truth else "success"
     plan.truth[candidate.candidate_id] = label
     answer_json: Json = {"verdict": _VERDICT[candidate.task][label]}
+    if truth is not None and truth["source"] == RULE_BASED:
+        plan.violations.add(candidate.candidate_id)
+        answer_json["verdict"] = _VERDICT[candidate.task]["success"]
     if candidate.task == "qa":
         failed = label == "hard_fail"
         answer_json["error_class"] = (

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from processors.dbpm import DBPMEngine
 from processors.dbpm.events import Event
+from processors.dbpm.ontology import FILTER_ID_SUFFIX
 from processors.docs.arbiter import ArbiterConfig, Finished, run
 from processors.docs.v3 import load_trap_rules
 from schemas.clinical import AdversarialReview, ClinicalAssessment
@@ -205,13 +206,27 @@ def loop_reference(
     loop: LoopPlan, emitted: dict[str, list[Candidate]], verdicts: dict[str, Verdict]
 ) -> list[Event]:
     """The loop's events as the in-process engine sees them: per narrative, its candidates' gate events
-    in the generator's order, then the verdicts the verifier published for them, in the same order."""
+    in the generator's order, then the Filter's verdicts on them (the gate publishes each as it decides
+    its candidate, before the verifier can judge it), then the verifier's, in the same order.
+
+    ``verdicts`` holds both kinds by their ids (the Filter's: the candidate's with
+    :data:`~processors.dbpm.ontology.FILTER_ID_SUFFIX`)."""
     events: list[Event] = []
     for narrative in loop.narratives:
         found = emitted.get(narrative.patient_id, [])
         events += [contract_event(c) for c in found]
-        events += [contract_event(verdicts[c.candidate_id]) for c in found if c.candidate_id in verdicts]
+        for suffix in (FILTER_ID_SUFFIX, ""):
+            ids = (c.candidate_id + suffix for c in found)
+            events += [contract_event(verdicts[cid]) for cid in ids if cid in verdicts]
     return events
+
+
+def last_time(events: Sequence[Event]) -> float | None:
+    """The latest event time of ``events`` (the in-process memory's clock after them), None if empty.
+
+    The memory a Kafka runtime holds never saw the gate events (a gate writes nothing), so its
+    snapshot is taken as of this time to compare with the in-process engine's."""
+    return max((e.time for e in events), default=None)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ from typing import Protocol, TypeVar
 from rich.console import Console
 
 from processors.dbpm import DBPMEngine
+from processors.dbpm.config import RULE_BASED
+from processors.dbpm.ontology import FILTER_ID_SUFFIX
 from schemas.clinical import ClinicalAssessment
 from schemas.common import DeadLetter
 from schemas.dbpm import Candidate, GateDecision, Narrative, Verdict
@@ -48,7 +50,7 @@ from topics.catalog import (
     dlq_name,
 )
 
-FLOWS = ("generator", "dbpm", "verifier", "clinical", "docs")
+FLOWS = ("generator", "dbpm", "verifier", "filter", "clinical", "docs")
 """The streams the tap measures (:class:`streams.demo.tap.Flow`), by name."""
 
 
@@ -195,7 +197,9 @@ def routes(plan: Plan, flows: dict[str, Flow], dead: DeadLettered, serde: Serde)
         Route(DBPM_CANDIDATES, Candidate, flows["dbpm"], True, in_run),
         Route(DBPM_DECISIONS, GateDecision, flows["dbpm"], False, in_run),
         Route(DBPM_TO_VERIFY, GateDecision, flows["verifier"], True, in_run),
-        Route(DBPM_VERDICTS, Verdict, flows["verifier"], False, in_run),
+        Route(DBPM_VERDICTS, Verdict, flows["verifier"], False, _unless_filtered(in_run)),
+        Route(DBPM_CANDIDATES, Candidate, flows["filter"], True, in_run),
+        Route(DBPM_VERDICTS, Verdict, flows["filter"], False, _if_filtered(in_run)),
         Route(FHIR_UPDATES, FhirUpdate, flows["clinical"], True, of_patients),
         Route(CLINICAL_ASSESSMENTS, ClinicalAssessment, flows["clinical"], False, of_patients),
         Route(DOCS_CLASSIFICATIONS, ClassificationRequest, flows["docs"], True, of_documents),
@@ -227,6 +231,23 @@ def _among(ids: set[str], ident: Callable[[M], str], owner: Callable[[M], str]) 
 
 def _candidate(value: _OfCandidate) -> str:
     return value.candidate_id
+
+
+def _unless_filtered(in_run: Callable[[Verdict], str | None]) -> Callable[[Verdict], str | None]:
+    """The verifier's verdicts of this run, by candidate id (the Filter's are another flow)."""
+    return lambda verdict: None if verdict.source == RULE_BASED else in_run(verdict)
+
+
+def _if_filtered(in_run: Callable[[Verdict], str | None]) -> Callable[[Verdict], str | None]:
+    """The Ontology-Violation Filter's verdicts of this run, by the id of the candidate they judge."""
+
+    def ident(verdict: Verdict) -> str | None:
+        cid = verdict.candidate_id or ""
+        if verdict.source != RULE_BASED or not cid.endswith(FILTER_ID_SUFFIX):
+            return None
+        return in_run(verdict.model_copy(update={"candidate_id": cid.removesuffix(FILTER_ID_SUFFIX)}))
+
+    return ident
 
 
 def _patient(value: _OfPatient) -> str:

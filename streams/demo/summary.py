@@ -18,6 +18,7 @@ STREAM_NAMES = {
     "generator": "generator (narrative -> first candidate)",
     "dbpm": "DBPM gate (candidate -> decision)",
     "verifier": "verifier (to-verify -> verdict)",
+    "filter": "ontology filter (relation -> rule-based verdict)",
     "clinical": "clinical (FHIR update -> assessment)",
     "docs": "arbiter (classification -> disposition)",
 }

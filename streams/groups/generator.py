@@ -6,7 +6,8 @@ NER extraction call, one RE extraction call and one QA call per question templat
 patient ids and drug mentions as prompt hints (:mod:`processors.dbpm.extraction`). The answers become
 ``Candidate`` events on ``clingate.dbpm.candidates``, keyed by patient id with the murmur2 producer of
 :func:`streams.worker.dbpm.producer_config` (so a candidate lands on its patient's gate partition), in a fixed
-order: NER, RE, then QA in template order.
+order: NER, RE, then QA in template order. Their event time is this process's clock when the narrative's
+calls returned (wall clock, paper Eq. 5); the narrative's date travels as ``document_ts``.
 
 Failures. A narrative that does not decode goes to ``clingate.dbpm.narratives.dlq`` (stage decode /
 validate). A narrative some of whose calls failed (any :class:`~streams.llm.LlmFailed`: timeout, 5xx
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from processors.clinical.vocabulary import DrugVocabulary
 from processors.dbpm.extraction import QA_TEMPLATES, candidates, extraction_messages, hints_for, qa_payload
@@ -82,21 +84,25 @@ class Generator:
             for question, _bucket in QA_TEMPLATES.values()
         ]
         ner_result, re_result, *qa_results = await asyncio.gather(ner, rel, *qas)
+        extracted = datetime.now(UTC)
         out: list[Candidate] = []
         failed: list[LlmFailed] = []
         if isinstance(ner_result, LlmOk):
-            out += candidates(narrative, "ner", [e.model_dump() for e in ner_result.value.entities])
+            entities = [e.model_dump() for e in ner_result.value.entities]
+            out += candidates(narrative, "ner", entities, extracted)
         else:
             failed.append(ner_result)
         if isinstance(re_result, LlmOk):
-            out += candidates(narrative, "re", [r.model_dump() for r in re_result.value.relations])
+            relations = [r.model_dump() for r in re_result.value.relations]
+            out += candidates(narrative, "re", relations, extracted)
         else:
             failed.append(re_result)
         for category, result in zip(QA_TEMPLATES, qa_results, strict=True):
             if isinstance(result, LlmFailed):
                 failed.append(result)
             elif result.value.status == "ANSWERED" and result.value.answer.strip():
-                out += candidates(narrative, "qa", [qa_payload(category, result.value.answer.strip())])
+                payload = qa_payload(category, result.value.answer.strip())
+                out += candidates(narrative, "qa", [payload], extracted)
         return out, failed
 
     async def _extract(self, record: SourceRecord, narrative: Narrative) -> Handled:

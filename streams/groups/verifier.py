@@ -8,10 +8,12 @@ prompts, the memory mapping) and published:
 
 * the memory verdict (``hard_fail`` / ``soft_downgrade`` / ``success``, source ``verifier_mmed``) on
   ``clingate.dbpm.verdicts``, keyed by :func:`streams.worker.dbpm.verdict_key` with the murmur2 producer, so
-  the memory agent owning the signature applies it. It carries the candidate's ``candidate_id`` and
-  event time, so a verdict published again (this group is at least once: a crash re-issues the
-  calls of uncommitted records; a re-emitted decision is verified again) is recognised by the
-  memory and applied once (:mod:`processors.dbpm.ledger`);
+  the memory agent owning the signature applies it. Its event time is this process's clock when the
+  verdict was decided (wall clock, paper §3.2 and Eq. 5), and it carries the rejection-log fields of
+  the paper's Table 7 (stage ``verifier``, reason, confidence). It carries the candidate's
+  ``candidate_id``, so a verdict published again (this group is at least once: a crash re-issues the
+  calls of uncommitted records; a re-emitted decision is verified again) is recognised by the memory
+  and applied once (:mod:`processors.dbpm.ledger`), whatever its time;
 * a passing candidate (success or soft_downgrade) on ``clingate.dbpm.verified``, keyed by patient id,
   with headers ``clingate-gate`` (ALLOW / DOWNGRADE), ``clingate-confidence`` (the gate's multiplier,
   0.7 for DOWNGRADE) and ``clingate-verdict`` (PASS, PASS_STRONG, PASS_WEAK), so the downgrade tag
@@ -22,7 +24,8 @@ contract's candidate has none, and copying the text into every candidate, decisi
 would multiply the narrative bytes on three topics by the candidates per narrative). The verifier
 instead follows ``clingate.dbpm.narratives`` itself (:class:`NarrativeCache`: every partition from the
 beginning, no consumer group, like a Kafka Streams global table) and finds a candidate's narrative by
-``(patient_id, ts)``: the generator gives every candidate its narrative's event time. Memory is bounded
+``(patient_id, document_ts)``: the generator gives every candidate its narrative's date (a candidate
+without one, from a replay stream, is looked up by its ``ts``). Memory is bounded
 (``CLINGATE_VERIFIER_NARRATIVE_CACHE`` narratives, least recently used evicted). A candidate whose
 narrative is not found within ``CLINGATE_VERIFIER_NARRATIVE_WAIT_S`` (evicted, past the topic's
 retention, or never published: a candidate injected without a narrative) is dead-lettered with reason
@@ -51,12 +54,13 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from processors.dbpm import DBPMEngine
+from processors.dbpm.events import format_time
 from processors.dbpm.verification import (
     AMBIGUOUS,
     ENSEMBLE_VARIANTS,
@@ -247,10 +251,11 @@ class Verifier:
             return [DecodeFailed(record, Stage.VALIDATE, "UngatedTask",
                                  f"task {candidate.task!r} has no verifier (ner, re, qa)", None,
                                  GateDecision.avro_name)]  # fmt: skip
-        narrative = await self.narratives.get(candidate.patient_id, candidate.ts)
+        document_ts = candidate.document_ts or candidate.ts
+        narrative = await self.narratives.get(candidate.patient_id, document_ts)
         if narrative is None:
             self.llm.metrics.unprocessed.labels(GROUP, "narrative_not_found").inc()
-            when = candidate.model_dump(mode="json")["ts"]
+            when = format_time(document_ts.timestamp())
             reason = f"no narrative of patient {candidate.patient_id} at {when} on {DBPM_NARRATIVES}"
             return [DecodeFailed(record, Stage.PROCESS, "NarrativeNotFound", reason, None,
                                  GateDecision.avro_name)]  # fmt: skip
@@ -258,7 +263,7 @@ class Verifier:
         if isinstance(judged, list):
             self.llm.metrics.unprocessed.labels(GROUP, "verification_failed").inc()
             return [llm_failure(record, GateDecision.avro_name, judged)]
-        verdict = verdict_event(candidate, judged, candidate.ts)
+        verdict = verdict_event(candidate, judged, datetime.now(UTC))
         defaulted = "true" if judged.defaulted else "false"
         self.llm.metrics.verdicts.labels(candidate.task, verdict.verdict.value, defaulted).inc()
         outputs: list[Output | DecodeFailed] = [Output(

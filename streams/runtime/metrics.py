@@ -333,6 +333,27 @@ class DbpmMetrics:
             "Gates waiting now for every memory partition to reach their event time (0 or 1 per gate loop).",
             registry=registry,
         )
+        self.config_mismatch = Gauge(
+            "clingate_dbpm_config_mismatch",
+            "Memory partitions whose last writer ran another DBPM configuration than this gate (0: one).",
+            registry=registry,
+        )
+        self.coverage_held = Gauge(
+            "clingate_dbpm_coverage_held",
+            "QA candidates the gate holds now until their narrative's NER candidates are settled.",
+            registry=registry,
+        )
+        self.coverage_released = Counter(
+            "clingate_dbpm_coverage_released",
+            "QA candidates the NER-coverage join released, by how their coverage was settled "
+            "(settled, timeout, no_ner).",
+            ["coverage"], registry=registry,
+        )  # fmt: skip
+        self.ontology_violations = Counter(
+            "clingate_dbpm_ontology_violations",
+            "Relation candidates the Ontology-Violation Filter failed, by violated (head type, tail type).",
+            ["head_type", "tail_type"], registry=registry,
+        )  # fmt: skip
         self.verdicts = Counter(
             "clingate_dbpm_verdicts", "Verdicts applied to the memory.", ["task", "verdict", "source"],
             registry=registry,

@@ -326,6 +326,16 @@ class Settings(BaseSettings):
         "(only candidates with the clingate-barrier header wait, e.g. replays) before it decides on the "
         "view it has (then recorded in the decision's provenance).",
     )
+    dbpm_coverage_wait_s: float = Field(
+        default=60.0,
+        ge=0,
+        validation_alias="CLINGATE_DBPM_COVERAGE_WAIT_S",
+        description="The NER-coverage join (paper §4.8): longest a live QA candidate waits for its "
+        "narrative's NER candidates to be verified, BLOCKed or dead-lettered before the gate decides it "
+        "(the decision records which, and how long it waited); 0 turns the join off (QA candidates are "
+        "decided at once on the coverage the memory holds). A restarted gate reads again up to this much "
+        "of its candidates.",
+    )
 
     dbpm_cross_task: bool = Field(
         default=True,

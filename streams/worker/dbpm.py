@@ -141,6 +141,9 @@ log = logging.getLogger(__name__)
 
 #: Per-partition memory record: the event time up to which the partition has applied verdicts.
 WATERMARK_KEY = b"\xfe\xfewatermark"
+#: Per-partition memory record: the fingerprint of the configuration of the writer of its last group
+#: (:meth:`processors.dbpm.DBPMConfig.fingerprint`), which the gates compare with their own.
+CONFIG_KEY = b"\xfe\xfeconfig"
 #: Header of a watermark tick on ``clingate.dbpm.verdicts`` (value: ISO event time, record value empty).
 TICK_HEADER = "clingate-watermark"
 #: Name of the memory table (its changelog topic is :func:`memory_changelog`).
@@ -403,6 +406,7 @@ class MemoryHandler:
         self._engine = engine
         self._serde = serde
         self._metrics = metrics
+        self._fingerprint = engine.config.fingerprint().encode()
 
     def apply(self, table: PartitionedTable, partition: int, records: Sequence[SourceRecord]) -> TableBatch:
         """Apply one batch of ``partition``'s verdicts and propagations as one changelog group.
@@ -410,7 +414,8 @@ class MemoryHandler:
         A verdict at or below the partition's boundary offset is already in the memory (re-delivered
         after a crash) and is skipped; a propagation is skipped by its identity instead
         (:meth:`propagate`). The group records the partition's watermark, the latest verdict or tick
-        event time applied, and covers the last verdict offset of the batch, dead-lettered ones
+        event time applied, and, when it changed, the writer's configuration fingerprint
+        (:data:`CONFIG_KEY`); it covers the last verdict offset of the batch, dead-lettered ones
         included (their dead letter is written before the group is staged).
         """
         done = input_offset(table, partition)
@@ -445,6 +450,8 @@ class MemoryHandler:
         if not changed:
             return TableBatch([], dead_letters, None, -1)
         writer.writes[WATERMARK_KEY] = _TIME.pack(watermark)
+        if writer.get(CONFIG_KEY) != self._fingerprint:
+            writer.writes[CONFIG_KEY] = self._fingerprint
         return TableBatch(outputs, dead_letters, writer.writes, -1 if covered is None else covered)
 
     def _propagation_output(

@@ -14,8 +14,19 @@ Topology::
     <app>-dbpm-memory-changelog --(every partition, no group)--> MemoryFollower (RocksDB per partition)
                                                                       | MergedView: the whole memory
     clingate.dbpm.candidates --(group <app>-gate, batches)--> GateLoop -+-> clingate.dbpm.decisions
-                                                                        '-> clingate.dbpm.to-verify
-                                                                            (ALLOW, DOWNGRADE)
+                                                                        +-> clingate.dbpm.to-verify
+                                                                        |   (ALLOW, DOWNGRADE)
+                                                                        '-> clingate.dbpm.verdicts
+                                                                            (the Filter's, on violations)
+
+The Ontology-Violation Filter (paper §4.7, Eq. 6) runs here, on every relation candidate the gate
+decides: a violating triple is published as a ``rule_based`` ``hard_fail`` verdict
+(:func:`processors.dbpm.ontology.filter_verdict`) keyed for the memory like any verdict, counted per
+violated (head type, tail type) in ``clingate_dbpm_ontology_violations_total``. Off with
+``CLINGATE_DBPM_ONTOLOGY_FILTER=off`` (then the memory would ignore them anyway); with ``tag-only`` it
+still runs and the engine turns the BLOCKs its evidence causes into DOWNGRADEs. A replayed candidate
+(``clingate-barrier`` header) gets none: a replay stream carries the Filter's verdicts itself. Each
+decision names the configuration that made it (``config``, :meth:`processors.dbpm.DBPMConfig.fingerprint`).
 
 State the gate reads.
 
@@ -71,14 +82,20 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from prometheus_client import Gauge
 
 from processors.dbpm import BLOCK, DBPMConfig, DBPMEngine, GateEvent, GateRuling
-from schemas.dbpm import Candidate, GateDecision
+from processors.dbpm.config import NER, QA
+from processors.dbpm.coverage import CoverageJoin, Release
+from processors.dbpm.ledger import judged_candidate, seen_key
+from processors.dbpm.memory import Memory
+from processors.dbpm.ontology import filter_verdict, type_pair
+from schemas.dbpm import Candidate, Coverage, GateDecision
 from schemas.serde import Serde, make_serde
 from state.base import Store, Transaction
 from state.rocksdb import RocksDBStore
@@ -98,14 +115,17 @@ from streams.runtime.metrics import DbpmMetrics
 from streams.runtime.settings import Settings
 from streams.worker.dbpm import (
     BARRIER_HEADER,
+    CONFIG_KEY,
     MergedView,
+    contract_event,
     decode_event,
     memory_changelog,
     min_watermark,
     producer_config,
+    verdict_key,
 )
-from streams.worker.tablestore import ChangelogFollower
-from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_TO_VERIFY
+from streams.worker.tablestore import BOUNDARY_KEY, ChangelogFollower
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_TO_VERIFY, DBPM_VERDICTS
 
 log = logging.getLogger(__name__)
 
@@ -152,21 +172,52 @@ class MemoryFollower:
             TopicPartition(self.topic, p, OFFSET_BEGINNING if (o := f.next_offset()) is None else o)
             for p, f in enumerate(self._followers)
         ])  # fmt: skip
+        self.track_judged = False
+        """Collect the candidates whose verdict a group applies (:meth:`judged`; the coverage join's)."""
+        self._judging: list[list[str]] = [[] for _ in range(partitions)]
+        self._judged: list[str] = []
 
     def poll(self, timeout_s: float) -> int:
         """Apply the changelog records available within ``timeout_s``; returns how many were read."""
         messages = self._consumer.consume(num_messages=BATCH_MAX, timeout=timeout_s)
         for message in messages:
             error = message.error()
-            if error is None:
-                self._followers[message.partition()].add(message.key(), message.value(), message.offset())
-            else:  # e.g. the changelog does not exist yet (Faust creates it): librdkafka retries
+            if (
+                error is not None
+            ):  # e.g. the changelog does not exist yet (Faust creates it): librdkafka retries
                 log.debug("memory changelog: %s", error)
+                continue
+            partition, key, value = message.partition(), message.key(), message.value()
+            self._followers[partition].add(key, value, message.offset())
+            if self.track_judged:
+                self._track(partition, key, value)
         return len(messages)
+
+    def _track(self, partition: int, key: bytes, value: bytes | None) -> None:
+        judging = self._judging[partition]
+        if key == BOUNDARY_KEY:  # the group is applied: its verdicts are in the view
+            self._judged += judging
+            judging.clear()
+        elif value is not None and (candidate_id := judged_candidate(key)) is not None:
+            judging.append(candidate_id)
+
+    def judged(self) -> list[str]:
+        """The candidates whose verdict the view applied since the last call (``track_judged`` on)."""
+        judged, self._judged = self._judged, []
+        return judged
+
+    def was_judged(self, candidate_id: str) -> bool:
+        """A verdict of ``candidate_id`` is in the view."""
+        return self.view.get(seen_key(candidate_id)) is not None
 
     def min_watermark(self) -> float:
         """The event time every memory partition has applied in this view (``-inf`` if one has none)."""
         return min_watermark(self._stores)
+
+    def configs(self) -> dict[int, str]:
+        """Per memory partition written yet, the configuration fingerprint of its last writer."""
+        found = {p: store.get(CONFIG_KEY) for p, store in enumerate(self._stores)}
+        return {p: raw.decode() for p, raw in found.items() if raw is not None}
 
     def close(self) -> None:
         """Close the changelog consumer and the stores."""
@@ -183,6 +234,8 @@ class DecidedCandidate:
     value: bytes
     event: GateEvent
     decision: str
+    violation: Output | None = None
+    """The Ontology-Violation Filter's verdict on the candidate, when its triple violates."""
 
     @property
     def task(self) -> str:
@@ -190,12 +243,60 @@ class DecidedCandidate:
         return self.event.task
 
     def outputs(self) -> list[Output]:
-        """The records to produce: the decision, and the same record to verify unless it is a BLOCK."""
-        decided = Output(DBPM_DECISIONS, self.key, self.value)
-        if self.decision == BLOCK:
-            return [decided]
-        return [decided, Output(DBPM_TO_VERIFY, self.key, self.value)]
+        """The records to produce: the decision, the same record to verify unless it is a BLOCK, and the
+        Filter's verdict if there is one (a BLOCKed violation still reinforces its pattern)."""
+        outputs = [Output(DBPM_DECISIONS, self.key, self.value)]
+        if self.decision != BLOCK:
+            outputs.append(Output(DBPM_TO_VERIFY, self.key, self.value))
+        if self.violation is not None:
+            outputs.append(self.violation)
+        return outputs
 
+    def violated_pair(self) -> tuple[str, str] | None:
+        """The (head type, tail type) of the violating triple, for the per-pair counter."""
+        if self.violation is None:
+            return None
+        payload = self.event.payload
+        return type_pair(str(payload["head_type"]), str(payload["tail_type"]))
+
+
+class ConfigWatch:
+    """Reports memory partitions written by a process configured otherwise than this one.
+
+    Every process of one app id must run one DBPM configuration: a memory writer and a gate that
+    disagree (say, on the ontology filter or DOWNGRADE-first) would mix two rule sets silently. Each
+    memory group records its writer's fingerprint (:data:`~streams.worker.dbpm.CONFIG_KEY`); the gate
+    compares every partition's with its own, logs each new disagreement once (both fingerprints; ``clingate
+    config --dbpm`` expands them) and shows how many partitions disagree on a gauge.
+
+    Args:
+        own: this process's configuration fingerprint.
+        app_id: the workers' application id (named in the log line).
+        gauge: where the number of disagreeing partitions is shown.
+    """
+
+    def __init__(self, own: str, app_id: str, gauge: Gauge) -> None:
+        self.own = own
+        self._app_id = app_id
+        self._gauge = gauge
+        self.mismatched: dict[int, str] = {}
+        """Memory partition -> the other configuration's fingerprint, as last observed."""
+
+    def observe(self, configs: Mapping[int, str]) -> None:
+        """Take the fingerprints of the memory partitions' last writers."""
+        others = {p: f for p, f in configs.items() if f != self.own}
+        self._gauge.set(len(others))
+        if others and others != self.mismatched:
+            log.error(
+                "memory partitions %s were written with DBPM configuration %s, this gate runs %s "
+                "(clingate config --dbpm prints a process's flags): every process of app id %s must "
+                "run one configuration", sorted(others), sorted(set(others.values())), self.own, self._app_id,
+            )  # fmt: skip
+        self.mismatched = others
+
+
+Pending = tuple[SourceRecord, Candidate, GateEvent]
+"""A QA candidate the coverage join holds: its record, as decoded."""
 
 Barrier = Callable[[float], bool]
 """Waits until the memory view reached an event time; True if it gave up (the gate then decides on the
@@ -222,18 +323,48 @@ class Gate:
         self._serde = serde
         self._view = view
         self._metrics = metrics
+        flags = engine.config.flags
+        self._filter = flags.ontology_filter and not flags.disabled
+        self._fingerprint = engine.config.fingerprint()
 
     def decode(self, record: SourceRecord) -> tuple[Candidate, GateEvent] | DecodeFailed:
         """The candidate of a ``clingate.dbpm.candidates`` record and its engine event, or the failure."""
         return decode_event(self._serde, record, Candidate)  # type: ignore[return-value]
 
-    def decide(self, candidate: Candidate, event: GateEvent, waited_out: bool = False) -> DecidedCandidate:
-        """Decide ``event`` on the view; the encoded decision record, keyed by patient."""
+    def decide(
+        self,
+        candidate: Candidate,
+        event: GateEvent,
+        waited_out: bool = False,
+        replayed: bool = False,
+        coverage: Release[Pending] | None = None,
+    ) -> DecidedCandidate:
+        """Decide ``event`` on the view; the encoded decision record, keyed by patient, and the Filter's
+        verdict on a violating relation unless the candidate is ``replayed`` (a replay stream carries
+        the Filter's verdicts itself, replay contract).
+
+        A live QA candidate released by the coverage join (``coverage``) is decided with the patient's
+        accepted NER categories, as the memory holds them now, stamped on its payload; one decided
+        without the join gets coverage ``off``.
+        """
         txn = Transaction(self._view)
+        joined: tuple[Coverage, float] | None = None
+        if event.task == QA and not replayed:
+            joined = (Coverage.OFF, 0.0) if coverage is None else (coverage.coverage, coverage.waited_s)
+            if coverage is not None:
+                categories = Memory(txn, self.engine.config).patient_categories(candidate.patient_id)
+                payload = candidate.payload.model_copy(update={"ner_categories": categories})
+                candidate = candidate.model_copy(update={"payload": payload})
+                event = contract_event(candidate)  # type: ignore[assignment]
         _, [decision] = self.engine.process(txn, event, event.time)
         txn.abort()
-        value = self._serde.encode(decision_record(candidate, decision, waited_out), topic=DBPM_DECISIONS)
-        return DecidedCandidate(candidate.patient_id.encode(), value, event, decision.decision)
+        record = decision_record(candidate, decision, waited_out, self._fingerprint, joined)
+        value = self._serde.encode(record, topic=DBPM_DECISIONS)
+        violation = None
+        if self._filter and not replayed and (verdict := filter_verdict(self.engine.ontology, candidate)):
+            key = verdict_key(self.engine, contract_event(verdict))  # type: ignore[arg-type]
+            violation = Output(DBPM_VERDICTS, key, self._serde.encode(verdict, topic=DBPM_VERDICTS))
+        return DecidedCandidate(candidate.patient_id.encode(), value, event, decision.decision, violation)
 
     def handle(self, record: SourceRecord, barrier: Barrier) -> DecidedCandidate | DecodeFailed:
         """One ``clingate.dbpm.candidates`` record: its decision, or why it goes to the dead-letter topic.
@@ -246,10 +377,21 @@ class Gate:
         decoded = self.decode(record)
         if isinstance(decoded, DecodeFailed):
             return decoded
-        candidate, event = decoded
-        waited_out = any(k == BARRIER_HEADER for k, _ in record.headers) and barrier(event.time)
+        return self.judge(record, *decoded, barrier)
+
+    def judge(
+        self,
+        record: SourceRecord,
+        candidate: Candidate,
+        event: GateEvent,
+        barrier: Barrier,
+        coverage: Release[Pending] | None = None,
+    ) -> DecidedCandidate | DecodeFailed:
+        """:meth:`handle` of a decoded record (``coverage``: how the coverage join released it)."""
+        replayed = is_replayed(record)
+        waited_out = replayed and barrier(event.time)
         try:
-            outcome = self.decide(candidate, event, waited_out)
+            outcome = self.decide(candidate, event, waited_out, replayed, coverage)
         except Exception as exc:  # a poison record must not stop the partition: DLQ, nothing decided
             return processing_failed(record, exc, Candidate.avro_name)
         # A decision the broker would refuse on every retry (the batch rewound forever) is its input's DLQ.
@@ -281,6 +423,8 @@ class GateLoop:
         barrier_timeout_s: see :attr:`streams.runtime.settings.Settings.dbpm_barrier_timeout_s`.
         session_timeout_s: the group's session timeout.
         metrics: where decisions, latencies, lag and dead letters are counted.
+        coverage_wait_s: see :attr:`streams.runtime.settings.Settings.dbpm_coverage_wait_s` (0: the
+            coverage join is off).
     """
 
     def __init__(
@@ -293,9 +437,12 @@ class GateLoop:
         barrier_timeout_s: float,
         session_timeout_s: float,
         metrics: DbpmMetrics,
+        coverage_wait_s: float = 0.0,
     ) -> None:
         self._gate = Gate(engine, serde, follower.view, metrics)
         self._follower = follower
+        self._join: CoverageJoin[Pending] | None = CoverageJoin(coverage_wait_s) if coverage_wait_s else None
+        follower.track_judged = self._join is not None
         self._barrier_timeout_s = barrier_timeout_s
         self._metrics = metrics
         self._consumer = Consumer(client_config(bootstrap, **{
@@ -318,6 +465,9 @@ class GateLoop:
         self._dead_letters = DeadLetterRouter(Producer(producer_config(bootstrap, **PRODUCER_LIMITS)), serde)
         self._lag: dict[int, int] = {}
         self._committed: dict[int, int] = {}  # partition -> next offset, of partitions we own
+        self._position: dict[int, int] = {}  # partition -> next offset to decide
+        self._started: dict[int, int] = {}  # partition -> first offset read since it was assigned
+        self._config_watch = ConfigWatch(engine.config.fingerprint(), app_id, metrics.config_mismatch)
         self._stop = threading.Event()  # run()'s, once it runs
         self._consumer.subscribe([DBPM_CANDIDATES], on_revoke=self._on_revoke)
 
@@ -342,8 +492,9 @@ class GateLoop:
         try:
             while not stop.is_set():
                 batch = self._consumer.consume(num_messages=BATCH_MAX, timeout=POLL_S)
-                self._follower.poll(0)  # after the wait: the batch is decided on the freshest view
-                if batch:
+                if self._follower.poll(0):  # after the wait: the batch is decided on the freshest view
+                    self.check_config()
+                if batch or (self._join is not None and len(self._join)):
                     self.decide(batch)
             # A clean stop: make the last (asynchronous) commit durable before leaving the group,
             # or the next owner decides the last batch again.
@@ -356,24 +507,21 @@ class GateLoop:
             self._producer.flush(30)
             self._follower.close()
 
+    def check_config(self) -> None:
+        """Compare the memory writers' configurations with this gate's (:class:`ConfigWatch`)."""
+        self._config_watch.observe(self._follower.configs())
+
     def decide(self, messages: list[Message]) -> None:
-        """Decide one batch, produce its outputs, and commit it once every output is acknowledged."""
+        """Decide one batch and what the coverage join releases, produce the outputs, and commit once
+        every output is acknowledged (never past a candidate the join may still need read again)."""
         started = time.perf_counter()
         failures = self._failures
         failures.clear()
-        first: dict[int, int] = {}
         last: dict[int, int] = {}
         decided: list[DecidedCandidate] = []
         produce = self._producer.produce
         try:
-            for message in messages:
-                if message.error() is not None:
-                    log.warning("candidates consumer: %s", message.error())
-                    continue
-                partition, offset = message.partition(), message.offset()
-                first.setdefault(partition, offset)
-                last[partition] = offset
-                out = self._gate.handle(SourceRecord.from_message(message), self._barrier)
+            for out in self._decisions(messages, last):
                 if isinstance(out, DecodeFailed):
                     self._dead_letter(out)
                     continue
@@ -381,7 +529,7 @@ class GateLoop:
                     produce(output.topic, output.value, output.key)
                 decided.append(out)
         except (DeadLetterDeliveryError, BufferError) as exc:
-            self._rewind(first, str(exc))
+            self._rewind(str(exc))
             return
         except _Stopping:
             self._producer.purge(in_queue=True, in_flight=False)
@@ -389,15 +537,15 @@ class GateLoop:
             return
         remaining = self._producer.flush(30)
         if failures or remaining:
-            self._rewind(first, failures[0].str() if failures else f"{remaining} outputs still queued")
+            self._rewind(failures[0].str() if failures else f"{remaining} outputs still queued")
             return
-        self._committed.update((p, o + 1) for p, o in last.items())
-        self._consumer.commit(
-            offsets=[TopicPartition(DBPM_CANDIDATES, p, o + 1) for p, o in last.items()], asynchronous=True
-        )
+        self._commit()
         elapsed = time.perf_counter() - started
         for (task, decision), count in Counter((out.task, out.decision) for out in decided).items():
             self._metrics.decisions.labels(task, decision).inc(count)
+        for pair, count in Counter(out.violated_pair() for out in decided).items():
+            if pair is not None:
+                self._metrics.ontology_violations.labels(*pair).inc(count)
         for out in decided:
             self._metrics.gate_latency.observe(elapsed)
             gate = out.event
@@ -408,11 +556,85 @@ class GateLoop:
             )
             self._lag[partition] = max(high - offset - 1, 0)
 
-    def _rewind(self, first: dict[int, int], reason: str) -> None:
-        """Seek the batch's partitions back to its first offsets: the batch is decided again."""
-        log.error("gate batch not delivered (%s); deciding it again", reason)
-        for partition, offset in first.items():
+    def _decisions(
+        self, messages: list[Message], last: dict[int, int]
+    ) -> Iterator[DecidedCandidate | DecodeFailed]:
+        """The decisions of a batch's candidates (QA candidates held by the coverage join yield
+        nothing yet), then those of the held candidates the join releases now; ``last`` gets the last
+        offset read per partition."""
+        for message in messages:
+            if message.error() is not None:
+                log.warning("candidates consumer: %s", message.error())
+                continue
+            partition, offset = message.partition(), message.offset()
+            self._started.setdefault(partition, offset)
+            self._position[partition] = last[partition] = offset
+            self._position[partition] += 1
+            out = self._take(SourceRecord.from_message(message))
+            if out is not None:
+                yield out
+        if self._join is None:
+            return
+        for candidate_id in self._follower.judged():
+            self._join.settle(candidate_id)
+        for release in self._join.due(time.monotonic()):
+            record, candidate, event = release.record
+            self._metrics.coverage_released.labels(release.coverage.value).inc()
+            yield self._gate.judge(record, candidate, event, self._barrier, release)
+        self._metrics.coverage_held.set(self._join.held())
+
+    def _take(self, record: SourceRecord) -> DecidedCandidate | DecodeFailed | None:
+        """One candidate through the coverage join (when it is on) and the gate; None: held."""
+        decoded = self._gate.decode(record)
+        if isinstance(decoded, DecodeFailed):
+            return decoded
+        candidate, event = decoded
+        join = self._join
+        if join is None or candidate.document_ts is None or is_replayed(record):
+            return self._gate.judge(record, candidate, event, self._barrier)
+        key = (candidate.patient_id, candidate.document_ts.timestamp())
+        now = time.monotonic()
+        if candidate.task == QA:
+            release = join.qa(key, record.partition, record.offset, (record, candidate, event), now)
+            if release is None:
+                return None
+            self._metrics.coverage_released.labels(release.coverage.value).inc()
+            return self._gate.judge(record, candidate, event, self._barrier, release)
+        out = self._gate.judge(record, candidate, event, self._barrier)
+        if candidate.task != NER or not isinstance(out, DecidedCandidate):
+            join.other(key, record.partition, record.offset, now)
+            return out
+        let_through = out.decision != BLOCK
+        join.ner(key, record.partition, record.offset, candidate.candidate_id, let_through, now)
+        if let_through and self._follower.was_judged(candidate.candidate_id):
+            join.settle(candidate.candidate_id)  # read again after a restart: its verdict is applied
+        return out
+
+    def _commit(self) -> None:
+        """Commit every owned partition up to what was decided, held back to the first candidate of
+        any narrative the coverage join still has open (read again after a restart)."""
+        targets: dict[int, int] = {}
+        for partition, position in self._position.items():
+            low = None if self._join is None else self._join.low_watermark(partition)
+            target = position if low is None else min(position, low)
+            if self._committed.get(partition) != target:
+                targets[partition] = target
+        if targets:
+            self._committed.update(targets)
+            self._consumer.commit(
+                offsets=[TopicPartition(DBPM_CANDIDATES, p, o) for p, o in targets.items()], asynchronous=True
+            )
+
+    def _rewind(self, reason: str) -> None:
+        """Seek every owned partition back to its committed offset and forget the join's state: what
+        was not committed is decided again (the join rebuilds from it)."""
+        log.error("gate outputs not delivered (%s); deciding again from the committed offsets", reason)
+        for partition, position in self._position.items():
+            offset = self._committed.get(partition, self._started.get(partition, position))
             self._consumer.seek(TopicPartition(DBPM_CANDIDATES, partition, offset))
+            self._position[partition] = offset
+        if self._join is not None:
+            self._join.drop(list(self._position))
 
     def _barrier(self, ts: float) -> bool:
         """Follow the changelog until every memory partition reached ``ts``; True if timed out (counted).
@@ -442,10 +664,27 @@ class GateLoop:
         for tp in partitions:
             self._lag.pop(tp.partition, None)
             self._committed.pop(tp.partition, None)
+            self._position.pop(tp.partition, None)
+            self._started.pop(tp.partition, None)
+        if self._join is not None:
+            self._join.drop(tp.partition for tp in partitions)
 
 
-def decision_record(candidate: Candidate, decision: GateRuling, waited_out: bool) -> GateDecision:
-    """The ``clingate.dbpm.decisions`` record of ``decision`` on ``candidate``."""
+def is_replayed(record: SourceRecord) -> bool:
+    """A candidate published by ``clingate replay --via-kafka`` (it carries the barrier header)."""
+    return any(k == BARRIER_HEADER for k, _ in record.headers)
+
+
+def decision_record(
+    candidate: Candidate,
+    decision: GateRuling,
+    waited_out: bool,
+    config: str,
+    coverage: tuple[Coverage, float] | None = None,
+) -> GateDecision:
+    """The ``clingate.dbpm.decisions`` record of ``decision`` on ``candidate`` by the engine whose
+    configuration has the fingerprint ``config``; ``coverage``: how a live QA candidate's NER coverage
+    was settled, and how long it waited for it."""
     provenance = (*decision.sources, *decision.policy, *(("barrier_timeout",) if waited_out else ()))
     return GateDecision(
         ts=candidate.ts,
@@ -459,6 +698,9 @@ def decision_record(candidate: Candidate, decision: GateRuling, waited_out: bool
         confidence_multiplier=decision.multiplier,
         provenance=provenance,
         candidate=candidate,
+        config=config,
+        coverage=None if coverage is None else coverage[0],
+        coverage_wait_s=None if coverage is None else round(coverage[1], 6),
     )
 
 
@@ -473,4 +715,5 @@ def build_gate(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> Gate
     return GateLoop(
         bootstrap, settings.app_id, engine, make_serde(settings.schema_registry_url), follower,
         settings.dbpm_barrier_timeout_s, settings.consumer_session_timeout_s, metrics,
+        settings.dbpm_coverage_wait_s,
     )  # fmt: skip

@@ -128,15 +128,19 @@ def test_a_type_used_twice_is_defined_once_in_the_standalone_form():
     assert schema.count('"name": "clingate.dbpm.NerPayload"') == 1
 
 
+def _field(schema: dict, name: str) -> dict:
+    return next(f for f in schema["fields"] if f["name"] == name)
+
+
 def _payload(schema: dict) -> dict:
-    return next(f for f in schema["fields"] if f["name"] == "payload")
+    return _field(schema, "payload")
 
 
 def test_a_type_defined_again_in_another_file_is_refused(avro_copy: Path):
     candidate = json.loads((avro_copy / "dbpm" / "Candidate.avsc").read_text())
     _edit(
         avro_copy / "dbpm" / "GateDecision.avsc",
-        lambda s: s["fields"][-1].update(type=candidate),  # the candidate field, inline again
+        lambda s: _field(s, "candidate").update(type=candidate),  # inline again
     )
     again = re.escape(
         "dbpm/GateDecision.avsc defines clingate.dbpm.Candidate, already defined in dbpm/Candidate.avsc"

@@ -67,7 +67,8 @@ def test_replay_contract_example_decodes_to_the_same_fields():
             "payload": {"head": "metformin", "head_type": "Treatment", "relation": "TREATS",
                         "tail": "type 2 diabetes", "tail_type": "Diagnosis"}}  # fmt: skip
     candidate = Candidate.model_validate(line)
-    assert SERDE.decode(SERDE.encode(candidate), Candidate).model_dump(mode="json") == line
+    decoded = SERDE.decode(SERDE.encode(candidate), Candidate).model_dump(mode="json", exclude_none=True)
+    assert decoded == line
 
 
 def test_bytes_without_the_marker_are_bad_magic():

@@ -95,12 +95,12 @@ def test_the_tap_counts_dead_lettered_verifications_and_narratives_of_the_run_on
     from schemas.dbpm import GateAction, GateDecision
     from schemas.serde import make_serde
     from streams.demo.plan import build_plan
-    from streams.demo.streams import routes
+    from streams.demo.streams import FLOWS, routes
     from topics.catalog import DBPM_NARRATIVES, DBPM_TO_VERIFY, dlq_name
 
     serde = make_serde(None)
     plan = build_plan(2, 1, 0, 1, Console(quiet=True))
-    flows = {name: Flow(name) for name in ("generator", "dbpm", "verifier", "clinical", "docs")}
+    flows = {name: Flow(name) for name in FLOWS}
     dead = DeadLettered()
     routes = {r.topic: r for r in routes(plan, flows, dead, serde) if r.topic.endswith(".dlq")}
     narrative = plan.loop.narratives[0]

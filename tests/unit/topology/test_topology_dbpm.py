@@ -14,21 +14,23 @@ broker it is one hop late; ``tests/integration/test_dbpm_worker.py`` measures th
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prometheus_client import Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from schemas.dbpm import Candidate, GateDecision
+from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
 from streams.replay.kafka import decision_json
 from streams.runtime.settings import Settings
 from streams.testing.dbpm_stream import StreamShape, generate_events
 from streams.testing.driver import TopologyDriver, partition_for
 from streams.testing.worker import COMPARISON_ENV, comparison_engine, in_process, soak_stream
-from streams.worker.dbpm import BARRIER_HEADER, TICK_HEADER
+from streams.worker.dbpm import BARRIER_HEADER, CONFIG_KEY, TICK_HEADER, dbpm_config
+from streams.worker.gate import ConfigWatch
 from tests.dbpm_streams import with_candidate_ids, with_copies
 from tests.replay_example import EXAMPLE, assert_state_close, example_events, needs_example
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_PROPAGATIONS, DBPM_VERDICTS
@@ -227,3 +229,70 @@ def test_the_driver_engine_is_the_one_the_comparison_workers_run() -> None:
     """The driver's memory engine is configured as workers started with ``COMPARISON_ENV`` are."""
     with TopologyDriver(COMPARISON) as driver:
         assert driver.engine.config == comparison_engine().config
+
+
+def _relation(candidate_id: str, relation: str) -> Candidate:
+    return Candidate.model_validate({
+        "ts": "2026-11-26T09:00:00Z", "task": "re", "patient_id": "p-1", "candidate_id": candidate_id,
+        "payload": {"head": "troponin", "head_type": "Tests", "relation": relation,
+                    "tail": "myocardial infarction", "tail_type": "Diagnosis"},
+    })  # fmt: skip
+
+
+def test_the_gate_runs_the_ontology_filter_on_live_relations_and_the_memory_learns_its_verdicts() -> None:
+    """Scenario: live relation candidates (no barrier header) whose triple the ontology does not admit
+    (Tests -ASSOCIATED_WITH-> Diagnosis), one admitted triple, and a replayed violating candidate.
+
+    Each live violation is decided and its Filter verdict (rule_based hard_fail, its own id, the
+    rejection-log fields, the candidate's time) is published keyed for the memory, which learns it
+    until the triple's pattern BLOCKs (the paper's verifier-independent RE channel), with
+    ``rule_based`` in the BLOCK's provenance; the admitted triple and the replayed candidate get none;
+    every decision and every memory group names the configuration.
+    """
+    settings = Settings(CLINGATE_DBPM_MAINTENANCE=False)
+    with TopologyDriver(settings) as driver:
+        for index in range(14):
+            driver.pipe(DBPM_CANDIDATES, b"p-1", _relation(f"c{index}", "ASSOCIATED_WITH"))
+        driver.pipe(DBPM_CANDIDATES, b"p-1", _relation("admitted", "CONFIRMS"))
+        driver.pipe(
+            DBPM_CANDIDATES, b"p-1", _relation("replayed", "ASSOCIATED_WITH"), ((BARRIER_HEADER, b""),)
+        )
+        verdicts = driver.values(DBPM_VERDICTS, Verdict)
+        decisions = driver.values(DBPM_DECISIONS, GateDecision)
+        configs = {store.get(CONFIG_KEY) for store in driver.memory.stores()} - {None}
+    assert [v.candidate_id for v in verdicts] == [f"c{index}:ontology" for index in range(14)]
+    first = verdicts[0]
+    assert (first.source, first.verdict.value, first.stage, first.reason, first.confidence) == (
+        "rule_based",
+        "hard_fail",
+        "gatekeeper",
+        "Ontology_Mismatch_Tests",
+        1.0,
+    )
+    assert first.ts == decisions[0].ts
+    by_id = {d.candidate_id: d for d in decisions}
+    assert by_id["c0"].decision.value == "ALLOW" and by_id["c13"].decision.value == "BLOCK"
+    assert "rule_based" in by_id["c13"].provenance
+    assert by_id["admitted"].rule == "ontology_admitted"
+    assert by_id["replayed"].decision.value == "BLOCK"  # decided on what the live ones taught
+    assert {d.config for d in decisions} == {driver.engine.config.fingerprint()}
+    assert configs == {driver.engine.config.fingerprint().encode()}
+
+
+def test_a_memory_written_with_another_configuration_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    """Scenario: the gate's configuration against memory partitions written by itself and by a process
+    with DOWNGRADE-first on. The disagreeing partitions are on the gauge and logged once per change."""
+    own = Settings(CLINGATE_DBPM_MAINTENANCE=False)
+    other = Settings(CLINGATE_DBPM_MAINTENANCE=False, CLINGATE_DBPM_DOWNGRADE_FIRST=True)
+    mine, theirs = dbpm_config(own).fingerprint(), dbpm_config(other).fingerprint()
+    assert mine != theirs
+    gauge = Gauge("config_mismatch", "test", registry=CollectorRegistry())
+    watch = ConfigWatch(mine, "clingate", gauge)
+    with caplog.at_level(logging.ERROR, logger="streams.worker.gate"):
+        watch.observe({0: mine, 1: mine})
+        assert gauge._value.get() == 0 and not caplog.records
+        watch.observe({0: mine, 1: theirs, 2: theirs})
+        watch.observe({0: mine, 1: theirs, 2: theirs})
+    assert gauge._value.get() == 2 and watch.mismatched == {1: theirs, 2: theirs}
+    [record] = caplog.records
+    assert theirs in record.getMessage() and mine in record.getMessage()

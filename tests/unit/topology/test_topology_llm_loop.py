@@ -19,9 +19,11 @@ from datetime import UTC, datetime, timedelta
 
 from prometheus_client import Counter
 
+from processors.dbpm.config import RULE_BASED
+from processors.dbpm.ontology import FILTER_ID_SUFFIX
 from schemas.dbpm import Candidate, GateAction, GateDecision, Narrative, NerPayload, Verdict
 from streams.demo.llm import LoopPlan, loop_plan, script_responder
-from streams.demo.plan import demo_stream, engine_run, loop_reference
+from streams.demo.plan import demo_stream, engine_run, last_time, loop_reference
 from streams.llm import ClientPolicy, Endpoint, LlmClient, Role
 from streams.llm.serve.testserver import DEFAULT_MODEL, OpenAiTestServer, Responder
 from streams.runtime.metrics import LlmGroupMetrics
@@ -38,7 +40,12 @@ from topics.catalog import (
     DBPM_VERIFIED,
 )
 
-SETTINGS = Settings(CLINGATE_DBPM_MAINTENANCE=False)
+SETTINGS = Settings(CLINGATE_DBPM_MAINTENANCE=False, CLINGATE_DBPM_CROSS_TASK=False)
+"""The configuration in which the loop's memory equals the in-process engine's event for event: with
+cross-task propagation on, a propagation reaches its target one hop later than inline, after verdicts
+the engine applies after it (a Filter verdict, published as its candidate is decided, propagates to an
+entity before the entity's own verdict inline, after it on the loop); the topology tests of the memory
+prove propagation with the hop."""
 
 
 @contextmanager
@@ -101,24 +108,31 @@ def test_the_loop_decides_and_learns_like_the_in_process_engine_and_bad_records_
         candidates = driver.values(DBPM_CANDIDATES, Candidate)
         decisions = {d.candidate_id: d.decision.value for d in driver.values(DBPM_DECISIONS, GateDecision)}
         verdicts = {v.candidate_id: v for v in driver.values(DBPM_VERDICTS, Verdict)}
-        state = driver.memory_state(loop.narratives[-1].ts.timestamp())
+        emitted = {n.patient_id: [c for c in candidates if c.patient_id == n.patient_id]
+                   for n in loop.narratives}  # fmt: skip
+        events = loop_reference(loop, emitted, verdicts)
+        state = driver.memory_state(last_time(events))
         dead = [d.letter for topic in (DBPM_NARRATIVES, DBPM_TO_VERIFY) for d in driver.dead_letters(topic)]
         engine = driver.engine
 
-    emitted = {n.patient_id: [c for c in candidates if c.patient_id == n.patient_id] for n in loop.narratives}
-    assert emitted == loop.candidates
-    reference = engine_run(engine, loop_reference(loop, emitted, verdicts), 0)
+    def planned(candidate: Candidate) -> Candidate:
+        return candidate.model_copy(update={"ts": candidate.document_ts})
+
+    assert {patient: [planned(c) for c in found] for patient, found in emitted.items()} == loop.candidates
+    reference = engine_run(engine, events, 0)
     assert decisions == reference.decisions
     assert state == reference.state
     blocked = sum(d == GateAction.BLOCK.value for d in decisions.values())
-    assert set(verdicts) == {c for c, d in decisions.items() if d != GateAction.BLOCK.value}
+    filtered = {c for c, v in verdicts.items() if v.source == RULE_BASED}
+    assert filtered and all(c.endswith(FILTER_ID_SUFFIX) for c in filtered)
+    assert set(verdicts) - filtered == {c for c, d in decisions.items() if d != GateAction.BLOCK.value}
     assert _total(metrics.calls_saved) == blocked
     assert {r.topic for r in bad} == {DBPM_NARRATIVES, DBPM_TO_VERIFY} and len(bad) == 12
     assert [(d.topic, d.key, d.value) for d in dead] == [(r.topic, r.key, r.value) for r in bad]
 
 
 def test_a_candidate_without_its_narrative_is_dead_lettered_by_the_verifier() -> None:
-    """Scenario: a to-verify record whose candidate names a narrative time nothing was published at.
+    """Scenario: a to-verify record whose candidate names a narrative date nothing was published at.
 
     The verifier finds no narrative and dead-letters it (``NarrativeNotFound``, stage ``process``)
     without a call; no verdict is invented.
@@ -128,8 +142,8 @@ def test_a_candidate_without_its_narrative_is_dead_lettered_by_the_verifier() ->
         driver.pipe(DBPM_NARRATIVES, loop.narratives[0].patient_id.encode(), loop.narratives[0])
         decision = driver.values(DBPM_TO_VERIFY, GateDecision)[0]
         later = decision.ts + timedelta(days=1)
-        orphan = decision.model_copy(update={"ts": later, "candidate": decision.candidate.model_copy(
-            update={"ts": later})})  # fmt: skip
+        orphan = decision.model_copy(update={"candidate": decision.candidate.model_copy(
+            update={"document_ts": later})})  # fmt: skip
         verdicts, calls = len(driver.records(DBPM_VERDICTS)), _total(metrics.llm.calls)
         driver.pipe(DBPM_TO_VERIFY, decision.patient_id.encode(), orphan)
         [letter] = driver.dead_letters(DBPM_TO_VERIFY)

@@ -10,7 +10,9 @@ from dbpm_harness import DAY, T0, make, ner, qa, rel
 from processors.dbpm import DBPMConfig
 from processors.dbpm.maintenance import maintain
 from processors.dbpm.memory import Memory, Pattern, decayed, order_key
+from processors.dbpm.ontology import filter_verdict
 from processors.dbpm.signatures import qa_signature, re_signature
+from schemas.dbpm import Candidate
 
 approx = pytest.approx
 
@@ -243,11 +245,18 @@ def test_ontology_violation_and_admission_use_alias_normalised_labels():
 def test_ontology_filter_channel_downgrades_then_blocks_the_violating_triple():
     h = make()
     triple = rel(relation="DIAGNOSES")  # Treatment -> Diagnosis does not admit DIAGNOSES
-    event = {"kind": "gate", "ts": "2026-05-04T00:00:00Z", "task": "re", "patient_id": "p1",
-             "candidate_id": "x", "payload": triple}  # fmt: skip
-    violation = h.engine.ontology.violation_event(event)
-    assert violation["source"] == "rule_based"
-    assert violation["verdict"] == "hard_fail"
+    candidate = Candidate.model_validate({"ts": "2026-05-04T00:00:00Z", "task": "re", "patient_id": "p1",
+                                          "candidate_id": "x", "payload": triple})  # fmt: skip
+    verdict = filter_verdict(h.engine.ontology, candidate)
+    assert verdict is not None and (verdict.source, verdict.verdict) == ("rule_based", "hard_fail")
+    assert (verdict.candidate_id, verdict.stage, verdict.reason) == (
+        "x:ontology",
+        "gatekeeper",
+        "Ontology_Mismatch_Treatment",
+    )
+    assert filter_verdict(h.engine.ontology, candidate.model_copy(update={"payload": rel()})) is None
+    violation = {"kind": "verdict", **verdict.model_dump(mode="json", exclude_none=True)}
+    violation.pop("candidate_id")  # each send is another candidate's verdict
     severities, decisions = [], []
     for _ in range(6):
         h.send(violation)

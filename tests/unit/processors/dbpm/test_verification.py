@@ -46,11 +46,11 @@ def _qa_candidate() -> Candidate:
 def test_only_an_explicit_fail_fails_an_ner_candidate() -> None:
     assert conservative("ner", Answer("FAIL")) == Final("FAIL")
     assert conservative("ner", Answer("PASS")) == Final("PASS")
-    assert conservative("ner", Answer(AMBIGUOUS)) == Final("PASS", defaulted=True)
+    assert conservative("ner", Answer(AMBIGUOUS)) == Final("PASS", defaulted=True, confidence=0.0)
 
 
 def test_an_ambiguous_relation_verdict_is_pass_weak() -> None:
-    assert conservative("re", Answer(AMBIGUOUS)) == Final("PASS_WEAK", defaulted=True)
+    assert conservative("re", Answer(AMBIGUOUS)) == Final("PASS_WEAK", defaulted=True, confidence=0.0)
     assert conservative("re", Answer("PASS_STRONG")) == Final("PASS_STRONG")
 
 
@@ -74,9 +74,9 @@ def test_ensemble_ties_break_to_pass() -> None:
 
 def test_ensemble_fails_on_two_explicit_fails_with_the_most_common_class() -> None:
     votes = [Answer("FAIL", "unsupported"), Answer("FAIL", "contradicted"), Answer("FAIL", "contradicted")]
-    assert ensemble(votes) == Final("FAIL", "contradicted", defaulted=True)
+    assert ensemble(votes) == Final("FAIL", "contradicted", defaulted=True, confidence=1.0)
     tie = [Answer("FAIL", "over_specified"), Answer("PASS"), Answer("FAIL", "unsupported")]
-    assert ensemble(tie) == Final("FAIL", "over_specified", defaulted=True)
+    assert ensemble(tie) == Final("FAIL", "over_specified", defaulted=True, confidence=pytest.approx(2 / 3))
 
 
 def test_ensemble_takes_exactly_three_votes() -> None:
@@ -115,6 +115,18 @@ def test_a_failing_qa_verdict_carries_its_error_class_and_a_passing_one_none() -
     assert passed.candidate_id == "c1" and passed.patient_id == "p1"
 
 
+def test_verdicts_carry_the_rejection_log_stage_reason_and_confidence() -> None:
+    failed = verdict_event(_qa_candidate(), Final("FAIL", "contradicted"), TS)
+    assert (failed.stage, failed.reason, failed.confidence) == ("verifier", "QA_Verifier_Reject", 1.0)
+    weak = conservative("re", Answer(AMBIGUOUS))
+    assert isinstance(weak, Final) and (weak.verdict, weak.confidence) == ("PASS_WEAK", 0.0)
+    majority = ensemble([Answer("FAIL"), Answer("FAIL"), Answer("PASS")])
+    assert majority.confidence == pytest.approx(2 / 3)
+    tie = ensemble([Answer("FAIL"), Answer(AMBIGUOUS), Answer("PASS")])
+    assert (tie.verdict, tie.confidence) == ("PASS", pytest.approx(1 / 3))
+    assert verdict_event(_qa_candidate(), tie, TS).reason == "QA_Verifier_Pass"
+
+
 def test_ensemble_prompts_differ_from_each_other_and_from_the_first_call() -> None:
     prompts = {
         json_of(verdict_messages(_qa_candidate(), "Treated with meropenem.", variant))
@@ -147,10 +159,12 @@ def test_hints_are_injected_into_extraction_prompts_and_omitted_when_empty() -> 
 def test_candidates_are_deduplicated_with_content_derived_ids() -> None:
     narrative = Narrative(ts=TS, patient_id="p1", text="note")
     entity = {"entity": "sepsis", "category": "Diagnosis"}
-    first = candidates(narrative, "ner", [entity, entity, {"entity": "fever", "category": "Symptoms"}])
-    again = candidates(narrative, "ner", [entity])
-    assert len(first) == 2 and first[0].candidate_id == again[0].candidate_id
-    assert first[0].ts == TS and isinstance(first[0].payload, NerPayload)
+    extracted, later = datetime(2026, 11, 26, 9, tzinfo=UTC), datetime(2026, 11, 27, tzinfo=UTC)
+    fever = {"entity": "fever", "category": "Symptoms"}
+    first = candidates(narrative, "ner", [entity, entity, fever], extracted)
+    again = candidates(narrative, "ner", [entity], later)
+    assert len(first) == 2 and first[0].candidate_id == again[0].candidate_id  # extracted again: same id
+    assert (first[0].ts, first[0].document_ts) == (extracted, TS) and isinstance(first[0].payload, NerPayload)
     assert first[0].candidate_id != first[1].candidate_id
 
 
