@@ -2,17 +2,25 @@
 
 Inline SVG rather than a plotting library: the page must open offline (no network fonts or scripts),
 and the installed environment has no plotting library among the runtime dependencies (matplotlib
-arrives only with a test extra). Four charts: the memory population over event time, the severity
-trajectories of the top signatures, the lift per QA category with its 95% CI, and the traffic-light
-distribution. Every chart also lists its numbers in a table, so nothing depends on reading a plot.
+arrives only with a test extra). The charts: the memory population over event time, the severity
+trajectories of the top signatures, the lift per QA category with its 95% CI, the traffic lights
+(final and per simulated week), and throughput and latency per stream. Every chart also lists its
+numbers in a table, so nothing depends on reading a plot.
+
+Each series or bar carries its colour, chosen once where the page builds it, and a chart draws the
+mark and the legend entry of a series in that one colour: a traffic light is always in its own colour
+(:data:`_LIGHT_COLOURS`), and a task or a stream keeps its colour across the charts that show it
+(:func:`_palette`). A chart never picks a colour by position, which would tie a light's colour to the
+order its series happen to come in.
 """
 
 from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import astuple, dataclass
+from itertools import cycle
 from pathlib import Path
 
 from processors.dbpm.measurement import PopulationReport, SelectivityCounts
@@ -22,15 +30,25 @@ from streams.demo.summary import stream_rows, summary_rows
 _W, _H, _PAD = 640, 260, 48
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 _LIGHT_COLOURS = {"RED": "#d62728", "YELLOW": "#e6b800", "GREEN": "#2ca02c"}
-_LIGHTS = ("RED", "YELLOW", "GREEN")
+"""Each traffic light's own colour, in the order the page lists the lights."""
 
 
 @dataclass(frozen=True)
 class Series:
-    """One line of a line chart: ``points`` are ``(x, y)`` with x in event-time hours."""
+    """One line of a line chart: ``points`` are ``(x, y)``; its line and legend swatch are in ``colour``."""
 
     name: str
     points: Sequence[tuple[float, float]]
+    colour: str
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One bar of a bar chart: ``value`` high, labelled ``label`` below it, filled with ``colour``."""
+
+    label: str
+    value: int
+    colour: str
 
 
 @dataclass(frozen=True)
@@ -42,6 +60,12 @@ class Interval:
     low: float | None
     high: float | None
     text: str
+
+
+def _palette(names: Iterable[str]) -> dict[str, str]:
+    """A colour per name, in order (repeating after six): the one place series without a colour of
+    their own get one, so charts that show the same names show them in the same colours."""
+    return dict(zip(names, cycle(_COLOURS)))
 
 
 def _scale(lo: float, hi: float, a: float, b: float) -> Callable[[float], float]:
@@ -78,11 +102,10 @@ def line_chart(
     sy = _scale(0.0, y_max, _H - _PAD, _PAD / 2)
     parts = []
     for i, s in enumerate(series):
-        colour = _COLOURS[i % len(_COLOURS)]
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s.points)
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.8" points="{path}"/>')
+        parts.append(f'<polyline fill="none" stroke="{s.colour}" stroke-width="1.8" points="{path}"/>')
         parts.append(
-            f'<rect x="{_W - _PAD - 110}" y="{_PAD / 2 + 14 * i}" width="10" height="10" fill="{colour}"/>'
+            f'<rect x="{_W - _PAD - 110}" y="{_PAD / 2 + 14 * i}" width="10" height="10" fill="{s.colour}"/>'
             f'<text x="{_W - _PAD - 96}" y="{_PAD / 2 + 14 * i + 9}" font-size="10">'
             f"{html.escape(s.name[:22])}</text>"
         )
@@ -120,22 +143,21 @@ def interval_chart(title: str, bars: Sequence[Interval], y_label: str) -> str:
     return _frame(title, "".join(parts), y_max, y_label, "category")
 
 
-def bar_chart(title: str, counts: Mapping[str, int], y_label: str) -> str:
-    """Vertical bars, one per key, coloured by traffic light where the key is one."""
-    y_max = max([*counts.values(), 1]) * 1.1
+def bar_chart(title: str, bars: Sequence[Bar], y_label: str) -> str:
+    """Vertical bars with their values above them and their labels below (the labels are the legend)."""
+    y_max = max([*(b.value for b in bars), 1]) * 1.1
     sy = _scale(0.0, y_max, _H - _PAD, _PAD / 2)
-    step = (_W - 2 * _PAD) / max(len(counts), 1)
+    step = (_W - 2 * _PAD) / max(len(bars), 1)
     parts = []
-    for i, (label, count) in enumerate(counts.items()):
+    for i, b in enumerate(bars):
         x = _PAD + step * i + step * 0.2
-        colour = _LIGHT_COLOURS.get(label, _COLOURS[i % len(_COLOURS)])
         parts.append(
-            f'<rect x="{x:.1f}" y="{sy(count):.1f}" width="{step * 0.6:.1f}" '
-            f'height="{_H - _PAD - sy(count):.1f}" fill="{colour}"/>'
-            f'<text x="{x + step * 0.3:.1f}" y="{sy(count) - 4:.1f}" text-anchor="middle" font-size="11">'
-            f"{count}</text>"
+            f'<rect x="{x:.1f}" y="{sy(b.value):.1f}" width="{step * 0.6:.1f}" '
+            f'height="{_H - _PAD - sy(b.value):.1f}" fill="{b.colour}"/>'
+            f'<text x="{x + step * 0.3:.1f}" y="{sy(b.value) - 4:.1f}" text-anchor="middle" font-size="11">'
+            f"{b.value}</text>"
             f'<text x="{x + step * 0.3:.1f}" y="{_H - _PAD + 14}" text-anchor="middle" font-size="11">'
-            f"{html.escape(label)}</text>"
+            f"{html.escape(b.label)}</text>"
         )
     return _frame(title, "".join(parts), y_max, y_label, "")
 
@@ -198,14 +220,18 @@ def _hours(snapshots: Sequence[MemoryPoint]) -> list[float]:
 
 def _population(snapshots: Sequence[MemoryPoint]) -> str:
     hours = _hours(snapshots)
-    tasks = ("ner", "re", "qa")
+    colours = _palette(("ner", "re", "qa"))
     blocklist = [
-        Series(task, [(h, len(s.blocklist.get(task, {}))) for h, s in zip(hours, snapshots, strict=True)])
-        for task in tasks
+        Series(
+            task,
+            [(h, len(s.blocklist.get(task, {}))) for h, s in zip(hours, snapshots, strict=True)],
+            colour,
+        )
+        for task, colour in colours.items()
     ]
     whitelist = [
-        Series(task, [(h, s.whitelist.get(task, 0)) for h, s in zip(hours, snapshots, strict=True)])
-        for task in tasks
+        Series(task, [(h, s.whitelist.get(task, 0)) for h, s in zip(hours, snapshots, strict=True)], colour)
+        for task, colour in colours.items()
     ]
     return line_chart("blocklist signatures held over event time", blocklist, "patterns") + line_chart(
         "whitelist signatures held over event time", whitelist, "signatures"
@@ -224,14 +250,16 @@ def _trajectories(snapshots: Sequence[MemoryPoint]) -> str:
         ),
         reverse=True,
     )
+    top = {f"{task} {signature}": (task, signature) for _, task, signature in ranked[:5]}
     trajectories = []
-    for _, task, signature in ranked[:5]:
+    for name, colour in _palette(top).items():
+        task, signature = top[name]
         points = []
         for h, s in zip(hours, snapshots, strict=True):
             found = s.blocklist.get(task, {}).get(signature)
             if found is not None:
                 points.append((h, found[0]))
-        trajectories.append(Series(f"{task} {signature}", points))
+        trajectories.append(Series(name, points, colour))
     return line_chart(
         "severity of the top 5 blocklist signatures (severity x count at the end)", trajectories, "severity"
     )
@@ -258,9 +286,10 @@ def _channels(population: PopulationReport) -> str:
 
 
 def _traffic_lights(results: Results) -> str:
-    lights = {k: results.lights[k] for k in _LIGHTS}
+    lights = [Bar(light, results.lights[light], colour) for light, colour in _LIGHT_COLOURS.items()]
     weeks = [
-        Series(k, [(float(w.week), float(w.lights[k])) for w in results.lights_by_week]) for k in _LIGHTS
+        Series(light, [(float(w.week), float(w.lights[light])) for w in results.lights_by_week], colour)
+        for light, colour in _LIGHT_COLOURS.items()
     ]
     patients = [
         (p.patient, p.age, p.severity, ", ".join(p.drugs), p.light, p.shadow, "; ".join(p.sources))
@@ -275,17 +304,14 @@ def _traffic_lights(results: Results) -> str:
 
 def _stream_charts(results: Results) -> str:
     stats = {name: flow.stats() for name, flow in results.flows.items()}
+    colours = _palette(stats)
+
+    def bars(stat: str, scale: float) -> list[Bar]:
+        return [Bar(name, round(scale * s[stat]), colours[name]) for name, s in stats.items()]
+
     return (
-        bar_chart("throughput (outputs/s)", {n: round(s["rate"]) for n, s in stats.items()}, "outputs/s")
-        + bar_chart(
-            "latency p50 (ms, produced -> output consumed)",
-            {n: round(1000 * s["p50"]) for n, s in stats.items()},
-            "ms",
-        )
-        + bar_chart(
-            "latency p99 (ms, produced -> output consumed)",
-            {n: round(1000 * s["p99"]) for n, s in stats.items()},
-            "ms",
-        )
+        bar_chart("throughput (outputs/s)", bars("rate", 1), "outputs/s")
+        + bar_chart("latency p50 (ms, produced -> output consumed)", bars("p50", 1000), "ms")
+        + bar_chart("latency p99 (ms, produced -> output consumed)", bars("p99", 1000), "ms")
         + table(["stream", "outputs", "throughput", "latency p50", "latency p99"], stream_rows(results))
     )
