@@ -28,7 +28,8 @@ from streams.demo.results import MemoryPoint, Results
 from streams.demo.summary import stream_rows, summary_rows
 
 _W, _H, _PAD = 640, 260, 48
-_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+_COLOURS = ("#1f77b4", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f")
+"""Colours of series without one of their own: no red, yellow or green, which mean a traffic light."""
 _LIGHT_COLOURS = {"RED": "#d62728", "YELLOW": "#e6b800", "GREEN": "#2ca02c"}
 """Each traffic light's own colour, in the order the page lists the lights."""
 

@@ -165,6 +165,7 @@ def test_every_chart_of_the_report_draws_each_series_in_the_colour_of_its_legend
     test until it is."""
     charts = _charts(tmp_path)
     lights = report._LIGHT_COLOURS
+    assert not set(report._COLOURS) & set(lights.values()), "only a light is drawn in a light's colour"
     checked = set()
 
     def chart(caption: str) -> ET.Element:
