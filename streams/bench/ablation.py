@@ -266,7 +266,9 @@ def run_via_kafka(
 Runner = Callable[[Arm, CohortStream], ArmResult]
 
 
-def run_ablation(stream: CohortStream, runner: Runner = run_in_process, arms: Sequence[Arm] = ARMS) -> dict:
+def run_ablation(
+    stream: CohortStream, runner: Runner = run_in_process, arms: Sequence[Arm] = ARMS
+) -> dict[str, Any]:
     """Run every arm over ``stream`` and return the report (:func:`processors.dbpm.ablation.ablation_report`)
     with the cohort's allocation table (without its id list, which ``--json`` writes) and the arms'
     settings."""
