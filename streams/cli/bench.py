@@ -12,11 +12,12 @@ from typing import Annotated
 
 import typer
 
-from streams.bench import chaos, clinical, dbpm, dbpm_kafka, docs, llm, restart
+from streams.bench import ablation, chaos, clinical, dbpm, dbpm_kafka, docs, llm, restart
 
 app = typer.Typer(help="Benchmarks of each area: throughput, per-event cost, size.", no_args_is_help=True)
 app.add_typer(dbpm.app, name="dbpm")
 app.command("dbpm-kafka")(dbpm_kafka.dbpm_kafka)
+app.command("ablation")(ablation.ablation)
 app.command("chaos")(chaos.chaos)
 app.command("clinical")(clinical.clinical)
 app.command("docs")(docs.docs)

@@ -389,6 +389,13 @@ class Settings(BaseSettings):
         "tag-only (a BLOCK resting on ontology evidence is emitted as DOWNGRADE, §4.9 / A.6); off "
         "(rule-based RE verdicts are not recorded).",
     )
+    dbpm_ner_coverage: bool = Field(
+        default=True,
+        validation_alias="CLINGATE_DBPM_NER_COVERAGE",
+        description="M1V7_ENABLE, the QA gate's NER-coverage signal (paper Eq. 9, Table 6 row 2); off: "
+        "no category has a NER bucket, so every QA candidate takes the fail-rate x difficulty fallback "
+        "(Eq. 7-8).",
+    )
     dbpm_qa_fail_threshold: float = Field(
         default=0.30,
         ge=0.0,

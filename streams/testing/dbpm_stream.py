@@ -33,6 +33,15 @@ paper's production run, so that the memory sees the same kind of traffic it woul
 Everything is drawn from one ``random.Random(seed)``, patient by patient, so a stream is a pure
 function of (``n_events``, :class:`StreamShape`) and a shorter stream is a prefix of a longer one.
 The vocabulary is our own; the six violating type-triples are the paper's (§6.2).
+
+**Patient attributes** (:func:`generate_patients`, for the stratified cohort of §5.1): the document
+length is the length of the patient's synthetic narrative, so it grows with the entities the patient
+has, as a case report's does. Age and gender are not in the events (adding them would change every
+existing event's bytes) and are not drawn from the stream's generator (that would change every later
+draw): they come from a generator of their own seeded by the stream seed and the patient id, so they
+are a pure function of the two. Their distribution follows the skew the paper reports for
+PMC-Patients (§5.1: most patients 40-64, the 18-39 female bucket next, a few without an age or a
+recorded gender).
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from processors.dbpm.cohort import PatientAttributes
 from processors.dbpm.extraction import QA_TEMPLATES
 from processors.dbpm.qa_classifier import classify_qa_error
 
@@ -549,6 +559,49 @@ class _Patient:
             yield _verdict(verdict_ts, "qa", verdict, "verifier_mmed", self.pid, verdict_payload)
 
 
+_AGE_RANGES: tuple[tuple[int, int] | None, ...] = ((0, 17), (18, 39), (40, 64), (65, 95), None)
+_AGE_WEIGHTS = (0.10, 0.26, 0.40, 0.21, 0.03)
+"""Age buckets (None: no age recorded) and their shares (module docstring, "Patient attributes")."""
+
+
+def _attributes(seed: int, patient: _Patient) -> PatientAttributes:
+    """Age and gender from a generator of their own (module docstring); the narrative's length."""
+    rng = random.Random(f"attributes:{seed}:{patient.pid}")
+    ages = rng.choices(_AGE_RANGES, _AGE_WEIGHTS)[0]
+    age = None if ages is None else rng.randint(*ages)
+    female = 0.60 if ages == (18, 39) else 0.47
+    roll = rng.random()
+    gender = "F" if roll < female else "M" if roll < 0.99 else None
+    return PatientAttributes(patient.pid, age, gender, len(patient.narrative))
+
+
+def generate_patients(
+    n_patients: int, shape: StreamShape | None = None
+) -> Iterator[tuple[PatientAttributes, list[StreamEvent]]]:
+    """Yield the first ``n_patients`` patients of the stream: attributes, then the patient's events.
+
+    The events are exactly those :func:`generate_events` yields for the patient (the same draws in
+    the same order); the attributes are described in the module docstring.
+
+    Args:
+        n_patients: how many patients to yield.
+        shape: the stream's proportions and seed.
+    """
+    shape = shape or StreamShape()
+    for _, patient in zip(range(n_patients), _patients(shape), strict=False):
+        yield _attributes(shape.seed, patient), list(patient.events())
+
+
+def _patients(shape: StreamShape) -> Iterator[_Patient]:
+    """The stream's patients in order, all drawing from one generator: a patient's events MUST be
+    consumed before the next patient is taken, or the draws interleave differently."""
+    rng = random.Random(shape.seed)
+    index = 0
+    while True:
+        yield _Patient(rng, shape, index)
+        index += 1
+
+
 def generate_events(n_events: int, shape: StreamShape | None = None) -> Iterator[StreamEvent]:
     """Yield the first ``n_events`` events of the synthetic stream described by ``shape``.
 
@@ -559,17 +612,15 @@ def generate_events(n_events: int, shape: StreamShape | None = None) -> Iterator
     Returns:
         An iterator of replay-contract event objects, in processing order.
     """
-    shape = shape or StreamShape()
-    rng = random.Random(shape.seed)
+    if n_events < 1:
+        return
     emitted = 0
-    patient = 0
-    while emitted < n_events:
-        for event in _Patient(rng, shape, patient).events():
+    for patient in _patients(shape or StreamShape()):
+        for event in patient.events():
             yield event
             emitted += 1
             if emitted == n_events:
                 return
-        patient += 1
 
 
 def stream_lines(n_events: int, shape: StreamShape | None = None) -> Iterator[str]:

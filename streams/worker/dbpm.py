@@ -105,6 +105,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from heapq import merge
 from typing import Any
 
@@ -247,8 +248,12 @@ def producer_config(bootstrap: str, **overrides: object) -> dict[str, object]:
 
 def dbpm_config(settings: Settings) -> DBPMConfig:
     """The engine configuration the ``CLINGATE_DBPM_*`` settings describe: the paper's deployed values
-    (:class:`~processors.dbpm.DBPMConfig` defaults) with the flags and the QA fail-rate threshold set."""
+    (:class:`~processors.dbpm.DBPMConfig` defaults) with the flags and the QA fail-rate threshold set.
+    NER coverage off is an empty Eq. 9 bucket table: the QA gate then has no bucket to look up for any
+    category and decides each by its fallback, which is what M1V7_ENABLE=0 leaves."""
     config = DBPMConfig(qa_fail_rate_threshold=settings.dbpm_qa_fail_threshold)
+    if not settings.dbpm_ner_coverage:
+        config = replace(config, qa_ner_buckets={})
     return config.with_flags(
         cross_task=settings.dbpm_cross_task,
         maintenance=settings.dbpm_maintenance,

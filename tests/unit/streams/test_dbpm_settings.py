@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -60,6 +60,13 @@ def test_each_setting_sets_its_flag_alone_and_changes_the_fingerprint(alias: str
 def test_ontology_tag_only_keeps_the_filter_and_tags() -> None:
     flags = dbpm_config(Settings(CLINGATE_DBPM_ONTOLOGY_FILTER="tag-only")).flags
     assert flags.ontology_filter and flags.ontology_tag_only
+
+
+def test_ner_coverage_off_empties_the_bucket_table_and_changes_nothing_else() -> None:
+    config = dbpm_config(Settings(CLINGATE_DBPM_NER_COVERAGE=False))
+    assert not config.qa_ner_buckets and config.flags == DBPMConfig().flags
+    assert replace(config, qa_ner_buckets=DBPMConfig().qa_ner_buckets) == DBPMConfig()
+    assert config.fingerprint() != DBPMConfig().fingerprint()
 
 
 def test_the_fail_rate_threshold_reaches_both_engines() -> None:
