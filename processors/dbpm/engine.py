@@ -71,26 +71,34 @@ class DBPMEngine:
         Returns:
             ``(state, [])`` for a verdict, ``(state, [decision])`` for a gate event.
         """
+        if isinstance(event, GateEvent):
+            if not self.config.flags.disabled:
+                self._memory(state, now)
+            return state, [self.decide(state, event, now)]
         if self.config.flags.disabled:
-            if isinstance(event, GateEvent):
-                sig = signature(event.task, event.payload)
-                ruling = GateRuling(event.candidate_id, ALLOW, "disabled", event.task, sig, None, 0, 1.0)
-                return state, [ruling]
             return state, []
-        if not isinstance(event, GateEvent):
-            _, propagations = self.learn(state, event, now)
-            mem = Memory(state, self.config, self._half_lives)
-            for propagation in propagations or ():
-                apply_propagation(mem, propagation)
-            return state, []
-        mem = self._memory(state, now)
+        _, propagations = self.learn(state, event, now)
+        mem = Memory(state, self.config, self._half_lives)
+        for propagation in propagations or ():
+            apply_propagation(mem, propagation)
+        return state, []
+
+    def decide(self, state: KeyValue, event: GateEvent, now: float) -> GateRuling:
+        """Decide a gate event on ``state`` as it is, at event time ``now``, writing nothing.
+
+        What a gate on a replica of the memory does (:mod:`streams.worker.gate`): the memory's writers
+        run the maintenance and keep the clock, a gate only reads. :meth:`process` is this after the
+        per-event bookkeeping.
+        """
+        if self.config.flags.disabled:
+            sig = signature(event.task, event.payload)
+            return GateRuling(event.candidate_id, ALLOW, "disabled", event.task, sig, None, 0, 1.0)
+        mem = Memory(state, self.config, self._half_lives)
         if event.task == RE:
-            decision = gate_relation(mem, self.ontology, event, now)
-        elif event.task == QA:
-            decision = gate_qa(mem, event, now)
-        else:
-            decision = gate_ner(mem, event, now)
-        return state, [decision]
+            return gate_relation(mem, self.ontology, event, now)
+        if event.task == QA:
+            return gate_qa(mem, event, now)
+        return gate_ner(mem, event, now)
 
     def learn(self, state: S, event: VerdictEvent, now: float) -> tuple[S, list[Propagation] | None]:
         """Apply a verdict to the records of its own signature; return its cross-task evidence.

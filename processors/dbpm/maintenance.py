@@ -88,7 +88,7 @@ def run_due(mem: Memory, now: float, last: int | None) -> tuple[int, int]:
 def _maintain_task(mem: Memory, task: str, boundary: float) -> int:
     """Prune, cap and drop stale index entries of one task in a single walk up the eviction index."""
     floor = mem.config.prune_floor
-    cap = mem.config.tasks[task].cap
+    cap = mem.config.cap(task)
     excess = mem.population("B", task) - cap if cap is not None else 0
     # log2(eff(b)) = key - b / h: entries with key below log2(floor) + b / h are below the floor.
     limit = order_key(floor, boundary, mem.half_life_s(task), slack=_KEY_SLACK)

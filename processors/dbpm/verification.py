@@ -261,9 +261,16 @@ _FRAMING = {
 }
 
 
+_NOT_CLAIMED = ("error_class", "ner_categories", "difficulty")
+"""Payload fields that are not part of what the generator claims: the verdict's error class, and the
+gate's inputs (the NER categories the coverage join stamps on a QA candidate, the patient difficulty),
+which a verifier must not see: it judges the extraction against the narrative alone."""
+
+
 def _claim(candidate: Candidate) -> str:
     payload = candidate.payload.model_dump(mode="json", exclude_none=True)
-    payload.pop("error_class", None)
+    for name in _NOT_CLAIMED:
+        payload.pop(name, None)
     return "\n".join(f"{name}: {value}" for name, value in payload.items())
 
 

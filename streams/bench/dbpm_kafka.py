@@ -51,7 +51,7 @@ from streams.cli.common import require_bootstrap
 from streams.runtime.dlq import DecodeFailed, SourceRecord
 from streams.runtime.kafka_clients import assign_at_ends, reader
 from streams.runtime.settings import get_settings
-from streams.worker.dbpm import dbpm_engines, producer_config, verdict_key
+from streams.worker.dbpm import dbpm_engine, producer_config, verdict_key
 from streams.worker.gate import Gate
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
 
@@ -90,7 +90,7 @@ def _record(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _memory(verdicts: list[dict[str, Any]]) -> MemoryStore:
-    engine, _ = dbpm_engines(get_settings())
+    engine = dbpm_engine(get_settings())
     store = MemoryStore()
     with store.transaction() as txn:
         for obj in verdicts:
@@ -101,13 +101,13 @@ def _memory(verdicts: list[dict[str, Any]]) -> MemoryStore:
 
 def in_process_rate(verdicts: list[dict[str, Any]], gates: list[dict[str, Any]], n: int) -> float:
     """Gate decisions per second of the engine alone, over the memory the verdicts build."""
-    _, gate_engine = dbpm_engines(get_settings())
+    engine = dbpm_engine(get_settings())
     store = _memory(verdicts)
     events = [parse_event(o) for o in gates]
     started = time.perf_counter()
     for _, event in zip(range(n), cycle(events), strict=False):
         txn = store.transaction()
-        gate_engine.process(txn, event, event.time)
+        engine.decide(txn, event, event.time)  # type: ignore[arg-type]
         txn.abort()
     return n / (time.perf_counter() - started)
 
@@ -116,8 +116,7 @@ def in_process_pipeline_rate(
     verdicts: list[dict[str, Any]], encoded: list[tuple[str, bytes, bytes]], serde: Serde
 ) -> float:
     """Candidates per second of the gate worker's per-candidate work (decode, decide, encode), no Kafka."""
-    _, gate_engine = dbpm_engines(get_settings())
-    gate = Gate(gate_engine, serde, _memory(verdicts))
+    gate = Gate(dbpm_engine(get_settings()), serde, _memory(verdicts))
     records = [SourceRecord(DBPM_CANDIDATES, 0, i, None, k, v) for i, (_, k, v) in enumerate(encoded)]
     started = time.perf_counter()
     for record in records:
@@ -146,7 +145,7 @@ class _Client:
         assign_at_ends(self.consumer, [DBPM_DECISIONS])
 
     def load(self, engine_verdicts: list[dict[str, Any]]) -> None:
-        engine, _ = dbpm_engines(get_settings())
+        engine = dbpm_engine(get_settings())
         for obj in engine_verdicts:
             event = parse_event(obj)
             assert isinstance(event, VerdictEvent)

@@ -45,16 +45,16 @@ def show(
         bool,
         typer.Option(
             "--dbpm",
-            help="Print the DBPM engine configuration these settings give (every flag and constant) as "
-            "JSON, with the fingerprint that names it.",
+            help="Print the DBPM engine configuration a worker runs with these settings (every flag and "
+            "constant) as JSON, with the fingerprint its decisions carry.",
         ),
     ] = False,
 ) -> None:
     """Print every setting with its environment variable, default and (without --markdown) current value."""
     if dbpm:
-        from streams.worker.dbpm import dbpm_config  # the engine's modules, only when asked
+        from streams.worker.dbpm import dbpm_engine  # the engine's modules, only when asked
 
-        config = dbpm_config(get_settings())
+        config = dbpm_engine(get_settings()).config
         typer.echo(json.dumps({"fingerprint": config.fingerprint(), **config.describe()}, indent=2))
         return
     if markdown:

@@ -80,16 +80,15 @@ def replay(
     The engine is configured by the CLINGATE_DBPM_* settings, as the workers are (`clingate config
     --dbpm` shows the result); --no-maintenance turns maintenance off on top of them.
     """
-    from processors.dbpm import DBPMEngine, load_ontology
+    from processors.dbpm import DBPMEngine
     from state.kinds import open_store
     from streams.replay.engine import replay_stream, write_state
     from streams.runtime.settings import get_settings
-    from streams.worker.dbpm import dbpm_config
+    from streams.worker.dbpm import in_process_engine
 
-    config = dbpm_config(get_settings())  # the CLINGATE_DBPM_* settings, as a worker reads them
+    engine = in_process_engine(get_settings())  # the CLINGATE_DBPM_* settings, as a worker reads them
     if no_maintenance:
-        config = config.with_flags(maintenance=False)
-    engine = DBPMEngine(config, load_ontology())
+        engine = DBPMEngine(engine.config.with_flags(maintenance=False), engine.ontology)
     dlq_path = dlq if dlq is not None else out.with_name(out.name + ".dlq.jsonl")
     if via_kafka:
         _replay_via_kafka(in_, out, state_out, dlq_path, no_maintenance, provenance)
@@ -123,7 +122,7 @@ def _replay_via_kafka(
     from streams.replay.engine import EventReader
     from streams.replay.kafka import replay_via_kafka
     from streams.runtime.settings import get_settings
-    from streams.worker.dbpm import dbpm_engines
+    from streams.worker.dbpm import dbpm_engine
 
     settings = get_settings()
     if no_maintenance == settings.dbpm_maintenance:
@@ -132,7 +131,7 @@ def _replay_via_kafka(
             f"{'false' if no_maintenance else 'true'} and set it here too"
         )
     bootstrap = require_bootstrap(settings)
-    engine, _ = dbpm_engines(settings)
+    engine = dbpm_engine(settings)
     with in_.open("rb") as events, dlq_path.open("w", encoding="utf-8", newline="\n") as dead_letters:
         reader = EventReader(dead_letters, tuple(engine.config.tasks), sys.stderr)
         objects = [json.loads(raw) for raw, _ in reader.read(events)]

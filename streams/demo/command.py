@@ -12,6 +12,7 @@ demo started is stopped in all cases (also on SIGTERM).
 
 from __future__ import annotations
 
+import json
 import signal
 import tempfile
 import time
@@ -36,7 +37,7 @@ from streams.demo.report import write_report
 from streams.demo.results import Results
 from streams.demo.samples import step_schemas
 from streams.demo.streams import step_streams
-from streams.demo.summary import print_summary
+from streams.demo.summary import print_summary, summary_json
 from streams.runtime.settings import Settings, get_settings
 from topics.catalog import Catalog, build_catalog
 
@@ -67,6 +68,10 @@ ModelNarratives = Annotated[
     int, typer.Option(min=0, help="Narratives of the real-model step (SmolLM2; 0: skip the step).")
 ]
 ReportPath = Annotated[Path, typer.Option("--report", help="Where to write the HTML report.")]
+JsonPath = Annotated[
+    Path | None,
+    typer.Option("--json", help="Also write the summary as JSON (checks by name, the DBPM loop's figures)."),
+]
 
 
 @app.callback(invoke_without_command=True)
@@ -79,6 +84,7 @@ def demo(
     docs_rate: DocsRate = 20.0,
     model_narratives: ModelNarratives = 3,
     report_path: ReportPath = Path("report.html"),
+    json_path: JsonPath = None,
 ) -> None:
     """Run clingate end to end on Kafka (KAFKA_BOOTSTRAP_SERVERS, else a broker of its own) and report."""
     console = Console()
@@ -98,6 +104,9 @@ def demo(
     print_summary(console, results)
     write_report(report_path, results)
     console.print(f"report written to {report_path}")
+    if json_path is not None:
+        json_path.write_text(json.dumps(summary_json(results), indent=2) + "\n", encoding="utf-8")
+        console.print(f"summary written to {json_path}")
     if results.failed:
         console.print("[red]checks failed:[/] " + "; ".join(results.failed))
         raise typer.Exit(1)

@@ -19,13 +19,14 @@ from processors.dbpm import DBPMEngine
 from schemas.dbpm import Candidate, Narrative, Verdict
 from schemas.fhir import FhirUpdate
 from schemas.serde import Serde
+from streams.demo.calls import LlmCalls, Stall
 from streams.demo.errors import DemoError
 from streams.demo.kafka_io import demo_producer
 from streams.demo.llm import LoopPlan
 from streams.demo.plan import Document, Plan, last_time, loop_reference, streams_timeout
 from streams.demo.results import DeadLettered, LoopRun
 from streams.demo.tap import Flow, Tap
-from streams.replay.kafka import CommitWatcher, read_state
+from streams.replay.kafka import CommitWatcher, ReplayTimeout, read_state
 from streams.worker.dbpm import memory_changelog, producer_config
 from topics.catalog import (
     CLINICAL_REVIEWS,
@@ -38,7 +39,11 @@ from topics.catalog import (
 T = TypeVar("T")
 
 LOCKSTEP_TIMEOUT_S = 120.0
-"""Longest wait for one lockstep patient's candidates to be done."""
+"""Longest wait for one lockstep patient's candidates to be done without progress (a slow model's
+calls extend it: :class:`streams.demo.calls.Stall`)."""
+
+GENERATED_POLL_S = 5.0
+"""How long one look for the generator's commit waits before the progress is checked again."""
 
 
 class Feeder(threading.Thread):
@@ -178,10 +183,12 @@ class LoopFeeder:
         dead: DeadLettered,
         engine: DBPMEngine,
         groups: tuple[str, str],
+        calls: LlmCalls,
     ) -> None:
         self._bootstrap, self._serde, self._plan = bootstrap, serde, plan
         self._flows, self._tap, self._dead, self._engine = flows, tap, dead, engine
         self._app_id, self._generator_group = groups
+        self._calls = calls
         self._producer = Producer(producer_config(bootstrap, **{"linger.ms": 0}))
         self._generator: CommitWatcher | None = None
 
@@ -225,22 +232,35 @@ class LoopFeeder:
         if self._producer.flush(30):
             raise DemoError(f"narratives not delivered to {DBPM_NARRATIVES}")
 
+    def _wait_generated(self, generator: CommitWatcher, stall: Stall) -> None:
+        """Wait until the generator group committed every narrative produced, while its calls progress."""
+        while True:
+            try:
+                generator.wait(DBPM_NARRATIVES, GENERATED_POLL_S)
+                return
+            except ReplayTimeout as error:
+                if stall.expired(None):
+                    raise DemoError(
+                        f"{error}: no progress for {stall.window_s:.0f} s ({self._calls.text()})"
+                    ) from error
+
     def _wait_done(self, batch: Sequence[Narrative], limit_s: float) -> None:
         """Wait until every candidate of ``batch`` is done (see :func:`loop_pending`)."""
+        stall = Stall(self._calls, limit_s)
         if self._generator is not None:
-            self._generator.wait(DBPM_NARRATIVES, limit_s)
+            self._wait_generated(self._generator, stall)
             self._tap.wait_read(DBPM_CANDIDATES, self._generator.ends(DBPM_CANDIDATES), limit_s)
         emitted = emitted_candidates(self._plan, self._flows)
         ids = [(c.patient_id, c.candidate_id) for n in batch for c in emitted.get(n.patient_id, [])]
-        deadline = time.monotonic() + limit_s
         while ids:
             ids = ids[first_pending(ids, self._flows, self._tap, self._dead) :]
             if not ids:
                 break
-            if time.monotonic() > deadline:
+            if stall.expired(len(ids)):
                 ids = loop_pending(ids, self._flows, self._tap, self._dead)
                 raise DemoError(
                     f"{len(ids)} candidates of {len(batch)} narratives (first: {ids[0][1]}) not decided and "
-                    f"verified (or dead-lettered) within {limit_s:.0f} s"
+                    f"verified (or dead-lettered): no progress for {stall.window_s:.0f} s "
+                    f"({self._calls.text()})"
                 )
             time.sleep(0.002 if len(batch) == 1 else 0.1)  # a check costs only what finished since the last

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from streams.demo.calls import LlmCalls, Stall
 from streams.demo.errors import DemoError
 from streams.demo.feed import Feeder
 from streams.demo.plan import Plan, last_per_patient
@@ -34,6 +35,8 @@ _TITLES = {
     "verifier": f"verdicts on let-through ({DBPM_VERDICTS})",
 }
 _FAILURE = {"generator": "narratives", "dbpm": "narratives", "verifier": "verifications"}
+_GROUP = {"generator": "generator", "verifier": "verifier-1"}
+"""The LLM group (its log's name, :class:`streams.demo.calls.LlmCalls`) whose calls a bar shows."""
 
 
 @dataclass(frozen=True)
@@ -92,15 +95,18 @@ class StreamWatch:
         feeders: Sequence[Feeder],
         tap: Tap,
         services: Sequence[ServiceProcess],
+        calls: LlmCalls,
     ) -> None:
         self._plan, self._flows, self._dead = plan, flows, dead
         self._feeders, self._tap, self._services = feeders, tap, services
+        self._calls = calls
 
     def run(self, console: Console, timeout_s: float) -> None:
         """Show the bars until every feeder finished and every expected output arrived.
 
         Raises:
-            DemoError: a feeder, the tap or a service failed, or ``timeout_s`` passed.
+            DemoError: a feeder, the tap or a service failed, or nothing progressed for ``timeout_s``
+                (longer when the LLM groups' calls are slow: :class:`streams.demo.calls.Stall`).
         """
         columns = (
             TextColumn("{task.description:<46}"),
@@ -108,7 +114,7 @@ class StreamWatch:
             MofNCompleteColumn(),
             TimeElapsedColumn(),
         )
-        deadline = time.monotonic() + timeout_s
+        stall = Stall(self._calls, timeout_s)
         with Progress(*columns, console=console) as progress:
             bars = self._bars(progress)
             while True:
@@ -116,8 +122,10 @@ class StreamWatch:
                 self._check_failures()
                 if self._complete():
                     break
-                if time.monotonic() > deadline:
-                    raise DemoError(f"streams not complete within {timeout_s:.0f} s: {self._state()}")
+                if stall.expired(self._done()):
+                    raise DemoError(
+                        f"streams not complete: no progress for {stall.window_s:.0f} s: {self._state()}"
+                    )
                 time.sleep(0.3)
 
     def _bars(self, progress: Progress) -> dict[str, TaskID]:
@@ -130,10 +138,19 @@ class StreamWatch:
             "docs": progress.add_task(f"documents ({DOCS_DISPOSITIONS})", total=len(plan.documents)),
         }
 
+    def _done(self) -> tuple[int, ...]:
+        """What has been done so far, every stream: it changes whenever anything progresses."""
+        return tuple(len(flow.consumed) for flow in self._flows.values())
+
     def _update(self, progress: Progress, bars: dict[str, TaskID]) -> None:
+        calls = self._calls.groups()
         for name, at in loop_progress(self._plan, self._flows, self._dead).items():
             failed = f" [{at.dead_lettered} {_FAILURE[name]} dead-lettered]" if at.dead_lettered else ""
-            progress.update(bars[name], completed=at.done, total=at.total, description=_TITLES[name] + failed)
+            group = _GROUP.get(name)
+            busy = f" ({calls[group].text()})" if group in calls and calls[group].done else ""
+            progress.update(
+                bars[name], completed=at.done, total=at.total, description=_TITLES[name] + failed + busy
+            )
         progress.update(bars["clinical"], completed=len(self._flows["clinical"].outputs))
         progress.update(bars["docs"], completed=len(self._flows["docs"].consumed))
 

@@ -40,6 +40,15 @@ class MemoryPoint:
 
 
 @dataclass(frozen=True)
+class MemoryDifference:
+    """One memory entry on which the workers' memory and the in-process engine's differ."""
+
+    line: str
+    propagated: bool
+    """Reached by cross-task evidence, which the workers apply one hop later than inline."""
+
+
+@dataclass(frozen=True)
 class TopicRow:
     """A catalog topic and what step 1 did with it."""
 
@@ -106,6 +115,8 @@ class DbpmResults:
     lockstep_gates: int
     same_state: bool
     """The memory at the end of the lockstep slice equals the in-process engine's."""
+    memory_differences: list[MemoryDifference]
+    """How the lockstep slice's memory differs from the in-process engine's, one per entry."""
     verdicts: int
     lockstep_s: float
     blocks: int
@@ -200,8 +211,16 @@ class Results:
     loop: LoopRun | None = None
     dead: DeadLettered | None = None
     model_calls: list[ProbeCall] = field(default_factory=list)
+    checks: dict[str, bool] = field(default_factory=dict)
+    """Every check by name, passed or not (``--json``)."""
     failed: list[str] = field(default_factory=list)
-    """Checks that failed (the command then exits non-zero)."""
+    """Why the checks that failed failed (the command then exits non-zero)."""
+
+    def check(self, name: str, passed: bool, failure: str) -> None:
+        """Record the check ``name``; ``failure`` says what is wrong when it did not pass."""
+        self.checks[name] = self.checks.get(name, True) and passed
+        if not passed:
+            self.failed.append(failure)
 
     @property
     def loop_results(self) -> DbpmResults:

@@ -20,10 +20,6 @@ from streams.testing.broker import free_port
 from streams.testing.process import ProcessError, ProcessHandle, python_module
 from topics.catalog import DBPM_DECISIONS, DBPM_NARRATIVES, DBPM_TO_VERIFY, DOCS_CLASSIFICATIONS, DOCS_REVIEWS
 
-WORKER_FLAGS = {"CLINGATE_DBPM_CROSS_TASK": "false", "CLINGATE_DBPM_MAINTENANCE": "false"}
-"""The workers' engine configuration: the one in which the Kafka runtime promises the in-process
-engine's decisions and memory (docs/faust-runtime.md), which step 4 checks."""
-
 VERIFIERS = 1
 """Members of the demo's verifier group: a second cost CPU on two cores and gained nothing; a
 deployment scales the group across machines."""
@@ -40,6 +36,7 @@ class ServiceProcess:
         log: file of its stdout and stderr.
         ready: log lines of which any says it is ready (none: ready once started).
         module: the Python module it runs.
+        metrics_port: the port of its ``/metrics`` endpoint, if it serves one the demo reads.
     """
 
     def __init__(
@@ -51,9 +48,11 @@ class ServiceProcess:
         log: Path,
         ready: tuple[bytes, ...],
         module: str = "streams.cli",
+        metrics_port: int | None = None,
     ) -> None:
         self.name = name
         self.log = log
+        self.metrics_port = metrics_port
         self._ready = ready
         self._process = ProcessHandle(
             name,
@@ -166,15 +165,20 @@ def workers(groups: Groups, workdir: Path, bootstrap: str, llm_env: dict[str, st
     def service(name: str, args: list[str], env: dict[str, str], log: str, *ready: bytes) -> ServiceProcess:
         return ServiceProcess(name, args, env, bootstrap, workdir / log, ready)
 
+    def llm_group(name: str, command: str, env: dict[str, str], log: str) -> ServiceProcess:
+        port = free_port()  # its calls in flight and their latency, which the demo's waits follow
+        return ServiceProcess(name, [command, "--metrics-port", str(port)], env, bootstrap, workdir / log, (),
+                              metrics_port=port)  # fmt: skip
+
     app_id = groups.app_id
-    dbpm_env = {"CLINGATE_APP_ID": app_id, **WORKER_FLAGS}
+    dbpm_env = {"CLINGATE_APP_ID": app_id}
     memory_dir, gate_dir = str(workdir / app_id), str(workdir / f"{app_id}-gate")
     memory = ["--role", "memory", "-l", "info", "--web-port", str(free_port()), "--datadir", memory_dir]
     # Its own data directory: the gate keeps its view of the memory there and resumes it (the default
     # one may hold another app's view: wrong decisions from the start).
     gate = ["--role", "gate", "--web-port", str(free_port()), "--datadir", gate_dir]
-    # A free metrics port for the groups: the default one may be taken (another demo, a deployed docs
-    # worker), and the process would exit.
+    # The docs worker serves no metrics here: the default port may be taken (another demo, a deployed
+    # docs worker), and the process would exit.
     metrics = ["--metrics-port", "0"]
     generator_env = {"CLINGATE_GENERATOR_GROUP_ID": groups.generator, **llm_env}
     verifier_env = {"CLINGATE_VERIFIER_GROUP_ID": groups.verifier, **llm_env}
@@ -201,13 +205,11 @@ def workers(groups: Groups, workdir: Path, bootstrap: str, llm_env: dict[str, st
             b"rules-only",
             b"LLM phases on",
         ),
-        service(
-            "generator group (clingate generator)", ["generator", *metrics], generator_env, "generator.log"
-        ),
+        llm_group("generator group (clingate generator)", "generator", generator_env, "generator.log"),
         *(
-            service(
+            llm_group(
                 f"verifier group member {m} (clingate verifier)",
-                ["verifier", *metrics],
+                "verifier",
                 verifier_env,
                 f"verifier-{m}.log",
             )

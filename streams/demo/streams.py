@@ -25,6 +25,7 @@ from schemas.dbpm import Candidate, GateDecision, Narrative, Verdict
 from schemas.docs import ClassificationRequest, Disposition
 from schemas.fhir import FhirUpdate
 from schemas.serde import Serde
+from streams.demo.calls import LlmCalls
 from streams.demo.dead_letters import probe_worker_dead_letters
 from streams.demo.errors import DemoError
 from streams.demo.feed import Feeder, LoopFeeder, feed_clinical, feed_docs
@@ -35,8 +36,8 @@ from streams.demo.services import Groups, ServiceProcess, listening_url, llm_ser
 from streams.demo.tap import Flow, Route, Tap
 from streams.llm.serve.testserver import DEFAULT_MODEL
 from streams.replay.kafka import wait_until_consumed
-from streams.runtime.settings import Settings
-from streams.worker.dbpm import dbpm_engines, memory_changelog
+from streams.runtime.settings import get_settings
+from streams.worker.dbpm import in_process_engine, memory_changelog
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
     DBPM_CANDIDATES,
@@ -69,9 +70,10 @@ def step_streams(
         rates: FHIR updates and classifications produced per second (0: as fast as possible).
 
     Returns:
-        The engine configured as the worker is, and the worker's app id.
+        The in-process engine configured as the workers are (caps whole), and the workers' app id.
     """
-    engine, _ = dbpm_engines(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
+    # The workers inherit this environment: the production configuration unless the user set flags.
+    engine = in_process_engine(get_settings())
     _print_inputs(console, plan)
     groups = Groups.fresh()
     groups.start_at_ends(bootstrap)
@@ -87,7 +89,10 @@ def step_streams(
         tap.start()
         stack.callback(tap.stop)
         console.print(f"  workers ready (app id {groups.app_id}; groups {', '.join(groups.names)})")
-        loop = LoopFeeder(bootstrap, serde, plan, flows, tap, dead, engine, (groups.app_id, groups.generator))
+        calls = LlmCalls({s.log.stem: s.metrics_port for s in services if s.metrics_port is not None})
+        loop = LoopFeeder(
+            bootstrap, serde, plan, flows, tap, dead, engine, (groups.app_id, groups.generator), calls
+        )
         feeders = [
             Feeder("dbpm", loop.run),
             Feeder("clinical", lambda: feed_clinical(bootstrap, serde, plan, rates[0])),
@@ -96,7 +101,9 @@ def step_streams(
         started = time.perf_counter()
         for feeder in feeders:
             feeder.start()
-        watch = StreamWatch(plan, flows, dead, feeders, tap, [*services, *([server] if server else [])])
+        watch = StreamWatch(
+            plan, flows, dead, feeders, tap, [*services, *([server] if server else [])], calls
+        )
         try:
             watch.run(console, streams_timeout(plan.dbpm_patients))
         except DemoError as error:

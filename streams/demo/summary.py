@@ -12,7 +12,7 @@ from rich.table import Table
 
 from streams.bench.stats import percentile
 from streams.demo.model import ProbeCall
-from streams.demo.results import BulkFigures, Results
+from streams.demo.results import BulkFigures, DbpmResults, Results
 
 STREAM_NAMES = {
     "generator": "generator (narrative -> first candidate)",
@@ -79,11 +79,17 @@ def summary_rows(results: Results) -> list[tuple[str, str]]:
             f"{dbpm.narratives} / {dbpm.gates:,} / {dbpm.let_through:,} / {dbpm.verdicts:,}",
         ),
         ("verifier calls saved (BLOCKs)", f"{dbpm.blocks:,}"),
+        ("verdicts by source", ", ".join(f"{s} {n:,}" for s, n in verdict_sources(results).items())),
+        ("QA coverage (NER-coverage join)", ", ".join(f"{c} {n:,}" for c, n in coverage(results).items())),
+        (
+            "blocklist patterns (ner / re / qa)",
+            " / ".join(f"{c.patterns:,}" for c in dbpm.population.channels),
+        ),
         (
             "LLM failures, dead-lettered (verifications / narratives)",
             f"{dbpm.failed_verifications} / {dbpm.failed_narratives}",
         ),
-        (f"lockstep slice ({dbpm.lockstep} patients): Kafka = in-process", "yes" if dbpm.same else "NO"),
+        (f"lockstep slice ({dbpm.lockstep} patients): Kafka = in-process", _lockstep_text(dbpm)),
         *_bulk_rows(dbpm.bulk),
         ("inert channels", ", ".join(dbpm.population.inert_channels()) or "none"),
         (
@@ -101,6 +107,15 @@ def summary_rows(results: Results) -> list[tuple[str, str]]:
         *((f"time: {k}", f"{v:.1f} s") for k, v in results.timings.items()),
         ("checks", "all passed" if not results.failed else "FAILED: " + "; ".join(results.failed)),
     ]
+
+
+def _lockstep_text(dbpm: DbpmResults) -> str:
+    if not dbpm.same:
+        return "NO"
+    propagated = sum(d.propagated for d in dbpm.memory_differences)
+    if not propagated:
+        return "yes"
+    return f"yes (but for {propagated} memory entries reached by cross-task propagation)"
 
 
 def _bulk_rows(bulk: BulkFigures | None) -> list[tuple[str, str]]:
@@ -136,3 +151,71 @@ def _model_rows(calls: list[ProbeCall]) -> list[tuple[str, str]]:
             f"{valid}/{len(calls)}, {percentile(latencies, 0.5):.1f} / {latencies[-1]:.1f} s",
         )
     ]
+
+
+def summary_json(results: Results) -> dict[str, object]:
+    """The summary as JSON data (``clingate demo --json``), what tests and dashboards read instead of the
+    terminal text: every check by name, and the DBPM loop's figures.
+
+    ``dbpm.lift`` maps each QA category to ``{"lift": x, "ci": [lo, hi], "status": ...}`` (``lift`` and
+    ``ci`` null where the lift is degenerate, ``status`` and ``reason`` say why), ``dbpm.verdicts_by_source``
+    counts the verdicts published on the loop (the verifier's and the Ontology-Violation Filter's),
+    ``dbpm.patterns`` the blocklist patterns per task in the final memory, ``dbpm.verifier_calls_saved``
+    the BLOCKs, and ``dbpm.coverage`` how the QA candidates' NER coverage was settled.
+    """
+    dbpm = results.loop_results
+    flows = results.flows
+    lifts = {}
+    for cell in dbpm.selectivity.cells:
+        if cell.task == "qa":
+            lift = cell.counts.lift()
+            ci = None if lift.ci_low is None else [lift.ci_low, lift.ci_high]
+            lifts[cell.category] = {
+                "lift": lift.value,
+                "ci": ci,
+                "status": lift.status.value,
+                "reason": lift.reason,
+            }
+    decided = list(flows["dbpm"].latest.values())
+    return {
+        "passed": not results.failed,
+        "checks": dict(results.checks),
+        "failures": list(results.failed),
+        "dbpm": {
+            "patients": dbpm.patients,
+            "candidates": dbpm.gates,
+            "config": sorted({d.config for d in decided if d.config is not None}),
+            "decisions": {
+                task: {decision: n for (t, decision), n in sorted(dbpm.per_task.items()) if t == task}
+                for task in sorted({t for t, _ in dbpm.per_task})
+            },
+            "lift": lifts,
+            "verdicts_by_source": verdict_sources(results),
+            "patterns": {c.task: c.patterns for c in dbpm.population.channels},
+            "block_eligible": {c.task: c.block_eligible for c in dbpm.population.channels},
+            "verifier_calls_saved": dbpm.blocks,
+            "coverage": dict(
+                sorted(Counter(str(d.coverage) for d in decided if d.coverage is not None).items())
+            ),
+            "lockstep_equal": dbpm.same,
+            "lockstep_memory_differences": {
+                "propagated": sum(d.propagated for d in dbpm.memory_differences),
+                "unexplained": [d.line for d in dbpm.memory_differences if not d.propagated],
+            },
+        },
+        "timings_s": dict(results.timings),
+    }
+
+
+def verdict_sources(results: Results) -> dict[str, int]:
+    """Verdicts published on the loop by source: the verifier's and the Ontology-Violation Filter's."""
+    flows = results.flows
+    return dict(
+        sorted(Counter(v.source for v in (*flows["verifier"].outputs, *flows["filter"].outputs)).items())
+    )
+
+
+def coverage(results: Results) -> dict[str, int]:
+    """QA decisions by how the NER-coverage join settled their coverage (``off``: the join is off)."""
+    decided = results.flows["dbpm"].latest.values()
+    return dict(sorted(Counter(str(d.coverage) for d in decided if d.coverage is not None).items()))

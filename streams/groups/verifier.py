@@ -306,7 +306,7 @@ async def run_verifier(
     Raises:
         RoleDisabledError: no verifier server is configured.
     """
-    from streams.worker.dbpm import dbpm_engines
+    from streams.worker.dbpm import dbpm_engine
 
     own_client = client is None
     llm_client = client or LlmClient.from_settings(settings)
@@ -317,7 +317,7 @@ async def run_verifier(
                                 settings.verifier_narrative_wait_s)  # fmt: skip
     reader_stop = asyncio.Event()
     reader = asyncio.create_task(narratives.run(reader_stop))
-    engine, _ = dbpm_engines(settings)
+    engine = dbpm_engine(settings)
     try:
         return await run_loop(
             bootstrap, group_id=settings.verifier_group_id, topics=[DBPM_TO_VERIFY, DBPM_DECISIONS],

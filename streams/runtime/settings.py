@@ -405,6 +405,14 @@ class Settings(BaseSettings):
         "signal sources DOWNGRADE (Eq. 7-8; the paper used 0.30 on its development cohort, 0.60 "
         "held out).",
     )
+    dbpm_maintenance_interval_s: float = Field(
+        default=60.0,
+        gt=0,
+        validation_alias="CLINGATE_DBPM_MAINTENANCE_INTERVAL_S",
+        description="Spacing of the memory's maintenance grid (pruning, caps, cross-task counter decay, "
+        "§4.6) in seconds of event time, which is wall-clock time live; the paper's workers maintained "
+        "on every save, every 200 events each (Appendix A.7).",
+    )
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO",

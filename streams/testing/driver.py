@@ -18,7 +18,7 @@ What is the deployed code, unchanged:
 * the serde (:func:`schemas.serde.make_serde`), keys (the handlers' own), partitions (the catalog's
   counts, :func:`topics.catalog.build_catalog`; Java's murmur2 partitioner, :func:`partition_for`),
   headers, and dead-letter routing (:func:`streams.runtime.dlq.dead_letter_record` to ``<topic>.dlq``);
-* the engines and flags of the settings (:func:`streams.worker.app.dbpm_engines`,
+* the engines and flags of the settings (:func:`streams.worker.app.dbpm_engine`,
   :func:`streams.worker.clinical.gate_flags`, the trap rules), and the tables' changelog format:
   every group a table handler returns goes to the table's changelog topic closed by its boundary and
   is applied whole (:class:`~streams.worker.tablestore.ChangelogFollower`), the way recovery, standbys
@@ -92,7 +92,7 @@ from streams.worker.dbpm import (
     MEMORY_INPUTS,
     MemoryHandler,
     MergedView,
-    dbpm_engines,
+    dbpm_engine,
     memory_changelog,
     min_watermark,
 )
@@ -319,13 +319,13 @@ class TopologyDriver:
         self._history: list[SourceRecord] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
-        self.engine, gate_engine = dbpm_engines(settings)
+        self.engine = dbpm_engine(settings)
         self.dbpm_metrics = DbpmMetrics(CollectorRegistry())
         self.memory = ChangelogTable(self._topic(memory_changelog(app_id), partitions))
         self.memory_view = MergedView(self.memory.stores)
         memory = MemoryHandler(self.engine, self.serde, self.dbpm_metrics)
         self._subscribe(MEMORY_INPUTS, self._table_runtime(memory, self.memory))
-        self.gate = Gate(gate_engine, self.serde, self.memory_view, self.dbpm_metrics)
+        self.gate = Gate(self.engine, self.serde, self.memory_view, self.dbpm_metrics)
         self._subscribe([DBPM_CANDIDATES], self._gate_runtime)
 
         self.clinical_metrics = ClinicalMetrics(self.dbpm_metrics.registry)

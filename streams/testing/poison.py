@@ -160,7 +160,7 @@ from streams.worker.dbpm import (
     BARRIER_HEADER,
     TICK_HEADER,
     contract_event,
-    dbpm_engines,
+    dbpm_engine,
     memory_changelog,
     producer_config,
     propagation_event,
@@ -838,7 +838,6 @@ def _dbpm(
             )
         )
     engine = comparison_engine()
-    _, gate_engine = dbpm_engines(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
     store = MemoryStore()
     family = _Family({DBPM_VERDICTS: [], DBPM_PROPAGATIONS: [], DBPM_CANDIDATES: []})
     keys = []
@@ -885,7 +884,7 @@ def _dbpm(
         )
         with store.transaction() as txn:
             engine.propagate(txn, event)  # propagation off: applies nothing, here and in the workers
-    gate = Gate(gate_engine, serde, store)
+    gate = Gate(engine, serde, store)
     for candidate in candidates:
         out = gate.decide(candidate, contract_event(candidate), replayed=True)  # type: ignore[arg-type]
         # Every good candidate asks for the barrier (module docstring); the header's value is ignored.
@@ -1299,7 +1298,7 @@ async def llm_reference(
         async def get(self, patient_id: str, ts: datetime) -> str | None:
             return texts.get((patient_id, ts))
 
-    engine, _ = dbpm_engines(settings)
+    engine = dbpm_engine(settings)
     async with LlmClient.from_settings(settings) as client:
         generator = Generator(MeteredLlm(client, new_metrics(), "generator"), serde, DrugVocabulary.full())
         verifier = Verifier(MeteredLlm(client, new_metrics(), "verifier"), serde, engine, Known())

@@ -23,7 +23,7 @@ from streams.runtime.settings import Settings
 from streams.testing.broker import free_port
 from streams.testing.dbpm_stream import generate_events
 from streams.testing.process import SOURCE_ROOT, ProcessError, ProcessHandle, python_module
-from streams.worker.dbpm import dbpm_engines
+from streams.worker.dbpm import dbpm_engine
 
 _READY = b"[^Worker]: Ready"
 
@@ -115,7 +115,7 @@ class WorkerProcess:
 
 def comparison_engine() -> DBPMEngine:
     """The engine configured as workers started with :data:`COMPARISON_ENV` are."""
-    engine, _ = dbpm_engines(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
+    engine = dbpm_engine(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
     return engine
 
 

@@ -62,7 +62,7 @@ from streams.runtime.metrics import ClinicalMetrics, DbpmMetrics, faust_sensors
 from streams.runtime.settings import Settings
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
 from streams.worker.clinical import ClinicalHandler, gate_flags
-from streams.worker.dbpm import MEMORY_INPUTS, MEMORY_TABLE, MemoryHandler, MergedView, dbpm_engines
+from streams.worker.dbpm import MEMORY_INPUTS, MEMORY_TABLE, MemoryHandler, MergedView, dbpm_engine
 from streams.worker.faust_consumer import TRANSPORT_SCHEME
 from streams.worker.faust_consumer import register as register_transport
 from streams.worker.tablestore import STORE_SCHEME, ChangelogStore, TableHandler
@@ -246,7 +246,7 @@ def create_app(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> faus
         MEMORY_TABLE, partitions=partitions, key_type=bytes, value_type=bytes,
         help="DBPM memory records, partitioned by signature.", extra_topic_configs=CHANGELOG_CONFIGS,
     )  # fmt: skip
-    engine, _ = dbpm_engines(settings)
+    engine = dbpm_engine(settings)
     serde = make_serde(settings.schema_registry_url)
     faust_sensors(app, metrics.registry)
     store: ChangelogStore = memory.data  # type: ignore[assignment]

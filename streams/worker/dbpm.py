@@ -251,7 +251,10 @@ def dbpm_config(settings: Settings) -> DBPMConfig:
     (:class:`~processors.dbpm.DBPMConfig` defaults) with the flags and the QA fail-rate threshold set.
     NER coverage off is an empty Eq. 9 bucket table: the QA gate then has no bucket to look up for any
     category and decides each by its fallback, which is what M1V7_ENABLE=0 leaves."""
-    config = DBPMConfig(qa_fail_rate_threshold=settings.dbpm_qa_fail_threshold)
+    config = DBPMConfig(
+        qa_fail_rate_threshold=settings.dbpm_qa_fail_threshold,
+        maintenance_interval_s=settings.dbpm_maintenance_interval_s,
+    )
     if not settings.dbpm_ner_coverage:
         config = replace(config, qa_ner_buckets={})
     return config.with_flags(
@@ -268,12 +271,19 @@ def dbpm_config(settings: Settings) -> DBPMConfig:
     )
 
 
-def dbpm_engines(settings: Settings) -> tuple[DBPMEngine, DBPMEngine]:
-    """The memory engine and the gate engine of a worker configured by ``settings`` (maintenance off in the
-    gate: gates never maintain the view). The one place the engines are built, outside the Faust app."""
-    config = dbpm_config(settings)
-    ontology = load_ontology()
-    return DBPMEngine(config, ontology), DBPMEngine(config.with_flags(maintenance=False), ontology)
+def dbpm_engine(settings: Settings) -> DBPMEngine:
+    """The engine of every role of a worker configured by ``settings``: the memory's writers learn and
+    maintain with it, the gates decide with it (:meth:`~processors.dbpm.DBPMEngine.decide`, which reads
+    only). Its caps are shared out over the memory's partitions (``cap_partitions``), so the whole
+    memory keeps the paper's caps. The one place a worker's engine is built."""
+    config = replace(dbpm_config(settings), cap_partitions=settings.topic_partitions)
+    return DBPMEngine(config, load_ontology())
+
+
+def in_process_engine(settings: Settings) -> DBPMEngine:
+    """The engine configured by ``settings`` over one whole memory (``clingate replay``, the demo's
+    reference): a worker's (:func:`dbpm_engine`) but for the caps, which are whole, not shared out."""
+    return DBPMEngine(dbpm_config(settings), load_ontology())
 
 
 def contract_event(model: Candidate | Verdict) -> GateEvent | VerdictEvent:

@@ -310,9 +310,10 @@ class Gate:
     (:mod:`streams.testing.driver`) run it and differ only in how they wait at a barrier.
 
     Args:
-        engine: the gate engine (maintenance off: gates never maintain the view).
+        engine: the worker's engine (:func:`~streams.worker.dbpm.dbpm_engine`; the gate only decides with
+            it: the memory's writers maintain).
         serde: the process's serde.
-        view: the memory (read only: the engine's bookkeeping writes are aborted).
+        view: the memory (read only).
         metrics: where dead letters are counted (None: nowhere).
     """
 
@@ -347,7 +348,7 @@ class Gate:
         accepted NER categories, as the memory holds them now, stamped on its payload; one decided
         without the join gets coverage ``off``.
         """
-        txn = Transaction(self._view)
+        txn = Transaction(self._view)  # the engine only reads; the transaction keeps the view untouched
         joined: tuple[Coverage, float] | None = None
         if event.task == QA and not replayed:
             joined = (Coverage.OFF, 0.0) if coverage is None else (coverage.coverage, coverage.waited_s)
@@ -356,7 +357,7 @@ class Gate:
                 payload = candidate.payload.model_copy(update={"ner_categories": categories})
                 candidate = candidate.model_copy(update={"payload": payload})
                 event = contract_event(candidate)  # type: ignore[assignment]
-        _, [decision] = self.engine.process(txn, event, event.time)
+        decision = self.engine.decide(txn, event, event.time)
         txn.abort()
         record = decision_record(candidate, decision, waited_out, self._fingerprint, joined)
         value = self._serde.encode(record, topic=DBPM_DECISIONS)
@@ -417,7 +418,7 @@ class GateLoop:
     Args:
         bootstrap: Kafka bootstrap servers.
         app_id: the workers' application id (:func:`gate_group`, the memory changelog).
-        engine: the gate engine (maintenance off: gates never maintain the view).
+        engine: the worker's engine (the gate only decides with it).
         serde: the process's serde.
         follower: the memory view (the loop owns it and closes it when it stops).
         barrier_timeout_s: see :attr:`streams.runtime.settings.Settings.dbpm_barrier_timeout_s`.
@@ -706,9 +707,9 @@ def decision_record(
 
 def build_gate(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> GateLoop:
     """The gate loop of a worker and its memory view (``<worker datadir>/gate-view``), from settings."""
-    from streams.worker.dbpm import dbpm_engines
+    from streams.worker.dbpm import dbpm_engine
 
-    _, engine = dbpm_engines(settings)
+    engine = dbpm_engine(settings)
     follower = MemoryFollower(
         bootstrap, settings.app_id, settings.topic_partitions, settings.worker_dir / "gate-view"
     )

@@ -35,7 +35,7 @@ from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings
 from streams.testing.metrics import scraped_sum
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine
-from streams.worker.dbpm import BARRIER_HEADER, dbpm_engines, producer_config
+from streams.worker.dbpm import BARRIER_HEADER, dbpm_engine, producer_config
 from streams.worker.gate import gate_group
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, build_catalog
@@ -146,7 +146,7 @@ def test_survivor_takes_over_a_stopped_workers_partitions_with_state(
 
 
 def _propagation_engine() -> DBPMEngine:
-    engine, _ = dbpm_engines(Settings(CLINGATE_DBPM_CROSS_TASK=True, CLINGATE_DBPM_MAINTENANCE=False))
+    engine = dbpm_engine(Settings(CLINGATE_DBPM_CROSS_TASK=True, CLINGATE_DBPM_MAINTENANCE=False))
     return engine
 
 

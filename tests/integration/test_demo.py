@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -43,19 +44,26 @@ def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_pat
     """
     run = uuid.uuid4().hex
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "DEMO_TEST_RUN": run}
-    report = tmp_path / "report.html"
+    report, summary_path = tmp_path / "report.html", tmp_path / "summary.json"
     done = subprocess.run(
         [sys.executable, "-W", "ignore", "-m", "streams.cli", "demo", "--patients", "4", "--lockstep", "2",
          "--model-narratives", "1",
          "--clinical-patients", "8", "--documents", "7", "--fhir-rate", "0", "--docs-rate", "0",
-         "--report", str(report)],
+         "--report", str(report), "--json", str(summary_path)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "clingate demo summary" in done.stdout
-    assert "round trip" in done.stdout
-    assert "checks" in done.stdout and "all passed" in done.stdout
-    assert "latency p99" in done.stdout
+    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    assert summary["passed"] and all(summary["checks"].values()), summary["failures"]
+    assert {"dbpm_lockstep_equal", "dbpm_one_verdict_per_candidate_let_through", "clinical_equal",
+            "arbiter_equal"} <= set(summary["checks"])  # fmt: skip
+    dbpm = summary["dbpm"]
+    assert dbpm["candidates"] > 0 and len(dbpm["config"]) == 1, "one configuration decided everything"
+    assert {"verifier_mmed", "rule_based"} <= set(dbpm["verdicts_by_source"]), "the Filter is live"
+    assert set(dbpm["patterns"]) == {"ner", "re", "qa"} and dbpm["verifier_calls_saved"] >= 0
+    assert dbpm["lift"] and all({"lift", "ci", "status"} <= set(v) for v in dbpm["lift"].values())
+    assert set(dbpm["coverage"]) <= {"settled", "timeout", "no_ner"} and dbpm["coverage"]
+    assert "clingate demo summary" in done.stdout and "latency p99" in done.stdout
     assert "lockstep slice (2 patients" in done.stdout and "bulk phase (2 patients" in done.stdout
     html = report.read_text(encoding="utf-8")
     assert "<svg" in html and "QA lift per category" in html and "Throughput and latency per stream" in html

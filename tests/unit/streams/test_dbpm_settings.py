@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from processors.dbpm import DBPMConfig
 from streams.cli import app
 from streams.runtime.settings import Settings, get_settings
-from streams.worker.dbpm import dbpm_config, dbpm_engines
+from streams.worker.dbpm import dbpm_config, dbpm_engine
 from tests.replay_example import EXAMPLE
 
 
@@ -69,10 +69,16 @@ def test_ner_coverage_off_empties_the_bucket_table_and_changes_nothing_else() ->
     assert config.fingerprint() != DBPMConfig().fingerprint()
 
 
-def test_the_fail_rate_threshold_reaches_both_engines() -> None:
-    memory, gate = dbpm_engines(Settings(CLINGATE_DBPM_QA_FAIL_THRESHOLD=0.6))
-    assert memory.config.qa_fail_rate_threshold == gate.config.qa_fail_rate_threshold == 0.6
-    assert not gate.config.flags.maintenance
+def test_the_worker_engine_takes_the_threshold_and_the_grid_and_shares_the_caps_out() -> None:
+    settings = Settings(
+        CLINGATE_DBPM_QA_FAIL_THRESHOLD=0.6,
+        CLINGATE_DBPM_MAINTENANCE_INTERVAL_S=30,
+        CLINGATE_TOPIC_PARTITIONS=8,
+    )
+    config = dbpm_engine(settings).config
+    assert (config.qa_fail_rate_threshold, config.maintenance_interval_s) == (0.6, 30)
+    assert (config.cap("ner"), config.cap("re"), config.cap("qa")) == (25, 37, 18)  # 200, 300, 150 over 8
+    assert sum(config.cap("re") for _ in range(8)) <= DBPMConfig().cap("re")
 
 
 def test_an_unknown_filter_mode_or_a_threshold_outside_the_unit_interval_is_refused() -> None:
@@ -85,7 +91,9 @@ def test_an_unknown_filter_mode_or_a_threshold_outside_the_unit_interval_is_refu
 def test_clingate_config_dbpm_expands_the_fingerprint(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CLINGATE_DBPM_DOWNGRADE_FIRST", "true")
     shown = json.loads(CliRunner().invoke(app, ["config", "--dbpm"]).stdout)
-    expected = DBPMConfig().with_flags(downgrade_first=True)
+    expected = replace(DBPMConfig(), cap_partitions=Settings().topic_partitions).with_flags(
+        downgrade_first=True
+    )
     assert shown.pop("fingerprint") == expected.fingerprint()
     assert shown == json.loads(json.dumps(expected.describe()))
 

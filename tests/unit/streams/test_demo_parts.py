@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from itertools import groupby
 from pathlib import Path
+from types import SimpleNamespace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,6 +23,7 @@ from processors.dbpm.measurement import (
 from streams.demo import report
 from streams.demo.plan import demo_stream
 from streams.demo.results import DbpmResults, MemoryPoint, PatientRow, Results, WeekLights
+from streams.demo.streams import FLOWS
 from streams.demo.tap import Flow
 
 
@@ -94,13 +96,15 @@ def _small_run() -> Results:
             SelectivityCell("qa", "frequency", TagCounts(5, 10, 5, 10)),
             SelectivityCell("qa", "route", TagCounts(1, 3, 0, 0)),
         ]),
-        snapshots=snapshots, differing=0, lockstep=1, lockstep_gates=4, same_state=True, verdicts=10,
+        snapshots=snapshots, differing=0, lockstep=1, lockstep_gates=4, same_state=True,
+        memory_differences=[], verdicts=10,
         lockstep_s=1.0, blocks=2, let_through=10, failed_verifications=0, failed_narratives=0, bulk=None,
     )  # fmt: skip
     flows = {}
-    for i, name in enumerate(("generator", "dbpm", "verifier", "clinical", "docs")):
+    sources = {"verifier": "verifier_mmed", "filter": "rule_based"}
+    for i, name in enumerate(FLOWS):
         flow = Flow(name, produced={"a": 0.0, "b": 0.5}, consumed={"a": 0.1 * (i + 1), "b": 1.0 + i})
-        flow.outputs = ["a", "b"]
+        flow.outputs = [SimpleNamespace(source=sources[name])] * 2 if name in sources else ["a", "b"]
         flows[name] = flow
     weeks = [Counter(RED=1, YELLOW=3, GREEN=6), Counter(RED=2, YELLOW=4, GREEN=4), Counter(RED=4, GREEN=6)]
     return Results(
@@ -198,7 +202,7 @@ def test_every_chart_of_the_report_draws_each_series_in_the_colour_of_its_legend
             "latency p99 (ms, produced -> output consumed)",
         )
     ]
-    assert list(streams[0]) == ["generator", "dbpm", "verifier", "clinical", "docs"]
+    assert list(streams[0]) == list(FLOWS)
     assert streams[1] == streams[2] == streams[0]
     assert len(set(streams[0].values())) == len(streams[0])
 

@@ -30,7 +30,7 @@ from streams.runtime.dlq import SourceRecord
 from streams.runtime.settings import Settings
 from streams.testing.dbpm_stream import generate_events
 from streams.testing.driver import TopologyDriver
-from streams.worker.dbpm import dbpm_engines, verdict_key
+from streams.worker.dbpm import dbpm_engine, verdict_key
 from tests.clinical_scenario import concur_review, scenario
 from tests.unit.topology.bad_records import KINDS, Piped, applies
 from tests.unit.topology.test_topology_arbiter import _review
@@ -71,7 +71,7 @@ def _model(obj: dict[str, Any], model: type[AvroModel]) -> AvroModel:
 def good_stream() -> tuple[Piped, ...]:
     """The good records: DBPM events (a failed relation among them, so evidence propagates), a patient's
     first FHIR updates, a review and a deliverable, two classifications and a review of the escalated one."""
-    serde, (engine, _) = make_serde(None), dbpm_engines(SETTINGS)
+    serde, engine = make_serde(None), dbpm_engine(SETTINGS)
     relation = {"kind": "verdict", "ts": "2026-05-04T00:00:00Z", "task": "re", "verdict": "hard_fail",
                 "source": "verifier_mmed", "patient_id": "p-x", "payload": {
                     "head": "metformin", "head_type": "Treatment", "relation": "TREATS", "tail": "pneumonia",

@@ -417,10 +417,11 @@ def test_cross_task_counter_decays_one_per_maintenance_boundary():
         h.verdict("re", "hard_fail", rel())
     mem = h.memory()
     pattern = mem.pattern("ner", "metformin")
+    step = h.config.maintenance_interval_s
     assert mem.kappa(pattern, T0) == 3
-    assert mem.kappa(pattern, T0 + 3600) == 2
-    assert mem.kappa(pattern, T0 + 10 * 3600) == 0
-    h.verdict("re", "hard_fail", rel(), at=T0 + 3600)
+    assert mem.kappa(pattern, T0 + step) == 2
+    assert mem.kappa(pattern, T0 + 10 * step) == 0
+    h.verdict("re", "hard_fail", rel(), at=T0 + step)
     assert h.memory().pattern("ner", "metformin").count == 4, "the cap lifted after a quiet boundary"
 
 

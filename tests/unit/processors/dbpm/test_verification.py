@@ -135,6 +135,13 @@ def test_ensemble_prompts_differ_from_each_other_and_from_the_first_call() -> No
     assert len(prompts) == 1 + len(ENSEMBLE_VARIANTS)
 
 
+def test_the_verifier_sees_the_claim_not_the_gates_inputs() -> None:
+    candidate = _qa_candidate()
+    stamped = candidate.model_copy(update={"payload": candidate.payload.model_copy(
+        update={"ner_categories": ("treatment",), "difficulty": 0.2})})  # fmt: skip
+    assert json_of(verdict_messages(stamped, "note")) == json_of(verdict_messages(candidate, "note"))
+
+
 def json_of(messages: list[dict[str, str]]) -> str:
     return "\n".join(m["content"] for m in messages)
 
