@@ -36,6 +36,7 @@ Pure: no I/O, no clock (``now`` is passed in), records are opaque values of the 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -78,6 +79,10 @@ class _Narrative(Generic[R]):
 class CoverageJoin(Generic[R]):
     """The join's state for the candidate partitions one gate owns.
 
+    Every operation costs what it touches, not the state's size: held candidates time out in the
+    order they were held, windows close in the order narratives opened, and each partition's open
+    narratives are kept in the order of their first offsets.
+
     Args:
         wait_s: the bounded wait: longest a QA candidate is held, and how long a narrative's window
             stays open for QA candidates after its first candidate.
@@ -89,6 +94,11 @@ class CoverageJoin(Generic[R]):
         self.wait_s = wait_s
         self._narratives: dict[NarrativeKey, _Narrative[R]] = {}
         self._pending: dict[str, NarrativeKey] = {}
+        self._by_partition: dict[int, dict[NarrativeKey, None]] = {}
+        self._ready: dict[NarrativeKey, None] = {}
+        self._timeouts: deque[tuple[float, NarrativeKey]] = deque()
+        self._windows: deque[tuple[float, NarrativeKey]] = deque()
+        self._held = 0
 
     def ner(
         self, key: NarrativeKey, partition: int, offset: int, candidate_id: str, let_through: bool, now: float
@@ -110,7 +120,10 @@ class CoverageJoin(Generic[R]):
             return Release(record, Coverage.NO_NER, 0.0)
         if not narrative.pending:
             return Release(record, Coverage.SETTLED, 0.0)
+        if not narrative.held:
+            self._timeouts.append((now, key))
         narrative.held.append(Held(record, offset, now))
+        self._held += 1
         return None
 
     def awaited(self) -> Iterable[str]:
@@ -120,33 +133,40 @@ class CoverageJoin(Generic[R]):
     def settle(self, candidate_id: str) -> None:
         """The verdict of an NER candidate is in the memory (unknown ids are ignored)."""
         key = self._pending.pop(candidate_id, None)
-        if key is not None and (narrative := self._narratives.get(key)) is not None:
+        narrative = None if key is None else self._narratives.get(key)
+        if narrative is not None:
             narrative.pending.discard(candidate_id)
+            if not narrative.pending and narrative.held:
+                self._ready[key] = None  # type: ignore[index]
 
     def due(self, now: float) -> list[Release[R]]:
         """Release what is due at ``now`` and purge closed narratives (see the module docstring)."""
         released: list[Release[R]] = []
-        for key, narrative in list(self._narratives.items()):
-            held = narrative.held
-            if held and (not narrative.pending or now - held[0].since >= self.wait_s):
-                coverage = Coverage.TIMEOUT if narrative.pending else Coverage.SETTLED
-                released += [Release(h.record, coverage, max(now - h.since, 0.0)) for h in held]
-                narrative.held = []
-            if not narrative.held and now - narrative.opened >= self.wait_s:
-                self._close(key)
+        for key in self._ready:
+            self._release(key, Coverage.SETTLED, now, released)
+        self._ready.clear()
+        while self._timeouts and now - self._timeouts[0][0] >= self.wait_s:
+            since, key = self._timeouts.popleft()
+            narrative = self._narratives.get(key)
+            if narrative is not None and narrative.held and narrative.held[0].since == since:
+                self._release(key, Coverage.TIMEOUT, now, released)
+        while self._windows and now - self._windows[0][0] >= self.wait_s:
+            opened, key = self._windows.popleft()
+            narrative = self._narratives.get(key)
+            if narrative is not None and narrative.opened == opened and not narrative.held:
+                self._close(key)  # one still holding candidates closes when they are released
         return released
 
     def low_watermark(self, partition: int) -> int | None:
         """The first offset of ``partition`` an open narrative needs read again after a restart."""
-        return min(
-            (n.first_offset for n in self._narratives.values() if n.partition == partition), default=None
-        )
+        for key in self._by_partition.get(partition, {}):
+            return self._narratives[key].first_offset
+        return None
 
     def drop(self, partitions: Iterable[int]) -> None:
         """Forget the narratives of ``partitions`` (revoked, or rewound to be read again)."""
-        lost = set(partitions)
-        for key, narrative in list(self._narratives.items()):
-            if narrative.partition in lost:
+        for partition in list(partitions):
+            for key in list(self._by_partition.get(partition, {})):
                 self._close(key)
 
     def __len__(self) -> int:
@@ -155,15 +175,30 @@ class CoverageJoin(Generic[R]):
 
     def held(self) -> int:
         """QA candidates held now."""
-        return sum(len(n.held) for n in self._narratives.values())
+        return self._held
 
     def _open(self, key: NarrativeKey, partition: int, offset: int, now: float) -> _Narrative[R]:
         narrative = self._narratives.get(key)
         if narrative is None:
             narrative = self._narratives[key] = _Narrative(partition, offset, now)
+            self._by_partition.setdefault(partition, {})[key] = None
+            self._windows.append((now, key))
         return narrative
+
+    def _release(self, key: NarrativeKey, coverage: Coverage, now: float, out: list[Release[R]]) -> None:
+        narrative = self._narratives.get(key)
+        if narrative is None:
+            return
+        out += [Release(h.record, coverage, max(now - h.since, 0.0)) for h in narrative.held]
+        self._held -= len(narrative.held)
+        narrative.held = []
+        if now - narrative.opened >= self.wait_s:
+            self._close(key)
 
     def _close(self, key: NarrativeKey) -> None:
         narrative = self._narratives.pop(key)
         for candidate_id in narrative.pending:
             self._pending.pop(candidate_id, None)
+        self._held -= len(narrative.held)
+        self._ready.pop(key, None)
+        del self._by_partition[narrative.partition][key]

@@ -211,9 +211,14 @@ def record_size(key: bytes | None, value: bytes | None, headers: Sequence[tuple[
 def fits(
     topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]] = ()
 ) -> bool:
-    """Whether a record fits ``topic``'s ``max.message.bytes`` with :data:`RECORD_OVERHEAD_BYTES` of framing
-    to spare, as the producers count it."""
-    return record_size(key, value, headers) <= max_message_bytes(topic) - RECORD_OVERHEAD_BYTES
+    """Whether a record fits ``topic``'s ``max.message.bytes`` (:func:`record_limit`)."""
+    return record_size(key, value, headers) <= record_limit(max_message_bytes(topic))
+
+
+def record_limit(max_message_bytes: int) -> int:
+    """The largest record, as the producers count it, that a topic with ``max_message_bytes`` admits:
+    :data:`RECORD_OVERHEAD_BYTES` of framing to spare."""
+    return max_message_bytes - RECORD_OVERHEAD_BYTES
 
 
 def oversized_output(

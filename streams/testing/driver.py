@@ -75,12 +75,12 @@ from streams.groups.verifier import Verifier
 from streams.llm import LlmClient
 from streams.replay.kafka import KafkaReplayResult, changelog_state, decision_json, replay_runs
 from streams.runtime.dlq import (
-    RECORD_OVERHEAD_BYTES,
     DecodeFailed,
     SourceRecord,
     dead_letter_record,
     decode_record,
     header_map,
+    record_limit,
     record_size,
 )
 from streams.runtime.metrics import ClinicalMetrics, DbpmMetrics, DocsMetrics, LlmGroupMetrics
@@ -140,8 +140,8 @@ class Topic:
     Args:
         name: the topic's name.
         partitions: its partition count.
-        max_bytes: its ``max.message.bytes`` (a record's key, value and headers must fit in it with
-            :data:`~streams.runtime.dlq.RECORD_OVERHEAD_BYTES` to spare, as the producers assume).
+        max_bytes: its ``max.message.bytes`` (a record's key, value and headers must fit within
+            :func:`~streams.runtime.dlq.record_limit` of it, as the producers count them).
     """
 
     def __init__(self, name: str, partitions: int, max_bytes: int) -> None:
@@ -175,7 +175,7 @@ class Topic:
         if not 0 <= partition < len(self.partitions):
             raise ValueError(f"{self.name} has no partition {partition}")
         size = record_size(key, value, headers)
-        if size > (limit := self._max_bytes - RECORD_OVERHEAD_BYTES):
+        if size > (limit := record_limit(self._max_bytes)):
             raise RecordTooLargeError(f"{self.name}: a record of {size} bytes; the topic admits {limit}")
         records = self.partitions[partition]
         record = SourceRecord(self.name, partition, len(records), timestamp_ms, key, value, tuple(headers))

@@ -89,6 +89,7 @@ def test_every_qa_candidate_is_released_exactly_once_within_the_wait(steps: list
         else:
             now += n * 4
         released += join.due(now)
+        assert join.held() == len(arrived) - len(released)
     released += join.due(now + 10)
     assert sorted(r.record for r in released) == sorted(arrived)
     assert all(r.waited_s <= 10 + 12 for r in released)
