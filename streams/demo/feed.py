@@ -155,7 +155,9 @@ def first_pending(
 def _pending(pair: tuple[str, str], flows: dict[str, Flow], tap: Tap, dead: DeadLettered) -> bool:
     patient, cid = pair
     if cid not in flows["dbpm"].consumed:
-        return patient not in dead.narratives.consumed
+        # Not decided yet: pending, unless its narrative was dead-lettered before publishing it (a
+        # narrative some of whose calls failed publishes the candidates of the others, which count).
+        return cid in flows["dbpm"].produced or patient not in dead.narratives.consumed
     found = flows["dbpm"].latest.get(cid)  # None: the tap is still taking the record in
     if found is None:
         return True

@@ -44,11 +44,13 @@ Failure semantics:
   ``breaker_threshold`` consecutive failed attempts (timeouts, connection errors, 5xx; a 429 or any
   other answer proves the server alive), fails calls fast while open, and after ``breaker_reset_s``
   lets one probe through (half-open): success closes it, failure re-opens it.
-* Concurrency: each server has a fixed number of slots (default 64, paper A.3), an
-  ``asyncio.Semaphore``; a call holds a slot from its first attempt to its result, so an overloaded
+* Concurrency: each server has at most ``max_in_flight`` slots (default 64, paper A.3), adapted to
+  what it answers within the timeout (:mod:`streams.llm.limit`: halved by an attempt that times out,
+  raised again by answers), so a model on a CPU gets the requests it can answer instead of a queue
+  the timeout expires in; a call holds a slot from its first attempt to its result, so an overloaded
   server gets fewer requests, not more (the slot is held across retries and backoff). Callers may
-  start any number of calls; the excess waits for a slot. Per-key ordering is the caller's job: the
-  client completes calls in whatever order the server answers.
+  start any number of calls; the excess waits for a slot, in the client. Per-key ordering is the
+  caller's job: the client completes calls in whatever order the server answers.
 * Transport (choice): one aiohttp ``ClientSession`` per client, whose connector keeps at most
   ``max_in_flight`` keep-alive connections per server, opened lazily on the event loop of the first
   call. aiohttp parses HTTP in C: measured against the local test server, 0.25 ms of client CPU per
@@ -84,6 +86,7 @@ from pydantic import BaseModel, ValidationError
 
 from streams.llm.calls import CALL_PROFILES, CallType, Role
 from streams.llm.config import Endpoint, enabling_variables, resolve_roles
+from streams.llm.limit import AdaptiveLimit
 from streams.llm.lint import is_registered, json_schema_of
 from streams.llm.result import FailureKind, LlmFailed, LlmOk, clinician_message
 from streams.runtime.settings import Settings
@@ -113,7 +116,7 @@ class ClientPolicy:
         backoff_max_s: backoff ceiling, also the cap on an honoured ``Retry-After``.
         breaker_threshold: consecutive failed attempts that open a server's circuit.
         breaker_reset_s: how long a circuit stays open before one probe is let through.
-        max_in_flight: requests in flight per server.
+        max_in_flight: the most requests in flight per server (fewer while it times out: streams.llm.limit).
         disable_any_whitespace: request compact JSON (see the module docstring).
     """
 
@@ -196,7 +199,7 @@ class CircuitBreaker:
 @dataclass(slots=True)
 class _Server:
     base_url: str
-    slots: asyncio.Semaphore
+    slots: AdaptiveLimit
     breaker: CircuitBreaker
 
 
@@ -338,7 +341,7 @@ class LlmClient:
             if endpoint.base_url not in self._servers:
                 self._servers[endpoint.base_url] = _Server(
                     endpoint.base_url,
-                    asyncio.Semaphore(self._policy.max_in_flight),
+                    AdaptiveLimit(self._policy.max_in_flight, endpoint.base_url),
                     CircuitBreaker(self._policy.breaker_threshold, self._policy.breaker_reset_s, clock),
                 )
 
@@ -494,7 +497,7 @@ class LlmClient:
             )
         server = self._servers[endpoint.base_url]
         body = self.encoded_body(call_type, response_model, messages, endpoint.model)
-        async with server.slots:
+        async with server.slots.slot():
             return await self._call_with_retries(server, endpoint, role, call_type, response_model, body)
 
     async def _call_with_retries(
@@ -552,6 +555,7 @@ class LlmClient:
                     retry_after = _retry_after(response) if status == 429 else None
         except TimeoutError:  # also aiohttp's ServerTimeoutError, a TimeoutError and a ClientError
             server.breaker.record_failure()
+            server.slots.timed_out()
             detail = f"no answer from {url} within {self._policy.timeout_s:g} s"
             return _Transient(FailureKind.TIMEOUT, detail)
         except aiohttp.ClientError as exc:  # connection, protocol and payload errors
@@ -564,6 +568,7 @@ class LlmClient:
             server.breaker.record_failure()
             return _Transient(FailureKind.UNAVAILABLE, f"HTTP {status} from {url}")
         server.breaker.record_success()
+        server.slots.answered()
         if status == 429:
             return _Transient(FailureKind.RATE_LIMITED, f"HTTP 429 from {url}", retry_after)
         if status != 200:

@@ -80,6 +80,8 @@ def test_a_loop_candidate_is_done_once_blocked_or_its_verdict_is_applied_or_dead
     dead.verifications.consumed["c3"] = 2.0  # its verification was dead-lettered: done, with failure
     dead.narratives.consumed["p2"] = 2.0  # its narrative was dead-lettered: c4 never comes
     assert loop_pending(ids, flows, SimpleNamespace(applied={0: 5}), dead) == []
+    flows["dbpm"].produced["c4"] = 2.5  # ... but its other calls succeeded and published c4: it counts
+    assert loop_pending(ids, flows, SimpleNamespace(applied={0: 5}), dead) == [("p2", "c4")]
 
 
 def test_a_candidate_the_tap_is_still_taking_in_is_pending():
