@@ -5,7 +5,8 @@ A model on a CPU answers in seconds, not milliseconds, and the groups queue its 
 (two minutes a lockstep patient) failed a run whose model was merely slow. So a wait is extended by
 every sign of progress (a candidate done, an LLM call finished) and fails only after a stall: no
 progress for :data:`STALL_FLOOR_S` or :data:`STALL_CALLS` mean call latencies, whichever is longer.
-The progress bars show each group's calls in flight and their mean latency.
+The progress bars show each group's calls in flight and their mean latency. Every client of the
+model counts: the docs worker's LLM phases share the server with the generator and the verifier.
 
 Scraped at most once per :data:`SCRAPE_EVERY_S`; a scrape that fails (a group restarting) keeps the
 last figures.
@@ -42,10 +43,17 @@ class GroupCalls:
 
 
 class LlmCalls:
-    """The calls of the LLM groups whose metrics ports are ``ports`` (group name -> port)."""
+    """The calls of the LLM clients whose metrics ports are ``ports`` (process name -> port).
 
-    def __init__(self, ports: dict[str, int]) -> None:
+    Args:
+        ports: the generator's, the verifier's and the docs worker's ``/metrics`` ports.
+        attempt_s: the clients' timeout of one attempt (``CLINGATE_LLM_TIMEOUT_S``): a call in flight
+            is not overdue before it, so no wait gives up sooner.
+    """
+
+    def __init__(self, ports: dict[str, int], attempt_s: float = 0.0) -> None:
         self._ports = ports
+        self._attempt_s = attempt_s
         self._last: dict[str, GroupCalls] = {name: GroupCalls(0, 0, None) for name in ports}
         self._scraped_at = float("-inf")
 
@@ -68,10 +76,10 @@ class LlmCalls:
         return sum(g.done for g in self.groups().values())
 
     def stall_s(self) -> float:
-        """How long a wait tolerates no progress: the floor, or :data:`STALL_CALLS` of the slowest
-        group's mean call latency."""
+        """How long a wait tolerates no progress: the floor, one attempt's timeout, or
+        :data:`STALL_CALLS` of the slowest client's mean call latency, whichever is longest."""
         means = [g.mean_s for g in self.groups().values() if g.mean_s is not None]
-        return max(STALL_FLOOR_S, STALL_CALLS * max(means, default=0.0))
+        return max(STALL_FLOOR_S, self._attempt_s, STALL_CALLS * max(means, default=0.0))
 
     def text(self) -> str:
         """Every group's calls, for an error message."""

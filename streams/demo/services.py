@@ -177,9 +177,18 @@ def workers(groups: Groups, workdir: Path, bootstrap: str, llm_env: dict[str, st
     # Its own data directory: the gate keeps its view of the memory there and resumes it (the default
     # one may hold another app's view: wrong decisions from the start).
     gate = ["--role", "gate", "--web-port", str(free_port()), "--datadir", gate_dir]
-    # The docs worker serves no metrics here: the default port may be taken (another demo, a deployed
-    # docs worker), and the process would exit.
-    metrics = ["--metrics-port", "0"]
+    # Metrics on free ports (the defaults may be taken: another demo, a deployed docs worker): the
+    # demo's waits follow the LLM calls of the generator, the verifier and the docs worker.
+    docs_port = free_port()
+    arbiter = ServiceProcess(
+        "arbiter (clingate arbiter worker)",
+        ["arbiter", "worker", "--metrics-port", str(docs_port)],
+        {"CLINGATE_DOCS_GROUP_ID": groups.docs},
+        bootstrap,
+        workdir / "docs.log",
+        (b"rules-only", b"LLM phases on"),
+        metrics_port=docs_port,
+    )
     generator_env = {"CLINGATE_GENERATOR_GROUP_ID": groups.generator, **llm_env}
     verifier_env = {"CLINGATE_VERIFIER_GROUP_ID": groups.verifier, **llm_env}
     return [
@@ -197,14 +206,7 @@ def workers(groups: Groups, workdir: Path, bootstrap: str, llm_env: dict[str, st
             f"{app_id}-gate.log",
             b"DBPM gate ready",
         ),
-        service(
-            "arbiter (clingate arbiter worker)",
-            ["arbiter", "worker", *metrics],
-            {"CLINGATE_DOCS_GROUP_ID": groups.docs},
-            "docs.log",
-            b"rules-only",
-            b"LLM phases on",
-        ),
+        arbiter,
         llm_group("generator group (clingate generator)", "generator", generator_env, "generator.log"),
         *(
             llm_group(

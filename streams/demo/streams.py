@@ -89,7 +89,10 @@ def step_streams(
         tap.start()
         stack.callback(tap.stop)
         console.print(f"  workers ready (app id {groups.app_id}; groups {', '.join(groups.names)})")
-        calls = LlmCalls({s.log.stem: s.metrics_port for s in services if s.metrics_port is not None})
+        calls = LlmCalls(
+            {s.log.stem: s.metrics_port for s in services if s.metrics_port is not None},
+            get_settings().llm_timeout_s,
+        )
         loop = LoopFeeder(
             bootstrap, serde, plan, flows, tap, dead, engine, (groups.app_id, groups.generator), calls
         )

@@ -479,7 +479,7 @@ class GateLoop:
 
     @property
     def config(self) -> DBPMConfig:
-        """The gate engine's configuration."""
+        """The configuration the gate decides with (:func:`~streams.worker.dbpm.dbpm_engine`'s)."""
         return self._gate.engine.config
 
     def lag(self) -> Iterator[tuple[str, int, int]]:
