@@ -142,9 +142,9 @@ class CoverageJoin(Generic[R]):
     def due(self, now: float) -> list[Release[R]]:
         """Release what is due at ``now`` and purge closed narratives (see the module docstring)."""
         released: list[Release[R]] = []
-        for key in self._ready:
+        ready, self._ready = self._ready, {}
+        for key in ready:  # releasing may close the narrative, which touches the ready set
             self._release(key, Coverage.SETTLED, now, released)
-        self._ready.clear()
         while self._timeouts and now - self._timeouts[0][0] >= self.wait_s:
             since, key = self._timeouts.popleft()
             narrative = self._narratives.get(key)

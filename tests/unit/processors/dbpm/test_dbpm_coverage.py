@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processors.dbpm.coverage import CoverageJoin, Release
@@ -58,6 +58,19 @@ def test_the_commit_stays_at_the_first_candidate_of_an_open_narrative_until_its_
     assert (len(join), join.low_watermark(0)) == (0, None)
 
 
+def test_a_narrative_settled_after_its_window_releases_its_candidates_and_closes() -> None:
+    join: CoverageJoin[str] = CoverageJoin(wait_s=30)
+    for index, key in enumerate((NARRATIVE, OTHER)):
+        join.ner(key, 0, 10 + index, f"n{index}", let_through=True, now=0)
+        assert join.qa(key, 0, 20 + index, f"q{index}", now=25) is None
+    join.settle("n0")
+    join.settle("n1")
+    released = join.due(now=40)  # both settled, both windows closed: released, then closed
+    assert sorted(r.record for r in released) == ["q0", "q1"]
+    assert {r.coverage for r in released} == {Coverage.SETTLED}
+    assert (len(join), join.held(), join.low_watermark(0)) == (0, 0, None)
+
+
 def test_dropped_partitions_forget_their_narratives_and_held_candidates() -> None:
     join: CoverageJoin[str] = CoverageJoin(wait_s=30)
     join.ner(NARRATIVE, 0, 10, "n1", let_through=True, now=0)
@@ -71,6 +84,7 @@ def test_the_wait_must_be_positive() -> None:
         CoverageJoin(wait_s=0)
 
 
+@settings(max_examples=400, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["ner", "qa", "settle", "tick"]), st.integers(0, 3)), max_size=60))
 def test_every_qa_candidate_is_released_exactly_once_within_the_wait(steps: list[tuple[str, int]]) -> None:
     join: CoverageJoin[int] = CoverageJoin(wait_s=10)
