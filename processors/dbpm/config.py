@@ -12,7 +12,7 @@ Choices recorded here (the paper is silent or ambiguous):
   and the update operator, maintenance and the generic three-tier gate (the NER gate's logic) work on
   it unchanged. Task names MUST NOT contain a NUL byte (they are part of store keys).
 * **Maintenance clock.** Pruning, caps and the cross-task counter decay run at every boundary of a
-  fixed grid of event time (``maintenance_interval_s``, default one minute), not every N events, so the
+  fixed grid of event time (``maintenance_interval_s``, default five seconds), not every N events, so the
   result depends only on the stream, never on how often state is saved.
 * **Cross-task counter decay** (§4.4 / §4.6 say only that κ "decays at each prune"): κ loses one unit
   at every maintenance boundary crossed since it was last raised, never below zero.
@@ -174,10 +174,11 @@ class DBPMConfig:
         propagation_max_length: ... and length < 60 (Algorithm 1 line 23).
         preempt_min_length: NER -> RE preemption takes entity strings longer than 4 characters.
         prune_floor: severity below which a pattern is pruned = 0.01 (§4.6).
-        maintenance_interval_s: spacing of the event-time maintenance grid (this implementation): one
-            minute. The paper's workers pruned and capped on every save, after every 200 events each,
-            about one merge per 12.5 events across its 16 workers (Appendix A.7); a minute of event
-            time, which is wall-clock time live, keeps a deployed memory that close to its caps.
+        maintenance_interval_s: spacing of the event-time maintenance grid (this implementation): five
+            seconds. The paper's workers pruned and capped on every save, after every 200 events each,
+            about one merge per 12.5 events across its 16 workers (Appendix A.7); between two
+            boundaries a channel can outgrow its cap by what arrives in five seconds of event time,
+            which is wall-clock time live.
         cap_partitions: how many partitions the memory is split over, each maintaining its own share
             of every cap, ``floor(cap / cap_partitions)`` (at least 1 of a cap above 0), so the whole
             memory stays within the paper's caps (§4.6); 1 in process. A partitioned runtime sets its
@@ -210,7 +211,7 @@ class DBPMConfig:
     propagation_max_length: int = 59
     preempt_min_length: int = 5
     prune_floor: float = 0.01
-    maintenance_interval_s: float = 60.0
+    maintenance_interval_s: float = 5.0
     cap_partitions: int = 1
     verdict_dedupe_horizon_s: float = 30 * 86400.0
     qa_fail_rate_threshold: float = 0.30

@@ -89,7 +89,7 @@ def summary_rows(results: Results) -> list[tuple[str, str]]:
             "LLM failures, dead-lettered (verifications / narratives)",
             f"{dbpm.failed_verifications} / {dbpm.failed_narratives}",
         ),
-        (f"lockstep slice ({dbpm.lockstep} patients): Kafka = in-process", _lockstep_text(dbpm)),
+        (f"lockstep slice ({dbpm.lockstep} patients): Kafka vs in-process", _lockstep_text(dbpm)),
         *_bulk_rows(dbpm.bulk),
         ("inert channels", ", ".join(dbpm.population.inert_channels()) or "none"),
         (
@@ -110,12 +110,10 @@ def summary_rows(results: Results) -> list[tuple[str, str]]:
 
 
 def _lockstep_text(dbpm: DbpmResults) -> str:
-    if not dbpm.same:
-        return "NO"
-    propagated = sum(d.propagated for d in dbpm.memory_differences)
-    if not propagated:
-        return "yes"
-    return f"yes (but for {propagated} memory entries reached by cross-task propagation)"
+    decisions = "decisions equal" if dbpm.same else "decisions DIFFER"
+    differences = len(dbpm.memory_differences)
+    memory = f"differs on {differences} entries (measured)" if differences else "equal"
+    return f"{decisions}; memory {memory}"
 
 
 def _bulk_rows(bulk: BulkFigures | None) -> list[tuple[str, str]]:
@@ -197,11 +195,8 @@ def summary_json(results: Results) -> dict[str, object]:
             "coverage": dict(
                 sorted(Counter(str(d.coverage) for d in decided if d.coverage is not None).items())
             ),
-            "lockstep_equal": dbpm.same,
-            "lockstep_memory_differences": {
-                "propagated": sum(d.propagated for d in dbpm.memory_differences),
-                "unexplained": [d.line for d in dbpm.memory_differences if not d.propagated],
-            },
+            "lockstep_decisions_equal": dbpm.same,
+            "lockstep_memory_differences": len(dbpm.memory_differences),
         },
         "timings_s": dict(results.timings),
     }

@@ -327,13 +327,14 @@ class Settings(BaseSettings):
         "view it has (then recorded in the decision's provenance).",
     )
     dbpm_coverage_wait_s: float = Field(
-        default=60.0,
+        default=300.0,
         ge=0,
         validation_alias="CLINGATE_DBPM_COVERAGE_WAIT_S",
         description="The NER-coverage join (paper §4.8): longest a live QA candidate waits for its "
         "narrative's NER candidates to be verified, BLOCKed or dead-lettered before the gate decides it "
         "(the decision records which, and how long it waited); 0 turns the join off (QA candidates are "
-        "decided at once on the coverage the memory holds). A restarted gate reads again up to this much "
+        "decided at once on the coverage the memory holds). It must cover the verifier's latency, backlog "
+        "included (the demo's bulk phase: about 4 minutes); a restarted gate reads again up to this much "
         "of its candidates.",
     )
 
@@ -406,7 +407,7 @@ class Settings(BaseSettings):
         "held out).",
     )
     dbpm_maintenance_interval_s: float = Field(
-        default=60.0,
+        default=5.0,
         gt=0,
         validation_alias="CLINGATE_DBPM_MAINTENANCE_INTERVAL_S",
         description="Spacing of the memory's maintenance grid (pruning, caps, cross-task counter decay, "

@@ -55,7 +55,7 @@ def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_pat
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads(summary_path.read_text(encoding="utf-8"))
     assert summary["passed"] and all(summary["checks"].values()), summary["failures"]
-    assert {"dbpm_lockstep_equal", "dbpm_one_verdict_per_candidate_let_through", "clinical_equal",
+    assert {"dbpm_lockstep_decisions_equal", "dbpm_one_verdict_per_candidate_let_through", "clinical_equal",
             "arbiter_equal"} <= set(summary["checks"])  # fmt: skip
     dbpm = summary["dbpm"]
     assert dbpm["candidates"] > 0 and len(dbpm["config"]) == 1, "one configuration decided everything"
