@@ -10,6 +10,7 @@ from collections import Counter
 from rich.console import Console
 from rich.table import Table
 
+from processors.dbpm.config import DEFAULT_TASKS
 from streams.bench.stats import percentile
 from streams.demo.model import ProbeCall
 from streams.demo.results import BulkFigures, DbpmResults, Results
@@ -82,8 +83,10 @@ def summary_rows(results: Results) -> list[tuple[str, str]]:
         ("verdicts by source", ", ".join(f"{s} {n:,}" for s, n in verdict_sources(results).items())),
         ("QA coverage (NER-coverage join)", ", ".join(f"{c} {n:,}" for c, n in coverage(results).items())),
         (
-            "blocklist patterns (ner / re / qa)",
-            " / ".join(f"{c.patterns:,}" for c in dbpm.population.channels),
+            "blocklist patterns (the paper's cap)",
+            ", ".join(
+                f"{c.task} {c.patterns:,} ({DEFAULT_TASKS[c.task].cap})" for c in dbpm.population.channels
+            ),
         ),
         (
             "LLM failures, dead-lettered (verifications / narratives)",
