@@ -18,11 +18,12 @@ candidates) and windowed by a bounded wait:
   at once as ``no_ner`` (the narrative produced no NER candidate: nothing to wait for);
 * :meth:`CoverageJoin.due` releases the held candidates of a narrative whose last pending NER candidate
   settled (``settled``) or whose oldest held candidate waited ``wait_s`` (``timeout``: an NER
-  verification dead-lettered or slower than the wait), each with how long it was held, and purges
-  narratives with nothing held once their window (``wait_s`` from their first candidate) closed. A
-  settled narrative stays open for its window because its QA candidates may still be on their way
-  (a consume batch can end between a narrative's NER and QA candidates). State is therefore bounded by
-  the candidates of ``wait_s`` of traffic, and so is what a restarted gate reads again.
+  verification dead-lettered or slower than the wait), each with how long it was held. A narrative
+  with nothing pending or held is closed at once but remembered until its window (``wait_s`` from its
+  first candidate) closes, since its QA candidates may still be on their way (a consume batch can end
+  between a narrative's NER and QA candidates): they are released as ``settled``. A narrative still
+  waiting closes with its window. State is therefore bounded by the candidates of ``wait_s`` of
+  traffic, and what a restarted gate reads again by the narratives still waiting.
 
 Durability (the runtime's side, :mod:`streams.worker.gate`): the join's state is a function of the
 candidates topic from the first candidate of each open narrative and of the memory (where verdicts
@@ -98,6 +99,10 @@ class CoverageJoin(Generic[R]):
         self._ready: dict[NarrativeKey, None] = {}
         self._timeouts: deque[tuple[float, NarrativeKey]] = deque()
         self._windows: deque[tuple[float, NarrativeKey]] = deque()
+        self._idle: dict[NarrativeKey, None] = {}
+        self._settled: dict[NarrativeKey, float] = {}
+        """Narratives closed with nothing pending or held, until their window closes: a QA candidate of
+        theirs that comes late is released as ``settled``, and they hold back no commit."""
         self._held = 0
 
     def ner(
@@ -108,16 +113,17 @@ class CoverageJoin(Generic[R]):
         if let_through:
             narrative.pending.add(candidate_id)
             self._pending[candidate_id] = key
+        self._mark_idle(key, narrative)
 
     def other(self, key: NarrativeKey, partition: int, offset: int, now: float) -> None:
         """Another candidate of the narrative (not NER, not QA) was decided: it opens the narrative."""
-        self._open(key, partition, offset, now)
+        self._mark_idle(key, self._open(key, partition, offset, now))
 
     def qa(self, key: NarrativeKey, partition: int, offset: int, record: R, now: float) -> Release[R] | None:
         """A QA candidate arrived: released at once (returned) or held (None)."""
         narrative = self._narratives.get(key)
         if narrative is None:
-            return Release(record, Coverage.NO_NER, 0.0)
+            return Release(record, Coverage.SETTLED if key in self._settled else Coverage.NO_NER, 0.0)
         if not narrative.pending:
             return Release(record, Coverage.SETTLED, 0.0)
         if not narrative.held:
@@ -138,6 +144,7 @@ class CoverageJoin(Generic[R]):
             narrative.pending.discard(candidate_id)
             if not narrative.pending and narrative.held:
                 self._ready[key] = None  # type: ignore[index]
+            self._mark_idle(key, narrative)  # type: ignore[arg-type]
 
     def due(self, now: float) -> list[Release[R]]:
         """Release what is due at ``now`` and purge closed narratives (see the module docstring)."""
@@ -150,11 +157,19 @@ class CoverageJoin(Generic[R]):
             narrative = self._narratives.get(key)
             if narrative is not None and narrative.held and narrative.held[0].since == since:
                 self._release(key, Coverage.TIMEOUT, now, released)
+        idle, self._idle = self._idle, {}
+        for key in idle:
+            narrative = self._narratives.get(key)
+            if narrative is not None and not narrative.pending and not narrative.held:
+                self._close(key)
+                self._settled[key] = narrative.opened
         while self._windows and now - self._windows[0][0] >= self.wait_s:
             opened, key = self._windows.popleft()
             narrative = self._narratives.get(key)
             if narrative is not None and narrative.opened == opened and not narrative.held:
                 self._close(key)  # one still holding candidates closes when they are released
+            elif self._settled.get(key) == opened:
+                del self._settled[key]
         return released
 
     def low_watermark(self, partition: int) -> int | None:
@@ -180,6 +195,7 @@ class CoverageJoin(Generic[R]):
     def _open(self, key: NarrativeKey, partition: int, offset: int, now: float) -> _Narrative[R]:
         narrative = self._narratives.get(key)
         if narrative is None:
+            self._settled.pop(key, None)
             narrative = self._narratives[key] = _Narrative(partition, offset, now)
             self._by_partition.setdefault(partition, {})[key] = None
             self._windows.append((now, key))
@@ -194,6 +210,12 @@ class CoverageJoin(Generic[R]):
         narrative.held = []
         if now - narrative.opened >= self.wait_s:
             self._close(key)
+        else:
+            self._mark_idle(key, narrative)
+
+    def _mark_idle(self, key: NarrativeKey, narrative: _Narrative[R]) -> None:
+        if not narrative.pending and not narrative.held:
+            self._idle[key] = None
 
     def _close(self, key: NarrativeKey) -> None:
         narrative = self._narratives.pop(key)

@@ -111,9 +111,9 @@ def step_dbpm(
 
 def _check_dbpm(results: Results, dbpm: DbpmResults) -> None:
     results.check(
-        "dbpm_lockstep_equal",
+        "dbpm_lockstep_decisions_equal",
         dbpm.same,
-        "DBPM lockstep decisions or memory differ from the in-process engine",
+        "DBPM lockstep decisions differ from the in-process engine",
     )
     results.check(
         "dbpm_one_verdict_per_candidate_let_through",

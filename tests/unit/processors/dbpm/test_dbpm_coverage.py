@@ -45,7 +45,7 @@ def test_other_patients_flow_while_one_narrative_waits() -> None:
     assert join.qa(OTHER, 0, 13, "q2", now=0) == Release("q2", Coverage.SETTLED, 0.0)
 
 
-def test_the_commit_stays_at_the_first_candidate_of_an_open_narrative_until_its_window_closes() -> None:
+def test_the_commit_stays_at_the_first_candidate_of_a_narrative_only_while_it_waits() -> None:
     join: CoverageJoin[str] = CoverageJoin(wait_s=30)
     join.other(OTHER, 1, 3, now=0)
     join.ner(NARRATIVE, 0, 10, "n1", let_through=True, now=0)
@@ -53,9 +53,11 @@ def test_the_commit_stays_at_the_first_candidate_of_an_open_narrative_until_its_
     assert (join.low_watermark(0), join.low_watermark(1), join.low_watermark(2)) == (10, 3, None)
     join.settle("n1")
     assert [r.coverage for r in join.due(now=1)] == [Coverage.SETTLED]
-    assert join.low_watermark(0) == 10, "settled, but its QA candidates may still come"
+    assert (len(join), join.low_watermark(0), join.low_watermark(1)) == (0, None, None)
+    late = join.qa(NARRATIVE, 0, 12, "q2", now=2)  # its QA candidates may still come
+    assert late == Release("q2", Coverage.SETTLED, 0.0)
     join.due(now=30)
-    assert (len(join), join.low_watermark(0)) == (0, None)
+    assert join.qa(NARRATIVE, 0, 13, "q3", now=31) == Release("q3", Coverage.NO_NER, 0.0)
 
 
 def test_a_narrative_settled_after_its_window_releases_its_candidates_and_closes() -> None:
