@@ -1,10 +1,10 @@
 """The LLM groups' calls as the demo sees them, scraped from each group's ``/metrics``: the demo's waits
 follow them.
 
-A model on a CPU answers in seconds, not milliseconds, and the groups queue its calls: a fixed wait
-(two minutes a lockstep patient) failed a run whose model was merely slow. So a wait is extended by
-every sign of progress (a candidate done, an LLM call finished) and fails only after a stall: no
-progress for :data:`STALL_FLOOR_S` or :data:`STALL_CALLS` mean call latencies, whichever is longer.
+A model on a CPU answers in seconds to minutes, not milliseconds, and the groups queue its calls, so
+no fixed wait fits every model: a wait is extended by every sign of progress (a candidate done, an
+LLM call finished) and fails only after a stall: no progress for :data:`STALL_FLOOR_S`, one attempt's
+timeout or :data:`STALL_CALLS` mean call latencies, whichever is longest.
 The progress bars show each group's calls in flight and their mean latency. Every client of the
 model counts: the docs worker's LLM phases share the server with the generator and the verifier.
 

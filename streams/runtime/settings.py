@@ -334,8 +334,8 @@ class Settings(BaseSettings):
         "narrative's NER candidates to be verified, BLOCKed or dead-lettered before the gate decides it "
         "(the decision records which, and how long it waited); 0 turns the join off (QA candidates are "
         "decided at once on the coverage the memory holds). It must cover the verifier's latency, backlog "
-        "included (the demo's bulk phase: about 4 minutes); a restarted gate reads again up to this much "
-        "of its candidates.",
+        "included, or QA candidates are decided without their narrative's coverage; a restarted gate "
+        "reads again the candidates of the narratives still waiting.",
     )
 
     dbpm_cross_task: bool = Field(

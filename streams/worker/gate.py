@@ -569,8 +569,8 @@ class GateLoop:
                 continue
             partition, offset = message.partition(), message.offset()
             self._started.setdefault(partition, offset)
-            self._position[partition] = last[partition] = offset
-            self._position[partition] += 1
+            last[partition] = offset
+            self._position[partition] = offset + 1
             out = self._take(SourceRecord.from_message(message))
             if out is not None:
                 yield out
@@ -579,10 +579,14 @@ class GateLoop:
         for candidate_id in self._follower.judged():
             self._join.settle(candidate_id)
         for release in self._join.due(time.monotonic()):
-            record, candidate, event = release.record
-            self._metrics.coverage_released.labels(release.coverage.value).inc()
-            yield self._gate.judge(record, candidate, event, self._barrier, release)
+            yield self._judge_released(release)
         self._metrics.coverage_held.set(self._join.held())
+
+    def _judge_released(self, release: Release[Pending]) -> DecidedCandidate | DecodeFailed:
+        """A QA candidate the coverage join released: counted by how its coverage was settled, decided."""
+        record, candidate, event = release.record
+        self._metrics.coverage_released.labels(release.coverage.value).inc()
+        return self._gate.judge(record, candidate, event, self._barrier, release)
 
     def _take(self, record: SourceRecord) -> DecidedCandidate | DecodeFailed | None:
         """One candidate through the coverage join (when it is on) and the gate; None: held."""
@@ -597,10 +601,7 @@ class GateLoop:
         now = time.monotonic()
         if candidate.task == QA:
             release = join.qa(key, record.partition, record.offset, (record, candidate, event), now)
-            if release is None:
-                return None
-            self._metrics.coverage_released.labels(release.coverage.value).inc()
-            return self._gate.judge(record, candidate, event, self._barrier, release)
+            return None if release is None else self._judge_released(release)
         out = self._gate.judge(record, candidate, event, self._barrier)
         if candidate.task != NER or not isinstance(out, DecidedCandidate):
             join.other(key, record.partition, record.offset, now)

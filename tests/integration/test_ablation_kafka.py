@@ -17,7 +17,7 @@ def test_an_arm_through_kafka_decides_every_candidate_as_the_in_process_arm(
     """Scenario: the full arm of a 4-patient cohort, replayed through the broker to a fresh worker
     started with the arm's settings, gives the in-process arm's decisions and rules. (One arm: the
     others differ only in the settings the worker is started with, which the unit tests of the arms
-    and of the settings cover; each worker start costs about 45 s here.)"""
+    and of the settings cover, and each costs a worker start.)"""
     stream = cohort_stream(4, 20, seed=42)
     arm = ARMS[0]
     via_kafka = run_via_kafka(arm, stream, kafka_bootstrap, tmp_path / arm.name)
