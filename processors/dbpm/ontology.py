@@ -15,7 +15,8 @@ Semantics (all comparisons case-insensitive, whitespace-stripped):
 
 :func:`filter_verdict` is the Filter on a live candidate: the gate calls it on every relation it
 decides and publishes the verdict on the verdict topic, where it feeds the RE blocklist like any
-verdict (a replay stream already holds these verdicts, replay contract).
+verdict (a replay stream already holds these verdicts, replay contract). Its id is reserved:
+:func:`misfiled_filter_verdict` says why a verdict under it is not the Filter's.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from types import MappingProxyType
 import yaml
 
 from processors.dbpm.config import RE, RULE_BASED
+from processors.dbpm.events import VerdictEvent
 from schemas.dbpm import Candidate, RePayload, Verdict, VerdictLabel
 
 _PACKAGE_DATA = "ontology.yaml"
@@ -115,6 +117,30 @@ def filter_verdict(ontology: Ontology, candidate: Candidate) -> Verdict | None:
         reason=f"Ontology_Mismatch_{payload.head_type.strip()}",
         confidence=1.0,
     )
+
+
+def misfiled_filter_verdict(event: VerdictEvent) -> str | None:
+    """Why a verdict under a Filter id (``<candidate_id>:ontology``) cannot be the Filter's, or None.
+
+    The id is reserved for :func:`filter_verdict`, which judges relation triples only, as
+    ``rule_based``. Learnt anyway, a verdict under that id on another task or from another source
+    would occupy the ledger entry of a Filter verdict and teach a channel the Filter never feeds; the
+    memory agent dead-letters it (stage ``validate``) with this reason.
+    """
+    candidate_id = event.candidate_id
+    if candidate_id is None or not candidate_id.endswith(FILTER_ID_SUFFIX):
+        return None
+    if event.task != RE:
+        return (
+            f"verdict {candidate_id!r} has the Ontology-Violation Filter's id but is about a "
+            f"{event.task!r} candidate: the Filter judges relation candidates only"
+        )
+    if event.source != RULE_BASED:
+        return (
+            f"verdict {candidate_id!r} has the Ontology-Violation Filter's id but source "
+            f"{event.source!r}: the Filter's verdicts are {RULE_BASED!r}"
+        )
+    return None
 
 
 def load_ontology(text: str | None = None) -> Ontology:

@@ -121,6 +121,7 @@ from processors.dbpm import (
     parse_time,
 )
 from processors.dbpm.config import QA, SUCCESS
+from processors.dbpm.ontology import misfiled_filter_verdict
 from processors.dbpm.partitioned import merge_values
 from processors.dbpm.signatures import signature
 from processors.dbpm.update import effective_verdict
@@ -518,7 +519,9 @@ class MemoryHandler:
 
         Every failure is a value (the memory unchanged by the record): a bad tick header, a record
         that does not decode or whose key is not the :func:`verdict_key` of its verdict (it would
-        be learnt by a partition that does not own its signature), or an engine error.
+        be learnt by a partition that does not own its signature), a verdict under the Filter's id
+        that is not the Filter's (:func:`processors.dbpm.ontology.misfiled_filter_verdict`), or an
+        engine error.
         """
         if any(name == TICK_HEADER for name, _ in record.headers):
             tick = record.header(TICK_HEADER)
@@ -534,6 +537,10 @@ class MemoryHandler:
             if isinstance(decoded, DecodeFailed):
                 return decoded
             _, verdict = decoded
+            if (reason := misfiled_filter_verdict(verdict)) is not None:
+                return DecodeFailed(
+                    record, Stage.VALIDATE, "MisfiledFilterVerdict", reason, None, Verdict.avro_name
+                )
             with Transaction(writer) as txn:
                 _, propagations = self._engine.learn(txn, verdict, verdict.time)
         except Exception as exc:  # a poison record must not stop the partition: DLQ, memory unchanged

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from processors.dbpm import parse_event
 from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
 from streams.replay.kafka import decision_json
@@ -29,7 +30,7 @@ from streams.runtime.settings import Settings
 from streams.testing.dbpm_stream import StreamShape, generate_events
 from streams.testing.driver import TopologyDriver, partition_for
 from streams.testing.worker import COMPARISON_ENV, comparison_engine, in_process, soak_stream
-from streams.worker.dbpm import BARRIER_HEADER, CONFIG_KEY, TICK_HEADER, dbpm_config
+from streams.worker.dbpm import BARRIER_HEADER, CONFIG_KEY, TICK_HEADER, dbpm_config, verdict_key
 from streams.worker.gate import ConfigWatch
 from tests.dbpm_streams import with_candidate_ids, with_copies
 from tests.replay_example import EXAMPLE, assert_state_close, example_events, needs_example
@@ -277,6 +278,37 @@ def test_the_gate_runs_the_ontology_filter_on_live_relations_and_the_memory_lear
     assert by_id["replayed"].decision.value == "BLOCK"  # decided on what the live ones taught
     assert {d.config for d in decisions} == {driver.engine.config.fingerprint()}
     assert configs == {driver.engine.config.fingerprint().encode()}
+
+
+def test_a_verdict_under_the_filters_id_that_is_not_the_filters_is_dead_lettered_with_its_reason() -> None:
+    """Scenario: verdicts carrying the Filter's reserved id (``<candidate>:ontology``): one about an entity
+    (NER), one about a relation from the verifier, and the Filter's own kind (rule_based, relation).
+
+    The first two go to the verdict DLQ at the validate stage with a reason naming what is wrong, and
+    teach nothing; the third is learnt. Processing goes on after each.
+    """
+    entity = {"entity": "fever", "category": "Symptoms"}
+    triple = _relation("c", "ASSOCIATED_WITH").payload.model_dump(mode="json")
+    verdicts = [
+        Verdict.model_validate({"ts": "2026-11-26T09:00:00Z", "task": task, "verdict": "hard_fail",
+                                "source": source, "patient_id": "p-1", "payload": payload,
+                                "candidate_id": f"{name}:ontology"})
+        for name, task, source, payload in (("ner", "ner", "rule_based", entity),
+                                            ("verifier", "re", "verifier_mmed", triple),
+                                            ("filter", "re", "rule_based", triple))
+    ]  # fmt: skip
+    with TopologyDriver(Settings(CLINGATE_DBPM_MAINTENANCE=False)) as driver:
+        for verdict in verdicts:
+            event = parse_event({"kind": "verdict", **verdict.model_dump(mode="json")})
+            driver.pipe(DBPM_VERDICTS, verdict_key(driver.engine, event), verdict)
+        dead = [d.letter for d in driver.dead_letters(DBPM_VERDICTS)]
+        state = driver.memory_state()
+    assert [(d.stage.value, d.error_type) for d in dead] == [("validate", "MisfiledFilterVerdict")] * 2
+    assert "relation candidates only" in dead[0].error and "'ner'" in dead[0].error
+    assert "'verifier_mmed'" in dead[1].error
+    assert [p["signature"] for p in state["blocklist"]["re"]] == ["TESTS|ASSOCIATED_WITH|DIAGNOSIS"]  # type: ignore[index]
+    # The relation's head and tail have cross-task evidence from the learnt verdict; "fever" nothing.
+    assert {p["signature"] for p in state["blocklist"]["ner"]} == {"troponin", "myocardial infarction"}  # type: ignore[index]
 
 
 def test_a_memory_written_with_another_configuration_is_reported(caplog: pytest.LogCaptureFixture) -> None:
