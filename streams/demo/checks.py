@@ -19,7 +19,7 @@ from typing import cast
 from rich.console import Console
 from rich.table import Table
 
-from processors.dbpm import DBPMEngine
+from processors.dbpm import DBPMConfig, DBPMEngine
 from processors.dbpm.measurement import SelectivityCounts, SelectivityTracker, channel_population
 from processors.dbpm.ontology import FILTER_ID_SUFFIX
 from schemas.clinical import ClinicalAssessment
@@ -106,10 +106,10 @@ def step_dbpm(
         bulk=bulk,
     )
     _print_dbpm(console, dbpm)
-    _check_dbpm(results, dbpm)
+    _check_dbpm(results, dbpm, engine.config)
 
 
-def _check_dbpm(results: Results, dbpm: DbpmResults) -> None:
+def _check_dbpm(results: Results, dbpm: DbpmResults, config: DBPMConfig) -> None:
     results.check(
         "dbpm_lockstep_decisions_equal",
         dbpm.same,
@@ -123,6 +123,15 @@ def _check_dbpm(results: Results, dbpm: DbpmResults) -> None:
     )
     inert = dbpm.population.inert_channels() if dbpm.patients >= INERT_CHECK_MIN_PATIENTS else ()
     results.check("dbpm_channels_populated", not inert, f"inert blocklist channels: {', '.join(inert)}")
+    # The in-process engine's caps are whole (the workers' partitions each keep a share of them).
+    over = [
+        f"{c.task} {c.patterns:,} > {cap}"
+        for c in dbpm.population.channels
+        if (cap := config.cap(c.task)) is not None and c.patterns > cap
+    ]
+    results.check(
+        "dbpm_channels_within_caps", not over, f"blocklist channels over their caps: {', '.join(over)}"
+    )
 
 
 def _differing(

@@ -8,6 +8,7 @@ fed by a :class:`Feeder` thread, so the three run at once.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -15,7 +16,7 @@ from typing import TypeVar
 
 from confluent_kafka import Producer
 
-from processors.dbpm import DBPMEngine
+from processors.dbpm import DBPMEngine, format_time
 from schemas.dbpm import Candidate, Narrative, Verdict
 from schemas.fhir import FhirUpdate
 from schemas.serde import Serde
@@ -27,11 +28,13 @@ from streams.demo.plan import Document, Plan, last_time, loop_reference, streams
 from streams.demo.results import DeadLettered, LoopRun
 from streams.demo.tap import Flow, Tap
 from streams.replay.kafka import CommitWatcher, ReplayTimeout, read_state
-from streams.worker.dbpm import memory_changelog, producer_config
+from streams.runtime.kafka_clients import partitions, reader
+from streams.worker.dbpm import TICK_HEADER, memory_changelog, producer_config
 from topics.catalog import (
     CLINICAL_REVIEWS,
     DBPM_CANDIDATES,
     DBPM_NARRATIVES,
+    DBPM_VERDICTS,
     DOCS_CLASSIFICATIONS,
     FHIR_UPDATES,
 )
@@ -124,6 +127,36 @@ def published_candidates(flows: dict[str, Flow]) -> dict[str, list[Candidate]]:
 def published_verdicts(flows: dict[str, Flow]) -> dict[str, Verdict]:
     """The verifier's and the Ontology-Violation Filter's verdicts, by their ids."""
     return {v.candidate_id: v for v in (*flows["verifier"].outputs, *flows["filter"].outputs)}
+
+
+def tick_memory(bootstrap: str, verdicts: Sequence[Verdict], interval_s: float) -> float | None:
+    """Publish one watermark tick per verdict partition at the first maintenance boundary after the
+    last of ``verdicts`` (waiting for the wall clock to pass it); returns the tick's time (None: no
+    verdicts, nothing to do).
+
+    The memory prunes and caps at the boundaries of its event-time grid, and its time is its verdicts'
+    (when they were judged): once the last verdict is in, each partition holds up to one interval of
+    learning beyond its cap until time moves on. A deployment's next verdicts move it within an
+    interval; the demo's stream has ended, so the tick does, and the memory read afterwards is the one
+    maintained as the paper's caps say.
+    """
+    if not verdicts:
+        return None
+    last = max(v.ts.timestamp() for v in verdicts)
+    boundary = (math.floor(last / interval_s) + 1) * interval_s
+    time.sleep(max(0.0, boundary - time.time()))
+    client = reader(bootstrap, "demo-tick")
+    try:
+        verdict_partitions = partitions(client, DBPM_VERDICTS)
+    finally:
+        client.close()
+    producer = Producer(producer_config(bootstrap))
+    tick = [(TICK_HEADER, format_time(boundary).encode())]
+    for partition in verdict_partitions:
+        producer.produce(DBPM_VERDICTS, value=b"", headers=tick, partition=partition)
+    if producer.flush(30):
+        raise DemoError(f"watermark ticks not delivered to {DBPM_VERDICTS}")
+    return boundary
 
 
 def loop_pending(

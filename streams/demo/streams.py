@@ -28,7 +28,7 @@ from schemas.serde import Serde
 from streams.demo.calls import LlmCalls
 from streams.demo.dead_letters import probe_worker_dead_letters
 from streams.demo.errors import DemoError
-from streams.demo.feed import Feeder, LoopFeeder, feed_clinical, feed_docs
+from streams.demo.feed import Feeder, LoopFeeder, feed_clinical, feed_docs, published_verdicts, tick_memory
 from streams.demo.plan import Plan, streams_timeout
 from streams.demo.progress import StreamWatch
 from streams.demo.results import DeadLettered, LoopRun, Results
@@ -114,6 +114,10 @@ def step_streams(
             raise DemoError(f"{error}\n{tails}") from error
         results.timings["streams (all at once)"] = time.perf_counter() - started
         results.loop = feeders[0].result if isinstance(feeders[0].result, LoopRun) else None
+        with console.status("moving the memory's clock past its next maintenance boundary"):
+            tick_memory(
+                bootstrap, list(published_verdicts(flows).values()), engine.config.maintenance_interval_s
+            )
         with console.status("waiting for the memory agents to commit every verdict"):
             wait_until_consumed(bootstrap, groups.app_id, DBPM_VERDICTS, 60.0)
         probe_worker_dead_letters(console, bootstrap, results)

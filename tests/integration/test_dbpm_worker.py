@@ -27,7 +27,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from processors.dbpm import DBPMEngine, VerdictEvent, parse_event
-from schemas.dbpm import Candidate
+from schemas.dbpm import Candidate, Coverage, GateDecision, Verdict
 from schemas.serde import make_serde
 from state.memory import MemoryStore
 from streams.replay.kafka import KafkaReplayResult, commit_worker_end_offsets, replay_via_kafka
@@ -36,10 +36,10 @@ from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings
 from streams.testing.metrics import scraped_sum
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess
-from streams.worker.dbpm import BARRIER_HEADER, dbpm_engine, producer_config
+from streams.worker.dbpm import BARRIER_HEADER, dbpm_engine, producer_config, verdict_key
 from streams.worker.gate import gate_group
 from topics.admin import ensure_topics
-from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, build_catalog
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, build_catalog
 
 pytestmark = pytest.mark.integration
 
@@ -286,6 +286,80 @@ def test_propagated_evidence_is_applied_exactly_once_across_sigkills(
     assert counts["kafka"] == counts["engine"]
     assert result.state["blocklist"]["re"] == state["blocklist"]["re"]  # type: ignore[index]
     assert sorted(d["candidate_id"] for d in result.decisions) == sorted(d["candidate_id"] for d in decisions)
+
+
+def _until_held(worker: WorkerProcess, count: int, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while scraped_sum(worker.web_port, "clingate_dbpm_coverage_held") < count:
+        assert time.monotonic() < deadline, f"fewer than {count} QA candidates held in {timeout_s:.0f} s"
+        time.sleep(0.05)
+
+
+def test_qa_candidates_held_by_the_coverage_join_survive_a_sigkill_and_are_decided_once_settled(
+    kafka_bootstrap: str, start_workers
+) -> None:
+    """Scenario: a narrative's NER and QA candidates arrive live; the QA ones are held for the NER
+    verdicts; the worker is SIGKILLed while they are held and restarted; then the verdicts come.
+
+    The gate commits no further than the narrative's first candidate while it is open, so the restarted
+    gate reads the narrative again, decides the NER candidates again (the same bytes) and holds the QA
+    candidates again; once the verdicts are in the memory it decides each QA candidate exactly once,
+    ``coverage`` settled, with the NER category the verdicts accepted stamped on it.
+    """
+    _, [worker] = start_workers(1, **{**COMPARISON_FLAGS, "CLINGATE_DBPM_COVERAGE_WAIT_S": "300"})
+    serde = make_serde(None)
+    patient = f"p-{uuid.uuid4().hex[:8]}"
+    base = {"ts": "2026-11-26T09:00:00Z", "document_ts": "2026-11-20T00:00:00Z", "patient_id": patient}
+    ner = [
+        Candidate.model_validate({**base, "task": "ner", "candidate_id": f"{patient}-ner-{i}",
+                                  "payload": {"entity": entity, "category": "Diagnosis"}})
+        for i, entity in enumerate(("pneumonia", "sepsis"))
+    ]  # fmt: skip
+    qa = [
+        Candidate.model_validate({**base, "task": "qa", "candidate_id": f"{patient}-qa-{i}",
+                                  "payload": {"question": "What is the diagnosis?", "answer": answer,
+                                              "category": "diagnosis"}})
+        for i, answer in enumerate(("pneumonia", "sepsis"))
+    ]  # fmt: skip
+    decisions = _tail(kafka_bootstrap, DBPM_DECISIONS)
+    producer = Producer(producer_config(kafka_bootstrap))
+    for candidate in (*ner, *qa):
+        producer.produce(DBPM_CANDIDATES, key=patient.encode(), value=serde.encode(candidate))
+    producer.flush(30)
+    try:
+        _until_held(worker, len(qa))
+        worker.kill()
+        worker.start()
+        _until_held(worker, len(qa))
+        engine = dbpm_engine(Settings())
+        for candidate in ner:
+            verdict = Verdict.model_validate({
+                **candidate.model_dump(mode="json", exclude={"document_ts", "task"}), "task": "ner",
+                "ts": "2026-11-26T09:00:05Z", "verdict": "success", "source": "verifier_mmed",
+            })  # fmt: skip
+            event = parse_event({"kind": "verdict", **verdict.model_dump(mode="json")})
+            producer.produce(DBPM_VERDICTS, key=verdict_key(engine, event), value=serde.encode(verdict))
+        producer.flush(30)
+        records: list[GateDecision] = []
+        deadline = time.monotonic() + 90
+        while sum(d.task == "qa" for d in records) < len(qa):
+            assert time.monotonic() < deadline, f"QA decisions: {[d.candidate_id for d in records]}"
+            records += [serde.decode(m.value(), GateDecision) for m in decisions.consume(100, 0.5)
+                        if m.key() == patient.encode()]  # fmt: skip
+        records += [serde.decode(m.value(), GateDecision) for m in decisions.consume(100, 2.0)
+                    if m.key() == patient.encode()]  # fmt: skip
+    finally:
+        decisions.close()
+    by_id: dict[str, list[GateDecision]] = {}
+    for record in records:
+        by_id.setdefault(record.candidate_id, []).append(record)
+    assert set(by_id) == {c.candidate_id for c in (*ner, *qa)}
+    for candidate in ner:
+        assert len({serde.encode(d) for d in by_id[candidate.candidate_id]}) == 1  # repeated, never different
+    for candidate in qa:
+        [decided] = by_id[candidate.candidate_id]
+        assert decided.coverage is Coverage.SETTLED
+        assert decided.coverage_wait_s is not None and decided.coverage_wait_s > 0
 
 
 def _tail(bootstrap: str, topic: str) -> Consumer:

@@ -55,8 +55,9 @@ def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_pat
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads(summary_path.read_text(encoding="utf-8"))
     assert summary["passed"] and all(summary["checks"].values()), summary["failures"]
-    assert {"dbpm_lockstep_decisions_equal", "dbpm_one_verdict_per_candidate_let_through", "clinical_equal",
-            "arbiter_equal"} <= set(summary["checks"])  # fmt: skip
+    named = {"dbpm_lockstep_decisions_equal", "dbpm_one_verdict_per_candidate_let_through",
+             "dbpm_channels_within_caps", "clinical_equal", "arbiter_equal"}  # fmt: skip
+    assert named <= set(summary["checks"])
     dbpm = summary["dbpm"]
     assert dbpm["candidates"] > 0 and len(dbpm["config"]) == 1, "one configuration decided everything"
     assert {"verifier_mmed", "rule_based"} <= set(dbpm["verdicts_by_source"]), "the Filter is live"
