@@ -121,6 +121,19 @@ class DBPMEngine:
             return state, None
         return state, apply_verdict(self._memory(state, now), event, now)
 
+    def advance(self, state: S, now: float) -> S:
+        """Move the memory's clock to event time ``now`` with no event: the per-event bookkeeping alone
+        (the maintenance due by ``now``, when enabled, and ``as_of``).
+
+        What a watermark tick does at the memory's writer: time passes with no verdict, so the caps and
+        the pruning that a verdict at ``now`` would have run first are run. Maintenance as of a boundary
+        does not depend on when it runs (:mod:`.maintenance`), so a tick changes no later decision or
+        state that the next event would not have changed.
+        """
+        if not self.config.flags.disabled:
+            self._memory(state, now)
+        return state
+
     def propagate(self, state: S, propagation: Propagation) -> tuple[S, bool]:
         """Apply one propagation event at the writer of its target signature, at its event time.
 

@@ -40,7 +40,8 @@ Consistency model.
   (whitelist, cap, severity zone) on its own state when the event arrives.
 * Ordered by the barrier, for candidates that ask for it (header ``clingate-barrier``; the replay
   publisher sets it): every memory partition publishes a watermark, the event time up to which it
-  has applied verdicts (verdict times, and ticks that the publisher writes to idle partitions). Such
+  has applied verdicts (verdict times, and ticks that the publisher writes to idle partitions; a
+  tick also moves the partition's clock, running the maintenance due by then). Such
   a gate at event time ``t`` waits until every partition's watermark, as its gate process's view has
   applied it from the changelog, is at least ``t``, so it sees every verdict published before it;
   after ``barrier_timeout`` it decides on the view it has and says so in the decision's provenance
@@ -514,8 +515,9 @@ class MemoryHandler:
     def learn(
         self, writer: PartitionWriter, record: SourceRecord
     ) -> DecodeFailed | float | tuple[VerdictEvent, list[Propagation]]:
-        """One ``clingate.dbpm.verdicts`` record applied to ``writer``: a watermark tick's event time,
-        the verdict and its propagations, or why the record goes to the dead-letter topic.
+        """One ``clingate.dbpm.verdicts`` record applied to ``writer``: a watermark tick's event time
+        (the memory's clock moved to it, :meth:`processors.dbpm.DBPMEngine.advance`), the verdict and
+        its propagations, or why the record goes to the dead-letter topic.
 
         Every failure is a value (the memory unchanged by the record): a bad tick header, a record
         that does not decode or whose key is not the :func:`verdict_key` of its verdict (it would
@@ -526,10 +528,13 @@ class MemoryHandler:
         if any(name == TICK_HEADER for name, _ in record.headers):
             tick = record.header(TICK_HEADER)
             try:
-                return parse_time(tick.decode())  # type: ignore[union-attr]
+                at = parse_time(tick.decode())  # type: ignore[union-attr]
             except (ValueError, AttributeError) as exc:  # BadEvent, UnicodeDecodeError; a null header
                 reason = f"{TICK_HEADER} header {tick!r} is not an ISO 8601 time with a zone: {exc}"
                 return DecodeFailed(record, Stage.DECODE, "BadWatermark", reason, None, Verdict.avro_name)
+            with Transaction(writer) as txn:
+                self._engine.advance(txn, at)
+            return at
         try:
             decoded = decode_event(
                 self._serde, record, Verdict, lambda event: verdict_key(self._engine, event)

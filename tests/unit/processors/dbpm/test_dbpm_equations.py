@@ -397,6 +397,24 @@ def test_maintenance_prunes_patterns_below_the_floor_at_grid_boundaries():
     assert mem.population("B", "ner") == 1
 
 
+def test_a_clock_advance_with_no_event_runs_the_maintenance_an_event_then_would_have():
+    from processors.dbpm.config import DEFAULT_TASKS
+
+    tasks = dict(DEFAULT_TASKS)
+    tasks["ner"] = replace(DEFAULT_TASKS["ner"], cap=2)
+    ticked, reference = make(DBPMConfig(tasks=tasks)), make(DBPMConfig(tasks=tasks))
+    for h in (ticked, reference):
+        for name in ("a", "b", "c", "d"):  # one interval: learnt beyond the cap until the next boundary
+            h.verdict("ner", "hard_fail", ner(name), at=T0 + 1)
+    assert len(ticked.snapshot()["blocklist"]["ner"]) == 4
+    with ticked.store.transaction() as txn:
+        ticked.engine.advance(txn, T0 + 60)
+    reference.verdict("ner", "success", ner("cough"), at=T0 + 60)  # an event at that time instead
+    got, expected = ticked.snapshot(), reference.snapshot()
+    assert (got["as_of"], got["blocklist"]) == (expected["as_of"], expected["blocklist"])
+    assert len(got["blocklist"]["ner"]) == 2
+
+
 def test_maintenance_caps_evict_the_lowest_effective_severity():
     from processors.dbpm.config import DEFAULT_TASKS
 
