@@ -72,8 +72,7 @@ class DBPMEngine:
             ``(state, [])`` for a verdict, ``(state, [decision])`` for a gate event.
         """
         if isinstance(event, GateEvent):
-            if not self.config.flags.disabled:
-                self._memory(state, now)
+            self.advance(state, now)
             return state, [self.decide(state, event, now)]
         if self.config.flags.disabled:
             return state, []

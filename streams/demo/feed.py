@@ -22,13 +22,13 @@ from schemas.fhir import FhirUpdate
 from schemas.serde import Serde
 from streams.demo.calls import LlmCalls, Stall
 from streams.demo.errors import DemoError
-from streams.demo.kafka_io import demo_producer
+from streams.demo.kafka_io import demo_producer, demo_reader
 from streams.demo.llm import LoopPlan
 from streams.demo.plan import Document, Plan, last_time, loop_reference, streams_timeout
 from streams.demo.results import DeadLettered, LoopRun
 from streams.demo.tap import Flow, Tap
 from streams.replay.kafka import CommitWatcher, ReplayTimeout, read_state
-from streams.runtime.kafka_clients import partitions, reader
+from streams.runtime.kafka_clients import partitions
 from streams.worker.dbpm import TICK_HEADER, memory_changelog, producer_config
 from topics.catalog import (
     CLINICAL_REVIEWS,
@@ -129,10 +129,9 @@ def published_verdicts(flows: dict[str, Flow]) -> dict[str, Verdict]:
     return {v.candidate_id: v for v in (*flows["verifier"].outputs, *flows["filter"].outputs)}
 
 
-def tick_memory(bootstrap: str, verdicts: Sequence[Verdict], interval_s: float) -> float | None:
+def tick_memory(bootstrap: str, verdicts: Sequence[Verdict], interval_s: float) -> None:
     """Publish one watermark tick per verdict partition at the first maintenance boundary after the
-    last of ``verdicts`` (waiting for the wall clock to pass it); returns the tick's time (None: no
-    verdicts, nothing to do).
+    last of ``verdicts`` (waiting for the wall clock to pass it); no verdicts, no tick.
 
     The memory prunes and caps at the boundaries of its event-time grid, and its time is its verdicts'
     (when they were judged): once the last verdict is in, each partition holds up to one interval of
@@ -141,22 +140,21 @@ def tick_memory(bootstrap: str, verdicts: Sequence[Verdict], interval_s: float) 
     maintained as the paper's caps say.
     """
     if not verdicts:
-        return None
+        return
     last = max(v.ts.timestamp() for v in verdicts)
     boundary = (math.floor(last / interval_s) + 1) * interval_s
     time.sleep(max(0.0, boundary - time.time()))
-    client = reader(bootstrap, "demo-tick")
+    client = demo_reader(bootstrap)
     try:
         verdict_partitions = partitions(client, DBPM_VERDICTS)
     finally:
         client.close()
-    producer = Producer(producer_config(bootstrap))
+    producer = demo_producer(bootstrap)
     tick = [(TICK_HEADER, format_time(boundary).encode())]
     for partition in verdict_partitions:
         producer.produce(DBPM_VERDICTS, value=b"", headers=tick, partition=partition)
     if producer.flush(30):
         raise DemoError(f"watermark ticks not delivered to {DBPM_VERDICTS}")
-    return boundary
 
 
 def loop_pending(

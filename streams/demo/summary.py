@@ -195,9 +195,7 @@ def summary_json(results: Results) -> dict[str, object]:
             "patterns": {c.task: c.patterns for c in dbpm.population.channels},
             "block_eligible": {c.task: c.block_eligible for c in dbpm.population.channels},
             "verifier_calls_saved": dbpm.blocks,
-            "coverage": dict(
-                sorted(Counter(str(d.coverage) for d in decided if d.coverage is not None).items())
-            ),
+            "coverage": coverage(results),
             "lockstep_decisions_equal": dbpm.same,
             "lockstep_memory_differences": len(dbpm.memory_differences),
         },

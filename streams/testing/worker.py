@@ -115,8 +115,7 @@ class WorkerProcess:
 
 def comparison_engine() -> DBPMEngine:
     """The engine configured as workers started with :data:`COMPARISON_ENV` are."""
-    engine = dbpm_engine(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
-    return engine
+    return dbpm_engine(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
 
 
 def soak_stream(n_events: int, epoch: int, tag: str) -> list[dict[str, Any]]:

@@ -359,6 +359,7 @@ def test_qa_candidates_held_by_the_coverage_join_survive_a_sigkill_and_are_decid
     for candidate in qa:
         [decided] = by_id[candidate.candidate_id]
         assert decided.coverage is Coverage.SETTLED
+        assert decided.candidate.payload.ner_categories, "the accepted categories are stamped on it"  # type: ignore[union-attr]
         assert decided.coverage_wait_s is not None and decided.coverage_wait_s > 0
 
 
