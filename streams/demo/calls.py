@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from streams.testing.metrics import scraped
 
 STALL_FLOOR_S = 120.0
-"""The shortest stall a wait tolerates (what the fixed lockstep wait was)."""
+"""The shortest stall a wait tolerates, however fast the calls have been: a worker or group start-up
+or a rebalance makes no progress for tens of seconds without being stuck."""
 
 STALL_CALLS = 6.0
 """A wait tolerates this many mean call latencies without progress (a QA ensemble is four calls)."""
