@@ -6,10 +6,10 @@
   the writer schema among the current and released schemas of :mod:`schemas.registry`, so no network
   service is needed and a record written with a released older version is read through Avro schema
   resolution into the current model.
-* :class:`ConfluentRegistrySerde` (when a registry URL is configured): the Confluent wire format, magic
-  byte ``0`` + 4-byte big-endian schema id + Avro binary, through ``confluent_kafka.schema_registry``'s
-  ``AvroSerializer`` / ``AvroDeserializer`` (subjects follow its default ``<topic>-value`` strategy, so
-  ``topic`` is required there).
+* :class:`~schemas.registry_serde.ConfluentRegistrySerde` (when a registry URL is configured): the
+  Confluent wire format, magic byte ``0`` + 4-byte big-endian schema id + Avro binary, through
+  ``confluent_kafka.schema_registry``'s ``AvroSerializer`` / ``AvroDeserializer`` (subjects follow its
+  default ``<topic>-value`` strategy, so ``topic`` is required there).
 
 Build one serde per process with :func:`make_serde` and reuse it: schemas are parsed once, by the
 registry, and the hot path only looks up dictionaries.
@@ -27,30 +27,17 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 import struct
-import warnings
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar, overload
 
 import fastavro
-from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 from fastavro.types import Schema
 from pydantic import ValidationError
 
 from schemas.base import AvroModel
 from schemas.registry import SchemaEntry, SchemaRegistry, SchemaVersion, load_registry
-
-with warnings.catch_warnings():
-    # The registry client imports authlib's httpx integration, which warns on every import; the warning
-    # concerns authlib's own packaging and would otherwise greet every clingate command. authlib installs
-    # an "always" filter for its warnings when first imported, so ours must go in after it.
-    import authlib.deprecate  # noqa: F401
-
-    warnings.filterwarnings("ignore", message="The httpx module is deprecated")
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 
 M = TypeVar("M", bound=AvroModel)
 
@@ -64,7 +51,7 @@ CONFLUENT_MAGIC = 0
 
 # What fastavro raises on bytes that are not a datum of the writer schema: short reads, varints that
 # overflow, invalid UTF-8, union/enum indexes out of range, negative lengths.
-_MALFORMED = (EOFError, ValueError, IndexError, KeyError, OverflowError, struct.error, MemoryError)
+MALFORMED = (EOFError, ValueError, IndexError, KeyError, OverflowError, struct.error, MemoryError)
 
 
 class DecodeReason(StrEnum):
@@ -122,7 +109,7 @@ class Serde(Protocol):
 # ----------------------------------------------------------------------------------- datum adapting
 
 
-def _bytes_adapter(schema: Schema) -> Callable[[Any], Any] | None:
+def bytes_adapter(schema: Schema) -> Callable[[Any], Any] | None:
     """A function turning the JSON dump's base64 text into bytes where the schema says ``bytes``.
 
     ``None`` when the schema holds no ``bytes`` (the common case: the datum is written as dumped).
@@ -167,12 +154,12 @@ def _bytes_adapter(schema: Schema) -> Callable[[Any], Any] | None:
     return build(schema)
 
 
-def _datum(model: AvroModel, adapter: Callable[[Any], Any] | None) -> Any:
+def model_datum(model: AvroModel, adapter: Callable[[Any], Any] | None) -> Any:
     dumped = model.model_dump(mode="json")
     return dumped if adapter is None else adapter(dumped)
 
 
-def _validate(model_cls: type[M], datum: Any, writer: str) -> M:
+def validated(model_cls: type[M], datum: Any, writer: str) -> M:
     try:
         return model_cls.model_validate(datum)
     except ValidationError as exc:
@@ -192,7 +179,7 @@ def _validate(model_cls: type[M], datum: Any, writer: str) -> M:
         ) from exc
 
 
-def _describe_foreign(data: bytes) -> str:
+def describe_foreign(data: bytes) -> str:
     """A hint for the operator about what unknown bytes look like."""
     if not data:
         return "the value is empty"
@@ -209,7 +196,7 @@ def _write(parsed: Schema, datum: Any, name: str) -> bytes:
     buffer = io.BytesIO()
     try:
         fastavro.schemaless_writer(buffer, parsed, datum)
-    except (*_MALFORMED, TypeError, AttributeError) as exc:
+    except (*MALFORMED, TypeError, AttributeError) as exc:
         raise SchemaEncodeError(f"{name}: the model holds a value its schema cannot carry: {exc}") from exc
     return buffer.getvalue()
 
@@ -232,7 +219,7 @@ class SingleObjectSerde:
         for entry in self._registry.entries.values():
             for version in (*entry.released, entry.current):
                 self._writers[version.fingerprint] = (version, entry)
-            self._adapters[entry.full_name] = _bytes_adapter(entry.current.parsed)
+            self._adapters[entry.full_name] = bytes_adapter(entry.current.parsed)
 
     def encode(self, model: AvroModel, *, topic: str | None = None) -> bytes:
         """The single-object encoding of ``model``; ``topic`` is not needed by this format.
@@ -241,7 +228,8 @@ class SingleObjectSerde:
             SchemaEncodeError: the model holds a value its schema cannot carry.
         """
         entry = self._registry.for_model(type(model))
-        body = _write(entry.current.parsed, _datum(model, self._adapters[entry.full_name]), entry.full_name)
+        datum = model_datum(model, self._adapters[entry.full_name])
+        body = _write(entry.current.parsed, datum, entry.full_name)
         return SINGLE_OBJECT_MAGIC + entry.current.fingerprint + body
 
     def decode(
@@ -260,7 +248,7 @@ class SingleObjectSerde:
         """
         if data[:2] != SINGLE_OBJECT_MAGIC:
             raise SchemaDecodeError(
-                DecodeReason.BAD_MAGIC, f"not Avro single-object encoding: {_describe_foreign(data)}"
+                DecodeReason.BAD_MAGIC, f"not Avro single-object encoding: {describe_foreign(data)}"
             )
         if len(data) < SINGLE_OBJECT_HEADER_SIZE:
             raise SchemaDecodeError(
@@ -286,7 +274,7 @@ class SingleObjectSerde:
         buffer.seek(SINGLE_OBJECT_HEADER_SIZE)
         try:
             datum = fastavro.schemaless_reader(buffer, writer.parsed, reader)
-        except (*_MALFORMED, fastavro.read.SchemaResolutionError) as exc:
+        except (*MALFORMED, fastavro.read.SchemaResolutionError) as exc:
             raise SchemaDecodeError(
                 DecodeReason.MALFORMED,
                 f"bytes are not a {entry.full_name} datum: {type(exc).__name__}: {exc}",
@@ -298,117 +286,7 @@ class SingleObjectSerde:
                 f"{len(data) - buffer.tell()} trailing bytes after the {entry.full_name} datum",
                 writer=entry.full_name,
             )
-        return _validate(entry.model, datum, entry.full_name)
-
-
-# ----------------------------------------------------------------------------------- registry serde
-
-
-class ConfluentRegistrySerde:
-    """The Confluent Schema Registry wire format through ``confluent_kafka.schema_registry``.
-
-    Schemas are registered on first use under the ``<topic>-value`` subject (the serializer's default),
-    in their standalone form. Decoding reads with the expected model's current schema as the reader, so
-    the registry's older versions resolve into the current model.
-    """
-
-    def __init__(self, client: SchemaRegistryClient, registry: SchemaRegistry | None = None) -> None:
-        """Wrap a registry client.
-
-        Args:
-            client: e.g. ``SchemaRegistryClient.new_client({"url": url})``.
-            registry: the schemas to know; the repository's own by default.
-        """
-        self._client = client
-        self._registry = registry or load_registry()
-        self._serializers: dict[str, AvroSerializer] = {}
-        self._deserializers: dict[str, AvroDeserializer] = {}
-        self._writer_names: dict[int, str] = {}
-
-    def _serializer(self, entry: SchemaEntry) -> AvroSerializer:
-        serializer = self._serializers.get(entry.full_name)
-        if serializer is None:
-            adapter = _bytes_adapter(entry.current.parsed)
-            serializer = AvroSerializer(
-                self._client,
-                json.dumps(entry.current.schema),
-                to_dict=lambda model, _ctx: _datum(model, adapter),
-            )
-            self._serializers[entry.full_name] = serializer
-        return serializer
-
-    def _deserializer(self, entry: SchemaEntry) -> AvroDeserializer:
-        deserializer = self._deserializers.get(entry.full_name)
-        if deserializer is None:
-            deserializer = AvroDeserializer(self._client, json.dumps(entry.current.schema))
-            self._deserializers[entry.full_name] = deserializer
-        return deserializer
-
-    def _writer_name(self, schema_id: int) -> str:
-        name = self._writer_names.get(schema_id)
-        if name is None:
-            try:
-                registered = self._client.get_schema(schema_id)
-            except Exception as exc:  # the client raises its own error types per transport
-                raise SchemaDecodeError(
-                    DecodeReason.UNKNOWN_SCHEMA, f"registry has no schema id {schema_id}: {exc}"
-                ) from exc
-            try:
-                name = str(json.loads(registered.schema_str)["name"])
-            except (ValueError, KeyError, TypeError) as exc:
-                raise SchemaDecodeError(
-                    DecodeReason.UNKNOWN_SCHEMA, f"schema id {schema_id} is not a named Avro record"
-                ) from exc
-            self._writer_names[schema_id] = name
-        return name
-
-    def encode(self, model: AvroModel, *, topic: str | None = None) -> bytes:
-        """The Confluent wire format of ``model``, registering its schema under ``<topic>-value``.
-
-        Raises:
-            ValueError: no topic given (the subject is derived from it).
-            SchemaEncodeError: the model holds a value its schema cannot carry.
-        """
-        if topic is None:
-            raise ValueError("the registry wire format needs the topic to name the subject")
-        entry = self._registry.for_model(type(model))
-        try:
-            data = self._serializer(entry)(model, SerializationContext(topic, MessageField.VALUE))
-        except SerializationError as exc:
-            raise SchemaEncodeError(f"{entry.full_name}: {exc}") from exc
-        assert data is not None  # a model is never serialised as a tombstone
-        return data
-
-    def decode(
-        self, data: bytes, expected: type[AvroModel] | None = None, *, topic: str | None = None
-    ) -> Any:
-        """The model encoded in ``data`` (Confluent wire format).
-
-        Raises:
-            SchemaDecodeError: as :meth:`SingleObjectSerde.decode`.
-        """
-        if len(data) < 5 or data[0] != CONFLUENT_MAGIC:
-            raise SchemaDecodeError(
-                DecodeReason.BAD_MAGIC, f"not the registry wire format: {_describe_foreign(data)}"
-            )
-        writer = self._writer_name(int.from_bytes(data[1:5], "big"))
-        entry = self._registry.entries.get(writer)
-        if entry is None:
-            raise SchemaDecodeError(DecodeReason.UNKNOWN_SCHEMA, f"{writer} is not a clingate schema")
-        if expected is not None and writer != expected.avro_name:
-            raise SchemaDecodeError(
-                DecodeReason.WRONG_SCHEMA,
-                f"expected {expected.avro_name}, the record was written as {writer}",
-                writer=writer,
-            )
-        context = SerializationContext(topic or "", MessageField.VALUE)
-        try:
-            datum = self._deserializer(entry)(data, context)
-        except (SerializationError, *_MALFORMED) as exc:
-            raise SchemaDecodeError(
-                DecodeReason.MALFORMED, f"bytes are not a {writer} datum: {exc}", writer=writer
-            ) from exc
-        return _validate(entry.model, datum, writer)
+        return validated(entry.model, datum, entry.full_name)
 
 
 def make_serde(schema_registry_url: str | None = None) -> Serde:
@@ -419,5 +297,9 @@ def make_serde(schema_registry_url: str | None = None) -> Serde:
             library's in-memory registry (tests).
     """
     if schema_registry_url:
-        return ConfluentRegistrySerde(SchemaRegistryClient.new_client({"url": schema_registry_url}))
+        # The registry client and its HTTP stack take about a third of a second to import; only the
+        # processes configured with a registry pay for it.
+        from schemas.registry_serde import registry_serde
+
+        return registry_serde(schema_registry_url)
     return SingleObjectSerde()

@@ -97,8 +97,12 @@ def test_cli_broker_start_and_stop_leave_no_jvm(tmp_path: Path):
     assert _clingate("broker", "status", broker_dir=broker_dir).returncode == 3
 
 
-def test_restart_on_the_same_directory_keeps_address_topics_and_records(tmp_path: Path):
-    """Scenario: a broker stopped cleanly, then killed, comes back each time with its data and port."""
+def test_a_killed_broker_restarts_on_the_same_directory_with_its_address_topics_and_records(tmp_path: Path):
+    """Scenario: a broker is SIGKILLed and comes back on the same directory with its data and port.
+
+    The clean stop and start is the broker-restart soak's disruption (``tests/integration/test_chaos.py``),
+    which checks the address and, through its end conditions, that no record was lost.
+    """
     broker = LocalKafka(tmp_path / "broker", home=get_settings().home)
     bootstrap = broker.start()
     try:
@@ -108,10 +112,6 @@ def test_restart_on_the_same_directory_keeps_address_topics_and_records(tmp_path
         for i in range(3):
             producer.produce(spec.name, value=f"r{i}".encode())
         assert producer.flush(30) == 0
-
-        assert broker.stop() is True
-        assert broker.start() == bootstrap
-        assert _read_all(bootstrap, spec.name, 3) == [b"r0", b"r1", b"r2"]
 
         assert broker.kill() is True
         assert not broker.status().running

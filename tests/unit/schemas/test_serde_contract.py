@@ -13,9 +13,9 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from schemas.dbpm import Candidate, NerPayload, RePayload, Verdict, VerdictLabel
 from schemas.registry import load_registry
+from schemas.registry_serde import ConfluentRegistrySerde
 from schemas.serde import (
     SINGLE_OBJECT_MAGIC,
-    ConfluentRegistrySerde,
     DecodeReason,
     SchemaDecodeError,
     SchemaEncodeError,

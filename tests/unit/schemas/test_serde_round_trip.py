@@ -10,7 +10,8 @@ from model_strategies import model_strategy
 
 from schemas.base import AvroModel
 from schemas.registry import load_registry
-from schemas.serde import ConfluentRegistrySerde, SingleObjectSerde
+from schemas.registry_serde import ConfluentRegistrySerde
+from schemas.serde import SingleObjectSerde
 
 MODELS = sorted((entry.model for entry in load_registry().entries.values()), key=lambda m: m.avro_name)
 EVENTS = [entry.model for entry in load_registry().events()]
