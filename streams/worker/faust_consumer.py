@@ -33,8 +33,9 @@ The lock is never held while the fetch loop waits for the flow to resume (recove
 flow is stopped, and would otherwise wait for the fetch loop forever), and a fetch holds it at most
 for the fetch timeout plus the hand-over of one batch.
 
-:class:`Transport` is Faust's aiokafka transport with this consumer; :func:`register` makes it
-available under the broker URL scheme :data:`TRANSPORT_SCHEME`.
+:class:`Transport` is Faust's aiokafka transport with this consumer and the flush-reporting producer
+of :mod:`streams.worker.faust_producer`; :func:`register` makes it available under the broker URL scheme
+:data:`TRANSPORT_SCHEME`.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import TRANSPORTS
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
+
+from streams.worker.faust_producer import StallReportingProducer
 
 log = logging.getLogger(__name__)
 
@@ -125,9 +128,10 @@ class PositionSafeConsumer(faust_aiokafka.Consumer):
 
 
 class Transport(faust_aiokafka.Transport):
-    """Faust's aiokafka transport with :class:`PositionSafeConsumer`."""
+    """Faust's aiokafka transport with :class:`PositionSafeConsumer` and :class:`StallReportingProducer`."""
 
     Consumer: ClassVar[type[PositionSafeConsumer]] = PositionSafeConsumer
+    Producer: ClassVar[type[StallReportingProducer]] = StallReportingProducer
 
 
 def register() -> None:
