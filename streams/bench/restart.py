@@ -60,7 +60,8 @@ from topics.catalog import DBPM_CANDIDATES, DBPM_VERDICTS, build_catalog
 _CATEGORIES = ("Symptoms", "Diagnosis", "Tests", "Treatment", "History", "Observation")
 _START = datetime(2026, 5, 4, tzinfo=UTC)
 _ROW = re.compile(r"^\|\s*(\S+)\s*\|\s*(\d+)\s*\|\s*(-?\d+)\s*\|")
-_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")
+#: The time that starts each line of the worker's text log (``streams.runtime.logs.TextFormatter``).
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
 
 class _RecordingStore(MemoryStore):
@@ -182,7 +183,9 @@ def restart_bench(
     ensure_topics(admin_client(bootstrap), build_catalog(partitions))
     app_id = f"clingate-restart-{uuid.uuid4().hex[:8]}"
     commit_end_offsets(bootstrap, app_id, [DBPM_VERDICTS, DBPM_CANDIDATES])
-    worker = WorkerProcess(bootstrap, app_id, workdir / app_id, COMPARISON_ENV)
+    # The text log format, whatever the caller's environment says: the recovery is read from the log.
+    env = {**COMPARISON_ENV, "CLINGATE_LOG_FORMAT": "text"}
+    worker = WorkerProcess(bootstrap, app_id, workdir / app_id, env)
     worker.start()  # creates the changelog topic and the partition databases
     worker.stop()
     changelog = memory_changelog(app_id)

@@ -8,8 +8,10 @@ every disruption still happens, exactly at its point.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -22,6 +24,7 @@ from schemas.serde import make_serde
 from streams.bench.chaos import ChaosMonkey, TooFewCandidates, disruption_points
 from streams.bench.restart import records_read, recovery_seconds
 from streams.replay.kafka import Pauses, replay_via_kafka
+from streams.runtime.logs import TextFormatter
 from streams.testing.dbpm_stream import generate_events
 from streams.testing.worker import WorkerProcess, comparison_engine, soak_stream
 from topics.catalog import DBPM_CANDIDATES
@@ -43,8 +46,19 @@ def test_soak_stream_keeps_verdicts_and_puts_each_epochs_candidates_first(n_even
         assert kinds == sorted(kinds, key=lambda k: k != "gate")
 
 
-_LOG = """\
-[2026-11-22 04:45:48,212] [1] [INFO] [^---Recovery]: Highwater for active changelog partitions:
+def _logged(at: str, message: str) -> str:
+    """One line as the worker's text log writes it (``at``: the local time it shows)."""
+    created = datetime.strptime(at, "%Y-%m-%d %H:%M:%S.%f").astimezone().timestamp()
+    record = logging.makeLogRecord({
+        "name": "faust.tables.recovery", "levelno": logging.INFO, "levelname": "INFO", "msg": message,
+        "created": created, "msecs": created % 1 * 1000,
+    })  # fmt: skip
+    return TextFormatter().format(record)
+
+
+_LOG = "\n".join([
+    _logged("2026-11-22 04:45:48.212", "[^---Recovery]: Highwater for active changelog partitions:"),
+    """\
 +Highwater - Active-------------------------------------+-----------+-----------+
 | topic                                                 | partition | highwater |
 +-------------------------------------------------------+-----------+-----------+
@@ -52,8 +66,9 @@ _LOG = """\
 | app-dbpm-memory-changelog                             | 0         | 6277      |
 | 〃                                                    | 1         | 6532      |
 | 〃                                                    | 2         | -1        |
-+-------------------------------------------------------+-----------+-----------+
-[2026-11-22 04:45:48,286] [1] [INFO] [^---Recovery]: active offsets at start of reading:
++-------------------------------------------------------+-----------+-----------+""",
+    _logged("2026-11-22 04:45:48.286", "[^---Recovery]: active offsets at start of reading:"),
+    """\
 +Reading Starts At - Active-----------------------------+-----------+--------+
 | topic                                                 | partition | offset |
 +-------------------------------------------------------+-----------+--------+
@@ -61,9 +76,9 @@ _LOG = """\
 | app-dbpm-memory-changelog                             | 0         | 6000   |
 | 〃                                                    | 1         | -1     |
 | 〃                                                    | 2         | -1     |
-+-------------------------------------------------------+-----------+--------+
-[2026-11-22 04:45:50,712] [1] [INFO] [^---Recovery]: Worker ready
-"""
++-------------------------------------------------------+-----------+--------+""",
+    _logged("2026-11-22 04:45:50.712", "[^---Recovery]: Worker ready"),
+])  # fmt: skip
 
 
 def test_records_read_sums_highwater_minus_start_of_one_changelog() -> None:
