@@ -7,12 +7,8 @@
    (:data:`TESTCONTAINERS_IMAGE`, the Confluent build of the same Kafka line as below).
 3. Else :class:`LocalKafka` starts a native single-node KRaft broker from Maven Central jars.
 
-The native broker is the one developers and CI run here. Its jars are resolved once by
-``mvn dependency:copy-dependencies`` from ``deploy/local/pom.xml`` (where the Kafka version is
-chosen, see the comment there) into ``<home>/kafka/<version>-<pom digest>/libs``; the digest
-means an edited pom never reuses a stale cache. Maven runs only when that directory is missing,
-offline first, so a repeat run needs no network once ``~/.m2`` holds the artifacts (the plugin
-version is pinned for that).
+The native broker is the one developers and CI run here. Its jars are the ones
+``deploy/local/kafka-jars.lock`` pins, fetched once and checked by :mod:`streams.testing.jars`.
 
 A :class:`LocalKafka` owns one directory::
 
@@ -44,8 +40,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
-import hashlib
 import json
 import os
 import random
@@ -53,10 +47,8 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 import uuid
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,10 +59,9 @@ from confluent_kafka.admin import AdminClient
 
 from streams.runtime.kafka_config import client_config as kafka_client_config
 from streams.runtime.settings import Settings
+from streams.testing.jars import DEPLOY_LOCAL, ArtifactError, ensure_artifacts
 from streams.testing.process import ProcessError, ProcessHandle
 
-DEPLOY_LOCAL = Path(__file__).resolve().parents[2] / "deploy" / "local"
-KAFKA_POM = DEPLOY_LOCAL / "pom.xml"
 LOG4J_CONFIG = DEPLOY_LOCAL / "log4j.properties"
 
 # Kafka 3.9 inside Confluent Platform 7.9: the same broker line as the native path.
@@ -113,79 +104,6 @@ _PORT_REUSE_WAIT_S = 10.0
 
 class BrokerError(RuntimeError):
     """The local broker could not be provisioned, started or stopped; the message says what to do."""
-
-
-def kafka_version(pom: Path = KAFKA_POM) -> str:
-    """The Kafka version chosen in the pom's ``kafka.version`` property.
-
-    Args:
-        pom: The pom to read.
-
-    Returns:
-        The version string, e.g. ``"3.9.2"``.
-    """
-    namespace = {"m": "http://maven.apache.org/POM/4.0.0"}
-    element = ET.parse(pom).getroot().find("m:properties/m:kafka.version", namespace)
-    if element is None or not (element.text or "").strip():
-        raise BrokerError(f"{pom} declares no <kafka.version> property")
-    return (element.text or "").strip()
-
-
-def ensure_artifacts(home: Path, pom: Path = KAFKA_POM) -> Path:
-    """Return the directory of broker jars, resolving them with Maven only if not cached yet.
-
-    Safe to call from concurrent processes (parallel test workers): one resolves at a time under a
-    file lock, so two Maven runs never write one local repository at once, into a temporary
-    directory published by an atomic rename, so a crash never leaves a partial ``libs``.
-
-    Args:
-        home: The clingate cache directory (``Settings.home``).
-        pom: The pom listing the broker artifacts.
-
-    Returns:
-        The ``libs`` directory, for a ``-cp libs/*`` class path.
-
-    Raises:
-        BrokerError: Maven is missing or failed.
-    """
-    digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:12]
-    libs = home / "kafka" / f"{kafka_version(pom)}-{digest}" / "libs"
-    if libs.is_dir():
-        return libs
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise BrokerError(
-            "Maven (mvn) is not on the PATH: install Maven 3.6+ and Java 17 to run the local Kafka "
-            "broker, or set KAFKA_BOOTSTRAP_SERVERS to use an existing cluster."
-        )
-    libs.parent.mkdir(parents=True, exist_ok=True)
-    with (libs.parent / "resolve.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not libs.is_dir():
-            _resolve(mvn, pom, libs)
-    return libs
-
-
-def _resolve(mvn: str, pom: Path, libs: Path) -> None:
-    """Copy the pom's runtime dependencies into ``libs`` with Maven, offline first."""
-    staging = Path(tempfile.mkdtemp(prefix="libs.", dir=libs.parent))
-    command = [
-        mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(pom), "dependency:copy-dependencies",
-        "-DincludeScope=runtime", f"-DoutputDirectory={staging}",
-    ]  # fmt: skip
-    # Offline first: with the artifacts already in ~/.m2 this needs no network at all; only a
-    # machine that never resolved them goes online.
-    result = subprocess.run([*command, "--offline"], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        shutil.rmtree(staging, ignore_errors=True)
-        output = (result.stdout + result.stderr).strip().splitlines()[-30:]
-        raise BrokerError(
-            f"Resolving Kafka jars with Maven failed (exit {result.returncode}); Maven Central must be "
-            "reachable the first time. Last output:\n" + "\n".join(output)
-        )
-    staging.rename(libs)
 
 
 def _bindable(port: int) -> int | None:
@@ -480,15 +398,18 @@ class LocalKafka:
             The bootstrap address, ``127.0.0.1:<port>``.
 
         Raises:
-            BrokerError: Java or Maven is missing, or the broker did not become ready (the
-                message carries the tail of its log).
+            BrokerError: Java is missing, the jars could not be fetched, or the broker did not become
+                ready (the message carries the tail of its log).
         """
         running = self.bootstrap
         if running is not None:
             if port is not None and running != f"127.0.0.1:{port}":
                 raise BrokerError(f"the broker in {self.directory} already runs at {running}")
             return running
-        libs = ensure_artifacts(self.home)
+        try:
+            libs = ensure_artifacts(self.home)
+        except ArtifactError as exc:
+            raise BrokerError(str(exc)) from exc
         state = self._state()
         port = port or free_port(state.get("port"), wait=_PORT_REUSE_WAIT_S)
         controller_port = free_port(state.get("controller_port"), taken=(port,), wait=_PORT_REUSE_WAIT_S)

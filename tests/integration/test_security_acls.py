@@ -36,11 +36,11 @@ from streams.runtime.settings import Settings, get_settings
 from streams.testing.broker import (
     JVM_OPTIONS,
     LOG4J_CONFIG,
-    ensure_artifacts,
     free_port,
     sasl_local_kafka,
     wait_for_kafka,
 )
+from streams.testing.jars import ensure_artifacts
 from streams.testing.worker import WorkerProcess, comparison_engine
 from tests.integration.test_dbpm_worker import COMPARISON_FLAGS, _contract, _events, _in_process
 from topics.acls import DEFAULT_PLAN, AclOutcome, AclPlan, ensure_acls, load_plan

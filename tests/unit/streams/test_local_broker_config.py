@@ -12,15 +12,13 @@ import pytest
 from streams.runtime.settings import Settings
 from streams.testing.broker import (
     BROKER_DEFAULTS,
-    BrokerError,
     LocalKafka,
     confluent_image_env,
     docker_engine_available,
-    ensure_artifacts,
     free_port,
-    kafka_version,
     provide_broker,
 )
+from streams.testing.jars import kafka_version
 
 
 def test_kafka_version_is_read_from_the_pom_and_is_a_3_9_or_4_release():
@@ -78,12 +76,6 @@ def test_container_broker_gets_the_same_settings_as_the_native_one():
     assert environment["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "1"
     assert environment["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
     assert len(environment) == len(BROKER_DEFAULTS)
-
-
-def test_missing_maven_is_reported_with_what_to_do(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(BrokerError, match="KAFKA_BOOTSTRAP_SERVERS"):
-        ensure_artifacts(tmp_path / "home")
 
 
 def test_a_port_whose_connections_are_in_time_wait_is_still_free_for_a_restart():
