@@ -64,7 +64,8 @@ def start(
             if super_user not in passwords:
                 raise BrokerError(f"{sasl_users} has no password file for the super user {super_user}")
             broker = sasl_local_kafka(broker.directory, home=settings.home, super_user=super_user,
-                                      passwords=passwords, tls_dir=tls_dir)  # fmt: skip
+                                      passwords=passwords, tls_dir=tls_dir,
+                                      repository=settings.maven_repository)  # fmt: skip
         bootstrap = broker.start(port=port, timeout=timeout)
     except BrokerError as error:
         _err.print(f"[red]{error}[/red]", markup=True, highlight=False)

@@ -14,6 +14,9 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
+"""Where the local broker's jars come from unless ``CLINGATE_MAVEN_REPOSITORY`` names a mirror."""
+
 
 class Settings(BaseSettings):
     """Process-wide configuration, frozen once read."""
@@ -76,6 +79,12 @@ class Settings(BaseSettings):
         default=Path.home() / ".cache" / "clingate",
         validation_alias="CLINGATE_HOME",
         description="Cache directory for broker artifacts, broker data and worker state.",
+    )
+    maven_repository: str = Field(
+        default=MAVEN_CENTRAL,
+        validation_alias="CLINGATE_MAVEN_REPOSITORY",
+        description="Maven repository the local broker's locked jars are fetched from (a mirror of "
+        "Maven Central, e.g. a company's proxy); every jar is checked against the lock's SHA-256.",
     )
     broker_dir: Path | None = Field(
         default=None,

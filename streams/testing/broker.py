@@ -58,7 +58,7 @@ from typing import Literal
 from confluent_kafka.admin import AdminClient
 
 from streams.runtime.kafka_config import client_config as kafka_client_config
-from streams.runtime.settings import Settings
+from streams.runtime.settings import MAVEN_CENTRAL, Settings
 from streams.testing.jars import DEPLOY_LOCAL, ArtifactError, ensure_artifacts
 from streams.testing.process import ProcessError, ProcessHandle
 
@@ -239,6 +239,7 @@ class LocalKafka:
         extra_properties: Mapping[str, str] | None = None,
         security: Settings | None = None,
         scram_credentials: Mapping[str, str] | None = None,
+        repository: str = MAVEN_CENTRAL,
     ) -> None:
         """Describe a broker; nothing is started until :meth:`start`.
 
@@ -253,6 +254,7 @@ class LocalKafka:
             scram_credentials: user name -> password, written as SCRAM-SHA-512 credentials into the
                 metadata log when the storage is formatted (first start only; KIP-900), so that a
                 SASL listener can authenticate them from the first second.
+            repository: The Maven repository its jars are fetched from (``Settings.maven_repository``).
         """
         # Absolute, because the pid check matches this path in the JVM's command line.
         self.directory = directory.absolute()
@@ -260,6 +262,7 @@ class LocalKafka:
         self.extra_properties = dict(extra_properties or {})
         self.security = security
         self.scram_credentials = dict(scram_credentials or {})
+        self.repository = repository
         self._process: ProcessHandle | None = None
         """The JVM when this object started it (else only the pid file knows it)."""
 
@@ -407,7 +410,7 @@ class LocalKafka:
                 raise BrokerError(f"the broker in {self.directory} already runs at {running}")
             return running
         try:
-            libs = ensure_artifacts(self.home)
+            libs = ensure_artifacts(self.home, repository=self.repository)
         except ArtifactError as exc:
             raise BrokerError(str(exc)) from exc
         state = self._state()
@@ -517,7 +520,13 @@ def _jaas(login_module: str, **options: str) -> str:
 
 
 def sasl_local_kafka(
-    directory: Path, *, home: Path, super_user: str, passwords: Mapping[str, str], tls_dir: Path | None = None
+    directory: Path,
+    *,
+    home: Path,
+    super_user: str,
+    passwords: Mapping[str, str],
+    tls_dir: Path | None = None,
+    repository: str = MAVEN_CENTRAL,
 ) -> LocalKafka:
     """A :class:`LocalKafka` that authenticates every client and authorises it by KRaft ACLs.
 
@@ -575,7 +584,7 @@ def sasl_local_kafka(
         kafka_ssl_ca_file=tls_dir / "ca.pem" if tls_dir is not None else None,
     )  # fmt: skip
     return LocalKafka(directory, home=home, extra_properties=properties, security=probe,
-                      scram_credentials=passwords)  # fmt: skip
+                      scram_credentials=passwords, repository=repository)  # fmt: skip
 
 
 def read_password_dir(directory: Path) -> dict[str, str]:
@@ -662,7 +671,8 @@ class Broker:
 
 def local_broker(settings: Settings) -> LocalKafka:
     """The broker that ``clingate broker start|stop|status`` manages (default ``<home>/broker``)."""
-    return LocalKafka(settings.broker_dir or settings.home / "broker", home=settings.home)
+    directory = settings.broker_dir or settings.home / "broker"
+    return LocalKafka(directory, home=settings.home, repository=settings.maven_repository)
 
 
 def configured_bootstrap(settings: Settings) -> str | None:
@@ -694,7 +704,7 @@ def provide_broker(settings: Settings, directory: Path) -> Iterator[Broker]:
         with _container_broker() as bootstrap:
             yield Broker(bootstrap, "testcontainers")
         return
-    local = LocalKafka(directory, home=settings.home)
+    local = LocalKafka(directory, home=settings.home, repository=settings.maven_repository)
     bootstrap = local.start()
     try:
         yield Broker(bootstrap, "native", local)

@@ -4,10 +4,10 @@
 there). Maven resolves it once, on a maintainer's machine, into ``deploy/local/kafka-jars.lock``
 (``python -m streams.testing.jars``): the pom's SHA-256, then one line per runtime jar with its path
 in a Maven repository and its SHA-256. Every other machine fetches exactly those jars from Maven
-Central, several at a time, checks each digest and caches them under
-``<home>/kafka/<version>-<pom digest>/libs`` (an edited pom never reuses a stale cache). A fresh
-machine therefore needs no Maven, and the broker runs the bytes that were locked: a repository that
-serves anything else is refused.
+Central (or the mirror ``CLINGATE_MAVEN_REPOSITORY`` names), several at a time, checks each digest
+and caches them under ``<home>/kafka/<version>-<pom digest>/libs`` (an edited pom never reuses a
+stale cache). A fresh machine therefore needs no Maven, and the broker runs the bytes that were
+locked: a repository that serves anything else is refused.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from streams.runtime.settings import MAVEN_CENTRAL
+
 DEPLOY_LOCAL = Path(__file__).resolve().parents[2] / "deploy" / "local"
 KAFKA_POM = DEPLOY_LOCAL / "pom.xml"
 KAFKA_LOCK = DEPLOY_LOCAL / "kafka-jars.lock"
-MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 #: Jars fetched at once (the broker has about sixty; most of the time is round trips, not bytes).
 _FETCHERS = 8
 _HEADER = "# pom sha256 "

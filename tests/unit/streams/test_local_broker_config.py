@@ -16,6 +16,7 @@ from streams.testing.broker import (
     confluent_image_env,
     docker_engine_available,
     free_port,
+    local_broker,
     provide_broker,
 )
 from streams.testing.jars import kafka_version
@@ -106,3 +107,9 @@ def test_a_port_someone_listens_on_is_given_up_after_the_wait():
 def test_free_port_avoids_taken_ports():
     first = free_port()
     assert free_port(first, taken=(first,)) != first
+
+
+def test_the_configured_maven_repository_reaches_the_native_broker(tmp_path: Path):
+    settings = Settings(home=tmp_path, maven_repository="https://mirror.example/maven2")
+    assert local_broker(settings).repository == "https://mirror.example/maven2"
+    assert LocalKafka(tmp_path, home=tmp_path).repository == "https://repo1.maven.org/maven2"
