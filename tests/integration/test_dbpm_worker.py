@@ -340,14 +340,17 @@ def test_qa_candidates_held_by_the_coverage_join_survive_a_sigkill_and_are_decid
             event = parse_event({"kind": "verdict", **verdict.model_dump(mode="json")})
             producer.produce(DBPM_VERDICTS, key=verdict_key(engine, event), value=serde.encode(verdict))
         producer.flush(30)
+
+        def patients_decisions(timeout_s: float) -> list[GateDecision]:
+            consumed = decisions.consume(100, timeout_s)
+            return [serde.decode(m.value(), GateDecision) for m in consumed if m.key() == patient.encode()]
+
         records: list[GateDecision] = []
         deadline = time.monotonic() + 90
         while sum(d.task == "qa" for d in records) < len(qa):
             assert time.monotonic() < deadline, f"QA decisions: {[d.candidate_id for d in records]}"
-            records += [serde.decode(m.value(), GateDecision) for m in decisions.consume(100, 0.5)
-                        if m.key() == patient.encode()]  # fmt: skip
-        records += [serde.decode(m.value(), GateDecision) for m in decisions.consume(100, 2.0)
-                    if m.key() == patient.encode()]  # fmt: skip
+            records += patients_decisions(0.5)
+        records += patients_decisions(2.0)  # a repeated decision would arrive after the last QA one
     finally:
         decisions.close()
     by_id: dict[str, list[GateDecision]] = {}

@@ -7,7 +7,9 @@ from dataclasses import replace
 import pytest
 from dbpm_harness import DAY, T0, make, ner, qa, rel
 
-from processors.dbpm import DBPMConfig
+from processors.dbpm import DBPMConfig, TaskParams, load_ontology
+from processors.dbpm.config import DEFAULT_TASKS
+from processors.dbpm.gates import patient_difficulty, qa_fail_rate
 from processors.dbpm.maintenance import maintain
 from processors.dbpm.memory import Memory, Pattern, decayed, order_key
 from processors.dbpm.ontology import filter_verdict
@@ -337,7 +339,6 @@ def test_fail_rate_counts_observations_with_the_counting_asymmetry():
     _fallback_history(h, classified=3, unclassified=2, successes=5)
     mem = h.memory()
     assert mem.qa_counts("adverse_event") == (3, 5, 5)
-    from processors.dbpm.gates import qa_fail_rate
 
     assert qa_fail_rate(mem, "adverse_event") == approx(3 / 10)
 
@@ -367,7 +368,6 @@ def test_difficulty_is_derived_from_upstream_hard_fails_and_ner_yield():
     h.verdict("re", "soft_downgrade", rel(), patient="p9")  # not a rejection
     for name in ("asthma", "fever", "cough", "sepsis"):
         h.verdict("ner", "success", ner(name), patient="p9")
-    from processors.dbpm.gates import patient_difficulty
 
     assert patient_difficulty(h.memory(), "p9") == approx(2 / 6)
     assert h.gate("qa", qa(category="adverse_event"), patient="p9").decision == "DOWNGRADE"
@@ -398,7 +398,6 @@ def test_maintenance_prunes_patterns_below_the_floor_at_grid_boundaries():
 
 
 def test_a_clock_advance_with_no_event_runs_the_maintenance_an_event_then_would_have():
-    from processors.dbpm.config import DEFAULT_TASKS
 
     tasks = dict(DEFAULT_TASKS)
     tasks["ner"] = replace(DEFAULT_TASKS["ner"], cap=2)
@@ -416,7 +415,6 @@ def test_a_clock_advance_with_no_event_runs_the_maintenance_an_event_then_would_
 
 
 def test_maintenance_caps_evict_the_lowest_effective_severity():
-    from processors.dbpm.config import DEFAULT_TASKS
 
     tasks = dict(DEFAULT_TASKS)
     tasks["ner"] = replace(DEFAULT_TASKS["ner"], cap=2)
@@ -455,8 +453,6 @@ def test_maintenance_runs_once_per_boundary_and_is_idempotent():
 
 
 def test_the_task_set_is_open_for_further_tasks():
-    from processors.dbpm import TaskParams
-    from processors.dbpm.config import DEFAULT_TASKS
 
     summary = TaskParams(0.15, 0.05, 0.03, 5.0, 0.65, 3, 200)
     h = make(DBPMConfig(tasks={**DEFAULT_TASKS, "summary": summary}))
@@ -468,7 +464,6 @@ def test_the_task_set_is_open_for_further_tasks():
 
 
 def test_ontology_loader_reads_a_document_in_the_shipped_format():
-    from processors.dbpm import load_ontology
 
     onto = load_ontology(
         "priors:\n  - {head_type: Drug, tail_type: Disease, relations: [cures]}\naliases:\n  HEALS: CURES\n"
