@@ -55,7 +55,7 @@ def start(
         ),
     ] = None,
 ) -> None:
-    """Start the broker (first run: resolve Kafka jars with Maven) and print its bootstrap address."""
+    """Start the broker (first run: fetch its locked jars) and print its bootstrap address."""
     settings = get_settings()
     broker = local_broker(settings)
     try:

