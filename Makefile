@@ -12,8 +12,12 @@ SMOLLM2_STAMP := $(VENV)/.smollm2-$(shell cat pyproject.toml | sha1sum | cut -c1
 LLAMA_CPP := llama-cpp-python>=0.3.8,<0.4
 PIP := $(VENV)/bin/python -m pip --disable-pip-version-check
 # uv installs the dependencies (several times faster than pip: docs/performance.md); pip stays in the venv
-# for the one build uv does not do here (the llama-cpp-python wheel, below).
-UV := $(VENV)/bin/uv pip install -q --python $(VENV)/bin/python
+# for the one build uv does not do here (the llama-cpp-python wheel, below). Installed packages are compiled
+# to bytecode once, here: where PYTHONDONTWRITEBYTECODE is set, no import writes it, and every process the
+# demo and the tests start (workers, groups, CLI calls) compiled its imports from source again.
+UV := $(VENV)/bin/uv pip install -q --compile-bytecode --python $(VENV)/bin/python
+# The project's own modules, compiled before each run (only what changed); same reason.
+BYTECODE := $(VENV)/bin/python -m compileall -q -j 0 streams processors schemas state topics tests
 
 .PHONY: demo test lint venv smollm2
 
@@ -53,6 +57,7 @@ else
 endif
 
 demo: smollm2
+	@$(BYTECODE) > /dev/null
 	$(VENV)/bin/clingate demo
 
 # ruff's lint rules and formatting, and the layer contracts of pyproject.toml [tool.importlinter].
@@ -62,4 +67,5 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 test: lint smollm2
+	@$(BYTECODE) > /dev/null
 	$(VENV)/bin/python -m pytest
