@@ -186,6 +186,11 @@ class DBPMConfig:
         verdict_dedupe_horizon_s: how long, in event time, the verdict ledger remembers a
             candidate's verdict to ignore its duplicates (:mod:`.ledger`; this implementation):
             30 days, the retention of ``clingate.dbpm.verdicts``.
+        whitelist_retention_s: a whitelist entry not confirmed again for this long (event time) is
+            deleted by maintenance (:mod:`.retention`; this implementation): 365 days.
+        preempt_retention_s: likewise for an entity of the preemption set not preempted again: 365 days.
+        patient_retention_s: a patient's counters and accepted categories in a memory partition are
+            deleted when no verdict wrote them for this long: 90 days.
         qa_fail_rate_threshold: Eq. 7 threshold, M1V5_FAIL_THRESHOLD = 0.30 (A.1, development value).
         qa_difficulty_threshold: Eq. 8 threshold, M1V6_DIFFICULTY_THRESHOLD = 0.30 (A.1).
         qa_min_observations: observations a category needs before it has a fail rate (10).
@@ -214,6 +219,9 @@ class DBPMConfig:
     maintenance_interval_s: float = 5.0
     cap_partitions: int = 1
     verdict_dedupe_horizon_s: float = 30 * 86400.0
+    whitelist_retention_s: float = 365 * 86400.0
+    preempt_retention_s: float = 365 * 86400.0
+    patient_retention_s: float = 90 * 86400.0
     qa_fail_rate_threshold: float = 0.30
     qa_difficulty_threshold: float = 0.30
     qa_min_observations: int = 10
@@ -232,8 +240,14 @@ class DBPMConfig:
             raise ValueError("maintenance_interval_s must be positive")
         if self.cap_partitions < 1:
             raise ValueError("cap_partitions must be at least 1")
-        if self.verdict_dedupe_horizon_s <= 0:
-            raise ValueError("verdict_dedupe_horizon_s must be positive")
+        for name in (
+            "verdict_dedupe_horizon_s",
+            "whitelist_retention_s",
+            "preempt_retention_s",
+            "patient_retention_s",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
 
     def cap(self, task: str) -> int | None:
         """The storage cap of ``task`` in one memory partition (None: no cap)."""

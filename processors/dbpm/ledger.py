@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 import struct
 
-from processors.dbpm.memory import KeyValue
+from processors.dbpm.memory import KeyValue, order8
 
 #: Spacing of the expiry grid in seconds of event time.
 EXPIRY_STEP_S = 3600.0
@@ -55,17 +55,9 @@ EXPIRY_STEP_S = 3600.0
 _TIME = struct.Struct("<d")
 _TICK = struct.Struct("<q")
 _META = b"Mledger"
-_ORDER = struct.Struct(">Q")
-_SIGN = 1 << 63
-_MASK = (1 << 64) - 1
+_ORDER_SIZE = 8
 _SEEN = b"V"
 _EXPIRY = b"E"
-
-
-def _order8(seconds: float) -> bytes:
-    # IEEE 754 bits made order-preserving for every finite double, negatives included.
-    (bits,) = _ORDER.unpack(struct.pack(">d", seconds))
-    return _ORDER.pack((bits ^ _MASK) if bits & _SIGN else (bits | _SIGN))
 
 
 def admit(kv: KeyValue, candidate_id: str, now: float, horizon_s: float) -> bool:
@@ -93,7 +85,7 @@ def admit(kv: KeyValue, candidate_id: str, now: float, horizon_s: float) -> bool
     if kv.exists(seen):
         return False
     kv.set(seen, _TIME.pack(now))
-    kv.set(_EXPIRY + _order8(now) + candidate_id.encode(), b"")
+    kv.set(_EXPIRY + order8(now) + candidate_id.encode(), b"")
     return True
 
 
@@ -115,8 +107,8 @@ def judged_candidate(key: bytes) -> str | None:
 def expire_before(kv: KeyValue, cutoff: float) -> int:
     """Delete the records of verdicts with event time before ``cutoff``; returns how many."""
     removed = 0
-    for key, _ in list(kv.iter_range(_EXPIRY, _EXPIRY + _order8(cutoff))):
+    for key, _ in list(kv.iter_range(_EXPIRY, _EXPIRY + order8(cutoff))):
         kv.delete(key)
-        kv.delete(_SEEN + key[1 + _ORDER.size :])
+        kv.delete(_SEEN + key[1 + _ORDER_SIZE :])
         removed += 1
     return removed

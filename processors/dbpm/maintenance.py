@@ -23,7 +23,8 @@ The cross-task hit counter κ decays by one per boundary crossed since it was la
 evaluated lazily on read (:meth:`Memory.kappa`), which is the same as decrementing every κ at every
 boundary, without touching every pattern. Whitelist entries, the preemption set and per-patient
 counters are not pruned: the paper gives them no decay (direct confirmation and categorical
-preemption are meant to persist); their size is bounded by the vocabulary and the patient count.
+preemption are meant to persist). They are bounded by inactivity instead, at the same boundaries
+(:mod:`.retention`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 import math
 
 from processors.dbpm.memory import Memory, order_key
+from processors.dbpm.retention import expire
 
 # Tolerance on the index key when looking for prunable patterns: the key is exact to ~1e-12, the
 # floor test itself is made on the exactly decayed severity.
@@ -45,7 +47,7 @@ def maintain(mem: Memory, now: float) -> int:
         now: an event time no earlier than the last event applied.
 
     Returns:
-        The number of patterns removed (pruned or evicted).
+        The number of records removed (patterns pruned or evicted, records past their retention).
     """
     as_of, last = mem.clock()
     tick, removed = run_due(mem, now, last)
@@ -75,14 +77,16 @@ def run_due(mem: Memory, now: float, last: int | None) -> tuple[int, int]:
         last: index of the last boundary applied (None: never).
 
     Returns:
-        The index of the latest boundary at or before ``now`` and the number of patterns removed.
+        The index of the latest boundary at or before ``now`` and the number of records removed
+        (patterns pruned or evicted, records past their retention).
     """
     interval = mem.config.maintenance_interval_s
     tick = math.floor(now / interval)
     if last is not None and tick <= last:
         return last, 0
     boundary = tick * interval
-    return tick, sum(_maintain_task(mem, task, boundary) for task in mem.config.tasks)
+    removed = sum(_maintain_task(mem, task, boundary) for task in mem.config.tasks)
+    return tick, removed + expire(mem, boundary, None if last is None else last * interval)
 
 
 def _maintain_task(mem: Memory, task: str, boundary: float) -> int:

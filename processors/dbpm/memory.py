@@ -37,11 +37,15 @@ Key layout (first byte = table; task names and signatures are UTF-8):
 ``W`` task NUL signature            whitelist entry: confidence, last seen, count, QA category
 ``I`` task NUL order8 signature     eviction index (empty value)
 ``L`` task NUL                      eviction index low-water mark (order8 <= every index key)
-``P`` entity                        NER-to-RE preemption set (empty value)
+``P`` entity                        NER-to-RE preemption set: when last preempted
 ``D`` patient                       patient counters: upstream hard fails, NER yield (Eq. 8)
 ``C`` len16 patient category        a patient's accepted NER category (empty value)
+``T`` patient                       when the patient's ``D``/``C`` records were last written
+``X`` kind order8(time) key         retention index of ``W``, ``P`` and ``T`` records by their
+                                    last-seen time (empty value; :mod:`.retention`)
 ``Q`` category                      QA category counts: classified fails, fails, successes
-``N`` table task                    population of a table for a task
+``N`` table task                    population of a table for a task; ``NP``, ``NT``: preempted
+                                    entities and patients held; ``NX`` kind: records expired
 ``Mclock``                          latest event time applied, last maintenance boundary index
 ``V`` / ``E``                       verdict ledger and its expiry index (:mod:`.ledger`)
 ==================================  =========================================================
@@ -62,6 +66,7 @@ _WHITE = struct.Struct("<ddI")
 _PAIR = struct.Struct("<QQ")
 _TRIPLE = struct.Struct("<QQQ")
 _COUNT = struct.Struct("<Q")
+_TIME = struct.Struct("<d")
 _CLOCK = struct.Struct("<dq")
 _LEN16 = struct.Struct("<H")
 _ORDER = struct.Struct(">Q")
@@ -69,6 +74,11 @@ _SIGN = 1 << 63
 _MASK = (1 << 64) - 1
 
 _META_CLOCK = b"Mclock"
+
+#: Retention kinds (:mod:`.retention`): whitelist entries, preempted entities, patients.
+KIND_WHITE = b"W"
+KIND_PREEMPTED = b"P"
+KIND_PATIENT = b"T"
 _NO_TICK = -(1 << 63)
 
 #: Source-provenance bits of a pattern (which kinds of signal contributed to it).
@@ -145,12 +155,15 @@ def decayed(severity: float, ref_time: float, now: float, half_life_s: float) ->
     return severity * 2.0 ** (-elapsed / half_life_s)
 
 
+def order8(value: float) -> bytes:
+    """``value`` as 8 bytes whose byte order is the numeric order (every double but NaN, negatives too)."""
+    (bits,) = _ORDER.unpack(struct.pack(">d", value))
+    return _ORDER.pack((bits ^ _MASK) if bits & _SIGN else (bits | _SIGN))
+
+
 def order_key(severity: float, ref_time: float, half_life_s: float, slack: float = 0.0) -> bytes:
     """The time-invariant eviction order ``log2(sev) + ref / h`` (+ ``slack``) as 8 order-preserving bytes."""
-    value = math.log2(severity) + ref_time / half_life_s + slack if severity > 0.0 else -math.inf
-    (bits,) = _ORDER.unpack(struct.pack(">d", value))
-    bits = (bits ^ _MASK) if bits & _SIGN else (bits | _SIGN)
-    return _ORDER.pack(bits)
+    return order8(math.log2(severity) + ref_time / half_life_s + slack if severity > 0.0 else -math.inf)
 
 
 def half_lives(config: DBPMConfig) -> dict[str, float]:
@@ -331,11 +344,12 @@ class Memory:
         return WhiteEntry(*_WHITE.unpack_from(raw), raw[_WHITE.size :].decode())
 
     def put_white(self, task: str, sig: str, new: WhiteEntry, old: WhiteEntry | None) -> None:
-        """Store a whitelist entry, keeping counts in step."""
-        tag = _tag(task)
+        """Store a whitelist entry, keeping counts and its retention index entry in step."""
+        name = _tag(task) + sig.encode()
         if old is None:
-            self._bump(b"NW" + tag, 1)
-        self.kv.set(b"W" + tag + sig.encode(), _WHITE.pack(*new[:3]) + new.category.encode())
+            self._bump(b"NW" + _tag(task), 1)
+        self._reindex(KIND_WHITE, name, None if old is None else old.last_seen, new.last_seen)
+        self.kv.set(b"W" + name, _WHITE.pack(*new[:3]) + new.category.encode())
         if task == QA:
             self._bump_qa(new.category, 0, 0, new.count - (old.count if old is not None else 0))
 
@@ -375,9 +389,17 @@ class Memory:
         """The entity signature is in the NER-to-RE preemption set."""
         return self.kv.exists(b"P" + entity_sig.encode())
 
-    def preempt(self, entity_sig: str) -> None:
-        """Add an entity signature to the preemption set (kept forever, §4.4)."""
-        self.kv.set(b"P" + entity_sig.encode(), b"")
+    def preempt(self, entity_sig: str, now: float) -> None:
+        """Add an entity signature to the preemption set, or renew it, at event time ``now`` (§4.4)."""
+        key = b"P" + entity_sig.encode()
+        raw = self.kv.get(key)
+        last = None if raw is None else _TIME.unpack(raw)[0]
+        if last is None:
+            self._bump(b"NP", 1)
+        elif now <= last:
+            return
+        self._reindex(KIND_PREEMPTED, entity_sig.encode(), last, now)
+        self.kv.set(key, _TIME.pack(now))
 
     def preempted(self) -> Iterator[str]:
         """The preemption set in signature order."""
@@ -395,6 +417,18 @@ class Memory:
         """Add to a patient's Eq. 8 counters."""
         rej, yld = self.patient_counts(patient_id)
         self.kv.set(b"D" + patient_id.encode(), _PAIR.pack(rej + rejections, yld + yields))
+
+    def touch_patient(self, patient_id: str, now: float) -> None:
+        """Record that the patient's records were written at event time ``now`` (their retention clock)."""
+        pid = patient_id.encode()
+        raw = self.kv.get(b"T" + pid)
+        last = None if raw is None else _TIME.unpack(raw)[0]
+        if last is None:
+            self._bump(b"NT", 1)
+        elif now <= last:
+            return
+        self._reindex(KIND_PATIENT, pid, last, now)
+        self.kv.set(b"T" + pid, _TIME.pack(now))
 
     def _category_key(self, patient_id: str, category: str) -> bytes:
         pid = patient_id.encode()
@@ -414,6 +448,59 @@ class Memory:
         # Categories are UTF-8, which never holds the byte 0xff; the length field keeps other ids out.
         keys = self.kv.iter_range(prefix, prefix + b"\xff")
         return tuple(sorted({k[len(prefix) :].decode() for k, _ in keys}))
+
+    # -- retention (:mod:`.retention`) ----------------------------------------------------------
+
+    def _reindex(self, kind: bytes, name: bytes, old: float | None, new: float) -> None:
+        if old == new:
+            return
+        if old is not None:
+            self.kv.delete(b"X" + kind + order8(old) + name)
+        self.kv.set(b"X" + kind + order8(new) + name, b"")
+
+    def last_seen_before(self, kind: bytes, cutoff: float) -> list[bytes]:
+        """The names (key without its table byte) of ``kind``'s records last seen before ``cutoff``."""
+        start = b"X" + kind
+        skip = len(start) + _ORDER.size
+        return [key[skip:] for key, _ in self.kv.iter_range(start, start + order8(cutoff))]
+
+    def expire(self, kind: bytes, name: bytes) -> None:
+        """Delete a record of ``kind`` found by :meth:`last_seen_before`, its index entry and its counts.
+
+        A patient's expiry deletes its ``D`` counters and every accepted category ``C`` with it.
+        """
+        if kind == KIND_WHITE:
+            raw = self.kv.get(b"W" + name)
+            if raw is None:
+                return
+            last = _WHITE.unpack_from(raw)[1]
+            self.kv.delete(b"W" + name)
+            self._bump(b"NW" + name[: name.index(b"\x00") + 1], -1)
+        else:
+            table = b"P" if kind == KIND_PREEMPTED else b"T"
+            raw = self.kv.get(table + name)
+            if raw is None:
+                return
+            (last,) = _TIME.unpack(raw)
+            self.kv.delete(table + name)
+            self._bump(b"N" + table, -1)
+            if kind == KIND_PATIENT:
+                self.kv.delete(b"D" + name)
+                prefix = b"C" + _LEN16.pack(len(name)) + name
+                for key, _ in list(self.kv.iter_range(prefix, prefix + b"\xff")):
+                    self.kv.delete(key)
+        self.kv.delete(b"X" + kind + order8(last) + name)
+        self._bump(b"NX" + kind, 1)
+
+    def held(self, table: bytes) -> int:
+        """How many records of ``table`` are held: ``b"P"`` preempted entities, ``b"T"`` patients."""
+        raw = self.kv.get(b"N" + table)
+        return 0 if raw is None else _COUNT.unpack(raw)[0]
+
+    def expired(self, kind: bytes) -> int:
+        """How many records of ``kind`` retention has deleted so far."""
+        raw = self.kv.get(b"NX" + kind)
+        return 0 if raw is None else _COUNT.unpack(raw)[0]
 
     # -- metadata -----------------------------------------------------------------------------
 

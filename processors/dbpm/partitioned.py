@@ -11,11 +11,14 @@ verdicts it applied, so the same key exists in several partitions with partial v
 memory would hold, so that gates reading all partitions (the replicated view) decide exactly as the
 in-process engine does:
 
-* ``D`` patient counters, ``Q`` QA category counts, ``N`` populations: unsigned 64-bit little-endian
-  counters, summed element-wise (the engine only ever adds to them);
+* ``D`` patient counters, ``Q`` QA category counts, ``N`` populations and expiry counts: unsigned
+  64-bit little-endian counters, summed element-wise (a patient's ``D`` share leaves a partition
+  whole, with its ``T`` record, when it expires there: :mod:`.retention`);
 * ``Mclock`` (latest event time, last maintenance boundary): the latest time and the earliest
   boundary, the one every partition has passed;
 * ``L`` eviction-index low-water marks (a bound below every live index key): the lowest;
+* ``T`` a patient's last write in a partition: per partition, the first value (the gate never reads
+  it; retention reads its own partition's);
 * every other record: one writer, one value. Cross-task propagation keeps it so: the engine returns
   it as events (:meth:`~processors.dbpm.engine.DBPMEngine.learn`) that the runtime delivers to the
   partition of the *target* signature. Runtime bookkeeping outside the engine's key space (keys

@@ -218,8 +218,10 @@ def apply_verdict(mem: Memory, event: VerdictEvent, now: float) -> list[Propagat
     if task == NER and verdict == SUCCESS:
         mem.add_patient_counts(event.patient_id, 0, 1)
         mem.add_patient_category(event.patient_id, str(payload["category"]).strip().lower())
+        mem.touch_patient(event.patient_id, now)
     elif verdict == HARD_FAIL and task in (NER, RE):
         mem.add_patient_counts(event.patient_id, 1, 0)
+        mem.touch_patient(event.patient_id, now)
 
     if verdict == SUCCESS:
         record_success(mem, task, signature(task, payload), now, category)
@@ -250,7 +252,7 @@ def apply_verdict(mem: Memory, event: VerdictEvent, now: float) -> list[Propagat
     else:
         # NER -> RE preemption writes the entity's own record: it stays with this signature's writer.
         if task == NER and len(sig) >= cfg.preempt_min_length:
-            mem.preempt(sig)
+            mem.preempt(sig, now)
         return []
     weight = cfg.weight(source)
     return [

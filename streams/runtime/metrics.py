@@ -66,7 +66,7 @@ from prometheus_client.registry import Collector
 
 from processors.dbpm.config import DBPMConfig
 from processors.dbpm.measurement import LiftStatus, SelectivityTracker, TagCounts, memory_population
-from processors.dbpm.memory import Memory
+from processors.dbpm.memory import KIND_PATIENT, KIND_PREEMPTED, KIND_WHITE, Memory
 from schemas.clinical import ClinicalAssessment
 from schemas.docs import Disposition
 from state.base import Store
@@ -191,8 +191,10 @@ class MemoryPopulation(Collector):
         self._fail_events = fail_events
 
     def collect(self) -> Iterator[Metric]:
-        """Patterns and whitelist per task, BLOCK-clearing and DOWNGRADE-band patterns, inert channels."""
-        report = memory_population(Memory(self._view.transaction(), self._config), self._fail_events())
+        """Patterns and whitelist per task, BLOCK-clearing and DOWNGRADE-band patterns, inert channels,
+        records held and expired under retention."""
+        memory = Memory(self._view.transaction(), self._config)
+        report = memory_population(memory, self._fail_events())
         population = GaugeMetricFamily(
             "clingate_dbpm_memory_patterns", "Records per memory channel (B blocklist, W whitelist).",
             labels=["task", "table"],
@@ -218,7 +220,25 @@ class MemoryPopulation(Collector):
             block.add_metric([channel.task], channel.block_eligible)
             band.add_metric([channel.task], channel.downgrade_band)
             inert.add_metric([channel.task], 1.0 if channel.task in report.inert_channels() else 0.0)
-        yield from (population, block, band, inert)
+        yield from (population, block, band, inert, *self._retention(memory))
+
+    @staticmethod
+    def _retention(memory: Memory) -> Iterator[Metric]:
+        held = GaugeMetricFamily(
+            "clingate_dbpm_memory_held",
+            "Records under retention held (P preempted entities, T patient shares).",
+            labels=["table"],
+        )
+        expired = CounterMetricFamily(
+            "clingate_dbpm_memory_expired",
+            "Records deleted by retention (W whitelist entries, P preempted entities, T patient shares).",
+            labels=["table"],
+        )
+        for table in (KIND_PREEMPTED, KIND_PATIENT):
+            held.add_metric([table.decode()], memory.held(table))
+        for table in (KIND_WHITE, KIND_PREEMPTED, KIND_PATIENT):
+            expired.add_metric([table.decode()], memory.expired(table))
+        yield from (held, expired)
 
 
 class Selectivity(Collector):

@@ -92,6 +92,12 @@ class Settings(BaseSettings):
         description="Directory of the broker that `clingate broker start|stop|status` manages "
         "(data, logs, pid file). Default: <CLINGATE_HOME>/broker.",
     )
+    cluster_dir: Path | None = Field(
+        default=None,
+        validation_alias="CLINGATE_CLUSTER_DIR",
+        description="Directory of the cluster that `clingate cluster start|stop|status` manages (one "
+        "sub-directory per node). Default: <CLINGATE_HOME>/cluster.",
+    )
     topic_partitions: int = Field(
         default=6,
         ge=1,
@@ -422,6 +428,28 @@ class Settings(BaseSettings):
         description="Spacing of the memory's maintenance grid (pruning, caps, cross-task counter decay, "
         "§4.6) in seconds of event time, which is wall-clock time live; the paper's workers maintained "
         "on every save, every 200 events each (Appendix A.7).",
+    )
+    dbpm_whitelist_retention_days: float = Field(
+        default=365.0,
+        gt=0,
+        validation_alias="CLINGATE_DBPM_WHITELIST_RETENTION_DAYS",
+        description="A whitelist entry not confirmed again for this many days of event time is deleted at "
+        "the next maintenance boundary; its next success whitelists it afresh (the paper gives the "
+        "whitelist no decay; docs/dbpm.md, Retention).",
+    )
+    dbpm_preempt_retention_days: float = Field(
+        default=365.0,
+        gt=0,
+        validation_alias="CLINGATE_DBPM_PREEMPT_RETENTION_DAYS",
+        description="An entity of the NER-to-RE preemption set not preempted again for this many days "
+        "leaves the set at the next maintenance boundary.",
+    )
+    dbpm_patient_retention_days: float = Field(
+        default=90.0,
+        gt=0,
+        validation_alias="CLINGATE_DBPM_PATIENT_RETENTION_DAYS",
+        description="A patient's Eq. 8 counters and accepted NER categories in a memory partition are "
+        "deleted when no verdict wrote them there for this many days.",
     )
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(

@@ -161,6 +161,7 @@ def memory_changelog(app_id: str) -> str:
 #: Header of a candidate that asks its gate to wait for the memory to reach its event time.
 BARRIER_HEADER = "clingate-barrier"
 _TIME = struct.Struct("<d")
+_DAY_S = 86400.0
 
 #: The topics the memory agent consumes, co-partitioned: partition p of each feeds memory partition p.
 MEMORY_INPUTS = (DBPM_VERDICTS, DBPM_PROPAGATIONS)
@@ -250,12 +251,16 @@ def producer_config(bootstrap: str, **overrides: object) -> dict[str, object]:
 
 def dbpm_config(settings: Settings) -> DBPMConfig:
     """The engine configuration the ``CLINGATE_DBPM_*`` settings describe: the paper's deployed values
-    (:class:`~processors.dbpm.DBPMConfig` defaults) with the flags and the QA fail-rate threshold set.
+    (:class:`~processors.dbpm.DBPMConfig` defaults) with the flags, the QA fail-rate threshold, the
+    maintenance grid and the retentions set.
     NER coverage off is an empty Eq. 9 bucket table: the QA gate then has no bucket to look up for any
     category and decides each by its fallback, which is what M1V7_ENABLE=0 leaves."""
     config = DBPMConfig(
         qa_fail_rate_threshold=settings.dbpm_qa_fail_threshold,
         maintenance_interval_s=settings.dbpm_maintenance_interval_s,
+        whitelist_retention_s=settings.dbpm_whitelist_retention_days * _DAY_S,
+        preempt_retention_s=settings.dbpm_preempt_retention_days * _DAY_S,
+        patient_retention_s=settings.dbpm_patient_retention_days * _DAY_S,
     )
     if not settings.dbpm_ner_coverage:
         config = replace(config, qa_ner_buckets={})

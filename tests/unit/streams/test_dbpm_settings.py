@@ -69,14 +69,19 @@ def test_ner_coverage_off_empties_the_bucket_table_and_changes_nothing_else() ->
     assert config.fingerprint() != DBPMConfig().fingerprint()
 
 
-def test_the_worker_engine_takes_the_threshold_and_the_grid_and_shares_the_caps_out() -> None:
+def test_the_worker_engine_takes_the_threshold_the_grid_and_the_retentions_and_shares_the_caps_out() -> None:
     settings = Settings(
         CLINGATE_DBPM_QA_FAIL_THRESHOLD=0.6,
         CLINGATE_DBPM_MAINTENANCE_INTERVAL_S=30,
+        CLINGATE_DBPM_WHITELIST_RETENTION_DAYS=30,
+        CLINGATE_DBPM_PREEMPT_RETENTION_DAYS=60,
+        CLINGATE_DBPM_PATIENT_RETENTION_DAYS=7,
         CLINGATE_TOPIC_PARTITIONS=8,
     )
     config = dbpm_engine(settings).config
     assert (config.qa_fail_rate_threshold, config.maintenance_interval_s) == (0.6, 30)
+    retentions = (config.whitelist_retention_s, config.preempt_retention_s, config.patient_retention_s)
+    assert retentions == (30 * 86400, 60 * 86400, 7 * 86400)
     assert (config.cap("ner"), config.cap("re"), config.cap("qa")) == (25, 37, 18)  # 200, 300, 150 over 8
     assert sum(config.cap("re") for _ in range(8)) <= DBPMConfig().cap("re")
 

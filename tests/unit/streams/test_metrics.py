@@ -120,6 +120,10 @@ def test_memory_gauges_report_the_live_population_of_the_view() -> None:
         assert sample("clingate_dbpm_memory_downgrade_patterns", task) == c.downgrade_band
     assert sum(c.block_eligible for c in report.channels) > 0
     assert sample("clingate_consumer_lag", {"topic": "clingate.dbpm.verdicts", "partition": "0"}) == 5
+    memory = Memory(store.transaction(), config)
+    assert sample("clingate_dbpm_memory_held", {"table": "T"}) == memory.held(b"T") > 0
+    assert sample("clingate_dbpm_memory_held", {"table": "P"}) == memory.held(b"P")
+    assert sample("clingate_dbpm_memory_expired_total", {"table": "W"}) == memory.expired(b"W")
 
 
 def test_a_channel_that_consumed_fail_verdicts_but_blocks_nothing_is_inert() -> None:
