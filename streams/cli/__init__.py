@@ -34,6 +34,9 @@ COMMANDS: dict[str, Entry] = {
     "bench": Entry("streams.cli.bench", "Benchmarks of each area: throughput, per-event cost, size."),
     "broker": Entry("streams.cli.broker", "Run a native single-node Kafka broker (KRaft) on 127.0.0.1."),
     "clinical": Entry("streams.cli.clinical", "Deterministic clinical gates on FHIR R4."),
+    "cluster": Entry(
+        "streams.cli.cluster", "Run several native KRaft brokers on 127.0.0.1 as one Kafka cluster."
+    ),
     "config": Entry(
         "streams.cli.config",
         "Show every setting: environment variable, default, current value, meaning.",

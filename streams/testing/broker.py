@@ -160,8 +160,8 @@ def _listener_ports() -> tuple[int, int]:
 _LISTENER_PORTS = _listener_ports()
 
 
-def _new_cluster_id() -> str:
-    # Kafka's Uuid text form: 16 random bytes, URL-safe base64 without padding (22 characters).
+def new_cluster_id() -> str:
+    """A new cluster id in Kafka's Uuid text form: 16 random bytes, URL-safe base64 without padding."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
 
 
@@ -170,8 +170,9 @@ def wait_for_kafka(
     timeout: float,
     security: Settings | None = None,
     alive: Callable[[], bool] = lambda: True,
+    brokers: int = 1,
 ) -> None:
-    """Block until a metadata request to ``bootstrap`` lists at least one broker.
+    """Block until a metadata request to ``bootstrap`` lists at least ``brokers`` brokers.
 
     Args:
         bootstrap: The bootstrap address.
@@ -179,6 +180,7 @@ def wait_for_kafka(
         security: The listener's client security (its ``CLINGATE_KAFKA_*`` fields); None: PLAINTEXT.
             Never the process's own: a broker started here has the security it was started with.
         alive: Checked between attempts; when it turns false, waiting stops at once.
+        brokers: How many brokers must be registered (a cluster's nodes register one by one).
 
     Raises:
         BrokerError: The broker did not answer in time, or ``alive`` turned false.
@@ -196,8 +198,10 @@ def wait_for_kafka(
             last_error = str(error)
             time.sleep(0.2)
             continue
-        if metadata.brokers:
+        if len(metadata.brokers) >= brokers:
             return
+        last_error = f"{len(metadata.brokers)} of {brokers} brokers registered"
+        time.sleep(0.2)
     raise BrokerError(
         f"no Kafka broker answered a metadata request at {bootstrap} within {timeout:.0f}s "
         f"(last error: {last_error})"
@@ -289,11 +293,20 @@ class LocalKafka:
     def _jvm_output(self) -> Path:
         return self.directory / "jvm.out"
 
-    def _state(self) -> dict[str, object]:
+    def state(self) -> dict[str, object]:
+        """The ports and cluster id of the last start or :meth:`reserve` (empty before either)."""
         try:
             return dict(json.loads(self._state_file.read_text()))
         except FileNotFoundError:
             return {}
+
+    def reserve(self, port: int, controller_port: int, cluster_id: str) -> None:
+        """Fix the ports and the cluster id of the next starts (the nodes of a cluster must know each
+        other's controller ports before the first of them starts)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._state_file.write_text(
+            json.dumps({"port": port, "controller_port": controller_port, "cluster_id": cluster_id})
+        )
 
     def _pid(self) -> int | None:
         """The pid in the pid file if that process is alive and is this broker's JVM."""
@@ -320,7 +333,7 @@ class LocalKafka:
         """The bootstrap address while running, else None."""
         if self._pid() is None:
             return None
-        return f"127.0.0.1:{self._state()['port']}"
+        return f"127.0.0.1:{self.state()['port']}"
 
     def status(self) -> BrokerStatus:
         """Whether the broker runs, with its pid and address."""
@@ -413,14 +426,12 @@ class LocalKafka:
             libs = ensure_artifacts(self.home, repository=self.repository)
         except ArtifactError as exc:
             raise BrokerError(str(exc)) from exc
-        state = self._state()
+        state = self.state()
         port = port or free_port(state.get("port"), wait=_PORT_REUSE_WAIT_S)
         controller_port = free_port(state.get("controller_port"), taken=(port,), wait=_PORT_REUSE_WAIT_S)
-        cluster_id = str(state.get("cluster_id") or _new_cluster_id())
+        cluster_id = str(state.get("cluster_id") or new_cluster_id())
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        self._state_file.write_text(
-            json.dumps({"port": port, "controller_port": controller_port, "cluster_id": cluster_id})
-        )
+        self.reserve(port, controller_port, cluster_id)
         properties = self._server_properties(port, controller_port)
         self.properties_file.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
         if not (self.directory / "data" / "meta.properties").exists():
@@ -502,11 +513,16 @@ def _end_detached(pid: int, first_signal: signal.Signals, grace: float) -> None:
 
 
 def _gone(pid: int, timeout: float) -> bool:
+    """Whether ``pid`` exits within ``timeout``: no such process, or a zombie (dead, its parent not having
+    reaped it yet, as when the test process that started a broker is not the one stopping it)."""
     deadline = time.monotonic() + timeout
+    stat = Path(f"/proc/{pid}/stat")
     while time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
-        except ProcessLookupError:
+            if stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except (ProcessLookupError, FileNotFoundError):
             return True
         time.sleep(0.1)
     return False

@@ -80,7 +80,7 @@ def _among(modules: set[str], packages: tuple[str, ...]) -> set[str]:
 
 
 #: Command groups that need no worker: their help pulls in no worker, benchmark or registry runtime.
-NO_RUNTIME = frozenset({"replay", "topics", "schemas", "config", "broker", "clinical"})
+NO_RUNTIME = frozenset({"replay", "topics", "schemas", "config", "broker", "cluster", "clinical"})
 
 
 def test_the_top_level_help_imports_no_command_module_no_runtime_and_no_pydantic():
