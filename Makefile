@@ -19,7 +19,7 @@ UV := $(VENV)/bin/uv pip install -q --compile-bytecode --python $(VENV)/bin/pyth
 # The project's own modules, compiled before each run (only what changed); same reason.
 BYTECODE := $(VENV)/bin/python -m compileall -q -j 0 streams processors schemas state topics tests
 
-.PHONY: demo test lint venv smollm2
+.PHONY: demo test soak lint venv smollm2
 
 venv: $(STAMP)
 
@@ -69,3 +69,8 @@ lint: $(STAMP)
 test: lint smollm2
 	@$(BYTECODE) > /dev/null
 	$(VENV)/bin/python -m pytest
+
+# The long multi-broker scenarios (pytest marker `slow`), outside make test's time budget.
+soak: lint
+	@$(BYTECODE) > /dev/null
+	$(VENV)/bin/python -m pytest -m slow

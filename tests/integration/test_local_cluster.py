@@ -28,6 +28,8 @@ from topics.catalog import TopicSpec
 
 pytestmark = [
     pytest.mark.integration,
+    # Three brokers and a leader failover: `make soak`, outside make test's time budget.
+    pytest.mark.slow,
     pytest.mark.skipif(shutil.which("java") is None, reason="the native brokers need java"),
 ]
 
