@@ -19,7 +19,7 @@ UV := $(VENV)/bin/uv pip install -q --compile-bytecode --python $(VENV)/bin/pyth
 # The project's own modules, compiled before each run (only what changed); same reason.
 BYTECODE := $(VENV)/bin/python -m compileall -q -j 0 streams processors schemas state topics tests
 
-.PHONY: demo test soak lint venv smollm2
+.PHONY: demo test soak deploy-check lint venv smollm2
 
 venv: $(STAMP)
 
@@ -69,6 +69,12 @@ lint: $(STAMP)
 test: lint smollm2
 	@$(BYTECODE) > /dev/null
 	$(VENV)/bin/python -m pytest
+
+# The Kubernetes manifests (deploy/k8s, but the kustomization, which is not an API object) against the
+# Kubernetes API's schemas, rejecting unknown fields.
+deploy-check: $(STAMP)
+	@$(UV) -e '.[deploy]'
+	$(VENV)/bin/kubernetes-validate --strict --quiet $(filter-out deploy/k8s/kustomization.yaml,$(wildcard deploy/k8s/*.yaml))
 
 # The long multi-broker scenarios (pytest marker `slow`), outside make test's time budget.
 soak: lint
