@@ -7,7 +7,8 @@ records Faust read (from the worker log's "Highwater" and "Reading Starts At" ta
 highwater - start offset, summed over the memory changelog's partitions):
 
 1. **tail**: the local stores hold all but the last ``--tail`` fraction of each partition's
-   changelog groups (a worker that died before its last acknowledgements reached its disk);
+   changelog groups, rounded up (so at least one group is left to read whenever the fraction is
+   above 0: a worker that died before its last acknowledgements reached its disk);
 2. **full**: the local stores are wiped (a new host): the whole changelog is replayed.
 
 The worker's ``clingate_dbpm_memory_patterns`` gauge is scraped after each restart: the memory it
@@ -26,6 +27,7 @@ ends. Choice: the groups carry no watermark record (only replay candidates wait 
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import tempfile
@@ -219,7 +221,7 @@ def restart_bench(
     for p, written in per_partition.items():
         store = RocksDBStore(tables / f"{MEMORY_TABLE}-{p}.db")
         try:
-            for records, offset in written[: len(written) - round(len(written) * tail)]:
+            for records, offset in written[: len(written) - math.ceil(len(written) * tail)]:
                 write_group(store, records, offset)
         finally:
             store.close()
