@@ -75,7 +75,8 @@ _MASK = (1 << 64) - 1
 
 _META_CLOCK = b"Mclock"
 
-#: Retention kinds (:mod:`.retention`): whitelist entries, preempted entities, patients.
+#: Retention kinds (:mod:`.retention`), each its table's first key byte: whitelist entries, preempted
+#: entities, patients' last writes.
 KIND_WHITE = b"W"
 KIND_PREEMPTED = b"P"
 KIND_PATIENT = b"T"
@@ -391,15 +392,7 @@ class Memory:
 
     def preempt(self, entity_sig: str, now: float) -> None:
         """Add an entity signature to the preemption set, or renew it, at event time ``now`` (§4.4)."""
-        key = b"P" + entity_sig.encode()
-        raw = self.kv.get(key)
-        last = None if raw is None else _TIME.unpack(raw)[0]
-        if last is None:
-            self._bump(b"NP", 1)
-        elif now <= last:
-            return
-        self._reindex(KIND_PREEMPTED, entity_sig.encode(), last, now)
-        self.kv.set(key, _TIME.pack(now))
+        self._touch(KIND_PREEMPTED, entity_sig.encode(), now)
 
     def preempted(self) -> Iterator[str]:
         """The preemption set in signature order."""
@@ -420,15 +413,7 @@ class Memory:
 
     def touch_patient(self, patient_id: str, now: float) -> None:
         """Record that the patient's records were written at event time ``now`` (their retention clock)."""
-        pid = patient_id.encode()
-        raw = self.kv.get(b"T" + pid)
-        last = None if raw is None else _TIME.unpack(raw)[0]
-        if last is None:
-            self._bump(b"NT", 1)
-        elif now <= last:
-            return
-        self._reindex(KIND_PATIENT, pid, last, now)
-        self.kv.set(b"T" + pid, _TIME.pack(now))
+        self._touch(KIND_PATIENT, patient_id.encode(), now)
 
     def _category_key(self, patient_id: str, category: str) -> bytes:
         pid = patient_id.encode()
@@ -450,6 +435,18 @@ class Memory:
         return tuple(sorted({k[len(prefix) :].decode() for k, _ in keys}))
 
     # -- retention (:mod:`.retention`) ----------------------------------------------------------
+
+    def _touch(self, table: bytes, name: bytes, now: float) -> None:
+        """Set the last-seen time of a ``P`` or ``T`` record to ``now`` unless it is already later,
+        counting a new record and moving its retention index entry."""
+        raw = self.kv.get(table + name)
+        last = None if raw is None else _TIME.unpack(raw)[0]
+        if last is None:
+            self._bump(b"N" + table, 1)
+        elif now <= last:
+            return
+        self._reindex(table, name, last, now)
+        self.kv.set(table + name, _TIME.pack(now))
 
     def _reindex(self, kind: bytes, name: bytes, old: float | None, new: float) -> None:
         if old == new:
@@ -477,13 +474,12 @@ class Memory:
             self.kv.delete(b"W" + name)
             self._bump(b"NW" + name[: name.index(b"\x00") + 1], -1)
         else:
-            table = b"P" if kind == KIND_PREEMPTED else b"T"
-            raw = self.kv.get(table + name)
+            raw = self.kv.get(kind + name)
             if raw is None:
                 return
             (last,) = _TIME.unpack(raw)
-            self.kv.delete(table + name)
-            self._bump(b"N" + table, -1)
+            self.kv.delete(kind + name)
+            self._bump(b"N" + kind, -1)
             if kind == KIND_PATIENT:
                 self.kv.delete(b"D" + name)
                 prefix = b"C" + _LEN16.pack(len(name)) + name

@@ -51,13 +51,14 @@ class LocalCluster:
             raise ValueError("a cluster needs at least one node")
         self.directory = directory.absolute()
         self.size = size
-        replication = min(size, MAX_REPLICATION)
+        replicas = min(size, MAX_REPLICATION)
+        replication, min_isr = str(replicas), str(min_insync_replicas(replicas))
         self._common = {
-            "default.replication.factor": str(replication),
-            "min.insync.replicas": str(min_insync_replicas(replication)),
-            "offsets.topic.replication.factor": str(replication),
-            "transaction.state.log.replication.factor": str(replication),
-            "transaction.state.log.min.isr": str(min_insync_replicas(replication)),
+            "default.replication.factor": replication,
+            "min.insync.replicas": min_isr,
+            "offsets.topic.replication.factor": replication,
+            "transaction.state.log.replication.factor": replication,
+            "transaction.state.log.min.isr": min_isr,
         }
         self.nodes = [
             LocalKafka(self.directory / f"node-{i}", home=home, repository=repository) for i in self.node_ids
@@ -108,10 +109,10 @@ class LocalCluster:
             BrokerError: a node did not start (the message carries the tail of its log); the nodes
                 this call started are stopped again.
         """
-        held = sorted(p.name for p in self.directory.glob("node-*"))
-        if held and len(held) != self.size:
+        held = nodes_held(self.directory)
+        if held and held != self.size:
             raise BrokerError(
-                f"the cluster in {self.directory} has {len(held)} nodes, not {self.size}: stop and reset it "
+                f"the cluster in {self.directory} has {held} nodes, not {self.size}: stop and reset it "
                 "(clingate cluster stop; clingate cluster reset) to change its size"
             )
         self._configure()
@@ -159,6 +160,10 @@ def local_cluster(settings: Settings, size: int | None = None) -> LocalCluster:
         size: how many nodes; None: as many as the directory holds (at least one).
     """
     directory = settings.cluster_dir or settings.home / "cluster"
-    if size is None:
-        size = max(1, len(list(directory.glob("node-*"))))
+    size = size if size is not None else max(1, nodes_held(directory))
     return LocalCluster(directory, size, home=settings.home, repository=settings.maven_repository)
+
+
+def nodes_held(directory: Path) -> int:
+    """How many node directories the cluster in ``directory`` has (0 before its first start)."""
+    return sum(1 for _ in directory.glob("node-*"))
