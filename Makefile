@@ -14,7 +14,7 @@ PIP := $(VENV)/bin/python -m pip --disable-pip-version-check
 # uv installs the dependencies (several times faster than pip: docs/performance.md); pip stays in the venv
 # for the one build uv does not do here (the llama-cpp-python wheel, below). Installed packages are compiled
 # to bytecode once, here: where PYTHONDONTWRITEBYTECODE is set, no import writes it, and every process the
-# demo and the tests start (workers, groups, CLI calls) compiled its imports from source again.
+# demo and the tests start (workers, groups, CLI calls) would compile its imports from source again.
 UV := $(VENV)/bin/uv pip install -q --compile-bytecode --python $(VENV)/bin/python
 # The project's own modules, compiled before each run (only what changed); same reason.
 BYTECODE := $(VENV)/bin/python -m compileall -q -j 0 streams processors schemas state topics tests
