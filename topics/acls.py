@@ -48,6 +48,7 @@ _WRITE = (AclOperation.WRITE, AclOperation.DESCRIBE)
 _OWN = (AclOperation.CREATE, AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE,
         AclOperation.DESCRIBE_CONFIGS)  # fmt: skip
 _GROUP = (AclOperation.READ, AclOperation.DESCRIBE)
+_TRANSACTIONAL = (AclOperation.WRITE, AclOperation.DESCRIBE)
 
 
 class AclPlanError(ValueError):
@@ -66,6 +67,7 @@ class Principal(BaseModel):
     owned_prefixes: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
     group_prefixes: tuple[str, ...] = ()
+    transactional_prefixes: tuple[str, ...] = ()
 
     @property
     def kafka_principal(self) -> str:
@@ -126,7 +128,7 @@ def load_plan(path: Path = DEFAULT_PLAN, *, app_id: str, docs_group_id: str) -> 
     problems += [
         f"{principal.name}: empty prefix grants every name"
         for principal in plan.principals
-        if "" in (*principal.owned_prefixes, *principal.group_prefixes)
+        if "" in (*principal.owned_prefixes, *principal.group_prefixes, *principal.transactional_prefixes)
     ]
     if any(principal.name == plan.super_user for principal in plan.principals):
         problems.append(f"{plan.super_user} is the super user: it needs no grants")
@@ -171,6 +173,9 @@ def principal_bindings(principal: Principal) -> list[AclBinding]:
         *_bindings(who, ResourceType.TOPIC, prefixed, principal.owned_prefixes, _OWN),
         *_bindings(who, ResourceType.GROUP, literal, principal.groups, _GROUP),
         *_bindings(who, ResourceType.GROUP, prefixed, principal.group_prefixes, _GROUP),
+        *_bindings(
+            who, ResourceType.TRANSACTIONAL_ID, prefixed, principal.transactional_prefixes, _TRANSACTIONAL
+        ),
     ]
     return list(dict.fromkeys(bindings))
 

@@ -126,7 +126,7 @@ def in_process_pipeline_rate(
     return len(records) / (time.perf_counter() - started)
 
 
-def _cpu_s(pids: list[int]) -> float:
+def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU seconds of ``pids`` so far (Linux ``/proc/<pid>/stat``)."""
     total = 0
     for pid in pids:
@@ -216,9 +216,9 @@ def dbpm_kafka(
     if load_memory:
         client.load(verdicts)
     pids = worker_pid or []
-    cpu_before = _cpu_s(pids)
+    cpu_before = cpu_seconds(pids)
     maximum, _ = client.run(burst, None)
-    cpu_us = (_cpu_s(pids) - cpu_before) / n * 1e6 if pids else None
+    cpu_us = (cpu_seconds(pids) - cpu_before) / n * 1e6 if pids else None
     points = []
     for fraction in (0.25, 0.5, 0.9):
         offered = maximum * fraction

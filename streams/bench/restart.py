@@ -2,27 +2,28 @@
 
 Recovery must come from the local RocksDB store plus the changelog tail, not a full changelog
 replay. The bench builds the memory table of a fresh app the way the worker would, restarts a real
-``clingate worker`` on it and reports, per restart, the time to "Ready" and how many changelog
-records Faust read (from the worker log's "Highwater" and "Reading Starts At" tables: records read =
-highwater - start offset, summed over the memory changelog's partitions):
+``clingate worker --role memory`` on it and reports, per restart, the time from the process start to
+the memory writer's restore line (:class:`streams.worker.tableloop.TableLoop`: the partitions
+restored, the changelog records read and the restore's own seconds):
 
 1. **tail**: the local stores hold all but the last ``--tail`` fraction of each partition's
    changelog groups, rounded up (so at least one group is left to read whenever the fraction is
    above 0: a worker that died before its last acknowledgements reached its disk);
 2. **full**: the local stores are wiped (a new host): the whole changelog is replayed.
 
-The worker's ``clingate_dbpm_memory_patterns`` gauge is scraped after each restart: the memory it
-serves must hold every signature.
+The worker's ``clingate_dbpm_memory_patterns`` gauge (the partitions it writes) is scraped after each
+restart: the restored memory must hold every signature.
 
 Building through the worker itself (publishing 1M verdicts) would take most of an hour at the
 worker's measured rate, so the memory is built in process instead, exactly as the memory agent
 builds it: each verdict (one NER pattern each, a fresh signature) goes through the comparison
 engine on the store of its memory partition (``task|signature`` key, murmur2, as the worker's
 input); the writes of ``--group`` consecutive verdicts of a partition form one changelog group
-closed by the boundary record (:func:`streams.worker.tablestore.write_group` for the local store, the same
-records in the same order to the changelog). The boundary's input offset is the verdict topic's end
-at build time (the app's group is committed there), so the worker starts exactly where the memory
-ends. Choice: the groups carry no watermark record (only replay candidates wait for watermarks).
+closed by the boundary record (:func:`streams.worker.tablestore.write_group` for the local store,
+the same records in the same order to the changelog, where a restore reads them like the writer's
+own). The boundary's input offset is the verdict topic's end at build time (the memory group is
+committed there), so the worker starts exactly where the memory ends. Choice: the groups carry no
+watermark record (only replay candidates wait for watermarks).
 """
 
 from __future__ import annotations
@@ -54,16 +55,16 @@ from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.testing.tail import topic_ends
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine
-from streams.worker.dbpm import MEMORY_TABLE, memory_changelog, producer_config, verdict_key
+from streams.worker.dbpm import MEMORY_INPUTS, memory_changelog, producer_config, verdict_key
+from streams.worker.memory import memory_group
 from streams.worker.tablestore import BOUNDARY_KEY, write_group
 from topics.admin import ensure_topics
-from topics.catalog import DBPM_CANDIDATES, DBPM_VERDICTS, build_catalog
+from topics.catalog import DBPM_VERDICTS, build_catalog
 
 _CATEGORIES = ("Symptoms", "Diagnosis", "Tests", "Treatment", "History", "Observation")
 _START = datetime(2026, 5, 4, tzinfo=UTC)
-_ROW = re.compile(r"^\|\s*(\S+)\s*\|\s*(\d+)\s*\|\s*(-?\d+)\s*\|")
-#: The time that starts each line of the worker's text log (``streams.runtime.logs.TextFormatter``).
-_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+#: The memory writer's restore line (``streams.worker.tableloop.TableLoop``): records read and seconds.
+_RESTORED = re.compile(r" restored: partitions \[[\d, ]*\], (\d+) changelog records in ([\d.]+) s")
 
 
 class _RecordingStore(MemoryStore):
@@ -117,41 +118,10 @@ def _close(store: _RecordingStore, input_offset: int) -> list[tuple[bytes, bytes
     return records
 
 
-def records_read(log: str, changelog: str) -> int:
-    """Changelog records Faust's recovery read, from the log of one worker start.
-
-    Sums ``highwater - start offset`` over the active partitions of ``changelog`` as logged in the
-    "Highwater - Active" and "Reading Starts At - Active" tables.
-    """
-    tables: dict[str, dict[int, int]] = {}
-    current: dict[int, int] | None = None
-    topic = ""
-    for line in log.splitlines():
-        if line.startswith("+Highwater - Active"):
-            current = tables.setdefault("highwater", {})
-        elif line.startswith("+Reading Starts At - Active"):
-            current = tables.setdefault("start", {})
-        elif current is not None and (match := _ROW.match(line)):
-            name, partition, offset = match.groups()
-            topic = topic if name == "〃" else name
-            if topic == changelog:
-                current[int(partition)] = int(offset)
-        elif not line.startswith(("|", "+")):
-            current = None
-    high, start = tables.get("highwater", {}), tables.get("start", {})
-    return sum(max(high[p] - start.get(p, -1), 0) for p in high)
-
-
-def recovery_seconds(log: str) -> float:
-    """Seconds from Faust's first recovery table ("Highwater") to "Worker ready", from the log."""
-    stamps: dict[str, datetime] = {}
-    for line in log.splitlines():
-        for marker in ("Highwater for active changelog partitions", "[^---Recovery]: Worker ready"):
-            if marker in line and marker not in stamps and (match := _STAMP.match(line)):
-                # The log's local wall time; only differences are used.
-                stamps[marker] = datetime.strptime(match.group(1) + "+0000", "%Y-%m-%d %H:%M:%S,%f%z")
-    first, ready = stamps.values() if len(stamps) == 2 else (None, None)
-    return (ready - first).total_seconds() if first and ready else float("nan")
+def restore_figures(log: str) -> tuple[int, float]:
+    """Changelog records the memory writer's restores read, and their seconds, from one start's log."""
+    found = [(int(m.group(1)), float(m.group(2))) for m in _RESTORED.finditer(log)]
+    return sum(r for r, _ in found), sum(s for _, s in found) if found else float("nan")
 
 
 def _patterns(port: int) -> float:
@@ -169,9 +139,9 @@ class Restart:
 
     name: str
     ready_s: float
-    """Process start to "Ready" (Python and Faust start-up included)."""
+    """Process start to the memory restored (Python, Faust and group start-up included)."""
     recovery_s: float
-    """Faust's recovery alone (first recovery table to "Worker ready")."""
+    """The restore alone (changelog read and applied)."""
     records_read: int
     patterns: float
 
@@ -184,14 +154,15 @@ def restart_bench(
     partitions = settings.topic_partitions
     ensure_topics(admin_client(bootstrap), build_catalog(partitions))
     app_id = f"clingate-restart-{uuid.uuid4().hex[:8]}"
-    commit_end_offsets(bootstrap, app_id, [DBPM_VERDICTS, DBPM_CANDIDATES])
+    commit_end_offsets(bootstrap, memory_group(app_id), list(MEMORY_INPUTS))
     # The text log format, whatever the caller's environment says: the recovery is read from the log.
     env = {**COMPARISON_ENV, "CLINGATE_LOG_FORMAT": "text"}
-    worker = WorkerProcess(bootstrap, app_id, workdir / app_id, env)
-    worker.start()  # creates the changelog topic and the partition databases
-    worker.stop()
+    worker = WorkerProcess(bootstrap, app_id, workdir / app_id, env, role="memory")
     changelog = memory_changelog(app_id)
-    tables = worker.datadir / "v1" / "tables"
+    restored = f"{changelog} restored".encode()
+    worker.start(ready=restored)  # creates the changelog topic and the partition databases
+    worker.stop()
+    tables = worker.datadir / "memory" / "partitions"
 
     started = time.monotonic()
     verdict_ends = topic_ends(bootstrap, DBPM_VERDICTS)
@@ -199,7 +170,6 @@ def restart_bench(
                                 {p: end - 1 for p, end in verdict_ends.items()}))  # fmt: skip
     built_s = time.monotonic() - started
     producer = Producer(producer_config(bootstrap, **{
-        # No compression: the worker's aiokafka has no lz4/zstd codec installed.
         "linger.ms": 50, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
     }))  # fmt: skip
     next_offset = dict(topic_ends(bootstrap, changelog))
@@ -219,7 +189,7 @@ def restart_bench(
     if topic_ends(bootstrap, changelog) != next_offset:
         raise RuntimeError("the changelog's end offsets are not the ones counted: was it written twice?")
     for p, written in per_partition.items():
-        store = RocksDBStore(tables / f"{MEMORY_TABLE}-{p}.db")
+        store = RocksDBStore(tables / f"{p}.db")
         try:
             for records, offset in written[: len(written) - math.ceil(len(written) * tail)]:
                 write_group(store, records, offset)
@@ -230,13 +200,13 @@ def restart_bench(
     results = []
     for name in ("tail", "full") if full else ("tail",):
         if name == "full":
-            for path in tables.glob(f"{MEMORY_TABLE}-*.db"):
-                shutil.rmtree(path)
-        ready_s = worker.start()
+            shutil.rmtree(tables)
+        ready_s = worker.start(ready=restored)
         patterns = _patterns(worker.web_port)
         worker.stop()
         log = worker.log.read_bytes()[worker.log_offset :].decode(errors="replace")
-        results.append(Restart(name, ready_s, recovery_seconds(log), records_read(log, changelog), patterns))
+        read, restore_s = restore_figures(log)
+        results.append(Restart(name, ready_s, restore_s, read, patterns))
     return {"signatures": signatures, "changelog_records": total, "built_s": built_s, "stored_s": stored_s,
             "restarts": results}  # fmt: skip
 

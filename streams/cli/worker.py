@@ -4,14 +4,16 @@ The worker ensures the catalog topics exist (idempotent; off with ``CLINGATE_ENS
 where a provisioning job owns them and the worker's principal may not create topics) and starts, by
 ``--role``:
 
-* ``all`` (default): the Faust app of :mod:`streams.worker.app` (DBPM memory agent, clinical agent) run
-  by :class:`faust.Worker`, and the DBPM gate loop (:mod:`streams.worker.gate`) in a thread of the same
-  process. One command, one PID: a SIGKILL of the worker kills both. SIGTERM/SIGINT stop Faust
-  cleanly (flush, commit, close the stores), then the gate (it finishes its batch, commits, leaves
-  its group). If the gate thread dies, the process is stopped: a worker that looks alive and does
-  not decide would hold its candidate partitions.
-* ``memory``: the Faust app only. ``gate``: the gate loop only (its ``/metrics`` on the web port);
-  run gates and memory workers as separate processes to give each its own core.
+* ``all`` (default): the DBPM memory writer (:mod:`streams.worker.memory`) and the DBPM gate
+  (:mod:`streams.worker.gate`), each a confluent-kafka consumer loop in a thread, and the Faust app of
+  :mod:`streams.worker.app` (the clinical agent) run by :class:`faust.Worker` in the main thread. One
+  command, one PID: a SIGKILL of the worker kills all three. SIGTERM/SIGINT stop Faust cleanly (flush,
+  commit, close the stores), then the loops (each finishes its batch, commits, leaves its group). If
+  a loop's thread dies, the process is stopped: a worker that looks alive and does not process would
+  hold its partitions.
+* ``memory``: the memory writer and the clinical agent. ``gate``: the gate loop only (its
+  ``/metrics`` on the web port); run gates and memory workers as separate processes to give each its
+  own core.
 
 Run several workers with the same ``CLINGATE_APP_ID`` to share the partitions; each MUST have its
 own ``--datadir``.
@@ -28,7 +30,7 @@ import signal
 import threading
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 import typer
 
@@ -88,8 +90,10 @@ def worker(
         return
     import faust
 
-    from streams.worker.app import create_app
+    from streams.worker.app import create_app, faust_lag
+    from streams.worker.dbpm import MergedView, dbpm_engine
     from streams.worker.gate import build_gate
+    from streams.worker.memory import build_memory
 
     faust_app = create_app(settings, bootstrap, metrics)
     level = (loglevel or settings.log_level).upper()
@@ -97,28 +101,52 @@ def worker(
     faust_worker = faust.Worker(
         faust_app, loglevel=level, logging_config=logging_config(level, settings.log_format)
     )
+    memory = build_memory(settings, bootstrap, metrics)
+    loops: list[tuple[str, Loop]] = [("memory", memory)]
     if role is Role.MEMORY:
-        faust_worker.execute_from_commandline()
-        return
-    gate = build_gate(settings, bootstrap, metrics)
-    metrics.add_lag(gate.lag)
+        # The population gauges of the partitions this process writes.
+        metrics.watch(
+            lambda: faust_lag(faust_app), MergedView(memory.table.partitions), dbpm_engine(settings).config
+        )
+    else:
+        gate = build_gate(settings, bootstrap, metrics)
+        metrics.watch(lambda: faust_lag(faust_app), gate.view, gate.config)
+        metrics.add_lag(gate.lag)
+        loops.append(("gate", gate))
+    metrics.add_lag(memory.lag)
     stop = threading.Event()
-
-    def run_gate() -> None:
-        try:
-            gate.run(stop)
-        except BaseException:
-            log.exception("the DBPM gate stopped on an error; stopping the worker")
-            os.kill(os.getpid(), signal.SIGTERM)
-            raise
-
-    thread = threading.Thread(target=run_gate, name="clingate-gate", daemon=True)
-    thread.start()
+    threads = [_start_loop(name, loop, stop) for name, loop in loops]
     try:
         faust_worker.execute_from_commandline()
     finally:
         stop.set()
-        thread.join(60)
+        for thread in threads:
+            thread.join(60)
+
+
+class Loop(Protocol):
+    """A consumer loop of the worker (the memory writer, the gate): runs until its event is set."""
+
+    def run(self, stop: threading.Event) -> None:
+        """Process until ``stop`` is set, then leave the group and close."""
+        ...
+
+
+def _start_loop(name: str, loop: Loop, stop: threading.Event) -> threading.Thread:
+    """Run ``loop`` in a thread of the worker (librdkafka releases the GIL while it waits); if it dies,
+    the process is stopped: a worker that looks alive and does not process would hold its partitions."""
+
+    def run() -> None:
+        try:
+            loop.run(stop)
+        except BaseException:
+            log.exception("the DBPM %s loop stopped on an error; stopping the worker", name)
+            os.kill(os.getpid(), signal.SIGTERM)
+            raise
+
+    thread = threading.Thread(target=run, name=f"clingate-{name}", daemon=True)
+    thread.start()
+    return thread
 
 
 def _run_gate_alone(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> None:

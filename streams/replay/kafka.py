@@ -67,6 +67,7 @@ from streams.worker.dbpm import (
     verdict_key,
 )
 from streams.worker.gate import gate_group
+from streams.worker.memory import memory_group
 from streams.worker.tablestore import ChangelogFollower
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
 
@@ -312,9 +313,9 @@ def replay_via_kafka(
     finally:
         collector.close()
         gate_commits.close()
-    # Verdicts first: a worker commits a verdict only after the propagations it produced were
-    # acknowledged, so the propagation topic's end is final once every verdict is committed.
-    with CommitWatcher(bootstrap, app_id) as memory_commits:
+    # Verdicts first: a verdict's offset commits in the transaction of the propagations it produced,
+    # so the propagation topic's end is final once every verdict is committed.
+    with CommitWatcher(bootstrap, memory_group(app_id)) as memory_commits:
         for topic in MEMORY_INPUTS:
             memory_commits.wait(topic, timeout_s)
     last = parse_event(events[-1]).time if events else None
@@ -338,11 +339,13 @@ def commit_end_offsets(bootstrap: str, group: str, topics: Sequence[str]) -> Non
 def commit_worker_end_offsets(bootstrap: str, app_id: str) -> None:
     """Start the workers of a fresh ``app_id`` at the current end of their input topics.
 
-    Two groups: the Faust app's (``app_id``: the memory agent's verdicts and propagations, the
-    clinical agent's inputs) and the gate's (:func:`streams.worker.gate.gate_group`, candidates). Without
-    it a fresh app on a shared broker would process every earlier run's records.
+    Three groups: the memory writers' (:func:`streams.worker.memory.memory_group`: verdicts and
+    propagations), the Faust app's (``app_id``: the clinical agent's inputs) and the gate's
+    (:func:`streams.worker.gate.gate_group`, candidates). Without it a fresh app on a shared broker
+    would process every earlier run's records.
     """
-    commit_end_offsets(bootstrap, app_id, [*MEMORY_INPUTS, *CLINICAL_INPUTS])
+    commit_end_offsets(bootstrap, memory_group(app_id), list(MEMORY_INPUTS))
+    commit_end_offsets(bootstrap, app_id, list(CLINICAL_INPUTS))
     commit_end_offsets(bootstrap, gate_group(app_id), [DBPM_CANDIDATES])
 
 

@@ -118,3 +118,9 @@ def read_to_end(
             yield message
             if offset + 1 >= end:
                 todo.pop((topic, p))
+        # A transactional topic ends with a commit marker, which is never a message: its partition is
+        # read once the consumer's position passed the end.
+        if todo:
+            for tp in client.position([TopicPartition(t, p) for t, p in todo]):
+                if tp.offset >= todo[(tp.topic, tp.partition)]:
+                    todo.pop((tp.topic, tp.partition))

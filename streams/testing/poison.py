@@ -168,6 +168,7 @@ from streams.worker.dbpm import (
     verdict_key,
 )
 from streams.worker.gate import Gate, gate_group
+from streams.worker.memory import memory_group
 from topics.admin import ensure_topics
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
@@ -1735,9 +1736,8 @@ def run_poison(
     )
 
     app_id = f"clingate-{plan.tag}"
-    groups = dict.fromkeys(
-        (DBPM_VERDICTS, DBPM_PROPAGATIONS, FHIR_UPDATES, CLINICAL_REVIEWS, CLINICAL_DELIVERABLES), app_id
-    )
+    groups = dict.fromkeys((FHIR_UPDATES, CLINICAL_REVIEWS, CLINICAL_DELIVERABLES), app_id)
+    groups |= dict.fromkeys((DBPM_VERDICTS, DBPM_PROPAGATIONS), memory_group(app_id))
     groups |= {
         DBPM_CANDIDATES: gate_group(app_id),
         DBPM_NARRATIVES: f"{app_id}-generator",

@@ -50,10 +50,14 @@ class WorkerProcess:
         app_id: the workers' application id (consumer group, changelog names).
         datadir: this worker's own state directory (two workers MUST NOT share one).
         env: extra environment (settings) for the worker.
+        role: the worker's ``--role``.
     """
 
-    def __init__(self, bootstrap: str, app_id: str, datadir: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self, bootstrap: str, app_id: str, datadir: Path, env: dict[str, str], role: str = "all"
+    ) -> None:
         self.app_id = app_id
+        self.role = role
         self.datadir = datadir
         self.log = datadir.with_suffix(".log")
         self._env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "CLINGATE_APP_ID": app_id, **env}
@@ -66,12 +70,18 @@ class WorkerProcess:
         return self._process is not None and self._process.running
 
     @property
+    def pid(self) -> int | None:
+        """The subprocess's pid (None: never started)."""
+        return self._process.pid if self._process is not None else None
+
+    @property
     def log_offset(self) -> int:
         """Where the log of the latest start begins."""
         return self._process.log_offset if self._process is not None else 0
 
-    def start(self, timeout_s: float = 180.0) -> float:
-        """Start the worker (its log appended to) and wait until Faust reports it ready.
+    def start(self, timeout_s: float = 180.0, ready: bytes = _READY) -> float:
+        """Start the worker (its log appended to) and wait until its log shows ``ready`` (default: Faust
+        reports it ready).
 
         Returns:
             Seconds from the start of the process to "Ready" (recovery included).
@@ -90,11 +100,13 @@ class WorkerProcess:
             str(self.web_port),
             "--datadir",
             str(self.datadir),
+            "--role",
+            self.role,
         )
         self._process = ProcessHandle("worker", argv, env=self._env, cwd=SOURCE_ROOT, log=self.log)
         self._process.start(append=True)
         try:
-            self._process.wait_for_output(_READY, timeout_s=timeout_s)
+            self._process.wait_for_output(ready, timeout_s=timeout_s)
         except ProcessError as error:
             if error.returncode is not None:
                 raise RuntimeError(f"worker exited with {error.returncode}: see {self.log}") from error

@@ -1,4 +1,4 @@
-"""The Faust application of a clingate worker: topics, tables, the DBPM memory agent and the clinical agent.
+"""The Faust application of a clingate worker: the clinical agent and its patient table.
 
 :func:`create_app` builds one app from :class:`~streams.runtime.settings.Settings`; nothing happens at
 import time. ``clingate worker`` runs it (:mod:`streams.cli.worker`).
@@ -10,21 +10,19 @@ Choices (reasons in ``docs/faust-runtime.md``):
   restart) and does not roll back the local store. State is made exactly-once by
   :mod:`streams.worker.tablestore` (durable only after the changelog acknowledged it, whole groups,
   re-delivered input skipped by offset).
-* The DBPM gate is not a Faust agent: it is a confluent-kafka consumer group (:mod:`streams.worker.gate`)
-  that ``clingate worker`` runs next to this app (docs/faust-runtime.md section 4: Faust's
-  per-event path cost ~85% of the gate's CPU).
+* The DBPM gate and the DBPM memory agent are not Faust agents: they are confluent-kafka consumer
+  groups (:mod:`streams.worker.gate`, :mod:`streams.worker.memory`) that ``clingate worker`` runs next
+  to this app (docs/faust-runtime.md section 4: Faust's per-event path cost ~85% of their CPU).
 * Every agent has ``concurrency=1`` (faust-streaming#606: commits past in-flight events).
 * The consumer is :class:`streams.worker.faust_consumer.PositionSafeConsumer` (broker URL scheme
   ``clingate-kafka://``): Faust's own drops fetched records it did not hand over without moving the
   partition's position back, which stalled a survivor after a rebalance (docs/faust-runtime.md
   section 6).
-* The memory is a :class:`faust.GlobalTable` whose changelog has as many partitions as the verdict
-  topic, on our store (URL scheme :data:`streams.worker.tablestore.STORE_SCHEME`), with raw bytes keys and
-  values (the engine encodes its records).
 * Catalog topics are not declared by Faust (``internal=False``); ``topics/`` creates them. Faust
   creates only its own internal topics (the changelog, the assignor's leader topic).
-* The clinical agent (:mod:`streams.worker.clinical`) runs on the same app: one agent over the three
-  patient-keyed topics, its patient table a partitioned :class:`faust.Table` on the same store.
+* The clinical agent (:mod:`streams.worker.clinical`): one agent over the three patient-keyed topics,
+  its patient table a partitioned :class:`faust.Table` on our store (URL scheme
+  :data:`streams.worker.tablestore.STORE_SCHEME`), with raw bytes keys and values.
 * Records are raw bytes for Faust; :mod:`schemas.serde` encodes and decodes them.
 * No record is acknowledged unless applied or dead-lettered. The agents handle every record's failure
   themselves (dead letter, state unchanged), so nothing a producer sends makes them raise. An error
@@ -62,7 +60,6 @@ from streams.runtime.metrics import ClinicalMetrics, DbpmMetrics, faust_sensors
 from streams.runtime.settings import Settings
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
 from streams.worker.clinical import ClinicalHandler, gate_flags
-from streams.worker.dbpm import MEMORY_INPUTS, MEMORY_TABLE, MemoryHandler, MergedView, dbpm_engine
 from streams.worker.faust_consumer import TRANSPORT_SCHEME
 from streams.worker.faust_consumer import register as register_transport
 from streams.worker.tablestore import STORE_SCHEME, ChangelogStore, TableHandler
@@ -70,7 +67,6 @@ from topics.catalog import (
     CLINICAL_ASSESSMENTS,
     CLINICAL_SAFETY_AUDITS,
     DATA_MAX_MESSAGE_BYTES,
-    DBPM_PROPAGATIONS,
     MAX_MESSAGE_BYTES,
     dlq_name,
 )
@@ -81,9 +77,9 @@ log = logging.getLogger(__name__)
 PATIENT_TABLE = "clinical-patients"
 #: Exit status of a worker stopped by :func:`fail_stop` (``EX_SOFTWARE``).
 AGENT_FAILED_EXIT = 70
-#: Configs of the tables' changelogs (Faust creates them): they admit records as large as the data topics,
-#: since a memory record holds its verdict's entity and a patient's state its FHIR resources; at the
-#: broker's ~1 MB default a valid large input could not be staged, and the worker stopped on it every time.
+#: Configs of the patient table's changelog (Faust creates it): it admits records as large as the data
+#: topics, since a patient's state holds its FHIR resources; at the broker's ~1 MB default a valid large
+#: input could not be staged, and the worker stopped on it every time.
 CHANGELOG_CONFIGS = {"max.message.bytes": str(DATA_MAX_MESSAGE_BYTES)}
 
 
@@ -183,11 +179,11 @@ def count_restarts(app: faust.App, metrics: DbpmMetrics) -> None:
     app._on_agent_error = on_error  # type: ignore[method-assign]
 
 
-def _lag(app: faust.App, topics: tuple[str, ...]) -> Iterator[tuple[str, int, int]]:
+def faust_lag(app: faust.App) -> Iterator[tuple[str, int, int]]:
     """(topic, partition, end offset - committed offset) of the app's assigned input partitions."""
     monitor = app.monitor
     for tp, end in list(monitor.tp_end_offsets.items()):
-        if tp.topic in topics:
+        if tp.topic in CLINICAL_INPUTS:
             yield tp.topic, tp.partition, max(end - monitor.tp_committed_offsets.get(tp, 0), 0)
 
 
@@ -195,9 +191,9 @@ def create_app(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> faus
     """Build the worker's Faust app.
 
     Args:
-        settings: the process settings (ids, ports, data directory, DBPM flags, batching).
+        settings: the process settings (ids, ports, data directory, clinical flags, batching).
         bootstrap: Kafka bootstrap servers, ``host:port[,host:port...]``.
-        metrics: the process's DBPM metrics; their registry is served at ``/metrics`` on the web port.
+        metrics: the process's metrics; their registry is served at ``/metrics`` on the web port.
 
     Returns:
         The app, its agents registered; run it with :class:`faust.Worker`.
@@ -241,33 +237,11 @@ def create_app(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> faus
             key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
         )  # fmt: skip
 
-    # bytes key and value types give the raw serializers (Collection._serializer_from_type).
-    memory = app.GlobalTable(
-        MEMORY_TABLE, partitions=partitions, key_type=bytes, value_type=bytes,
-        help="DBPM memory records, partitioned by signature.", extra_topic_configs=CHANGELOG_CONFIGS,
-    )  # fmt: skip
-    engine = dbpm_engine(settings)
     serde = make_serde(settings.schema_registry_url)
     faust_sensors(app, metrics.registry)
-    store: ChangelogStore = memory.data  # type: ignore[assignment]
-    agent = TableAgent(
-        MemoryHandler(engine, serde, metrics),
-        store,
-        serde,
-        {
-            DBPM_PROPAGATIONS: topic(DBPM_PROPAGATIONS),
-            **{dlq_name(t): topic(dlq_name(t), topic_partitions=1) for t in MEMORY_INPUTS},
-        },
-    )
-    view = MergedView(store.durable_partitions)
-    metrics.watch(lambda: _lag(app, (*MEMORY_INPUTS, *CLINICAL_INPUTS)), view, engine.config)
     batch, linger = settings.dbpm_batch_max, settings.dbpm_batch_linger_s
     count_restarts(app, metrics)
-    # One agent over both memory inputs: Faust assigns partition p of each to the same worker.
-    app.agent(topic(*MEMORY_INPUTS), name="dbpm-memory", concurrency=1)(
-        batch_agent("dbpm-memory", batch, linger, agent.process)
-    )
-
+    # bytes key and value types give the raw serializers (Collection._serializer_from_type).
     patients = app.Table(
         PATIENT_TABLE, partitions=partitions, key_type=bytes, value_type=bytes,
         help="Clinical stream state per patient (latest FHIR resources, review, last assessment digest).",

@@ -2,22 +2,22 @@
 
 The memory agent calls :class:`processors.dbpm.DBPMEngine` unchanged. Its per-partition logic is
 :class:`MemoryHandler`, which decodes records, reads the partition's state, calls the engine and
-returns the propagation records, dead letters and changelog group as data; the Faust agent
-(:class:`streams.worker.app.TableAgent`) only batches per partition, sends, waits for the
-acknowledgements and stages the group. The gate runs outside Faust, as a confluent-kafka consumer
-group (:mod:`streams.worker.gate`), and uses this module's decoding, view and barrier records. The
-design and the Faust findings behind it are in ``docs/faust-runtime.md``.
+returns the propagation records, dead letters and changelog group as data; the transactional table
+loop (:mod:`streams.worker.tableloop`, wired in :mod:`streams.worker.memory`) batches, produces and
+commits them. The gate (:mod:`streams.worker.gate`) uses this module's decoding, view and barrier
+records. The design and the findings behind it are in ``docs/faust-runtime.md``.
 
 Topology::
 
     clingate.dbpm.verdicts     (key task|signature) --+
-    clingate.dbpm.propagations (key task|signature   |--> memory agent (Faust, one writer per signature)
-                                of the target)  <-----+    | learns a verdict, sends its cross-task
+    clingate.dbpm.propagations (key task|signature   |--> memory agent (group <app>-memory, one writer
+                                of the target)  <-----+    | per signature)
+                                                           | learns a verdict, sends its cross-task
                                                            | evidence keyed by the target signature;
                                                            | applies evidence for its own signatures
-                                                           | stages engine writes, one changelog
-                                                           v group per batch
-                              <app>-dbpm-memory-changelog (GlobalTable, rocksdict, N partitions)
+                                                           | one transaction per batch: outputs,
+                                                           v changelog group, input offsets
+                              <app>-dbpm-memory-changelog (compacted, N partitions; rocksdict locally)
                                                           | every gate process follows every partition
                                                           v (streams.worker.gate.MemoryFollower)
     clingate.dbpm.candidates (key patient id)   --> gate loop (group <app>-gate) reads the replicated view
@@ -61,22 +61,19 @@ Consistency model.
   With propagation off nothing differs.
 * Aggregates (patient counters, QA category counts, populations) are per partition and summed by
   the view (:mod:`processors.dbpm.partitioned`); caps and pruning run per partition.
-* Crash (SIGKILL) at any point: the local store never holds what the changelog does not (writes
-  are durable only after the changelog acknowledged them), every batch of a partition is one
-  changelog group closed by the input offset it covers, and a re-delivered verdict at or below that
-  offset is skipped, so memory updates are applied exactly once; a batch is acknowledged only after
-  its changelog writes are (Faust's flush before a commit gives up after 0.1 s without progress, so
-  the agent waits for the writes itself). Propagation events are acknowledged before the group of
-  the verdicts that produced them is staged (a durable group never stands for evidence that was not
-  sent); a crash in between re-applies those verdicts and sends the same events again (same state,
-  same output). The target keeps, per origin partition, the identity of the last event it applied,
-  in the same group as the application, and skips any identity at or below it: evidence is applied
-  exactly once. The gate commits a candidate's offset only after its outputs were acknowledged; a
-  re-delivered candidate (decided before the crash, not yet committed) is decided again on the view
-  as it is *then*: byte for byte the same record only if no verdict changed its pattern in between.
-  Consumers dedupe by ``candidate_id`` and keep the first. ``replay --via-kafka`` publishes no
-  verdict before the candidates before it are committed, so replayed duplicates are identical
-  (chaos soak: ``clingate bench chaos``).
+* Crash (SIGKILL) at any point: a batch's propagations, dead letters, changelog group and input
+  offsets commit in one Kafka transaction (:mod:`streams.worker.tableloop`), and the local store is
+  written only after the commit; so a crash either loses the whole batch (it is applied again from
+  the committed offsets, on the state the changelog holds) or none of it, and ``read_committed``
+  readers (the gates' view, the target partitions of propagations) never see a batch twice. The
+  group's boundary offset and the propagation identities below still skip what a crashed writer's
+  successor reads again, for stores that predate transactions and for the topology driver. The gate
+  commits a candidate's offset only after its outputs were acknowledged; a re-delivered candidate
+  (decided before the crash, not yet committed) is decided again on the view as it is *then*: byte
+  for byte the same record only if no verdict changed its pattern in between. Consumers dedupe by
+  ``candidate_id`` and keep the first. ``replay --via-kafka`` publishes no verdict before the
+  candidates before it are committed, so replayed duplicates are identical (chaos soak:
+  ``clingate bench chaos``).
 * Duplicate verdicts from at-least-once producers (the verifier re-issues its in-flight calls after
   a crash; a candidate re-published by the generator is verified again): a verdict that names its
   candidate is a new record at a later offset, so the offset skip above does not see it. The engine
@@ -94,11 +91,10 @@ Keys. A verdict's key is ``task|signature`` of the record it updates (:func:`ver
 producer of ``clingate.dbpm.verdicts`` MUST use it and Java's murmur2 partitioner (librdkafka:
 ``partitioner=murmur2_random``) so that the memory partition of a signature is the verdict
 partition of that signature. A propagation's key is ``task|signature`` of its target
-(:func:`propagation_key`), sent by the memory agent with Faust's producer (aiokafka's default
-partitioner is murmur2). A new consumer group of workers MUST start both memory inputs
-(:data:`MEMORY_INPUTS`) at the same place, e.g. at their ends on a shared broker: evidence from
-another application's verdicts would otherwise be applied (workers with cross-task OFF apply no
-evidence at all).
+(:func:`propagation_key`), sent by the memory agent with :func:`producer_config` (murmur2). A new
+consumer group of memory writers MUST start both memory inputs (:data:`MEMORY_INPUTS`) at the same
+place, e.g. at their ends on a shared broker: evidence from another application's verdicts would
+otherwise be applied (workers with cross-task OFF apply no evidence at all).
 """
 
 from __future__ import annotations
@@ -154,7 +150,7 @@ MEMORY_TABLE = "dbpm-memory"
 
 
 def memory_changelog(app_id: str) -> str:
-    """The memory table's changelog topic of the workers of ``app_id`` (Faust's naming)."""
+    """The memory table's changelog topic of the workers of ``app_id`` (named as Faust names its tables')."""
     return table_changelog(app_id, MEMORY_TABLE)
 
 
@@ -234,8 +230,8 @@ def propagation_event(record: PropagationRecord) -> Propagation:
 def producer_config(bootstrap: str, **overrides: object) -> dict[str, object]:
     """librdkafka producer settings for every clingate client that writes DBPM input topics.
 
-    Java's murmur2 partitioner (``murmur2_random``), the one Faust (aiokafka) uses, so that "the
-    partition of a key" means the same thing to the client and to the workers: a verdict keyed by
+    Java's murmur2 partitioner (``murmur2_random``), the one Java clients and Faust (aiokafka) use, so
+    that "the partition of a key" means the same thing to every client: a verdict keyed by
     :func:`verdict_key` lands on the memory partition of its signature, a candidate on its patient's.
     librdkafka's default (``consistent_random``, CRC32) would scatter them. Idempotent, ``acks=all``.
 
@@ -414,8 +410,8 @@ class MemoryHandler:
     propagations, offset order) is applied to a :class:`PartitionWriter` over the partition's state,
     and :meth:`apply` returns what the runtime must do, as data
     (:class:`~streams.worker.tablestore.TableBatch`): the propagation records to produce, the dead
-    letters, and the changelog group closed by the last verdict offset it covers. The Faust agent
-    (:class:`streams.worker.app.TableAgent`) and the topology test driver
+    letters, and the changelog group closed by the last verdict offset it covers. The table loop
+    (:class:`streams.worker.tableloop.TableLoop`) and the topology test driver
     (:mod:`streams.testing.driver`) both run it.
 
     Args:

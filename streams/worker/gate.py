@@ -180,17 +180,18 @@ class MemoryFollower:
     def poll(self, timeout_s: float) -> int:
         """Apply the changelog records available within ``timeout_s``; returns how many were read."""
         messages = self._consumer.consume(num_messages=BATCH_MAX, timeout=timeout_s)
+        batch: dict[int, list[tuple[bytes, bytes | None, int]]] = {}
         for message in messages:
             error = message.error()
-            if (
-                error is not None
-            ):  # e.g. the changelog does not exist yet (Faust creates it): librdkafka retries
+            if error is not None:  # e.g. the changelog does not exist yet: librdkafka retries
                 log.debug("memory changelog: %s", error)
                 continue
             partition, key, value = message.partition(), message.key(), message.value()
-            self._followers[partition].add(key, value, message.offset())
+            batch.setdefault(partition, []).append((key, value, message.offset()))
             if self.track_judged:
                 self._track(partition, key, value)
+        for partition, records in batch.items():
+            self._followers[partition].extend(records)
         return len(messages)
 
     def _track(self, partition: int, key: bytes, value: bytes | None) -> None:

@@ -32,9 +32,11 @@ records are encoded by the engine's own codec, not by Faust.
 
 What a writer computes does not depend on this store: a table handler (the DBPM memory, the clinical
 patients) reads a :class:`PartitionedTable` and returns a :class:`TableBatch`, its outputs and its
-changelog group as data. The Faust agent (:class:`streams.worker.app.TableAgent`) sends and stages
-them here; the topology test driver (:mod:`streams.testing.driver`) applies them to an in-memory
-changelog, so both run the same per-record code.
+changelog group as data. The Faust agent (:class:`streams.worker.app.TableAgent`, the clinical
+patients) sends and stages them here; the transactional loop (:mod:`streams.worker.tableloop`, the
+DBPM memory) commits them in one Kafka transaction with its input offsets; the topology test driver
+(:mod:`streams.testing.driver`) applies them to an in-memory changelog. All run the same per-record
+code, and the changelog format (groups closed by :data:`BOUNDARY_KEY`) is the same for all.
 """
 
 from __future__ import annotations
@@ -167,10 +169,22 @@ class ChangelogFollower:
 
     def add(self, key: bytes, value: bytes | None, offset: int) -> None:
         """Feed the next changelog record (``value=None``: deletion) at changelog ``offset``."""
-        self.partial.append((key, value))
-        if key == BOUNDARY_KEY:
-            write_group(self.store, self.partial, offset)
-            self.partial = []
+        self.extend([(key, value, offset)])
+
+    def extend(self, records: Sequence[tuple[bytes, bytes | None, int]]) -> None:
+        """Feed the next changelog records ``(key, value, offset)``, in order.
+
+        Every complete group among them is applied in one write (a restore reads thousands of small
+        groups per fetch: one ``WriteBatch`` per fetch, not per group); the tail after the last
+        boundary is held.
+        """
+        last = next((i for i in range(len(records) - 1, -1, -1) if records[i][0] == BOUNDARY_KEY), None)
+        if last is None:
+            self.partial += [(key, value) for key, value, _ in records]
+            return
+        complete = self.partial + [(key, value) for key, value, _ in records[: last + 1]]
+        write_group(self.store, complete, records[last][2])
+        self.partial = [(key, value) for key, value, _ in records[last + 1 :]]
 
     def next_offset(self) -> int | None:
         """The changelog offset to resume reading at (after the last applied group), or None."""

@@ -48,6 +48,7 @@ from streams.testing.metrics import scraped_sum
 from streams.testing.process import SOURCE_ROOT, ProcessHandle, python_module
 from streams.testing.worker import WorkerProcess, comparison_engine
 from streams.worker.dbpm import contract_event, memory_changelog, producer_config
+from streams.worker.memory import memory_group
 from tests.integration.test_dbpm_worker import COMPARISON_FLAGS
 from tests.llm_answers import FAILING_ENTITY, clinical_responder
 from topics.admin import ensure_topics
@@ -436,7 +437,7 @@ def test_verdicts_repeated_by_a_killed_verifier_and_a_re_emitting_gate_teach_the
 
     try:
         verdicts = asyncio.run(scenario())
-        wait_until_consumed(kafka_bootstrap, app_id, DBPM_VERDICTS, 60)
+        wait_until_consumed(kafka_bootstrap, memory_group(app_id), DBPM_VERDICTS, 60)
         firsts: dict[str | None, Verdict] = {}
         for verdict in verdicts:  # a candidate's verdicts share a key: the first applied is the first read
             firsts.setdefault(verdict.candidate_id, verdict)

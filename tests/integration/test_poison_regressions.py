@@ -44,6 +44,7 @@ from streams.testing.tail import Tail
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine, in_process, soak_stream
 from streams.worker.clinical import fhir_input
 from streams.worker.dbpm import TICK_HEADER, memory_changelog, producer_config, verdict_key
+from streams.worker.memory import memory_group
 from tests.integration.test_docs_worker import _request, _running_worker
 from topics.admin import ensure_topics
 from topics.catalog import (
@@ -116,7 +117,7 @@ def test_a_verdict_with_a_malformed_watermark_header_is_dead_lettered_and_its_bu
     dead = Tail(kafka_bootstrap, dlq_name(DBPM_VERDICTS))
     try:
         _produce(kafka_bootstrap, burst)
-        with CommitWatcher(kafka_bootstrap, worker.app_id) as watcher:
+        with CommitWatcher(kafka_bootstrap, memory_group(worker.app_id)) as watcher:
             watcher.wait(DBPM_VERDICTS, 90)
         [letter] = dead.until(1)
         time.sleep(1.0)  # a second dead letter would be a re-delivery

@@ -22,7 +22,7 @@ import streams.replay.kafka as kafka_replay
 from schemas.dbpm import Candidate, GateAction, GateDecision
 from schemas.serde import make_serde
 from streams.bench.chaos import ChaosMonkey, TooFewCandidates, disruption_points
-from streams.bench.restart import records_read, recovery_seconds
+from streams.bench.restart import restore_figures
 from streams.replay.kafka import Pauses, replay_via_kafka
 from streams.runtime.logs import TextFormatter
 from streams.testing.dbpm_stream import generate_events
@@ -57,36 +57,21 @@ def _logged(at: str, message: str) -> str:
 
 
 _LOG = "\n".join([
-    _logged("2026-11-22 04:45:48.212", "[^---Recovery]: Highwater for active changelog partitions:"),
-    """\
-+Highwater - Active-------------------------------------+-----------+-----------+
-| topic                                                 | partition | highwater |
-+-------------------------------------------------------+-----------+-----------+
-| app-clinical-patients-changelog                       | 0         | 40        |
-| app-dbpm-memory-changelog                             | 0         | 6277      |
-| 〃                                                    | 1         | 6532      |
-| 〃                                                    | 2         | -1        |
-+-------------------------------------------------------+-----------+-----------+""",
-    _logged("2026-11-22 04:45:48.286", "[^---Recovery]: active offsets at start of reading:"),
-    """\
-+Reading Starts At - Active-----------------------------+-----------+--------+
-| topic                                                 | partition | offset |
-+-------------------------------------------------------+-----------+--------+
-| app-clinical-patients-changelog                       | 0         | -1     |
-| app-dbpm-memory-changelog                             | 0         | 6000   |
-| 〃                                                    | 1         | -1     |
-| 〃                                                    | 2         | -1     |
-+-------------------------------------------------------+-----------+--------+""",
-    _logged("2026-11-22 04:45:50.712", "[^---Recovery]: Worker ready"),
+    _logged("2026-11-22 04:45:48.212", "app-dbpm-memory-changelog restored: partitions [0, 1, 2], "
+                                       "6810 changelog records in 0.420 s"),
+    _logged("2026-11-22 04:45:49.000", "an unrelated line with 5 changelog records in 9.0 s"),
+    _logged("2026-11-22 04:45:50.712", "app-dbpm-memory-changelog restored: partitions [3], "
+                                       "90 changelog records in 0.080 s"),
 ])  # fmt: skip
 
 
-def test_records_read_sums_highwater_minus_start_of_one_changelog() -> None:
-    assert records_read(_LOG, "app-dbpm-memory-changelog") == 277 + 6533 + 0
+def test_restore_figures_sum_the_memory_loops_restore_lines() -> None:
+    assert restore_figures(_LOG) == (6810 + 90, 0.5)
 
 
-def test_recovery_seconds_spans_first_recovery_table_to_worker_ready() -> None:
-    assert recovery_seconds(_LOG) == 2.5
+def test_restore_figures_of_a_log_without_a_restore_are_nothing_read_in_nan_seconds() -> None:
+    records, seconds = restore_figures(_logged("2026-11-22 04:45:48.212", "[^Worker]: Ready"))
+    assert records == 0 and seconds != seconds
 
 
 class _Feed:

@@ -1,0 +1,45 @@
+"""The DBPM memory agent: :class:`~streams.worker.dbpm.MemoryHandler` on a transactional table loop.
+
+The memory's writers form the consumer group :func:`memory_group` over the co-partitioned
+``clingate.dbpm.verdicts`` and ``clingate.dbpm.propagations``; each member runs a
+:class:`~streams.worker.tableloop.TableLoop`, which commits a batch's propagations, dead letters,
+changelog group and input offsets in one Kafka transaction. The changelog topic
+(:func:`~streams.worker.dbpm.memory_changelog`, compacted, one partition per memory partition) is
+created here when it is missing, with the replication and record size of the catalog's topics.
+"""
+
+from __future__ import annotations
+
+from schemas.serde import make_serde
+from streams.runtime.kafka_config import admin_client
+from streams.runtime.metrics import DbpmMetrics
+from streams.runtime.settings import Settings
+from streams.worker.dbpm import MEMORY_INPUTS, MemoryHandler, dbpm_engine, memory_changelog
+from streams.worker.tableloop import TableLoop
+from topics.admin import ensure_topics
+from topics.catalog import DATA_MAX_MESSAGE_BYTES, TopicSpec
+
+
+def memory_group(app_id: str) -> str:
+    """The consumer group of the memory writers of the workers of ``app_id``."""
+    return f"{app_id}-memory"
+
+
+def changelog_spec(settings: Settings) -> TopicSpec:
+    """The memory changelog topic: compacted (the latest record per key is the memory), kept forever."""
+    return TopicSpec(
+        memory_changelog(settings.app_id), "memory record key (processors.dbpm.memory)", "raw bytes",
+        partitions=settings.topic_partitions, replication=settings.topic_replication,
+        cleanup_policy="compact", retention_ms=-1, max_message_bytes=DATA_MAX_MESSAGE_BYTES,
+    )  # fmt: skip
+
+
+def build_memory(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> TableLoop:
+    """The memory loop of a worker (stores and transactional id under ``<worker datadir>/memory``)."""
+    ensure_topics(admin_client(bootstrap), [changelog_spec(settings)])
+    serde = make_serde(settings.schema_registry_url)
+    return TableLoop(
+        bootstrap, memory_group(settings.app_id), MEMORY_INPUTS, memory_changelog(settings.app_id),
+        MemoryHandler(dbpm_engine(settings), serde, metrics), serde, settings.worker_dir / "memory",
+        settings.consumer_session_timeout_s,
+    )  # fmt: skip

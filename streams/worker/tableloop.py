@@ -1,0 +1,382 @@
+"""A table writer as a confluent-kafka consumer group: one Kafka transaction per batch.
+
+A table handler (:class:`~streams.worker.tablestore.TableHandler`: the DBPM memory) decides what a
+batch of one partition's records means; this loop does the rest:
+
+* **Consume** a batch (up to :data:`BATCH_MAX` records) from the co-partitioned input topics with
+  ``isolation.level=read_committed``; the range assignor hands partition p of every input to the same
+  member (the inputs have one partition count).
+* **Apply** it per partition: the handler reads the partition's local RocksDB store
+  (:class:`LocalTable`) and returns outputs, dead letters and one changelog group, closed by a
+  boundary record that holds the last input offset the group covers.
+* **Commit** the dead letters, the outputs and the changelog group (to changelog partition p) in one
+  transaction. A ``read_committed`` reader sees a batch's outputs and state all or not at all:
+  downstream consumers of the outputs see each exactly once, and so do the changelog's readers (the
+  gates' replicated view, a restore).
+* **Then** write the group to the local store, with the changelog offset of its boundary, in one
+  ``WriteBatch`` (the local store is never ahead of the changelog; a crash between the commit and the
+  local write is repaired by the restore), and commit the input offsets.
+
+Input offsets are committed after the transaction, not in it. The transaction's boundary record
+already says which input the state covers, and the handler skips re-delivered records at or below it
+(and propagations by their identity), so a crash between the transaction and the offset commit
+re-delivers records that change nothing and send nothing. Sending the offsets to the transaction
+(KIP-447) would add zombie fencing by group generation, but librdkafka's
+``send_offsets_to_transaction`` blocks forever, its timeout unchecked, when the group coordinator's
+connection went down and up again (librdkafka#5456, #5511): the broker-restart chaos test hung on it
+with every release up to 2.16. Zombies are fenced instead by the stable transactional id
+(:func:`transactional_id`: a restarted member fences its predecessor's open transaction at once)
+and by the group: a member that lost its partitions learns it at its next ``consume``, before its next
+batch. What remains unfenced is a member that stalls longer than the session timeout inside one
+batch (milliseconds of work) and then commits it after its successor restored.
+
+Restore. When a partition is assigned, before any of its records is applied, the loop reads its
+changelog from the local store's offset to the last stable offset (librdkafka's partition EOF under
+``read_committed``) and applies the complete groups in bulk: a worker restarted on its data directory
+reads only the tail, a new host the whole (compacted) changelog. Records of an open transaction of a
+dead member are past the last stable offset: they are aborted when the transaction times out
+(:data:`TRANSACTION_TIMEOUT_MS`) or a restart of that member fences it, and never applied.
+
+Failures. An abortable transaction error (a broker lost the batch) aborts the transaction and rewinds
+the batch's partitions to their first offsets: nothing of the batch happened, the local store is
+untouched and the records are applied again. Anything else (a fatal producer error, a handler bug)
+raises out of :meth:`TableLoop.run`, and the worker stops: the partitions go to another member.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from schemas.serde import Serde
+from state.rocksdb import RocksDBStore
+from streams.runtime.dlq import PRODUCER_LIMITS, SourceRecord, dead_letter_record
+from streams.runtime.kafka_config import client_config, liveness_config
+from streams.worker.dbpm import producer_config
+from streams.worker.tablestore import (
+    BOUNDARY_KEY,
+    ChangelogFollower,
+    TableHandler,
+    group_records,
+    write_group,
+)
+
+log = logging.getLogger(__name__)
+
+#: Most records one ``consume`` call returns (one transaction at most this many inputs).
+BATCH_MAX = 5000
+#: Longest wait of one ``consume`` (records that arrive end it at once).
+POLL_S = 0.05
+#: Bound of one transaction call (sending the offsets, committing); a retriable timeout is retried.
+COMMIT_STEP_S = 10.0
+#: How long an open transaction of a dead member holds back ``read_committed`` readers of its
+#: topics before the coordinator aborts it. A batch's transaction lasts milliseconds; the broker's
+#: default (60 s) would stall the gates' view of the memory for a minute after every SIGKILL.
+TRANSACTION_TIMEOUT_MS = 10_000
+
+
+def transactional_id(directory: Path, prefix: str) -> str:
+    """``<prefix>-<id>`` with an id kept in ``directory``: the same for every start on that directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "transactional-id"
+    if not path.exists():
+        path.write_text(uuid.uuid4().hex[:12] + "\n")
+    return f"{prefix}-{path.read_text().strip()}"
+
+
+class LocalTable:
+    """The partitions of a table this process writes: one RocksDB store each, under ``directory``."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._directory = directory
+        self._stores: dict[int, RocksDBStore] = {}
+
+    def open(self, partition: int) -> RocksDBStore:
+        """The store of ``partition``, opened if it is not."""
+        store = self._stores.get(partition)
+        if store is None:
+            store = self._stores[partition] = RocksDBStore(self._directory / f"{partition}.db")
+        return store
+
+    def close(self, partition: int) -> None:
+        """Close the store of ``partition`` (revoked: its next owner opens its own)."""
+        store = self._stores.pop(partition, None)
+        if store is not None:
+            store.close()
+
+    def close_all(self) -> None:
+        """Close every open store."""
+        for partition in list(self._stores):
+            self.close(partition)
+
+    def partitions(self) -> list[RocksDBStore]:
+        """The open stores, in partition order."""
+        return [self._stores[p] for p in sorted(self._stores)]
+
+    def get(self, partition: int, key: bytes) -> bytes | None:
+        """The value of ``key`` in ``partition``, or None."""
+        return self.open(partition).get(key)
+
+    def iter_range(self, partition: int, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` of ``partition`` with ``start <= key < end``, ascending."""
+        return self.open(partition).iter_range(start, end)
+
+
+class TableLoop:
+    """One member of a table writer's consumer group (module docstring).
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        group: the consumer group.
+        inputs: the co-partitioned input topics.
+        changelog: the table's changelog topic (as many partitions as each input).
+        handler: the per-partition logic.
+        serde: the process's serde (dead letters).
+        directory: this member's local stores and transactional id (the process MUST own it).
+        session_timeout_s: the group's session timeout.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        group: str,
+        inputs: Sequence[str],
+        changelog: str,
+        handler: TableHandler,
+        serde: Serde,
+        directory: Path,
+        session_timeout_s: float,
+    ) -> None:
+        self.group = group
+        self.changelog = changelog
+        self._inputs = tuple(inputs)
+        self._handler = handler
+        self._serde = serde
+        self.table = LocalTable(directory / "partitions")
+        self._consumer = Consumer(client_config(bootstrap, **{
+            "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "enable.partition.eof": False, "isolation.level": "read_committed",
+            # Range: partition p of every input to one member (the handler's state is per partition).
+            "partition.assignment.strategy": "range",
+            **liveness_config(session_timeout_s),
+        }))  # fmt: skip
+        self._restorer = Consumer(client_config(bootstrap, **{
+            "group.id": f"{group}-restore",  # required by librdkafka; never joined (assign)
+            "enable.auto.commit": False, "enable.partition.eof": True, "isolation.level": "read_committed",
+        }))  # fmt: skip
+        self._producer = Producer(producer_config(bootstrap, **{
+            "transactional.id": transactional_id(directory, group),
+            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
+            **PRODUCER_LIMITS,
+        }))  # fmt: skip
+        self._producer.init_transactions()
+        self._restoring: set[int] = set()
+        self._committed: dict[tuple[str, int], int] = {}  # (topic, partition) -> offset committed
+        self._lag: dict[tuple[str, int], int] = {}
+        self._consumer.subscribe(list(self._inputs), on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                 on_lost=self._on_revoke)  # fmt: skip
+
+    def lag(self) -> Iterator[tuple[str, int, int]]:
+        """(topic, partition, high watermark - next offset) of the assigned input partitions."""
+        for (topic, partition), value in list(self._lag.items()):
+            yield topic, partition, value
+
+    def run(self, stop: threading.Event) -> None:
+        """Apply batches until ``stop`` is set; then leave the group and close the clients and stores."""
+        try:
+            while not stop.is_set():
+                messages = self._consumer.consume(num_messages=BATCH_MAX, timeout=POLL_S)
+                if self._restoring:
+                    self._restore()
+                if messages:
+                    self.process(messages)
+                else:
+                    self._commit_markers()
+        finally:
+            self._consumer.close()
+            self._restorer.close()
+            self.table.close_all()
+
+    def process(self, messages: list[Message]) -> None:
+        """Apply one batch and commit it with its outputs, dead letters, changelog groups and offsets."""
+        by_partition: dict[int, list[SourceRecord]] = {}
+        first: dict[tuple[str, int], int] = {}
+        positions: dict[tuple[str, int], int] = {}
+        for message in messages:
+            if message.error() is not None:
+                log.warning("%s consumer: %s", self.group, message.error())
+                continue
+            topic, partition, offset = message.topic(), message.partition(), message.offset()
+            first.setdefault((topic, partition), offset)
+            positions[(topic, partition)] = offset + 1
+            by_partition.setdefault(partition, []).append(SourceRecord.from_message(message))
+        if not positions:
+            return
+        boundaries: dict[int, int] = {}
+        groups: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        failures: list[KafkaError] = []
+
+        def report(error: KafkaError | None, message: Message) -> None:
+            # A boundary's delivery: where its group ends in the changelog (the local store's offset).
+            if error is not None:
+                failures.append(error)
+            else:
+                boundaries[message.partition()] = message.offset()
+
+        producer = self._producer
+        producer.begin_transaction()
+        try:
+            for partition, records in by_partition.items():
+                batch = self._handler.apply(self.table, partition, records)
+                for failed in batch.dead_letters:
+                    self._handler.dead_lettered(failed)
+                    out = dead_letter_record(self._serde, failed)
+                    producer.produce(out.topic, out.value, out.key, headers=out.headers)
+                for output in batch.outputs:
+                    producer.produce(
+                        output.topic, output.value, output.key, headers=list(output.headers) or None
+                    )
+                if batch.writes is None:
+                    continue
+                group = groups[partition] = group_records(batch.writes.items(), batch.input_offset)
+                for key, value in group[:-1]:
+                    producer.produce(self.changelog, value, key, partition=partition)
+                producer.produce(self.changelog, group[-1][1], BOUNDARY_KEY, partition=partition,
+                                 on_delivery=report)  # fmt: skip
+            producer.flush()
+            if failures:
+                raise KafkaException(failures[0])
+        except KafkaException as exc:
+            if not _abortable(exc):
+                raise
+            producer.abort_transaction()
+            committed = False
+        else:
+            committed = self._commit()
+        if not committed:
+            log.warning("%s: a batch was not committed; it is applied again", self.group)
+            for (topic, partition), offset in first.items():
+                self._consumer.seek(TopicPartition(topic, partition, offset))
+            return
+        for partition, group in groups.items():
+            write_group(self.table.open(partition), group, boundaries[partition])
+        offsets = self._positions(positions)
+        self._consumer.commit(offsets=offsets, asynchronous=True)
+        self._committed.update(((tp.topic, tp.partition), tp.offset) for tp in offsets)
+        for tp in offsets:
+            _, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            self._lag[(tp.topic, tp.partition)] = max(high - tp.offset, 0)
+
+    def _positions(self, read: dict[tuple[str, int], int]) -> list[TopicPartition]:
+        """The offsets to commit for the partitions read: the consumer's position, which is past the
+        transaction markers that follow the last record read (a transactional input's end is its last
+        marker's offset + 1; committing the last record's + 1 would never show the end consumed)."""
+        wanted = [TopicPartition(t, p) for t, p in read]
+        return [
+            TopicPartition(tp.topic, tp.partition, max(tp.offset, read[(tp.topic, tp.partition)]))
+            for tp in self._consumer.position(wanted)
+        ]
+
+    def _commit(self) -> bool:
+        """Commit the open transaction; False if it was aborted (the caller applies the batch again).
+
+        Each call is bounded (:data:`COMMIT_STEP_S`); a retriable error (a coordinator that moves or
+        loads after a broker restart) is retried, as librdkafka prescribes; an abortable one aborts.
+        Anything else raises.
+        """
+        while True:
+            try:
+                self._producer.commit_transaction(COMMIT_STEP_S)
+                return True
+            except KafkaException as exc:
+                if _abortable(exc):
+                    log.warning("%s: transaction aborted: %s", self.group, exc.args[0].str())
+                    self._producer.abort_transaction()
+                    return False
+                if not exc.args[0].retriable():
+                    raise
+                log.info("%s: transaction commit retried: %s", self.group, exc.args[0].str())
+
+    def _commit_markers(self) -> None:
+        """When idle, commit positions that moved past transaction markers only (no record to apply)."""
+        moved = {
+            (tp.topic, tp.partition): tp.offset
+            for tp in self._consumer.position(self._consumer.assignment())
+            if tp.offset >= 0
+            and tp.offset > self._committed.get((tp.topic, tp.partition), -1)
+            and (tp.topic, tp.partition) in self._committed
+        }
+        if moved:
+            offsets = [TopicPartition(t, p, o) for (t, p), o in moved.items()]
+            self._consumer.commit(offsets=offsets, asynchronous=True)
+            self._committed.update(moved)
+
+    def _restore(self) -> None:
+        """Bring every newly assigned partition's store up to its changelog's last stable offset."""
+        started = time.monotonic()
+        partitions = sorted(self._restoring)
+        followers = {p: ChangelogFollower(self.table.open(p)) for p in partitions}
+        self._restorer.assign([
+            TopicPartition(self.changelog, p, OFFSET_BEGINNING if (o := f.next_offset()) is None else o)
+            for p, f in followers.items()
+        ])  # fmt: skip
+        remaining, read = set(partitions), 0
+        while remaining:
+            batch: dict[int, list[tuple[bytes, bytes | None, int]]] = {}
+            for message in self._restorer.consume(num_messages=BATCH_MAX, timeout=0.5):
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        remaining.discard(message.partition())
+                    else:  # e.g. the changelog is not known to this broker yet: librdkafka retries
+                        log.debug("%s restore: %s", self.changelog, error)
+                    continue
+                batch.setdefault(message.partition(), []).append(
+                    (message.key(), message.value(), message.offset())
+                )
+            for partition, records in batch.items():
+                followers[partition].extend(records)
+                read += len(records)
+        self._restorer.unassign()
+        for follower in followers.values():
+            follower.drop_partial()  # a group a dead writer left unfinished: its input is applied again
+        self._restoring.difference_update(partitions)
+        elapsed = time.monotonic() - started
+        log.info(
+            "%s restored: partitions %s, %d changelog records in %.3f s",
+            self.changelog, partitions, read, elapsed,
+            extra={"restored_records": read, "restore_s": round(elapsed, 6)},
+        )  # fmt: skip
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._restoring.update(tp.partition for tp in partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Each batch is committed or aborted before the next consume: no transaction is open here.
+        for tp in partitions:
+            self._lag.pop((tp.topic, tp.partition), None)
+            self._committed.pop((tp.topic, tp.partition), None)
+            self._restoring.discard(tp.partition)
+            self.table.close(tp.partition)
+
+
+def _abortable(exc: KafkaException) -> bool:
+    """The transaction must be aborted (and its batch applied again); the producer stays usable."""
+    error = exc.args[0]
+    return isinstance(error, KafkaError) and error.txn_requires_abort()
