@@ -55,6 +55,20 @@ def test_workers_own_their_faust_topics_and_group_by_application_id() -> None:
     assert any(b.restype is ResourceType.GROUP and b.name == "ward-7" for b in worker)
 
 
+def test_only_workers_may_write_as_the_memory_writers_transactional_producers() -> None:
+    plan = load_plan(DEFAULT_PLAN, app_id="ward-7", docs_group_id="clingate-docs")
+    transactional = {
+        (principal.name, binding.name, binding.operation)
+        for principal in plan.principals
+        for binding in principal_bindings(principal)
+        if binding.restype is ResourceType.TRANSACTIONAL_ID
+    }
+    assert transactional == {
+        ("clingate-worker", "ward-7-memory-", AclOperation.WRITE),
+        ("clingate-worker", "ward-7-memory-", AclOperation.DESCRIBE),
+    }
+
+
 def test_only_allow_bindings_without_duplicates() -> None:
     bindings = plan_bindings(PLAN)
     assert len(bindings) == len(set(bindings))
