@@ -49,6 +49,7 @@ from streams.llm import CallType, ClientPolicy, Endpoint, LlmClient, LlmOk, Role
 from streams.llm.schemas import NerVerdict
 from streams.llm.serve.testserver import DEFAULT_MODEL
 from streams.replay.kafka import commit_end_offsets
+from streams.runtime.kafka_clients import produce_waiting
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.llm_server import ServerProcess
@@ -175,13 +176,8 @@ def _publish_group_input(bootstrap: str, serde: Serde, run: str, records: int) -
         decision = GateDecision(ts=_T0, task="ner", patient_id=patient, candidate_id=candidate.candidate_id,
                                 decision="ALLOW", rule="bench", signature="bench", confidence_multiplier=1.0,
                                 candidate=candidate)  # fmt: skip
-        while True:
-            try:
-                producer.produce(DBPM_TO_VERIFY, key=patient.encode(),
-                                 value=serde.encode(decision, topic=DBPM_TO_VERIFY))  # fmt: skip
-                break
-            except BufferError:
-                producer.poll(0.1)
+        produce_waiting(producer, DBPM_TO_VERIFY, key=patient.encode(),
+                        value=serde.encode(decision, topic=DBPM_TO_VERIFY))  # fmt: skip
     if producer.flush(60):
         raise RuntimeError("benchmark input not acknowledged by the broker within 60 s")
 

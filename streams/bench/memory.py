@@ -28,18 +28,17 @@ from typing import Annotated, Any
 import typer
 from confluent_kafka import Producer
 
-from processors.dbpm import parse_event
-from schemas.dbpm import Verdict
 from schemas.serde import make_serde
 from streams.bench.dbpm_kafka import cpu_seconds
 from streams.bench.restart import restore_figures
 from streams.cli.common import require_bootstrap
-from streams.replay.kafka import CommitWatcher, commit_end_offsets
+from streams.replay.kafka import CommitWatcher, commit_end_offsets, verdict_record
+from streams.runtime.kafka_clients import produce_waiting
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.testing.dbpm_stream import generate_events
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine
-from streams.worker.dbpm import MEMORY_INPUTS, memory_changelog, producer_config, verdict_key
+from streams.worker.dbpm import MEMORY_INPUTS, memory_changelog, producer_config
 from streams.worker.memory import memory_group
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_VERDICTS, build_catalog
@@ -53,18 +52,10 @@ def produce_verdicts(bootstrap: str, events: int) -> int:
     }))  # fmt: skip
     count = 0
     for obj in generate_events(events):
-        if obj["kind"] != "verdict":
-            continue
-        value = serde.encode(Verdict.model_validate({k: v for k, v in obj.items() if k != "kind"}),
-                             topic=DBPM_VERDICTS)  # fmt: skip
-        key = verdict_key(engine, parse_event(obj))  # type: ignore[arg-type]
-        while True:
-            try:
-                producer.produce(DBPM_VERDICTS, key=key, value=value)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        count += 1
+        if obj["kind"] == "verdict":
+            record = verdict_record(obj, engine, serde)  # type: ignore[arg-type]
+            produce_waiting(producer, record.topic, key=record.key, value=record.value)
+            count += 1
     if producer.flush(120):
         raise RuntimeError("the verdicts were not all acknowledged within 120 s")
     return count

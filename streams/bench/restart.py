@@ -51,6 +51,7 @@ from state.memory import MemoryStore
 from state.rocksdb import RocksDBStore
 from streams.cli.common import require_bootstrap
 from streams.replay.kafka import commit_end_offsets
+from streams.runtime.kafka_clients import produce_waiting
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.testing.tail import topic_ends
@@ -176,12 +177,7 @@ def restart_bench(
     per_partition: dict[int, list[tuple[list[tuple[bytes, bytes | None]], int]]] = {}
     for p, records in groups:
         for key, value in records:
-            while True:
-                try:
-                    producer.produce(changelog, key=key, value=value, partition=p)
-                    break
-                except BufferError:
-                    producer.poll(0.1)
+            produce_waiting(producer, changelog, key=key, value=value, partition=p)
         next_offset[p] += len(records)
         per_partition.setdefault(p, []).append((records, next_offset[p] - 1))
     producer.flush()

@@ -53,6 +53,7 @@ from streams.runtime.dlq import (
     oversized_output,
     processing_failed,
 )
+from streams.runtime.kafka_clients import produce_waiting
 from streams.runtime.kafka_config import client_config, liveness_config
 
 log = logging.getLogger(__name__)
@@ -246,13 +247,8 @@ class OrderedLoop:
             if error is not None:
                 errors.append(error)
 
-        while True:
-            try:
-                self.producer.produce(output.topic, key=output.key, value=output.value,
-                                      headers=list(output.headers), on_delivery=report)  # fmt: skip
-                return
-            except BufferError:  # local queue full: let librdkafka send, then retry
-                self.producer.poll(0.1)
+        produce_waiting(self.producer, output.topic, key=output.key, value=output.value,
+                        headers=list(output.headers), on_delivery=report)  # fmt: skip
 
     async def _publish_ready(self) -> int:
         """Publish every finished head of queue in order, flush, commit; return partitions committed.

@@ -143,6 +143,15 @@ class ReplayRun:
     """The run's candidates, in order (empty for a run of verdicts)."""
 
 
+def verdict_record(obj: dict[str, Any], engine: DBPMEngine, serde: Serde) -> ReplayRecord:
+    """The ``clingate.dbpm.verdicts`` record of a verdict event (contract JSON object), keyed by
+    :func:`~streams.worker.dbpm.verdict_key` for the memory partition that owns its signature."""
+    return ReplayRecord(
+        DBPM_VERDICTS, verdict_key(engine, parse_event(obj)),  # type: ignore[arg-type]
+        serde.encode(Verdict.model_validate(_record(obj)), topic=DBPM_VERDICTS),
+    )  # fmt: skip
+
+
 def replay_runs(
     events: Sequence[dict[str, Any]], engine: DBPMEngine, serde: Serde, verdict_partitions: Sequence[int]
 ) -> Iterator[ReplayRun]:
@@ -162,11 +171,7 @@ def replay_runs(
     for kind, run in groupby(events, key=lambda e: e["kind"]):
         batch = list(run)
         if kind == "verdict":
-            yield ReplayRun([
-                ReplayRecord(DBPM_VERDICTS, verdict_key(engine, parse_event(obj)),  # type: ignore[arg-type]
-                             serde.encode(Verdict.model_validate(_record(obj)), topic=DBPM_VERDICTS))
-                for obj in batch
-            ], [])  # fmt: skip
+            yield ReplayRun([verdict_record(obj, engine, serde) for obj in batch], [])
             continue
         tick = ((TICK_HEADER, batch[0]["ts"].encode()),)
         records = [ReplayRecord(DBPM_VERDICTS, None, b"", tick, p) for p in verdict_partitions]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
 
@@ -37,6 +38,17 @@ def producer(bootstrap: str, **overrides: object) -> Producer:
     """An idempotent producer (librdkafka's default partitioner: for topics no worker partitions by key;
     DBPM and clinical inputs take :func:`streams.worker.dbpm.producer_config`, Java's murmur2)."""
     return Producer(client_config(bootstrap, **{"enable.idempotence": True, **overrides}))
+
+
+def produce_waiting(producer: Producer, topic: str, **kwargs: Any) -> None:
+    """``producer.produce(topic, **kwargs)``; while librdkafka's local queue is full, serve delivery
+    reports (which lets it send) and try again, instead of failing with ``BufferError``."""
+    while True:
+        try:
+            producer.produce(topic, **kwargs)
+            return
+        except BufferError:
+            producer.poll(0.1)
 
 
 def partitions(client: Consumer, topic: str, timeout_s: float = 30.0) -> list[int]:

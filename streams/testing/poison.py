@@ -146,7 +146,7 @@ from streams.groups.ordered import Output
 from streams.groups.verifier import CONFIDENCE_HEADER, GATE_HEADER, VERDICT_HEADER
 from streams.replay.kafka import CommitWatcher, ReplayTimeout, commit_end_offsets, read_state
 from streams.runtime.dlq import HEADER_PREFIX, PRODUCER_LIMITS, SourceRecord, fits
-from streams.runtime.kafka_clients import end_offsets, read_to_end, reader
+from streams.runtime.kafka_clients import end_offsets, produce_waiting, read_to_end, reader
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.broker import free_port
@@ -1428,19 +1428,8 @@ def produce(bootstrap: str, records: Sequence[Record]) -> list[tuple[int, int]]:
 
     for index, record in enumerate(records):
         extra = {} if record.partition is None else {"partition": record.partition}
-        while True:
-            try:
-                producer.produce(
-                    record.topic,
-                    key=record.key,
-                    value=record.value,
-                    headers=list(record.headers),
-                    on_delivery=report(index),
-                    **extra,
-                )
-                break
-            except BufferError:
-                producer.poll(0.1)
+        produce_waiting(producer, record.topic, key=record.key, value=record.value,
+                        headers=list(record.headers), on_delivery=report(index), **extra)  # fmt: skip
         producer.poll(0)
     left = producer.flush(120)
     if errors or left or any(c is None for c in coordinates):
