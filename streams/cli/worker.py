@@ -101,13 +101,12 @@ def worker(
     faust_worker = faust.Worker(
         faust_app, loglevel=level, logging_config=logging_config(level, settings.log_format)
     )
-    memory = build_memory(settings, bootstrap, metrics)
+    engine = dbpm_engine(settings)
+    memory = build_memory(settings, bootstrap, metrics, engine)
     loops: list[tuple[str, Loop]] = [("memory", memory)]
     if role is Role.MEMORY:
         # The population gauges of the partitions this process writes.
-        metrics.watch(
-            lambda: faust_lag(faust_app), MergedView(memory.table.partitions), dbpm_engine(settings).config
-        )
+        metrics.watch(lambda: faust_lag(faust_app), MergedView(memory.table.partitions), engine.config)
     else:
         gate = build_gate(settings, bootstrap, metrics)
         metrics.watch(lambda: faust_lag(faust_app), gate.view, gate.config)

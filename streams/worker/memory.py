@@ -2,19 +2,20 @@
 
 The memory's writers form the consumer group :func:`memory_group` over the co-partitioned
 ``clingate.dbpm.verdicts`` and ``clingate.dbpm.propagations``; each member runs a
-:class:`~streams.worker.tableloop.TableLoop`, which commits a batch's propagations, dead letters,
-changelog group and input offsets in one Kafka transaction. The changelog topic
+:class:`~streams.worker.tableloop.TableLoop`, which commits a batch's propagations, dead letters and
+changelog group in one Kafka transaction, then its input offsets. The changelog topic
 (:func:`~streams.worker.dbpm.memory_changelog`, compacted, one partition per memory partition) is
 created here when it is missing, with the replication and record size of the catalog's topics.
 """
 
 from __future__ import annotations
 
+from processors.dbpm import DBPMEngine
 from schemas.serde import make_serde
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.metrics import DbpmMetrics
 from streams.runtime.settings import Settings
-from streams.worker.dbpm import MEMORY_INPUTS, MemoryHandler, dbpm_engine, memory_changelog
+from streams.worker.dbpm import MEMORY_INPUTS, MemoryHandler, memory_changelog
 from streams.worker.tableloop import TableLoop
 from topics.admin import ensure_topics
 from topics.catalog import DATA_MAX_MESSAGE_BYTES, TopicSpec
@@ -34,12 +35,13 @@ def changelog_spec(settings: Settings) -> TopicSpec:
     )  # fmt: skip
 
 
-def build_memory(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> TableLoop:
-    """The memory loop of a worker (stores and transactional id under ``<worker datadir>/memory``)."""
+def build_memory(settings: Settings, bootstrap: str, metrics: DbpmMetrics, engine: DBPMEngine) -> TableLoop:
+    """The memory loop of a worker (stores and transactional id under ``<worker datadir>/memory``);
+    ``engine`` is the worker's (:func:`~streams.worker.dbpm.dbpm_engine`)."""
     ensure_topics(admin_client(bootstrap), [changelog_spec(settings)])
     serde = make_serde(settings.schema_registry_url)
     return TableLoop(
         bootstrap, memory_group(settings.app_id), MEMORY_INPUTS, memory_changelog(settings.app_id),
-        MemoryHandler(dbpm_engine(settings), serde, metrics), serde, settings.worker_dir / "memory",
+        MemoryHandler(engine, serde, metrics), serde, settings.worker_dir / "memory",
         settings.consumer_session_timeout_s,
     )  # fmt: skip

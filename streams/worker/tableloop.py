@@ -23,8 +23,8 @@ already says which input the state covers, and the handler skips re-delivered re
 re-delivers records that change nothing and send nothing. Sending the offsets to the transaction
 (KIP-447) would add zombie fencing by group generation, but librdkafka's
 ``send_offsets_to_transaction`` blocks forever, its timeout unchecked, when the group coordinator's
-connection went down and up again (librdkafka#5456, #5511): the broker-restart chaos test hung on it
-with every release up to 2.16. Zombies are fenced instead by the stable transactional id
+connection goes down and up again, as in a broker restart (librdkafka#5456, #5511, open in 2.16).
+Zombies are fenced instead by the stable transactional id
 (:func:`transactional_id`: a restarted member fences its predecessor's open transaction at once)
 and by the group: a member that lost its partitions learns it at its next ``consume``, before its next
 batch. What remains unfenced is a member that stalls longer than the session timeout inside one
@@ -81,7 +81,7 @@ log = logging.getLogger(__name__)
 BATCH_MAX = 5000
 #: Longest wait of one ``consume`` (records that arrive end it at once).
 POLL_S = 0.05
-#: Bound of one transaction call (sending the offsets, committing); a retriable timeout is retried.
+#: Bound of one ``commit_transaction`` call; a retriable timeout is retried.
 COMMIT_STEP_S = 10.0
 #: How long an open transaction of a dead member holds back ``read_committed`` readers of its
 #: topics before the coordinator aborts it. A batch's transaction lasts milliseconds; the broker's
@@ -276,10 +276,14 @@ class TableLoop:
             return
         for partition, group in groups.items():
             write_group(self.table.open(partition), group, boundaries[partition])
-        offsets = self._positions(positions)
+        self._commit_offsets(self._positions(positions))
+
+    def _commit_offsets(self, offsets: list[TopicPartition]) -> None:
+        """Commit input offsets (asynchronously: the boundaries already cover what they say) and
+        update the lag they leave."""
         self._consumer.commit(offsets=offsets, asynchronous=True)
-        self._committed.update(((tp.topic, tp.partition), tp.offset) for tp in offsets)
         for tp in offsets:
+            self._committed[(tp.topic, tp.partition)] = tp.offset
             _, high = self._consumer.get_watermark_offsets(tp, cached=True)
             self._lag[(tp.topic, tp.partition)] = max(high - tp.offset, 0)
 
@@ -315,17 +319,14 @@ class TableLoop:
 
     def _commit_markers(self) -> None:
         """When idle, commit positions that moved past transaction markers only (no record to apply)."""
-        moved = {
-            (tp.topic, tp.partition): tp.offset
+        committed = self._committed
+        moved = [
+            tp
             for tp in self._consumer.position(self._consumer.assignment())
-            if tp.offset >= 0
-            and tp.offset > self._committed.get((tp.topic, tp.partition), -1)
-            and (tp.topic, tp.partition) in self._committed
-        }
+            if (tp.topic, tp.partition) in committed and tp.offset > committed[(tp.topic, tp.partition)]
+        ]
         if moved:
-            offsets = [TopicPartition(t, p, o) for (t, p), o in moved.items()]
-            self._consumer.commit(offsets=offsets, asynchronous=True)
-            self._committed.update(moved)
+            self._commit_offsets(moved)
 
     def _restore(self) -> None:
         """Bring every newly assigned partition's store up to its changelog's last stable offset."""

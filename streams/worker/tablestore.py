@@ -268,17 +268,8 @@ class ChangelogStore(SerializedStore):
         staged = ((k, v) for k, v in sorted(pending.items()) if v is not None)
         yield from merge(committed, staged)  # type: ignore[misc]
 
-    def durable_get(self, partition: int, key: bytes) -> bytes | None:
-        """Read ``key`` from the durable (changelog-acknowledged) data of ``partition`` only."""
-        return self._partition(partition).db.get(key)
-
     def durable_partitions(self) -> list[StateStore]:
-        """The durable data of every partition held locally, in partition order.
-
-        For a global table this is the replicated view of the GlobalKTable pattern: the worker's
-        own partitions as far as the changelog acknowledged them, the others as far as the standby
-        follower has read.
-        """
+        """The durable (changelog-acknowledged) data of every partition held locally, in partition order."""
         return [self._partitions[p].db for p in sorted(self._partitions)]
 
     # -- Faust's store interface ------------------------------------------------------------
@@ -329,13 +320,10 @@ class ChangelogStore(SerializedStore):
     async def on_rebalance(
         self, assigned: set[TP], revoked: set[TP], newly_assigned: set[TP], generation_id: int = 0
     ) -> None:
-        """Open every assigned partition (the view must cover partitions with no new records).
-
-        A global table keeps every partition; a partitioned one closes the revoked ones.
-        """
+        """Close the revoked partitions and open every assigned one (its reads must work before its
+        first record arrives)."""
         topic = self.table.changelog_topic_name
-        if not self.table.is_global:
-            self.revoke_partitions(tp for tp in revoked if tp.topic == topic)
+        self.revoke_partitions(tp for tp in revoked if tp.topic == topic)
         for tp in assigned:
             if tp.topic == topic:
                 self._partition(tp.partition)
