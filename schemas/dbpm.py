@@ -162,6 +162,21 @@ class Propagation(AvroModel):
     origin_index: int = Field(ge=0, le=2**31 - 1)
 
 
+class Dispatch(AvroModel):
+    """A candidate the gate decided, sent keyed like each verdict of it that the memory could learn.
+
+    The memory's writer records it and learns a live verdict only if its candidate was dispatched
+    (:mod:`processors.dbpm.ledger`).
+    """
+
+    avro_name: ClassVar[str] = "clingate.dbpm.Dispatch"
+
+    ts: EventTime
+    task: str = Field(examples=["ner", "re", "qa"])
+    patient_id: str
+    candidate_id: str
+
+
 @avro_enum("Decision")
 class GateAction(StrEnum):
     """What the DBPM gate does with a candidate (the Avro enum ``clingate.dbpm.Decision``)."""

@@ -49,6 +49,10 @@ Choices where the source left room (revisit with the pipeline owners):
   keyed ``task|signature`` of the *target*, like a verdict of that signature, and has the verdicts'
   partition count, so partition p of both topics feeds memory partition p; retention as verdicts
   (memory is learnt from both).
+- The gate tells the memory which candidates it decided on ``clingate.dbpm.dispatches``, one record
+  per memory partition a verdict of the candidate can update (keyed like that verdict, so partition
+  p again feeds memory partition p): the memory's writer dead-letters a live verdict whose candidate
+  no gate decided (``processors.dbpm.ledger``). Retention as verdicts.
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ DBPM_NARRATIVES = "clingate.dbpm.narratives"
 DBPM_CANDIDATES = "clingate.dbpm.candidates"
 DBPM_VERDICTS = "clingate.dbpm.verdicts"
 DBPM_PROPAGATIONS = "clingate.dbpm.propagations"
+DBPM_DISPATCHES = "clingate.dbpm.dispatches"
 DBPM_DECISIONS = "clingate.dbpm.decisions"
 DBPM_TO_VERIFY = "clingate.dbpm.to-verify"
 DBPM_VERIFIED = "clingate.dbpm.verified"
@@ -170,6 +175,12 @@ _DECLARED: tuple[TopicSpec, ...] = (
         DBPM_PROPAGATIONS,
         "task|signature of the target (streams.worker.dbpm.propagation_key; murmur2 partitioner)",
         "clingate.dbpm.Propagation",
+        retention_ms=30 * DAY_MS, consumed=True,
+    ),
+    TopicSpec(
+        DBPM_DISPATCHES,
+        "task|signature a verdict of the candidate updates (streams.worker.dbpm.dispatch_keys; murmur2)",
+        "clingate.dbpm.Dispatch",
         retention_ms=30 * DAY_MS, consumed=True,
     ),
     TopicSpec(DBPM_DECISIONS, "patient_id", "clingate.dbpm.GateDecision", retention_ms=30 * DAY_MS),

@@ -184,8 +184,9 @@ class DBPMConfig:
             memory stays within the paper's caps (§4.6); 1 in process. A partitioned runtime sets its
             partition count.
         verdict_dedupe_horizon_s: how long, in event time, the verdict ledger remembers a
-            candidate's verdict to ignore its duplicates (:mod:`.ledger`; this implementation):
-            30 days, the retention of ``clingate.dbpm.verdicts``.
+            candidate's verdict to ignore its duplicates, and a candidate a gate decided so that
+            its verdict is known (:mod:`.ledger`; this implementation): 30 days, the retention of
+            ``clingate.dbpm.verdicts``.
         whitelist_retention_s: a whitelist entry not confirmed again for this long (event time) is
             deleted by maintenance (:mod:`.retention`; this implementation): 365 days.
         preempt_retention_s: likewise for an entity of the preemption set not preempted again: 365 days.

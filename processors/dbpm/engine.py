@@ -22,7 +22,9 @@ writer.
 A verdict that names its candidate (``candidate_id``) is applied at most once per state: a later
 verdict of the same candidate within ``verdict_dedupe_horizon_s`` of event time is a duplicate from
 an at-least-once producer and changes nothing, not even the clock (:mod:`.ledger`). Verdicts without
-one are applied as given.
+one are applied as given. :meth:`DBPMEngine.dispatch` records a candidate a gate decided, and
+:meth:`DBPMEngine.knows` answers whether a verdict's candidate is one (the partitioned runtime's check
+of live verdicts, :mod:`.ledger`).
 
 In a replay every verdict is applied as given, also after a BLOCK; in a live pipeline a BLOCKed
 candidate never reaches the verifier and so produces no verdict.
@@ -35,7 +37,7 @@ from typing import TypeVar
 from processors.dbpm.config import QA, RE, DBPMConfig
 from processors.dbpm.events import Event, GateEvent, VerdictEvent, format_time
 from processors.dbpm.gates import ALLOW, GateRuling, gate_ner, gate_qa, gate_relation
-from processors.dbpm.ledger import admit
+from processors.dbpm.ledger import admit, dispatch, dispatched
 from processors.dbpm.maintenance import advance_clock
 from processors.dbpm.memory import KeyValue, Memory, half_lives
 from processors.dbpm.ontology import Ontology
@@ -119,6 +121,19 @@ class DBPMEngine:
         ):
             return state, None
         return state, apply_verdict(self._memory(state, now), event, now)
+
+    def dispatch(self, state: S, candidate_id: str, now: float) -> S:
+        """Record that a gate decided ``candidate_id`` at event time ``now``, so that a verdict
+        naming it is known (:meth:`knows`) for ``verdict_dedupe_horizon_s`` of event time.
+
+        Bookkeeping of the ledger only: the memory's clock, patterns and decisions are untouched.
+        """
+        dispatch(state, candidate_id, now, self.config.verdict_dedupe_horizon_s)
+        return state
+
+    def knows(self, state: KeyValue, candidate_id: str) -> bool:
+        """A gate decided ``candidate_id`` and :meth:`dispatch` recorded it in ``state``."""
+        return dispatched(state, candidate_id)
 
     def advance(self, state: S, now: float) -> S:
         """Move the memory's clock to event time ``now`` with no event: the per-event bookkeeping alone

@@ -22,7 +22,7 @@ from processors.clinical.view import PatientView
 from processors.docs.arbiter import Finished
 from schemas.base import AvroModel
 from schemas.clinical import AdversarialReview, ClinicalAssessment, Deliverable, SafetyAudit
-from schemas.dbpm import Narrative, Propagation
+from schemas.dbpm import Dispatch, Narrative, Propagation
 from schemas.docs import ClassificationRequest, GroundTruth, GroundTruthSource, Review, ReviewDecision
 from schemas.registry import load_registry
 from schemas.serde import Serde
@@ -108,6 +108,7 @@ def schema_samples(
             origin_offset=42,
             origin_index=0,
         ),
+        Dispatch(ts=TS, task="re", patient_id="p-000123", candidate_id="c-000123-re-0007"),
         assessment,
         AdversarialReview(
             patient_id=pid,

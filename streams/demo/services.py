@@ -84,7 +84,9 @@ class ServiceProcess:
         otherwise wait out their timeout for outputs it will never produce."""
         code = self._process.returncode
         if code is not None:
-            raise DemoError(f"the {self.name} exited (code {code}):\n{self.tail()}")
+            first = self._process.first_error()
+            cause = f"its first error:\n{first}\n... its last lines:\n" if first else ""
+            raise DemoError(f"the {self.name} exited (code {code}):\n{cause}{self.tail()}")
 
     @property
     def running(self) -> bool:

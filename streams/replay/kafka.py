@@ -60,6 +60,7 @@ from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
 from streams.worker.dbpm import (
     BARRIER_HEADER,
     MEMORY_INPUTS,
+    REPLAYED_HEADER,
     TICK_HEADER,
     MergedView,
     memory_changelog,
@@ -122,6 +123,9 @@ def _record(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k != "kind"}
 
 
+_REPLAYED = ((REPLAYED_HEADER, b"1"),)
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayRecord:
     """One record the replay publisher produces."""
@@ -145,10 +149,11 @@ class ReplayRun:
 
 def verdict_record(obj: dict[str, Any], engine: DBPMEngine, serde: Serde) -> ReplayRecord:
     """The ``clingate.dbpm.verdicts`` record of a verdict event (contract JSON object), keyed by
-    :func:`~streams.worker.dbpm.verdict_key` for the memory partition that owns its signature."""
+    :func:`~streams.worker.dbpm.verdict_key` for the memory partition that owns its signature and
+    marked replayed (applied as given, :data:`~streams.worker.dbpm.REPLAYED_HEADER`)."""
     return ReplayRecord(
         DBPM_VERDICTS, verdict_key(engine, parse_event(obj)),  # type: ignore[arg-type]
-        serde.encode(Verdict.model_validate(_record(obj)), topic=DBPM_VERDICTS),
+        serde.encode(Verdict.model_validate(_record(obj)), topic=DBPM_VERDICTS), _REPLAYED,
     )  # fmt: skip
 
 

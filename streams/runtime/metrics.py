@@ -383,6 +383,11 @@ class DbpmMetrics:
             "Verdicts not applied: their candidate's verdict was applied before (a re-issued call).",
             ["task"], registry=registry,
         )  # fmt: skip
+        self.verdicts_deferred = Counter(
+            "clingate_dbpm_verdicts_deferred",
+            "Verdicts read again: their candidate's dispatch was not read yet.",
+            ["task"], registry=registry,
+        )  # fmt: skip
         self.selectivity = Selectivity()
         registry.register(self.selectivity)
 

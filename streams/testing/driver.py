@@ -573,5 +573,5 @@ class TopologyDriver:
     def _gate_runtime(self, record: SourceRecord) -> None:
         """The gate loop on one candidate."""
         outcome = self.gate.handle(record, self._barrier)
-        items = [outcome] if isinstance(outcome, DecodeFailed) else outcome.outputs()
+        items = [outcome] if isinstance(outcome, DecodeFailed) else [*outcome.dispatches, *outcome.outputs()]
         self._route(record, items, self.gate.dead_lettered)

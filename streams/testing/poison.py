@@ -119,6 +119,7 @@ from schemas.clinical import AdversarialReview, ClinicalAssessment, Deliverable,
 from schemas.common import DeadLetter, Stage
 from schemas.dbpm import (
     Candidate,
+    Dispatch,
     GateAction,
     GateDecision,
     Narrative,
@@ -158,9 +159,11 @@ from streams.testing.worker import COMPARISON_ENV, comparison_engine
 from streams.worker.clinical import fhir_input, gate_flags
 from streams.worker.dbpm import (
     BARRIER_HEADER,
+    REPLAYED_HEADER,
     TICK_HEADER,
     contract_event,
     dbpm_engine,
+    dispatch_outputs,
     memory_changelog,
     producer_config,
     propagation_event,
@@ -178,6 +181,7 @@ from topics.catalog import (
     DATA_MAX_MESSAGE_BYTES,
     DBPM_CANDIDATES,
     DBPM_DECISIONS,
+    DBPM_DISPATCHES,
     DBPM_NARRATIVES,
     DBPM_PROPAGATIONS,
     DBPM_TO_VERIFY,
@@ -203,6 +207,7 @@ MIB = 1024 * 1024
 
 CLINGATE_HEADERS: tuple[str, ...] = (
     TICK_HEADER,
+    REPLAYED_HEADER,
     BARRIER_HEADER,
     GATE_HEADER,
     CONFIDENCE_HEADER,
@@ -212,7 +217,8 @@ CLINGATE_HEADERS: tuple[str, ...] = (
         for name in ("exception", "message", "topic", "partition", "offset", "stage", "reason", "truncated")
     ),
 )
-"""Every header name clingate reads or writes: the watermark tick and the barrier (read), the verifier's
+"""Every header name clingate reads or writes: the watermark tick, the replay mark of verdicts (which the
+suite's good verdicts, naming no candidate, do not depend on) and the barrier (read), the verifier's
 tags on verified candidates, and the dead letters' KIP-1034-style headers (a re-driven dead letter carries
 them)."""
 
@@ -230,6 +236,7 @@ RUNTIMES: dict[str, str] = {
     DBPM_CANDIDATES: "worker (gate)",
     DBPM_VERDICTS: "worker (memory)",
     DBPM_PROPAGATIONS: "worker (memory)",
+    DBPM_DISPATCHES: "worker (memory)",
     DBPM_TO_VERIFY: "verifier",
     FHIR_UPDATES: "worker (clinical)",
     CLINICAL_REVIEWS: "worker (clinical)",
@@ -247,6 +254,7 @@ MODELS: dict[str, type[AvroModel]] = {
     DBPM_CANDIDATES: Candidate,
     DBPM_VERDICTS: Verdict,
     DBPM_PROPAGATIONS: PropagationRecord,
+    DBPM_DISPATCHES: Dispatch,
     DBPM_TO_VERIFY: GateDecision,
     FHIR_UPDATES: FhirUpdate,
     CLINICAL_REVIEWS: AdversarialReview,
@@ -1137,7 +1145,8 @@ def _llm(
     tag: str, count: int, rng: random.Random, serde: Serde
 ) -> tuple[_Family, list[Narrative], list[GateDecision]]:
     """The good narratives and to-verify records (each of the latter names a narrative's patient and event
-    time, where the verifier finds the text); their outputs come from :func:`llm_reference`."""
+    time, where the verifier finds the text) with the dispatches of the latter's candidates; their outputs
+    come from :func:`llm_reference`."""
     start = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
     narratives = []
     for i in range(count):
@@ -1209,6 +1218,19 @@ def _llm(
                     ident=d.candidate_id,
                 )
                 for d in decisions
+            ],
+            # What the gate sends before its to-verify records: the memory learns the verifier's verdicts
+            # of these candidates only.
+            DBPM_DISPATCHES: [
+                Record(
+                    DBPM_DISPATCHES,
+                    out.key,
+                    out.value,
+                    _noise(rng, DBPM_DISPATCHES),
+                    ident=f"{d.candidate_id}@{j}",
+                )
+                for d in decisions
+                for j, out in enumerate(dispatch_outputs(serde, contract_event(d.candidate)))  # type: ignore[arg-type]
             ],
         }
     )
@@ -1726,7 +1748,7 @@ def run_poison(
 
     app_id = f"clingate-{plan.tag}"
     groups = dict.fromkeys((FHIR_UPDATES, CLINICAL_REVIEWS, CLINICAL_DELIVERABLES), app_id)
-    groups |= dict.fromkeys((DBPM_VERDICTS, DBPM_PROPAGATIONS), memory_group(app_id))
+    groups |= dict.fromkeys((DBPM_VERDICTS, DBPM_PROPAGATIONS, DBPM_DISPATCHES), memory_group(app_id))
     groups |= {
         DBPM_CANDIDATES: gate_group(app_id),
         DBPM_NARRATIVES: f"{app_id}-generator",
@@ -1789,7 +1811,7 @@ def run_poison(
         log(f"runtimes ready after {time.monotonic() - started:.1f} s (app {app_id})")
 
         feed_started = time.monotonic()
-        dbpm = stages.start((DBPM_VERDICTS, DBPM_PROPAGATIONS), (DBPM_CANDIDATES,))
+        dbpm = stages.start((DBPM_VERDICTS, DBPM_PROPAGATIONS, DBPM_DISPATCHES), (DBPM_CANDIDATES,))
         others = [
             stages.start((FHIR_UPDATES,), (CLINICAL_REVIEWS,), (CLINICAL_DELIVERABLES,)),
             stages.start((DOCS_CLASSIFICATIONS,), (DOCS_REVIEWS,)),

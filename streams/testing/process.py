@@ -115,6 +115,16 @@ class ProcessHandle:
             return ""
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
+    def first_error(self, lines: int = 30) -> str:
+        """The log from its first ``ERROR`` line or traceback on, ``lines`` long ("" if it has none):
+        why a process died is logged where it happened, not where its shutdown ends."""
+        if self.log is None or not self.log.exists():
+            return ""
+        text = self.log.read_text(errors="replace").splitlines()
+        errors = (i for i, line in enumerate(text) if " ERROR " in line or line.startswith("Traceback"))
+        first = next(errors, None)
+        return "" if first is None else "\n".join(text[first : first + lines])
+
     def readline(self) -> str:
         """The next line of the child's stdout pipe ("" once it closed)."""
         stdout = self._process.stdout if self._process is not None else None

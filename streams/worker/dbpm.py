@@ -12,15 +12,16 @@ Topology::
     clingate.dbpm.verdicts     (key task|signature) --+
     clingate.dbpm.propagations (key task|signature   |--> memory agent (group <app>-memory, one writer
                                 of the target)  <-----+    | per signature)
-                                                           | learns a verdict, sends its cross-task
-                                                           | evidence keyed by the target signature;
-                                                           | applies evidence for its own signatures
-                                                           | one transaction per batch: outputs,
-                                                           v changelog group, input offsets
-                              <app>-dbpm-memory-changelog (compacted, N partitions; rocksdict locally)
-                                                          | every gate process follows every partition
-                                                          v (streams.worker.gate.MemoryFollower)
+    clingate.dbpm.dispatches   (key task|signature   |    | learns a verdict of a decided candidate,
+                                a verdict may update) -+    | sends its cross-task evidence keyed by
+                                         ^                 | the target signature; applies evidence
+                                         |                 | for its own signatures; one transaction
+                                         |                 v per batch: outputs, changelog group
+                                         |    <app>-dbpm-memory-changelog (compacted, N partitions)
+                                         |                 | every gate process follows every partition
+                                         |                 v (streams.worker.gate.MemoryFollower)
     clingate.dbpm.candidates (key patient id)   --> gate loop (group <app>-gate) reads the replicated view
+                                                          |--> clingate.dbpm.dispatches (first, acked)
                                                           |--> clingate.dbpm.decisions (every decision)
                                                           '--> clingate.dbpm.to-verify (ALLOW, DOWNGRADE)
 
@@ -86,6 +87,18 @@ Consistency model.
   hold. Verdicts without a ``candidate_id`` are applied as given. Not caught: a copy whose verdict
   updates another signature than the first (a QA FAIL with an error class vs. a pass), which
   another partition owns.
+* Verdicts of unknown candidates: a live verdict that names a candidate must judge one a gate
+  decided. For every candidate it decides (live, not replayed) the gate sends a dispatch record to
+  each memory partition a verdict of that candidate can update (:func:`dispatch_keys`: the
+  candidate's signature, and for QA also the class pattern of each error class), and waits for
+  their acknowledgement before it sends the decision and the to-verify record; so a candidate's
+  dispatches are in the log before anything can judge it. The memory records them
+  (:meth:`processors.dbpm.DBPMEngine.dispatch`, kept for ``verdict_dedupe_horizon_s``). A verdict
+  whose candidate is not recorded is deferred while this member has not read the partition's
+  dispatches to their end (the verdict partition is read again from it, counted in
+  ``clingate_dbpm_verdicts_deferred_total``), and dead-lettered as ``UnknownCandidate`` once it has:
+  its memory would otherwise learn from outside the pipeline. Verdicts without a ``candidate_id``
+  and verdicts a replay published (:data:`REPLAYED_HEADER`) are applied as given (replay contract).
 
 Keys. A verdict's key is ``task|signature`` of the record it updates (:func:`verdict_key`); every
 producer of ``clingate.dbpm.verdicts`` MUST use it and Java's murmur2 partitioner (librdkafka:
@@ -118,12 +131,12 @@ from processors.dbpm import (
     parse_time,
 )
 from processors.dbpm.config import QA, SUCCESS
-from processors.dbpm.ontology import misfiled_filter_verdict
+from processors.dbpm.ontology import FILTER_ID_SUFFIX, misfiled_filter_verdict
 from processors.dbpm.partitioned import merge_values
 from processors.dbpm.signatures import signature
 from processors.dbpm.update import effective_verdict
 from schemas.common import Stage
-from schemas.dbpm import Candidate, Verdict
+from schemas.dbpm import Candidate, Dispatch, QaErrorClass, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
 from schemas.serde import Serde
 from state.base import Store, Transaction
@@ -134,7 +147,7 @@ from streams.runtime.logs import log_dead_letter
 from streams.runtime.metrics import DbpmMetrics
 from streams.runtime.settings import Settings
 from streams.worker.tablestore import PartitionedTable, TableBatch, input_offset, table_changelog
-from topics.catalog import DBPM_PROPAGATIONS, DBPM_VERDICTS
+from topics.catalog import DBPM_DISPATCHES, DBPM_PROPAGATIONS, DBPM_VERDICTS
 
 log = logging.getLogger(__name__)
 
@@ -159,8 +172,12 @@ BARRIER_HEADER = "clingate-barrier"
 _TIME = struct.Struct("<d")
 _DAY_S = 86400.0
 
+#: Header of a verdict that ``clingate replay --via-kafka`` published: a replay stream's verdicts are
+#: applied as given (replay contract), so its candidate is not looked up among the dispatches.
+REPLAYED_HEADER = "clingate-replayed"
+
 #: The topics the memory agent consumes, co-partitioned: partition p of each feeds memory partition p.
-MEMORY_INPUTS = (DBPM_VERDICTS, DBPM_PROPAGATIONS)
+MEMORY_INPUTS = (DBPM_VERDICTS, DBPM_PROPAGATIONS, DBPM_DISPATCHES)
 #: Per-partition memory records (suffix: origin partition, 2 bytes big-endian): the identity
 #: ``(origin offset, index)`` of the last propagation applied from that origin partition.
 APPLIED_FROM_PREFIX = b"\xfe\xfepropagated-from\x00"
@@ -177,6 +194,28 @@ def verdict_key(engine: DBPMEngine, event: VerdictEvent) -> bytes:
     verdict = effective_verdict(engine.config, event.task, event.verdict)
     error_class = event.payload.get("error_class") if event.task == QA and verdict != SUCCESS else None
     return f"{event.task}|{signature(event.task, event.payload, error_class)}".encode()  # type: ignore[arg-type]
+
+
+def dispatch_keys(event: GateEvent) -> list[bytes]:
+    """The keys of every verdict of a candidate the memory could learn, one per memory record it may
+    update (:func:`verdict_key`): the candidate's signature, and for a QA candidate also the class
+    pattern of each error class a failing verdict may carry."""
+    keys = [f"{event.task}|{signature(event.task, event.payload)}".encode()]
+    if event.task == QA:
+        keys += [f"{QA}|{signature(QA, event.payload, str(cls))}".encode() for cls in QaErrorClass]
+    return list(dict.fromkeys(keys))
+
+
+def dispatch_outputs(serde: Serde, event: GateEvent) -> tuple[Output, ...]:
+    """The ``clingate.dbpm.dispatches`` records of a decided candidate, one per :func:`dispatch_keys`."""
+    dispatch = Dispatch(
+        ts=event.ts,  # type: ignore[arg-type]
+        task=event.task,
+        patient_id=event.patient_id,
+        candidate_id=event.candidate_id,
+    )
+    value = serde.encode(dispatch, topic=DBPM_DISPATCHES)
+    return tuple(Output(DBPM_DISPATCHES, key, value) for key in dispatch_keys(event))
 
 
 def propagation_key(propagation: Propagation) -> bytes:
@@ -403,11 +442,15 @@ def decode_event(
     return model, event
 
 
+def _always(_partition: int) -> bool:
+    return True
+
+
 class MemoryHandler:
     """The memory agent's per-partition logic: verdicts and propagations in, changelog group and outputs out.
 
-    No Kafka, no Faust, no clock: a batch of one memory partition's records (verdicts and
-    propagations, offset order) is applied to a :class:`PartitionWriter` over the partition's state,
+    No Kafka, no Faust, no clock: a batch of one memory partition's records (dispatches, verdicts
+    and propagations, offset order) is applied to a :class:`PartitionWriter` over the partition's state,
     and :meth:`apply` returns what the runtime must do, as data
     (:class:`~streams.worker.tablestore.TableBatch`): the propagation records to produce, the dead
     letters, and the changelog group closed by the last verdict offset it covers. The table loop
@@ -425,23 +468,38 @@ class MemoryHandler:
         self._serde = serde
         self._metrics = metrics
         self._fingerprint = engine.config.fingerprint().encode()
+        self.dispatches_read: Callable[[int], bool] = _always
+        """Whether this process has read a memory partition's dispatches to their end (set by the
+        runtime; a verdict whose candidate is unknown until then is dead-lettered). The topology
+        driver delivers every record in order, so there they always are."""
 
     def apply(self, table: PartitionedTable, partition: int, records: Sequence[SourceRecord]) -> TableBatch:
-        """Apply one batch of ``partition``'s verdicts and propagations as one changelog group.
+        """Apply one batch of ``partition``'s dispatches, verdicts and propagations as one changelog group.
 
-        A verdict at or below the partition's boundary offset is already in the memory (re-delivered
-        after a crash) and is skipped; a propagation is skipped by its identity instead
-        (:meth:`propagate`). The group records the partition's watermark, the latest verdict or tick
-        event time applied, and, when it changed, the writer's configuration fingerprint
-        (:data:`CONFIG_KEY`); it covers the last verdict offset of the batch, dead-lettered ones
-        included (their dead letter is written before the group is staged).
+        The batch's dispatches are recorded first (a verdict's candidate may be dispatched later in
+        the same batch). A verdict at or below the partition's boundary offset is already in the
+        memory (re-delivered after a crash) and is skipped; a propagation is skipped by its identity
+        instead (:meth:`propagate`). A live verdict whose candidate is not dispatched while
+        :attr:`dispatches_read` says the partition's dispatches are not read to their end is
+        deferred: it and the verdicts after it are left out and the batch says to read them again
+        (``reread``). The group records the partition's watermark, the latest verdict or tick event
+        time applied, and, when it changed, the writer's configuration fingerprint
+        (:data:`CONFIG_KEY`); it covers the last verdict offset applied, dead-lettered ones included
+        (their dead letter is written before the group is staged).
         """
         done = input_offset(table, partition)
         writer = PartitionWriter(table, partition)
         watermark = decode_watermark(writer.get(WATERMARK_KEY))
-        covered, changed = done, False
+        covered, changed, reread = done, False, None
         outputs: list[Output] = []
         dead_letters: list[DecodeFailed] = []
+        for record in records:
+            if record.topic == DBPM_DISPATCHES:
+                registered = self.register(writer, record)
+                if registered is not None:
+                    dead_letters.append(registered)
+                else:
+                    changed = True
         for record in records:
             if record.topic == DBPM_PROPAGATIONS:
                 applied = self.propagate(writer, record)
@@ -450,10 +508,15 @@ class MemoryHandler:
                 else:
                     changed |= applied
                 continue
+            if record.topic != DBPM_VERDICTS or reread is not None:
+                continue
             if done is not None and record.offset <= done:
                 continue  # re-delivered after a crash: already in the memory
+            result = self.learn(writer, record, partition)
+            if result is None:
+                reread = record.offset
+                continue
             covered, changed = record.offset, True
-            result = self.learn(writer, record)
             if isinstance(result, DecodeFailed):
                 dead_letters.append(result)
             elif isinstance(result, float):
@@ -465,12 +528,30 @@ class MemoryHandler:
                     self._propagation_output(propagation, partition, record.offset, index)
                     for index, propagation in enumerate(propagations)
                 ]
+        again = None if reread is None else (DBPM_VERDICTS, reread)
         if not changed:
-            return TableBatch([], dead_letters, None, -1)
+            return TableBatch([], dead_letters, None, -1, again)
         writer.writes[WATERMARK_KEY] = _TIME.pack(watermark)
         if writer.get(CONFIG_KEY) != self._fingerprint:
             writer.writes[CONFIG_KEY] = self._fingerprint
-        return TableBatch(outputs, dead_letters, writer.writes, -1 if covered is None else covered)
+        return TableBatch(outputs, dead_letters, writer.writes, -1 if covered is None else covered, again)
+
+    def register(self, writer: PartitionWriter, record: SourceRecord) -> DecodeFailed | None:
+        """Record a ``clingate.dbpm.dispatches`` record's candidate as decided, or say why the record
+        goes to the dead-letter topic.
+
+        The dispatch is timed by its record's timestamp, when the gate sent it (the candidate's own
+        event time if the record has none): the horizon bounds how long a verifier may take, and a
+        backfill of old candidates decided among live ones must not expire on arrival.
+        """
+        decoded = decode_record(self._serde, record, Dispatch)
+        if isinstance(decoded, DecodeFailed):
+            return decoded
+        dispatch: Dispatch = decoded.value  # type: ignore[assignment]
+        sent = record.timestamp_ms / 1000 if record.timestamp_ms else dispatch.ts.timestamp()
+        with Transaction(writer) as txn:
+            self._engine.dispatch(txn, dispatch.candidate_id, sent)
+        return None
 
     def _propagation_output(
         self, propagation: Propagation, partition: int, offset: int, index: int
@@ -514,17 +595,18 @@ class MemoryHandler:
         return True
 
     def learn(
-        self, writer: PartitionWriter, record: SourceRecord
-    ) -> DecodeFailed | float | tuple[VerdictEvent, list[Propagation]]:
+        self, writer: PartitionWriter, record: SourceRecord, partition: int
+    ) -> DecodeFailed | float | tuple[VerdictEvent, list[Propagation]] | None:
         """One ``clingate.dbpm.verdicts`` record applied to ``writer``: a watermark tick's event time
         (the memory's clock moved to it, :meth:`processors.dbpm.DBPMEngine.advance`), the verdict and
-        its propagations, or why the record goes to the dead-letter topic.
+        its propagations, None if the verdict must wait for its candidate's dispatch (nothing
+        applied), or why the record goes to the dead-letter topic.
 
         Every failure is a value (the memory unchanged by the record): a bad tick header, a record
         that does not decode or whose key is not the :func:`verdict_key` of its verdict (it would
         be learnt by a partition that does not own its signature), a verdict under the Filter's id
-        that is not the Filter's (:func:`processors.dbpm.ontology.misfiled_filter_verdict`), or an
-        engine error.
+        that is not the Filter's (:func:`processors.dbpm.ontology.misfiled_filter_verdict`), a live
+        verdict of a candidate no gate decided (:meth:`unknown_candidate`), or an engine error.
         """
         if any(name == TICK_HEADER for name, _ in record.headers):
             tick = record.header(TICK_HEADER)
@@ -547,10 +629,17 @@ class MemoryHandler:
                 return DecodeFailed(
                     record, Stage.VALIDATE, "MisfiledFilterVerdict", reason, None, Verdict.avro_name
                 )
-            with Transaction(writer) as txn:
-                _, propagations = self._engine.learn(txn, verdict, verdict.time)
+            unknown = self.unknown_candidate(writer, record, verdict)
+            if unknown is None:
+                with Transaction(writer) as txn:
+                    _, propagations = self._engine.learn(txn, verdict, verdict.time)
         except Exception as exc:  # a poison record must not stop the partition: DLQ, memory unchanged
             return processing_failed(record, exc, Verdict.avro_name)
+        if unknown is not None:  # asked outside the guard: a broker that cannot answer is no poison
+            if not self.dispatches_read(partition):
+                self._metrics.verdicts_deferred.labels(verdict.task).inc()
+                return None
+            return DecodeFailed(record, Stage.VALIDATE, "UnknownCandidate", unknown, None, Verdict.avro_name)
         if propagations is None:
             self._metrics.verdicts_duplicate.labels(verdict.task).inc()
             return verdict, []
@@ -558,6 +647,29 @@ class MemoryHandler:
             verdict.task, verdict.patient_id, verdict.payload, verdict.verdict, verdict.source
         )
         return verdict, propagations
+
+    def unknown_candidate(
+        self, writer: PartitionWriter, record: SourceRecord, verdict: VerdictEvent
+    ) -> str | None:
+        """Why ``verdict`` names a candidate no gate decided, or None.
+
+        Checked for a live verdict that names its candidate: one of the Ontology-Violation Filter's
+        names the candidate it judges (``<candidate_id>:ontology``); a verdict without a candidate id
+        and one a replay published (:data:`REPLAYED_HEADER`) are applied as given, as the replay
+        contract says.
+        """
+        candidate_id = verdict.candidate_id
+        if candidate_id is None or any(name == REPLAYED_HEADER for name, _ in record.headers):
+            return None
+        judged = candidate_id.removesuffix(FILTER_ID_SUFFIX)
+        if self._engine.knows(writer, judged):
+            return None
+        days = self._engine.config.verdict_dedupe_horizon_s / _DAY_S
+        return (
+            f"verdict of candidate {judged!r}, which no gate decided in the last {days:g} days of event "
+            f"time: no {DBPM_DISPATCHES} record of it reached this memory partition; a verdict must judge "
+            f"a candidate the gate decided (its memory would otherwise learn from outside the pipeline)"
+        )
 
     def dead_lettered(self, failed: DecodeFailed) -> None:
         """Log and count a dead letter the runtime routes."""

@@ -4,8 +4,8 @@ Why not a Faust agent (measured, ``docs/faust-runtime.md`` section 4): as an age
 ~1,000 us of worker CPU per candidate, ~85% of it Faust's per-event delivery (consumer thread
 hand-off, conductor, stream, ack, sensors, per-message producer buffer), against ~120 us for decode,
 gate and encode. The gate keeps no state of its own that must be written (its engine transaction is
-aborted), so it needs none of what Faust is for (tables, changelogs, standbys); the memory agent,
-which does, stays a Faust agent (:mod:`streams.worker.dbpm`). This loop consumes candidates in batches
+aborted), so it needs none of what Faust is for (tables, changelogs, standbys). This loop consumes
+candidates in batches
 (``consume(num_messages=...)``), decides them with the unchanged engine, produces the decisions in
 batches and commits the batch's offsets only after the broker acknowledged every output.
 
@@ -13,11 +13,18 @@ Topology::
 
     <app>-dbpm-memory-changelog --(every partition, no group)--> MemoryFollower (RocksDB per partition)
                                                                       | MergedView: the whole memory
-    clingate.dbpm.candidates --(group <app>-gate, batches)--> GateLoop -+-> clingate.dbpm.decisions
+    clingate.dbpm.candidates --(group <app>-gate, batches)--> GateLoop -+-> clingate.dbpm.dispatches
+                                                                        |   (acknowledged first)
+                                                                        +-> clingate.dbpm.decisions
                                                                         +-> clingate.dbpm.to-verify
                                                                         |   (ALLOW, DOWNGRADE)
                                                                         '-> clingate.dbpm.verdicts
                                                                             (the Filter's, on violations)
+
+Each live candidate decided is also sent as a dispatch record to every memory partition a verdict of
+it can update (:func:`streams.worker.dbpm.dispatch_outputs`), and the batch's dispatches are
+acknowledged before its other outputs are sent: the memory learns a live verdict only of a
+candidate it knows was decided (:mod:`streams.worker.dbpm`, consistency model).
 
 The Ontology-Violation Filter (paper §4.7, Eq. 6) runs here, on every relation candidate the gate
 decides: a violating triple is published as a ``rule_based`` ``hard_fail`` verdict
@@ -55,7 +62,7 @@ Consistency model of the gate (the memory side is in :mod:`streams.worker.dbpm`)
 * May race: a gate and verdicts published after its candidate; a gate and a memory group still in
   flight to this follower (the view lags the memory writer by the changelog round trip).
 * Delivery, at least once with identical outputs: offsets are committed only after ``flush()``
-  returned with every decision and to-verify record acknowledged. A crash, a SIGKILL or a
+  returned with every dispatch, decision and to-verify record acknowledged. A crash, a SIGKILL or a
   rebalance between the produce and the commit re-delivers the candidates, which are decided again
   against a view that may only have grown; without new verdicts in between the bytes are the same.
   Consumers dedupe by ``candidate_id``. A failed delivery rewinds the batch's partitions to their
@@ -70,10 +77,10 @@ Consistency model of the gate (the memory side is in :mod:`streams.worker.dbpm`)
   decision a replay does not make; waiting held a SIGTERMed worker for a barrier timeout per
   candidate of the batch (its process was SIGKILLed after a minute).
 
-Process layout (``clingate worker --role``): ``all`` runs the Faust memory agent and this loop in one
-process, the loop in a thread (librdkafka releases the GIL while it polls and flushes); ``gate``
-runs only this loop, ``memory`` only the Faust app. Each gate process is a member of the consumer
-group :func:`gate_group`; scale the gate by starting more of them.
+Process layout (``clingate worker --role``, :mod:`streams.cli.worker`): ``all`` runs the memory loop,
+this loop (each in a thread: librdkafka releases the GIL while it polls and flushes) and the Faust
+clinical agent in one process; ``gate`` runs only this loop. Each gate process is a member of the
+consumer group :func:`gate_group`; scale the gate by starting more of them.
 """
 
 from __future__ import annotations
@@ -119,6 +126,7 @@ from streams.worker.dbpm import (
     MergedView,
     contract_event,
     decode_event,
+    dispatch_outputs,
     memory_changelog,
     min_watermark,
     producer_config,
@@ -237,6 +245,9 @@ class DecidedCandidate:
     decision: str
     violation: Output | None = None
     """The Ontology-Violation Filter's verdict on the candidate, when its triple violates."""
+    dispatches: tuple[Output, ...] = ()
+    """What tells the memory partitions its verdicts can reach that the candidate was decided; sent
+    and acknowledged before :meth:`outputs`, so the candidate is known before it can be judged."""
 
     @property
     def task(self) -> str:
@@ -366,7 +377,11 @@ class Gate:
         if self._filter and not replayed and (verdict := filter_verdict(self.engine.ontology, candidate)):
             key = verdict_key(self.engine, contract_event(verdict))  # type: ignore[arg-type]
             violation = Output(DBPM_VERDICTS, key, self._serde.encode(verdict, topic=DBPM_VERDICTS))
-        return DecidedCandidate(candidate.patient_id.encode(), value, event, decision.decision, violation)
+        # A replay stream's verdicts are applied as given: nothing to look up for them.
+        dispatches = () if replayed else dispatch_outputs(self._serde, event)
+        return DecidedCandidate(
+            candidate.patient_id.encode(), value, event, decision.decision, violation, dispatches
+        )
 
     def handle(self, record: SourceRecord, barrier: Barrier) -> DecidedCandidate | DecodeFailed:
         """One ``clingate.dbpm.candidates`` record: its decision, or why it goes to the dead-letter topic.
@@ -515,32 +530,32 @@ class GateLoop:
 
     def decide(self, messages: list[Message]) -> None:
         """Decide one batch and what the coverage join releases, produce the outputs, and commit once
-        every output is acknowledged (never past a candidate the join may still need read again)."""
+        every output is acknowledged (never past a candidate the join may still need read again).
+
+        The batch's dispatches are acknowledged before its decisions, to-verify records and Filter
+        verdicts are sent: a candidate is known to the memory before anything can judge it."""
         started = time.perf_counter()
-        failures = self._failures
-        failures.clear()
-        last: dict[int, int] = {}
         decided: list[DecidedCandidate] = []
-        produce = self._producer.produce
+        last: dict[int, int] = {}
         try:
             for out in self._decisions(messages, last):
                 if isinstance(out, DecodeFailed):
                     self._dead_letter(out)
-                    continue
-                for output in out.outputs():
-                    produce(output.topic, output.value, output.key)
-                decided.append(out)
+                else:
+                    decided.append(out)
         except (DeadLetterDeliveryError, BufferError) as exc:
             self._rewind(str(exc))
             return
         except _Stopping:
-            self._producer.purge(in_queue=True, in_flight=False)
             log.info("stopping at a barrier: %d candidates left to the group's next owner", len(messages))
             return
-        remaining = self._producer.flush(30)
-        if failures or remaining:
-            self._rewind(failures[0].str() if failures else f"{remaining} outputs still queued")
-            return
+        for outputs in (
+            [dispatch for out in decided for dispatch in out.dispatches],
+            [output for out in decided for output in out.outputs()],
+        ):
+            if (failed := self._deliver(outputs)) is not None:
+                self._rewind(failed)
+                return
         self._commit()
         elapsed = time.perf_counter() - started
         for (task, decision), count in Counter((out.task, out.decision) for out in decided).items():
@@ -612,6 +627,21 @@ class GateLoop:
         if let_through and self._follower.was_judged(candidate.candidate_id):
             join.settle(candidate.candidate_id)  # read again after a restart: its verdict is applied
         return out
+
+    def _deliver(self, outputs: list[Output]) -> str | None:
+        """Produce ``outputs`` and wait until each is acknowledged; why not, if one was not."""
+        failures = self._failures
+        failures.clear()
+        produce = self._producer.produce
+        try:
+            for output in outputs:
+                produce(output.topic, output.value, output.key)
+        except BufferError as exc:
+            return str(exc)
+        remaining = self._producer.flush(30)
+        if failures or remaining:
+            return failures[0].str() if failures else f"{remaining} outputs still queued"
+        return None
 
     def _commit(self) -> None:
         """Commit every owned partition up to what was decided, held back to the first candidate of

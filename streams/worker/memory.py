@@ -1,14 +1,16 @@
 """The DBPM memory agent: :class:`~streams.worker.dbpm.MemoryHandler` on a transactional table loop.
 
 The memory's writers form the consumer group :func:`memory_group` over the co-partitioned
-``clingate.dbpm.verdicts`` and ``clingate.dbpm.propagations``; each member runs a
-:class:`~streams.worker.tableloop.TableLoop`, which commits a batch's propagations, dead letters and
-changelog group in one Kafka transaction, then its input offsets. The changelog topic
+``clingate.dbpm.verdicts``, ``clingate.dbpm.propagations`` and ``clingate.dbpm.dispatches``; each
+member runs a :class:`~streams.worker.tableloop.TableLoop`, which commits a batch's propagations, dead
+letters and changelog group in one Kafka transaction, then its input offsets. The changelog topic
 (:func:`~streams.worker.dbpm.memory_changelog`, compacted, one partition per memory partition) is
 created here when it is missing, with the replication and record size of the catalog's topics.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 from processors.dbpm import DBPMEngine
 from schemas.serde import make_serde
@@ -18,7 +20,7 @@ from streams.runtime.settings import Settings
 from streams.worker.dbpm import MEMORY_INPUTS, MemoryHandler, memory_changelog
 from streams.worker.tableloop import TableLoop
 from topics.admin import ensure_topics
-from topics.catalog import DATA_MAX_MESSAGE_BYTES, TopicSpec
+from topics.catalog import DATA_MAX_MESSAGE_BYTES, DBPM_DISPATCHES, TopicSpec
 
 
 def memory_group(app_id: str) -> str:
@@ -40,8 +42,10 @@ def build_memory(settings: Settings, bootstrap: str, metrics: DbpmMetrics, engin
     ``engine`` is the worker's (:func:`~streams.worker.dbpm.dbpm_engine`)."""
     ensure_topics(admin_client(bootstrap), [changelog_spec(settings)])
     serde = make_serde(settings.schema_registry_url)
-    return TableLoop(
+    handler = MemoryHandler(engine, serde, metrics)
+    loop = TableLoop(
         bootstrap, memory_group(settings.app_id), MEMORY_INPUTS, memory_changelog(settings.app_id),
-        MemoryHandler(engine, serde, metrics), serde, settings.worker_dir / "memory",
-        settings.consumer_session_timeout_s,
+        handler, serde, settings.worker_dir / "memory", settings.consumer_session_timeout_s,
     )  # fmt: skip
+    handler.dispatches_read = partial(loop.read_to_end, DBPM_DISPATCHES)
+    return loop

@@ -230,6 +230,7 @@ class TableLoop:
             return
         boundaries: dict[int, int] = {}
         groups: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        rereads: dict[tuple[str, int], int] = {}
         failures: list[KafkaError] = []
 
         def report(error: KafkaError | None, message: Message) -> None:
@@ -244,6 +245,8 @@ class TableLoop:
         try:
             for partition, records in by_partition.items():
                 batch = self._handler.apply(self.table, partition, records)
+                if batch.reread is not None:
+                    rereads[(batch.reread[0], partition)] = batch.reread[1]
                 for failed in batch.dead_letters:
                     self._handler.dead_lettered(failed)
                     out = dead_letter_record(self._serde, failed)
@@ -276,7 +279,27 @@ class TableLoop:
             return
         for partition, group in groups.items():
             write_group(self.table.open(partition), group, boundaries[partition])
-        self._commit_offsets(self._positions(positions))
+        offsets = self._positions(positions)
+        for tp in offsets:
+            if (again := rereads.get((tp.topic, tp.partition))) is not None:
+                tp.offset = again
+                self._consumer.seek(TopicPartition(tp.topic, tp.partition, again))
+        self._commit_offsets(offsets)
+
+    def read_to_end(self, topic: str, partition: int) -> bool:
+        """This member has read input ``topic``'s ``partition`` up to its end as the broker has it now
+        (one request to its leader); False when the broker cannot say (asked again later)."""
+        tp = TopicPartition(topic, partition)
+        try:
+            low, high = self._consumer.get_watermark_offsets(tp, timeout=COMMIT_STEP_S, cached=False)
+            position = self._consumer.position([tp])[0].offset
+            if position < 0:  # nothing read from it since it was assigned: it starts where the group is
+                committed = self._consumer.committed([tp], timeout=COMMIT_STEP_S)[0].offset
+                position = committed if committed >= 0 else low
+        except KafkaException as exc:
+            log.warning("%s: the end of %s[%d] is not known: %s", self.group, topic, partition, exc)
+            return False
+        return position >= high
 
     def _commit_offsets(self, offsets: list[TopicPartition]) -> None:
         """Commit input offsets (asynchronously: the boundaries already cover what they say) and

@@ -114,12 +114,15 @@ class TableBatch:
         writes: the changelog group (``None`` values delete); None when the batch changed nothing
             and no group is staged.
         input_offset: the input offset the group's boundary records (meaningful with ``writes``).
+        reread: ``(topic, offset)``: the records of that input partition from that offset on were
+            not applied and must be read again (the runtime seeks there and commits no further).
     """
 
     outputs: list[Output]
     dead_letters: list[DecodeFailed]
     writes: dict[bytes, bytes | None] | None
     input_offset: int
+    reread: tuple[str, int] | None = None
 
 
 class TableHandler(Protocol):

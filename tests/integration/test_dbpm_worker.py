@@ -27,19 +27,27 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from processors.dbpm import DBPMEngine, VerdictEvent, parse_event
+from schemas.common import DeadLetter
 from schemas.dbpm import Candidate, Coverage, GateDecision, Verdict
 from schemas.serde import make_serde
 from state.memory import MemoryStore
 from streams.replay.kafka import KafkaReplayResult, commit_worker_end_offsets, replay_via_kafka
-from streams.runtime.kafka_clients import assign_at_ends, reader
+from streams.runtime.kafka_clients import assign_at_ends, produce_waiting, reader
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings
 from streams.testing.metrics import scraped_sum
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess
-from streams.worker.dbpm import BARRIER_HEADER, dbpm_engine, producer_config, verdict_key
+from streams.worker.dbpm import (
+    BARRIER_HEADER,
+    contract_event,
+    dbpm_engine,
+    dispatch_outputs,
+    producer_config,
+    verdict_key,
+)
 from streams.worker.gate import gate_group
 from topics.admin import ensure_topics
-from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, build_catalog
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, build_catalog, dlq_name
 
 pytestmark = pytest.mark.integration
 
@@ -364,6 +372,61 @@ def test_qa_candidates_held_by_the_coverage_join_survive_a_sigkill_and_are_decid
         assert decided.coverage is Coverage.SETTLED
         assert decided.candidate.payload.ner_categories, "the accepted categories are stamped on it"  # type: ignore[union-attr]
         assert decided.coverage_wait_s is not None and decided.coverage_wait_s > 0
+
+
+def test_a_verdict_read_before_its_candidates_dispatch_waits_for_it_and_one_no_gate_decided_is_dead_lettered(
+    kafka_bootstrap: str, start_workers
+) -> None:
+    """Scenario: while the worker is stopped, the gate's dispatches of 40,000 candidates of one memory
+    partition (several fetches' worth) are published, then a live verdict of the last of them and one
+    of a candidate no gate decided; the worker starts again.
+
+    The memory reads the first verdict before it has read its dispatch: it defers it (counted in
+    ``clingate_dbpm_verdicts_deferred_total``), reads the partition's dispatches on and learns it. The
+    other verdict, whose candidate is still unknown once the dispatches are read to their end, goes to
+    ``clingate.dbpm.verdicts.dlq`` as ``UnknownCandidate``; nothing else does.
+    """
+    _, [worker] = start_workers(1, **COMPARISON_FLAGS)
+    worker.stop()
+    serde = make_serde(None)
+    engine = dbpm_engine(Settings())
+    run = uuid.uuid4().hex[:8]
+    base = {"ts": "2026-11-26T09:00:00Z", "task": "ner", "patient_id": f"p-{run}"}
+    payload = {"entity": f"fever-{run}", "category": "Symptoms"}
+    dead = _tail(kafka_bootstrap, dlq_name(DBPM_VERDICTS))
+    producer = Producer(producer_config(kafka_bootstrap, **{"linger.ms": 20}))
+    last = f"{run}-39999"
+    for index in range(40_000):
+        candidate = Candidate.model_validate({**base, "candidate_id": f"{run}-{index}", "payload": payload})
+        for out in dispatch_outputs(serde, contract_event(candidate)):  # type: ignore[arg-type]
+            produce_waiting(producer, out.topic, key=out.key, value=out.value)
+    producer.flush(30)
+    verdicts = [
+        Verdict.model_validate({**base, "candidate_id": candidate_id, "verdict": "hard_fail",
+                                "source": "verifier_mmed", "payload": {**payload, "entity": entity}})
+        for candidate_id, entity in ((last, payload["entity"]), (f"{run}-stranger", f"chills-{run}"))
+    ]  # fmt: skip
+    for verdict in verdicts:
+        key = verdict_key(engine, contract_event(verdict))  # type: ignore[arg-type]
+        producer.produce(DBPM_VERDICTS, key=key, value=serde.encode(verdict))
+    producer.flush(30)
+    try:
+        worker.start()
+        letters: list[DeadLetter] = []
+        deadline = time.monotonic() + 90
+        while not letters or scraped_sum(worker.web_port, "clingate_dbpm_verdicts_total") < 1:
+            assert time.monotonic() < deadline, "the verdicts were not applied or dead-lettered in time"
+            letters += [serde.decode(m.value(), DeadLetter) for m in dead.consume(100, 0.5)]
+        deferred = scraped_sum(worker.web_port, "clingate_dbpm_verdicts_deferred_total")
+        applied = scraped_sum(worker.web_port, "clingate_dbpm_verdicts_total")
+        letters += [serde.decode(m.value(), DeadLetter) for m in dead.consume(100, 2.0)]
+    finally:
+        dead.close()
+    mine = [letter for letter in letters if run in letter.error]
+    assert [(letter.error_type, letter.stage.value) for letter in mine] == [("UnknownCandidate", "validate")]
+    assert f"'{run}-stranger'" in mine[0].error
+    assert applied == 1
+    assert deferred >= 1, "the verdict was read after its dispatch: the backlog was read in one fetch"
 
 
 def _tail(bootstrap: str, topic: str) -> Consumer:

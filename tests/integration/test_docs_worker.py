@@ -285,6 +285,9 @@ def test_documents_in_flight_when_a_worker_stops_are_decided_by_the_next_one(kaf
     """
     run = uuid.uuid4().hex[:8]
     group = f"docs-resume-{run}"
+    settings = get_settings()
+    catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
+    ensure_topics(admin_client(kafka_bootstrap), catalog)
     commit_end_offsets(kafka_bootstrap, group, [DOCS_CLASSIFICATIONS])  # other tests' documents are not ours
     ids = {f"resume-{run}-{n}" for n in range(4)}
     requests = [_request("classification_doc2_6_clean", "bundle_doc2_6", doc_id) for doc_id in sorted(ids)]

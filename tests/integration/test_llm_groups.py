@@ -47,7 +47,7 @@ from streams.runtime.settings import Settings
 from streams.testing.metrics import scraped_sum
 from streams.testing.process import SOURCE_ROOT, ProcessHandle, python_module
 from streams.testing.worker import WorkerProcess, comparison_engine
-from streams.worker.dbpm import contract_event, memory_changelog, producer_config
+from streams.worker.dbpm import contract_event, dispatch_outputs, memory_changelog, producer_config
 from streams.worker.memory import memory_group
 from tests.integration.test_dbpm_worker import COMPARISON_FLAGS
 from tests.llm_answers import FAILING_ENTITY, clinical_responder
@@ -125,7 +125,13 @@ class Tail:
 
 
 def _publish(bootstrap: str, topic: str, records: list[tuple[str, Any]]) -> None:
+    """Publish ``records``; to-verify records as the gate does, after the dispatches of their candidates."""
     producer = Producer(producer_config(bootstrap))
+    if topic == DBPM_TO_VERIFY:
+        for _, decision in records:
+            for out in dispatch_outputs(SERDE, contract_event(decision.candidate)):  # type: ignore[arg-type]
+                producer.produce(out.topic, key=out.key, value=out.value)
+        assert producer.flush(30) == 0
     for key, value in records:
         producer.produce(topic, key=key.encode(), value=SERDE.encode(value, topic=topic))
     assert producer.flush(30) == 0

@@ -36,10 +36,16 @@ def test_downstream_consumers_only_read_decisions() -> None:
     assert DBPM_DECISIONS in downstream.read
 
 
-def test_every_output_topic_has_exactly_one_writing_principal() -> None:
+def test_every_output_topic_has_exactly_one_writing_principal_but_verdicts() -> None:
+    """Verdicts come from the verifiers and from the workers' gate (the Ontology-Violation Filter)."""
     writers = Counter(topic for principal in PLAN.principals for topic in principal.write)
     outputs = [spec.name for spec in CATALOG if not spec.name.endswith(".dlq")]
-    assert {topic: writers[topic] for topic in outputs} == dict.fromkeys(outputs, 1)
+    expected = {**dict.fromkeys(outputs, 1), DBPM_VERDICTS: 2}
+    assert {topic: writers[topic] for topic in outputs} == expected
+    assert {p.name for p in PLAN.principals if DBPM_VERDICTS in p.write} == {
+        "clingate-verifier",
+        "clingate-worker",
+    }
 
 
 def test_every_consumed_topic_is_readable_by_some_principal() -> None:

@@ -27,6 +27,7 @@ EXPECTED_VALUE_SCHEMAS = {
     "clingate.dbpm.candidates": "clingate.dbpm.Candidate",
     "clingate.dbpm.verdicts": "clingate.dbpm.Verdict",
     "clingate.dbpm.propagations": "clingate.dbpm.Propagation",
+    "clingate.dbpm.dispatches": "clingate.dbpm.Dispatch",
     "clingate.dbpm.decisions": "clingate.dbpm.GateDecision",
     "clingate.dbpm.to-verify": "clingate.dbpm.GateDecision",
     "clingate.dbpm.verified": "clingate.dbpm.Candidate",

@@ -30,7 +30,16 @@ from streams.runtime.settings import Settings
 from streams.testing.dbpm_stream import StreamShape, generate_events
 from streams.testing.driver import TopologyDriver, partition_for
 from streams.testing.worker import COMPARISON_ENV, comparison_engine, in_process, soak_stream
-from streams.worker.dbpm import BARRIER_HEADER, CONFIG_KEY, TICK_HEADER, dbpm_config, verdict_key
+from streams.worker.dbpm import (
+    BARRIER_HEADER,
+    CONFIG_KEY,
+    REPLAYED_HEADER,
+    TICK_HEADER,
+    contract_event,
+    dbpm_config,
+    dispatch_outputs,
+    verdict_key,
+)
 from streams.worker.gate import ConfigWatch
 from tests.dbpm_streams import with_candidate_ids, with_copies
 from tests.replay_example import EXAMPLE, assert_state_close, example_events, needs_example
@@ -285,7 +294,7 @@ def test_a_verdict_under_the_filters_id_that_is_not_the_filters_is_dead_lettered
     (NER), one about a relation from the verifier, and the Filter's own kind (rule_based, relation).
 
     The first two go to the verdict DLQ at the validate stage with a reason naming what is wrong, and
-    teach nothing; the third is learnt. Processing goes on after each.
+    teach nothing; the third, whose candidate the gate decided, is learnt. Processing goes on after each.
     """
     entity = {"entity": "fever", "category": "Symptoms"}
     triple = _relation("c", "ASSOCIATED_WITH").payload.model_dump(mode="json")
@@ -298,6 +307,7 @@ def test_a_verdict_under_the_filters_id_that_is_not_the_filters_is_dead_lettered
                                             ("filter", "re", "rule_based", triple))
     ]  # fmt: skip
     with TopologyDriver(Settings(CLINGATE_DBPM_MAINTENANCE=False)) as driver:
+        _dispatch(driver, verdicts[-1].model_copy(update={"candidate_id": "filter"}))
         for verdict in verdicts:
             event = parse_event({"kind": "verdict", **verdict.model_dump(mode="json")})
             driver.pipe(DBPM_VERDICTS, verdict_key(driver.engine, event), verdict)
@@ -309,6 +319,60 @@ def test_a_verdict_under_the_filters_id_that_is_not_the_filters_is_dead_lettered
     assert [p["signature"] for p in state["blocklist"]["re"]] == ["TESTS|ASSOCIATED_WITH|DIAGNOSIS"]  # type: ignore[index]
     # The relation's head and tail have cross-task evidence from the learnt verdict; "fever" nothing.
     assert {p["signature"] for p in state["blocklist"]["ner"]} == {"troponin", "myocardial infarction"}  # type: ignore[index]
+
+
+def _dispatch(driver: TopologyDriver, verdict: Verdict) -> None:
+    """Send the gate's dispatches of the candidate ``verdict`` judges, as the gate sends them."""
+    event = contract_event(Candidate.model_validate(verdict.model_dump(include=set(Candidate.model_fields))))
+    for dispatch in dispatch_outputs(driver.serde, event):  # type: ignore[arg-type]
+        driver.pipe(dispatch.topic, dispatch.key, dispatch.value)
+
+
+def _qa(candidate_id: str) -> Candidate:
+    return Candidate.model_validate({
+        "ts": "2026-11-26T09:00:00Z", "task": "qa", "patient_id": "p-1", "candidate_id": candidate_id,
+        "payload": {"question": "What dose of metformin?", "answer": "500 mg", "category": "Treatment"},
+    })  # fmt: skip
+
+
+def _verdict_of(candidate: Candidate, **changes: Any) -> Verdict:
+    fields = candidate.model_dump(mode="json", exclude={"document_ts"})
+    return Verdict.model_validate({**fields, "verdict": "hard_fail", "source": "verifier_mmed", **changes})
+
+
+def test_a_verdict_of_a_candidate_no_gate_decided_is_dead_lettered_and_the_rest_is_learnt() -> None:
+    """Scenario: live candidates decided by the gate (a relation, a QA pair), then verdicts published
+    as an external verifier would: of the relation, of the QA pair failing with an error class (it
+    updates the class pattern, another memory partition), of a candidate no gate decided, the same
+    one replayed (``clingate-replayed``) and one that names no candidate.
+
+    The verdict of the undecided candidate goes to the verdict DLQ (stage ``validate``,
+    ``UnknownCandidate``, its id in the reason) and teaches nothing; every other verdict is learnt,
+    the replayed and the anonymous one as given (replay contract).
+    """
+    relation, question = _relation("c-re", "CONFIRMS"), _qa("c-qa")
+    unsupported = {**question.payload.model_dump(), "error_class": "unsupported"}
+    stranger = _relation("c-stranger", "CAUSES")
+    anonymous = _verdict_of(_relation("", "INDICATES")).model_copy(update={"candidate_id": None})
+    with TopologyDriver(Settings(CLINGATE_DBPM_MAINTENANCE=False)) as driver:
+        for candidate in (relation, question):
+            driver.pipe(DBPM_CANDIDATES, b"p-1", candidate)
+        for verdict, headers in (
+            (_verdict_of(relation), ()),
+            (_verdict_of(question, payload=unsupported), ()),
+            (_verdict_of(stranger), ()),
+            (_verdict_of(stranger), ((REPLAYED_HEADER, b"1"),)),
+            (anonymous, ()),
+        ):
+            event = parse_event({"kind": "verdict", **verdict.model_dump(mode="json")})
+            driver.pipe(DBPM_VERDICTS, verdict_key(driver.engine, event), verdict, headers)
+        dead = [d.letter for d in driver.dead_letters(DBPM_VERDICTS)]
+        state = driver.memory_state()
+    assert [(d.stage.value, d.error_type) for d in dead] == [("validate", "UnknownCandidate")]
+    assert "'c-stranger'" in dead[0].error and "no gate decided" in dead[0].error
+    learnt = {p["signature"]: p["count"] for p in state["blocklist"]["re"]}  # type: ignore[index]
+    assert learnt == {f"TESTS|{r}|DIAGNOSIS": 1 for r in ("CONFIRMS", "CAUSES", "INDICATES")}
+    assert [p["signature"] for p in state["blocklist"]["qa"]] == ["qa::treatment|unsupported"]  # type: ignore[index]
 
 
 def test_a_memory_written_with_another_configuration_is_reported(caplog: pytest.LogCaptureFixture) -> None:

@@ -130,3 +130,26 @@ def test_a_verdicts_candidate_id_must_be_a_string():
 def test_the_dedupe_horizon_must_be_positive():
     with pytest.raises(ValueError, match="verdict_dedupe_horizon_s"):
         DBPMConfig(verdict_dedupe_horizon_s=0)
+
+
+def test_a_dispatched_candidate_is_known_until_its_horizon_and_nothing_else_is():
+    engine = DBPMEngine(DBPMConfig(verdict_dedupe_horizon_s=HORIZON), ONTOLOGY)
+    store = MemoryStore()
+    with store.transaction() as txn:
+        engine.dispatch(txn, "c1", T0)
+        engine.dispatch(txn, "c1", T0 + DAY)  # decided again after a gate restart: the first record holds
+    assert engine.knows(store.transaction(), "c1")
+    assert not engine.knows(store.transaction(), "c2")
+    with store.transaction() as txn:  # a dispatch past c1's horizon plus one grid step expires it
+        engine.dispatch(txn, "c3", T0 + HORIZON + 2 * EXPIRY_STEP_S)
+    assert not engine.knows(store.transaction(), "c1")
+    assert engine.knows(store.transaction(), "c3")
+
+
+def test_a_dispatch_writes_only_its_own_records():
+    engine = DBPMEngine(DBPMConfig(verdict_dedupe_horizon_s=HORIZON), ONTOLOGY)
+    store = MemoryStore()
+    with store.transaction() as txn:
+        engine.dispatch(txn, "c1", T0)
+    assert engine.snapshot(store.transaction())["as_of"] is None
+    assert {key[:1] for key, _ in store.iter_range(b"", None)} == {b"K", b"G", b"M"}
