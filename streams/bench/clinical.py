@@ -232,16 +232,28 @@ def clinical(
     typer.echo(f"assessment (in process): {_rate(len(states), assess_s)} assessments ({each_ms:.2f} ms each)")
     typer.echo(f"stream path (one resource per event, re-assess each): {_rate(resources, stream_s)} events")
     if through_kafka:
-        run = uuid.uuid4().hex[:8]
-        fresh_rng = random.Random(seed)
-        fresh = [_patient_bundle(fresh_rng, i, f"bench-{run}") for i in range(patients)]
-        # Same seed and generator: the population measured above, under fresh patient ids.
-        updates, expected = _stream_events(fresh, knowledge)
-        rate, seconds = _through_kafka(updates, expected)
+        from streams.cli.common import require_bootstrap
+        from streams.runtime.settings import get_settings
+
+        bootstrap = require_bootstrap(get_settings())
+        rate, seconds, updates, expected = through_kafka_rate(bootstrap, patients, seed, knowledge)
         typer.echo(
             f"through the stream (broker + workers): {rate:,.0f} FHIR updates/s "
-            f"({len(updates)} updates, {expected} assessments in {seconds:.1f} s)"
+            f"({updates} updates, {expected} assessments in {seconds:.1f} s)"
         )
+
+
+def through_kafka_rate(
+    bootstrap: str, patients: int, seed: int, knowledge: Any
+) -> tuple[float, float, int, int]:
+    """The seeded population under fresh patient ids through ``bootstrap`` and the running workers:
+    (FHIR updates/s, seconds, updates, assessments awaited)."""
+    run = uuid.uuid4().hex[:8]
+    rng = random.Random(seed)
+    fresh = [_patient_bundle(rng, i, f"bench-{run}") for i in range(patients)]
+    updates, expected = _stream_events(fresh, knowledge)
+    rate, seconds = _through_kafka(bootstrap, updates, expected)
+    return rate, seconds, len(updates), expected
 
 
 def _stream_events(bundles: list[dict[str, Any]], knowledge: Any) -> tuple[list[Any], int]:
@@ -270,23 +282,18 @@ def _stream_events(bundles: list[dict[str, Any]], knowledge: Any) -> tuple[list[
     return updates, expected
 
 
-def _through_kafka(updates: list[Any], expected: int, timeout_s: float = 600.0) -> tuple[float, float]:
+def _through_kafka(
+    bootstrap: str, updates: list[Any], expected: int, timeout_s: float = 600.0
+) -> tuple[float, float]:
     """Produce ``updates``, consume until ``expected`` of their assessments arrived: (updates/s, seconds)."""
     from confluent_kafka import Producer
 
     from schemas.serde import make_serde
     from streams.runtime.kafka_clients import assign_at_ends, reader
     from streams.runtime.settings import get_settings
-    from streams.testing.broker import configured_bootstrap
     from topics.catalog import CLINICAL_ASSESSMENTS, FHIR_UPDATES
 
-    settings = get_settings()
-    bootstrap = configured_bootstrap(settings)
-    if bootstrap is None:
-        raise typer.BadParameter(
-            "no Kafka cluster: set KAFKA_BOOTSTRAP_SERVERS or run `clingate broker start`"
-        )
-    serde = make_serde(settings.schema_registry_url)
+    serde = make_serde(get_settings().schema_registry_url)
     patients = {u.patient_id.encode() for u in updates}
     consumer = reader(bootstrap, "bench")
     assign_at_ends(consumer, [CLINICAL_ASSESSMENTS])

@@ -34,6 +34,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from itertools import cycle
 from pathlib import Path
@@ -193,6 +194,51 @@ class _Client:
         return n / (time.perf_counter() - started), latencies
 
 
+def measure_gate(
+    bootstrap: str,
+    serde: Serde,
+    verdicts: list[dict[str, Any]],
+    gates: list[dict[str, Any]],
+    n: int,
+    load_memory: bool = True,
+    pids: list[int] | None = None,
+    loaded: Callable[[], None] | None = None,
+) -> BenchResult:
+    """The measurements of the module docstring, against the workers serving ``bootstrap``.
+
+    Args:
+        bootstrap: the broker.
+        serde: the process's serde.
+        verdicts: the verdict events that make the memory (published first with ``load_memory``).
+        gates: the gate events the candidates cycle through.
+        n: candidates per measurement.
+        load_memory: publish ``verdicts`` first.
+        pids: worker processes to charge CPU to.
+        loaded: called once the verdicts are published, before anything is measured (to wait until
+            the workers applied them, so that the gate's CPU is not the memory's catching up).
+    """
+    client = _Client(bootstrap, serde)
+    reference = in_process_rate(verdicts, gates, n)
+    burst = client.candidates(gates, n)
+    pipeline = in_process_pipeline_rate(verdicts, burst, serde)
+    if load_memory:
+        client.load(verdicts)
+        if loaded is not None:
+            loaded()
+    pids = pids or []
+    cpu_before = cpu_seconds(pids)
+    maximum, _ = client.run(burst, None)
+    cpu_us = (cpu_seconds(pids) - cpu_before) / n * 1e6 if pids else None
+    points = []
+    for fraction in (0.25, 0.5, 0.9):
+        offered = maximum * fraction
+        achieved, latencies = client.run(client.candidates(gates, max(1000, int(n * fraction))), offered)
+        points.append(LatencyPoint(
+            fraction, offered, achieved, percentile(latencies, 0.5) * 1e3, percentile(latencies, 0.99) * 1e3
+        ))  # fmt: skip
+    return BenchResult(reference, pipeline, maximum, reference / maximum, points, cpu_us)
+
+
 def dbpm_kafka(
     events: Annotated[Path, typer.Option("--events", exists=True, help="A replay-contract stream.")],
     n: Annotated[int, typer.Option("-n", help="Candidates per measurement.")] = 20_000,
@@ -206,36 +252,22 @@ def dbpm_kafka(
 ) -> None:
     """Measure gate throughput and latency through Kafka against the in-process engine."""
     settings = get_settings()
-    bootstrap = require_bootstrap(settings)
     verdicts, gates = _events(events)
     serde = make_serde(settings.schema_registry_url)
-    client = _Client(bootstrap, serde)
-    reference = in_process_rate(verdicts, gates, n)
-    burst = client.candidates(gates, n)
-    pipeline = in_process_pipeline_rate(verdicts, burst, serde)
-    if load_memory:
-        client.load(verdicts)
-    pids = worker_pid or []
-    cpu_before = cpu_seconds(pids)
-    maximum, _ = client.run(burst, None)
-    cpu_us = (cpu_seconds(pids) - cpu_before) / n * 1e6 if pids else None
-    points = []
-    for fraction in (0.25, 0.5, 0.9):
-        offered = maximum * fraction
-        achieved, latencies = client.run(client.candidates(gates, max(1000, int(n * fraction))), offered)
-        points.append(LatencyPoint(
-            fraction, offered, achieved, percentile(latencies, 0.5) * 1e3, percentile(latencies, 0.99) * 1e3
-        ))  # fmt: skip
-    result = BenchResult(reference, pipeline, maximum, reference / maximum, points, cpu_us)
-    typer.echo(f"in-process gate: {reference:,.0f} candidates/s (engine); {pipeline:,.0f} candidates/s "
-               "(decode + engine + encode)")  # fmt: skip
+    result = measure_gate(require_bootstrap(settings), serde, verdicts, gates, n, load_memory, worker_pid)
     typer.echo(
-        f"through Kafka:   {maximum:,.0f} candidates/s sustained (overhead x{result.overhead_ratio:.1f})"
+        f"in-process gate: {result.in_process_per_s:,.0f} candidates/s (engine); "
+        f"{result.in_process_pipeline_per_s:,.0f} candidates/s (decode + engine + encode)"
     )
+    typer.echo(
+        f"through Kafka:   {result.kafka_max_per_s:,.0f} candidates/s sustained "
+        f"(overhead x{result.overhead_ratio:.1f})"
+    )
+    cpu_us = result.worker_cpu_us_per_candidate
     if cpu_us is not None:
         typer.echo(f"worker CPU:      {cpu_us:,.0f} us per candidate = {1e6 / cpu_us:,.0f} candidates "
                    "per worker CPU-second")  # fmt: skip
-    for p in points:
+    for p in result.latency:
         typer.echo(
             f"  at {p.fraction:.0%} ({p.offered_per_s:,.0f}/s offered, {p.achieved_per_s:,.0f}/s achieved): "
             f"p50 {p.p50_ms:.1f} ms, p99 {p.p99_ms:.1f} ms"

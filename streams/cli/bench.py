@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from streams.bench import ablation, chaos, clinical, dbpm, dbpm_kafka, docs, llm, memory, restart
+from streams.bench import ablation, chaos, clinical, dbpm, dbpm_kafka, docs, llm, memory, restart, runtime
 
 app = typer.Typer(help="Benchmarks of each area: throughput, per-event cost, size.", no_args_is_help=True)
 app.add_typer(dbpm.app, name="dbpm")
@@ -24,6 +24,7 @@ app.command("docs")(docs.docs)
 app.command("llm")(llm.llm)
 app.command("restart")(restart.restart)
 app.command("memory")(memory.memory)
+app.command("runtime")(runtime.runtime)
 
 
 def poison(
