@@ -82,17 +82,17 @@ class _ExpiringIds:
 
     def __init__(self, member: bytes, expiry: bytes, meta: bytes) -> None:
         self.member = member
-        self._expiry = expiry
-        self._meta = meta
+        self.expiry = expiry
+        self.meta = meta
 
     def expire_due(self, kv: KeyValue, now: float, horizon_s: float) -> None:
         """Delete the ids older than the last grid boundary at or before ``now - horizon_s``, when
         that boundary is new."""
         boundary = math.floor((now - horizon_s) / EXPIRY_STEP_S)
-        last = kv.get(self._meta)
+        last = kv.get(self.meta)
         if last is None or boundary > _TICK.unpack(last)[0]:
             self.expire_before(kv, boundary * EXPIRY_STEP_S)
-            kv.set(self._meta, _TICK.pack(boundary))
+            kv.set(self.meta, _TICK.pack(boundary))
 
     def add(self, kv: KeyValue, candidate_id: str, now: float) -> bool:
         """Record ``candidate_id`` at ``now``; False (nothing written) if it is recorded already."""
@@ -100,7 +100,7 @@ class _ExpiringIds:
         if kv.exists(key):
             return False
         kv.set(key, _TIME.pack(now))
-        kv.set(self._expiry + order8(now) + candidate_id.encode(), b"")
+        kv.set(self.expiry + order8(now) + candidate_id.encode(), b"")
         return True
 
     def contains(self, kv: KeyValue, candidate_id: str) -> bool:
@@ -110,9 +110,9 @@ class _ExpiringIds:
     def expire_before(self, kv: KeyValue, cutoff: float) -> int:
         """Delete the ids recorded with event time before ``cutoff``; returns how many."""
         removed = 0
-        for key, _ in list(kv.iter_range(self._expiry, self._expiry + order8(cutoff))):
+        for key, _ in list(kv.iter_range(self.expiry, self.expiry + order8(cutoff))):
             kv.delete(key)
-            kv.delete(self.member + key[len(self._expiry) + _ORDER_SIZE :])
+            kv.delete(self.member + key[len(self.expiry) + _ORDER_SIZE :])
             removed += 1
         return removed
 
@@ -154,6 +154,12 @@ def dispatch(kv: KeyValue, candidate_id: str, now: float, horizon_s: float) -> N
 def dispatched(kv: KeyValue, candidate_id: str) -> bool:
     """The gate decided ``candidate_id`` within the horizon (:func:`dispatch` recorded it here)."""
     return _DISPATCHED.contains(kv, candidate_id)
+
+
+def dispatch_key(key: bytes) -> bool:
+    """``key`` is one of the dispatch registry's records (a member, its expiry index, the boundary):
+    state only the memory's writer reads, which a replica that only decides may leave out."""
+    return key.startswith((_DISPATCHED.member, _DISPATCHED.expiry)) or key == _DISPATCHED.meta
 
 
 def seen_key(candidate_id: str) -> bytes:

@@ -99,7 +99,7 @@ from prometheus_client import Gauge
 from processors.dbpm import BLOCK, DBPMConfig, DBPMEngine, GateEvent, GateRuling
 from processors.dbpm.config import NER, QA
 from processors.dbpm.coverage import CoverageJoin, Release
-from processors.dbpm.ledger import judged_candidate, seen_key
+from processors.dbpm.ledger import dispatch_key, judged_candidate, seen_key
 from processors.dbpm.memory import Memory
 from processors.dbpm.ontology import filter_verdict, type_pair
 from schemas.dbpm import Candidate, Coverage, GateDecision
@@ -169,7 +169,8 @@ class MemoryFollower:
         directory.mkdir(parents=True, exist_ok=True)
         self.topic = memory_changelog(app_id)
         self._stores = [RocksDBStore(directory / f"{p}.db") for p in range(partitions)]
-        self._followers = [ChangelogFollower(store) for store in self._stores]
+        # The dispatch registry is the memory writer's alone: a view that only decides leaves it out.
+        self._followers = [ChangelogFollower(store, skip=dispatch_key) for store in self._stores]
         self.view = MergedView(lambda: self._stores)
         self._consumer = Consumer(client_config(bootstrap, **{
             "group.id": f"{gate_group(app_id)}-view",  # required by librdkafka; never joined (assign)

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import shutil
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from heapq import merge
 from pathlib import Path
@@ -169,6 +169,8 @@ class ChangelogFollower:
 
     store: StateStore
     partial: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+    skip: Callable[[bytes], bool] | None = None
+    """Keys this reader never reads: left out of its store (the group's boundary is always kept)."""
 
     def add(self, key: bytes, value: bytes | None, offset: int) -> None:
         """Feed the next changelog record (``value=None``: deletion) at changelog ``offset``."""
@@ -186,6 +188,8 @@ class ChangelogFollower:
             self.partial += [(key, value) for key, value, _ in records]
             return
         complete = self.partial + [(key, value) for key, value, _ in records[: last + 1]]
+        if self.skip is not None:
+            complete = [(key, value) for key, value in complete if not self.skip(key)]
         write_group(self.store, complete, records[last][2])
         self.partial = [(key, value) for key, value, _ in records[last + 1 :]]
 

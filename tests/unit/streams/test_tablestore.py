@@ -5,6 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
+from processors.dbpm.ledger import dispatch_key
 from state.memory import MemoryStore
 from streams.worker.tablestore import BOUNDARY_KEY, ChangelogFollower
 
@@ -52,3 +54,17 @@ def test_a_dropped_partial_group_never_reaches_the_store() -> None:
     assert follower.store.get(b"Bner\x00a") is None
     assert follower.store.get(b"Bner\x00b") == b"new"
     assert follower.store.get_offset("changelog") == 2
+
+
+def test_a_gates_view_leaves_the_dispatch_registry_out_and_applies_the_rest_of_the_group() -> None:
+    """The memory writer's dispatch registry reaches the changelog; the gate's view never reads it."""
+    engine = DBPMEngine(DBPMConfig(), load_ontology())
+    writer = MemoryStore()
+    with writer.transaction() as txn:
+        engine.dispatch(txn, "c1", 1.0e9)
+    group = [*writer.iter_range(b"", b"\xff"), (b"Bner\x00fever", b"pattern"), (BOUNDARY_KEY, b"3")]
+    view = ChangelogFollower(MemoryStore(), skip=dispatch_key)
+    view.extend([(key, value, offset) for offset, (key, value) in enumerate(group)])
+    assert [key for key, _ in view.store.iter_range(b"", b"\xff")] == [b"Bner\x00fever", BOUNDARY_KEY]
+    assert view.store.get_offset("changelog") == len(group) - 1
+    assert {key[:1] for key, _ in group[:-2]} == {b"K", b"G", b"M"}
