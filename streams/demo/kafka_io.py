@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from streams.demo.errors import DemoError
-from streams.runtime.kafka_clients import end_offsets, producer, reader
+from streams.runtime.kafka_clients import consume_batch, end_offsets, producer, reader
 from topics.catalog import Catalog
 
 Coordinate = tuple[str, int, int]
@@ -62,7 +62,7 @@ def read_all(consumer: Consumer, coordinates: Sequence[Coordinate]) -> list[Mess
     found: dict[Coordinate, Message] = {}
     deadline = time.monotonic() + 30
     while len(found) < len(wanted) and time.monotonic() < deadline:
-        for message in consumer.consume(num_messages=100, timeout=0.2):
+        for message in consume_batch(consumer, 100, 0.2):
             coordinate: Coordinate = (message.topic(), message.partition(), message.offset())
             if not message.error() and coordinate in wanted:
                 found[coordinate] = message

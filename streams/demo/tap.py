@@ -20,7 +20,7 @@ from confluent_kafka import Message
 
 from schemas.base import AvroModel
 from schemas.serde import Serde
-from streams.runtime.kafka_clients import assign_at_ends, reader
+from streams.runtime.kafka_clients import assign_at_ends, consume_batch, reader
 from streams.worker.tablestore import BOUNDARY_KEY
 
 POLL_S = 0.02
@@ -130,7 +130,7 @@ class Tap(threading.Thread):
         """Poll until stopped; a failure is kept in :attr:`error` for the main thread."""
         try:
             while not self._stopping.is_set():
-                for message in self._consumer.consume(num_messages=1000, timeout=POLL_S):
+                for message in consume_batch(self._consumer, 1000, POLL_S):
                     if message.error() is None:
                         self._take(message)
                         self._next[(message.topic(), message.partition())] = message.offset() + 1

@@ -69,6 +69,7 @@ from schemas.serde import Serde
 from streams.groups.arbiter_calls import LlmCall, arbitrate
 from streams.groups.ordered import Handled, OrderedLoop, Output, consumer_config
 from streams.runtime.dlq import PRODUCER_LIMITS, DeadLetterRouter, DecodeFailed, SourceRecord, decode_record
+from streams.runtime.kafka_clients import consume_batch
 from streams.runtime.kafka_config import client_config
 from streams.runtime.logs import log_dead_letter
 from streams.runtime.metrics import DocsMetrics
@@ -204,7 +205,7 @@ class PacketFollower(Packets):
         for _ in range(deadline_polls):
             if all(self._next.get(p, 0) >= end for p, end in ends.items()):
                 return
-            for message in self._consumer.consume(num_messages=500, timeout=0.2):
+            for message in consume_batch(self._consumer, 500, 0.2):
                 if message.error() is not None:
                     log.warning("packet reader: %s", message.error())
                     continue

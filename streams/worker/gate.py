@@ -116,6 +116,7 @@ from streams.runtime.dlq import (
     oversized_output,
     processing_failed,
 )
+from streams.runtime.kafka_clients import consume_batch
 from streams.runtime.kafka_config import client_config, liveness_config
 from streams.runtime.logs import log_dead_letter
 from streams.runtime.metrics import DbpmMetrics
@@ -139,7 +140,8 @@ log = logging.getLogger(__name__)
 
 #: Most records one ``consume`` call returns (candidates and changelog records alike).
 BATCH_MAX = 5000
-#: Longest wait of one ``consume`` for candidates (records that arrive end the wait at once).
+#: Longest wait for a batch's first candidate (:func:`~streams.runtime.kafka_clients.consume_batch`:
+#: the first record ends the wait).
 #: Fetches keep librdkafka's default long poll (``fetch.wait.max.ms`` 500): the broker answers as
 #: soon as a record arrives, so a short wait only adds idle fetch requests (measured: with 1-5 ms,
 #: the clients' broker threads cost ~50 us of CPU per candidate).
@@ -188,7 +190,7 @@ class MemoryFollower:
 
     def poll(self, timeout_s: float) -> int:
         """Apply the changelog records available within ``timeout_s``; returns how many were read."""
-        messages = self._consumer.consume(num_messages=BATCH_MAX, timeout=timeout_s)
+        messages = consume_batch(self._consumer, BATCH_MAX, timeout_s)
         batch: dict[int, list[tuple[bytes, bytes | None, int]]] = {}
         for message in messages:
             error = message.error()
@@ -509,7 +511,7 @@ class GateLoop:
         self._stop = stop
         try:
             while not stop.is_set():
-                batch = self._consumer.consume(num_messages=BATCH_MAX, timeout=POLL_S)
+                batch = consume_batch(self._consumer, BATCH_MAX, POLL_S)
                 if self._follower.poll(0):  # after the wait: the batch is decided on the freshest view
                     self.check_config()
                 if batch or (self._join is not None and len(self._join)):

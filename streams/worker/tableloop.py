@@ -65,6 +65,7 @@ from confluent_kafka import (
 from schemas.serde import Serde
 from state.rocksdb import RocksDBStore
 from streams.runtime.dlq import PRODUCER_LIMITS, SourceRecord, dead_letter_record
+from streams.runtime.kafka_clients import consume_batch
 from streams.runtime.kafka_config import client_config, liveness_config
 from streams.worker.dbpm import producer_config
 from streams.worker.tablestore import (
@@ -79,7 +80,7 @@ log = logging.getLogger(__name__)
 
 #: Most records one ``consume`` call returns (one transaction at most this many inputs).
 BATCH_MAX = 5000
-#: Longest wait of one ``consume`` (records that arrive end it at once).
+#: Longest wait for a batch's first record (:func:`~streams.runtime.kafka_clients.consume_batch`).
 POLL_S = 0.05
 #: Bound of one ``commit_transaction`` call; a retriable timeout is retried.
 COMMIT_STEP_S = 10.0
@@ -201,7 +202,7 @@ class TableLoop:
         """Apply batches until ``stop`` is set; then leave the group and close the clients and stores."""
         try:
             while not stop.is_set():
-                messages = self._consumer.consume(num_messages=BATCH_MAX, timeout=POLL_S)
+                messages = consume_batch(self._consumer, BATCH_MAX, POLL_S)
                 if self._restoring:
                     self._restore()
                 if messages:
@@ -363,7 +364,7 @@ class TableLoop:
         remaining, read = set(partitions), 0
         while remaining:
             batch: dict[int, list[tuple[bytes, bytes | None, int]]] = {}
-            for message in self._restorer.consume(num_messages=BATCH_MAX, timeout=0.5):
+            for message in consume_batch(self._restorer, BATCH_MAX, 0.5):
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
