@@ -86,7 +86,8 @@ def _to_utc(value: datetime) -> datetime:
         raise ValueError(f"{value.isoformat()} has no UTC representation") from exc
 
 
-def _iso_utc(value: datetime) -> str:
+def iso_utc(value: datetime) -> str:
+    """An event time's wire form: ISO 8601 in UTC with ``Z`` (microseconds only when non-zero)."""
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
@@ -114,7 +115,7 @@ def _base64_text(value: bytes) -> str:
 EventTime = Annotated[
     AwareDatetime,
     AfterValidator(_to_utc),
-    PlainSerializer(_iso_utc, return_type=str, when_used="json"),
+    PlainSerializer(iso_utc, return_type=str, when_used="json"),
 ]
 """An event time: a zone-aware datetime normalised to UTC, serialised as ISO 8601 with ``Z``."""
 

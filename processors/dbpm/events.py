@@ -126,6 +126,12 @@ def _check_payload(task: str, kind: str, payload: Mapping[str, object]) -> None:
             raise BadEvent("field payload.'difficulty' must be a number in [0, 1]")
 
 
+def check_task(task: str, tasks: Collection[str] = (NER, RE, QA)) -> None:
+    """Raise :class:`BadEvent` unless ``task`` is one of ``tasks`` (the contract's three by default)."""
+    if task not in tasks:
+        raise BadEvent(f"unknown task {task!r} (expected one of {', '.join(sorted(tasks))})")
+
+
 def parse_event(obj: object, tasks: Collection[str] = (NER, RE, QA)) -> Event:
     """Validate one decoded JSON value as a contract event.
 
@@ -144,8 +150,7 @@ def parse_event(obj: object, tasks: Collection[str] = (NER, RE, QA)) -> Event:
         raise BadEvent(f"unknown kind {kind!r} (expected 'verdict' or 'gate')")
     _require_strings(obj, _KIND_FIELDS[kind], "")
     task = obj["task"]
-    if task not in tasks:
-        raise BadEvent(f"unknown task {task!r} (expected one of {', '.join(sorted(tasks))})")
+    check_task(task, tasks)
     payload = obj.get("payload")
     if not isinstance(payload, dict):
         raise BadEvent("missing field 'payload' (an object)")
