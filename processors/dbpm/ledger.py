@@ -34,10 +34,9 @@ time the caller gives: the Kafka runtime's is when the gate sent it). Expiry run
 deletes the records of its kind older than that boundary, so a record lives between the horizon and
 the horizon plus one step (default horizon 30 days, the verdict topic's retention: a copy older than
 that is no longer in the log to be re-delivered; a verdict that comes more than that after its
-candidate was sent is unknown). A duplicate
-arriving later than that after its original is applied again. A verdict's time is when it was
-judged (the verifier's clock), so a re-issued verdict is later than its original; it is recognised
-as long as the original's record lives, whatever its own time.
+candidate was sent is unknown). A duplicate arriving later than that after its original is applied
+again. A verdict's time is when it was judged (the verifier's clock), so a re-issued verdict is later
+than its original; it is recognised as long as the original's record lives, whatever its own time.
 
 Cost: two point lookups per verdict that names a candidate (its record, the expiry boundary), one
 more for its dispatch, two per dispatch, and one walk of an expiry index per step of event time that
@@ -107,14 +106,11 @@ class _ExpiringIds:
         """``candidate_id`` is recorded."""
         return kv.exists(self.member + candidate_id.encode())
 
-    def expire_before(self, kv: KeyValue, cutoff: float) -> int:
-        """Delete the ids recorded with event time before ``cutoff``; returns how many."""
-        removed = 0
+    def expire_before(self, kv: KeyValue, cutoff: float) -> None:
+        """Delete the ids recorded with a time before ``cutoff``."""
         for key, _ in list(kv.iter_range(self.expiry, self.expiry + order8(cutoff))):
             kv.delete(key)
             kv.delete(self.member + key[len(self.expiry) + _ORDER_SIZE :])
-            removed += 1
-        return removed
 
 
 _APPLIED = _ExpiringIds(b"V", b"E", b"Mledger")

@@ -57,9 +57,9 @@ def consume_batch(consumer: Consumer, limit: int, timeout_s: float) -> list[Mess
     ``timeout_s`` for the first, then takes only what is already fetched.
 
     librdkafka's batch read (``consume(num_messages, timeout)``) waits until the batch is full or the
-    whole timeout has passed, so a loop on it holds every record of a quiet moment for the timeout
-    (measured: one record waited out 50 ms and 500 ms timeouts in full); this returns as soon as the
-    first record is there, and still hands a busy loop whole batches.
+    whole timeout has passed, so a loop on it holds every record of a quiet moment for the whole
+    timeout; this returns as soon as the first record is there, and still hands a busy loop whole
+    batches.
     """
     first = consumer.poll(timeout_s)
     if first is None:

@@ -187,6 +187,12 @@ _ORIGIN_PARTITION = struct.Struct(">H")
 _ORIGIN = struct.Struct("<qI")
 
 
+def memory_key(task: str, sig: str) -> bytes:
+    """The record key of everything a memory partition reads about one record: ``task|signature``
+    (verdicts, propagations and dispatches of it share the key, so murmur2 sends them to one partition)."""
+    return f"{task}|{sig}".encode()
+
+
 def verdict_key(engine: DBPMEngine, event: VerdictEvent) -> bytes:
     """The record key of a verdict: ``task|signature`` of the memory record the verdict updates.
 
@@ -195,16 +201,16 @@ def verdict_key(engine: DBPMEngine, event: VerdictEvent) -> bytes:
     """
     verdict = effective_verdict(engine.config, event.task, event.verdict)
     error_class = event.payload.get("error_class") if event.task == QA and verdict != SUCCESS else None
-    return f"{event.task}|{signature(event.task, event.payload, error_class)}".encode()  # type: ignore[arg-type]
+    return memory_key(event.task, signature(event.task, event.payload, error_class))  # type: ignore[arg-type]
 
 
 def dispatch_keys(event: GateEvent) -> list[bytes]:
     """The keys of every verdict of a candidate the memory could learn, one per memory record it may
     update (:func:`verdict_key`): the candidate's signature, and for a QA candidate also the class
     pattern of each error class a failing verdict may carry."""
-    keys = [f"{event.task}|{signature(event.task, event.payload)}".encode()]
+    keys = [memory_key(event.task, signature(event.task, event.payload))]
     if event.task == QA:
-        keys += [f"{QA}|{signature(QA, event.payload, str(cls))}".encode() for cls in QaErrorClass]
+        keys += [memory_key(QA, signature(QA, event.payload, str(cls))) for cls in QaErrorClass]
     return list(dict.fromkeys(keys))
 
 
@@ -225,7 +231,7 @@ def propagation_key(propagation: Propagation) -> bytes:
 
     With the verdicts' partition count and murmur2, the target's memory partition consumes it.
     """
-    return f"{propagation.task}|{propagation.signature}".encode()
+    return memory_key(propagation.task, propagation.signature)
 
 
 def propagation_record(
@@ -334,9 +340,9 @@ def contract_event(model: Candidate | Verdict) -> GateEvent | VerdictEvent:
     """The engine's event for a decoded topic record (the replay contract's JSON object).
 
     A verdict is converted field by field: its model already holds what :func:`processors.dbpm.parse_event`
-    checks but the task (strings, a known verdict, the payload of its task), and the verdict is the
-    memory agent's per-record path, where dumping the model to JSON and parsing it again cost ~15% of
-    its CPU. The event is the one ``parse_event`` makes of the model's JSON.
+    checks but the task (strings, a known verdict, the payload of its task), and it is the memory
+    agent's per-record path, where a JSON round trip is the largest cost of the conversion. The event
+    is the one ``parse_event`` makes of the model's JSON.
 
     Raises:
         processors.dbpm.BadEvent: the record is valid Avro but not a valid DBPM event.
@@ -679,8 +685,8 @@ class MemoryHandler:
             return None
         days = self._engine.config.verdict_dedupe_horizon_s / _DAY_S
         return (
-            f"verdict of candidate {judged!r}, which no gate decided in the last {days:g} days of event "
-            f"time: no {DBPM_DISPATCHES} record of it reached this memory partition; a verdict must judge "
+            f"verdict of candidate {judged!r}, which no gate decided in the last {days:g} days: no "
+            f"{DBPM_DISPATCHES} record of it reached this memory partition; a verdict must judge "
             f"a candidate the gate decided (its memory would otherwise learn from outside the pipeline)"
         )
 

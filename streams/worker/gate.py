@@ -5,9 +5,9 @@ Why not a Faust agent (measured, ``docs/faust-runtime.md`` section 4): as an age
 hand-off, conductor, stream, ack, sensors, per-message producer buffer), against ~120 us for decode,
 gate and encode. The gate keeps no state of its own that must be written (its engine transaction is
 aborted), so it needs none of what Faust is for (tables, changelogs, standbys). This loop consumes
-candidates in batches
-(``consume(num_messages=...)``), decides them with the unchanged engine, produces the decisions in
-batches and commits the batch's offsets only after the broker acknowledged every output.
+candidates in batches (:func:`~streams.runtime.kafka_clients.consume_batch`), decides them with the
+unchanged engine, produces the decisions in batches and commits the batch's offsets only after the
+broker acknowledged every output.
 
 Topology::
 
