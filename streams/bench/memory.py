@@ -22,6 +22,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -61,8 +62,15 @@ def produce_verdicts(bootstrap: str, events: int) -> int:
     return count
 
 
-def memory_bench(bootstrap: str, workdir: Path, events: int, timeout_s: float = 1800.0) -> dict[str, Any]:
-    """Drain a verdict backlog with one memory worker, then restore its changelog; the figures."""
+def memory_bench(
+    bootstrap: str,
+    workdir: Path,
+    events: int,
+    env: Mapping[str, str] = COMPARISON_ENV,
+    timeout_s: float = 1800.0,
+) -> dict[str, Any]:
+    """Drain a verdict backlog with one memory worker configured by ``env``, then restore its
+    changelog; the figures."""
     settings = get_settings()
     ensure_topics(admin_client(bootstrap), build_catalog(settings.topic_partitions))
     app_id = f"clingate-membench-{uuid.uuid4().hex[:8]}"
@@ -70,7 +78,7 @@ def memory_bench(bootstrap: str, workdir: Path, events: int, timeout_s: float = 
     commit_end_offsets(bootstrap, group, list(MEMORY_INPUTS))
     verdicts = produce_verdicts(bootstrap, events)
     restored = f"{memory_changelog(app_id)} restored".encode()
-    worker = WorkerProcess(bootstrap, app_id, workdir / app_id, dict(COMPARISON_ENV), role="memory")
+    worker = WorkerProcess(bootstrap, app_id, workdir / app_id, dict(env), role="memory")
     worker.start(ready=restored)
     pid = worker.pid
     assert pid is not None

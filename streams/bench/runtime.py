@@ -1,7 +1,8 @@
 """``clingate bench runtime``: every clingate runtime side by side with Kafka's and Python's limits.
 
 One run on one broker (``KAFKA_BOOTSTRAP_SERVERS`` or ``clingate broker start``; use a scratch
-broker: the parts write real records), in this order, each part alone on the machine:
+broker: the parts write real records), in this order, each part alone on the machine, every worker in
+the production configuration but the replay's (:data:`PRODUCTION`):
 
 1. **Kafka's limit**: Apache Kafka's own ``ProducerPerformance`` and ``ConsumerPerformance`` (the
    broker's version, from its locked jars) on a fresh topic, records of :data:`RECORD_BYTES`. The
@@ -36,7 +37,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated
 
@@ -63,6 +64,10 @@ from topics.catalog import DBPM_VERDICTS, build_catalog
 RECORD_BYTES = 200
 #: What the gate's view is given to apply the memory's last groups before the gate is measured.
 VIEW_CATCH_UP_S = 2.0
+#: Worker settings of the parts that measure a runtime: the production configuration (nothing set).
+#: The replay part alone runs the comparison configuration, in which the in-process engine it is
+#: compared with decides the same.
+PRODUCTION: Mapping[str, str] = {}
 #: Records per transaction and per commit of the Python loop.
 LOOP_BATCH = 1000
 #: The figures ``--json`` always holds.
@@ -192,8 +197,10 @@ def python_loop(bootstrap: str, settings: Settings, records: int, transactional:
     return records / elapsed, cpu / records * 1e6
 
 
-def _worker(bootstrap: str, workdir: Path, app_id: str, role: str, ready: bytes) -> WorkerProcess:
-    worker = WorkerProcess(bootstrap, app_id, workdir / f"{app_id}-{role}", dict(COMPARISON_ENV), role=role)
+def _worker(
+    bootstrap: str, workdir: Path, app_id: str, role: str, ready: bytes, env: Mapping[str, str] = PRODUCTION
+) -> WorkerProcess:
+    worker = WorkerProcess(bootstrap, app_id, workdir / f"{app_id}-{role}", dict(env), role=role)
     worker.start(ready=ready)
     return worker
 
@@ -273,7 +280,7 @@ def replay_part(bootstrap: str, workdir: Path, events: int) -> dict[str, float]:
     in_process(engine, stream)
     in_process_s = time.perf_counter() - started
     commit_worker_end_offsets(bootstrap, app_id)
-    worker = _worker(bootstrap, workdir, app_id, "all", b"[^Worker]: Ready")
+    worker = _worker(bootstrap, workdir, app_id, "all", b"[^Worker]: Ready", COMPARISON_ENV)
     try:
         started = time.perf_counter()
         replay_via_kafka(bootstrap, stream, engine, make_serde(None), app_id, timeout_s=600.0)
@@ -321,7 +328,7 @@ def run_parts(
 
 
 def _memory_figures(bootstrap: str, workdir: Path, events: int) -> dict[str, float]:
-    found = memory.memory_bench(bootstrap, workdir, events)
+    found = memory.memory_bench(bootstrap, workdir, events, PRODUCTION)
     return {key: float(value) for key, value in found.items()}
 
 
