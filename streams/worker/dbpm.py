@@ -114,6 +114,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from heapq import merge
@@ -370,6 +371,9 @@ class PartitionWriter(Store):
         self._tables = tables
         self._partition = partition
         self.writes: dict[bytes, bytes | None] = {}
+        # The keys of :attr:`writes`, ascending: a range read slices them instead of scanning the
+        # batch's writes (maintenance walks its indexes in every event-time step a batch crosses).
+        self._keys: list[bytes] = []
 
     def get(self, key: bytes) -> bytes | None:
         """Latest value of ``key`` in this partition (this batch's commits first)."""
@@ -379,15 +383,23 @@ class PartitionWriter(Store):
 
     def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         """The partition's pairs in ``[start, end)``, this batch's commits merged, ascending."""
-        mine = {k: v for k, v in self.writes.items() if k >= start and (end is None or k < end)}
+        keys = self._keys
+        staged = keys[bisect_left(keys, start) : len(keys) if end is None else bisect_left(keys, end)]
+        mine = {k: self.writes[k] for k in staged}
         older = ((k, v) for k, v in self._tables.iter_range(self._partition, start, end) if k not in mine)
-        newer = ((k, v) for k, v in sorted(mine.items()) if v is not None)
+        newer = ((k, v) for k, v in mine.items() if v is not None)
         return merge(older, newer)  # type: ignore[arg-type]
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        """Stage ``key`` (``None``: deleted) in this batch's writes."""
+        if key not in self.writes:
+            insort(self._keys, key)
+        self.writes[key] = value
 
     def _apply(self, writes: dict[bytes, object]) -> None:
         # The transaction's deletions are its non-bytes sentinel.
         for key, value in writes.items():
-            self.writes[key] = value if isinstance(value, bytes) else None
+            self.put(key, value if isinstance(value, bytes) else None)
 
 
 class MergedView(Store):
@@ -550,9 +562,9 @@ class MemoryHandler:
         again = None if reread is None else (DBPM_VERDICTS, reread)
         if not changed:
             return TableBatch([], dead_letters, None, -1, again)
-        writer.writes[WATERMARK_KEY] = _TIME.pack(watermark)
+        writer.put(WATERMARK_KEY, _TIME.pack(watermark))
         if writer.get(CONFIG_KEY) != self._fingerprint:
-            writer.writes[CONFIG_KEY] = self._fingerprint
+            writer.put(CONFIG_KEY, self._fingerprint)
         return TableBatch(outputs, dead_letters, writer.writes, -1 if covered is None else covered, again)
 
     def register(self, writer: PartitionWriter, record: SourceRecord) -> DecodeFailed | None:
@@ -609,7 +621,7 @@ class MemoryHandler:
                 _, applied = self._engine.propagate(txn, propagation)
         except Exception as exc:  # a poison record must not stop the partition: DLQ, memory unchanged
             return processing_failed(record, exc, PropagationRecord.avro_name)
-        writer.writes[mark] = identity
+        writer.put(mark, identity)
         self._metrics.propagations.labels("applied" if applied else "stopped").inc()
         return True
 
