@@ -29,8 +29,8 @@ Durability (the runtime's side, :mod:`streams.worker.gate`): the join's state is
 candidates topic from the first candidate of each open narrative and of the memory (where verdicts
 settle candidates), both durable. :meth:`CoverageJoin.low_watermark` is the offset the runtime may
 commit at most: a restarted or rebalanced gate reads every open narrative again from its first
-candidate and rebuilds the state; the candidates it decides again are decided at least once, as every
-gate decision is.
+candidate and rebuilds the state, and :meth:`CoverageJoin.held_offsets` tells it which of the
+candidates read again still wait for their decision (the others have theirs committed).
 
 Pure: no I/O, no clock (``now`` is passed in), records are opaque values of the caller.
 """
@@ -177,6 +177,11 @@ class CoverageJoin(Generic[R]):
         for key in self._by_partition.get(partition, {}):
             return self._narratives[key].first_offset
         return None
+
+    def held_offsets(self, partition: int) -> list[int]:
+        """The offsets of the QA candidates of ``partition`` held now (their decisions are to come)."""
+        narratives = self._narratives
+        return [h.offset for key in self._by_partition.get(partition, {}) for h in narratives[key].held]
 
     def drop(self, partitions: Iterable[int]) -> None:
         """Forget the narratives of ``partitions`` (revoked, or rewound to be read again)."""

@@ -56,7 +56,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from processors.docs.arbiter import ArbiterConfig
@@ -67,12 +67,13 @@ from schemas.common import Stage
 from schemas.docs import ClassificationRequest, Review, ReviewPacket, ReviewStatus
 from schemas.serde import Serde
 from streams.groups.arbiter_calls import LlmCall, arbitrate
-from streams.groups.ordered import Handled, OrderedLoop, Output, consumer_config
+from streams.groups.ordered import Handled, OrderedLoop, Output, consumer_config, transactional_producer
 from streams.runtime.dlq import PRODUCER_LIMITS, DeadLetterRouter, DecodeFailed, SourceRecord, decode_record
 from streams.runtime.kafka_clients import consume_batch
 from streams.runtime.kafka_config import client_config
 from streams.runtime.logs import log_dead_letter
 from streams.runtime.metrics import DocsMetrics
+from streams.runtime.progress import ProgressLog
 from topics.catalog import (
     DOCS_CLASSIFICATIONS,
     DOCS_DISPOSITIONS,
@@ -327,12 +328,14 @@ async def run_worker(
     metrics = metrics or DocsMetrics(CollectorRegistry())
     config = consumer_config(bootstrap, group_id, session_timeout_s)
     consumer = Consumer({**config, **metrics.lag.client_config()})
-    producer = Producer(producer_config(bootstrap))
+    producer = transactional_producer(producer_config(bootstrap), group_id)
+    inputs = [DOCS_CLASSIFICATIONS, DOCS_REVIEWS]
+    progress = ProgressLog(bootstrap, group_id, inputs)
     packets = PacketFollower(bootstrap, serde)
     worker = DocsWorker(serde, packets, trap_rules, call, metrics)
     loop = OrderedLoop(
-        consumer, producer, DeadLetterRouter(producer, serde), [DOCS_CLASSIFICATIONS, DOCS_REVIEWS], worker,
-        max_in_flight, ClassificationRequest.avro_name, on_in_flight=metrics.in_flight.set,
+        consumer, producer, DeadLetterRouter(producer, serde), inputs, worker, max_in_flight,
+        ClassificationRequest.avro_name, progress, on_in_flight=metrics.in_flight.set,
         on_dead_letter=worker.dead_lettered,
     )  # fmt: skip
     if on_ready is not None:
@@ -342,5 +345,5 @@ async def run_worker(
     finally:
         consumer.close()
         packets.close()
-        producer.flush(30)
+        progress.close()
     return worker

@@ -53,18 +53,19 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer
 from prometheus_client import CollectorRegistry, start_http_server
 from pydantic import BaseModel
 
 from schemas.common import Stage
 from schemas.serde import Serde, make_serde
-from streams.groups.ordered import Handler, OrderedLoop, consumer_config
+from streams.groups.ordered import Handler, OrderedLoop, consumer_config, transactional_producer
 from streams.llm import CallType, ChatMessage, LlmClient, LlmFailed, LlmOk, Role
 from streams.llm.config import resolve_role
 from streams.runtime.dlq import PRODUCER_LIMITS, DeadLetterRouter, DecodeFailed, SourceRecord
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.metrics import LlmGroupMetrics
+from streams.runtime.progress import ProgressLog
 from streams.runtime.settings import Settings
 from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
@@ -129,17 +130,18 @@ async def run_loop(
 ) -> OrderedLoop:
     """Run one group member until ``stop`` is set; return its loop (counters) when it stopped."""
     consumer = Consumer(consumer_config(bootstrap, group_id, session_timeout_s))
-    producer = Producer(producer_config(bootstrap, **PRODUCER_LIMITS))
+    producer = transactional_producer(producer_config(bootstrap, **PRODUCER_LIMITS), group_id)
+    progress = ProgressLog(bootstrap, group_id, topics)
     gauge = metrics.in_flight.labels(group)
     loop = OrderedLoop(
         consumer, producer, DeadLetterRouter(producer, serde), topics, handler,
-        max_in_flight, expected_schema, on_in_flight=gauge.set,
+        max_in_flight, expected_schema, progress, on_in_flight=gauge.set,
     )  # fmt: skip
     try:
         await loop.run(stop)
     finally:
         consumer.close()
-        producer.flush(30)
+        progress.close()
     return loop
 
 

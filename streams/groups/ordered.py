@@ -14,18 +14,19 @@ input order. This loop gives them that, on one confluent-kafka consumer and one 
   long (measured: the verifier group at N = 1 reached half of N/L);
 * per input partition, outputs are produced strictly in input order: a finished record waits for every
   earlier record of its partition, so the outputs of one input key (one partition) keep their order;
-* an offset is committed only after the outputs of that record and of every earlier record of its
-  partition were acknowledged by the broker (``flush``, then an asynchronous commit: a commit lost in a
-  crash re-delivers, it never skips). A crash re-delivers the uncommitted records and their calls are
-  made again: delivery is at least once. Outputs are idempotent downstream: candidates carry
-  content-derived ids (consumers dedupe by candidate id), and verdicts carry their candidate's id,
-  so the memory applies one verdict per candidate and counts a re-published one in
-  ``clingate_dbpm_verdicts_duplicate_total`` (:mod:`processors.dbpm.ledger`, within its event-time
-  horizon). One case stays open: a re-issued call that judges differently *so that its verdict
-  updates another signature* (a QA FAIL with an error class updates the class pattern, a pass the
-  question's) lands on another memory partition, whose ledger has not seen the candidate, and is
-  applied there too. With greedy decoding a re-issued call repeats its answer; a transactional
-  producer (``send_offsets_to_transaction``) would close this case as well;
+* the finished heads of the partitions' queues are published together in one Kafka transaction
+  with the group's progress on each partition they advance (:class:`streams.runtime.progress.ProgressLog`,
+  ``<group>-progress``): outputs, dead letters and "done up to here" commit all or not at all. A
+  ``read_committed`` consumer (the memory, the gates' readers, downstream) therefore reads every
+  output once through SIGKILLs, rebalances and broker restarts: a member that gets a partition starts
+  where the last committed progress resumes, and the calls of records whose outputs were not committed
+  are made again (their outputs replace nothing: the aborted ones were never visible). So a re-issued
+  verifier call that judges differently cannot add a second verdict for its candidate. The group's
+  offsets are committed after each transaction for lag and tools; once every record read from a
+  partition is done they go to the consumer's position, past the transaction markers that follow (the
+  gate writes its outputs in transactions; an idle member commits positions that moved over markers
+  alone), so a drained input shows as consumed to its end. An aborted transaction stops the member
+  (:class:`OutputDeliveryError`); its partitions' next owner resumes from the progress;
 * a handler returns its outputs as data: records to produce and dead letters (:class:`DecodeFailed`
   values, routed by :class:`streams.runtime.dlq.DeadLetterRouter`, which waits for the acknowledgement); a
   handler that raises (a bug) dead-letters its record with stage ``process`` instead of crash-looping,
@@ -40,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -53,8 +55,15 @@ from streams.runtime.dlq import (
     oversized_output,
     processing_failed,
 )
-from streams.runtime.kafka_clients import produce_waiting
+from streams.runtime.kafka_clients import (
+    TRANSACTION_TIMEOUT_MS,
+    commit_transaction,
+    moved_past_markers,
+    positions,
+    produce_waiting,
+)
 from streams.runtime.kafka_config import client_config, liveness_config
+from streams.runtime.progress import Progress, ProgressLog
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +101,22 @@ def consumer_config(bootstrap: str, group_id: str, session_timeout_s: float) -> 
     })  # fmt: skip
 
 
+def transactional_producer(config: dict[str, object], group_id: str) -> Producer:
+    """The transactional producer of a member of ``group_id``, from producer settings ``config``.
+
+    Its transactional id is new at every start (a group member keeps no data directory), so an open
+    transaction of a SIGKILLed member is not fenced by its successor but aborted by the coordinator
+    after :data:`~streams.runtime.kafka_clients.TRANSACTION_TIMEOUT_MS`; ``read_committed`` readers of
+    its outputs wait that long.
+    """
+    producer = Producer({
+        **config, "transactional.id": f"{group_id}-{uuid.uuid4().hex[:12]}",
+        "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+    })  # fmt: skip
+    producer.init_transactions()
+    return producer
+
+
 @dataclass(frozen=True, slots=True)
 class Output:
     """One record to produce (bytes already encoded)."""
@@ -110,9 +135,9 @@ Handler = Callable[[SourceRecord], Handled | Awaitable[Handled]]
 
 
 class OutputDeliveryError(RuntimeError):
-    """An output was not acknowledged by the broker: the loop stops without committing its input.
+    """A batch's transaction was aborted (an output was not delivered): the loop stops.
 
-    Restart the group member; the uncommitted records are processed and published again.
+    Restart the group member; the records after the last committed progress are processed again.
     """
 
 
@@ -178,12 +203,13 @@ class OrderedLoop:
 
     Attributes:
         consumer: ``enable.auto.commit`` MUST be false; :meth:`run` subscribes it.
-        producer: idempotent, ``acks=all`` (e.g. :func:`streams.worker.dbpm.producer_config`).
+        producer: transactional (:func:`transactional_producer`).
         router: dead-letter router on ``producer``.
         topics: the input topics.
         handle: the per-record handler.
         max_in_flight: unfinished records at once (>= 1).
         expected_schema: Avro name of the input model, for dead letters of handler failures.
+        progress: the group's progress log (where each input partition's outputs are committed to).
         on_in_flight: called with the number of unfinished records after every step (a gauge).
         on_dead_letter: called with every dead letter the loop routes (a handler's or a handler
             failure's), right after it is handed to the router (to log and count it).
@@ -196,9 +222,12 @@ class OrderedLoop:
     handle: Handler
     max_in_flight: int
     expected_schema: str
+    progress: ProgressLog
     on_in_flight: Callable[[int], None] | None = None
     on_dead_letter: Callable[[DecodeFailed], None] | None = None
     queues: dict[tuple[str, int], deque[_Entry]] = field(default_factory=dict)
+    committed: dict[tuple[str, int], int] = field(default_factory=dict)
+    """The offsets this member committed last, per owned input partition."""
     waiting: deque[_Entry] = field(default_factory=deque)
     processed: int = 0
     _paused: bool = False
@@ -207,9 +236,21 @@ class OrderedLoop:
         """The unfinished records' tasks."""
         return [e.task for q in self.queues.values() for e in q if e.task is not None and not e.task.done()]
 
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Start each assigned partition where its last committed progress resumes (the group's committed
+        offset where it has none)."""
+        found = self.progress.read((tp.topic, tp.partition) for tp in partitions)
+        for tp in partitions:
+            done = found.get((tp.topic, tp.partition))
+            if done is not None:
+                tp.offset = done.resume
+                self.committed[(tp.topic, tp.partition)] = done.resume
+        consumer.assign(partitions)
+
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         revoked = {(tp.topic, tp.partition) for tp in partitions}
         for key in revoked:
+            self.committed.pop(key, None)
             for entry in self.queues.pop(key, deque()):
                 if entry.task is not None:
                     entry.task.cancel()
@@ -251,13 +292,18 @@ class OrderedLoop:
                         headers=list(output.headers), on_delivery=report)  # fmt: skip
 
     async def _publish_ready(self) -> int:
-        """Publish every finished head of queue in order, flush, commit; return partitions committed.
+        """Publish every finished head of queue in order with the progress it makes, in one transaction;
+        return the partitions committed.
 
-        The flush waits in a worker thread so the calls in flight keep being served meanwhile; nothing
+        The commit waits in a worker thread so the calls in flight keep being served meanwhile; nothing
         else produces during it (handlers return outputs, only this method produces them).
         """
+        if not any(queue and queue[0].done for queue in self.queues.values()):
+            return 0
         errors: list[KafkaError] = []
         commits: list[TopicPartition] = []
+        drained: dict[tuple[str, int], int] = {}
+        self.producer.begin_transaction()
         for (topic, partition), queue in self.queues.items():
             last = None
             while queue and queue[0].done:
@@ -271,18 +317,38 @@ class OrderedLoop:
                         self._produce(item, errors)
                 self.processed += 1
                 last = entry.record.offset
-            if last is not None:
+            if last is None:
+                continue
+            if queue:
                 commits.append(TopicPartition(topic, partition, last + 1))
-        if not commits:
-            return 0
-        remaining = await asyncio.to_thread(self.producer.flush, 30)
-        if errors or remaining:
-            detail = ", ".join(e.str() for e in errors) or f"{remaining} outputs unacknowledged after 30 s"
+            else:  # everything read is done: up to the position, past any transaction marker read
+                drained[(topic, partition)] = last + 1
+        if drained:
+            commits += positions(self.consumer, drained)
+        for tp in commits:
+            topic, key, value, partition = self.progress.record(
+                tp.topic, tp.partition, Progress(tp.offset, tp.offset)
+            )
+            produce_waiting(self.producer, topic, key=key, value=value, partition=partition)
+        if not await asyncio.to_thread(commit_transaction, self.producer, self.progress.group) or errors:
+            detail = ", ".join(e.str() for e in errors) or "the transaction was aborted"
             raise OutputDeliveryError(f"outputs not delivered ({detail}); input offsets not committed")
-        # Asynchronous: the outputs are already acknowledged, so waiting for the commit's round trip
-        # buys nothing; a commit lost in a crash only re-delivers records whose outputs are idempotent.
-        self.consumer.commit(offsets=commits, asynchronous=True)
+        self._commit(commits)
         return len(commits)
+
+    def _commit(self, offsets: list[TopicPartition]) -> None:
+        # Asynchronous: the progress committed with the outputs already says where each partition
+        # resumes; the group's offsets are for lag and tools.
+        self.consumer.commit(offsets=offsets, asynchronous=True)
+        for tp in offsets:
+            self.committed[(tp.topic, tp.partition)] = tp.offset
+
+    def _commit_markers(self) -> None:
+        """When nothing is read or in flight, commit positions that moved past transaction markers only
+        (the end of a transactional input is its last marker's offset + 1)."""
+        idle = not self.waiting and not any(self.queues.values())
+        if idle and (moved := moved_past_markers(self.consumer, self.committed)):
+            self._commit(moved)
 
     @property
     def _buffer(self) -> int:
@@ -301,7 +367,8 @@ class OrderedLoop:
             OutputDeliveryError: an output was not acknowledged (nothing further is committed).
             DeadLetterDeliveryError: a dead letter was not acknowledged.
         """
-        self.consumer.subscribe(list(self.topics), on_revoke=self._on_revoke)
+        self.consumer.subscribe(list(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                on_lost=self._on_revoke)  # fmt: skip
         loop = asyncio.get_running_loop()
         publish_at = 0.0
         try:
@@ -324,6 +391,7 @@ class OrderedLoop:
                     if tasks:
                         await asyncio.wait(tasks, timeout=IDLE_WAIT_S, return_when=asyncio.FIRST_COMPLETED)
                     else:
+                        self._commit_markers()
                         await asyncio.sleep(IDLE_WAIT_S)
         finally:
             for queue in self.queues.values():

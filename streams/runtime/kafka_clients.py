@@ -11,14 +11,32 @@ which only read settings stay quick to start.)
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from streams.runtime.kafka_config import client_config
+
+log = logging.getLogger(__name__)
+
+#: Bound of one ``commit_transaction`` call; a retriable timeout is retried.
+COMMIT_STEP_S = 10.0
+#: How long an open transaction of a dead member holds back ``read_committed`` readers of its
+#: topics before the coordinator aborts it. A batch's transaction lasts milliseconds; the broker's
+#: default (60 s) would stall the readers of a loop's outputs for a minute after every SIGKILL.
+TRANSACTION_TIMEOUT_MS = 10_000
 
 
 def reader(bootstrap: str, name: str, **overrides: object) -> Consumer:
@@ -52,6 +70,33 @@ def produce_waiting(producer: Producer, topic: str, **kwargs: Any) -> None:
             producer.poll(0.1)
 
 
+def abortable(exc: KafkaException) -> bool:
+    """The transaction must be aborted (and its batch done again); the producer stays usable."""
+    error = exc.args[0]
+    return isinstance(error, KafkaError) and error.txn_requires_abort()
+
+
+def commit_transaction(producer: Producer, name: str) -> bool:
+    """Commit ``producer``'s open transaction; False if it was aborted (the caller does the batch again).
+
+    Each call is bounded (:data:`COMMIT_STEP_S`); a retriable error (a coordinator that moves or loads
+    after a broker restart) is retried, as librdkafka prescribes; an abortable one aborts. Anything
+    else raises. ``name`` names the loop in the log.
+    """
+    while True:
+        try:
+            producer.commit_transaction(COMMIT_STEP_S)
+            return True
+        except KafkaException as exc:
+            if abortable(exc):
+                log.warning("%s: transaction aborted: %s", name, exc.args[0].str())
+                producer.abort_transaction()
+                return False
+            if not exc.args[0].retriable():
+                raise
+            log.info("%s: transaction commit retried: %s", name, exc.args[0].str())
+
+
 def consume_batch(consumer: Consumer, limit: int, timeout_s: float) -> list[Message]:
     """The records (and events: partition EOF, errors) ``consumer`` has, at most ``limit``: waits up to
     ``timeout_s`` for the first, then takes only what is already fetched.
@@ -65,6 +110,28 @@ def consume_batch(consumer: Consumer, limit: int, timeout_s: float) -> list[Mess
     if first is None:
         return []
     return [first, *consumer.consume(num_messages=limit - 1, timeout=0)] if limit > 1 else [first]
+
+
+def positions(consumer: Consumer, read: Mapping[tuple[str, int], int]) -> list[TopicPartition]:
+    """The offsets to commit for partitions read up to ``read[(topic, partition)]`` (the next offset):
+    the consumer's position where it is further, past the transaction markers that follow the last
+    record read. A transactional input's end is its last marker's offset + 1, so committing the last
+    record's offset + 1 would never show the end consumed."""
+    wanted = [TopicPartition(t, p) for t, p in read]
+    return [
+        TopicPartition(tp.topic, tp.partition, max(tp.offset, read[(tp.topic, tp.partition)]))
+        for tp in consumer.position(wanted)
+    ]
+
+
+def moved_past_markers(consumer: Consumer, committed: Mapping[tuple[str, int], int]) -> list[TopicPartition]:
+    """The assigned partitions of ``committed`` (what the caller committed last) whose position moved
+    further without a record to process: only transaction markers were read. An idle loop commits them."""
+    return [
+        tp
+        for tp in consumer.position(consumer.assignment())
+        if (tp.topic, tp.partition) in committed and tp.offset > committed[(tp.topic, tp.partition)]
+    ]
 
 
 def partitions(client: Consumer, topic: str, timeout_s: float = 30.0) -> list[int]:
@@ -82,10 +149,18 @@ def partitions(client: Consumer, topic: str, timeout_s: float = 30.0) -> list[in
 
 def end_offset(client: Consumer, topic: str, partition: int, timeout_s: float = 30.0) -> int:
     """The end offset of a partition, waiting out a leader election (fresh topic, broker restart)."""
+    return watermark_offsets(client, topic, partition, timeout_s)[1]
+
+
+def watermark_offsets(
+    client: Consumer, topic: str, partition: int, timeout_s: float = 30.0
+) -> tuple[int, int]:
+    """The first and the end offset of a partition, waiting out a leader election (fresh topic, broker
+    restart)."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return client.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)[1]
+            return client.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
         except KafkaException:
             # NOT_LEADER / LEADER_NOT_AVAILABLE while a partition gets its leader; librdkafka does
             # not mark them retriable here, so every error is retried until the deadline.

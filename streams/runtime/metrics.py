@@ -344,6 +344,12 @@ class DbpmMetrics:
             "guard, or duplicate (a re-sent copy, skipped) at the target's partition.",
             ["outcome"], registry=registry,
         )  # fmt: skip
+        self.gate_redelivered = Counter(
+            "clingate_dbpm_gate_redelivered",
+            "Candidates a gate read again (after a restart, a rebalance or an aborted batch) whose decisions "
+            "were committed before: they rebuild the NER-coverage join, nothing is sent for them.",
+            registry=registry,
+        )
         self.barrier_timeouts = Counter(
             "clingate_dbpm_barrier_timeouts", "Gates decided before the memory reached their event time.",
             registry=registry,

@@ -6,25 +6,26 @@ hand-off, conductor, stream, ack, sensors, per-message producer buffer), against
 gate and encode. The gate keeps no state of its own that must be written (its engine transaction is
 aborted), so it needs none of what Faust is for (tables, changelogs, standbys). This loop consumes
 candidates in batches (:func:`~streams.runtime.kafka_clients.consume_batch`), decides them with the
-unchanged engine, produces the decisions in batches and commits the batch's offsets only after the
-broker acknowledged every output.
+unchanged engine and commits a batch's outputs, dead letters and progress in one Kafka transaction.
 
 Topology::
 
     <app>-dbpm-memory-changelog --(every partition, no group)--> MemoryFollower (RocksDB per partition)
                                                                       | MergedView: the whole memory
     clingate.dbpm.candidates --(group <app>-gate, batches)--> GateLoop -+-> clingate.dbpm.dispatches
-                                                                        |   (acknowledged first)
-                                                                        +-> clingate.dbpm.decisions
-                                                                        +-> clingate.dbpm.to-verify
+                                                   one transaction      +-> clingate.dbpm.decisions
+                                                   per batch            +-> clingate.dbpm.to-verify
                                                                         |   (ALLOW, DOWNGRADE)
-                                                                        '-> clingate.dbpm.verdicts
-                                                                            (the Filter's, on violations)
+                                                                        +-> clingate.dbpm.verdicts
+                                                                        |   (the Filter's, on violations)
+                                                                        +-> clingate.dbpm.candidates.dlq
+                                                                        '-> <app>-gate-progress
 
 Each live candidate decided is also sent as a dispatch record to every memory partition a verdict of
-it can update (:func:`streams.worker.dbpm.dispatch_outputs`), and the batch's dispatches are
-acknowledged before its other outputs are sent: the memory learns a live verdict only of a
-candidate it knows was decided (:mod:`streams.worker.dbpm`, consistency model).
+it can update (:func:`streams.worker.dbpm.dispatch_outputs`), in the transaction of its decision: a
+``read_committed`` reader (the verifier, the memory) sees the dispatch no later than the to-verify
+record, so the memory learns a live verdict only of a candidate it knows was decided
+(:mod:`streams.worker.dbpm`, consistency model).
 
 The Ontology-Violation Filter (paper §4.7, Eq. 6) runs here, on every relation candidate the gate
 decides: a violating triple is published as a ``rule_based`` ``hard_fail`` verdict
@@ -61,19 +62,25 @@ Consistency model of the gate (the memory side is in :mod:`streams.worker.dbpm`)
   ``barrier_timeout`` is in the provenance). Live candidates never wait.
 * May race: a gate and verdicts published after its candidate; a gate and a memory group still in
   flight to this follower (the view lags the memory writer by the changelog round trip).
-* Delivery, at least once with identical outputs: offsets are committed only after ``flush()``
-  returned with every dispatch, decision and to-verify record acknowledged. A crash, a SIGKILL or a
-  rebalance between the produce and the commit re-delivers the candidates, which are decided again
-  against a view that may only have grown; without new verdicts in between the bytes are the same.
-  Consumers dedupe by ``candidate_id``. A failed delivery rewinds the batch's partitions to their
-  first offset and decides them again (nothing is committed past an unacknowledged output).
+* Delivery, exactly once as a ``read_committed`` consumer sees it: a batch's dispatches, decisions,
+  to-verify records, Filter verdicts and dead letters are committed in one transaction with the
+  gate's progress on each candidates partition it read (:mod:`streams.runtime.progress`: where reading
+  resumes, how far it read, which QA candidates the coverage join still holds). A member that gets a
+  partition (after a SIGKILL, a rebalance or a clean stop) starts where the last committed progress
+  resumes and sends nothing for the candidates that progress covers: it reads them only to rebuild
+  the coverage join (``clingate_dbpm_gate_redelivered_total``). A transaction that fails is aborted,
+  and the loop rewinds to the last committed progress. The group's offsets follow the progress
+  (committed after each transaction) for lag and tools; the progress decides where reading starts.
+  Zombies are fenced as in the memory loop (:mod:`streams.worker.tableloop`): a restarted member's
+  stable transactional id fences its predecessor's open transaction, and a member that lost its
+  partitions learns it at its next ``consume``.
 * Bad records (undecodable, or valid Avro that is not a DBPM event) go to
-  ``clingate.dbpm.candidates.dlq`` and are acknowledged there before the batch is committed; so does a
-  candidate whose decision would not fit the decisions topic (stage ``produce``: a decision holds its
-  candidate, so a candidate near the topic's limit cannot have one).
+  ``clingate.dbpm.candidates.dlq`` in the batch's transaction; so does a candidate whose decision
+  would not fit the decisions topic (stage ``produce``: a decision holds its candidate, so a candidate
+  near the topic's limit cannot have one).
 * Stopping never waits out a barrier: a candidate still at its barrier when the loop is stopped
-  abandons its batch (outputs not yet sent are purged, nothing of the batch is committed) and the
-  group's next owner decides it. Deciding it as timed out would publish a ``barrier_timeout``
+  abandons its batch (no transaction is open yet: nothing of the batch is sent) and the group's next
+  owner decides it. Deciding it as timed out would publish a ``barrier_timeout``
   decision a replay does not make; waiting held a SIGTERMed worker for a barrier timeout per
   candidate of the batch (its process was SIGKILLed after a minute).
 
@@ -93,12 +100,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
 from prometheus_client import Gauge
 
 from processors.dbpm import BLOCK, DBPMConfig, DBPMEngine, GateEvent, GateRuling
 from processors.dbpm.config import NER, QA
-from processors.dbpm.coverage import CoverageJoin, Release
+from processors.dbpm.coverage import CoverageJoin, NarrativeKey, Release
 from processors.dbpm.ledger import dispatch_key, judged_candidate, seen_key
 from processors.dbpm.memory import Memory
 from processors.dbpm.ontology import filter_verdict, type_pair
@@ -109,17 +116,24 @@ from state.rocksdb import RocksDBStore
 from streams.groups.ordered import Output
 from streams.runtime.dlq import (
     PRODUCER_LIMITS,
-    DeadLetterDeliveryError,
-    DeadLetterRouter,
     DecodeFailed,
     SourceRecord,
+    dead_letter_record,
     oversized_output,
     processing_failed,
 )
-from streams.runtime.kafka_clients import consume_batch
+from streams.runtime.kafka_clients import (
+    TRANSACTION_TIMEOUT_MS,
+    abortable,
+    commit_transaction,
+    consume_batch,
+    moved_past_markers,
+    positions,
+)
 from streams.runtime.kafka_config import client_config, liveness_config
 from streams.runtime.logs import log_dead_letter
 from streams.runtime.metrics import DbpmMetrics
+from streams.runtime.progress import Progress, ProgressLog, advanced
 from streams.runtime.settings import Settings
 from streams.worker.dbpm import (
     BARRIER_HEADER,
@@ -133,6 +147,7 @@ from streams.worker.dbpm import (
     producer_config,
     verdict_key,
 )
+from streams.worker.tableloop import transactional_id
 from streams.worker.tablestore import BOUNDARY_KEY, ChangelogFollower
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_TO_VERIFY, DBPM_VERDICTS
 
@@ -250,7 +265,7 @@ class DecidedCandidate:
     """The Ontology-Violation Filter's verdict on the candidate, when its triple violates."""
     dispatches: tuple[Output, ...] = ()
     """What tells the memory partitions its verdicts can reach that the candidate was decided; sent
-    and acknowledged before :meth:`outputs`, so the candidate is known before it can be judged."""
+    in the transaction of :meth:`outputs`, ahead of them: the candidate is known before it can be judged."""
 
     @property
     def task(self) -> str:
@@ -432,14 +447,16 @@ class _Stopping(Exception):
 
 
 class GateLoop:
-    """The gate consumer: candidates in, decisions and to-verify records out, commits after acks.
+    """The gate consumer: candidates in; dispatches, decisions, to-verify records, the Filter's verdicts,
+    dead letters and the gate's progress out, in one Kafka transaction per batch.
 
     Args:
         bootstrap: Kafka bootstrap servers.
-        app_id: the workers' application id (:func:`gate_group`, the memory changelog).
+        app_id: the workers' application id (:func:`gate_group`, the memory changelog, the progress topic).
         engine: the worker's engine (the gate only decides with it).
         serde: the process's serde.
         follower: the memory view (the loop owns it and closes it when it stops).
+        directory: where the loop keeps its transactional id (the process MUST own it).
         barrier_timeout_s: see :attr:`streams.runtime.settings.Settings.dbpm_barrier_timeout_s`.
         session_timeout_s: the group's session timeout.
         metrics: where decisions, latencies, lag and dead letters are counted.
@@ -454,42 +471,46 @@ class GateLoop:
         engine: DBPMEngine,
         serde: Serde,
         follower: MemoryFollower,
+        directory: Path,
         barrier_timeout_s: float,
         session_timeout_s: float,
         metrics: DbpmMetrics,
         coverage_wait_s: float = 0.0,
     ) -> None:
         self._gate = Gate(engine, serde, follower.view, metrics)
+        self._serde = serde
         self._follower = follower
         self._join: CoverageJoin[Pending] | None = CoverageJoin(coverage_wait_s) if coverage_wait_s else None
         follower.track_judged = self._join is not None
         self._barrier_timeout_s = barrier_timeout_s
         self._metrics = metrics
+        self._name = gate_group(app_id)
+        self._progress_log = ProgressLog(bootstrap, self._name, [DBPM_CANDIDATES])
         self._consumer = Consumer(client_config(bootstrap, **{
-            "group.id": gate_group(app_id), "enable.auto.commit": False,
+            "group.id": self._name, "enable.auto.commit": False,
             "auto.offset.reset": "earliest", "enable.partition.eof": False,
             **liveness_config(session_timeout_s),
         }))  # fmt: skip
-        # Decisions leave in batches: 2 ms linger is enough to fill them, flush() sends at once.
-        # Delivery reports for failures only: a Python callback per acknowledged record was a
-        # measurable share of the gate's CPU.
-        self._failures: list[KafkaError] = []
-        # It admits decisions as large as the decisions topic does (librdkafka's own limit is ~1 MB:
-        # a 2 MB candidate's decision raised in produce() and stopped the gate).
+        # Decisions leave in batches: 2 ms linger is enough to fill them, the commit sends at once. It
+        # admits decisions as large as the decisions topic does (librdkafka's own limit is ~1 MB: a
+        # 2 MB candidate's decision raised in produce() and stopped the gate).
         self._producer = Producer(producer_config(bootstrap, **{
+            "transactional.id": transactional_id(directory, self._name),
+            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
             "linger.ms": 2, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
-            "delivery.report.only.error": True, **PRODUCER_LIMITS,
-            "on_delivery": lambda error, _message: self._failures.append(error),
+            **PRODUCER_LIMITS,
         }))  # fmt: skip
-        # Dead letters have their own producer: the router waits for each one's success report.
-        self._dead_letters = DeadLetterRouter(Producer(producer_config(bootstrap, **PRODUCER_LIMITS)), serde)
+        self._producer.init_transactions()
         self._lag: dict[int, int] = {}
-        self._committed: dict[int, int] = {}  # partition -> next offset, of partitions we own
+        self._progress: dict[int, Progress] = {}  # partition -> last committed progress (owned partitions)
+        self._committed: dict[int, int] = {}  # partition -> group offset committed (that progress's resume)
         self._position: dict[int, int] = {}  # partition -> next offset to decide
         self._started: dict[int, int] = {}  # partition -> first offset read since it was assigned
         self._config_watch = ConfigWatch(engine.config.fingerprint(), app_id, metrics.config_mismatch)
         self._stop = threading.Event()  # run()'s, once it runs
-        self._consumer.subscribe([DBPM_CANDIDATES], on_revoke=self._on_revoke)
+        self._consumer.subscribe(
+            [DBPM_CANDIDATES], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
+        )
 
     @property
     def view(self) -> MergedView:
@@ -516,15 +537,17 @@ class GateLoop:
                     self.check_config()
                 if batch or (self._join is not None and len(self._join)):
                     self.decide(batch)
-            # A clean stop: make the last (asynchronous) commit durable before leaving the group,
-            # or the next owner decides the last batch again.
+                else:
+                    self._commit_markers()
+            # A clean stop: make the last (asynchronous) offset commit durable before leaving the group
+            # (the progress already is; the group's offsets are what lag and tools read).
             if self._committed:
                 self._consumer.commit(offsets=[
                     TopicPartition(DBPM_CANDIDATES, p, o) for p, o in self._committed.items()
                 ], asynchronous=False)  # fmt: skip
         finally:
             self._consumer.close()
-            self._producer.flush(30)
+            self._progress_log.close()
             self._follower.close()
 
     def check_config(self) -> None:
@@ -532,35 +555,33 @@ class GateLoop:
         self._config_watch.observe(self._follower.configs())
 
     def decide(self, messages: list[Message]) -> None:
-        """Decide one batch and what the coverage join releases, produce the outputs, and commit once
-        every output is acknowledged (never past a candidate the join may still need read again).
+        """Decide one batch and what the coverage join releases, then commit the outputs, dead letters
+        and progress in one transaction (never resuming past a candidate the join may need read again).
 
-        The batch's dispatches are acknowledged before its decisions, to-verify records and Filter
-        verdicts are sent: a candidate is known to the memory before anything can judge it."""
+        Candidates whose decisions an earlier transaction committed (read again after a restart, a
+        rebalance or an aborted batch) only rebuild the coverage join: nothing is sent for them."""
         started = time.perf_counter()
         decided: list[DecidedCandidate] = []
+        failed: list[DecodeFailed] = []
         last: dict[int, int] = {}
         try:
             for out in self._decisions(messages, last):
-                if isinstance(out, DecodeFailed):
-                    self._dead_letter(out)
-                else:
-                    decided.append(out)
-        except (DeadLetterDeliveryError, BufferError) as exc:
-            self._rewind(str(exc))
-            return
+                (failed if isinstance(out, DecodeFailed) else decided).append(out)
         except _Stopping:
             log.info("stopping at a barrier: %d candidates left to the group's next owner", len(messages))
             return
-        for outputs in (
-            [dispatch for out in decided for dispatch in out.dispatches],
-            [output for out in decided for output in out.outputs()],
-        ):
-            if (failed := self._deliver(outputs)) is not None:
-                self._rewind(failed)
-                return
-        self._commit()
+        if last:  # past the transaction markers after the batch's last records (a generator's commits)
+            read = {(DBPM_CANDIDATES, p): self._position[p] for p in last}
+            self._position.update((tp.partition, tp.offset) for tp in positions(self._consumer, read))
+        progress = self._next_progress()
+        if not self._commit(decided, failed, progress):
+            self._rewind()
+            return
+        self._progress.update(progress)
+        self._commit_offsets(progress)
         elapsed = time.perf_counter() - started
+        for out in failed:
+            self._gate.dead_lettered(out)
         for (task, decision), count in Counter((out.task, out.decision) for out in decided).items():
             self._metrics.decisions.labels(task, decision).inc(count)
         for pair, count in Counter(out.violated_pair() for out in decided).items():
@@ -580,8 +601,9 @@ class GateLoop:
         self, messages: list[Message], last: dict[int, int]
     ) -> Iterator[DecidedCandidate | DecodeFailed]:
         """The decisions of a batch's candidates (QA candidates held by the coverage join yield
-        nothing yet), then those of the held candidates the join releases now; ``last`` gets the last
-        offset read per partition."""
+        nothing yet, candidates decided before only rebuild the join), then those of the held candidates
+        the join releases now; ``last`` gets the last offset read per partition."""
+        redelivered = 0
         for message in messages:
             if message.error() is not None:
                 log.warning("candidates consumer: %s", message.error())
@@ -590,9 +612,15 @@ class GateLoop:
             self._started.setdefault(partition, offset)
             last[partition] = offset
             self._position[partition] = offset + 1
-            out = self._take(SourceRecord.from_message(message))
-            if out is not None:
+            record = SourceRecord.from_message(message)
+            done = self._progress.get(partition)
+            if done is not None and done.done(offset):
+                redelivered += 1
+                self._rebuild(record)
+            elif (out := self._take(record)) is not None:
                 yield out
+        if redelivered:
+            self._metrics.gate_redelivered.inc(redelivered)
         if self._join is None:
             return
         for candidate_id in self._follower.judged():
@@ -625,48 +653,111 @@ class GateLoop:
         if candidate.task != NER or not isinstance(out, DecidedCandidate):
             join.other(key, record.partition, record.offset, now)
             return out
-        let_through = out.decision != BLOCK
+        self._joined_ner(key, record, candidate, out.decision != BLOCK, now)
+        return out
+
+    def _rebuild(self, record: SourceRecord) -> None:
+        """A candidate whose decision is committed, read again: what it told the coverage join, told again
+        (an NER candidate decided again on the view to know whether it is pending; QA candidates, whose
+        release is committed, and dead letters tell nothing)."""
+        join = self._join
+        if join is None or is_replayed(record):
+            return
+        decoded = self._gate.decode(record)
+        if isinstance(decoded, DecodeFailed):
+            return
+        candidate, event = decoded
+        if candidate.document_ts is None or candidate.task == QA:
+            return
+        key = (candidate.patient_id, candidate.document_ts.timestamp())
+        now = time.monotonic()
+        if candidate.task != NER:
+            join.other(key, record.partition, record.offset, now)
+            return
+        try:
+            let_through = self._gate.decide(candidate, event).decision != BLOCK
+        except Exception:  # dead-lettered when it was first read: it opens the narrative, nothing pending
+            join.other(key, record.partition, record.offset, now)
+            return
+        self._joined_ner(key, record, candidate, let_through, now)
+
+    def _joined_ner(
+        self, key: NarrativeKey, record: SourceRecord, candidate: Candidate, let_through: bool, now: float
+    ) -> None:
+        """Tell the join an NER candidate was decided (pending unless BLOCKed or judged already)."""
+        join = self._join
+        assert join is not None
         join.ner(key, record.partition, record.offset, candidate.candidate_id, let_through, now)
         if let_through and self._follower.was_judged(candidate.candidate_id):
             join.settle(candidate.candidate_id)  # read again after a restart: its verdict is applied
-        return out
 
-    def _deliver(self, outputs: list[Output]) -> str | None:
-        """Produce ``outputs`` and wait until each is acknowledged; why not, if one was not."""
-        failures = self._failures
-        failures.clear()
-        produce = self._producer.produce
-        try:
-            for output in outputs:
-                produce(output.topic, output.value, output.key)
-        except BufferError as exc:
-            return str(exc)
-        remaining = self._producer.flush(30)
-        if failures or remaining:
-            return failures[0].str() if failures else f"{remaining} outputs still queued"
-        return None
-
-    def _commit(self) -> None:
-        """Commit every owned partition up to what was decided, held back to the first candidate of
-        any narrative the coverage join still has open (read again after a restart)."""
-        targets: dict[int, int] = {}
+    def _next_progress(self) -> dict[int, Progress]:
+        """The progress of every owned partition that moved: resumed no later than the first candidate of
+        a narrative the coverage join still has open, its held QA candidates named (:func:`advanced`)."""
+        moved: dict[int, Progress] = {}
+        join = self._join
         for partition, position in self._position.items():
-            low = None if self._join is None else self._join.low_watermark(partition)
-            target = position if low is None else min(position, low)
-            if self._committed.get(partition) != target:
-                targets[partition] = target
+            low = None if join is None else join.low_watermark(partition)
+            held = () if join is None or low is None else join.held_offsets(partition)
+            last = self._progress.get(partition)
+            progress = advanced(last, position, low, held)
+            if last != progress:
+                moved[partition] = progress
+        return moved
+
+    def _commit(
+        self, decided: list[DecidedCandidate], failed: list[DecodeFailed], progress: dict[int, Progress]
+    ) -> bool:
+        """Produce the batch's records and commit them in one transaction; False if it was aborted.
+
+        Dispatches go first: a ``read_committed`` reader sees none of the batch before the commit, and
+        then the dispatch of every candidate the batch sends to be verified."""
+        producer = self._producer
+        producer.begin_transaction()
+        try:
+            for letter in failed:
+                out = dead_letter_record(self._serde, letter)
+                producer.produce(out.topic, out.value, out.key, headers=out.headers)
+            for decision in decided:
+                for output in decision.dispatches:
+                    producer.produce(output.topic, output.value, output.key)
+            for decision in decided:
+                for output in decision.outputs():
+                    producer.produce(output.topic, output.value, output.key)
+            for partition, done in progress.items():
+                topic, key, value, at = self._progress_log.record(DBPM_CANDIDATES, partition, done)
+                producer.produce(topic, value, key, partition=at)
+        except (KafkaException, BufferError) as exc:
+            if isinstance(exc, KafkaException) and not abortable(exc):
+                raise
+            log.warning("%s: a batch was not produced (%s); it is decided again", self._name, exc)
+            producer.abort_transaction()
+            return False
+        return commit_transaction(producer, self._name)
+
+    def _commit_offsets(self, progress: dict[int, Progress]) -> None:
+        """Commit the group's offsets to the progress just committed (asynchronously: the progress
+        records already say where each partition resumes; these are for lag and tools)."""
+        targets = {p: done.resume for p, done in progress.items() if self._committed.get(p) != done.resume}
         if targets:
             self._committed.update(targets)
             self._consumer.commit(
                 offsets=[TopicPartition(DBPM_CANDIDATES, p, o) for p, o in targets.items()], asynchronous=True
             )
 
-    def _rewind(self, reason: str) -> None:
-        """Seek every owned partition back to its committed offset and forget the join's state: what
-        was not committed is decided again (the join rebuilds from it)."""
-        log.error("gate outputs not delivered (%s); deciding again from the committed offsets", reason)
+    def _commit_markers(self) -> None:
+        """When idle, commit the group's offsets that moved past transaction markers only."""
+        committed = {(DBPM_CANDIDATES, p): o for p, o in self._committed.items()}
+        if moved := moved_past_markers(self._consumer, committed):
+            self._consumer.commit(offsets=moved, asynchronous=True)
+            self._committed.update((tp.partition, tp.offset) for tp in moved)
+
+    def _rewind(self) -> None:
+        """Seek every owned partition back to where its last committed progress resumes and forget the
+        join's state: what was not committed is decided again (the join rebuilds from it)."""
         for partition, position in self._position.items():
-            offset = self._committed.get(partition, self._started.get(partition, position))
+            done = self._progress.get(partition)
+            offset = done.resume if done is not None else self._started.get(partition, position)
             self._consumer.seek(TopicPartition(DBPM_CANDIDATES, partition, offset))
             self._position[partition] = offset
         if self._join is not None:
@@ -691,14 +782,23 @@ class GateLoop:
                 self._follower.poll(0.001)
         return False
 
-    def _dead_letter(self, failed: DecodeFailed) -> None:
-        self._dead_letters.send(failed)
-        self._gate.dead_lettered(failed)
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Start each assigned partition where its last committed progress resumes (the group's committed
+        offset where it has none: a new app, or one whose gate never committed a batch)."""
+        found = self._progress_log.read((tp.topic, tp.partition) for tp in partitions)
+        for tp in partitions:
+            done = found.get((tp.topic, tp.partition))
+            if done is not None:
+                tp.offset = done.resume
+                self._progress[tp.partition] = done
+                self._committed[tp.partition] = done.resume
+        consumer.assign(partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # Batches are committed before the next consume, so nothing of ours is in flight here.
+        # Each batch is committed or aborted before the next consume: no transaction is open here.
         for tp in partitions:
             self._lag.pop(tp.partition, None)
+            self._progress.pop(tp.partition, None)
             self._committed.pop(tp.partition, None)
             self._position.pop(tp.partition, None)
             self._started.pop(tp.partition, None)
@@ -741,7 +841,8 @@ def decision_record(
 
 
 def build_gate(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> GateLoop:
-    """The gate loop of a worker and its memory view (``<worker datadir>/gate-view``), from settings."""
+    """The gate loop of a worker, its memory view (``<worker datadir>/gate-view``) and its transactional
+    id (``<worker datadir>/gate``), from settings."""
     from streams.worker.dbpm import dbpm_engine
 
     engine = dbpm_engine(settings)
@@ -750,6 +851,6 @@ def build_gate(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> Gate
     )
     return GateLoop(
         bootstrap, settings.app_id, engine, make_serde(settings.schema_registry_url), follower,
-        settings.dbpm_barrier_timeout_s, settings.consumer_session_timeout_s, metrics,
-        settings.dbpm_coverage_wait_s,
+        settings.worker_dir / "gate", settings.dbpm_barrier_timeout_s, settings.consumer_session_timeout_s,
+        metrics, settings.dbpm_coverage_wait_s,
     )  # fmt: skip

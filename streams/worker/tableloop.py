@@ -35,7 +35,8 @@ changelog from the local store's offset to the last stable offset (librdkafka's 
 ``read_committed``) and applies the complete groups in bulk: a worker restarted on its data directory
 reads only the tail, a new host the whole (compacted) changelog. Records of an open transaction of a
 dead member are past the last stable offset: they are aborted when the transaction times out
-(:data:`TRANSACTION_TIMEOUT_MS`) or a restart of that member fences it, and never applied.
+(:data:`~streams.runtime.kafka_clients.TRANSACTION_TIMEOUT_MS`) or a restart of that member fences
+it, and never applied.
 
 Failures. An abortable transaction error (a broker lost the batch) aborts the transaction and rewinds
 the batch's partitions to their first offsets: nothing of the batch happened, the local store is
@@ -65,7 +66,15 @@ from confluent_kafka import (
 from schemas.serde import Serde
 from state.rocksdb import RocksDBStore
 from streams.runtime.dlq import PRODUCER_LIMITS, SourceRecord, dead_letter_record
-from streams.runtime.kafka_clients import consume_batch
+from streams.runtime.kafka_clients import (
+    COMMIT_STEP_S,
+    TRANSACTION_TIMEOUT_MS,
+    abortable,
+    commit_transaction,
+    consume_batch,
+    moved_past_markers,
+    positions,
+)
 from streams.runtime.kafka_config import client_config, liveness_config
 from streams.worker.dbpm import producer_config
 from streams.worker.tablestore import (
@@ -82,12 +91,6 @@ log = logging.getLogger(__name__)
 BATCH_MAX = 5000
 #: Longest wait for a batch's first record (:func:`~streams.runtime.kafka_clients.consume_batch`).
 POLL_S = 0.05
-#: Bound of one ``commit_transaction`` call; a retriable timeout is retried.
-COMMIT_STEP_S = 10.0
-#: How long an open transaction of a dead member holds back ``read_committed`` readers of its
-#: topics before the coordinator aborts it. A batch's transaction lasts milliseconds; the broker's
-#: default (60 s) would stall the gates' view of the memory for a minute after every SIGKILL.
-TRANSACTION_TIMEOUT_MS = 10_000
 
 
 def transactional_id(directory: Path, prefix: str) -> str:
@@ -218,16 +221,16 @@ class TableLoop:
         """Apply one batch and commit it with its outputs, dead letters, changelog groups and offsets."""
         by_partition: dict[int, list[SourceRecord]] = {}
         first: dict[tuple[str, int], int] = {}
-        positions: dict[tuple[str, int], int] = {}
+        read: dict[tuple[str, int], int] = {}
         for message in messages:
             if message.error() is not None:
                 log.warning("%s consumer: %s", self.group, message.error())
                 continue
             topic, partition, offset = message.topic(), message.partition(), message.offset()
             first.setdefault((topic, partition), offset)
-            positions[(topic, partition)] = offset + 1
+            read[(topic, partition)] = offset + 1
             by_partition.setdefault(partition, []).append(SourceRecord.from_message(message))
-        if not positions:
+        if not read:
             return
         boundaries: dict[int, int] = {}
         groups: dict[int, list[tuple[bytes, bytes | None]]] = {}
@@ -267,12 +270,12 @@ class TableLoop:
             if failures:
                 raise KafkaException(failures[0])
         except KafkaException as exc:
-            if not _abortable(exc):
+            if not abortable(exc):
                 raise
             producer.abort_transaction()
             committed = False
         else:
-            committed = self._commit()
+            committed = commit_transaction(producer, self.group)
         if not committed:
             log.warning("%s: a batch was not committed; it is applied again", self.group)
             for (topic, partition), offset in first.items():
@@ -280,7 +283,7 @@ class TableLoop:
             return
         for partition, group in groups.items():
             write_group(self.table.open(partition), group, boundaries[partition])
-        offsets = self._positions(positions)
+        offsets = positions(self._consumer, read)
         for tp in offsets:
             if (again := rereads.get((tp.topic, tp.partition))) is not None:
                 tp.offset = again
@@ -311,45 +314,9 @@ class TableLoop:
             _, high = self._consumer.get_watermark_offsets(tp, cached=True)
             self._lag[(tp.topic, tp.partition)] = max(high - tp.offset, 0)
 
-    def _positions(self, read: dict[tuple[str, int], int]) -> list[TopicPartition]:
-        """The offsets to commit for the partitions read: the consumer's position, which is past the
-        transaction markers that follow the last record read (a transactional input's end is its last
-        marker's offset + 1; committing the last record's + 1 would never show the end consumed)."""
-        wanted = [TopicPartition(t, p) for t, p in read]
-        return [
-            TopicPartition(tp.topic, tp.partition, max(tp.offset, read[(tp.topic, tp.partition)]))
-            for tp in self._consumer.position(wanted)
-        ]
-
-    def _commit(self) -> bool:
-        """Commit the open transaction; False if it was aborted (the caller applies the batch again).
-
-        Each call is bounded (:data:`COMMIT_STEP_S`); a retriable error (a coordinator that moves or
-        loads after a broker restart) is retried, as librdkafka prescribes; an abortable one aborts.
-        Anything else raises.
-        """
-        while True:
-            try:
-                self._producer.commit_transaction(COMMIT_STEP_S)
-                return True
-            except KafkaException as exc:
-                if _abortable(exc):
-                    log.warning("%s: transaction aborted: %s", self.group, exc.args[0].str())
-                    self._producer.abort_transaction()
-                    return False
-                if not exc.args[0].retriable():
-                    raise
-                log.info("%s: transaction commit retried: %s", self.group, exc.args[0].str())
-
     def _commit_markers(self) -> None:
         """When idle, commit positions that moved past transaction markers only (no record to apply)."""
-        committed = self._committed
-        moved = [
-            tp
-            for tp in self._consumer.position(self._consumer.assignment())
-            if (tp.topic, tp.partition) in committed and tp.offset > committed[(tp.topic, tp.partition)]
-        ]
-        if moved:
+        if moved := moved_past_markers(self._consumer, self._committed):
             self._commit_offsets(moved)
 
     def _restore(self) -> None:
@@ -399,9 +366,3 @@ class TableLoop:
             self._committed.pop((tp.topic, tp.partition), None)
             self._restoring.discard(tp.partition)
             self.table.close(tp.partition)
-
-
-def _abortable(exc: KafkaException) -> bool:
-    """The transaction must be aborted (and its batch applied again); the producer stays usable."""
-    error = exc.args[0]
-    return isinstance(error, KafkaError) and error.txn_requires_abort()

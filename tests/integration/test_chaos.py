@@ -2,9 +2,9 @@
 
 The DBPM scenarios run the soak of :mod:`streams.bench.chaos` (the CI-sized version of ``clingate
 bench chaos``): a synthetic stream replayed through ``clingate worker`` subprocesses while something is
-broken at seeded points, then three end conditions: no candidate without a decision, no candidate
-with two different decision records, and decisions and memory equal to the in-process engine's.
-Each disruption happens at its point by construction (the replay stops there until it is done);
+broken at seeded points, then the end conditions: every candidate has exactly one decision record as
+a ``read_committed`` consumer reads the decisions topic, and decisions and memory equal the in-process
+engine's. Each disruption happens at its point by construction (the replay stops there until it is done);
 the soaks also check it on the broker: when a disruption starts, the candidates topic holds exactly
 the candidates of its point. The survivor scenario stops one of three workers cleanly and
 SIGKILLs another. The clinical scenario SIGKILLs the worker in the middle of a patient's FHIR updates.
@@ -16,12 +16,14 @@ import random
 import shutil
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
 from schemas.clinical import ClinicalAssessment
+from schemas.dbpm import Candidate, GateDecision
 from schemas.serde import make_serde
 from streams.bench.chaos import (
     Disruption,
@@ -32,20 +34,26 @@ from streams.bench.chaos import (
     restart_broker,
     run_soak,
 )
-from streams.replay.kafka import commit_end_offsets, wait_until_consumed
+from streams.replay.kafka import commit_end_offsets, commit_worker_end_offsets, wait_until_consumed
+from streams.runtime.kafka_clients import produce_waiting
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.testing.broker import LocalKafka
-from streams.testing.tail import Tail, topic_ends
+from streams.testing.dbpm_stream import generate_events
+from streams.testing.metrics import scraped_sum
+from streams.testing.tail import Tail, read_between, topic_ends
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
 from streams.worker.dbpm import producer_config
+from streams.worker.gate import gate_group
 from tests.clinical_scenario import PATIENT, concur_review, expected_assessments, scenario
 from topics.admin import ensure_topics
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
     CLINICAL_REVIEWS,
     DBPM_CANDIDATES,
+    DBPM_DECISIONS,
+    DBPM_TO_VERIFY,
     FHIR_UPDATES,
     build_catalog,
 )
@@ -53,6 +61,8 @@ from topics.catalog import (
 # Each soak restarts workers (a Python start-up each, over a minute on a saturated 2-core machine),
 # hence the generous per-epoch wait and test timeout; a healthy run takes a fraction of either.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+REDELIVERED = "clingate_dbpm_gate_redelivered_total"
 
 
 class _AtItsPoint:
@@ -82,6 +92,7 @@ def _assert_exactly_once(report: SoakReport, disruptions: int, at_its_point: _At
     assert len(report.disruptions) == disruptions, "a disruption did not happen"
     at_its_point.check(report)
     assert report.audit.missing == []
+    assert report.audit.duplicates == 0, "a read_committed consumer read a decision twice"
     assert report.audit.conflicting == []
     assert report.decisions_equal
     assert report.state_equal
@@ -153,6 +164,77 @@ def test_soak_stays_exactly_once_across_a_broker_restart(tmp_path: Path) -> None
     finally:
         broker.stop()
     _assert_exactly_once(report, 1, disrupt)
+
+
+def _live_candidates(tag: str, count: int) -> list[Candidate]:
+    """``count`` live candidates of the synthetic stream, each patient's with one document date (a
+    narrative for the NER-coverage join)."""
+    candidates = []
+    for event in generate_events(count * 3):
+        if event["kind"] != "gate":
+            continue
+        fields = {k: v for k, v in event.items() if k != "kind"}
+        fields["candidate_id"] = f"{tag}-{fields['candidate_id']}"
+        fields["document_ts"] = "2026-11-20T00:00:00Z"
+        candidates.append(Candidate.model_validate(fields))
+        if len(candidates) == count:
+            return candidates
+    raise AssertionError(f"the synthetic stream has fewer than {count} candidates")
+
+
+def test_a_gate_sigkilled_twice_in_its_backlog_sends_every_decision_once(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Scenario: 20,000 live candidates wait on the broker; the gate (NER-coverage join on, QA candidates
+    released after 2 s) is SIGKILLed when a third and when two thirds of them are decided, and restarted
+    each time, so each kill lands in a batch whose outputs are partly produced.
+
+    A ``read_committed`` reader of the decisions and to-verify topics reads every candidate's decision,
+    and its to-verify record unless it was BLOCKed, exactly once: the killed batch's transaction is
+    aborted, and the restarted gate reads the candidates the last committed progress covers only to
+    rebuild its join (``clingate_dbpm_gate_redelivered_total``).
+    """
+    app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
+    ensure_topics(admin_client(kafka_bootstrap), build_catalog(get_settings().topic_partitions))
+    commit_worker_end_offsets(kafka_bootstrap, app_id)
+    candidates = _live_candidates(app_id, 20_000)
+    wanted = {c.candidate_id for c in candidates}
+    serde = make_serde(None)
+    starts = {topic: topic_ends(kafka_bootstrap, topic) for topic in (DBPM_DECISIONS, DBPM_TO_VERIFY)}
+    decisions = Tail(kafka_bootstrap, DBPM_DECISIONS)
+    producer = Producer(producer_config(kafka_bootstrap))
+    for candidate in candidates:
+        key = candidate.patient_id.encode()
+        produce_waiting(producer, DBPM_CANDIDATES, key=key, value=serde.encode(candidate))
+    producer.flush(60)
+    gate = WorkerProcess(
+        kafka_bootstrap, app_id, tmp_path / app_id, {"CLINGATE_DBPM_COVERAGE_WAIT_S": "2"}, role="gate"
+    )
+    redelivered = 0.0
+    try:
+        gate.start(ready=b"DBPM gate ready")
+        for share in (1 / 3, 2 / 3):
+            decisions.until(int(len(candidates) * share), timeout_s=180)
+            redelivered += scraped_sum(gate.web_port, REDELIVERED)  # a process's own, before it dies
+            gate.kill()
+            gate.start(ready=b"DBPM gate ready")
+        wait_until_consumed(kafka_bootstrap, gate_group(app_id), DBPM_CANDIDATES, timeout_s=180)
+        redelivered += scraped_sum(gate.web_port, REDELIVERED)
+    finally:
+        decisions.close()
+        gate.stop()
+    counts = {
+        topic: Counter(
+            serde.decode(value, GateDecision, topic=topic).candidate_id
+            for value in read_between(kafka_bootstrap, topic, start)
+        )
+        for topic, start in starts.items()
+    }
+    decided = {c: n for c, n in counts[DBPM_DECISIONS].items() if c in wanted}
+    assert set(decided) == wanted, f"{len(wanted - set(decided))} candidates without a decision"
+    assert [c for c, n in decided.items() if n > 1] == [], "a read_committed reader read a decision twice"
+    assert all(n == 1 for c, n in counts[DBPM_TO_VERIFY].items() if c in wanted)
+    assert redelivered > 0, "the restarted gates read no decided candidate again: the kills missed it"
 
 
 def test_clinical_agent_repeats_but_never_loses_an_assessment_across_sigkill(

@@ -385,17 +385,15 @@ def _verifier_process(bootstrap: str, settings: Settings, log: Path, max_in_flig
 def test_verdicts_repeated_by_a_killed_verifier_and_a_re_emitting_gate_teach_the_memory_once(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    """Scenario: the verifier group is at least once and its input repeats; the memory learns once.
+    """Scenario: the verifier group's input repeats and a member is killed; the memory learns once.
 
-    Every other to-verify record is published twice (a gate re-emits its decisions after a crash),
-    so those candidates are verified twice and their verdicts published twice, at later offsets. A
-    verifier member is SIGKILLed with calls in flight and a new member re-issues them (any verdict
-    published before the kill but not committed is published again). Afterwards every candidate has
-    a verdict, the memory in the worker's changelog equals the in-process engine's on the verdicts'
-    unique set (first verdict per candidate id), and the worker counted every other verdict record
-    in ``clingate_dbpm_verdicts_duplicate_total``. The kill itself rarely adds a copy (the loop
-    commits right after its outputs are acknowledged, so the window is short; measured once: 36
-    records = 24 candidates + 12 re-emitted), which is why the re-emitted records are there.
+    Every other to-verify record is published twice (an upstream producer that re-sends), so those
+    candidates are verified twice and their verdicts published twice, at later offsets. A verifier
+    member is SIGKILLed with calls in flight and a new member re-issues them (the verdicts of the
+    killed member's open transaction are never read). Afterwards every candidate has a verdict, the
+    memory in the worker's changelog equals the in-process engine's on the verdicts' unique set
+    (first verdict per candidate id), and the worker counted every other verdict record in
+    ``clingate_dbpm_verdicts_duplicate_total``.
     """
     app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
     worker = WorkerProcess(kafka_bootstrap, app_id, tmp_path / "worker", COMPARISON_FLAGS)

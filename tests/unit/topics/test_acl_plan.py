@@ -61,7 +61,7 @@ def test_workers_own_their_faust_topics_and_group_by_application_id() -> None:
     assert any(b.restype is ResourceType.GROUP and b.name == "ward-7" for b in worker)
 
 
-def test_only_workers_may_write_as_the_memory_writers_transactional_producers() -> None:
+def test_each_transactional_loop_may_write_only_as_its_own_transactional_producers() -> None:
     plan = load_plan(DEFAULT_PLAN, app_id="ward-7", docs_group_id="clingate-docs")
     transactional = {
         (principal.name, binding.name, binding.operation)
@@ -72,6 +72,14 @@ def test_only_workers_may_write_as_the_memory_writers_transactional_producers() 
     assert transactional == {
         ("clingate-worker", "ward-7-memory-", AclOperation.WRITE),
         ("clingate-worker", "ward-7-memory-", AclOperation.DESCRIBE),
+        ("clingate-worker", "ward-7-gate-", AclOperation.WRITE),
+        ("clingate-worker", "ward-7-gate-", AclOperation.DESCRIBE),
+        ("clingate-docs", "clingate-docs-", AclOperation.WRITE),
+        ("clingate-docs", "clingate-docs-", AclOperation.DESCRIBE),
+        ("clingate-generator", "clingate-generator-", AclOperation.WRITE),
+        ("clingate-generator", "clingate-generator-", AclOperation.DESCRIBE),
+        ("clingate-verifier", "clingate-verifier-", AclOperation.WRITE),
+        ("clingate-verifier", "clingate-verifier-", AclOperation.DESCRIBE),
     }
 
 

@@ -51,9 +51,11 @@ def test_the_commit_stays_at_the_first_candidate_of_a_narrative_only_while_it_wa
     join.ner(NARRATIVE, 0, 10, "n1", let_through=True, now=0)
     assert join.qa(NARRATIVE, 0, 11, "q1", now=0) is None
     assert (join.low_watermark(0), join.low_watermark(1), join.low_watermark(2)) == (10, 3, None)
+    assert (join.held_offsets(0), join.held_offsets(1), join.held_offsets(2)) == ([11], [], [])
     join.settle("n1")
     assert [r.coverage for r in join.due(now=1)] == [Coverage.SETTLED]
     assert (len(join), join.low_watermark(0), join.low_watermark(1)) == (0, None, None)
+    assert join.held_offsets(0) == []
     late = join.qa(NARRATIVE, 0, 12, "q2", now=2)  # its QA candidates may still come
     assert late == Release("q2", Coverage.SETTLED, 0.0)
     join.due(now=30)
