@@ -8,7 +8,9 @@ directory, then checks:
 1. the memory rebuilt from the workers' changelog equals the in-process engine's final state on the
    same stream (cross-task propagation and maintenance off, as ``replay --via-kafka`` promises);
 2. every candidate has a decision (none missing), equal to the in-process engine's decision;
-3. a candidate decided more than once (re-delivered after a kill) got byte-identical records.
+3. no candidate has two decision records as a ``read_committed`` reader reads the decisions topic (the
+   gate's transactions and its progress topic, :mod:`streams.runtime.progress`), and none has two
+   that differ in any byte.
 
 Workers are driven only through the CLI (``python -m streams.cli worker``), the topics and
 :mod:`streams.replay.kafka`, so the soak holds whatever runs inside the worker.
@@ -286,8 +288,8 @@ class SoakReport:
     @property
     def passed(self) -> bool:
         """Every end condition of the soak holds."""
-        return (not self.audit.missing and not self.audit.conflicting and self.decisions_equal
-                and self.state_equal)  # fmt: skip
+        return (not self.audit.missing and not self.audit.duplicates and not self.audit.conflicting
+                and self.decisions_equal and self.state_equal)  # fmt: skip
 
     def render(self) -> str:
         """A human-readable summary."""
