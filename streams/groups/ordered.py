@@ -237,15 +237,9 @@ class OrderedLoop:
         return [e.task for q in self.queues.values() for e in q if e.task is not None and not e.task.done()]
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Start each assigned partition where its last committed progress resumes (the group's committed
-        offset where it has none)."""
-        found = self.progress.read((tp.topic, tp.partition) for tp in partitions)
-        for tp in partitions:
-            done = found.get((tp.topic, tp.partition))
-            if done is not None:
-                tp.offset = done.resume
-                self.committed[(tp.topic, tp.partition)] = done.resume
-        consumer.assign(partitions)
+        """Start each assigned partition where its last committed progress resumes."""
+        found = self.progress.assign(consumer, partitions)
+        self.committed.update((tp, done.resume) for tp, done in found.items())
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         revoked = {(tp.topic, tp.partition) for tp in partitions}

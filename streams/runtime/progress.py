@@ -141,8 +141,8 @@ class ProgressLog:
             "group.id": f"{group}-progress-reader",  # required by librdkafka; never joined (assign)
             "enable.auto.commit": False, "enable.partition.eof": True, "isolation.level": "read_committed",
         }))  # fmt: skip
+        count = len(partitions(self._reader, inputs[0]))  # waits out an input created a moment ago
         model = self._reader.list_topics(inputs[0], timeout=30).topics[inputs[0]]
-        count = len(partitions(self._reader, inputs[0]))
         spec = TopicSpec(
             self.topic, "input topic:partition", "streams.runtime.progress.Progress",
             partitions=count, replication=len(model.partitions[0].replicas),
@@ -198,6 +198,17 @@ class ProgressLog:
             for topic, partition in inputs
             if (raw := found.get(_key(topic, partition))) is not None
         }
+
+    def assign(self, consumer: Consumer, assigned: list[TopicPartition]) -> dict[Input, Progress]:
+        """Assign ``consumer`` the partitions a rebalance gave it (a rebalance callback's job), each at
+        the offset where its last committed progress resumes, or at the group's committed offset where
+        it has none (a new group, or one that never committed a batch); returns the progress found."""
+        found = self.read((tp.topic, tp.partition) for tp in assigned)
+        for tp in assigned:
+            if (done := found.get((tp.topic, tp.partition))) is not None:
+                tp.offset = done.resume
+        consumer.assign(assigned)
+        return found
 
     def close(self) -> None:
         """Close the reader."""

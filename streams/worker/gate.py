@@ -783,16 +783,10 @@ class GateLoop:
         return False
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Start each assigned partition where its last committed progress resumes (the group's committed
-        offset where it has none: a new app, or one whose gate never committed a batch)."""
-        found = self._progress_log.read((tp.topic, tp.partition) for tp in partitions)
-        for tp in partitions:
-            done = found.get((tp.topic, tp.partition))
-            if done is not None:
-                tp.offset = done.resume
-                self._progress[tp.partition] = done
-                self._committed[tp.partition] = done.resume
-        consumer.assign(partitions)
+        """Start each assigned partition where its last committed progress resumes."""
+        for (_, partition), done in self._progress_log.assign(consumer, partitions).items():
+            self._progress[partition] = done
+            self._committed[partition] = done.resume
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Each batch is committed or aborted before the next consume: no transaction is open here.
