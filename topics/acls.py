@@ -12,7 +12,7 @@ Choices:
 - Only ALLOW bindings on host ``*``: least privilege comes from granting little, not from DENY
   rules, which would also override a later deliberate grant.
 - Topic names must be catalog names (DLQs included) so that a renamed topic cannot leave a
-  principal silently without its grant; prefixes (Faust's own topics) are checked to be non-empty.
+  principal silently without its grant; prefixes (the workers' own topics) are checked to be non-empty.
 - Placeholders ``{app_id}`` and ``{docs_group_id}`` come from the settings of the process that
   applies the plan, so the plan fits every deployment's application id.
 """

@@ -222,11 +222,9 @@ def _population(snapshot: Mapping[str, Any], config: DBPMConfig, recorder: ArmRe
     return channel_population(snapshot, config, consumed)
 
 
-#: Worker settings every --via-kafka arm adds to its own: the lockstep publisher waits for the
-#: candidates' commit after every batch (a short commit interval), and a gate waits for the memory
-#: instead of deciding on a partial view.
+#: Worker settings every --via-kafka arm adds to its own: a gate waits for the memory instead of
+#: deciding on a partial view.
 KAFKA_WORKER_ENV: Mapping[str, str] = {
-    "CLINGATE_COMMIT_INTERVAL_S": "0.1",
     "CLINGATE_DBPM_BARRIER_TIMEOUT_S": "300",
 }
 

@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from aiokafka.partitioner import murmur2
 from confluent_kafka import Producer
 
 from processors.dbpm import DBPMEngine, parse_event
@@ -61,11 +60,14 @@ from streams.worker.memory import memory_group
 from streams.worker.tablestore import BOUNDARY_KEY, write_group
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_VERDICTS, build_catalog
+from topics.partitioner import partition_for
 
 _CATEGORIES = ("Symptoms", "Diagnosis", "Tests", "Treatment", "History", "Observation")
 _START = datetime(2026, 5, 4, tzinfo=UTC)
 #: The memory writer's restore line (``streams.worker.tableloop.TableLoop``): records read and seconds.
-_RESTORED = re.compile(r" restored: partitions \[[\d, ]*\], (\d+) changelog records in ([\d.]+) s")
+_RESTORED = re.compile(
+    r"-dbpm-memory-changelog restored: partitions \[[\d, ]*\], (\d+) changelog records in ([\d.]+) s"
+)
 
 
 class _RecordingStore(MemoryStore):
@@ -102,7 +104,7 @@ def memory_groups(
             "patient_id": f"p-{i // 40:06d}",
             "payload": {"entity": f"finding {i:07d}", "category": _CATEGORIES[i % len(_CATEGORIES)]},
         })  # fmt: skip
-        p = (murmur2(verdict_key(engine, event)) & 0x7FFFFFFF) % partitions  # type: ignore[arg-type]
+        p = partition_for(verdict_key(engine, event), partitions)
         with Transaction(stores[p]) as txn:
             engine.process(txn, event, event.time)
         counts[p] += 1
@@ -140,7 +142,7 @@ class Restart:
 
     name: str
     ready_s: float
-    """Process start to the memory restored (Python, Faust and group start-up included)."""
+    """Process start to the memory restored (Python and group start-up included)."""
     recovery_s: float
     """The restore alone (changelog read and applied)."""
     records_read: int

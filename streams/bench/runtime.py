@@ -17,7 +17,7 @@ the production configuration but the replay's (:data:`PRODUCTION`):
    ``--role memory`` worker writing the memory it reads): the sustained maximum, the worker's CPU per
    candidate, and p50/p99 from produce to decision at 25%, 50% and 90% of that maximum.
 5. **Clinical worker** (:func:`streams.bench.clinical.through_kafka_rate`): FHIR updates through one
-   ``worker --role memory`` (whose Faust app runs the clinical agent) to their assessments.
+   ``worker --role memory`` (which runs the clinical loop) to their assessments.
 6. **LLM groups** (:func:`streams.bench.llm.measure_group_point`): the verifier group with 64
    records in flight against a local server that answers at once: CPU per record outside the call.
 7. **Replay**: a synthetic stream (:func:`streams.testing.worker.soak_stream`) through
@@ -55,6 +55,7 @@ from streams.runtime.settings import Settings, get_settings
 from streams.testing.jars import DEPLOY_LOCAL, ensure_artifacts
 from streams.testing.llm_server import ServerProcess
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine, in_process, soak_stream
+from streams.worker import READY
 from streams.worker.dbpm import memory_changelog, producer_config
 from streams.worker.memory import memory_group
 from topics.admin import ensure_topics
@@ -214,7 +215,7 @@ def gate_part(bootstrap: str, workdir: Path, n: int) -> dict[str, float]:
     gates = [e for e in events if e["kind"] == "gate"]
     writer = _worker(bootstrap, workdir, app_id, "memory", f"{memory_changelog(app_id)} restored".encode())
     try:
-        gate = _worker(bootstrap, workdir, app_id, "gate", b"DBPM gate ready")
+        gate = _worker(bootstrap, workdir, app_id, "gate", READY)
         try:
             assert gate.pid is not None
 
@@ -248,7 +249,7 @@ def clinical_part(bootstrap: str, workdir: Path, patients: int) -> dict[str, flo
 
     app_id = f"clingate-clinbench-{uuid.uuid4().hex[:8]}"
     commit_worker_end_offsets(bootstrap, app_id)
-    worker = _worker(bootstrap, workdir, app_id, "memory", b"[^Worker]: Ready")
+    worker = _worker(bootstrap, workdir, app_id, "memory", READY)
     try:
         assert worker.pid is not None
         before = dbpm_kafka.cpu_seconds([worker.pid])
@@ -280,7 +281,7 @@ def replay_part(bootstrap: str, workdir: Path, events: int) -> dict[str, float]:
     in_process(engine, stream)
     in_process_s = time.perf_counter() - started
     commit_worker_end_offsets(bootstrap, app_id)
-    worker = _worker(bootstrap, workdir, app_id, "all", b"[^Worker]: Ready", COMPARISON_ENV)
+    worker = _worker(bootstrap, workdir, app_id, "all", READY, COMPARISON_ENV)
     try:
         started = time.perf_counter()
         replay_via_kafka(bootstrap, stream, engine, make_serde(None), app_id, timeout_s=600.0)

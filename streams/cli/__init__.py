@@ -2,7 +2,7 @@
 
 A group's module is imported only when that group runs or shows its own help: ``clingate --help`` lists
 every group from :data:`COMMANDS` without importing any, and ``clingate replay ...`` imports the replay
-command and what it runs, never the Faust app, the benchmarks or the demo. Each command module in turn
+command and what it runs, never the workers, the benchmarks or the demo. Each command module in turn
 keeps what only some of its commands need inside those commands. A group's one-line help is written
 here, beside its module's name, so that listing costs no import; a test holds it equal to the module's.
 """
@@ -52,7 +52,7 @@ COMMANDS: dict[str, Entry] = {
     "verifier": Entry(
         "streams.cli.verifier", "Run a verifier group member (to-verify -> verdicts, verified)."
     ),
-    "worker": Entry("streams.cli.worker", "Run a stream worker (DBPM and clinical agents)."),
+    "worker": Entry("streams.cli.worker", "Run a stream worker (DBPM memory and gate, clinical patients)."),
     # The arbiter's former name, kept for existing scripts.
     "docs": Entry(
         "streams.cli.arbiter",

@@ -1,51 +1,52 @@
-"""``clingate worker``: one stream worker, DBPM and clinical (Faust flags ``-l``, ``--web-port``).
+"""``clingate worker``: one stream worker, DBPM and clinical.
 
 The worker ensures the catalog topics exist (idempotent; off with ``CLINGATE_ENSURE_TOPICS=false``
-where a provisioning job owns them and the worker's principal may not create topics) and starts, by
-``--role``:
+where a provisioning job owns them and the worker's principal may not create topics) and runs, by
+``--role``, consumer loops in threads of one process (librdkafka releases the GIL while it waits),
+with ``/metrics`` on the web port:
 
-* ``all`` (default): the DBPM memory writer (:mod:`streams.worker.memory`) and the DBPM gate
-  (:mod:`streams.worker.gate`), each a confluent-kafka consumer loop in a thread, and the Faust app of
-  :mod:`streams.worker.app` (the clinical agent) run by :class:`faust.Worker` in the main thread. One
-  command, one PID: a SIGKILL of the worker kills all three. SIGTERM/SIGINT stop Faust cleanly (flush,
-  commit, close the stores), then the loops (each finishes its batch, commits, leaves its group). If
-  a loop's thread dies, the process is stopped: a worker that looks alive and does not process would
-  hold its partitions.
-* ``memory``: the memory writer and the clinical agent. ``gate``: the gate loop only (its
-  ``/metrics`` on the web port); run gates and memory workers as separate processes to give each its
-  own core.
+* ``all`` (default): the DBPM memory writer (:mod:`streams.worker.memory`), the clinical patients
+  (:mod:`streams.worker.clinical`), both transactional table loops, and the DBPM gate
+  (:mod:`streams.worker.gate`). One command, one PID: a SIGKILL of the worker kills all three.
+* ``memory``: the memory writer and the clinical patients. ``gate``: the gate only. Run gates and
+  memory workers as separate processes to give each its own core.
+
+SIGTERM/SIGINT stop every loop cleanly (each finishes its batch, commits, leaves its group). If a
+loop dies, the others are stopped and the worker exits with :data:`LOOP_FAILED_EXIT`: a worker that
+looks alive and does not process would hold its partitions.
 
 Run several workers with the same ``CLINGATE_APP_ID`` to share the partitions; each MUST have its
 own ``--datadir``.
 
 The classification arbiter is not part of this worker: it runs in its own consumer group with
-``clingate arbiter worker`` (see :mod:`streams.groups.arbiter` for why it is not a Faust agent).
+``clingate arbiter worker``.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Protocol
+from typing import Annotated, Protocol
 
 import typer
 
 from streams.cli.common import require_bootstrap
 from streams.runtime.kafka_config import admin_client
-from streams.runtime.logs import logging_config
-from streams.runtime.settings import Settings, get_settings
+from streams.runtime.logs import configure
+from streams.runtime.settings import get_settings
+from streams.worker import READY
 from topics.admin import ensure_topics
 from topics.catalog import build_catalog
 
-if TYPE_CHECKING:
-    from streams.runtime.metrics import DbpmMetrics
-
-app = typer.Typer(help="Run a stream worker (DBPM and clinical agents).", no_args_is_help=False)
+app = typer.Typer(help="Run a stream worker (DBPM memory and gate, clinical patients).")
 log = logging.getLogger(__name__)
+
+#: Exit status of a worker one of whose loops stopped on an error (``EX_SOFTWARE``).
+LOOP_FAILED_EXIT = 70
 
 
 class Role(StrEnum):
@@ -59,7 +60,7 @@ class Role(StrEnum):
 @app.callback(invoke_without_command=True)
 def worker(
     loglevel: Annotated[
-        str | None, typer.Option("--loglevel", "-l", help="Log level (Faust's -l) [env CLINGATE_LOG_LEVEL].")
+        str | None, typer.Option("--loglevel", "-l", help="Log level [env CLINGATE_LOG_LEVEL].")
     ] = None,
     web_port: Annotated[
         int | None, typer.Option(help="Web endpoint port [env CLINGATE_WEB_PORT, default 6066].")
@@ -68,99 +69,85 @@ def worker(
         Path | None, typer.Option(help="Worker state directory [env CLINGATE_WORKER_DATADIR].")
     ] = None,
     role: Annotated[
-        Role, typer.Option(help="all: memory and clinical agents (Faust) plus the DBPM gate; or one of them.")
+        Role, typer.Option(help="all: the memory writer, the clinical patients and the DBPM gate; or a part.")
     ] = Role.ALL,
 ) -> None:
-    """Start a worker: the DBPM memory agent, the DBPM gate and the clinical agent, until stopped."""
-    # Heavy imports (faust, the engine) here: keep --help fast.
+    """Start a worker: the DBPM memory writer, the clinical patients and the DBPM gate, until stopped."""
+    # Heavy imports (the engine, the clients) here: keep --help fast.
     from prometheus_client import CollectorRegistry
 
-    from streams.runtime.metrics import DbpmMetrics
+    from streams.runtime.metrics import DbpmMetrics, serve
+    from streams.worker.clinical import build_clinical
+    from streams.worker.dbpm import MergedView, dbpm_engine
+    from streams.worker.gate import build_gate
+    from streams.worker.memory import build_memory
 
     settings = get_settings()
     overrides = {"web_port": web_port, "worker_datadir": datadir}
     settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    if loglevel is not None:
+        configure(loglevel, settings.log_format)
     bootstrap = require_bootstrap(settings)
     if settings.ensure_topics_on_start:
         catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
         ensure_topics(admin_client(bootstrap), catalog)
     metrics = DbpmMetrics(CollectorRegistry())
-    if role is Role.GATE:
-        _run_gate_alone(settings, bootstrap, metrics)
-        return
-    import faust
-
-    from streams.worker.app import create_app, faust_lag
-    from streams.worker.dbpm import MergedView, dbpm_engine
-    from streams.worker.gate import build_gate
-    from streams.worker.memory import build_memory
-
-    faust_app = create_app(settings, bootstrap, metrics)
-    level = (loglevel or settings.log_level).upper()
-    # Faust replaces the root handlers when it starts: hand it the clingate format (streams.runtime.logs).
-    faust_worker = faust.Worker(
-        faust_app, loglevel=level, logging_config=logging_config(level, settings.log_format)
-    )
-    engine = dbpm_engine(settings)
-    memory = build_memory(settings, bootstrap, metrics, engine)
-    loops: list[tuple[str, Loop]] = [("memory", memory)]
-    if role is Role.MEMORY:
-        # The population gauges of the partitions this process writes.
-        metrics.watch(lambda: faust_lag(faust_app), MergedView(memory.table.partitions), engine.config)
-    else:
-        gate = build_gate(settings, bootstrap, metrics)
-        metrics.watch(lambda: faust_lag(faust_app), gate.view, gate.config)
-        metrics.add_lag(gate.lag)
-        loops.append(("gate", gate))
-    metrics.add_lag(memory.lag)
+    loops: dict[str, Loop] = {}
+    if role is not Role.GATE:
+        engine = dbpm_engine(settings)
+        memory = loops["memory"] = build_memory(settings, bootstrap, metrics, engine)
+        loops["clinical"] = build_clinical(settings, bootstrap, metrics)
+        # The population gauges of the partitions this process writes, unless a gate sees them all.
+        view, config = MergedView(memory.table.partitions), engine.config
+    if role is not Role.MEMORY:
+        gate = loops["gate"] = build_gate(settings, bootstrap, metrics)
+        view, config = gate.view, gate.config
+    first, *others = loops.values()
+    metrics.watch(first.lag, view, config)
+    for loop in others:
+        metrics.add_lag(loop.lag)
+    endpoint = serve(metrics.registry, settings.web_port)
     stop = threading.Event()
-    threads = [_start_loop(name, loop, stop) for name, loop in loops]
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    failed: list[str] = []
+    threads = [_start_loop(name, loop, stop, failed) for name, loop in loops.items()]
+    log.info("%s: %s (app %s)", READY.decode(), ", ".join(loops), settings.app_id)
     try:
-        faust_worker.execute_from_commandline()
+        while not stop.wait(1.0):
+            pass
     finally:
         stop.set()
         for thread in threads:
             thread.join(60)
+        endpoint.close()
+    if failed:
+        raise typer.Exit(LOOP_FAILED_EXIT)
 
 
 class Loop(Protocol):
-    """A consumer loop of the worker (the memory writer, the gate): runs until its event is set."""
+    """A consumer loop of the worker (the memory writer, the clinical patients, the gate)."""
 
     def run(self, stop: threading.Event) -> None:
         """Process until ``stop`` is set, then leave the group and close."""
         ...
 
+    def lag(self) -> Iterator[tuple[str, int, int]]:
+        """(topic, partition, messages behind the end) of the assigned input partitions."""
+        ...
 
-def _start_loop(name: str, loop: Loop, stop: threading.Event) -> threading.Thread:
-    """Run ``loop`` in a thread of the worker (librdkafka releases the GIL while it waits); if it dies,
-    the process is stopped: a worker that looks alive and does not process would hold its partitions."""
+
+def _start_loop(name: str, loop: Loop, stop: threading.Event, failed: list[str]) -> threading.Thread:
+    """Run ``loop`` in a thread; if it dies, its name goes to ``failed`` and every loop is stopped."""
 
     def run() -> None:
         try:
             loop.run(stop)
         except BaseException:
-            log.exception("the DBPM %s loop stopped on an error; stopping the worker", name)
-            os.kill(os.getpid(), signal.SIGTERM)
-            raise
+            log.exception("the %s loop stopped on an error; stopping the worker", name)
+            failed.append(name)
+            stop.set()
 
     thread = threading.Thread(target=run, name=f"clingate-{name}", daemon=True)
     thread.start()
     return thread
-
-
-def _run_gate_alone(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> None:
-    """``--role gate``: the gate loop in the main thread, /metrics on the web port, until SIGTERM/SIGINT."""
-    from streams.runtime.metrics import serve
-    from streams.worker.gate import build_gate, gate_group
-
-    gate = build_gate(settings, bootstrap, metrics)
-    metrics.watch(gate.lag, gate.view, gate.config)
-    endpoint = serve(metrics.registry, settings.web_port)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    log.info("DBPM gate ready (group %s)", gate_group(settings.app_id))
-    try:
-        gate.run(stop)
-    finally:
-        endpoint.close()

@@ -18,6 +18,7 @@ from streams.demo.plan import Plan
 from streams.replay.kafka import commit_end_offsets, commit_worker_end_offsets
 from streams.testing.broker import free_port
 from streams.testing.process import ProcessError, ProcessHandle, python_module
+from streams.worker import READY
 from topics.catalog import DBPM_DECISIONS, DBPM_NARRATIVES, DBPM_TO_VERIFY, DOCS_CLASSIFICATIONS, DOCS_REVIEWS
 
 VERIFIERS = 1
@@ -199,14 +200,14 @@ def workers(groups: Groups, workdir: Path, bootstrap: str, llm_env: dict[str, st
             ["worker", *memory],
             dbpm_env,
             f"{app_id}.log",
-            b"[^Worker]: Ready",
+            READY,
         ),
         service(
             "DBPM gate (clingate worker --role gate)",
             ["worker", *gate],
             dbpm_env,
             f"{app_id}-gate.log",
-            b"DBPM gate ready",
+            READY,
         ),
         arbiter,
         llm_group("generator group (clingate generator)", "generator", generator_env, "generator.log"),

@@ -11,12 +11,11 @@ Topology (topic names from :mod:`topics.catalog`):
   on which the arbiter raises (a bug; stage ``process``) goes to the topic's dead-letter topic
   (:mod:`streams.runtime.dlq`) before its offset is committed.
 
-Decision: a confluent-kafka consumer loop, not a Faust agent. The arbiter keeps no table state: a
-document is decided from its own record (the step machine of :mod:`processors.docs.arbiter`), and the
-only state a review needs, its packet, is itself a compacted topic. What the arbiter does need is to
-keep many slow LLM calls in flight without blocking the poll loop (STYLE 10). In Faust that means
-``concurrency > 1``, whose acks can commit past an event still in flight (docs/faust-runtime.md 1d,
-faust-streaming#606), or ``concurrency = 1``, which serialises the calls. The worker instead runs the
+Decision: the ordered loop, not a table loop. The arbiter keeps no table state: a document is decided
+from its own record (the step machine of :mod:`processors.docs.arbiter`), and the only state a review
+needs, its packet, is itself a compacted topic. What the arbiter does need is to keep many slow LLM
+calls in flight without blocking the poll loop (STYLE 10), and to commit no offset past a call still in
+flight. The worker runs the
 loop the LLM groups share, :class:`streams.groups.ordered.OrderedLoop`: one task per document (at most
 ``CLINGATE_DOCS_MAX_IN_FLIGHT`` unfinished; beyond a small buffer of waiting records it pauses its
 partitions and keeps polling, so the group membership stays alive), and per partition outputs published
@@ -27,7 +26,7 @@ crash or a rebalance the uncommitted documents are decided again, which is safe 
 deterministic (same request and judgements, same disposition) and the outputs are keyed by document
 (dispositions and packets are compacted; consumers dedupe by ``doc_id``). The worker is therefore its
 own consumer group (``CLINGATE_DOCS_GROUP_ID``, default ``clingate-docs``) started by
-``clingate arbiter worker``; ``clingate worker`` (Faust) does not run it, and the two scale independently.
+``clingate arbiter worker``; ``clingate worker`` does not run it, and the two scale independently.
 
 Reviews are low volume and handled in the same loop: their records complete at once (no LLM), so they
 are published and committed in order like the classifications. The packet of a review is looked up in
@@ -89,7 +88,7 @@ def producer_config(bootstrap: str) -> dict[str, object]:
     """Producer settings of the docs worker and CLI: idempotent, ``acks=all``, Java's partitioner.
 
     ``murmur2_random`` keeps a document on the same partition number in every docs topic, whichever
-    client (Java, Faust, librdkafka) wrote it.
+    client (Java, librdkafka, another) wrote it.
     """
     return client_config(
         bootstrap, partitioner="murmur2_random", acks="all",

@@ -57,6 +57,7 @@ from streams.runtime.kafka_clients import (
 )
 from streams.runtime.kafka_config import client_config
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
+from streams.worker.clinical import clinical_group
 from streams.worker.dbpm import (
     BARRIER_HEADER,
     MEMORY_INPUTS,
@@ -350,12 +351,12 @@ def commit_worker_end_offsets(bootstrap: str, app_id: str) -> None:
     """Start the workers of a fresh ``app_id`` at the current end of their input topics.
 
     Three groups: the memory writers' (:func:`streams.worker.memory.memory_group`: verdicts and
-    propagations), the Faust app's (``app_id``: the clinical agent's inputs) and the gate's
-    (:func:`streams.worker.gate.gate_group`, candidates). Without it a fresh app on a shared broker
+    propagations), the clinical writers' (:func:`streams.worker.clinical.clinical_group`) and the
+    gate's (:func:`streams.worker.gate.gate_group`, candidates). Without it a fresh app on a shared broker
     would process every earlier run's records.
     """
     commit_end_offsets(bootstrap, memory_group(app_id), list(MEMORY_INPUTS))
-    commit_end_offsets(bootstrap, app_id, list(CLINICAL_INPUTS))
+    commit_end_offsets(bootstrap, clinical_group(app_id), list(CLINICAL_INPUTS))
     commit_end_offsets(bootstrap, gate_group(app_id), [DBPM_CANDIDATES])
 
 

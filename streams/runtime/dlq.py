@@ -5,20 +5,16 @@ the dead-letter topic of its source (``<source>.dlq``, named by :func:`topics.ca
 the reason and its coordinates, and only then is its offset committed; processing continues with the
 next record.
 
-Two layers, so the step works the same under confluent-kafka consumers and faust agents:
+Two layers, so the step is the same in every consumer loop and in the topology test driver:
 
-* :func:`decode_record` is pure: a framework-neutral :class:`SourceRecord` (bytes and coordinates) in,
+* :func:`decode_record` is pure: a client-neutral :class:`SourceRecord` (bytes and coordinates) in,
   :class:`Decoded` or :class:`DecodeFailed` out, as data. Failures are values, not exceptions, so a
-  caller cannot forget one and an agent cannot crash-restart past an offset (faust#315).
+  caller cannot forget one and a loop cannot crash past an offset.
 * :func:`dead_letter_record` (pure) builds the record to produce: topic, key, value, headers.
   :class:`DeadLetterRouter` produces it with a confluent-kafka producer and returns only once the
   broker has acknowledged it; the caller commits the source offset after that, never before
-  (committing first would lose the record if the produce failed). A faust agent sends the same record
-  through a raw-bytes topic and awaits the send before the event is acknowledged::
-
-      outcome = decode_record(serde, SourceRecord.from_event(event), Candidate)
-      if isinstance(outcome, DecodeFailed):
-          await send_dead_letter(topics, serde, outcome)
+  (committing first would lose the record if the produce failed). A transactional loop produces the
+  same record in the transaction of its batch.
 
 The dead-letter record: key = the original key; value = a ``clingate.common.DeadLetter`` (original
 value, key and headers byte for byte, the reason, the stage and the coordinates), encoded with the
@@ -44,10 +40,10 @@ wall clock, so a replay of the dead-letter topic is deterministic.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message, Producer
 
@@ -55,9 +51,6 @@ from schemas.base import AvroModel
 from schemas.common import DeadLetter, Header, Stage, Truncation
 from schemas.serde import DecodeReason, SchemaDecodeError, Serde
 from topics.catalog import MAX_MESSAGE_BYTES, dlq_name, max_message_bytes
-
-if TYPE_CHECKING:  # faust is the agents' dependency, not the decode step's
-    from faust.types import EventT, TopicT
 
 M = TypeVar("M", bound=AvroModel)
 
@@ -115,20 +108,6 @@ class SourceRecord:
             key=message.key(),
             value=message.value(),
             headers=tuple(message.headers() or ()),
-        )
-
-    @classmethod
-    def from_event(cls, event: EventT) -> SourceRecord:
-        """The view of a Faust event (raw-bytes topic: key and value are the record's bytes)."""
-        message = event.message
-        return cls(
-            topic=message.topic,
-            partition=message.partition,
-            offset=message.offset,
-            timestamp_ms=None if message.timestamp is None else int(message.timestamp * 1000),
-            key=message.key,
-            value=message.value,
-            headers=tuple((k, v) for k, v in (message.headers or [])),
         )
 
 
@@ -409,22 +388,6 @@ class DeadLetterRouter:
             self.send(outcome)
             return None
         return outcome.value
-
-
-async def send_dead_letter(topics: Mapping[str, TopicT], serde: Serde, failed: DecodeFailed) -> None:
-    """Faust agents: send ``failed``'s dead letter to its source's DLQ and await the acknowledgement.
-
-    Args:
-        topics: the agent's raw-bytes topics by name; MUST hold ``dlq_name(source topic)``.
-        serde: the process's serde.
-        failed: the failure to dead-letter.
-
-    Returns only once the broker acknowledged the dead letter, so the source offset, committed by Faust
-    after the event is acknowledged, is never committed for a record that went nowhere.
-    """
-    out = dead_letter_record(serde, failed)
-    fut = await topics[out.topic].send(key=out.key, value=out.value, headers=out.headers)
-    await fut
 
 
 def header_map(headers: Sequence[tuple[str, bytes | None]]) -> dict[str, str]:

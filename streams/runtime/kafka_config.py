@@ -1,9 +1,9 @@
 """The one place that builds Kafka client settings for clingate's clients, security included.
 
 Every confluent-kafka producer, consumer and admin client of clingate starts from
-:func:`client_config`, and the Faust app takes its credentials from :func:`faust_credentials`, so
-that cluster-wide concerns (bootstrap servers, SASL/SCRAM, TLS) are decided once, from the
-``CLINGATE_KAFKA_*`` settings, and every client of a process authenticates as the same principal.
+:func:`client_config`, so that cluster-wide concerns (bootstrap servers, SASL/SCRAM, TLS) are decided
+once, from the ``CLINGATE_KAFKA_*`` settings, and every client of a process authenticates as the same
+principal.
 
 Choices:
 - The process's principal comes from :class:`~streams.runtime.settings.Settings` (the environment), never
@@ -15,20 +15,18 @@ Choices:
   its super user whatever principal the process has.
 - SASL without a user name or password is refused here with a message that names the variables,
   rather than left to fail later as an authentication timeout.
-- Host name verification follows ``CLINGATE_KAFKA_SSL_CHECK_HOSTNAME`` in both client libraries
-  (librdkafka ``ssl.endpoint.identification.algorithm``, the ``ssl.SSLContext`` of aiokafka).
+- Host name verification follows ``CLINGATE_KAFKA_SSL_CHECK_HOSTNAME`` (librdkafka
+  ``ssl.endpoint.identification.algorithm``).
 """
 
 from __future__ import annotations
 
-import ssl
 from typing import TYPE_CHECKING
 
 from streams.runtime.settings import Settings, get_settings
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
-    from faust.types.auth import CredentialsT
 
 
 class KafkaSecurityError(ValueError):
@@ -118,47 +116,9 @@ def liveness_config(session_timeout_s: float) -> dict[str, object]:
     ``session_timeout_s`` is ``CLINGATE_CONSUMER_SESSION_TIMEOUT_S`` for every group of the project.
 
     The session timeout is how long a SIGKILLed member's partitions wait before they move; heartbeats
-    every tenth of it (the ratio the Faust workers use too), so a few lost heartbeats are tolerated.
+    every tenth of it (the ratio Kafka's own clients use), so a few lost heartbeats are tolerated.
     """
     return {
         "session.timeout.ms": int(session_timeout_s * 1000),
         "heartbeat.interval.ms": int(session_timeout_s * 100),
     }
-
-
-def _ssl_context(settings: Settings) -> ssl.SSLContext:
-    cafile = str(settings.kafka_ssl_ca_file) if settings.kafka_ssl_ca_file is not None else None
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)
-    context.check_hostname = settings.kafka_ssl_check_hostname
-    return context
-
-
-def faust_credentials(settings: Settings) -> CredentialsT | None:
-    """The same principal and transport as :func:`client_config`, as Faust ``broker_credentials``.
-
-    Args:
-        settings: Supplies the ``kafka_security_protocol``, SASL and TLS fields.
-
-    Returns:
-        None for PLAINTEXT, :class:`faust.SSLCredentials` for SSL, else
-        :class:`faust.SASLCredentials` (with an SSL context for SASL_SSL, which makes Faust choose
-        the SASL_SSL protocol).
-
-    Raises:
-        KafkaSecurityError: A SASL protocol without user name or password.
-    """
-    # Imported here: faust.auth pulls in aiokafka (~0.5 s), which confluent-kafka-only commands skip.
-    from faust.auth import SASLCredentials, SSLCredentials
-
-    protocol = settings.kafka_security_protocol
-    if protocol == "PLAINTEXT":
-        return None
-    if protocol == "SSL":
-        return SSLCredentials(_ssl_context(settings))
-    username, password = _sasl_login(settings)
-    return SASLCredentials(
-        username=username,
-        password=password,
-        mechanism=settings.kafka_sasl_mechanism,
-        ssl_context=_ssl_context(settings) if _uses_tls(settings) else None,  # type: ignore[arg-type]
-    )

@@ -1,9 +1,7 @@
 """Structured logs of every clingate process: text or JSON lines on stderr, ids but never clinical text.
 
 Every command calls :func:`configure` once its arguments parsed (:func:`streams.cli.configure_logs`), with
-the process's :class:`~streams.runtime.settings.Settings` (``CLINGATE_LOG_FORMAT``, ``CLINGATE_LOG_LEVEL``);
-the Faust worker hands the same configuration to :class:`faust.Worker` through :func:`logging_config`,
-because Faust (mode) replaces the root logger's handlers when it starts.
+the process's :class:`~streams.runtime.settings.Settings` (``CLINGATE_LOG_FORMAT``, ``CLINGATE_LOG_LEVEL``).
 
 Records carry identifiers, not content. A call site passes the ids it has as ``extra``::
 
@@ -101,27 +99,6 @@ class TextFormatter(logging.Formatter):
 def formatter(fmt: LogFormat) -> logging.Formatter:
     """The formatter of ``fmt``."""
     return JsonFormatter() if fmt == "json" else TextFormatter()
-
-
-def logging_config(level: str, fmt: LogFormat) -> dict[str, Any]:
-    """A :func:`logging.config.dictConfig` document: one stderr handler with the clingate formatter.
-
-    Pass it to ``faust.Worker(logging_config=...)`` so the worker keeps the format after Faust's own set-up.
-    """
-    factory = JsonFormatter if fmt == "json" else TextFormatter
-    return {
-        "version": 1,
-        "disable_existing_loggers": False,
-        "formatters": {"clingate": {"()": f"{factory.__module__}.{factory.__qualname__}"}},
-        "handlers": {
-            "stderr": {
-                "class": "logging.StreamHandler",
-                "stream": "ext://sys.stderr",
-                "formatter": "clingate",
-            },
-        },
-        "root": {"level": level.upper(), "handlers": ["stderr"]},
-    }
 
 
 def configure(level: str, fmt: LogFormat) -> None:

@@ -3,15 +3,11 @@
 Every metric is named ``clingate_<area>_*`` and listed in docs/metrics.md (a test fails
 when a registered one is missing there). Where each process serves them:
 
-* ``clingate worker`` (Faust: DBPM memory agent, clinical agent; the DBPM gate loop in a thread of
-  the same process with ``--role all``): on the worker's web port (``CLINGATE_WEB_PORT``) at
-  ``/metrics``. Faust's own Prometheus sensor (:func:`faust.sensors.prometheus.setup_prometheus_sensors`,
-  prefix ``clingate``) adds the transport metrics on the same registry: records received and sent per
-  topic, end and committed offsets, commit and send latencies, rebalances.
-* Workers that are plain confluent-kafka consumer groups (``clingate arbiter worker``, the LLM groups,
-  ``clingate worker --role gate``) have no web server of their own: they build a
-  :class:`CollectorRegistry` and call :func:`serve` once. Their consumer lag comes from librdkafka
-  (its statistics, :class:`LibrdkafkaLag`, or the consumer's own watermarks).
+* Every worker (``clingate worker``: the DBPM memory writer, the clinical patients and the DBPM gate,
+  loops of one process; ``clingate arbiter worker``; the LLM groups) builds one
+  :class:`CollectorRegistry` and calls :func:`serve` once, on its web port (``CLINGATE_WEB_PORT`` for
+  ``clingate worker``) at ``/metrics``. Consumer lag comes from librdkafka (its statistics,
+  :class:`LibrdkafkaLag`, or the consumer's own watermarks).
 
 What the classes here add, by area (names, types and labels in docs/metrics.md):
 
@@ -47,18 +43,19 @@ Choices:
 * **Red sources** are labelled by the rule before the first ``:`` of a traffic-light source
   (``Rule C: NTI CRITICAL`` -> ``Rule C``): a bounded set, never patient content.
 * **Consumer lag** is one name for every worker, ``clingate_consumer_lag{topic,partition}``, over the
-  partitions the process owns: Faust's monitor (end minus committed offset) for the Faust worker,
-  librdkafka's ``consumer_lag`` statistic for the others.
+  partitions the process owns: the loops' own watermarks minus committed offsets, or librdkafka's
+  ``consumer_lag`` statistic.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -71,9 +68,6 @@ from schemas.clinical import ClinicalAssessment
 from schemas.docs import Disposition
 from state.base import Store
 from streams.llm.result import LlmFailed, LlmOk
-
-if TYPE_CHECKING:  # the non-Faust workers import this module too: no Faust at run time for them
-    import faust
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 180.0)
@@ -106,7 +100,7 @@ class MetricsEndpoint:
 def serve(registry: CollectorRegistry, port: int, addr: str = "0.0.0.0") -> MetricsEndpoint:
     """Serve ``registry`` in Prometheus text format on ``addr:port`` (any path), from a daemon thread.
 
-    The one way a non-Faust clingate worker exposes its metrics; call it once per process, after the
+    The one way a clingate worker exposes its metrics; call it once per process, after the
     metrics are registered, and :attr:`MetricsEndpoint.close` it on shutdown. Collectors run on the
     server's thread: scrape-time collectors MUST only read state that is safe to read concurrently.
 
@@ -126,13 +120,6 @@ def serve(registry: CollectorRegistry, port: int, addr: str = "0.0.0.0") -> Metr
         thread.join(timeout=5)
 
     return MetricsEndpoint(server.server_port, close)
-
-
-def faust_sensors(app: faust.App, registry: CollectorRegistry) -> None:
-    """Faust's transport metrics (prefix ``clingate``) on ``registry``, served by the app at ``/metrics``."""
-    from faust.sensors.prometheus import setup_prometheus_sensors
-
-    setup_prometheus_sensors(app, pattern="/metrics", registry=registry, name_prefix="clingate")
 
 
 class ConsumerLag(Collector):
@@ -318,6 +305,37 @@ class Selectivity(Collector):
         yield from (pairs, lift, low, high, waiting, dropped)
 
 
+class LoopMetrics:
+    """Traffic of a worker's consumer loops (``loop``: memory, clinical, gate): records consumed and
+    produced per topic, partitions assigned and revoked, batches whose transaction was aborted.
+
+    Counted per batch, not per record: a batch adds its count per topic once."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.consumed = Counter(
+            "clingate_loop_records_consumed", "Input records a loop read, by topic.", ["loop", "topic"],
+            registry=registry,
+        )  # fmt: skip
+        self.produced = Counter(
+            "clingate_loop_records_produced",
+            "Records a loop committed (outputs, dead letters, changelog and progress), by topic.",
+            ["loop", "topic"], registry=registry,
+        )  # fmt: skip
+        self.rebalances = Counter(
+            "clingate_loop_rebalances", "Partitions assigned to and revoked from a loop.", ["loop", "event"],
+            registry=registry,
+        )  # fmt: skip
+        self.aborted = Counter(
+            "clingate_loop_batches_aborted", "Batches whose transaction was aborted; they are applied again.",
+            ["loop"], registry=registry,
+        )  # fmt: skip
+
+    def count(self, counter: Counter, loop: str, topics: Iterable[str]) -> None:
+        """Add one to ``counter`` per topic occurrence in ``topics``, one increment per topic."""
+        for topic, n in collections.Counter(topics).items():
+            counter.labels(loop, topic).inc(n)
+
+
 class DbpmMetrics:
     """The DBPM agents' metrics on one registry (one per app: tests build several apps)."""
 
@@ -330,10 +348,7 @@ class DbpmMetrics:
         self.decisions = Counter(
             "clingate_dbpm_decisions", "Gate decisions.", ["task", "decision"], registry=registry
         )
-        self.agent_restarts = Counter(
-            "clingate_agent_restarts", "Faust agents restarted by their supervisor after a crash, by cause.",
-            ["agent", "error_type"], registry=registry,
-        )  # fmt: skip
+        self.loops = LoopMetrics(registry)
         self.gate_latency = Histogram(
             "clingate_dbpm_gate_latency_seconds", "Candidate taken to decision sent (barrier included).",
             buckets=_LATENCY_BUCKETS, registry=registry,
@@ -412,8 +427,8 @@ class DbpmMetrics:
     def add_lag(self, lag: LagSource) -> None:
         """Add a second consumer's lag to ``clingate_consumer_lag`` (after :meth:`watch`).
 
-        With ``--role all`` the memory agent (Faust) and the gate (its own consumer group) report
-        their input partitions separately; one metric family holds both.
+        The loops of one worker (memory, clinical, gate) report their input partitions separately;
+        one metric family holds them all.
         """
         self._lag.sources.append(lag)
 
@@ -424,7 +439,7 @@ def red_source(source: str) -> str:
 
 
 class ClinicalMetrics:
-    """The clinical agent's metrics (on the Faust worker's registry)."""
+    """The clinical loop's metrics (on the worker's registry)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.assessments = Counter(

@@ -29,7 +29,7 @@ class Settings(BaseSettings):
         description="Bootstrap address of an existing Kafka cluster. Unset: clingate starts its own "
         "broker (testcontainers where Docker works, else a native KRaft broker).",
     )
-    # --- Kafka client security (streams.runtime.kafka_config turns these into librdkafka and Faust settings).
+    # --- Kafka client security (streams.runtime.kafka_config turns these into librdkafka settings).
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         default="PLAINTEXT",
         validation_alias="CLINGATE_KAFKA_SECURITY_PROTOCOL",
@@ -121,8 +121,8 @@ class Settings(BaseSettings):
     docs_group_id: str = Field(
         default="clingate-docs",
         validation_alias="CLINGATE_DOCS_GROUP_ID",
-        description="Consumer group of `clingate arbiter worker` (its own group: the arbiter is not a Faust "
-        "agent, see streams/groups/arbiter.py).",
+        description="Consumer group of `clingate arbiter worker` (its own group, see "
+        "streams/groups/arbiter.py).",
     )
     docs_max_in_flight: int = Field(
         default=32,
@@ -282,8 +282,9 @@ class Settings(BaseSettings):
     app_id: str = Field(
         default="clingate-dbpm",
         validation_alias="CLINGATE_APP_ID",
-        description="Faust application id: the consumer group of the DBPM workers and the prefix of "
-        "their changelog topics. Workers of one deployment share it.",
+        description="Application id of the stream workers: the prefix of their consumer groups "
+        "(<id>-memory, <id>-clinical, <id>-gate), changelog and progress topics and transactional ids. "
+        "Workers of one deployment share it.",
     )
     worker_datadir: Path | None = Field(
         default=None,
@@ -298,12 +299,6 @@ class Settings(BaseSettings):
         validation_alias="CLINGATE_WEB_PORT",
         description="Port of the worker's web endpoint (/metrics in Prometheus text format).",
     )
-    table_standby_replicas: int = Field(
-        default=1,
-        ge=0,
-        validation_alias="CLINGATE_TABLE_STANDBY_REPLICAS",
-        description="Standby copies of each partitioned table kept warm on other workers for fast failover.",
-    )
     consumer_session_timeout_s: float = Field(
         default=30.0,
         ge=6.0,
@@ -311,27 +306,6 @@ class Settings(BaseSettings):
         description="How long the group waits for a silent worker before its partitions move to the "
         "others (a SIGKILLed worker is noticed only after this); also the generator and verifier groups'. "
         "The broker admits 6 s to 300 s.",
-    )
-    commit_interval_s: float = Field(
-        default=2.8,
-        gt=0,
-        validation_alias="CLINGATE_COMMIT_INTERVAL_S",
-        description="How often a worker commits the input offsets it has processed (after flushing its "
-        "outputs). Faust's default; `replay --via-kafka` waits for these commits between runs, so replay "
-        "workers SHOULD use a short interval (0.1 s).",
-    )
-    dbpm_batch_max: int = Field(
-        default=500,
-        ge=1,
-        validation_alias="CLINGATE_DBPM_BATCH_MAX",
-        description="Most input events one agent step processes before it sends outputs and stages "
-        "state (the unit of delivery waiting and of the changelog group).",
-    )
-    dbpm_batch_linger_s: float = Field(
-        default=0.005,
-        gt=0,
-        validation_alias="CLINGATE_DBPM_BATCH_LINGER_S",
-        description="Longest wait to fill a batch; bounds the latency a batch adds.",
     )
     dbpm_barrier_timeout_s: float = Field(
         default=5.0,
@@ -476,7 +450,7 @@ class Settings(BaseSettings):
     @field_validator("log_level", mode="before")
     @classmethod
     def _level_upper(cls, value: object) -> object:
-        # `CLINGATE_LOG_LEVEL=info` is as good as INFO (Faust's -l takes lower case too).
+        # `CLINGATE_LOG_LEVEL=info` is as good as INFO (`clingate worker -l` takes lower case too).
         return value.upper() if isinstance(value, str) else value
 
     @property

@@ -8,27 +8,28 @@ nothing reads the clock, so the same pipes give the same bytes on every run.
 What is the deployed code, unchanged:
 
 * the per-record logic of every runtime: :class:`~streams.worker.dbpm.MemoryHandler` (the memory
-  agent), :class:`~streams.worker.gate.Gate` (the gate loop),
-  :class:`~streams.worker.clinical.ClinicalHandler` (the clinical agent),
+  writer), :class:`~streams.worker.gate.Gate` (the gate loop),
+  :class:`~streams.worker.clinical.ClinicalHandler` (the clinical patients),
   :class:`~streams.groups.arbiter.DocsWorker` (the arbiter group) and any
   :data:`~streams.groups.ordered.Handler` of an LLM group (:meth:`TopologyDriver.add_group`), run
-  under the rules of their adapters (:class:`~streams.worker.app.TableAgent`: dead letters and
-  outputs before the changelog group; :func:`~streams.groups.ordered.handle_record`: a handler's
-  exception or an oversized output is a dead letter);
+  under the rules of their loops (:class:`~streams.worker.tableloop.TableLoop`: a batch's dead
+  letters, outputs and changelog group together; :func:`~streams.groups.ordered.handle_record`: a
+  handler's exception or an oversized output is a dead letter);
 * the serde (:func:`schemas.serde.make_serde`), keys (the handlers' own), partitions (the catalog's
-  counts, :func:`topics.catalog.build_catalog`; Java's murmur2 partitioner, :func:`partition_for`),
-  headers, and dead-letter routing (:func:`streams.runtime.dlq.dead_letter_record` to ``<topic>.dlq``);
-* the engines and flags of the settings (:func:`streams.worker.app.dbpm_engine`,
+  counts, :func:`topics.catalog.build_catalog`; Java's murmur2 partitioner,
+  :func:`topics.partitioner.partition_for`), headers, and dead-letter routing
+  (:func:`streams.runtime.dlq.dead_letter_record` to ``<topic>.dlq``);
+* the engines and flags of the settings (:func:`streams.worker.dbpm.dbpm_engine`,
   :func:`streams.worker.clinical.gate_flags`, the trap rules), and the tables' changelog format:
   every group a table handler returns goes to the table's changelog topic closed by its boundary and
-  is applied whole (:class:`~streams.worker.tablestore.ChangelogFollower`), the way recovery, standbys
-  and the gate's follower read it; the memory state is read from that changelog the way
+  is applied whole (:class:`~streams.worker.tablestore.ChangelogFollower`), the way a restore and
+  the gate's follower read it; the memory state is read from that changelog the way
   ``replay --via-kafka`` reads it (:func:`streams.replay.kafka.changelog_state`).
 
 What it is not: a broker. There is one consumer per runtime and no group, no rebalance, no crash,
 no transaction, no security, no commit; records are delivered exactly once and in the order they were
 produced (a global order that respects every partition's offset order and every output's cause). So
-it proves what equals what on a stream (worker = in-process engine, clinical agent = pure processor,
+it proves what equals what on a stream (worker = in-process engine, clinical loop = pure processor,
 arbiter group = in-process arbiter, every bad record in its DLQ), not what survives a SIGKILL or a
 rebalance: those stay integration tests on a real broker.
 
@@ -50,7 +51,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from aiokafka.partitioner import murmur2
 from prometheus_client import CollectorRegistry
 
 from processors.clinical.knowledge import default_knowledge
@@ -85,9 +85,8 @@ from streams.runtime.dlq import (
 )
 from streams.runtime.metrics import ClinicalMetrics, DbpmMetrics, DocsMetrics, LlmGroupMetrics
 from streams.runtime.settings import Settings
-from streams.worker.app import PATIENT_TABLE
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
-from streams.worker.clinical import ClinicalHandler, gate_flags
+from streams.worker.clinical import ClinicalHandler, gate_flags, patients_changelog
 from streams.worker.dbpm import (
     MEMORY_INPUTS,
     MemoryHandler,
@@ -97,7 +96,7 @@ from streams.worker.dbpm import (
     min_watermark,
 )
 from streams.worker.gate import Gate
-from streams.worker.tablestore import ChangelogFollower, TableHandler, group_records, table_changelog
+from streams.worker.tablestore import ChangelogFollower, TableHandler, group_records
 from topics.catalog import (
     DBPM_CANDIDATES,
     DBPM_DECISIONS,
@@ -111,6 +110,7 @@ from topics.catalog import (
     dlq_name,
     max_message_bytes,
 )
+from topics.partitioner import partition_for
 
 M = TypeVar("M", bound=AvroModel)
 
@@ -119,15 +119,6 @@ DRIVER_APP_ID = "clingate-driver"
 
 DeadLettered = Callable[[DecodeFailed], None]
 """Logs and counts a dead letter its runtime routes."""
-
-
-def partition_for(key: bytes, partitions: int) -> int:
-    """The partition of a keyed record: Java's default partitioner, ``toPositive(murmur2(key)) % n``.
-
-    What Faust (aiokafka) and every clingate confluent-kafka producer (``murmur2_random``) compute, so
-    a key lands where the workers expect it.
-    """
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 class RecordTooLargeError(ValueError):
@@ -329,7 +320,7 @@ class TopologyDriver:
         self._subscribe([DBPM_CANDIDATES], self._gate_runtime)
 
         self.clinical_metrics = ClinicalMetrics(self.dbpm_metrics.registry)
-        self.patients = ChangelogTable(self._topic(table_changelog(app_id, PATIENT_TABLE), partitions))
+        self.patients = ChangelogTable(self._topic(patients_changelog(app_id), partitions))
         clinical = ClinicalHandler(
             self.serde, default_knowledge(), gate_flags(settings), self.clinical_metrics
         )
@@ -553,7 +544,7 @@ class TopologyDriver:
                 dead_lettered(item)
 
     def _table_runtime(self, handler: TableHandler, table: ChangelogTable) -> Callable[[SourceRecord], None]:
-        """A table agent (:class:`~streams.worker.app.TableAgent`'s order) over ``handler`` and ``table``."""
+        """A table writer over ``handler`` and ``table``, one record per batch."""
 
         def process(record: SourceRecord) -> None:
             batch = handler.apply(table, record.partition, [record])

@@ -24,8 +24,8 @@ checks four things:
    verdicts and verified candidates (their record handlers, :class:`streams.groups.generator.Generator` and
    :class:`streams.groups.verifier.Verifier`, calling the same deterministic test server). A missing, changed
    or repeated output fails, as does a good record on a dead-letter topic.
-3. **No worker restart or exit.** Every process is alive at the end and the worker counted no agent
-   restart (``clingate_agent_restarts_total``).
+3. **No worker exit.** Every process is alive at the end (a loop that stops on an error stops its
+   worker).
 4. **No partition stalled.** Every consumer group committed the end of every partition of its inputs
    (committed offsets follow acknowledged outputs and dead letters in every runtime, so "committed"
    also means "done"). The lag is reported per topic.
@@ -153,10 +153,10 @@ from streams.runtime.settings import Settings, get_settings
 from streams.testing.broker import free_port
 from streams.testing.dbpm_stream import StreamShape, generate_events
 from streams.testing.llm_server import ServerProcess
-from streams.testing.metrics import scraped_sum
 from streams.testing.process import SOURCE_ROOT, ProcessError, ProcessHandle, python_module
 from streams.testing.worker import COMPARISON_ENV, comparison_engine
-from streams.worker.clinical import fhir_input, gate_flags
+from streams.worker import READY
+from streams.worker.clinical import clinical_group, fhir_input, gate_flags
 from streams.worker.dbpm import (
     BARRIER_HEADER,
     REPLAYED_HEADER,
@@ -659,7 +659,7 @@ OVERSIZE_TOPICS = (
     DOCS_REVIEWS,
     CLINICAL_DELIVERABLES,
 )
-"""The order in which oversized records are spread over the topics: a Faust agent's input first, then the
+"""The order in which oversized records are spread over the topics: the clinical loop's input first, then the
 gate's, then the ordered loops'."""
 
 
@@ -1553,7 +1553,6 @@ class PoisonReport:
     topics: dict[str, TopicReport]
     processes: dict[str, int | None]
     """Exit code of every process at the end of the run (None: still running, as it must be)."""
-    restarts: float
     pipeline_dead_letters: list[str]
     """Dead letters of records the runtimes produced in this run (a runtime refusing another's output)."""
     records: int
@@ -1568,7 +1567,6 @@ class PoisonReport:
         return (
             all(t.passed for t in self.topics.values())
             and all(c is None for c in self.processes.values())
-            and not self.restarts
             and not self.pipeline_dead_letters
             and not self.stalled
         )
@@ -1610,7 +1608,7 @@ class PoisonReport:
             )
         )
         lines.append(
-            f"agent restarts: {self.restarts:g}; dead letters of the runtimes' own outputs: "
+            f"dead letters of the runtimes' own outputs: "
             f"{len(self.pipeline_dead_letters)}; stalled waits: {len(self.stalled)}"
         )
         lines += [f"  ! {problem}" for problem in [*self.stalled, *self.pipeline_dead_letters[:5]]]
@@ -1747,7 +1745,7 @@ def run_poison(
     )
 
     app_id = f"clingate-{plan.tag}"
-    groups = dict.fromkeys((FHIR_UPDATES, CLINICAL_REVIEWS, CLINICAL_DELIVERABLES), app_id)
+    groups = dict.fromkeys((FHIR_UPDATES, CLINICAL_REVIEWS, CLINICAL_DELIVERABLES), clinical_group(app_id))
     groups |= dict.fromkeys((DBPM_VERDICTS, DBPM_PROPAGATIONS, DBPM_DISPATCHES), memory_group(app_id))
     groups |= {
         DBPM_CANDIDATES: gate_group(app_id),
@@ -1806,7 +1804,7 @@ def run_poison(
         # While they start: the LLM groups' reference, on the same server, with the same settings.
         llm_settings = Settings(**llm, CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False)  # type: ignore[arg-type]
         plan.expected += asyncio.run(llm_reference(llm_settings, serde, plan.narratives, plan.decisions))
-        services["worker"].wait_for(b"[^Worker]: Ready")
+        services["worker"].wait_for(READY)
         services["docs worker"].wait_for(b"rules-only")
         log(f"runtimes ready after {time.monotonic() - started:.1f} s (app {app_id})")
 
@@ -1844,13 +1842,6 @@ def run_poison(
         feed_s = time.monotonic() - feed_started
         processes: dict[str, int | None] = {name: s.exit_code for name, s in services.items()}
         processes["llm test server"] = None if _answers(server.base_url) else -1
-        try:
-            restarts = (
-                scraped_sum(web_port, "clingate_agent_restarts_total") if processes["worker"] is None else 0.0
-            )
-        except OSError as error:
-            restarts = 0.0
-            stages.stalled.append(f"the worker's /metrics did not answer: {error}")
         lags = _lags(bootstrap, groups)
     finally:
         for service in services.values():
@@ -1859,9 +1850,7 @@ def run_poison(
             service.stop()
         server.stop()
     reads = read_from(bootstrap, starts)
-    return _report(
-        plan, stages, reads, memory, lags, processes, restarts, seed, feed_s, time.monotonic() - started
-    )
+    return _report(plan, stages, reads, memory, lags, processes, seed, feed_s, time.monotonic() - started)
 
 
 OUTPUTS = (
@@ -1941,7 +1930,6 @@ def _report(
     memory: dict[str, object],
     lags: dict[str, int],
     processes: dict[str, int | None],
-    restarts: float,
     seed: int,
     feed_s: float,
     wall_s: float,
@@ -2046,7 +2034,6 @@ def _report(
         tag=plan.tag,
         topics=topics,
         processes=processes,
-        restarts=restarts,
         pipeline_dead_letters=pipeline,
         records=len(fed),
         megabytes=sum(r.size for r in fed.values()) / 1e6,

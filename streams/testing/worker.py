@@ -23,9 +23,8 @@ from streams.runtime.settings import Settings
 from streams.testing.broker import free_port
 from streams.testing.dbpm_stream import generate_events
 from streams.testing.process import SOURCE_ROOT, ProcessError, ProcessHandle, python_module
+from streams.worker import READY
 from streams.worker.dbpm import dbpm_engine
-
-_READY = b"[^Worker]: Ready"
 
 #: Worker environment for an event-for-event comparison with the in-process engine. A SIGKILLed
 #: worker's partitions move after the session timeout: the broker's minimum, 6 s.
@@ -33,8 +32,6 @@ COMPARISON_ENV: dict[str, str] = {
     "CLINGATE_DBPM_CROSS_TASK": "false",
     "CLINGATE_DBPM_MAINTENANCE": "false",
     "CLINGATE_CONSUMER_SESSION_TIMEOUT_S": "6",
-    # The replay waits for the candidates' commit after every run (streams.replay.kafka).
-    "CLINGATE_COMMIT_INTERVAL_S": "0.1",
     # A restarted worker catches up on its verdict backlog before the barrier opens; with the
     # default 5 s wait, a saturated machine lets gates decide on a partial view (marked
     # barrier_timeout). A comparison run waits for the memory instead.
@@ -79,12 +76,12 @@ class WorkerProcess:
         """Where the log of the latest start begins."""
         return self._process.log_offset if self._process is not None else 0
 
-    def start(self, timeout_s: float = 180.0, ready: bytes = _READY) -> float:
-        """Start the worker (its log appended to) and wait until its log shows ``ready`` (default: Faust
-        reports it ready).
+    def start(self, timeout_s: float = 180.0, ready: bytes = READY) -> float:
+        """Start the worker (its log appended to) and wait until its log shows ``ready`` (default: the
+        worker's loops have started).
 
         Returns:
-            Seconds from the start of the process to "Ready" (recovery included).
+            Seconds from the start of the process to its ready line (the loops started; restores follow).
 
         Raises:
             RuntimeError: the worker exited or was not ready in ``timeout_s`` (see its log).

@@ -3,34 +3,32 @@
 Topology::
 
     clingate.fhir.updates          (FhirUpdate, key patient id) --.
-    clingate.clinical.reviews      (AdversarialReview, key pid) --+--> clinical agent (one per partition)
+    clingate.clinical.reviews      (AdversarialReview, key pid) --+--> clinical loop (group <app>-clinical)
     clingate.clinical.deliverables (Deliverable, key pid)       --'        | process_event(state, event, now)
                                                                           |--> clingate.clinical.assessments
                                                                           |     (only when it changed)
                                                                           |--> clingate.clinical.safety-audits
                                                                           v     (one per deliverable)
-                             <app>-clinical-patients-changelog (Table on the clingate store, N partitions)
+                             <app>-clinical-patients-changelog (compacted, N partitions)
 
 Choices:
 
-* **Handler and agent.** The per-record logic is :class:`ClinicalHandler`, which returns a batch's
-  outputs, dead letters and changelog group as data; the Faust agent is the generic
-  :class:`streams.worker.app.TableAgent`, which sends them, waits for the acknowledgements and stages.
-* **One agent over the three co-partitioned topics**, ``concurrency=1``. A patient's state has exactly
-  one writer (the agent instance owning partition ``p`` of all three topics and of the table's
-  changelog), and the records of one partition are applied in the order Faust delivers them. Three
-  agents would be three writers of one table partition.
-* **State**: a Faust ``Table`` (partitioned, not global: only the owner reads a patient) on
-  :class:`streams.worker.tablestore.ChangelogStore`, key = patient id bytes, value = the JSON of
-  :class:`processors.clinical.assess.ClinicalStreamState`. Writes are staged per batch and partition as
-  one changelog group, durable locally only once the changelog acknowledged them (docs/faust-runtime.md).
-* **Idempotent re-delivery**: the group also records, per input topic, the last input offset applied
-  (``OFFSET_PREFIX + topic``); a re-delivered record at or below it is skipped. The store's own
-  boundary offset cannot serve: it holds one offset, and three topics share the partition.
-* **Outputs before state**: the batch's assessments and audits are awaited (acknowledged by the broker)
-  before its state is staged. A crash can then repeat an output (the records are re-processed and give
-  the same bytes: ``as_of`` is the event time) but never lose one behind a state that says "done".
-  Consumers dedupe assessments by ``(patient_id, as_of)`` and audits by ``audit_id``.
+* **Handler and loop.** The per-record logic is :class:`ClinicalHandler`, which returns a batch's
+  outputs, dead letters and changelog group as data; the runtime is the transactional table loop
+  (:class:`streams.worker.tableloop.TableLoop`, as for the DBPM memory), built by
+  :func:`build_clinical`.
+* **One consumer group over the three co-partitioned topics** (:func:`clinical_group`, range
+  assignment). A patient's state has exactly one writer (the member owning partition ``p`` of all
+  three topics and of the changelog), and the records of one partition are applied in offset order.
+* **State**: per partition a local RocksDB store, key = patient id bytes, value = the JSON of
+  :class:`processors.clinical.assess.ClinicalStreamState`; every batch's writes are one changelog group
+  (docs/table-runtime.md).
+* **Exactly once**: a batch's assessments, audits, dead letters and changelog group are one Kafka
+  transaction, so a ``read_committed`` consumer sees each assessment once, through crashes. The group
+  also records, per input topic, the last input offset applied (``OFFSET_PREFIX + topic``); a record
+  re-delivered after a crash between the transaction and the offset commit is at or below it and is
+  skipped, sending nothing. The store's own boundary offset cannot serve: it holds one offset, and
+  three topics share the partition.
 * **Time**: ``now`` is the record's event time (``FhirUpdate.ts``, ``event_time`` of reviews and
   deliverables), never the wall clock; replaying the topics gives the same outputs.
 * **Dead letters** (:mod:`streams.runtime.dlq`, awaited before the offset can be committed):
@@ -44,11 +42,9 @@ Choices:
   table's changelog (:data:`STATE_MAX_BYTES`; error type ``StateTooLarge``, stage ``produce``) is not
   applied: its outputs are not published and the state stays as it was.
 * **Order across the three topics**: one patient's records of one topic are applied in their order;
-  between topics there is none (Faust interleaves the co-partitioned topics). After a crash, updates
-  whose assessments were already published but whose state was not yet durable are applied again,
-  and a review or deliverable delivered before them is assessed on the older state. Nothing is lost
-  (the updates follow at once), but a reviewer's verdict can meet a state older than the assessment
-  the reviewer saw; a producer that needs the order waits for the updates' commit first.
+  between topics there is none (the consumer interleaves the co-partitioned topics as it fetches
+  them). A producer that needs a review assessed on a given state publishes the review after the
+  updates' assessments are in.
 * **Retention**: deleting ``Patient/<id>`` empties the patient's resources (the reducer); the key itself
   (last review, last assessment digest) stays, so a patient seen once costs one small record for good.
   The changelog is compacted (one record per patient). Not done yet: expiring keys after a period of
@@ -65,13 +61,13 @@ from datetime import datetime
 
 from processors.clinical.assess import ClinicalStreamState, process_event
 from processors.clinical.fhir_input import parse_document
-from processors.clinical.knowledge import ClinicalKnowledge, GateFlags
+from processors.clinical.knowledge import ClinicalKnowledge, GateFlags, default_knowledge
 from processors.clinical.records import FhirChange, ResourceUpsert
 from processors.clinical.state import PatientUpdate
 from schemas.clinical import AdversarialReview, ClinicalAssessment, Deliverable, SafetyAudit
 from schemas.common import Stage
 from schemas.fhir import FhirUpdate
-from schemas.serde import Serde
+from schemas.serde import Serde, make_serde
 from streams.groups.ordered import Output
 from streams.runtime.dlq import (
     RECORD_OVERHEAD_BYTES,
@@ -81,9 +77,10 @@ from streams.runtime.dlq import (
     processing_failed,
 )
 from streams.runtime.logs import log_dead_letter
-from streams.runtime.metrics import ClinicalMetrics
+from streams.runtime.metrics import ClinicalMetrics, DbpmMetrics
 from streams.runtime.settings import Settings
-from streams.worker.tablestore import PartitionedTable, TableBatch
+from streams.worker.tableloop import TableLoop, build_table_loop
+from streams.worker.tablestore import PartitionedTable, TableBatch, table_changelog
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
     CLINICAL_DELIVERABLES,
@@ -94,6 +91,9 @@ from topics.catalog import (
 )
 
 log = logging.getLogger(__name__)
+
+#: Name of the clinical patient table (changelog :func:`patients_changelog`).
+PATIENT_TABLE = "clinical-patients"
 
 #: Input topics of the clinical agent and the model each carries.
 INPUTS: dict[str, type[FhirUpdate] | type[AdversarialReview] | type[Deliverable]] = {
@@ -109,7 +109,7 @@ Change = tuple[bytes, bytes | None, list[ClinicalAssessment | SafetyAudit]]
 """What one record changes: its patient key, the new state's table value (None: unchanged) and the outputs
 to publish."""
 #: The largest patient record (key and state) the table's changelog admits
-#: (``streams.worker.app.CHANGELOG_CONFIGS``, which also counts the record's framing).
+#: (:func:`streams.worker.tableloop.changelog_spec`, which also counts the record's framing).
 STATE_MAX_BYTES = DATA_MAX_MESSAGE_BYTES - RECORD_OVERHEAD_BYTES
 
 
@@ -152,10 +152,10 @@ def fhir_input(update: FhirUpdate) -> tuple[PatientUpdate | None, list[str]]:
 class ClinicalHandler:
     """The clinical agent's per-partition logic, bound to the knowledge, the flags and the serde.
 
-    No Kafka, no Faust, no clock: a batch of one partition's records (the three input topics, offset
+    No Kafka, no clock: a batch of one partition's records (the three input topics, offset
     order) is applied against the patient table's partition, and :meth:`apply` returns the
     assessments and audits to produce, the dead letters and the changelog group (patient states and
-    the per-topic offset markers) as data. The Faust agent (:class:`streams.worker.app.TableAgent`)
+    the per-topic offset markers) as data. The table loop (:func:`build_clinical`)
     and the topology test driver (:mod:`streams.testing.driver`) both run it.
 
     Args:
@@ -282,3 +282,26 @@ class ClinicalHandler:
         """Log and count a dead letter the runtime routes."""
         log_dead_letter(log, failed)
         self._metrics.dead_letters.labels(failed.record.topic).inc()
+
+
+def clinical_group(app_id: str) -> str:
+    """The consumer group of the clinical writers of the workers of ``app_id``."""
+    return f"{app_id}-clinical"
+
+
+def patients_changelog(app_id: str) -> str:
+    """The patient table's changelog topic of the workers of ``app_id``."""
+    return table_changelog(app_id, PATIENT_TABLE)
+
+
+def build_clinical(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> TableLoop:
+    """The clinical loop of a worker (stores and transactional id under ``<worker datadir>/clinical``),
+    its metrics on the registry of the worker's ``metrics``."""
+    serde = make_serde(settings.schema_registry_url)
+    clinical = ClinicalMetrics(metrics.registry)
+    handler = ClinicalHandler(serde, default_knowledge(), gate_flags(settings), clinical)
+    app_id = settings.app_id
+    return build_table_loop(
+        settings, bootstrap, clinical_group(app_id), list(INPUTS), patients_changelog(app_id), handler, serde,
+        "clinical", metrics.loops,
+    )  # fmt: skip

@@ -5,7 +5,7 @@ The memory agent calls :class:`processors.dbpm.DBPMEngine` unchanged. Its per-pa
 returns the propagation records, dead letters and changelog group as data; the transactional table
 loop (:mod:`streams.worker.tableloop`, wired in :mod:`streams.worker.memory`) batches, produces and
 commits them. The gate (:mod:`streams.worker.gate`) uses this module's decoding, view and barrier
-records. The design and the findings behind it are in ``docs/faust-runtime.md``.
+records. The design and the findings behind it are in ``docs/table-runtime.md``.
 
 Topology::
 
@@ -166,7 +166,7 @@ MEMORY_TABLE = "dbpm-memory"
 
 
 def memory_changelog(app_id: str) -> str:
-    """The memory table's changelog topic of the workers of ``app_id`` (named as Faust names its tables')."""
+    """The memory table's changelog topic of the workers of ``app_id``."""
     return table_changelog(app_id, MEMORY_TABLE)
 
 
@@ -278,7 +278,7 @@ def propagation_event(record: PropagationRecord) -> Propagation:
 def producer_config(bootstrap: str, **overrides: object) -> dict[str, object]:
     """librdkafka producer settings for every clingate client that writes DBPM input topics.
 
-    Java's murmur2 partitioner (``murmur2_random``), the one Java clients and Faust (aiokafka) use, so
+    Java's murmur2 partitioner (``murmur2_random``, :func:`topics.partitioner.partition_for`), so
     that "the partition of a key" means the same thing to every client: a verdict keyed by
     :func:`verdict_key` lands on the memory partition of its signature, a candidate on its patient's.
     librdkafka's default (``consistent_random``, CRC32) would scatter them. Idempotent, ``acks=all``.
@@ -480,7 +480,7 @@ def _always(_partition: int) -> bool:
 class MemoryHandler:
     """The memory agent's per-partition logic: verdicts and propagations in, changelog group and outputs out.
 
-    No Kafka, no Faust, no clock: a batch of one memory partition's records (dispatches, verdicts
+    No Kafka, no clock: a batch of one memory partition's records (dispatches, verdicts
     and propagations, offset order) is applied to a :class:`PartitionWriter` over the partition's state,
     and :meth:`apply` returns what the runtime must do, as data
     (:class:`~streams.worker.tablestore.TableBatch`): the propagation records to produce, the dead

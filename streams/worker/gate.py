@@ -1,10 +1,7 @@
-"""The DBPM gate as a confluent-kafka consumer group, outside Faust's per-event path.
+"""The DBPM gate as a confluent-kafka consumer group.
 
-Why not a Faust agent (measured, ``docs/faust-runtime.md`` section 4): as an agent the gate cost
-~1,000 us of worker CPU per candidate, ~85% of it Faust's per-event delivery (consumer thread
-hand-off, conductor, stream, ack, sensors, per-message producer buffer), against ~120 us for decode,
-gate and encode. The gate keeps no state of its own that must be written (its engine transaction is
-aborted), so it needs none of what Faust is for (tables, changelogs, standbys). This loop consumes
+The gate keeps no state of its own that must be written (its engine transaction is aborted): it reads
+the memory's replicated view and decides. This loop consumes
 candidates in batches (:func:`~streams.runtime.kafka_clients.consume_batch`), decides them with the
 unchanged engine and commits a batch's outputs, dead letters and progress in one Kafka transaction.
 
@@ -46,7 +43,7 @@ State the gate reads.
   unfinished is never visible.
 * The patient-keyed gate state (accepted NER categories, difficulty counters) is part of the memory
   (the engine keeps it as per-partition partial counts that :class:`~streams.worker.dbpm.MergedView` sums,
-  ``docs/faust-runtime.md`` section 2 item 6), so it arrives through the same view. The gate itself
+  ``docs/table-runtime.md`` section 2 item 6), so it arrives through the same view. The gate itself
   writes nothing: its engine transaction holds only bookkeeping (the as-of clock) and is aborted. No
   gate-side table is needed, hence none is kept (a co-partitioned patient table would need a second
   writer per patient, the verdicts of one patient landing on many signature partitions).
@@ -85,8 +82,8 @@ Consistency model of the gate (the memory side is in :mod:`streams.worker.dbpm`)
   candidate of the batch (its process was SIGKILLed after a minute).
 
 Process layout (``clingate worker --role``, :mod:`streams.cli.worker`): ``all`` runs the memory loop,
-this loop (each in a thread: librdkafka releases the GIL while it polls and flushes) and the Faust
-clinical agent in one process; ``gate`` runs only this loop. Each gate process is a member of the
+this loop and the clinical loop in one process (each in a thread: librdkafka releases the GIL while
+it polls and flushes); ``gate`` runs only this loop. Each gate process is a member of the
 consumer group :func:`gate_group`; scale the gate by starting more of them.
 """
 
@@ -164,11 +161,7 @@ POLL_S = 0.05
 
 
 def gate_group(app_id: str) -> str:
-    """The consumer group of the gates of the workers of ``app_id``.
-
-    Not ``app_id`` itself: that is the Faust memory agent's group, whose members speak Faust's
-    assignor protocol, which librdkafka's members cannot join.
-    """
+    """The consumer group of the gates of the workers of ``app_id``."""
     return f"{app_id}-gate"
 
 
@@ -574,7 +567,10 @@ class GateLoop:
             read = {(DBPM_CANDIDATES, p): self._position[p] for p in last}
             self._position.update((tp.partition, tp.offset) for tp in positions(self._consumer, read))
         progress = self._next_progress()
+        if messages:
+            self._metrics.loops.consumed.labels("gate", DBPM_CANDIDATES).inc(len(messages))
         if not self._commit(decided, failed, progress):
+            self._metrics.loops.aborted.labels("gate").inc()
             self._rewind()
             return
         self._progress.update(progress)
@@ -712,28 +708,36 @@ class GateLoop:
 
         Dispatches go first: a ``read_committed`` reader sees none of the batch before the commit, and
         then the dispatch of every candidate the batch sends to be verified."""
+        produced: list[str] = []
         producer = self._producer
         producer.begin_transaction()
         try:
             for letter in failed:
                 out = dead_letter_record(self._serde, letter)
                 producer.produce(out.topic, out.value, out.key, headers=out.headers)
+                produced.append(out.topic)
             for decision in decided:
                 for output in decision.dispatches:
                     producer.produce(output.topic, output.value, output.key)
+                    produced.append(output.topic)
             for decision in decided:
                 for output in decision.outputs():
                     producer.produce(output.topic, output.value, output.key)
+                    produced.append(output.topic)
             for partition, done in progress.items():
                 topic, key, value, at = self._progress_log.record(DBPM_CANDIDATES, partition, done)
                 producer.produce(topic, value, key, partition=at)
+                produced.append(topic)
         except (KafkaException, BufferError) as exc:
             if isinstance(exc, KafkaException) and not abortable(exc):
                 raise
             log.warning("%s: a batch was not produced (%s); it is decided again", self._name, exc)
             producer.abort_transaction()
             return False
-        return commit_transaction(producer, self._name)
+        if not commit_transaction(producer, self._name):
+            return False
+        self._metrics.loops.count(self._metrics.loops.produced, "gate", produced)
+        return True
 
     def _commit_offsets(self, progress: dict[int, Progress]) -> None:
         """Commit the group's offsets to the progress just committed (asynchronously: the progress
@@ -784,12 +788,14 @@ class GateLoop:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Start each assigned partition where its last committed progress resumes."""
+        self._metrics.loops.rebalances.labels("gate", "assigned").inc(len(partitions))
         for (_, partition), done in self._progress_log.assign(consumer, partitions).items():
             self._progress[partition] = done
             self._committed[partition] = done.resume
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Each batch is committed or aborted before the next consume: no transaction is open here.
+        self._metrics.loops.rebalances.labels("gate", "revoked").inc(len(partitions))
         for tp in partitions:
             self._lag.pop(tp.partition, None)
             self._progress.pop(tp.partition, None)

@@ -4,8 +4,8 @@ The memory's writers form the consumer group :func:`memory_group` over the co-pa
 ``clingate.dbpm.verdicts``, ``clingate.dbpm.propagations`` and ``clingate.dbpm.dispatches``; each
 member runs a :class:`~streams.worker.tableloop.TableLoop`, which commits a batch's propagations, dead
 letters and changelog group in one Kafka transaction, then its input offsets. The changelog topic
-(:func:`~streams.worker.dbpm.memory_changelog`, compacted, one partition per memory partition) is
-created here when it is missing, with the replication and record size of the catalog's topics.
+(:func:`~streams.worker.dbpm.memory_changelog`, one partition per memory partition) is created when it
+is missing.
 """
 
 from __future__ import annotations
@@ -14,13 +14,11 @@ from functools import partial
 
 from processors.dbpm import DBPMEngine
 from schemas.serde import make_serde
-from streams.runtime.kafka_config import admin_client
 from streams.runtime.metrics import DbpmMetrics
 from streams.runtime.settings import Settings
 from streams.worker.dbpm import MEMORY_INPUTS, MemoryHandler, memory_changelog
-from streams.worker.tableloop import TableLoop
-from topics.admin import ensure_topics
-from topics.catalog import DATA_MAX_MESSAGE_BYTES, DBPM_DISPATCHES, TopicSpec
+from streams.worker.tableloop import TableLoop, build_table_loop
+from topics.catalog import DBPM_DISPATCHES
 
 
 def memory_group(app_id: str) -> str:
@@ -28,24 +26,14 @@ def memory_group(app_id: str) -> str:
     return f"{app_id}-memory"
 
 
-def changelog_spec(settings: Settings) -> TopicSpec:
-    """The memory changelog topic: compacted (the latest record per key is the memory), kept forever."""
-    return TopicSpec(
-        memory_changelog(settings.app_id), "memory record key (processors.dbpm.memory)", "raw bytes",
-        partitions=settings.topic_partitions, replication=settings.topic_replication,
-        cleanup_policy="compact", retention_ms=-1, max_message_bytes=DATA_MAX_MESSAGE_BYTES,
-    )  # fmt: skip
-
-
 def build_memory(settings: Settings, bootstrap: str, metrics: DbpmMetrics, engine: DBPMEngine) -> TableLoop:
     """The memory loop of a worker (stores and transactional id under ``<worker datadir>/memory``);
     ``engine`` is the worker's (:func:`~streams.worker.dbpm.dbpm_engine`)."""
-    ensure_topics(admin_client(bootstrap), [changelog_spec(settings)])
     serde = make_serde(settings.schema_registry_url)
     handler = MemoryHandler(engine, serde, metrics)
-    loop = TableLoop(
-        bootstrap, memory_group(settings.app_id), MEMORY_INPUTS, memory_changelog(settings.app_id),
-        handler, serde, settings.worker_dir / "memory", settings.consumer_session_timeout_s,
+    loop = build_table_loop(
+        settings, bootstrap, memory_group(settings.app_id), MEMORY_INPUTS, memory_changelog(settings.app_id),
+        handler, serde, "memory", metrics.loops,
     )  # fmt: skip
     handler.dispatches_read = partial(loop.read_to_end, DBPM_DISPATCHES)
     return loop

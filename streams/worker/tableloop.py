@@ -75,7 +75,9 @@ from streams.runtime.kafka_clients import (
     moved_past_markers,
     positions,
 )
-from streams.runtime.kafka_config import client_config, liveness_config
+from streams.runtime.kafka_config import admin_client, client_config, liveness_config
+from streams.runtime.metrics import LoopMetrics
+from streams.runtime.settings import Settings
 from streams.worker.dbpm import producer_config
 from streams.worker.tablestore import (
     BOUNDARY_KEY,
@@ -84,6 +86,8 @@ from streams.worker.tablestore import (
     group_records,
     write_group,
 )
+from topics.admin import ensure_topics
+from topics.catalog import DATA_MAX_MESSAGE_BYTES, TopicSpec
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +104,30 @@ def transactional_id(directory: Path, prefix: str) -> str:
     if not path.exists():
         path.write_text(uuid.uuid4().hex[:12] + "\n")
     return f"{prefix}-{path.read_text().strip()}"
+
+
+def changelog_spec(settings: Settings, changelog: str) -> TopicSpec:
+    """A table's changelog topic: compacted (the latest record per key is the table), kept forever, one
+    partition per input partition, records as large as the data topics' (a table's value can hold a
+    whole input: a patient's FHIR resources)."""
+    return TopicSpec(
+        changelog, "table key", "raw bytes",
+        partitions=settings.topic_partitions, replication=settings.topic_replication,
+        cleanup_policy="compact", retention_ms=-1, max_message_bytes=DATA_MAX_MESSAGE_BYTES,
+    )  # fmt: skip
+
+
+def build_table_loop(
+    settings: Settings, bootstrap: str, group: str, inputs: Sequence[str], changelog: str,
+    handler: TableHandler, serde: Serde, name: str, metrics: LoopMetrics,
+) -> TableLoop:  # fmt: skip
+    """Loop ``name`` of a worker: a member of table writer ``group``, its changelog topic created when
+    missing, its stores and transactional id under ``<worker datadir>/<name>``."""
+    ensure_topics(admin_client(bootstrap), [changelog_spec(settings, changelog)])
+    return TableLoop(
+        bootstrap, group, inputs, changelog, handler, serde, settings.worker_dir / name,
+        settings.consumer_session_timeout_s, metrics,
+    )  # fmt: skip
 
 
 class LocalTable:
@@ -153,6 +181,7 @@ class TableLoop:
         serde: the process's serde (dead letters).
         directory: this member's local stores and transactional id (the process MUST own it).
         session_timeout_s: the group's session timeout.
+        metrics: where its traffic is counted (label ``loop``: the directory's name).
     """
 
     def __init__(
@@ -165,8 +194,11 @@ class TableLoop:
         serde: Serde,
         directory: Path,
         session_timeout_s: float,
+        metrics: LoopMetrics,
     ) -> None:
         self.group = group
+        self._name = directory.name
+        self._metrics = metrics
         self.changelog = changelog
         self._inputs = tuple(inputs)
         self._handler = handler
@@ -232,6 +264,7 @@ class TableLoop:
             by_partition.setdefault(partition, []).append(SourceRecord.from_message(message))
         if not read:
             return
+        self._metrics.count(self._metrics.consumed, self._name, (m.topic() for m in messages))
         boundaries: dict[int, int] = {}
         groups: dict[int, list[tuple[bytes, bytes | None]]] = {}
         rereads: dict[tuple[str, int], int] = {}
@@ -244,6 +277,7 @@ class TableLoop:
             else:
                 boundaries[message.partition()] = message.offset()
 
+        produced: list[str] = []
         producer = self._producer
         producer.begin_transaction()
         try:
@@ -255,13 +289,16 @@ class TableLoop:
                     self._handler.dead_lettered(failed)
                     out = dead_letter_record(self._serde, failed)
                     producer.produce(out.topic, out.value, out.key, headers=out.headers)
+                    produced.append(out.topic)
                 for output in batch.outputs:
                     producer.produce(
                         output.topic, output.value, output.key, headers=list(output.headers) or None
                     )
+                    produced.append(output.topic)
                 if batch.writes is None:
                     continue
                 group = groups[partition] = group_records(batch.writes.items(), batch.input_offset)
+                produced += [self.changelog] * len(group)
                 for key, value in group[:-1]:
                     producer.produce(self.changelog, value, key, partition=partition)
                 producer.produce(self.changelog, group[-1][1], BOUNDARY_KEY, partition=partition,
@@ -277,10 +314,12 @@ class TableLoop:
         else:
             committed = commit_transaction(producer, self.group)
         if not committed:
+            self._metrics.aborted.labels(self._name).inc()
             log.warning("%s: a batch was not committed; it is applied again", self.group)
             for (topic, partition), offset in first.items():
                 self._consumer.seek(TopicPartition(topic, partition, offset))
             return
+        self._metrics.count(self._metrics.produced, self._name, produced)
         for partition, group in groups.items():
             write_group(self.table.open(partition), group, boundaries[partition])
         offsets = positions(self._consumer, read)
@@ -357,9 +396,11 @@ class TableLoop:
         )  # fmt: skip
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._metrics.rebalances.labels(self._name, "assigned").inc(len(partitions))
         self._restoring.update(tp.partition for tp in partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._metrics.rebalances.labels(self._name, "revoked").inc(len(partitions))
         # Each batch is committed or aborted before the next consume: no transaction is open here.
         for tp in partitions:
             self._lag.pop((tp.topic, tp.partition), None)

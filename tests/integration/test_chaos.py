@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 import shutil
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -43,7 +42,9 @@ from streams.testing.dbpm_stream import generate_events
 from streams.testing.metrics import scraped_sum
 from streams.testing.tail import Tail, read_between, topic_ends
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess
+from streams.worker import READY
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
+from streams.worker.clinical import clinical_group
 from streams.worker.dbpm import producer_config
 from streams.worker.gate import gate_group
 from tests.clinical_scenario import PATIENT, concur_review, expected_assessments, scenario
@@ -212,12 +213,12 @@ def test_a_gate_sigkilled_twice_in_its_backlog_sends_every_decision_once(
     )
     redelivered = 0.0
     try:
-        gate.start(ready=b"DBPM gate ready")
+        gate.start(ready=READY)
         for share in (1 / 3, 2 / 3):
             decisions.until(int(len(candidates) * share), timeout_s=180)
             redelivered += scraped_sum(gate.web_port, REDELIVERED)  # a process's own, before it dies
             gate.kill()
-            gate.start(ready=b"DBPM gate ready")
+            gate.start(ready=READY)
         wait_until_consumed(kafka_bootstrap, gate_group(app_id), DBPM_CANDIDATES, timeout_s=180)
         redelivered += scraped_sum(gate.web_port, REDELIVERED)
     finally:
@@ -237,14 +238,14 @@ def test_a_gate_sigkilled_twice_in_its_backlog_sends_every_decision_once(
     assert redelivered > 0, "the restarted gates read no decided candidate again: the kills missed it"
 
 
-def test_clinical_agent_repeats_but_never_loses_an_assessment_across_sigkill(
+def test_the_clinical_loop_sends_every_assessment_once_across_sigkill(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     """Scenario: the worker is SIGKILLed while it processes PT-TEST-010's FHIR updates, then restarted.
 
-    Updates after the last durable state are re-delivered: their assessments may be published again,
-    byte for byte (the assessment's ``as_of`` is the event time), but none is lost and none differs,
-    so the assessments with repeats removed are exactly what the pure processor emits.
+    A batch's assessments and the patient's state commit in one transaction: the killed worker's open
+    batch is aborted, the restarted one applies it again from the last committed state, and a
+    ``read_committed`` reader reads exactly what the pure processor emits, each assessment once.
     """
     updates, _, _ = scenario()
     review = concur_review()
@@ -252,7 +253,7 @@ def test_clinical_agent_repeats_but_never_loses_an_assessment_across_sigkill(
     serde = make_serde(None)
     app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
     ensure_topics(admin_client(kafka_bootstrap), build_catalog(get_settings().topic_partitions))
-    commit_end_offsets(kafka_bootstrap, app_id, list(CLINICAL_INPUTS))
+    commit_end_offsets(kafka_bootstrap, clinical_group(app_id), list(CLINICAL_INPUTS))
     worker = WorkerProcess(kafka_bootstrap, app_id, tmp_path / app_id, COMPARISON_ENV)
     assessments = Tail(kafka_bootstrap, CLINICAL_ASSESSMENTS)
     producer = Producer(producer_config(kafka_bootstrap))
@@ -263,31 +264,24 @@ def test_clinical_agent_repeats_but_never_loses_an_assessment_across_sigkill(
             producer.produce(FHIR_UPDATES, key=PATIENT.encode(), value=value)
         producer.flush(30)
         assessments.until(2, timeout_s=120)
-        worker.kill()  # mid-stream: some updates decided, some not, state maybe not yet durable
+        worker.kill()  # mid-stream: some updates committed, some in an open transaction, some unread
         worker.start()
-
-        def distinct() -> list[bytes]:
-            return list(dict.fromkeys(m.value() for m in assessments.records))
-
-        deadline = time.monotonic() + 120
-        while len(distinct()) < len(expected) - 1:
-            assert time.monotonic() < deadline, f"{len(distinct())} of {len(expected) - 1} assessments"
-            assessments.until(len(assessments.records) + 1, timeout_s=120)
-        # The assessments above may all be the killed worker's, sent before it staged their state: the
-        # restarted worker then applies those updates again, and the review (another topic, no order
-        # with them) could be applied before them, on the older state. Once the group has committed the
-        # updates' end, their state is durable and the review comes after it.
-        wait_until_consumed(kafka_bootstrap, app_id, FHIR_UPDATES, timeout_s=120)
+        assessments.until(len(expected) - 1, timeout_s=120)
+        # The review is another topic, in no order with the updates: it is published once the group
+        # committed the updates' end, so it meets the state they made.
+        wait_until_consumed(kafka_bootstrap, clinical_group(app_id), FHIR_UPDATES, timeout_s=120)
         producer.produce(
             CLINICAL_REVIEWS, key=PATIENT.encode(), value=serde.encode(review, topic=CLINICAL_REVIEWS)
         )
         producer.flush(30)
-        while len(distinct()) < len(expected):
-            assessments.until(len(assessments.records) + 1, timeout_s=120)
+        assessments.until(len(expected), timeout_s=120)
+        wait_until_consumed(kafka_bootstrap, clinical_group(app_id), CLINICAL_REVIEWS, timeout_s=120)
+        with pytest.raises(AssertionError):  # nothing more: a repeat would show here
+            assessments.until(len(expected) + 1, timeout_s=3)
     finally:
         assessments.close()
         worker.stop()
 
-    got = [serde.decode(v, ClinicalAssessment, topic=CLINICAL_ASSESSMENTS).model_dump(mode="json")
-           for v in distinct()]  # fmt: skip
+    got = [serde.decode(m.value(), ClinicalAssessment, topic=CLINICAL_ASSESSMENTS).model_dump(mode="json")
+           for m in assessments.records]  # fmt: skip
     assert got == expected

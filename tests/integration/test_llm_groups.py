@@ -185,7 +185,7 @@ def worker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[WorkerProcess]:
     ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
     app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
     commit_worker_end_offsets(kafka_bootstrap, app_id)
-    process = WorkerProcess(kafka_bootstrap, app_id, tmp_path / app_id, {"CLINGATE_COMMIT_INTERVAL_S": "0.1"})
+    process = WorkerProcess(kafka_bootstrap, app_id, tmp_path / app_id, {})
     process.start()
     yield process
     process.stop()

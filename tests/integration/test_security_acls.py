@@ -4,9 +4,8 @@ workers still work.
 The broker is :func:`streams.testing.broker.sasl_local_kafka` serving SASL_SSL with certificates from
 ``deploy/security/make-certs.sh`` (its own, not the session broker: the session broker has no
 authorizer), started once for the module. Every client here authenticates through
-:func:`streams.runtime.kafka_config.client_config` (aiokafka:
-:func:`streams.runtime.kafka_config.faust_credentials`)
-with the settings of the principal it acts as; the worker is a real ``clingate worker`` subprocess
+:func:`streams.runtime.kafka_config.client_config` with the settings of the principal it acts as; the
+worker is a real ``clingate worker`` subprocess
 configured only through ``CLINGATE_KAFKA_*``. Deploy/kafka/kafka-node.sh runs a node of its own.
 (One TLS broker for the module: a second one for the client-library check cost a broker start,
 about a minute on a loaded 2-core VM.)
@@ -14,7 +13,6 @@ about a minute on a loaded 2-core VM.)
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -24,14 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
 from schemas.serde import make_serde
 from streams.replay.kafka import replay_via_kafka
-from streams.runtime.kafka_config import client_config, faust_credentials
+from streams.runtime.kafka_config import client_config
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.broker import (
     JVM_OPTIONS,
@@ -238,12 +234,11 @@ def _count(cluster: Secured, user: str, topic: str) -> int:
     return count
 
 
-def test_both_client_libraries_authenticate_over_sasl_ssl_with_the_generated_ca(secured: Secured) -> None:
+def test_clients_authenticate_over_sasl_ssl_with_the_generated_ca(secured: Secured) -> None:
     """Scenario: the module's broker serves SASL_SSL with the make-certs.sh CA and node certificate.
 
-    A librdkafka producer (client_config) writes a record and an aiokafka consumer configured from
-    Faust's credentials (faust_credentials) reads it: both verify the broker against the CA file of
-    CLINGATE_KAFKA_SSL_CA_FILE, host name included.
+    A producer and a consumer configured by client_config write and read a record: both verify the
+    broker against the CA file of CLINGATE_KAFKA_SSL_CA_FILE, host name included.
     """
     settings = secured.as_(ADMIN)
     topic = f"tls-check-{uuid.uuid4().hex[:8]}"
@@ -252,19 +247,16 @@ def test_both_client_libraries_authenticate_over_sasl_ssl_with_the_generated_ca(
     producer = Producer(client_config(secured.bootstrap, settings=settings))
     producer.produce(topic, key=b"k", value=b"over TLS")
     assert producer.flush(30) == 0
-
-    async def read_one() -> bytes:
-        consumer = AIOKafkaConsumer(
-            topic, bootstrap_servers=secured.bootstrap, auto_offset_reset="earliest",
-            **credentials_to_aiokafka_auth(faust_credentials(settings)),
-        )  # fmt: skip
-        await consumer.start()
-        try:
-            return (await asyncio.wait_for(consumer.getone(), 30)).value
-        finally:
-            await consumer.stop()
-
-    assert asyncio.run(read_one()) == b"over TLS"
+    consumer = Consumer(client_config(secured.bootstrap, settings=settings, **{
+        "group.id": f"tls-check-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
+    }))  # fmt: skip
+    consumer.subscribe([topic])
+    try:
+        message = consumer.poll(30)
+        assert message is not None and message.error() is None
+        assert message.value() == b"over TLS"
+    finally:
+        consumer.close()
 
 
 def _kafka_home(directory: Path) -> Path:

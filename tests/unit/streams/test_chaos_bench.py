@@ -50,7 +50,7 @@ def _logged(at: str, message: str) -> str:
     """One line as the worker's text log writes it (``at``: the local time it shows)."""
     created = datetime.strptime(at, "%Y-%m-%d %H:%M:%S.%f").astimezone().timestamp()
     record = logging.makeLogRecord({
-        "name": "faust.tables.recovery", "levelno": logging.INFO, "levelname": "INFO", "msg": message,
+        "name": "streams.worker.tableloop", "levelno": logging.INFO, "levelname": "INFO", "msg": message,
         "created": created, "msecs": created % 1 * 1000,
     })  # fmt: skip
     return TextFormatter().format(record)
@@ -60,6 +60,8 @@ _LOG = "\n".join([
     _logged("2026-11-22 04:45:48.212", "app-dbpm-memory-changelog restored: partitions [0, 1, 2], "
                                        "6810 changelog records in 0.420 s"),
     _logged("2026-11-22 04:45:49.000", "an unrelated line with 5 changelog records in 9.0 s"),
+    _logged("2026-11-22 04:45:49.100", "app-clinical-patients-changelog restored: partitions [0], "
+                                       "7 changelog records in 0.010 s"),
     _logged("2026-11-22 04:45:50.712", "app-dbpm-memory-changelog restored: partitions [3], "
                                        "90 changelog records in 0.080 s"),
 ])  # fmt: skip
@@ -70,7 +72,7 @@ def test_restore_figures_sum_the_memory_loops_restore_lines() -> None:
 
 
 def test_restore_figures_of_a_log_without_a_restore_are_nothing_read_in_nan_seconds() -> None:
-    records, seconds = restore_figures(_logged("2026-11-22 04:45:48.212", "[^Worker]: Ready"))
+    records, seconds = restore_figures(_logged("2026-11-22 04:45:48.212", "clingate worker ready"))
     assert records == 0 and seconds != seconds
 
 

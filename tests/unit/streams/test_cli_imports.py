@@ -19,12 +19,10 @@ from streams.cli import COMMANDS, load
 
 #: Runtimes that a command group's help must not import unless it is that group's own.
 HEAVY = (
-    "faust",
-    "aiokafka",
     "streams.bench",
     "confluent_kafka.schema_registry",
     "authlib",
-    "streams.worker.app",
+    "streams.worker.tableloop",
 )
 
 #: What neither ``clingate --help`` nor ``clingate replay --help`` loads: any command's runtime (replay's

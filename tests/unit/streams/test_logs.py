@@ -14,7 +14,7 @@ from schemas.common import Stage
 from schemas.fhir import FhirUpdate
 from streams.cli import app
 from streams.runtime.dlq import DecodeFailed, SourceRecord
-from streams.runtime.logs import JsonFormatter, TextFormatter, configure, log_dead_letter, logging_config
+from streams.runtime.logs import JsonFormatter, TextFormatter, configure, log_dead_letter
 from streams.worker.clinical import fhir_input
 
 CLINICAL_TEXT = "Patient reports crushing chest pain radiating to the left arm"
@@ -101,12 +101,6 @@ def test_every_command_logs_in_the_configured_format(monkeypatch: pytest.MonkeyP
     finally:
         root.handlers[:], root.level = saved[0], saved[1]
         get_settings.cache_clear()
-
-
-def test_the_faust_worker_gets_the_same_format_through_dictconfig() -> None:
-    config = logging_config("info", "json")
-    assert config["root"]["level"] == "INFO"
-    assert config["formatters"]["clingate"]["()"] == "streams.runtime.logs.JsonFormatter"
 
 
 def test_configure_replaces_the_handlers_it_finds() -> None:

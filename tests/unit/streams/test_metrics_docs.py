@@ -10,13 +10,12 @@ import json
 import re
 from pathlib import Path
 
-import faust
 import yaml
 from prometheus_client import CollectorRegistry
 
 from processors.dbpm import DBPMConfig
 from state import MemoryStore
-from streams.runtime.metrics import ClinicalMetrics, DbpmMetrics, DocsMetrics, LlmGroupMetrics, faust_sensors
+from streams.runtime.metrics import ClinicalMetrics, DbpmMetrics, DocsMetrics, LlmGroupMetrics
 
 ROOT = Path(__file__).resolve().parents[3]
 METRICS_DOC = ROOT / "docs" / "metrics.md"
@@ -27,15 +26,14 @@ _ROW = re.compile(r"^\| `(clingate_[a-z0-9_]+)` \| (\w+) \|", re.M)
 
 def every_metric() -> dict[str, str]:
     """Exposed name -> type of every clingate metric any worker registers."""
-    faust_worker, docs_worker, llm_group = CollectorRegistry(), CollectorRegistry(), CollectorRegistry()
-    faust_sensors(faust.App("clingate-metrics-docs-test"), faust_worker)
-    DbpmMetrics(faust_worker).watch(list, MemoryStore(), DBPMConfig())
-    ClinicalMetrics(faust_worker)
+    worker, docs_worker, llm_group = CollectorRegistry(), CollectorRegistry(), CollectorRegistry()
+    DbpmMetrics(worker).watch(list, MemoryStore(), DBPMConfig())
+    ClinicalMetrics(worker)
     DocsMetrics(docs_worker)
     LlmGroupMetrics(llm_group)
     return {
         family.name + _SUFFIX.get(family.type, ""): family.type
-        for registry in (faust_worker, docs_worker, llm_group)
+        for registry in (worker, docs_worker, llm_group)
         for family in registry.collect()
         if family.name.startswith("clingate_")
     }
@@ -68,7 +66,7 @@ def test_the_required_worker_metrics_are_registered() -> None:
         "clingate_dbpm_dead_letters_total", "clingate_dbpm_memory_patterns",
         "clingate_dbpm_memory_block_patterns",
         "clingate_dbpm_lift", "clingate_dbpm_lift_ci_low", "clingate_dbpm_lift_ci_high",
-        "clingate_messages_received_per_topic_total", "clingate_topic_messages_sent_total",
+        "clingate_loop_records_consumed_total", "clingate_loop_records_produced_total",
         "clingate_clinical_assessments_total", "clingate_clinical_red_sources_total",
         "clingate_docs_dispositions_total", "clingate_llm_calls_total", "clingate_llm_retries_total",
         "clingate_docs_in_flight",

@@ -53,12 +53,12 @@ def test_every_consumed_topic_is_readable_by_some_principal() -> None:
     assert {spec.name for spec in CATALOG if spec.consumed} <= readable
 
 
-def test_workers_own_their_faust_topics_and_group_by_application_id() -> None:
+def test_workers_own_their_topics_and_groups_by_application_id() -> None:
     plan = load_plan(DEFAULT_PLAN, app_id="ward-7", docs_group_id="clingate-docs")
     worker = principal_bindings(plan.principal("clingate-worker"))
     owned = {(b.name, b.operation) for b in worker if b.resource_pattern_type is ResourcePatternType.PREFIXED}
     assert ("ward-7-", AclOperation.CREATE) in owned
-    assert any(b.restype is ResourceType.GROUP and b.name == "ward-7" for b in worker)
+    assert any(b.restype is ResourceType.GROUP and b.name == "ward-7-" for b in worker)
 
 
 def test_each_transactional_loop_may_write_only_as_its_own_transactional_producers() -> None:
@@ -72,6 +72,8 @@ def test_each_transactional_loop_may_write_only_as_its_own_transactional_produce
     assert transactional == {
         ("clingate-worker", "ward-7-memory-", AclOperation.WRITE),
         ("clingate-worker", "ward-7-memory-", AclOperation.DESCRIBE),
+        ("clingate-worker", "ward-7-clinical-", AclOperation.WRITE),
+        ("clingate-worker", "ward-7-clinical-", AclOperation.DESCRIBE),
         ("clingate-worker", "ward-7-gate-", AclOperation.WRITE),
         ("clingate-worker", "ward-7-gate-", AclOperation.DESCRIBE),
         ("clingate-docs", "clingate-docs-", AclOperation.WRITE),

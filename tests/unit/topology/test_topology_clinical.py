@@ -21,7 +21,7 @@ from streams.cli.clinical import app as clinical_cli
 from streams.demo.plan import clinical_inputs
 from streams.runtime.settings import Settings
 from streams.testing.clinical_reference import ClinicalEvent, pure_outputs
-from streams.testing.driver import TopologyDriver, partition_for
+from streams.testing.driver import TopologyDriver
 from tests.clinical_scenario import (
     AS_OF,
     PATIENT,
@@ -38,6 +38,7 @@ from topics.catalog import (
     CLINICAL_SAFETY_AUDITS,
     FHIR_UPDATES,
 )
+from topics.partitioner import partition_for
 
 TOPIC = {FhirUpdate: FHIR_UPDATES, Deliverable: CLINICAL_DELIVERABLES}
 

@@ -28,7 +28,7 @@ from schemas.dbpm import Propagation as PropagationRecord
 from streams.replay.kafka import decision_json
 from streams.runtime.settings import Settings
 from streams.testing.dbpm_stream import StreamShape, generate_events
-from streams.testing.driver import TopologyDriver, partition_for
+from streams.testing.driver import TopologyDriver
 from streams.testing.worker import COMPARISON_ENV, comparison_engine, in_process, soak_stream
 from streams.worker.dbpm import (
     BARRIER_HEADER,
@@ -44,6 +44,7 @@ from streams.worker.gate import ConfigWatch
 from tests.dbpm_streams import with_candidate_ids, with_copies
 from tests.replay_example import EXAMPLE, assert_state_close, example_events, needs_example
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_PROPAGATIONS, DBPM_VERDICTS
+from topics.partitioner import partition_for
 
 COMPARISON = Settings(**COMPARISON_ENV)  # type: ignore[arg-type]
 """The workers' settings of the chaos soak and the worker integration tests (propagation, maintenance off)."""

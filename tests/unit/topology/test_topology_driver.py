@@ -9,7 +9,7 @@ from schemas.dbpm import Candidate
 from streams.runtime.dlq import RECORD_OVERHEAD_BYTES
 from streams.runtime.settings import Settings
 from streams.testing.dbpm_stream import generate_events
-from streams.testing.driver import RecordTooLargeError, Topic, TopologyDriver, partition_for
+from streams.testing.driver import RecordTooLargeError, Topic, TopologyDriver
 from tests.clinical_scenario import concur_review, scenario
 from topics.catalog import (
     CLINICAL_REVIEWS,
@@ -19,23 +19,7 @@ from topics.catalog import (
     build_catalog,
     dlq_name,
 )
-
-JAVA_MURMUR2 = {
-    b"21": -973932308,
-    b"foobar": -790332482,
-    b"a-little-bit-long-string": -985981536,
-    b"a-little-bit-longer-string": -1486304829,
-    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
-    b"abc": 479470107,
-}
-"""``org.apache.kafka.common.utils.Utils.murmur2`` of each key (Kafka's ``UtilsTest.testMurmur2``)."""
-
-
-@pytest.mark.parametrize("key", JAVA_MURMUR2)
-@pytest.mark.parametrize("partitions", [1, 6, 7, 12])
-def test_a_key_lands_on_the_partition_javas_default_partitioner_gives_it(key: bytes, partitions: int) -> None:
-    """``Utils.toPositive(Utils.murmur2(key)) % partitions``, from the Java client's own hash values."""
-    assert partition_for(key, partitions) == (JAVA_MURMUR2[key] & 0x7FFFFFFF) % partitions
+from topics.partitioner import partition_for
 
 
 def test_the_driver_has_every_catalog_topic_with_its_partitions() -> None:
