@@ -459,6 +459,17 @@ class ClinicalMetrics:
             registry=registry,
         )  # fmt: skip
 
+        self.patients = Gauge(
+            "clingate_clinical_patients",
+            "Patients whose state a clinical partition holds, per partition this process last wrote.",
+            ["partition"], registry=registry,
+        )  # fmt: skip
+        self.expired = Counter(
+            "clingate_clinical_patients_expired",
+            "Patients whose state retention deleted (no record of theirs for the retention period).",
+            registry=registry,
+        )  # fmt: skip
+
     def assessed(self, assessment: ClinicalAssessment) -> None:
         """Count a published assessment by light and, when RED, by the rules that made it RED."""
         light = assessment.traffic_light

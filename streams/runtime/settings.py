@@ -273,6 +273,14 @@ class Settings(BaseSettings):
         validation_alias="CLINGATE_CLINICAL_ESC033_MIN_CLASS",
         description="Clinical gates: staleness class ESC-033 needs (the seed proposes PROFOUNDLY_STALE).",
     )
+    clinical_patient_retention_days: float = Field(
+        default=365.0,
+        gt=0,
+        validation_alias="CLINGATE_CLINICAL_PATIENT_RETENTION_DAYS",
+        description="A patient's clinical state (resources, last review and assessment) is deleted when no "
+        "FHIR update, review or deliverable of the patient arrived for this many days of event time; a "
+        "returning patient is then assessed on what is published anew (docs/operations.md, Retention).",
+    )
     clinical_rule_a_enforced: bool = Field(
         default=False,
         validation_alias="CLINGATE_CLINICAL_RULE_A",

@@ -322,8 +322,9 @@ class TopologyDriver:
         self.clinical_metrics = ClinicalMetrics(self.dbpm_metrics.registry)
         self.patients = ChangelogTable(self._topic(patients_changelog(app_id), partitions))
         clinical = ClinicalHandler(
-            self.serde, default_knowledge(), gate_flags(settings), self.clinical_metrics
-        )
+            self.serde, default_knowledge(), gate_flags(settings), self.clinical_metrics,
+            settings.clinical_patient_retention_days,
+        )  # fmt: skip
         self._subscribe(CLINICAL_INPUTS, self._table_runtime(clinical, self.patients))
 
         self.docs_metrics = DocsMetrics(CollectorRegistry())

@@ -45,18 +45,24 @@ Choices:
   between topics there is none (the consumer interleaves the co-partitioned topics as it fetches
   them). A producer that needs a review assessed on a given state publishes the review after the
   updates' assessments are in.
-* **Retention**: deleting ``Patient/<id>`` empties the patient's resources (the reducer); the key itself
-  (last review, last assessment digest) stays, so a patient seen once costs one small record for good.
-  The changelog is compacted (one record per patient). Not done yet: expiring keys after a period of
-  event-time inactivity.
+* **Retention** (:class:`PatientRetention`): a patient's state is deleted once no record of the
+  patient (update, review, deliverable) arrived for ``CLINGATE_CLINICAL_PATIENT_RETENTION_DAYS`` (365)
+  days of event time; the changelog then holds its tombstone, and compaction removes the key. Deleting
+  ``Patient/<id>`` only empties the resources (the reducer), so without this every patient ever seen
+  would cost a record for good. A returning patient is assessed as a new one, on what is published
+  from then on. Expiry runs before the first record at or after each hour of event time a partition
+  reaches, on that partition, walking an index ordered by last-seen time, so it costs the patients
+  removed and depends on the stream alone (not on batching or the wall clock).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 from processors.clinical.assess import ClinicalStreamState, process_event
@@ -103,6 +109,17 @@ INPUTS: dict[str, type[FhirUpdate] | type[AdversarialReview] | type[Deliverable]
 }
 #: Table key prefix of the last input offset applied per topic (outside the UTF-8 patient-id key space).
 OFFSET_PREFIX = b"\xfe\xfeoffset|"
+#: Table key prefix of a patient's last-seen event time (value: 8-byte big-endian milliseconds).
+LAST_SEEN_PREFIX = b"\xfe\xfelast-seen|"
+#: Table key prefix of the retention index: ``prefix + last-seen ms (8 bytes, big-endian) + patient id``.
+SEEN_INDEX_PREFIX = b"\xfe\xfeseen|"
+#: Table key of the partition's retention clock: the latest event time it applied (8-byte ms).
+CLOCK_KEY = b"\xfe\xfeclock"
+#: Table key of the number of patients the partition holds (decimal).
+PATIENTS_KEY = b"\xfe\xfepatients"
+#: Spacing of the retention sweeps, in milliseconds of event time.
+RETENTION_STEP_MS = 3_600_000
+_MS = struct.Struct(">Q")
 
 ClinicalInput = PatientUpdate | AdversarialReview | Deliverable
 Change = tuple[bytes, bytes | None, list[ClinicalAssessment | SafetyAudit]]
@@ -149,6 +166,78 @@ def fhir_input(update: FhirUpdate) -> tuple[PatientUpdate | None, list[str]]:
     return (PatientUpdate(patient_id=update.patient_id, changes=changes) if changes else None), errors
 
 
+class Overlay:
+    """One partition of the patient table with a batch's writes on top (``None``: deleted)."""
+
+    def __init__(self, table: PartitionedTable, partition: int) -> None:
+        self.table = table
+        self.partition = partition
+        self.writes: dict[bytes, bytes | None] = {}
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key`` as the batch left it."""
+        return self.writes[key] if key in self.writes else self.table.get(self.partition, key)
+
+    def range(self, start: bytes, end: bytes) -> list[bytes]:
+        """The keys in ``[start, end)`` as the batch left them, ascending."""
+        stored = (k for k, _ in self.table.iter_range(self.partition, start, end) if k not in self.writes)
+        written = (k for k, v in self.writes.items() if v is not None and start <= k < end)
+        return sorted({*stored, *written})
+
+
+class PatientRetention:
+    """Deletes the state of patients with no record for ``retention_ms`` of event time (module docstring).
+
+    Kept in the patient table itself, so it is restored and replicated with the states: per patient its
+    last-seen time and an index entry ordered by it; per partition its clock and its patient count.
+    """
+
+    def __init__(self, retention_ms: int, metrics: ClinicalMetrics) -> None:
+        self._retention_ms = retention_ms
+        self._metrics = metrics
+
+    def advance(self, table: Overlay, now_ms: int) -> None:
+        """Move the partition's clock to ``now_ms``; at a new hour of event time, expire every patient last
+        seen before that hour minus the retention."""
+        raw = table.get(CLOCK_KEY)
+        clock = None if raw is None else _MS.unpack(raw)[0]
+        if clock is not None and now_ms <= clock:
+            return
+        table.writes[CLOCK_KEY] = _MS.pack(now_ms)
+        step = math.floor(now_ms / RETENTION_STEP_MS)
+        if clock is not None and step <= math.floor(clock / RETENTION_STEP_MS):
+            return
+        cutoff = step * RETENTION_STEP_MS - self._retention_ms
+        if cutoff <= 0:
+            return
+        expired = table.range(SEEN_INDEX_PREFIX, SEEN_INDEX_PREFIX + _MS.pack(cutoff))
+        for entry in expired:
+            patient = entry[len(SEEN_INDEX_PREFIX) + _MS.size :]
+            table.writes.update({entry: None, LAST_SEEN_PREFIX + patient: None, patient: None})
+        if expired:
+            self._count(table, -len(expired))
+            self._metrics.expired.inc(len(expired))
+
+    def seen(self, table: Overlay, patient: bytes, now_ms: int, new: bool) -> None:
+        """Record that ``patient`` (whose state the table holds; ``new``: from this record on) was seen at
+        ``now_ms`` (a record older than the last one leaves the time as it was)."""
+        last = table.get(LAST_SEEN_PREFIX + patient)
+        if last is not None:
+            previous = _MS.unpack(last)[0]
+            if now_ms <= previous:
+                return
+            table.writes[SEEN_INDEX_PREFIX + last + patient] = None
+        table.writes[LAST_SEEN_PREFIX + patient] = _MS.pack(now_ms)
+        table.writes[SEEN_INDEX_PREFIX + _MS.pack(now_ms) + patient] = b""
+        if new:
+            self._count(table, 1)
+
+    def _count(self, table: Overlay, delta: int) -> None:
+        count = int(table.get(PATIENTS_KEY) or b"0") + delta
+        table.writes[PATIENTS_KEY] = str(count).encode()
+        self._metrics.patients.labels(str(table.partition)).set(count)
+
+
 class ClinicalHandler:
     """The clinical agent's per-partition logic, bound to the knowledge, the flags and the serde.
 
@@ -162,16 +251,23 @@ class ClinicalHandler:
         serde: the process's serde.
         knowledge: loaded clinical knowledge (immutable, shared).
         flags: gate flags of this process.
-        metrics: where assessments, red sources, gate latency and dead letters are counted.
+        metrics: where assessments, red sources, gate latency, dead letters and retention are counted.
+        retention_days: how long a patient's state outlives the patient's last record (event time).
     """
 
     def __init__(
-        self, serde: Serde, knowledge: ClinicalKnowledge, flags: GateFlags, metrics: ClinicalMetrics
+        self,
+        serde: Serde,
+        knowledge: ClinicalKnowledge,
+        flags: GateFlags,
+        metrics: ClinicalMetrics,
+        retention_days: float,
     ) -> None:
         self._metrics = metrics
         self._serde = serde
         self._knowledge = knowledge
         self._flags = flags
+        self._retention = PatientRetention(round(retention_days * 86_400_000), metrics)
 
     def apply(self, table: PartitionedTable, partition: int, records: Sequence[SourceRecord]) -> TableBatch:
         """Apply one batch of ``partition``'s records as one changelog group.
@@ -181,36 +277,31 @@ class ClinicalHandler:
         states and the new offset markers and covers the batch's last applied offset; no group when
         every record was skipped.
         """
-        writes: dict[bytes, bytes | None] = {}
-
-        def read(key: bytes) -> bytes | None:
-            return writes[key] if key in writes else table.get(partition, key)
-
+        overlay = Overlay(table, partition)
         outputs: list[Output] = []
         dead_letters: list[DecodeFailed] = []
         last_offset: int | None = None
         for record in records:
             marker = OFFSET_PREFIX + record.topic.encode()
-            done = read(marker)
+            done = overlay.get(marker)
             if done is not None and record.offset <= int(done):
                 continue  # re-delivered after a crash: already applied
-            writes[marker], last_offset = str(record.offset).encode(), record.offset
-            failures, change = self._step(read, record)
+            overlay.writes[marker], last_offset = str(record.offset).encode(), record.offset
+            failures, change = self._step(overlay, record)
             dead_letters += failures
             if change is None:
                 continue
             key, value, published = change
             if value is not None:
-                writes[key] = value
+                overlay.writes[key] = value
             outputs += [self._output(key, out) for out in published]
         if last_offset is None:
             return TableBatch([], dead_letters, None, -1)
-        return TableBatch(outputs, dead_letters, writes, last_offset)
+        return TableBatch(outputs, dead_letters, overlay.writes, last_offset)
 
-    def _step(
-        self, read: Callable[[bytes], bytes | None], record: SourceRecord
-    ) -> tuple[list[DecodeFailed], Change | None]:
-        """One record through the gates: its dead letters, and what it changes (None: nothing).
+    def _step(self, table: Overlay, record: SourceRecord) -> tuple[list[DecodeFailed], Change | None]:
+        """One record through retention and the gates: its dead letters, and what it changes (None:
+        nothing). A patient whose state the record leaves in the table is seen at its event time.
 
         Never raises for a record: whatever it does to the processor is a dead letter of stage
         ``process``, the patient's state left as it was; so is a record after which the patient's state
@@ -222,8 +313,10 @@ class ClinicalHandler:
             if decoded is None:
                 return failures, None
             item, now = decoded
+            now_ms = round(now.timestamp() * 1000)
+            self._retention.advance(table, now_ms)
             key = item.patient_id.encode()
-            raw = read(key)
+            raw = table.get(key)
             state = None if raw is None else ClinicalStreamState.model_validate_json(raw)
             started = time.perf_counter()
             new_state, outputs = process_event(state, item, now, self._knowledge, self._flags)
@@ -232,6 +325,8 @@ class ClinicalHandler:
         self._metrics.gate_latency.observe(time.perf_counter() - started)
         published = [out for out in outputs if isinstance(out, ClinicalAssessment | SafetyAudit)]
         if new_state == state:
+            if raw is not None:
+                self._retention.seen(table, key, now_ms, new=False)
             return failures, (key, None, published)
         value = new_state.model_dump_json().encode()
         if len(key) + len(value) > STATE_MAX_BYTES:
@@ -239,6 +334,7 @@ class ClinicalHandler:
             reason = f"the patient's state would be {size} bytes; its table admits {STATE_MAX_BYTES}"
             failed = DecodeFailed(record, Stage.PRODUCE, "StateTooLarge", reason, None, expected)
             return [*failures, failed], None
+        self._retention.seen(table, key, now_ms, new=raw is None)
         return failures, (key, value, published)
 
     def _output(self, key: bytes, out: ClinicalAssessment | SafetyAudit) -> Output:
@@ -299,7 +395,9 @@ def build_clinical(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> 
     its metrics on the registry of the worker's ``metrics``."""
     serde = make_serde(settings.schema_registry_url)
     clinical = ClinicalMetrics(metrics.registry)
-    handler = ClinicalHandler(serde, default_knowledge(), gate_flags(settings), clinical)
+    handler = ClinicalHandler(
+        serde, default_knowledge(), gate_flags(settings), clinical, settings.clinical_patient_retention_days
+    )
     app_id = settings.app_id
     return build_table_loop(
         settings, bootstrap, clinical_group(app_id), list(INPUTS), patients_changelog(app_id), handler, serde,

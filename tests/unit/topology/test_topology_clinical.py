@@ -10,7 +10,7 @@ same events, patient by patient.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -149,3 +149,48 @@ def test_redelivered_clinical_records_publish_nothing_and_change_no_patient() ->
             driver.redeliver(record)
         assert len(driver.records(CLINICAL_ASSESSMENTS, CLINICAL_SAFETY_AUDITS)) == published
         assert len(driver.patients.changelog.log) == changelog
+
+
+def _patient(pid: str, when: datetime) -> FhirUpdate:
+    resource = {"resourceType": "Patient", "id": pid, "birthDate": "1950-01-01"}
+    return FhirUpdate(ts=when, patient_id=pid, resource_type="Patient", resource=json.dumps(resource))
+
+
+def test_a_patient_silent_for_the_retention_period_is_deleted_and_returns_as_a_new_patient() -> None:
+    """Scenario: retention 30 days. PT-TEST-010's March timeline; a second patient of its partition seen
+    on day 15 after it; a third one on day 40, whose record crosses the retention of the first.
+
+    At day 40 PT-TEST-010 (last seen 30+ days before) is deleted: a tombstone on the changelog, one
+    expiry counted; the patient of day 15 stays. PT-TEST-010's next update is assessed exactly as the
+    pure processor assesses a new patient with only that update.
+    """
+    updates, _, _ = scenario()
+    settings = Settings(CLINGATE_CLINICAL_PATIENT_RETENTION_DAYS=30)
+    partitions = settings.topic_partitions
+    partition = partition_for(PATIENT.encode(), partitions)
+    kept, third = (
+        next(f"PT-RET-{n}" for n in range(start, 10_000) if partition_for(f"PT-RET-{n}".encode(), partitions)
+             == partition)
+        for start in (0, 5_000)
+    )  # fmt: skip
+    last = max(u.ts for u in updates)
+    back = _patient(PATIENT, last + timedelta(days=41))
+    with TopologyDriver(settings) as driver:
+        _pipe(driver, [*updates, _patient(kept, last + timedelta(days=15))])
+        assert driver.patients.get(partition, PATIENT.encode()) is not None
+        _pipe(driver, [_patient(third, last + timedelta(days=40))])
+        gone = driver.patients.get(partition, PATIENT.encode())
+        held = driver.patients.get(partition, kept.encode())
+        tombstones = [r for r in driver.patients.changelog.log if r.value is None]
+        expired = driver.clinical_metrics.expired._value.get()
+        count = driver.clinical_metrics.patients.labels(str(partition))._value.get()
+        before = len(driver.values(CLINICAL_ASSESSMENTS, ClinicalAssessment))
+        _pipe(driver, [back])
+        returned = driver.values(CLINICAL_ASSESSMENTS, ClinicalAssessment)[before:]
+
+    assert gone is None and held is not None
+    assert PATIENT.encode() in {r.key for r in tombstones}
+    assert (expired, count) == (1, 2)
+    assert [a.model_dump(mode="json") for a in returned] == [
+        a.model_dump(mode="json") for a in pure_outputs([back], settings) if isinstance(a, ClinicalAssessment)
+    ]
