@@ -66,15 +66,19 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
-test: lint smollm2
+test: lint deploy-check smollm2
 	@$(BYTECODE) > /dev/null
 	$(VENV)/bin/python -m pytest
 
 # The Kubernetes manifests (deploy/k8s, but the kustomization, which is not an API object) against the
-# Kubernetes API's schemas, rejecting unknown fields.
+# Kubernetes API's schemas, rejecting unknown fields; the compose file against the Compose specification
+# as Debian's docker-compose validates it (installed here when missing, as root).
 deploy-check: $(STAMP)
 	@$(UV) -e '.[deploy]'
 	$(VENV)/bin/kubernetes-validate --strict --quiet $(filter-out deploy/k8s/kustomization.yaml,$(wildcard deploy/k8s/*.yaml))
+	@command -v docker-compose > /dev/null || { test "$$(id -u)" = 0 && apt-get install -y -q docker-compose > /dev/null; } \
+	  || { echo "deploy-check: needs Debian's docker-compose (apt-get install docker-compose)"; exit 1; }
+	docker-compose --project-directory deploy/compose -f deploy/compose/docker-compose.yml config -q
 
 # The long multi-broker scenarios (pytest marker `slow`), outside make test's time budget.
 soak: lint
