@@ -9,6 +9,10 @@ shared broker works too).
 else a native KRaft broker in a temporary directory, stopped when the session ends. The broker
 starts only when an integration test first asks for it, so unit-only runs never start one.
 
+``schema_registry`` is the Confluent-compatible URL of a real schema registry
+(:class:`streams.testing.registry.LocalRegistry`, Apicurio Registry built from Maven Central), started
+by the first test that asks for it in a process and stopped when the session ends.
+
 Hypothesis runs without its per-example deadline: the property tests assert properties, not speed,
 and on a loaded 2-core machine the 200 ms default failed a slow first example as "flaky" (speed is
 measured by the benchmark commands instead).
@@ -23,6 +27,7 @@ from hypothesis import settings
 
 from streams.runtime.settings import get_settings
 from streams.testing.broker import Broker, provide_broker
+from streams.testing.registry import LocalRegistry
 
 settings.register_profile("clingate", deadline=None)
 settings.load_profile("clingate")
@@ -39,3 +44,11 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
 def kafka_bootstrap(kafka_broker: Broker) -> str:
     """Bootstrap address of the session's broker."""
     return kafka_broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def schema_registry() -> Iterator[str]:
+    """URL of the session's schema registry (its Confluent-compatible API)."""
+    settings = get_settings()
+    with LocalRegistry(settings.home, settings.maven_repository) as url:
+        yield url

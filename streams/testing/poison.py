@@ -88,7 +88,6 @@ import os
 import random
 import threading
 import time
-import urllib.request
 import uuid
 import zlib
 from collections import Counter, defaultdict
@@ -153,7 +152,7 @@ from streams.runtime.settings import Settings, get_settings
 from streams.testing.broker import free_port
 from streams.testing.dbpm_stream import StreamShape, generate_events
 from streams.testing.llm_server import ServerProcess
-from streams.testing.process import SOURCE_ROOT, ProcessError, ProcessHandle, python_module
+from streams.testing.process import SOURCE_ROOT, ProcessError, ProcessHandle, http_answers, python_module
 from streams.testing.worker import COMPARISON_ENV, comparison_engine
 from streams.worker import READY
 from streams.worker.clinical import clinical_group, fhir_input, gate_flags
@@ -1412,18 +1411,9 @@ _LLM_VARIABLES = frozenset(
 def environment(bootstrap: str, **settings: str) -> dict[str, str]:
     """A runtime's environment: this process's without any LLM server setting (the docs worker runs
     rules-only, as its reference), the broker, :data:`streams.testing.worker.COMPARISON_ENV` (propagation and
-    maintenance off, commits every 0.1 s, a 6 s session timeout) and ``settings``."""
+    maintenance off, a 6 s session timeout) and ``settings``."""
     base = {k: v for k, v in os.environ.items() if k not in _LLM_VARIABLES}
     return {**base, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, **COMPARISON_ENV, **settings}
-
-
-def _answers(base_url: str) -> bool:
-    """Whether the LLM server at ``base_url`` still answers."""
-    try:
-        with urllib.request.urlopen(f"{base_url}/models", timeout=10) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 # --------------------------------------------------------------------------------- feed and read
@@ -1841,7 +1831,7 @@ def run_poison(
         stages.wait(DBPM_PROPAGATIONS)
         feed_s = time.monotonic() - feed_started
         processes: dict[str, int | None] = {name: s.exit_code for name, s in services.items()}
-        processes["llm test server"] = None if _answers(server.base_url) else -1
+        processes["llm test server"] = None if http_answers(f"{server.base_url}/models", 10.0) else -1
         lags = _lags(bootstrap, groups)
     finally:
         for service in services.values():

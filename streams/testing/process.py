@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -184,3 +185,12 @@ class ProcessHandle:
 
     def _see(self) -> str:
         return f"see {self.log}" if self.log is not None else "its stderr says why"
+
+
+def http_answers(url: str, timeout_s: float) -> bool:
+    """Whether a GET of ``url`` answers 200 within ``timeout_s`` (a service's readiness or liveness)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False

@@ -7,12 +7,14 @@ Releases are snapshots in ``schemas/avro/_released/<area>/<Name>.v<N>.avsc`` mad
 from __future__ import annotations
 
 import io
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import ClassVar
 
 import fastavro
 import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from model_strategies import model_strategy
@@ -120,3 +122,24 @@ def test_a_new_field_without_a_default_is_an_incompatible_change_and_release_ref
 def test_a_compatible_change_is_released_as_the_next_version():
     [item] = plan(_registry(V2, V1))
     assert (item.version, item.refusals) == (2, ())
+
+
+@pytest.mark.parametrize("entry", EVENTS, ids=lambda e: e.full_name)
+def test_a_real_registry_accepts_every_release_in_order_and_judges_the_current_schema_compatible(
+    entry: SchemaEntry, schema_registry: str
+):
+    """Apicurio Registry's Confluent API, under BACKWARD_TRANSITIVE, takes each released version after the
+    one before it and finds the current schema able to read them all (and a field without default
+    not): what a deployment's registry with compatibility checks on decides when a new clingate
+    release registers its schemas."""
+    client = SchemaRegistryClient.new_client({"url": schema_registry})
+    subject = f"compatibility.{entry.full_name}-value"
+    client.set_compatibility(subject_name=subject, level="BACKWARD_TRANSITIVE")
+    for version in entry.released:
+        client.register_schema(subject, Schema(json.dumps(version.schema), "AVRO"))
+    assert client.test_compatibility(subject, Schema(json.dumps(entry.current.schema), "AVRO"))
+    breaking = {
+        **entry.current.schema,
+        "fields": [*entry.current.schema["fields"], {"name": "x", "type": "int"}],
+    }
+    assert not client.test_compatibility(subject, Schema(json.dumps(breaking), "AVRO"))  # the check is real
