@@ -19,7 +19,7 @@ UV := $(VENV)/bin/uv pip install -q --compile-bytecode --python $(VENV)/bin/pyth
 # The project's own modules, compiled before each run (only what changed); same reason.
 BYTECODE := $(VENV)/bin/python -m compileall -q -j 0 streams processors schemas state topics tests
 
-.PHONY: demo test soak deploy-check lint venv smollm2
+.PHONY: demo test soak deploy-check images lint venv smollm2
 
 venv: $(STAMP)
 
@@ -66,9 +66,16 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
-test: lint deploy-check smollm2
+# Where Docker can run, the integration tests get their broker from testcontainers on the images built
+# here (`make images`); the engine `images` started and its containers stop when the tests end.
+test: lint deploy-check smollm2 images
 	@$(BYTECODE) > /dev/null
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest; status=$$?; $(VENV)/bin/python -m streams.testing.images stop; exit $$status
+
+# Container images built from packages (a JRE base from Debian, Kafka from the Maven Central jars,
+# clingate from the Dockerfile), each cached by its inputs; the engine provisioned where it can be.
+images: $(STAMP)
+	$(VENV)/bin/python -m streams.testing.images build
 
 # The Kubernetes manifests (deploy/k8s, but the kustomization, which is not an API object) against the
 # Kubernetes API's schemas, rejecting unknown fields; the compose file against the Compose specification

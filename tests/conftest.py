@@ -5,8 +5,9 @@ unless ``KAFKA_BOOTSTRAP_SERVERS`` names one (every test keeps to its own app id
 shared broker works too).
 
 ``kafka_bootstrap`` is the address to use. It comes from :func:`streams.testing.broker.provide_broker`:
-``KAFKA_BOOTSTRAP_SERVERS`` if set, else a testcontainers broker where a Docker engine answers,
-else a native KRaft broker in a temporary directory, stopped when the session ends. The broker
+``KAFKA_BOOTSTRAP_SERVERS`` if set, else a testcontainers broker on clingate's Kafka image where a
+Docker engine answers (``make images``), else a native KRaft broker in a temporary directory, stopped
+when the session ends. The broker
 starts only when an integration test first asks for it, so unit-only runs never start one.
 
 ``schema_registry`` is the Confluent-compatible URL of a real schema registry

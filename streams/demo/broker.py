@@ -27,7 +27,7 @@ def start_broker(stack: ExitStack, settings: Settings, console: Console) -> Brok
         stack.enter_context(tempfile.TemporaryDirectory(prefix="demo-broker-", dir=settings.home))
     )
     with console.status("starting the Kafka broker (first run: fetching the Kafka jars)"):
-        broker = stack.enter_context(provide_broker(settings, directory))
+        broker = stack.enter_context(provide_broker(settings, directory, containers=False))
     console.print(f"  broker: {broker.bootstrap} ({broker.origin})")
     return broker
 

@@ -86,6 +86,13 @@ class Settings(BaseSettings):
         description="Maven repository the local broker's locked jars are fetched from (a mirror of "
         "Maven Central, e.g. a company's proxy); every jar is checked against the lock's SHA-256.",
     )
+    image_prefix: str = Field(
+        default="clingate-local",
+        pattern=r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$",
+        validation_alias="CLINGATE_IMAGE_PREFIX",
+        description="Repository prefix of the container images `make images` builds here "
+        "(<prefix>/base, <prefix>/kafka, <prefix>/clingate): clingate's own names, never another vendor's.",
+    )
     broker_dir: Path | None = Field(
         default=None,
         validation_alias="CLINGATE_BROKER_DIR",

@@ -3,8 +3,9 @@
 :func:`provide_broker` gives a bootstrap address:
 
 1. ``KAFKA_BOOTSTRAP_SERVERS`` is set: that cluster is used as it is.
-2. Else a Docker engine answers a ping: testcontainers' Kafka module starts a KRaft broker
-   (:data:`TESTCONTAINERS_IMAGE`, the Confluent build of the same Kafka line as below).
+2. Else a Docker engine answers a ping and clingate's Kafka image is built (``make images``,
+   :mod:`streams.testing.images`): testcontainers runs the same broker as below in a container of it,
+   on the host's network (:func:`_container_broker`).
 3. Else :class:`LocalKafka` starts a native single-node KRaft broker from Maven Central jars.
 
 The native broker is the one developers and CI run here. Its jars are the ones
@@ -64,8 +65,6 @@ from streams.testing.process import ProcessError, ProcessHandle
 
 LOG4J_CONFIG = DEPLOY_LOCAL / "log4j.properties"
 
-# Kafka 3.9 inside Confluent Platform 7.9: the same broker line as the native path.
-TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.9.0"
 
 JVM_OPTIONS: tuple[str, ...] = (
     "-Xms128m",
@@ -622,6 +621,13 @@ def read_password_dir(directory: Path) -> dict[str, str]:
     return passwords
 
 
+def kafka_image_built(settings: Settings) -> bool:
+    """Whether clingate's Kafka image of this checkout exists on the engine (``make images``)."""
+    from streams.testing.images import image_exists, image_names
+
+    return image_exists(image_names(settings).kafka)
+
+
 def docker_engine_available(timeout: float = 2.0) -> bool:
     """True if a Docker engine answers a ping (a ``docker`` client binary alone is not enough).
 
@@ -642,32 +648,48 @@ def docker_engine_available(timeout: float = 2.0) -> bool:
         return False
 
 
-def confluent_image_env(properties: Mapping[str, str]) -> dict[str, str]:
-    """Broker properties as the Confluent image's environment (``foo.bar`` -> ``KAFKA_FOO_BAR``).
-
-    Confluent's documentation maps ``_`` and ``-`` to ``__`` / ``___`` or the reverse depending on
-    the release, so property names containing them are refused rather than guessed.
-
-    Raises:
-        ValueError: A property name contains ``_`` or ``-``.
-    """
-    ambiguous = [key for key in properties if "_" in key or "-" in key]
-    if ambiguous:
-        raise ValueError(f"no reliable Confluent image variable for {ambiguous}")
-    return {"KAFKA_" + key.replace(".", "_").upper(): value for key, value in properties.items()}
-
-
 @contextlib.contextmanager
-def _container_broker() -> Iterator[str]:
-    from testcontainers.community.kafka import KafkaContainer
+def _container_broker(settings: Settings, directory: Path) -> Iterator[str]:
+    """A single-node KRaft broker in a container of clingate's Kafka image, through testcontainers.
 
-    container = KafkaContainer(image=TESTCONTAINERS_IMAGE).with_kraft()
-    for name, value in confluent_image_env(BROKER_DEFAULTS).items():
-        container.with_env(name, value)
+    The broker is the native one's (:class:`LocalKafka`'s properties, JVM options and log4j
+    configuration) run from the image's jars: the container shares the host's network and sees
+    ``directory`` at the same path, so it listens on 127.0.0.1 like the native broker and keeps its
+    data, properties and logs where a native broker would. Ryuk (testcontainers' reaper) is off: its
+    image comes from a registry; the container is stopped here, and ``make test`` stops the engine.
+    """
+    from testcontainers.core.config import testcontainers_config
+    from testcontainers.core.container import DockerContainer
+
+    from streams.testing.images import image_names
+
+    testcontainers_config.ryuk_disabled = True
+    local = LocalKafka(directory, home=settings.home, repository=settings.maven_repository)
+    port = free_port()
+    controller_port = free_port(taken=(port,))
+    local.log_file.parent.mkdir(parents=True, exist_ok=True)
+    properties = local._server_properties(port, controller_port)
+    local.properties_file.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
+    java = ["java", *JVM_OPTIONS, "-cp", "'/opt/kafka/libs/*'"]
+    logging = [
+        f"-Dkafka.logs.dir={local.log_file.parent}",
+        "-Dlog4j.configuration=file:/opt/kafka/log4j.properties",
+    ]
+    script = " ".join([
+        *java, "kafka.tools.StorageTool", "format", f"--cluster-id={new_cluster_id()}",
+        "-c", str(local.properties_file), "&&", "exec", *java[:1], *logging, *java[1:], "kafka.Kafka",
+        str(local.properties_file),
+    ])  # fmt: skip
+    container = (
+        DockerContainer(image_names(settings).kafka)
+        .with_command(["/bin/sh", "-c", script])
+        .with_volume_mapping(str(directory), str(directory), "rw")
+        .with_kwargs(network_mode="host")
+    )
     container.start()
+    bootstrap = f"127.0.0.1:{port}"
     try:
-        bootstrap = container.get_bootstrap_server()
-        wait_for_kafka(bootstrap, timeout=60.0)
+        wait_for_kafka(bootstrap, 90.0, alive=lambda: container.get_wrapped_container().status != "exited")
         yield bootstrap
     finally:
         container.stop()
@@ -702,13 +724,14 @@ def configured_bootstrap(settings: Settings) -> str | None:
 
 
 @contextlib.contextmanager
-def provide_broker(settings: Settings, directory: Path) -> Iterator[Broker]:
+def provide_broker(settings: Settings, directory: Path, containers: bool = True) -> Iterator[Broker]:
     """Give a running broker for the duration of the block: env var, else Docker, else native.
 
     Args:
         settings: Supplies ``kafka_bootstrap_servers`` and the cache ``home``.
-        directory: Where a native broker keeps its data (use a fresh temporary directory for a
-            throw-away broker).
+        directory: Where the broker keeps its data (use a fresh temporary directory for a throw-away
+            broker).
+        containers: False: never a container (the demo runs the native broker, needing no Docker).
 
     Yields:
         The broker; one started here is stopped when the block exits.
@@ -716,8 +739,8 @@ def provide_broker(settings: Settings, directory: Path) -> Iterator[Broker]:
     if settings.kafka_bootstrap_servers:
         yield Broker(settings.kafka_bootstrap_servers, "environment")
         return
-    if docker_engine_available():
-        with _container_broker() as bootstrap:
+    if containers and docker_engine_available() and kafka_image_built(settings):
+        with _container_broker(settings, directory) as bootstrap:
             yield Broker(bootstrap, "testcontainers")
         return
     local = LocalKafka(directory, home=settings.home, repository=settings.maven_repository)

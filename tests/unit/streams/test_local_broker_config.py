@@ -13,7 +13,6 @@ from streams.runtime.settings import Settings
 from streams.testing.broker import (
     BROKER_DEFAULTS,
     LocalKafka,
-    confluent_image_env,
     docker_engine_available,
     free_port,
     local_broker,
@@ -70,13 +69,6 @@ def test_docker_client_without_engine_is_detected_quickly(monkeypatch: pytest.Mo
     started = time.monotonic()
     assert docker_engine_available() is False
     assert time.monotonic() - started < 3.0
-
-
-def test_container_broker_gets_the_same_settings_as_the_native_one():
-    environment = confluent_image_env(BROKER_DEFAULTS)
-    assert environment["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "1"
-    assert environment["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
-    assert len(environment) == len(BROKER_DEFAULTS)
 
 
 def test_a_port_whose_connections_are_in_time_wait_is_still_free_for_a_restart():

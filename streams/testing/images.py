@@ -1,0 +1,223 @@
+"""Container images built here, from packages: a Docker engine and no container registry.
+
+``make images`` (``python -m streams.testing.images build``) provisions a Docker engine where it can and
+builds three images, each named by clingate (:attr:`Settings.image_prefix`, never another vendor's
+name: on a machine with registry access a local build tagged ``apache/kafka`` would silently stand in
+for theirs) and tagged with a digest of its inputs, so it is rebuilt only when they change:
+
+* ``<prefix>/base:<digest>``: Debian bookworm from Debian's mirror (``debootstrap --variant=minbase``)
+  with the OpenJDK 17 runtime, Python 3 and the CA certificates, imported with ``docker import``.
+* ``<prefix>/kafka:<kafka version>-<digest>``: the base plus the broker jars the native broker runs
+  (``deploy/local/kafka-jars.lock``, fetched and checked by :mod:`streams.testing.jars`) at
+  ``/opt/kafka/libs`` and its log4j configuration at ``/opt/kafka/log4j.properties``.
+* ``<prefix>/clingate:<digest>``: the repository's ``Dockerfile`` built on the base, from the project's
+  wheels and its dependencies' built on the host into ``build/image-wheels``: nothing is fetched from
+  inside a build (whose containers would not trust a TLS-inspecting proxy the host trusts).
+
+The engine. Where none answers, ``dockerd`` (Debian's ``docker.io``, installed as root when missing,
+with ``debootstrap``) is started in the background on the default socket with its data under
+``<home>/docker``; ``stop`` ends it and every container it runs. Where Docker cannot run (not root and
+no engine, no ``dockerd``), :func:`provision` says why once and returns None: callers fall back to the
+native broker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from streams.runtime.settings import Settings, get_settings
+from streams.testing.broker import LOG4J_CONFIG, docker_engine_available
+from streams.testing.jars import KAFKA_LOCK, KAFKA_POM, ensure_artifacts, kafka_version
+from streams.testing.process import SOURCE_ROOT, ProcessHandle
+
+#: Debian release and mirror of the base image.
+DEBIAN_SUITE = "bookworm"
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+#: Packages of the base image besides Debian's minimal base.
+BASE_PACKAGES = ("openjdk-17-jre-headless", "python3", "python3-venv", "ca-certificates")
+_ENGINE_READY_S = 60.0
+
+
+class ImageError(RuntimeError):
+    """An image could not be built; the message holds the tail of the builder's output."""
+
+
+@dataclass(frozen=True)
+class Images:
+    """The names of the built images."""
+
+    base: str
+    kafka: str
+    clingate: str
+
+
+def _digest(*parts: bytes) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "big") + part)
+    return digest.hexdigest()[:12]
+
+
+def _run(argv: list[str], what: str, **kwargs: object) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload]
+    if done.returncode != 0:
+        raise ImageError(f"{what} failed ({' '.join(argv[:3])} ...):\n{(done.stdout + done.stderr)[-3000:]}")
+    return str(done.stdout)
+
+
+def image_exists(image: str) -> bool:
+    return (
+        subprocess.run(["docker", "image", "inspect", image], capture_output=True, check=False).returncode
+        == 0
+    )
+
+
+def provision(settings: Settings) -> ProcessHandle | bool | None:
+    """An engine that answers: True if one already ran, the handle of the ``dockerd`` started here, or
+    None (said once on stderr) where Docker cannot run."""
+    if docker_engine_available():
+        return True
+    if shutil.which("dockerd") is None or shutil.which("debootstrap") is None:
+        if os.geteuid() != 0 or shutil.which("apt-get") is None:
+            print("images: no Docker engine and none can be installed here; the native broker is used",
+                  file=sys.stderr)  # fmt: skip
+            return None
+        _run(["apt-get", "install", "-y", "-q", "docker.io", "debootstrap"], "installing Docker")
+    if os.geteuid() != 0:
+        print("images: dockerd needs root here; the native broker is used", file=sys.stderr)
+        return None
+    directory = settings.home / "docker"
+    directory.mkdir(parents=True, exist_ok=True)
+    argv = ["dockerd", "--data-root", str(directory / "data"), "--exec-root", str(directory / "exec"),
+            "--pidfile", str(directory / "dockerd.pid")]  # fmt: skip
+    engine = ProcessHandle("Docker engine", argv, log=directory / "dockerd.log", new_session=True).start()
+    engine.wait_until(docker_engine_available, timeout_s=_ENGINE_READY_S, poll_s=0.25)
+    return engine
+
+
+def stop_engine(settings: Settings) -> bool:
+    """Stop every container and the ``dockerd`` :func:`provision` started (by its pid file); False if
+    none was started here."""
+    pidfile = settings.home / "docker" / "dockerd.pid"
+    if not pidfile.exists():
+        return False
+    containers = subprocess.run(["docker", "ps", "-q"], capture_output=True, text=True, check=False).stdout
+    if containers.split():
+        subprocess.run(["docker", "kill", *containers.split()], capture_output=True, check=False)
+    pid = int(pidfile.read_text().strip())
+    try:
+        os.kill(pid, 15)
+    except ProcessLookupError:
+        pidfile.unlink(missing_ok=True)
+        return False
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return True
+
+
+def image_names(settings: Settings) -> Images:
+    """The images' names for this checkout (their tags are the digests of their inputs)."""
+    prefix = settings.image_prefix
+    base_inputs = _digest(DEBIAN_SUITE.encode(), DEBIAN_MIRROR.encode(), *map(str.encode, BASE_PACKAGES))
+    base = f"{prefix}/base:{base_inputs}"
+    kafka_inputs = _digest(
+        base.encode(), KAFKA_POM.read_bytes(), KAFKA_LOCK.read_bytes(), LOG4J_CONFIG.read_bytes()
+    )
+    kafka = f"{prefix}/kafka:{kafka_version()}-{kafka_inputs}"
+    clingate = f"{prefix}/clingate:{_digest(base.encode(), *_project_files())}"
+    return Images(base, kafka, clingate)
+
+
+def _project_files() -> list[bytes]:
+    """What the clingate image is built from: the Dockerfile and every file it copies, by path."""
+    roots = ["Dockerfile", "pyproject.toml", "README.md", "deploy/security/acls.yaml",
+             "streams", "topics", "processors", "state", "schemas"]  # fmt: skip
+    parts: list[bytes] = []
+    for root in roots:
+        path = SOURCE_ROOT / root
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        for file in files:
+            if "__pycache__" not in file.parts:
+                parts += [str(file.relative_to(SOURCE_ROOT)).encode(), file.read_bytes()]
+    return parts
+
+
+def build(settings: Settings) -> Images:
+    """Build whichever of the three images is missing (an engine must answer)."""
+    images = image_names(settings)
+    if not image_exists(images.base):
+        _build_base(images.base)
+    if not image_exists(images.kafka):
+        _build_kafka(settings, images)
+    if not image_exists(images.clingate):
+        _build_clingate(images)
+    return images
+
+
+def _build_base(name: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="clingate-base-") as scratch:
+        rootfs = Path(scratch) / "rootfs"
+        _run(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", DEBIAN_SUITE,
+              str(rootfs), DEBIAN_MIRROR], "debootstrap of the base image")  # fmt: skip
+        shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        _run(
+            ["docker", "import", "--change", "ENV LANG=C.UTF-8", "-", name], "docker import", stdin=tar.stdout
+        )
+        tar.wait()
+    _run(["docker", "tag", name, name.rsplit(":", 1)[0] + ":latest"], "docker tag of the base image")
+
+
+def _build_kafka(settings: Settings, images: Images) -> None:
+    libs = ensure_artifacts(settings.home, repository=settings.maven_repository)
+    with tempfile.TemporaryDirectory(prefix="clingate-kafka-image-") as scratch:
+        context = Path(scratch)
+        shutil.copytree(libs, context / "libs")
+        shutil.copy(LOG4J_CONFIG, context / "log4j.properties")
+        (context / "Dockerfile").write_text(
+            f"FROM {images.base}\n"
+            "COPY libs /opt/kafka/libs\n"
+            "COPY log4j.properties /opt/kafka/log4j.properties\n"
+        )
+        _run(["docker", "build", "-q", "-t", images.kafka, str(context)], "docker build of the Kafka image")
+
+
+def _build_clingate(images: Images) -> None:
+    wheels = SOURCE_ROOT / "build" / "image-wheels"
+    shutil.rmtree(wheels, ignore_errors=True)
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(wheels), str(SOURCE_ROOT)],
+         "building the project's wheels")  # fmt: skip
+    argv = ["docker", "build", "-q", "--build-arg", f"BASE={images.base}", "-t", images.clingate]
+    _run([*argv, str(SOURCE_ROOT)], "docker build of the clingate image")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m streams.testing.images build|stop``."""
+    command = (argv if argv is not None else sys.argv[1:]) or ["build"]
+    settings = get_settings()
+    if command[0] == "stop":
+        stop_engine(settings)
+        return 0
+    if provision(settings) is None:
+        return 0
+    try:
+        images = build(settings)
+    except ImageError as error:
+        print(f"images: not built, the native broker is used: {error}", file=sys.stderr)
+        stop_engine(settings)
+        return 0
+    print(f"images: {images.base}, {images.kafka}, {images.clingate}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
