@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -114,7 +115,7 @@ def stop_engine(settings: Settings) -> bool:
         subprocess.run(["docker", "kill", *containers.split()], capture_output=True, check=False)
     pid = int(pidfile.read_text().strip())
     try:
-        os.kill(pid, 15)
+        os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         pidfile.unlink(missing_ok=True)
         return False
