@@ -24,6 +24,7 @@ Choices:
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import shutil
 import subprocess
@@ -75,6 +76,9 @@ class LocalRegistry:
     def build(self) -> Path:
         """The runner jar, built first when this digest has none.
 
+        Safe from concurrent processes (parallel test workers): one builds at a time under a file
+        lock, in a staging directory renamed into place when the build succeeded.
+
         Raises:
             RegistryError: Maven is missing or the build failed.
         """
@@ -84,16 +88,26 @@ class LocalRegistry:
         mvn = shutil.which("mvn")
         if mvn is None:
             raise RegistryError("Maven (mvn) is not on the PATH: it builds the schema registry")
-        shutil.rmtree(self._build, ignore_errors=True)
-        shutil.copytree(PROJECT, self._build, ignore=shutil.ignore_patterns("target"))
-        settings = self._build / "settings.xml"
-        settings.write_text(_SETTINGS.format(url=self._repository.rstrip("/")), encoding="utf-8")
-        done = subprocess.run(
-            [mvn, "-q", "-B", "-Dstyle.color=never", "-s", str(settings), "package", "-DskipTests"],
-            cwd=self._build, capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        if done.returncode != 0 or not runner.exists():
-            raise RegistryError(f"the schema registry's build failed:\n{(done.stdout + done.stderr)[-3000:]}")
+        self._build.parent.mkdir(parents=True, exist_ok=True)
+        with (self._build.parent / f"{self._build.name}.lock").open("w") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            if runner.exists():
+                return runner
+            staging = self._build.with_name(f"{self._build.name}.building")
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.copytree(PROJECT, staging, ignore=shutil.ignore_patterns("target"))
+            settings = staging / "settings.xml"
+            settings.write_text(_SETTINGS.format(url=self._repository.rstrip("/")), encoding="utf-8")
+            done = subprocess.run(
+                [mvn, "-q", "-B", "-Dstyle.color=never", "-s", str(settings), "package", "-DskipTests"],
+                cwd=staging, capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            if done.returncode != 0 or not (staging / _RUNNER).exists():
+                raise RegistryError(
+                    f"the schema registry's build failed:\n{(done.stdout + done.stderr)[-3000:]}"
+                )
+            shutil.rmtree(self._build, ignore_errors=True)
+            staging.rename(self._build)
         return runner
 
     def start(self, timeout_s: float = 120.0) -> str:
