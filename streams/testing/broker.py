@@ -491,15 +491,16 @@ class LocalKafka:
             if self._process is not None and self._process.pid == pid:
                 self._process.stop(grace, first=first_signal)  # our own child: stopped and reaped
             else:
-                _end_detached(pid, first_signal, grace)
+                end_detached(pid, first_signal, grace)
         self.pid_file.unlink(missing_ok=True)
         self._process = None
         return pid is not None
 
 
-def _end_detached(pid: int, first_signal: signal.Signals, grace: float) -> None:
-    """Stop a broker JVM that another process started (``clingate broker start`` exited and left it
-    running): only its pid is known, so it is signalled and watched by pid, SIGKILL after ``grace``.
+def end_detached(pid: int, first_signal: signal.Signals, grace: float) -> None:
+    """Stop a process another process started and left running (a ``clingate broker start`` JVM, the
+    tests' ``dockerd``): only its pid is known, so it is signalled and watched by pid, SIGKILL after
+    ``grace``.
 
     Raises:
         BrokerError: it survived SIGKILL for 10 s.

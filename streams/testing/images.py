@@ -30,12 +30,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from streams.runtime.settings import Settings, get_settings
-from streams.testing.broker import LOG4J_CONFIG, docker_engine_available
+from streams.testing.broker import LOG4J_CONFIG, docker_engine_available, end_detached
 from streams.testing.jars import KAFKA_LOCK, KAFKA_POM, ensure_artifacts, kafka_version
 from streams.testing.process import SOURCE_ROOT, ProcessHandle
 
@@ -81,27 +80,28 @@ def image_exists(image: str) -> bool:
     )
 
 
-def provision(settings: Settings) -> ProcessHandle | bool | None:
-    """An engine that answers: True if one already ran, the handle of the ``dockerd`` started here, or
-    None (said once on stderr) where Docker cannot run."""
+def provision(settings: Settings) -> bool:
+    """Whether an engine answers, one already running or a ``dockerd`` started here (in its own
+    session, its pid in ``<home>/docker/dockerd.pid`` for :func:`stop_engine`); False, said once on
+    stderr, where Docker cannot run."""
     if docker_engine_available():
         return True
     if shutil.which("dockerd") is None or shutil.which("debootstrap") is None:
         if os.geteuid() != 0 or shutil.which("apt-get") is None:
             print("images: no Docker engine and none can be installed here; the native broker is used",
                   file=sys.stderr)  # fmt: skip
-            return None
+            return False
         _run(["apt-get", "install", "-y", "-q", "docker.io", "debootstrap"], "installing Docker")
     if os.geteuid() != 0:
         print("images: dockerd needs root here; the native broker is used", file=sys.stderr)
-        return None
+        return False
     directory = settings.home / "docker"
     directory.mkdir(parents=True, exist_ok=True)
     argv = ["dockerd", "--data-root", str(directory / "data"), "--exec-root", str(directory / "exec"),
             "--pidfile", str(directory / "dockerd.pid")]  # fmt: skip
     engine = ProcessHandle("Docker engine", argv, log=directory / "dockerd.log", new_session=True).start()
     engine.wait_until(docker_engine_available, timeout_s=_ENGINE_READY_S, poll_s=0.25)
-    return engine
+    return True
 
 
 def stop_engine(settings: Settings) -> bool:
@@ -115,13 +115,10 @@ def stop_engine(settings: Settings) -> bool:
         subprocess.run(["docker", "kill", *containers.split()], capture_output=True, check=False)
     pid = int(pidfile.read_text().strip())
     try:
-        os.kill(pid, signal.SIGTERM)
+        end_detached(pid, signal.SIGTERM, 30.0)
     except ProcessLookupError:
         pidfile.unlink(missing_ok=True)
         return False
-    deadline = time.monotonic() + 30
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
     return True
 
 
@@ -208,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     if command[0] == "stop":
         stop_engine(settings)
         return 0
-    if provision(settings) is None:
+    if not provision(settings):
         return 0
     try:
         images = build(settings)
