@@ -19,7 +19,7 @@ UV := $(VENV)/bin/uv pip install -q --compile-bytecode --python $(VENV)/bin/pyth
 # The project's own modules, compiled before each run (only what changed); same reason.
 BYTECODE := $(VENV)/bin/python -m compileall -q -j 0 streams processors schemas state topics tests
 
-.PHONY: demo test soak deploy-check images lint venv smollm2
+.PHONY: demo test soak deploy-check compose-check images lint venv smollm2
 
 venv: $(STAMP)
 
@@ -77,15 +77,21 @@ test: lint deploy-check smollm2 images
 images: $(STAMP)
 	$(VENV)/bin/python -m streams.testing.images build
 
-# The Kubernetes manifests (deploy/k8s, but the kustomization, which is not an API object) against the
+# The Kubernetes manifests (deploy/k8s) against the
 # Kubernetes API's schemas, rejecting unknown fields; the compose file against the Compose specification
 # as Debian's docker-compose validates it (installed here when missing, as root).
 deploy-check: $(STAMP)
 	@$(UV) -e '.[deploy]'
-	$(VENV)/bin/kubernetes-validate --strict --quiet $(filter-out deploy/k8s/kustomization.yaml,$(wildcard deploy/k8s/*.yaml))
+	$(VENV)/bin/kubernetes-validate --strict --quiet $(wildcard deploy/k8s/*.yaml)
 	@command -v docker-compose > /dev/null || { test "$$(id -u)" = 0 && apt-get install -y -q docker-compose > /dev/null; } \
 	  || { echo "deploy-check: needs Debian's docker-compose (apt-get install docker-compose)"; exit 1; }
 	docker-compose --project-directory deploy/compose -f deploy/compose/docker-compose.yml config -q
+
+# The compose deployment run on the images built here, the demo's streams through it with a broker
+# killed and restarted (streams/testing/compose.py; docs/deployment.md). make test runs it too, where
+# Docker runs.
+compose-check: deploy-check images
+	$(VENV)/bin/python -m streams.testing.compose; status=$$?; $(VENV)/bin/python -m streams.testing.images stop; exit $$status
 
 # The long multi-broker scenarios (pytest marker `slow`), outside make test's time budget.
 soak: lint

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One node (broker + controller, KRaft) of a secured clingate Kafka cluster, for the apache/kafka image.
+# One node (broker + controller, KRaft) of a secured clingate Kafka cluster, for clingate's Kafka image
+# (`make images`; any Kafka installation with bin/kafka-storage.sh and bin/kafka-server-start.sh).
 #
 # Used by deploy/compose (three services) and deploy/k8s (a StatefulSet). It writes
 # server.properties, formats the storage on first start with the SCRAM credentials of every
@@ -22,7 +23,10 @@
 #   CERT_DIR             ca.pem and <KAFKA_ADVERTISED_HOST>.pem (deploy/security/make-certs.sh)
 #   KAFKA_DATA_DIR       log.dirs (default /var/lib/kafka/data)
 #   KAFKA_CLIENT_PORT, KAFKA_CONTROLLER_PORT  listener ports (default 9092, 9093)
-#   KAFKA_HOME           the Kafka installation (default /opt/kafka, as in the apache/kafka image)
+#   KAFKA_LISTEN_HOST    the address both listeners bind (default: every interface; deploy/compose,
+#                        on the host's network, binds 127.0.0.1)
+#   KAFKA_HOME           the Kafka installation (default /opt/kafka, as in clingate's Kafka image and
+#                        Apache's)
 #   KAFKA_CONFIG_FILE    where to write server.properties (default /tmp/server.properties)
 set -euo pipefail
 
@@ -34,6 +38,7 @@ cert_dir=${CERT_DIR:-/certs}
 data_dir=${KAFKA_DATA_DIR:-/var/lib/kafka/data}
 client_port=${KAFKA_CLIENT_PORT:-9092}
 controller_port=${KAFKA_CONTROLLER_PORT:-9093}
+listen_host=${KAFKA_LISTEN_HOST:-}
 kafka_home=${KAFKA_HOME:-/opt/kafka}
 config=${KAFKA_CONFIG_FILE:-/tmp/server.properties}
 
@@ -47,7 +52,7 @@ cat > "$config" <<PROPERTIES
 process.roles=broker,controller
 node.id=${node_id}
 controller.quorum.voters=${KAFKA_VOTERS:?set KAFKA_VOTERS}
-listeners=SASL_SSL://:${client_port},CONTROLLER://:${controller_port}
+listeners=SASL_SSL://${listen_host}:${client_port},CONTROLLER://${listen_host}:${controller_port}
 advertised.listeners=SASL_SSL://${host}:${client_port}
 listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:SASL_SSL
 inter.broker.listener.name=SASL_SSL

@@ -58,11 +58,10 @@ from streams.groups.arbiter import PacketFollower, producer_config, run_worker
 from streams.groups.arbiter_calls import LLM_ROLE, arbitrate, configured_call
 from streams.llm import LlmClient
 from streams.llm.config import resolve_role
-from streams.runtime.kafka_config import admin_client
+from streams.runtime.kafka_clients import ensure_catalog
 from streams.runtime.metrics import DocsMetrics, serve
 from streams.runtime.settings import Settings, get_settings
-from topics.admin import ensure_topics
-from topics.catalog import DOCS_REVIEWS, build_catalog
+from topics.catalog import DOCS_REVIEWS
 
 app = typer.Typer(
     help="Classification arbiter: verify classifications, render review packets.", no_args_is_help=True
@@ -204,9 +203,7 @@ def worker(
     metrics = DocsMetrics(CollectorRegistry())
     port = settings.docs_metrics_port if metrics_port is None else metrics_port
     bootstrap = _bootstrap()
-    if settings.ensure_topics_on_start:
-        catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
-        ensure_topics(admin_client(bootstrap), catalog)
+    ensure_catalog(settings, bootstrap)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -225,7 +222,7 @@ def worker(
             )  # fmt: skip
         typer.echo(f"stopped after {done.decided} documents", err=True)
 
-    endpoint = serve(metrics.registry, port)
+    endpoint = serve(metrics.registry, port, settings.metrics_host)
     typer.echo(f"metrics on :{endpoint.port}/metrics", err=True)
     try:
         asyncio.run(main())

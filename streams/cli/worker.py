@@ -35,12 +35,10 @@ from typing import Annotated, Protocol
 import typer
 
 from streams.cli.common import require_bootstrap
-from streams.runtime.kafka_config import admin_client
+from streams.runtime.kafka_clients import ensure_catalog
 from streams.runtime.logs import configure
 from streams.runtime.settings import get_settings
 from streams.worker import READY
-from topics.admin import ensure_topics
-from topics.catalog import build_catalog
 
 app = typer.Typer(help="Run a stream worker (DBPM memory and gate, clinical patients).")
 log = logging.getLogger(__name__)
@@ -88,9 +86,7 @@ def worker(
     if loglevel is not None:
         configure(loglevel, settings.log_format)
     bootstrap = require_bootstrap(settings)
-    if settings.ensure_topics_on_start:
-        catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
-        ensure_topics(admin_client(bootstrap), catalog)
+    ensure_catalog(settings, bootstrap)
     metrics = DbpmMetrics(CollectorRegistry())
     loops: dict[str, Loop] = {}
     if role is not Role.GATE:
@@ -106,7 +102,7 @@ def worker(
     metrics.watch(first.lag, view, config)
     for loop in others:
         metrics.add_lag(loop.lag)
-    endpoint = serve(metrics.registry, settings.web_port)
+    endpoint = serve(metrics.registry, settings.web_port, settings.metrics_host)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

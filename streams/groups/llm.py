@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from schemas.common import Stage
@@ -63,13 +63,11 @@ from streams.groups.ordered import Handler, OrderedLoop, consumer_config, transa
 from streams.llm import CallType, ChatMessage, LlmClient, LlmFailed, LlmOk, Role
 from streams.llm.config import resolve_role
 from streams.runtime.dlq import PRODUCER_LIMITS, DeadLetterRouter, DecodeFailed, SourceRecord
-from streams.runtime.kafka_config import admin_client
-from streams.runtime.metrics import LlmGroupMetrics
+from streams.runtime.kafka_clients import ensure_catalog
+from streams.runtime.metrics import LlmGroupMetrics, serve
 from streams.runtime.progress import ProgressLog
 from streams.runtime.settings import Settings
 from streams.worker.dbpm import producer_config
-from topics.admin import ensure_topics
-from topics.catalog import build_catalog
 
 log = logging.getLogger(__name__)
 
@@ -164,13 +162,14 @@ def run_until_signalled(
 ) -> OrderedLoop:
     """Run one group member (``run_generator`` / ``run_verifier``) until SIGINT or SIGTERM.
 
-    Ensures the catalog topics exist and serves ``/metrics`` on ``metrics_port`` (0: not served).
+    Ensures the catalog topics exist where this process is meant to create them
+    (:func:`~streams.runtime.kafka_clients.ensure_catalog`) and serves ``/metrics`` on ``metrics_port``
+    (0: not served).
     """
-    catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
-    ensure_topics(admin_client(bootstrap), catalog)
+    ensure_catalog(settings, bootstrap)
     metrics = new_metrics()
     if metrics_port:
-        start_http_server(metrics_port, registry=metrics.registry)
+        serve(metrics.registry, metrics_port, settings.metrics_host)
 
     async def main() -> OrderedLoop:
         stop = asyncio.Event()

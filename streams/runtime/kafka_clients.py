@@ -27,7 +27,10 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from streams.runtime.kafka_config import client_config
+from streams.runtime.kafka_config import admin_client, client_config
+from streams.runtime.settings import Settings
+from topics.admin import ensure_topics
+from topics.catalog import build_catalog
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,15 @@ COMMIT_STEP_S = 10.0
 #: topics before the coordinator aborts it. A batch's transaction lasts milliseconds; the broker's
 #: default (60 s) would stall the readers of a loop's outputs for a minute after every SIGKILL.
 TRANSACTION_TIMEOUT_MS = 10_000
+
+
+def ensure_catalog(settings: Settings, bootstrap: str) -> None:
+    """Create the catalog's missing topics at a process's start, unless ``CLINGATE_ENSURE_TOPICS`` is
+    false: where a provisioning job owns the topics, a worker's principal holds no grant to create them
+    and must not try (the attempt fails with an authorisation error)."""
+    if settings.ensure_topics_on_start:
+        catalog = build_catalog(settings.topic_partitions, settings.topic_replication)
+        ensure_topics(admin_client(bootstrap), catalog)
 
 
 def reader(bootstrap: str, name: str, **overrides: object) -> Consumer:

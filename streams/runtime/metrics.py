@@ -97,7 +97,7 @@ class MetricsEndpoint:
     close: Callable[[], None]
 
 
-def serve(registry: CollectorRegistry, port: int, addr: str = "0.0.0.0") -> MetricsEndpoint:
+def serve(registry: CollectorRegistry, port: int, addr: str) -> MetricsEndpoint:
     """Serve ``registry`` in Prometheus text format on ``addr:port`` (any path), from a daemon thread.
 
     The one way a clingate worker exposes its metrics; call it once per process, after the
@@ -107,7 +107,8 @@ def serve(registry: CollectorRegistry, port: int, addr: str = "0.0.0.0") -> Metr
     Args:
         registry: the process's registry.
         port: TCP port; 0 picks a free one (read it from the result).
-        addr: interface to bind; the default listens on every interface, as scrapers expect.
+        addr: the address to bind (``Settings.metrics_host``: loopback unless the deployment asks for
+            every interface).
 
     Returns:
         The endpoint, with its port and a close function.

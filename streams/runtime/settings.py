@@ -314,6 +314,13 @@ class Settings(BaseSettings):
         validation_alias="CLINGATE_WEB_PORT",
         description="Port of the worker's web endpoint (/metrics in Prometheus text format).",
     )
+    metrics_host: str = Field(
+        default="127.0.0.1",
+        validation_alias="CLINGATE_METRICS_HOST",
+        description="Address every process's /metrics endpoint binds. Loopback by default, so nothing is "
+        "reachable from another machine unless asked; a pod that Prometheus scrapes at its own address sets "
+        "0.0.0.0 (deploy/kustomization.yaml).",
+    )
     consumer_session_timeout_s: float = Field(
         default=30.0,
         ge=6.0,

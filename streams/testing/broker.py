@@ -4,9 +4,9 @@
 
 1. ``KAFKA_BOOTSTRAP_SERVERS`` is set: that cluster is used as it is.
 2. Else a Docker engine answers a ping and clingate's Kafka image is built (``make images``,
-   :mod:`streams.testing.images`): testcontainers runs the same broker as below in a container of it,
-   on the host's network (:func:`_container_broker`).
-3. Else :class:`LocalKafka` starts a native single-node KRaft broker from Maven Central jars.
+   :mod:`streams.testing.images`): :class:`LocalKafka` runs its broker in a container of that image,
+   started through testcontainers (:func:`kafka_image`).
+3. Else :class:`LocalKafka` runs the same broker natively, from Maven Central jars.
 
 The native broker is the one developers and CI run here. Its jars are the ones
 ``deploy/local/kafka-jars.lock`` pins, fetched once and checked by :mod:`streams.testing.jars`.
@@ -15,7 +15,7 @@ A :class:`LocalKafka` owns one directory::
 
     broker.json        ports and cluster id, kept so a restart reuses them (same bootstrap address)
     server.properties  written at every start from BROKER_DEFAULTS + listeners + extra properties
-    kafka.pid          pid of the running JVM
+    kafka.pid          pid of the running JVM (seen from the host, also when it runs in a container)
     jvm.out            the JVM's own stdout/stderr (crashes before logging starts)
     logs/server.log    the broker log (deploy/local/log4j.properties)
     data/              log.dirs: topic data and the KRaft metadata log
@@ -33,8 +33,14 @@ Choices where the issue left room:
 - ``offsets.topic.num.partitions`` and ``transaction.state.log.num.partitions`` are 1: creating
   the default 50 partitions on the first group join or transaction costs seconds on a 2-core
   machine and buys nothing on one broker.
-- Readiness is a TCP connect to the listener followed by a metadata request that lists this
-  broker; only then does :meth:`LocalKafka.start` return.
+- Readiness is a metadata request that lists this broker; only then does :meth:`LocalKafka.start`
+  return.
+- In a container the broker is the same: the container shares the host's network (it listens on
+  127.0.0.1) and sees the broker's directory at the same path, so properties, data and logs are where
+  the native broker keeps them. Its init process is the JVM, whose host pid goes to the pid file: stop,
+  kill and status work by pid as for a native broker, from any process; the engine removes the
+  container when the JVM ends. Ryuk (testcontainers' reaper) is off, its image comes from a registry;
+  ``make test`` stops the engine and every container at the end.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import contextlib
 import json
 import os
 import random
+import shlex
 import shutil
 import signal
 import socket
@@ -61,9 +68,11 @@ from confluent_kafka.admin import AdminClient
 from streams.runtime.kafka_config import client_config as kafka_client_config
 from streams.runtime.settings import MAVEN_CENTRAL, Settings
 from streams.testing.jars import DEPLOY_LOCAL, ArtifactError, ensure_artifacts
-from streams.testing.process import ProcessError, ProcessHandle
+from streams.testing.process import ProcessHandle
 
 LOG4J_CONFIG = DEPLOY_LOCAL / "log4j.properties"
+#: The deployed broker's logging: to stdout (clingate's Kafka image, :func:`start_scripts`).
+LOG4J_CONSOLE = DEPLOY_LOCAL.parent / "kafka" / "log4j-console.properties"
 
 
 JVM_OPTIONS: tuple[str, ...] = (
@@ -95,8 +104,12 @@ BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
 )
 
 _NODE_ID = 1
+#: Where clingate's Kafka image keeps the broker jars (``libs/``) and log4j configuration.
+IMAGE_KAFKA_HOME = "/opt/kafka"
 #: SASL mechanism of :func:`sasl_local_kafka` (the default of CLINGATE_KAFKA_SASL_MECHANISM).
 SASL_MECHANISM = "SCRAM-SHA-512"
+#: Seconds a container's init may take to become the broker's start script.
+_CONTAINER_EXEC_WAIT_S = 10.0
 #: Seconds a restart keeps trying its previous ports before it moves (clients know the old address).
 _PORT_REUSE_WAIT_S = 10.0
 
@@ -207,14 +220,6 @@ def wait_for_kafka(
     )
 
 
-def _tcp_reachable(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 @dataclass(frozen=True)
 class BrokerStatus:
     """What :meth:`LocalKafka.status` reports."""
@@ -243,6 +248,7 @@ class LocalKafka:
         security: Settings | None = None,
         scram_credentials: Mapping[str, str] | None = None,
         repository: str = MAVEN_CENTRAL,
+        image: str | None = None,
     ) -> None:
         """Describe a broker; nothing is started until :meth:`start`.
 
@@ -258,6 +264,8 @@ class LocalKafka:
                 metadata log when the storage is formatted (first start only; KIP-900), so that a
                 SASL listener can authenticate them from the first second.
             repository: The Maven repository its jars are fetched from (``Settings.maven_repository``).
+            image: Run the JVM in a container of this image (clingate's Kafka image, :func:`kafka_image`)
+                through testcontainers; None: natively.
         """
         # Absolute, because the pid check matches this path in the JVM's command line.
         self.directory = directory.absolute()
@@ -266,6 +274,7 @@ class LocalKafka:
         self.security = security
         self.scram_credentials = dict(scram_credentials or {})
         self.repository = repository
+        self.image = image
         self._process: ProcessHandle | None = None
         """The JVM when this object started it (else only the pid file knows it)."""
 
@@ -386,17 +395,24 @@ class LocalKafka:
         )
         return properties
 
-    def _java(self, libs: Path, main_class: str, *arguments: str) -> list[str]:
-        java = shutil.which("java")
-        if java is None:
-            raise BrokerError("java is not on the PATH: install Java 17 to run the local Kafka broker.")
+    def _java(self, libs: Path | None, main_class: str, *arguments: str) -> list[str]:
+        """The JVM's command line: natively from ``libs``, in the image from its own jars (``libs``
+        None)."""
+        if libs is None:
+            java, classpath = "java", f"{IMAGE_KAFKA_HOME}/libs/*"
+            log4j = f"file:{IMAGE_KAFKA_HOME}/log4j.properties"
+        else:
+            java = shutil.which("java") or ""
+            if not java:
+                raise BrokerError("java is not on the PATH: install Java 17 to run the local Kafka broker.")
+            classpath, log4j = f"{libs}{os.sep}*", LOG4J_CONFIG.as_uri()
         return [
             java,
             *JVM_OPTIONS,
             f"-Dkafka.logs.dir={self.log_file.parent}",
-            f"-Dlog4j.configuration={LOG4J_CONFIG.as_uri()}",
+            f"-Dlog4j.configuration={log4j}",
             "-cp",
-            f"{libs}{os.sep}*",
+            classpath,
             main_class,
             *arguments,
         ]
@@ -422,7 +438,7 @@ class LocalKafka:
                 raise BrokerError(f"the broker in {self.directory} already runs at {running}")
             return running
         try:
-            libs = ensure_artifacts(self.home, repository=self.repository)
+            libs = None if self.image is not None else ensure_artifacts(self.home, repository=self.repository)
         except ArtifactError as exc:
             raise BrokerError(str(exc)) from exc
         state = self.state()
@@ -433,36 +449,83 @@ class LocalKafka:
         self.reserve(port, controller_port, cluster_id)
         properties = self._server_properties(port, controller_port)
         self.properties_file.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
-        if not (self.directory / "data" / "meta.properties").exists():
-            self._format(libs, cluster_id)
-        java = self._java(libs, "kafka.Kafka", str(self.properties_file))
-        # Its own session: `clingate broker start` exits and leaves the broker running.
-        process = ProcessHandle("Kafka broker", java, log=self._jvm_output, new_session=True)
-        self._process = process.start(append=True)
-        self.pid_file.write_text(f"{process.pid}\n")
+        formatted = (self.directory / "data" / "meta.properties").exists()
+        if libs is None:
+            alive = self._start_container(None if formatted else self._format_command(None, cluster_id))
+        else:
+            if not formatted:
+                self._format(libs, cluster_id)
+            alive = self._start_native(libs)
         bootstrap = f"127.0.0.1:{port}"
         try:
-            try:
-                listening_s = process.wait_until(lambda: _tcp_reachable(port), timeout)
-            except ProcessError as error:
-                raise BrokerError(f"the broker never listened on {bootstrap}") from error
-            remaining = max(1.0, timeout - listening_s)
-            wait_for_kafka(bootstrap, remaining, self.security, alive=lambda: process.running)
+            wait_for_kafka(bootstrap, timeout, self.security, alive=alive)
         except BrokerError as error:
             self.stop()
             raise BrokerError(f"Local Kafka broker failed to start: {error}.\n{self.log_tail()}") from error
         return bootstrap
 
-    def _format(self, libs: Path, cluster_id: str) -> None:
-        command = self._java(
-            # "--cluster-id=ID", not "-t ID": a random id may start with "-", which argparse then takes
-            # for an option ("expected one argument").
+    def _start_native(self, libs: Path) -> Callable[[], bool]:
+        """Start the JVM as a child in its own session (``clingate broker start`` exits and leaves it
+        running); return its liveness check."""
+        java = self._java(libs, "kafka.Kafka", str(self.properties_file))
+        process = ProcessHandle("Kafka broker", java, log=self._jvm_output, new_session=True)
+        self._process = process.start(append=True)
+        self.pid_file.write_text(f"{process.pid}\n")
+        return lambda: process.running
+
+    def _start_container(self, format_command: list[str] | None) -> Callable[[], bool]:
+        """Start the JVM as the init process of a container of :attr:`image` (after formatting the
+        storage there when ``format_command`` is given); return its liveness check."""
+        import docker.errors
+        from testcontainers.core.config import testcontainers_config
+        from testcontainers.core.container import DockerContainer
+
+        testcontainers_config.ryuk_disabled = True
+        output = shlex.quote(str(self._jvm_output))
+        java = shlex.join(self._java(None, "kafka.Kafka", str(self.properties_file)))
+        script = f"exec {java} >>{output} 2>&1"
+        if format_command is not None:
+            script = f"{shlex.join(format_command)} >>{output} 2>&1 || exit 1; {script}"
+        container = (
+            DockerContainer(str(self.image))
+            .with_command(["/bin/sh", "-c", script])
+            .with_volume_mapping(str(self.directory), str(self.directory), "rw")
+            .with_kwargs(network_mode="host", auto_remove=True, user=f"{os.getuid()}:{os.getgid()}")
+        )
+        container.start()
+        wrapped = container.get_wrapped_container()
+        wrapped.reload()
+        self.pid_file.write_text(f"{wrapped.attrs['State']['Pid']}\n")
+        # The engine may answer before the container's init has become the script (its command line
+        # is the runtime's until then, and :meth:`_pid` would not recognise it): wait for the script.
+        deadline = time.monotonic() + _CONTAINER_EXEC_WAIT_S
+        while self._pid() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+        def alive() -> bool:
+            """Whether the container runs, as the engine says (a command line read while the script
+            execs the JVM may be empty for an instant)."""
+            try:
+                wrapped.reload()
+            except docker.errors.NotFound:  # removed when its init ended
+                return False
+            return str(wrapped.status) in ("created", "running")
+
+        return alive
+
+    def _format_command(self, libs: Path | None, cluster_id: str) -> list[str]:
+        # "--cluster-id=ID", not "-t ID": a random id may start with "-", which argparse then takes for
+        # an option ("expected one argument").
+        return self._java(
             libs, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
             "-c", str(self.properties_file),
             *(f"--add-scram={SASL_MECHANISM}=[name={user},password={password}]"
               for user, password in self.scram_credentials.items()),
         )  # fmt: skip
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
+
+    def _format(self, libs: Path, cluster_id: str) -> None:
+        result = subprocess.run(self._format_command(libs, cluster_id), capture_output=True, text=True,
+                                check=False)  # fmt: skip
         if result.returncode != 0:
             raise BrokerError(f"Formatting the broker storage failed:\n{result.stdout}{result.stderr}")
 
@@ -495,6 +558,32 @@ class LocalKafka:
         self.pid_file.unlink(missing_ok=True)
         self._process = None
         return pid is not None
+
+
+def start_scripts(libs: str, log4j: str) -> dict[str, str]:
+    """``bin/kafka-storage.sh`` and ``bin/kafka-server-start.sh`` of a Kafka installation, by name: what
+    deploy/kafka/kafka-node.sh runs, here on the jars in ``libs`` with this module's JVM options.
+
+    Args:
+        libs: The directory holding the broker jars.
+        log4j: The server's log4j configuration (a URL); ``KAFKA_LOG4J_OPTS`` replaces it, as in
+            Apache's scripts.
+    """
+    java = shlex.join(["java", *JVM_OPTIONS, "-cp", f"{libs}/*"])
+    return {
+        "kafka-storage.sh": f'#!/bin/sh\nexec {java} kafka.tools.StorageTool "$@"\n',
+        "kafka-server-start.sh": (
+            f'#!/bin/sh\nexec {java} ${{KAFKA_LOG4J_OPTS:--Dlog4j.configuration={log4j}}} kafka.Kafka "$@"\n'
+        ),
+    }
+
+
+def write_start_scripts(directory: Path, libs: str, log4j: str) -> None:
+    """Write :func:`start_scripts` into ``directory`` (created), executable."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in start_scripts(libs, log4j).items():
+        (directory / name).write_text(text)
+        (directory / name).chmod(0o755)
 
 
 def end_detached(pid: int, first_signal: signal.Signals, grace: float) -> None:
@@ -622,11 +711,15 @@ def read_password_dir(directory: Path) -> dict[str, str]:
     return passwords
 
 
-def kafka_image_built(settings: Settings) -> bool:
-    """Whether clingate's Kafka image of this checkout exists on the engine (``make images``)."""
+def kafka_image(settings: Settings) -> str | None:
+    """clingate's Kafka image of this checkout where a Docker engine answers and the image is built
+    (``make images``), else None (the broker runs natively)."""
     from streams.testing.images import image_exists, image_names
 
-    return image_exists(image_names(settings).kafka)
+    if not docker_engine_available():
+        return None
+    name = image_names(settings).kafka
+    return name if image_exists(name) else None
 
 
 def docker_engine_available(timeout: float = 2.0) -> bool:
@@ -649,58 +742,12 @@ def docker_engine_available(timeout: float = 2.0) -> bool:
         return False
 
 
-@contextlib.contextmanager
-def _container_broker(settings: Settings, directory: Path) -> Iterator[str]:
-    """A single-node KRaft broker in a container of clingate's Kafka image, through testcontainers.
-
-    The broker is the native one's (:class:`LocalKafka`'s properties, JVM options and log4j
-    configuration) run from the image's jars: the container shares the host's network and sees
-    ``directory`` at the same path, so it listens on 127.0.0.1 like the native broker and keeps its
-    data, properties and logs where a native broker would. Ryuk (testcontainers' reaper) is off: its
-    image comes from a registry; the container is stopped here, and ``make test`` stops the engine.
-    """
-    from testcontainers.core.config import testcontainers_config
-    from testcontainers.core.container import DockerContainer
-
-    from streams.testing.images import image_names
-
-    testcontainers_config.ryuk_disabled = True
-    local = LocalKafka(directory, home=settings.home, repository=settings.maven_repository)
-    port = free_port()
-    controller_port = free_port(taken=(port,))
-    local.log_file.parent.mkdir(parents=True, exist_ok=True)
-    properties = local._server_properties(port, controller_port)
-    local.properties_file.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
-    java = ["java", *JVM_OPTIONS, "-cp", "'/opt/kafka/libs/*'"]
-    logging = [
-        f"-Dkafka.logs.dir={local.log_file.parent}",
-        "-Dlog4j.configuration=file:/opt/kafka/log4j.properties",
-    ]
-    script = " ".join([
-        *java, "kafka.tools.StorageTool", "format", f"--cluster-id={new_cluster_id()}",
-        "-c", str(local.properties_file), "&&", "exec", *java[:1], *logging, *java[1:], "kafka.Kafka",
-        str(local.properties_file),
-    ])  # fmt: skip
-    container = (
-        DockerContainer(image_names(settings).kafka)
-        .with_command(["/bin/sh", "-c", script])
-        .with_volume_mapping(str(directory), str(directory), "rw")
-        .with_kwargs(network_mode="host")
-    )
-    container.start()
-    bootstrap = f"127.0.0.1:{port}"
-    try:
-        wait_for_kafka(bootstrap, 90.0, alive=lambda: container.get_wrapped_container().status != "exited")
-        yield bootstrap
-    finally:
-        container.stop()
-
-
 @dataclass(frozen=True)
 class Broker:
     """A broker handed out by :func:`provide_broker`.
 
-    ``local`` is set only for the native broker, so that a test can stop, kill or restart it.
+    ``local`` is set for a broker started here (native or in a container), so that a test can stop,
+    kill or restart it.
     """
 
     bootstrap: str
@@ -740,13 +787,10 @@ def provide_broker(settings: Settings, directory: Path, containers: bool = True)
     if settings.kafka_bootstrap_servers:
         yield Broker(settings.kafka_bootstrap_servers, "environment")
         return
-    if containers and docker_engine_available() and kafka_image_built(settings):
-        with _container_broker(settings, directory) as bootstrap:
-            yield Broker(bootstrap, "testcontainers")
-        return
-    local = LocalKafka(directory, home=settings.home, repository=settings.maven_repository)
+    image = kafka_image(settings) if containers else None
+    local = LocalKafka(directory, home=settings.home, repository=settings.maven_repository, image=image)
     bootstrap = local.start()
     try:
-        yield Broker(bootstrap, "native", local)
+        yield Broker(bootstrap, "native" if image is None else "testcontainers", local)
     finally:
         local.stop()

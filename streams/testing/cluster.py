@@ -1,10 +1,11 @@
-"""Several native KRaft nodes on loopback as one Kafka cluster (``clingate cluster``).
+"""Several KRaft nodes on loopback as one Kafka cluster (``clingate cluster``; the integration tests').
 
 Each node is a :class:`~streams.testing.broker.LocalKafka` in its own directory (``node-1`` ...
-``node-N``), running broker and controller in one JVM (KRaft combined mode); every node is a voter
-of the controller quorum, so the cluster has a controller while a majority of its nodes runs. Ports
-and the cluster id are chosen at the first start and kept in each node's state file: a node stopped
-or killed comes back at the same address, and the bootstrap list never changes.
+``node-N``), running broker and controller in one JVM (KRaft combined mode), natively or, given
+clingate's Kafka image, in a container on the host's network started through testcontainers. Every
+node is a voter of the controller quorum, so the cluster has a controller while a majority of its
+nodes runs. Ports and the cluster id are chosen at the first start and kept in each node's state file:
+a node stopped or killed comes back at the same address, and the bootstrap list never changes.
 
 Replication follows the deployment (``deploy/``): internal topics (consumer offsets, transaction
 state) and new topics get ``min(N, 3)`` replicas and ``min.insync.replicas`` of
@@ -44,9 +45,14 @@ class LocalCluster:
         size: How many nodes (brokers and controllers); fixed by the first start.
         home: The clingate cache directory holding the jar cache.
         repository: The Maven repository the jars are fetched from.
+        image: Run every node in a container of this image (:func:`~streams.testing.broker.kafka_image`);
+            None: natively.
     """
 
-    def __init__(self, directory: Path, size: int, home: Path, repository: str = MAVEN_CENTRAL) -> None:
+    def __init__(
+        self, directory: Path, size: int, home: Path, repository: str = MAVEN_CENTRAL,
+        image: str | None = None,
+    ) -> None:  # fmt: skip
         if size < 1:
             raise ValueError("a cluster needs at least one node")
         self.directory = directory.absolute()
@@ -61,7 +67,8 @@ class LocalCluster:
             "transaction.state.log.min.isr": min_isr,
         }
         self.nodes = [
-            LocalKafka(self.directory / f"node-{i}", home=home, repository=repository) for i in self.node_ids
+            LocalKafka(self.directory / f"node-{i}", home=home, repository=repository, image=image)
+            for i in self.node_ids
         ]
 
     @property

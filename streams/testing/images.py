@@ -3,16 +3,21 @@
 ``make images`` (``python -m streams.testing.images build``) provisions a Docker engine where it can and
 builds three images, each named by clingate (:attr:`Settings.image_prefix`, never another vendor's
 name: on a machine with registry access a local build tagged ``apache/kafka`` would silently stand in
-for theirs) and tagged with a digest of its inputs, so it is rebuilt only when they change:
+for theirs) and tagged with a digest of its inputs, so it is rebuilt only when they change (each is also
+tagged ``latest``, the name deploy/compose runs by default):
 
 * ``<prefix>/base:<digest>``: Debian bookworm from Debian's mirror (``debootstrap --variant=minbase``)
   with the OpenJDK 17 runtime, Python 3 and the CA certificates, imported with ``docker import``.
 * ``<prefix>/kafka:<kafka version>-<digest>``: the base plus the broker jars the native broker runs
   (``deploy/local/kafka-jars.lock``, fetched and checked by :mod:`streams.testing.jars`) at
-  ``/opt/kafka/libs`` and its log4j configuration at ``/opt/kafka/log4j.properties``.
+  ``/opt/kafka/libs``, the native broker's log4j configuration at ``/opt/kafka/log4j.properties`` (the
+  tests' brokers), and the two start scripts of a Kafka installation in ``/opt/kafka/bin``, logging to
+  stdout, which deploy/kafka/kafka-node.sh runs (the compose and Kubernetes brokers).
 * ``<prefix>/clingate:<digest>``: the repository's ``Dockerfile`` built on the base, from the project's
   wheels and its dependencies' built on the host into ``build/image-wheels``: nothing is fetched from
   inside a build (whose containers would not trust a TLS-inspecting proxy the host trusts).
+* ``<prefix>/prometheus:<digest>``: the base plus Debian's ``prometheus`` package (deploy/compose's
+  metrics), installed from the plain-HTTP Debian mirror during the build, on the host's network.
 
 The engine. Where none answers, ``dockerd`` (Debian's ``docker.io``, installed as root when missing,
 with ``debootstrap``) is started in the background on the default socket with its data under
@@ -34,7 +39,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streams.runtime.settings import Settings, get_settings
-from streams.testing.broker import LOG4J_CONFIG, docker_engine_available, end_detached
+from streams.testing.broker import (
+    IMAGE_KAFKA_HOME,
+    LOG4J_CONFIG,
+    LOG4J_CONSOLE,
+    docker_engine_available,
+    end_detached,
+    start_scripts,
+    write_start_scripts,
+)
 from streams.testing.jars import KAFKA_LOCK, KAFKA_POM, ensure_artifacts, kafka_version
 from streams.testing.process import SOURCE_ROOT, ProcessHandle
 
@@ -44,6 +57,8 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 #: Packages of the base image besides Debian's minimal base.
 BASE_PACKAGES = ("openjdk-17-jre-headless", "python3", "python3-venv", "ca-certificates")
 _ENGINE_READY_S = 60.0
+#: The Kafka image's start scripts run its own jars and log to stdout.
+_SCRIPT_PATHS = (f"{IMAGE_KAFKA_HOME}/libs", f"file:{IMAGE_KAFKA_HOME}/log4j-console.properties")
 
 
 class ImageError(RuntimeError):
@@ -57,6 +72,7 @@ class Images:
     base: str
     kafka: str
     clingate: str
+    prometheus: str
 
 
 def _digest(*parts: bytes) -> str:
@@ -127,12 +143,28 @@ def image_names(settings: Settings) -> Images:
     prefix = settings.image_prefix
     base_inputs = _digest(DEBIAN_SUITE.encode(), DEBIAN_MIRROR.encode(), *map(str.encode, BASE_PACKAGES))
     base = f"{prefix}/base:{base_inputs}"
+    scripts = sorted(start_scripts(*_SCRIPT_PATHS).items())
     kafka_inputs = _digest(
-        base.encode(), KAFKA_POM.read_bytes(), KAFKA_LOCK.read_bytes(), LOG4J_CONFIG.read_bytes()
+        base.encode(),
+        KAFKA_POM.read_bytes(),
+        KAFKA_LOCK.read_bytes(),
+        LOG4J_CONFIG.read_bytes(),
+        LOG4J_CONSOLE.read_bytes(),
+        *(f"{name}\n{text}".encode() for name, text in scripts),
     )
     kafka = f"{prefix}/kafka:{kafka_version()}-{kafka_inputs}"
     clingate = f"{prefix}/clingate:{_digest(base.encode(), *_project_files())}"
-    return Images(base, kafka, clingate)
+    prometheus = f"{prefix}/prometheus:{_digest(base.encode(), _prometheus_dockerfile(base).encode())}"
+    return Images(base, kafka, clingate, prometheus)
+
+
+def _prometheus_dockerfile(base: str) -> str:
+    return (
+        f"FROM {base}\n"
+        "RUN apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+        "--no-install-recommends prometheus && rm -rf /var/lib/apt/lists/*\n"
+        'ENTRYPOINT ["prometheus"]\n'
+    )
 
 
 def _project_files() -> list[bytes]:
@@ -150,14 +182,18 @@ def _project_files() -> list[bytes]:
 
 
 def build(settings: Settings) -> Images:
-    """Build whichever of the three images is missing (an engine must answer)."""
+    """Build whichever of the images is missing (an engine must answer) and tag each ``latest``."""
     images = image_names(settings)
-    if not image_exists(images.base):
-        _build_base(images.base)
-    if not image_exists(images.kafka):
-        _build_kafka(settings, images)
-    if not image_exists(images.clingate):
-        _build_clingate(images)
+    builders = [
+        (images.base, lambda: _build_base(images.base)),
+        (images.kafka, lambda: _build_kafka(settings, images)),
+        (images.clingate, lambda: _build_clingate(images)),
+        (images.prometheus, lambda: _build_prometheus(images)),
+    ]
+    for name, builder in builders:
+        if not image_exists(name):
+            builder()
+        _run(["docker", "tag", name, name.rsplit(":", 1)[0] + ":latest"], f"docker tag of {name}")
     return images
 
 
@@ -172,7 +208,6 @@ def _build_base(name: str) -> None:
             ["docker", "import", "--change", "ENV LANG=C.UTF-8", "-", name], "docker import", stdin=tar.stdout
         )
         tar.wait()
-    _run(["docker", "tag", name, name.rsplit(":", 1)[0] + ":latest"], "docker tag of the base image")
 
 
 def _build_kafka(settings: Settings, images: Images) -> None:
@@ -181,10 +216,13 @@ def _build_kafka(settings: Settings, images: Images) -> None:
         context = Path(scratch)
         shutil.copytree(libs, context / "libs")
         shutil.copy(LOG4J_CONFIG, context / "log4j.properties")
+        shutil.copy(LOG4J_CONSOLE, context / "log4j-console.properties")
+        write_start_scripts(context / "bin", *_SCRIPT_PATHS)
         (context / "Dockerfile").write_text(
             f"FROM {images.base}\n"
-            "COPY libs /opt/kafka/libs\n"
-            "COPY log4j.properties /opt/kafka/log4j.properties\n"
+            f"COPY libs {IMAGE_KAFKA_HOME}/libs\n"
+            f"COPY bin {IMAGE_KAFKA_HOME}/bin\n"
+            f"COPY log4j.properties log4j-console.properties {IMAGE_KAFKA_HOME}/\n"
         )
         _run(["docker", "build", "-q", "-t", images.kafka, str(context)], "docker build of the Kafka image")
 
@@ -196,6 +234,13 @@ def _build_clingate(images: Images) -> None:
          "building the project's wheels")  # fmt: skip
     argv = ["docker", "build", "-q", "--build-arg", f"BASE={images.base}", "-t", images.clingate]
     _run([*argv, str(SOURCE_ROOT)], "docker build of the clingate image")
+
+
+def _build_prometheus(images: Images) -> None:
+    with tempfile.TemporaryDirectory(prefix="clingate-prometheus-image-") as scratch:
+        (Path(scratch) / "Dockerfile").write_text(_prometheus_dockerfile(images.base))
+        _run(["docker", "build", "-q", "--network", "host", "-t", images.prometheus, scratch],
+             "docker build of the Prometheus image")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"images: not built, the native broker is used: {error}", file=sys.stderr)
         stop_engine(settings)
         return 0
-    print(f"images: {images.base}, {images.kafka}, {images.clingate}")
+    print(f"images: {', '.join(vars(images).values())}")
     return 0
 
 

@@ -97,7 +97,15 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from prometheus_client import Gauge
 
 from processors.dbpm import BLOCK, DBPMConfig, DBPMEngine, GateEvent, GateRuling
@@ -481,7 +489,7 @@ class GateLoop:
         self._progress_log = ProgressLog(bootstrap, self._name, [DBPM_CANDIDATES])
         self._consumer = Consumer(client_config(bootstrap, **{
             "group.id": self._name, "enable.auto.commit": False,
-            "auto.offset.reset": "earliest", "enable.partition.eof": False,
+            "auto.offset.reset": "earliest", "enable.partition.eof": False, "on_commit": self._on_commit,
             **liveness_config(session_timeout_s),
         }))  # fmt: skip
         # Decisions leave in batches: 2 ms linger is enough to fill them, the commit sends at once. It
@@ -496,7 +504,7 @@ class GateLoop:
         self._producer.init_transactions()
         self._lag: dict[int, int] = {}
         self._progress: dict[int, Progress] = {}  # partition -> last committed progress (owned partitions)
-        self._committed: dict[int, int] = {}  # partition -> group offset committed (that progress's resume)
+        self._committed: dict[int, int] = {}  # partition -> group offset this gate committed
         self._position: dict[int, int] = {}  # partition -> next offset to decide
         self._started: dict[int, int] = {}  # partition -> first offset read since it was assigned
         self._config_watch = ConfigWatch(engine.config.fingerprint(), app_id, metrics.config_mismatch)
@@ -750,8 +758,10 @@ class GateLoop:
             )
 
     def _commit_markers(self) -> None:
-        """When idle, commit the group's offsets that moved past transaction markers only."""
-        committed = {(DBPM_CANDIDATES, p): o for p, o in self._committed.items()}
+        """When idle, commit the group's offsets that moved past transaction markers only, and those of
+        partitions taken over whose group offset this gate has not committed yet (unknown, so -1)."""
+        assigned = [tp.partition for tp in self._consumer.assignment()]
+        committed = {(DBPM_CANDIDATES, p): self._committed.get(p, -1) for p in assigned}
         if moved := moved_past_markers(self._consumer, committed):
             self._consumer.commit(offsets=moved, asynchronous=True)
             self._committed.update((tp.partition, tp.offset) for tp in moved)
@@ -786,12 +796,22 @@ class GateLoop:
                 self._follower.poll(0.001)
         return False
 
+    def _on_commit(self, error: KafkaError | None, offsets: list[TopicPartition]) -> None:
+        """Forget a group offset whose asynchronous commit failed (e.g. refused by a rebalance under way),
+        so that the idle loop commits it again (:meth:`_commit_markers`)."""
+        for tp in offsets:
+            if (error is not None or tp.error is not None) and self._committed.get(tp.partition) == tp.offset:
+                del self._committed[tp.partition]
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Start each assigned partition where its last committed progress resumes."""
         self._metrics.loops.rebalances.labels("gate", "assigned").inc(len(partitions))
+        # The group's offsets are not taken as the progress's resume: the previous owner's last
+        # asynchronous commit may have been refused by the very rebalance that moved the partition, and
+        # a gate with nothing left to decide would then never commit them (lag and replay barriers read
+        # them). Unknown until this gate commits, they are committed once it is idle.
         for (_, partition), done in self._progress_log.assign(consumer, partitions).items():
             self._progress[partition] = done
-            self._committed[partition] = done.resume
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Each batch is committed or aborted before the next consume: no transaction is open here.

@@ -1,6 +1,7 @@
 """The deployment's shape under failure: three brokers, workers scaled 1 → 3 → 1, a leader killed, a roll.
 
-Scenario: a three-node native KRaft cluster (:class:`streams.testing.cluster.LocalCluster`; every
+Scenario: a three-node KRaft cluster (:class:`streams.testing.cluster.LocalCluster`, in containers of
+clingate's Kafka image through testcontainers where Docker runs, else native; every
 catalog topic with three replicas and ``min.insync.replicas`` 2) runs the chaos soak of
 :mod:`streams.bench.chaos` (the DBPM loop replayed in lockstep through ``clingate worker``
 processes, comparison configuration), and four disruptions happen at seeded points of the
@@ -35,6 +36,7 @@ from streams.bench.chaos import Disruption, Recovery, run_soak
 from streams.runtime.kafka_clients import read_to_end, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
+from streams.testing.broker import kafka_image
 from streams.testing.clinical_reference import pure_outputs
 from streams.testing.cluster import LocalCluster
 from streams.testing.tail import Tail, topic_ends
@@ -47,7 +49,10 @@ from topics.catalog import CLINICAL_ASSESSMENTS, DBPM_CANDIDATES, DBPM_DECISIONS
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.timeout(1800),
-    pytest.mark.skipif(shutil.which("java") is None, reason="the native brokers need java"),
+    pytest.mark.skipif(
+        shutil.which("java") is None and kafka_image(Settings()) is None,
+        reason="the brokers need java or clingate's Kafka image",
+    ),
 ]
 
 
@@ -164,7 +169,10 @@ def _longest_wait(bootstrap: str, starts: dict[str, dict[int, int]], tag: str) -
 def test_the_dbpm_loop_and_fhir_updates_ride_out_scaling_a_leader_kill_and_a_rolling_restart(
     events: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cluster = LocalCluster(tmp_path / "cluster", 3, home=Settings().home)
+    settings = Settings()
+    image = kafka_image(settings)
+    cluster = LocalCluster(tmp_path / "cluster", 3, home=settings.home, image=image)
+    print(f"cluster: {'testcontainers, ' + image if image else 'native'}")
     bootstrap = cluster.start()
     try:
         monkeypatch.setenv("CLINGATE_TOPIC_REPLICATION", "3")  # the workers' internal topics too

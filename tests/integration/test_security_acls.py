@@ -30,11 +30,11 @@ from streams.replay.kafka import replay_via_kafka
 from streams.runtime.kafka_config import client_config
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.broker import (
-    JVM_OPTIONS,
-    LOG4J_CONFIG,
+    LOG4J_CONSOLE,
     free_port,
     sasl_local_kafka,
     wait_for_kafka,
+    write_start_scripts,
 )
 from streams.testing.jars import ensure_artifacts
 from streams.testing.worker import WorkerProcess, comparison_engine
@@ -261,15 +261,7 @@ def test_clients_authenticate_over_sasl_ssl_with_the_generated_ca(secured: Secur
 
 def _kafka_home(directory: Path) -> Path:
     """A stand-in for the image's /opt/kafka: its two start scripts, on this machine's broker jars."""
-    libs = ensure_artifacts(get_settings().home)
-    java = " ".join([*JVM_OPTIONS, f"-Dkafka.logs.dir={directory / 'logs'}",
-                     f"-Dlog4j.configuration={LOG4J_CONFIG.as_uri()}", "-cp", f"'{libs}/*'"])  # fmt: skip
-    (directory / "bin").mkdir(parents=True)
-    scripts = {"kafka-storage.sh": "kafka.tools.StorageTool", "kafka-server-start.sh": "kafka.Kafka"}
-    for script, main in scripts.items():
-        path = directory / "bin" / script
-        path.write_text(f'#!/bin/sh\nexec java {java} {main} "$@"\n')
-        path.chmod(0o755)
+    write_start_scripts(directory / "bin", str(ensure_artifacts(get_settings().home)), LOG4J_CONSOLE.as_uri())
     return directory
 
 
