@@ -5,19 +5,26 @@ bundle (FHIR R4 via fhir.resources R4B), builds each patient's state with the sa
 uses, assesses it and prints the assessment JSON per the clinical-assessment contract (one object for
 one patient, a JSON array for several). Invalid resources are reported on stderr and make the exit
 code 2 (the stream sends them to the DLQ instead). Output is byte-identical for identical input.
+
+``clingate clinical gate-draft`` and ``clingate clinical route`` run the output gates on an LLM's draft
+and on a regulatory audit (:mod:`processors.drafts`) and print the output-gates contract's JSON; an
+input that is not what the contract describes is reported on stderr with exit code 2.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
 from streams.runtime.settings import get_settings
+
+T = TypeVar("T")
 
 app = typer.Typer(help="Deterministic clinical gates on FHIR R4.", no_args_is_help=True)
 
@@ -97,7 +104,58 @@ def assess_command(
             None, PatientUpdate(patient_id=patient_id, changes=tuple(parsed.changes[patient_id])), when
         )
         results.append(assess(state, when, review, knowledge, flags).model_dump(mode="json"))
-    payload = results[0] if len(results) == 1 else results
-    sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    _print(results[0] if len(results) == 1 else results)
     if parsed.invalid:
         raise typer.Exit(code=2)
+
+
+def _read_input(path: Path, what: str, parse: Callable[[object], T]) -> T:
+    """``parse`` of the JSON in ``path``; what is not JSON or not the contract's shape exits with 2."""
+    from processors.drafts.inputs import DraftInputError
+
+    try:
+        return parse(json.loads(path.read_text(encoding="utf-8")))
+    except json.JSONDecodeError as error:
+        typer.echo(f"{what} {path} is not JSON: {error}", err=True)
+        raise typer.Exit(code=2) from error
+    except DraftInputError as error:
+        typer.echo(f"{what} {path}: {error}", err=True)
+        raise typer.Exit(code=2) from error
+
+
+def _print(payload: object) -> None:
+    sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+
+
+@app.command("gate-draft")
+def gate_draft_command(
+    draft: Annotated[Path, typer.Option("--draft", exists=True, dir_okay=False, help="The LLM's draft.")],
+    evidence: Annotated[
+        Path, typer.Option("--evidence", exists=True, dir_okay=False, help='{"packets": [...]} JSON.')
+    ],
+    previous: Annotated[
+        Path | None,
+        typer.Option("--previous", exists=True, dir_okay=False, help="The previous revision's gated draft."),
+    ] = None,
+    revision: Annotated[int, typer.Option("--revision", min=0, help="0 for the first draft.")] = 0,
+) -> None:
+    """Gate a draft: content preservation, lint (revision 0), citation fidelity; print the result JSON."""
+    from processors.drafts import gate_draft
+    from processors.drafts.inputs import parse_evidence
+
+    packets = _read_input(evidence, "evidence", parse_evidence)
+    before = previous.read_text(encoding="utf-8") if previous is not None else None
+    _print(gate_draft(draft.read_text(encoding="utf-8"), packets, before, revision).contract())
+
+
+@app.command("route")
+def route_command(
+    audit: Annotated[Path, typer.Option("--audit", exists=True, dir_okay=False, help="The audit JSON.")],
+    revision: Annotated[int, typer.Option("--revision", min=0, help="The audited draft's revision.")],
+) -> None:
+    """Route a regulatory audit: CLL_REVISION or PROCEED, with each violation's bucket; print the JSON."""
+    from processors.drafts import route_audit
+    from processors.drafts.inputs import parse_audit
+
+    report = _read_input(audit, "audit", parse_audit)
+    _print(route_audit(report.violations, report.cds_compliant, revision).contract())

@@ -1,0 +1,51 @@
+"""The gates' inputs as their contract writes them (specs/output-gates.md), checked.
+
+``{"packets": [{"source": str, "text": str}, ...]}`` is a run's evidence; ``{"violations": [str, ...],
+"cds_compliant": bool}`` a regulatory audit (``cds_compliant`` defaults to true: an audit that does not
+say otherwise found the draft compliant). Anything else is a :class:`DraftInputError` naming what is
+wrong, which the command reports and the stream sends to the dead-letter topic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from processors.drafts.citations import Evidence
+
+
+class DraftInputError(ValueError):
+    """An input that is not what the contract describes."""
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """A regulatory audit's findings."""
+
+    violations: list[str]
+    cds_compliant: bool
+
+
+def parse_evidence(data: object) -> list[Evidence]:
+    """The evidence packets of ``data`` (parsed JSON)."""
+    if not isinstance(data, dict) or not isinstance(data.get("packets"), list):
+        raise DraftInputError('evidence must be an object with a "packets" list')
+    packets = []
+    for index, packet in enumerate(data["packets"]):
+        if not isinstance(packet, dict) or not all(
+            isinstance(packet.get(k), str) for k in ("source", "text")
+        ):
+            raise DraftInputError(f'evidence packet {index} must have string "source" and "text"')
+        packets.append(Evidence(packet["source"], packet["text"]))
+    return packets
+
+
+def parse_audit(data: object) -> AuditReport:
+    """The audit report of ``data`` (parsed JSON)."""
+    if not isinstance(data, dict) or not isinstance(data.get("violations"), list):
+        raise DraftInputError('an audit must be an object with a "violations" list')
+    if not all(isinstance(v, str) for v in data["violations"]):
+        raise DraftInputError("every violation must be a string")
+    compliant = data.get("cds_compliant", True)
+    if not isinstance(compliant, bool):
+        raise DraftInputError('"cds_compliant" must be true or false')
+    return AuditReport(list(data["violations"]), compliant)
