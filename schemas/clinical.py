@@ -226,3 +226,129 @@ class SafetyAudit(AvroModel):
     nti_severity: Severity
     traffic_light: Light
     assessment_digest: str
+
+
+# --------------------------------------------------------------------- the output gates (PharmMesh)
+
+
+class EvidencePacket(_Part):
+    """One evidence packet: its source name and text."""
+
+    source: str
+    text: str
+
+
+class EvidenceBundle(AvroModel):
+    """The evidence packets of a run, which its drafts cite (a later bundle of the run replaces them)."""
+
+    avro_name = "clingate.clinical.EvidenceBundle"
+
+    patient_id: str
+    run_id: str
+    event_time: EventTime
+    packets: list[EvidencePacket]
+
+
+class ClinicalDraft(AvroModel):
+    """An LLM's clinical draft of a run, to gate before a pharmacist sees it."""
+
+    avro_name = "clingate.clinical.ClinicalDraft"
+
+    patient_id: str
+    run_id: str
+    revision: Count32
+    event_time: EventTime
+    text: str
+
+
+class AuditReport(AvroModel):
+    """A regulatory audit of a run's gated draft; ``report`` is the output-gates contract's audit JSON."""
+
+    avro_name = "clingate.clinical.AuditReport"
+
+    patient_id: str
+    run_id: str
+    revision: Count32
+    event_time: EventTime
+    report: str
+
+
+class LintTransform(_Part):
+    rule: str
+    before: str
+    after: str
+
+
+class ImperativeWarning(_Part):
+    verb: str
+    position: Literal["sentence_start", "post_colon", "post_bullet"]
+    excerpt: str
+
+
+class DraftLint(_Part):
+    transforms: list[LintTransform]
+    imperative_warnings: list[ImperativeWarning]
+
+
+class CitationObservation(_Part):
+    kind: Literal["wrong_attribution", "fabricated_quote"]
+    cited_source: str
+    found_in: str | None = None
+    quote: str
+
+
+class CitationCheck(_Part):
+    checked: Count32
+    verified: Count32
+    ellipsis_trimmed: Count32
+    paraphrase_converted: Count32
+    observations: list[CitationObservation]
+
+
+class RunAssertion(_Part):
+    variable: str
+    value: float
+    expected: str
+    status: Literal["PASS", "WARN", "FAIL"]
+
+
+class GatedDraft(AvroModel):
+    """A run's draft after the draft gate: the output-gates contract's record, with its run and the run's
+    SCDA assertions."""
+
+    avro_name = "clingate.clinical.GatedDraft"
+
+    patient_id: str
+    run_id: str
+    event_time: EventTime
+    revision: Count32
+    draft: str
+    restored: bool
+    lint: DraftLint
+    citations: CitationCheck
+    assertions: list[RunAssertion]
+
+
+class RoutedViolation(_Part):
+    text: str
+    bucket: Literal["REVISION_REQUIRED", "LOG_ONLY", "HQ_DECISION", "PASS_FINDING", "PARSER_WARNING"]
+    rule: str | None = None
+    classified_by: Literal["rule_number", "keyword", "pass_filter", "parser_warning"]
+
+
+class RevisionRoute(AvroModel):
+    """The audit router's decision on a run's audited draft: the output-gates contract's record, with its
+    run."""
+
+    avro_name = "clingate.clinical.RevisionRoute"
+
+    patient_id: str
+    run_id: str
+    event_time: EventTime
+    revision: Count32
+    route: Literal["CLL_REVISION", "PROCEED"]
+    blocking_count: Count32
+    log_only_count: Count32
+    hq_decision_count: Count32
+    violations: list[RoutedViolation]
+    overrides: list[str]

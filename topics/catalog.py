@@ -15,7 +15,8 @@ Choices where the source left room (revisit with the pipeline owners):
 
 - Consumed topics, hence the ones with a DLQ: narratives (generator group), candidates (DBPM
   gate), verdicts and propagations (DBPM learner), to-verify (verifier group), fhir.updates,
-  clinical.reviews and clinical.deliverables (clinical gates), docs.classifications, docs.reviews and
+  clinical.reviews, clinical.deliverables, and the output gates' clinical.evidence, clinical.drafts and
+  clinical.audit-reports (clinical gates), docs.classifications, docs.reviews and
   docs.ground-truth (arbiter). The others are outputs for downstream systems.
 - Partitions: every data topic gets the same count so that topics keyed by patient or document
   are co-partitioned (a join or a table lookup across them stays on one worker). DLQs get 1
@@ -28,7 +29,8 @@ Choices where the source left room (revisit with the pipeline owners):
   Everything else is an event log, ``delete``.
 - Retention: event logs 7 days (enough to rebuild state by replay after an incident of a long
   weekend); verdicts and decisions 30 days, since DBPM memory is learnt from verdicts and decisions
-  are the replay comparison target; safety audits 365 days (audit trail); dead letters 30 days for
+  are the replay comparison target; safety audits, gated drafts and revision routes 365 days (audit
+  trail); dead letters 30 days for
   an operator to inspect and re-drive; latest-value topics 30 days, i.e. an entity not updated in
   30 days drops out (its last value is then in the downstream store).
 - ``min.insync.replicas`` is 2 from replication 3 on (so ``acks=all`` survives one broker loss),
@@ -90,6 +92,11 @@ CLINICAL_REVIEWS = "clingate.clinical.reviews"
 CLINICAL_DELIVERABLES = "clingate.clinical.deliverables"
 CLINICAL_ASSESSMENTS = "clingate.clinical.assessments"
 CLINICAL_SAFETY_AUDITS = "clingate.clinical.safety-audits"
+CLINICAL_EVIDENCE = "clingate.clinical.evidence"
+CLINICAL_DRAFTS = "clingate.clinical.drafts"
+CLINICAL_AUDIT_REPORTS = "clingate.clinical.audit-reports"
+CLINICAL_GATED_DRAFTS = "clingate.clinical.gated-drafts"
+CLINICAL_REVISION_ROUTES = "clingate.clinical.revision-routes"
 DOCS_CLASSIFICATIONS = "clingate.docs.classifications"
 DOCS_DISPOSITIONS = "clingate.docs.dispositions"
 DOCS_REVIEW_PACKETS = "clingate.docs.review-packets"
@@ -195,6 +202,13 @@ _DECLARED: tuple[TopicSpec, ...] = (
     ),
     TopicSpec(
         CLINICAL_SAFETY_AUDITS, "patient_id", "clingate.clinical.SafetyAudit", retention_ms=365 * DAY_MS
+    ),
+    TopicSpec(CLINICAL_EVIDENCE, "patient_id", "clingate.clinical.EvidenceBundle", consumed=True),
+    TopicSpec(CLINICAL_DRAFTS, "patient_id", "clingate.clinical.ClinicalDraft", consumed=True),
+    TopicSpec(CLINICAL_AUDIT_REPORTS, "patient_id", "clingate.clinical.AuditReport", consumed=True),
+    TopicSpec(CLINICAL_GATED_DRAFTS, "patient_id", "clingate.clinical.GatedDraft", retention_ms=365 * DAY_MS),
+    TopicSpec(
+        CLINICAL_REVISION_ROUTES, "patient_id", "clingate.clinical.RevisionRoute", retention_ms=365 * DAY_MS
     ),
     TopicSpec(DOCS_CLASSIFICATIONS, "document_id", "clingate.docs.ClassificationRequest", consumed=True),
     TopicSpec(

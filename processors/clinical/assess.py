@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict
@@ -26,7 +27,27 @@ from processors.clinical.safety_patterns import audit_deliverable
 from processors.clinical.state import ChangeOutcome, PatientUpdate, reduce_update
 from processors.clinical.traffic_light import ReviewInputs, compute_traffic_light
 from processors.clinical.view import PatientView
-from schemas.clinical import AdversarialReview, ClinicalAssessment, Deliverable, SafetyAudit
+from processors.drafts.inputs import DraftInputError, parse_audit, parse_evidence
+from processors.drafts.run import (
+    DraftRun,
+    apply_audit,
+    apply_draft,
+    apply_evidence,
+    new_run,
+    review_outcome,
+    run_assertions,
+)
+from schemas.clinical import (
+    AdversarialReview,
+    AuditReport,
+    ClinicalAssessment,
+    ClinicalDraft,
+    Deliverable,
+    EvidenceBundle,
+    GatedDraft,
+    RevisionRoute,
+    SafetyAudit,
+)
 
 
 def format_as_of(as_of: datetime) -> str:
@@ -141,14 +162,55 @@ class ClinicalStreamState(BaseModel):
     patient: PatientState
     review: AdversarialReview | None = None
     last_digest: str | None = None
+    run: DraftRun | None = None
+    """The patient's current run through the output gates (the last one started)."""
 
 
-Output = ClinicalAssessment | SafetyAudit | ChangeOutcome
+Output = ClinicalAssessment | SafetyAudit | GatedDraft | RevisionRoute | ChangeOutcome
+RunEvent = EvidenceBundle | ClinicalDraft | AuditReport
+"""The output gates' inputs: a run's evidence, its drafts and the audits of its gated drafts."""
+
+
+def stream_review(state: ClinicalStreamState) -> ReviewInputs | None:
+    """The traffic light's review inputs: the adversarial review's, with the revision count and audit
+    verdict of the current run's last route where there is one (Rule B follows the run itself)."""
+    inputs = review_inputs(state.review)
+    outcome = review_outcome(state.run) if state.run is not None else None
+    if outcome is None:
+        return inputs
+    return replace(inputs or ReviewInputs(), revision_count=outcome.revision_count,
+                   audit_verdict=outcome.audit_verdict)  # fmt: skip
+
+
+def _run_event(state: ClinicalStreamState, event: RunEvent) -> tuple[DraftRun, list[Output]]:
+    """One output-gate event through the patient's current run (an event of another run starts it
+    anew: a new run's evidence or first draft replaces the old run; anything else of it is refused).
+
+    Raises:
+        RunEventRejected: a draft or audit out of order.
+        DraftInputError: evidence or an audit report that is not the contract's.
+    """
+    current = state.run
+    run = current if current is not None and current.run_id == event.run_id else new_run(event.run_id)
+    base = {"patient_id": event.patient_id, "run_id": event.run_id, "event_time": event.event_time}
+    if isinstance(event, EvidenceBundle):
+        packets = parse_evidence({"packets": [p.model_dump() for p in event.packets]})
+        return apply_evidence(run, packets), []
+    if isinstance(event, ClinicalDraft):
+        run, result = apply_draft(run, event.revision, event.text)
+        assertions = [vars(a) for a in run_assertions(run, result)]
+        return run, [GatedDraft.model_validate({**base, **result.contract(), "assertions": assertions})]
+    try:
+        report = parse_audit(json.loads(event.report))
+    except json.JSONDecodeError as error:
+        raise DraftInputError(f"the audit report is not JSON: {error}") from error
+    run, route = apply_audit(run, event.revision, report)
+    return run, [RevisionRoute.model_validate({**base, "revision": event.revision, **route.contract()})]
 
 
 def process_event(
     state: ClinicalStreamState | None,
-    event: PatientUpdate | AdversarialReview | Deliverable,
+    event: PatientUpdate | AdversarialReview | Deliverable | RunEvent,
     now: datetime,
     knowledge: ClinicalKnowledge,
     flags: GateFlags | None = None,
@@ -157,13 +219,19 @@ def process_event(
 
     Args:
         state: the patient's stream state, ``None`` for a new patient.
-        event: a parsed FHIR update, an adversarial review or a deliverable, keyed by patient.
+        event: a parsed FHIR update, an adversarial review, a deliverable, or an output-gate event (a
+            run's evidence, draft or audit report), keyed by patient.
         now: event time.
         knowledge: loaded clinical knowledge.
         flags: rules beyond the seed.
 
     Returns:
-        New state and outputs: change outcomes, an assessment when it changed, an audit per deliverable.
+        New state and outputs: change outcomes, an assessment when it changed, an audit per deliverable,
+        a gated draft per draft, a route per audit report (whose Rule B inputs may change the light).
+
+    Raises:
+        RunEventRejected: a draft or audit of a run out of order (the worker dead-letters it).
+        DraftInputError: evidence or an audit report that is not the output-gates contract's.
     """
     flags = flags or GateFlags()
     patient_id = event.patient_id
@@ -171,15 +239,21 @@ def process_event(
     outputs: list[Output] = []
     if isinstance(event, Deliverable):
         view = PatientView(current.patient, knowledge)
-        assessment = assess_view(view, now, review_inputs(current.review), flags)
+        assessment = assess_view(view, now, stream_review(current), flags)
         return current, [audit_deliverable(assessment, view, event, knowledge)]
-    if isinstance(event, PatientUpdate):
+    if isinstance(event, EvidenceBundle | ClinicalDraft | AuditReport):
+        run, published = _run_event(current, event)
+        outputs.extend(published)
+        current = current.model_copy(update={"run": run})
+        if not isinstance(event, AuditReport):
+            return current, outputs  # only a route changes what the traffic light sees
+    elif isinstance(event, PatientUpdate):
         patient, outcomes = reduce_update(current.patient, event, now)
         outputs.extend(outcomes)
         current = current.model_copy(update={"patient": patient})
     else:
         current = current.model_copy(update={"review": event})
-    assessment = assess(current.patient, now, review_inputs(current.review), knowledge, flags)
+    assessment = assess(current.patient, now, stream_review(current), knowledge, flags)
     digest = assessment_digest(assessment)
     if digest != current.last_digest:
         outputs.append(assessment)

@@ -65,12 +65,23 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 
-from processors.clinical.assess import ClinicalStreamState, process_event
+from processors.clinical.assess import ClinicalStreamState, RunEvent, process_event
 from processors.clinical.fhir_input import parse_document
 from processors.clinical.knowledge import ClinicalKnowledge, GateFlags, default_knowledge
 from processors.clinical.records import FhirChange, ResourceUpsert
 from processors.clinical.state import PatientUpdate
-from schemas.clinical import AdversarialReview, ClinicalAssessment, Deliverable, SafetyAudit
+from schemas.base import AvroModel
+from schemas.clinical import (
+    AdversarialReview,
+    AuditReport,
+    ClinicalAssessment,
+    ClinicalDraft,
+    Deliverable,
+    EvidenceBundle,
+    GatedDraft,
+    RevisionRoute,
+    SafetyAudit,
+)
 from schemas.common import Stage
 from schemas.fhir import FhirUpdate
 from schemas.serde import Serde, make_serde
@@ -89,8 +100,13 @@ from streams.worker.tableloop import TableLoop, build_table_loop
 from streams.worker.tablestore import PartitionedTable, TableBatch, table_changelog
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
+    CLINICAL_AUDIT_REPORTS,
     CLINICAL_DELIVERABLES,
+    CLINICAL_DRAFTS,
+    CLINICAL_EVIDENCE,
+    CLINICAL_GATED_DRAFTS,
     CLINICAL_REVIEWS,
+    CLINICAL_REVISION_ROUTES,
     CLINICAL_SAFETY_AUDITS,
     DATA_MAX_MESSAGE_BYTES,
     FHIR_UPDATES,
@@ -102,10 +118,13 @@ log = logging.getLogger(__name__)
 PATIENT_TABLE = "clinical-patients"
 
 #: Input topics of the clinical agent and the model each carries.
-INPUTS: dict[str, type[FhirUpdate] | type[AdversarialReview] | type[Deliverable]] = {
+INPUTS: dict[str, type[AvroModel]] = {
     FHIR_UPDATES: FhirUpdate,
     CLINICAL_REVIEWS: AdversarialReview,
     CLINICAL_DELIVERABLES: Deliverable,
+    CLINICAL_EVIDENCE: EvidenceBundle,
+    CLINICAL_DRAFTS: ClinicalDraft,
+    CLINICAL_AUDIT_REPORTS: AuditReport,
 }
 #: Table key prefix of the last input offset applied per topic (outside the UTF-8 patient-id key space).
 OFFSET_PREFIX = b"\xfe\xfeoffset|"
@@ -121,8 +140,17 @@ PATIENTS_KEY = b"\xfe\xfepatients"
 RETENTION_STEP_MS = 3_600_000
 _MS = struct.Struct(">Q")
 
-ClinicalInput = PatientUpdate | AdversarialReview | Deliverable
-Change = tuple[bytes, bytes | None, list[ClinicalAssessment | SafetyAudit]]
+ClinicalInput = PatientUpdate | AdversarialReview | Deliverable | RunEvent
+Published = ClinicalAssessment | SafetyAudit | GatedDraft | RevisionRoute
+"""What the clinical loop publishes."""
+#: The topic of each published record type.
+OUTPUT_TOPICS: dict[type[AvroModel], str] = {
+    ClinicalAssessment: CLINICAL_ASSESSMENTS,
+    SafetyAudit: CLINICAL_SAFETY_AUDITS,
+    GatedDraft: CLINICAL_GATED_DRAFTS,
+    RevisionRoute: CLINICAL_REVISION_ROUTES,
+}
+Change = tuple[bytes, bytes | None, list[Published]]
 """What one record changes: its patient key, the new state's table value (None: unchanged) and the outputs
 to publish."""
 #: The largest patient record (key and state) the table's changelog admits
@@ -323,7 +351,7 @@ class ClinicalHandler:
         except Exception as exc:  # a poison record must not stop the partition: DLQ, state unchanged
             return [*failures, processing_failed(record, exc, INPUTS[record.topic].avro_name)], None
         self._metrics.gate_latency.observe(time.perf_counter() - started)
-        published = [out for out in outputs if isinstance(out, ClinicalAssessment | SafetyAudit)]
+        published = [out for out in outputs if isinstance(out, Published)]
         if new_state == state:
             if raw is not None:
                 self._retention.seen(table, key, now_ms, new=False)
@@ -337,9 +365,10 @@ class ClinicalHandler:
         self._retention.seen(table, key, now_ms, new=raw is None)
         return failures, (key, value, published)
 
-    def _output(self, key: bytes, out: ClinicalAssessment | SafetyAudit) -> Output:
-        """The record of an assessment (counted and logged) or an audit, keyed by patient."""
-        name = CLINICAL_ASSESSMENTS if isinstance(out, ClinicalAssessment) else CLINICAL_SAFETY_AUDITS
+    def _output(self, key: bytes, out: Published) -> Output:
+        """The record of an assessment (counted and logged), an audit, a gated draft or a route, keyed by
+        patient."""
+        name = OUTPUT_TOPICS[type(out)]
         if isinstance(out, ClinicalAssessment):
             self._metrics.assessed(out)
             light = out.traffic_light.light
