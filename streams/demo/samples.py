@@ -12,7 +12,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from processors.clinical.assess import assess
+from processors.clinical.assess import ClinicalStreamState, RunEvent, assess, process_event
 from processors.clinical.fhir_input import parse_document
 from processors.clinical.knowledge import default_knowledge
 from processors.clinical.safety_patterns import audit_deliverable
@@ -21,7 +21,18 @@ from processors.clinical.traffic_light import ReviewInputs
 from processors.clinical.view import PatientView
 from processors.docs.arbiter import Finished
 from schemas.base import AvroModel
-from schemas.clinical import AdversarialReview, ClinicalAssessment, Deliverable, SafetyAudit
+from schemas.clinical import (
+    AdversarialReview,
+    AuditReport,
+    ClinicalAssessment,
+    ClinicalDraft,
+    Deliverable,
+    EvidenceBundle,
+    EvidencePacket,
+    GatedDraft,
+    RevisionRoute,
+    SafetyAudit,
+)
 from schemas.dbpm import Dispatch, Narrative, Propagation
 from schemas.docs import ClassificationRequest, GroundTruth, GroundTruthSource, Review, ReviewDecision
 from schemas.registry import load_registry
@@ -121,6 +132,7 @@ def schema_samples(
         ),
         deliverable,
         _safety_audit(assessment, deliverable),
+        *_output_gate_events(pid),
         request,
         disposition,
         *([packet] if packet is not None else []),
@@ -157,3 +169,26 @@ def _safety_audit(assessment: ClinicalAssessment, deliverable: Deliverable) -> S
     knowledge = default_knowledge()
     view = PatientView(_golden_state(assessment.patient_id), knowledge)
     return audit_deliverable(assessment, view, deliverable, knowledge)
+
+
+def _output_gate_events(pid: str) -> list[AvroModel]:
+    """A run through the output gates as the clinical loop publishes it: its evidence, a draft and an
+    audit report in, and the gated draft and route :func:`process_event` gives for them out."""
+    label = "Digoxin toxicity is more likely with hypokalemia."
+    run = f"{pid}-run-1"
+    report = json.dumps(
+        {"violations": ["Rule 4.9: imperative language in the care plan"], "cds_compliant": True}
+    )
+    inputs: list[RunEvent] = [
+        EvidenceBundle(patient_id=pid, run_id=run, event_time=TS,
+                       packets=[EvidencePacket(source="digoxin label", text=label)]),
+        ClinicalDraft(patient_id=pid, run_id=run, revision=0, event_time=TS,
+                      text=f'## HOLD DIGOXIN\nHold digoxin. [CRG: digoxin label — "{label}"]'),
+        AuditReport(patient_id=pid, run_id=run, revision=0, event_time=TS, report=report),
+    ]  # fmt: skip
+    state: ClinicalStreamState | None = None
+    published: list[AvroModel] = []
+    for event in inputs:
+        state, outputs = process_event(state, event, TS, default_knowledge())
+        published += [o for o in outputs if isinstance(o, GatedDraft | RevisionRoute)]
+    return [*inputs, *published]
