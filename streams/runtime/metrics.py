@@ -64,7 +64,7 @@ from prometheus_client.registry import Collector
 from processors.dbpm.config import DBPMConfig
 from processors.dbpm.measurement import LiftStatus, SelectivityTracker, TagCounts, memory_population
 from processors.dbpm.memory import KIND_PATIENT, KIND_PREEMPTED, KIND_WHITE, Memory
-from schemas.clinical import ClinicalAssessment
+from schemas.clinical import ClinicalAssessment, GatedDraft, RevisionRoute
 from schemas.docs import Disposition
 from state.base import Store
 from streams.llm.result import LlmFailed, LlmOk
@@ -470,6 +470,66 @@ class ClinicalMetrics:
             "Patients whose state retention deleted (no record of theirs for the retention period).",
             registry=registry,
         )  # fmt: skip
+
+        # The output gates' activation records (PharmMesh Supplementary Table 4 and the escape register's
+        # monitoring, T-002, T-007, T-009, T-010), counted as the clinical loop publishes them.
+        self.draft_transforms = Counter(
+            "clingate_output_gate_transforms", "Draft headers rewritten by the lint, by substitution.",
+            ["rule"], registry=registry,
+        )  # fmt: skip
+        self.draft_warnings = Counter(
+            "clingate_output_gate_imperative_warnings",
+            "Imperative verbs the lint warned about, by position.", ["position"], registry=registry,
+        )  # fmt: skip
+        self.citations = Counter(
+            "clingate_output_gate_citations",
+            "Citations checked, by outcome (verified, ellipsis_trimmed, paraphrase_converted, "
+            "wrong_attribution, fabricated_quote).", ["outcome"], registry=registry,
+        )  # fmt: skip
+        self.restorations = Counter(
+            "clingate_output_gate_restorations",
+            "Revisions rejected by content preservation (previous draft kept).", registry=registry,
+        )  # fmt: skip
+        self.assertions = Counter(
+            "clingate_output_gate_assertions", "A run's SCDA variable assertions per gated draft, by status.",
+            ["variable", "status"], registry=registry,
+        )  # fmt: skip
+        self.routes = Counter(
+            "clingate_output_gate_routes", "Audits routed, by route.", ["route"], registry=registry
+        )  # fmt: skip
+        self.violations = Counter(
+            "clingate_output_gate_violations", "Audit violations, by the router's bucket.", ["bucket"],
+            registry=registry,
+        )  # fmt: skip
+        self.overrides = Counter(
+            "clingate_output_gate_overrides", "Router overrides that fired, by override.", ["override"],
+            registry=registry,
+        )  # fmt: skip
+
+    def gated(self, draft: GatedDraft) -> None:
+        """Count a published gated draft's activations: transforms, warnings, citation outcomes, a
+        restoration and its SCDA assertions."""
+        for transform in draft.lint.transforms:
+            self.draft_transforms.labels(transform.rule).inc()
+        for warning in draft.lint.imperative_warnings:
+            self.draft_warnings.labels(warning.position).inc()
+        citations = draft.citations
+        for outcome in ("verified", "ellipsis_trimmed", "paraphrase_converted"):
+            self.citations.labels(outcome).inc(getattr(citations, outcome))
+        for observation in citations.observations:
+            self.citations.labels(observation.kind).inc()
+        if draft.restored:
+            self.restorations.inc()
+        for assertion in draft.assertions:
+            self.assertions.labels(assertion.variable, assertion.status).inc()
+
+    def routed(self, route: RevisionRoute) -> None:
+        """Count a published route, its violations by bucket and its overrides."""
+        self.routes.labels(route.route).inc()
+        for violation in route.violations:
+            self.violations.labels(violation.bucket).inc()
+        for override in route.overrides:
+            self.overrides.labels(override).inc()
 
     def assessed(self, assessment: ClinicalAssessment) -> None:
         """Count a published assessment by light and, when RED, by the rules that made it RED."""

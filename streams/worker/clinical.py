@@ -369,7 +369,11 @@ class ClinicalHandler:
         """The record of an assessment (counted and logged), an audit, a gated draft or a route, keyed by
         patient."""
         name = OUTPUT_TOPICS[type(out)]
-        if isinstance(out, ClinicalAssessment):
+        if isinstance(out, GatedDraft):
+            self._metrics.gated(out)
+        elif isinstance(out, RevisionRoute):
+            self._metrics.routed(out)
+        elif isinstance(out, ClinicalAssessment):
             self._metrics.assessed(out)
             light = out.traffic_light.light
             ids = {"patient_id": out.patient_id, "light": light}

@@ -4,7 +4,8 @@ The clinical loop (:class:`~streams.worker.clinical.ClinicalHandler`) takes a ru
 audit reports keyed by its patient, keeps the run in the patient's table value (read back from the
 table for every record, as a restarted worker reads it), publishes a gated draft per draft and a route
 per audit, and feeds the route to the traffic light's Rule B. Out-of-order and malformed records are
-dead letters with their reason; the loop goes on.
+dead letters with their reason; the loop goes on. The gates' activations are counted as Prometheus
+metrics as the records are published.
 """
 
 from __future__ import annotations
@@ -82,6 +83,17 @@ def test_a_run_is_gated_routed_and_escalated_by_rule_b_from_the_stream() -> None
         assessments = driver.values(CLINICAL_ASSESSMENTS, ClinicalAssessment)[before:]
         dead = [d for topic in (CLINICAL_EVIDENCE, CLINICAL_DRAFTS, CLINICAL_AUDIT_REPORTS)
                 for d in driver.dead_letters(topic)]  # fmt: skip
+        metrics = driver.clinical_metrics
+        counted = {
+            "hold-header": metrics.draft_transforms.labels("hold-header")._value.get(),
+            "verified": metrics.citations.labels("verified")._value.get(),
+            "restorations": metrics.restorations._value.get(),
+            "CLL_REVISION": metrics.routes.labels("CLL_REVISION")._value.get(),
+            "PROCEED": metrics.routes.labels("PROCEED")._value.get(),
+            "REVISION_REQUIRED": metrics.violations.labels("REVISION_REQUIRED")._value.get(),
+            "budget": metrics.overrides.labels("revision_budget_exhausted")._value.get(),
+            "restored WARN": metrics.assertions.labels("draft_restored", "WARN")._value.get(),
+        }
 
     assert dead == []
     assert [g.revision for g in gated] == [0, 1, 2]
@@ -92,6 +104,10 @@ def test_a_run_is_gated_routed_and_escalated_by_rule_b_from_the_stream() -> None
     assert [(r.route, r.overrides) for r in routes] == [
         ("CLL_REVISION", []), ("CLL_REVISION", []), ("PROCEED", ["revision_budget_exhausted"]),
     ]  # fmt: skip
+    assert counted == {
+        "hold-header": 1, "verified": 80, "restorations": 1, "CLL_REVISION": 2, "PROCEED": 1,
+        "REVISION_REQUIRED": 3, "budget": 1, "restored WARN": 1,
+    }, "the escape telemetry counts what the gated drafts and routes carry"  # fmt: skip
     assert assessments, "the route of revision 2 changes the light's sources"
     assert any(
         s.startswith("Rule B: circuit breaker (2 revisions") for s in assessments[-1].traffic_light.sources
