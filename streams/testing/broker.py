@@ -554,7 +554,8 @@ class LocalKafka:
             if self._process is not None and self._process.pid == pid:
                 self._process.stop(grace, first=first_signal)  # our own child: stopped and reaped
             else:
-                end_detached(pid, first_signal, grace)
+                with contextlib.suppress(ProcessLookupError):  # it ended on its own since the check
+                    end_detached(pid, first_signal, grace)
         self.pid_file.unlink(missing_ok=True)
         self._process = None
         return pid is not None
@@ -595,10 +596,14 @@ def end_detached(pid: int, first_signal: signal.Signals, grace: float) -> None:
         BrokerError: it survived SIGKILL for 10 s.
     """
     os.kill(pid, first_signal)
-    if not _gone(pid, grace):
+    if _gone(pid, grace):
+        return
+    try:
         os.kill(pid, signal.SIGKILL)
-        if not _gone(pid, 10.0):
-            raise BrokerError(f"the broker JVM (pid {pid}) survived SIGKILL")
+    except ProcessLookupError:
+        return  # it ended (and was reaped: a container's init is, at once) after the check
+    if not _gone(pid, 10.0):
+        raise BrokerError(f"the broker JVM (pid {pid}) survived SIGKILL")
 
 
 def _gone(pid: int, timeout: float) -> bool:
@@ -606,15 +611,16 @@ def _gone(pid: int, timeout: float) -> bool:
     reaped it yet, as when the test process that started a broker is not the one stopping it)."""
     deadline = time.monotonic() + timeout
     stat = Path(f"/proc/{pid}/stat")
-    while time.monotonic() < deadline:
+    while True:  # checked at least once, also with no time to wait
         try:
             os.kill(pid, 0)
             if stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
                 return True
         except (ProcessLookupError, FileNotFoundError):
             return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.1)
-    return False
 
 
 def _jaas(login_module: str, **options: str) -> str:
