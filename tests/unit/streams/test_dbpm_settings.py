@@ -14,7 +14,7 @@ from processors.dbpm import DBPMConfig
 from streams.cli import app
 from streams.runtime.settings import Settings, get_settings
 from streams.worker.dbpm import dbpm_config, dbpm_engine
-from tests.replay_example import EXAMPLE
+from tests.replay_example import EXAMPLE, needs_example
 
 
 @pytest.fixture(autouse=True)
@@ -103,6 +103,7 @@ def test_clingate_config_dbpm_expands_the_fingerprint(monkeypatch: pytest.Monkey
     assert shown == json.loads(json.dumps(expected.describe()))
 
 
+@needs_example
 def test_the_in_process_replay_honours_the_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """DOWNGRADE-first: the example's BLOCKs become DOWNGRADEs, every other decision is the same."""
     runs = {}
