@@ -27,7 +27,8 @@ from processors.clinical.safety_patterns import audit_deliverable
 from processors.clinical.state import ChangeOutcome, PatientUpdate, reduce_update
 from processors.clinical.traffic_light import ReviewInputs, compute_traffic_light
 from processors.clinical.view import PatientView
-from processors.drafts.inputs import DraftInputError, parse_audit, parse_evidence
+from processors.drafts.citations import Evidence
+from processors.drafts.inputs import DraftInputError, parse_audit
 from processors.drafts.run import (
     DraftRun,
     apply_audit,
@@ -188,14 +189,13 @@ def _run_event(state: ClinicalStreamState, event: RunEvent) -> tuple[DraftRun, l
 
     Raises:
         RunEventRejected: a draft or audit out of order.
-        DraftInputError: evidence or an audit report that is not the contract's.
+        DraftInputError: an audit report that is not the contract's.
     """
     current = state.run
     run = current if current is not None and current.run_id == event.run_id else new_run(event.run_id)
     base = {"patient_id": event.patient_id, "run_id": event.run_id, "event_time": event.event_time}
     if isinstance(event, EvidenceBundle):
-        packets = parse_evidence({"packets": [p.model_dump() for p in event.packets]})
-        return apply_evidence(run, packets), []
+        return apply_evidence(run, [Evidence(p.source, p.text) for p in event.packets]), []
     if isinstance(event, ClinicalDraft):
         run, result = apply_draft(run, event.revision, event.text)
         assertions = [vars(a) for a in run_assertions(run, result)]
@@ -231,7 +231,7 @@ def process_event(
 
     Raises:
         RunEventRejected: a draft or audit of a run out of order (the worker dead-letters it).
-        DraftInputError: evidence or an audit report that is not the output-gates contract's.
+        DraftInputError: an audit report that is not the output-gates contract's.
     """
     flags = flags or GateFlags()
     patient_id = event.patient_id
@@ -241,7 +241,7 @@ def process_event(
         view = PatientView(current.patient, knowledge)
         assessment = assess_view(view, now, stream_review(current), flags)
         return current, [audit_deliverable(assessment, view, event, knowledge)]
-    if isinstance(event, EvidenceBundle | ClinicalDraft | AuditReport):
+    if isinstance(event, RunEvent):
         run, published = _run_event(current, event)
         outputs.extend(published)
         current = current.model_copy(update={"run": run})

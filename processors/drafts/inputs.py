@@ -18,7 +18,7 @@ class DraftInputError(ValueError):
 
 
 @dataclass(frozen=True)
-class AuditReport:
+class AuditFindings:
     """A regulatory audit's findings."""
 
     violations: list[str]
@@ -39,7 +39,7 @@ def parse_evidence(data: object) -> list[Evidence]:
     return packets
 
 
-def parse_audit(data: object) -> AuditReport:
+def parse_audit(data: object) -> AuditFindings:
     """The audit report of ``data`` (parsed JSON)."""
     if not isinstance(data, dict) or not isinstance(data.get("violations"), list):
         raise DraftInputError('an audit must be an object with a "violations" list')
@@ -48,4 +48,4 @@ def parse_audit(data: object) -> AuditReport:
     compliant = data.get("cds_compliant", True)
     if not isinstance(compliant, bool):
         raise DraftInputError('"cds_compliant" must be true or false')
-    return AuditReport(list(data["violations"]), compliant)
+    return AuditFindings(list(data["violations"]), compliant)

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict
 
 from processors.drafts.citations import Evidence
 from processors.drafts.gate import DraftGateResult, gate_draft
-from processors.drafts.inputs import AuditReport
+from processors.drafts.inputs import AuditFindings
 from processors.drafts.router import Route, RouteResult, route_audit
 from processors.drafts.rules import GateRules, gate_rules
 
@@ -44,22 +44,13 @@ class RunEventRejected(ValueError):
     """An event the run cannot take in the order it came (the reason is the message)."""
 
 
-class Packet(BaseModel):
-    """An evidence packet as the run keeps it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    source: str
-    text: str
-
-
 class DraftRun(BaseModel):
     """The state of one run (module docstring)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     run_id: str
-    evidence: tuple[Packet, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
     revision: int | None = None
     """The last gated revision (None: no draft yet)."""
     draft: str = ""
@@ -99,7 +90,7 @@ def new_run(run_id: str) -> DraftRun:
 
 def apply_evidence(run: DraftRun, packets: Sequence[Evidence]) -> DraftRun:
     """The run with these evidence packets (the gate of its next draft checks citations against them)."""
-    return run.model_copy(update={"evidence": tuple(Packet(source=p.source, text=p.text) for p in packets)})
+    return run.model_copy(update={"evidence": tuple(packets)})
 
 
 def apply_draft(
@@ -116,8 +107,7 @@ def apply_draft(
             f"run {run.run_id}: draft revision {revision} where revision {expected} is next"
         )
     previous = run.draft if run.revision is not None else None
-    evidence = [Evidence(p.source, p.text) for p in run.evidence]
-    result = gate_draft(text, evidence, previous, revision, rules)
+    result = gate_draft(text, run.evidence, previous, revision, rules)
     citations = result.citations
     run = run.model_copy(update={
         "revision": revision,
@@ -130,7 +120,7 @@ def apply_draft(
 
 
 def apply_audit(
-    run: DraftRun, revision: int, audit: AuditReport, rules: GateRules | None = None
+    run: DraftRun, revision: int, audit: AuditFindings, rules: GateRules | None = None
 ) -> tuple[DraftRun, RouteResult]:
     """Route the audit of the run's last gated draft.
 

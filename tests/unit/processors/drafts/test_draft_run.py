@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from processors.drafts import Evidence
-from processors.drafts.inputs import AuditReport
+from processors.drafts.inputs import AuditFindings
 from processors.drafts.run import (
     ReviewOutcome,
     RunEventRejected,
@@ -41,28 +41,28 @@ def test_a_refusal_revision_restores_the_previous_gated_draft_from_the_run_state
 
 def test_an_audit_must_be_of_the_last_gated_revision() -> None:
     with pytest.raises(RunEventRejected, match="no draft gated"):
-        apply_audit(new_run("run-1"), 0, AuditReport([], True))
+        apply_audit(new_run("run-1"), 0, AuditFindings([], True))
     run, _ = apply_draft(new_run("run-1"), 0, PLAN)
     with pytest.raises(RunEventRejected, match="audit of revision 1, revision 0 gated last"):
-        apply_audit(run, 1, AuditReport([], True))
+        apply_audit(run, 1, AuditFindings([], True))
 
 
 def test_the_route_feeds_rule_b() -> None:
     run, _ = apply_draft(new_run("run-1"), 0, PLAN)
     assert review_outcome(run) is None
-    run, route = apply_audit(run, 0, AuditReport(["Rule 4.3: parametric leakage"], True))
+    run, route = apply_audit(run, 0, AuditFindings(["Rule 4.3: parametric leakage"], True))
     assert route.route == "CLL_REVISION"
     assert review_outcome(run) == ReviewOutcome(0, "MODIFICATION_REQUIRED")
     for revision in (1, 2):
         run, _ = apply_draft(run, revision, PLAN)
-        run, route = apply_audit(run, revision, AuditReport(["Rule 4.3: parametric leakage"], True))
+        run, route = apply_audit(run, revision, AuditFindings(["Rule 4.3: parametric leakage"], True))
     assert route.route == "PROCEED" and route.overrides == ["revision_budget_exhausted"]
     assert review_outcome(run) == ReviewOutcome(2, "MODIFICATION_REQUIRED")
 
 
 def test_a_clean_compliant_audit_approves() -> None:
     run, _ = apply_draft(new_run("run-1"), 0, PLAN)
-    run, _ = apply_audit(run, 0, AuditReport(["Rule 4.14: quote integrity"], True))
+    run, _ = apply_audit(run, 0, AuditFindings(["Rule 4.14: quote integrity"], True))
     assert review_outcome(run) == ReviewOutcome(0, "APPROVED")
 
 
