@@ -209,25 +209,6 @@ class PatternResult(_Part):
     detail: str
 
 
-class SafetyAudit(AvroModel):
-    """Immutable SCDA audit record, one per deliverable; ``audit_id`` is a digest of its inputs."""
-
-    avro_name = "clingate.clinical.SafetyAudit"
-
-    audit_id: str
-    patient_id: str
-    deliverable_id: str
-    as_of: str
-    passed: bool
-    hard_fail_count: Count32
-    patterns: list[PatternResult]
-    patterns_fired: list[str]
-    patterns_skipped: list[str]
-    nti_severity: Severity
-    traffic_light: Light
-    assessment_digest: str
-
-
 # --------------------------------------------------------------------- the output gates (PharmMesh)
 
 
@@ -352,3 +333,66 @@ class RevisionRoute(AvroModel):
     hq_decision_count: Count32
     violations: list[RoutedViolation]
     overrides: list[str]
+
+
+class RevisionTelemetry(_Part):
+    """What the output gates did to one revision of a run, with its route once audited."""
+
+    revision: Count32
+    draft_length: Count32
+    restored: bool
+    transforms: Count32
+    imperative_warnings: Count32
+    checked: Count32
+    verified: Count32
+    ellipsis_trimmed: Count32
+    paraphrase_converted: Count32
+    wrong_attribution: Count32
+    fabricated_quote: Count32
+    route: Literal["CLL_REVISION", "PROCEED"] | None = None
+    overrides: list[str]
+    blocking_count: Count32
+    log_only_count: Count32
+    hq_decision_count: Count32
+    cds_compliant: bool | None = None
+    audit_length: Count32 | None = None
+
+
+class RunAudit(_Part):
+    """The patient's current run through the output gates, as a safety audit records it."""
+
+    run_id: str
+    revision_count: Count32
+    audit_verdict: str | None = None
+    assertions: list[RunAssertion]
+    revisions: list[RevisionTelemetry]
+
+
+class TrackedItem(_Part):
+    """One of the escape register's tracked items as an audit measures it."""
+
+    item: str
+    status: Literal["PASS", "WARN", "ESCALATE", "NOT_MEASURED", "CLOSED"]
+    value: float | None = None
+    detail: str
+
+
+class SafetyAudit(AvroModel):
+    """Immutable SCDA audit record, one per deliverable; ``audit_id`` is a digest of its inputs."""
+
+    avro_name = "clingate.clinical.SafetyAudit"
+
+    audit_id: str
+    patient_id: str
+    deliverable_id: str
+    as_of: str
+    passed: bool
+    hard_fail_count: Count32
+    patterns: list[PatternResult]
+    patterns_fired: list[str]
+    patterns_skipped: list[str]
+    nti_severity: Severity
+    traffic_light: Light
+    assessment_digest: str
+    run: RunAudit | None = None
+    tracked: list[TrackedItem] = Field(default_factory=list)

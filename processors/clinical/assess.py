@@ -3,8 +3,10 @@
 * :func:`assess` ``(patient_state, as_of, review_inputs) -> ClinicalAssessment`` runs every gate.
 * :func:`process_event` ``(state, event, now) -> (new_state, outputs)`` is what the patient-keyed stream
   calls for each event on the co-partitioned topics: a FHIR update (reduce, re-assess, emit only if the
-  assessment changed), an adversarial review (store, re-assess, emit only if changed) or a deliverable
-  (emit an immutable SCDA audit). ``now`` is the event time and is the as-of instant of the assessment.
+  assessment changed), an adversarial review (store, re-assess, emit only if changed), a deliverable
+  (emit an immutable SCDA audit, with the patient's current run through the output gates) or an
+  output-gate event (a run's evidence, draft or audit: a gated draft or a route, and a re-assessment
+  after a route). ``now`` is the event time and is the as-of instant of the assessment.
 
 "Changed" compares a SHA-256 digest of the assessment without its ``as_of`` field, so a replay of the
 same events emits the same assessments and nothing more.
@@ -198,7 +200,7 @@ def _run_event(state: ClinicalStreamState, event: RunEvent) -> tuple[DraftRun, l
         return apply_evidence(run, [Evidence(p.source, p.text) for p in event.packets]), []
     if isinstance(event, ClinicalDraft):
         run, result = apply_draft(run, event.revision, event.text)
-        assertions = [vars(a) for a in run_assertions(run, result)]
+        assertions = [vars(a) for a in run_assertions(run)]
         return run, [GatedDraft.model_validate({**base, **result.contract(), "assertions": assertions})]
     try:
         report = parse_audit(json.loads(event.report))
@@ -240,7 +242,7 @@ def process_event(
     if isinstance(event, Deliverable):
         view = PatientView(current.patient, knowledge)
         assessment = assess_view(view, now, stream_review(current), flags)
-        return current, [audit_deliverable(assessment, view, event, knowledge)]
+        return current, [audit_deliverable(assessment, view, event, knowledge, current.run)]
     if isinstance(event, RunEvent):
         run, published = _run_event(current, event)
         outputs.extend(published)

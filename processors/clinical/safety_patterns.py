@@ -12,8 +12,12 @@ From Supplementary Table 2, "Post-Pipeline Validation" (keyword sets in ``data/s
 Trigger keywords are read from the same clinical text as the NTI symptom stems (never medication
 strings). Requirement terms written in capitals in the seed (ICH, DDI, INR) match as case-sensitive
 whole words ("which" does not contain the acronym ICH); the others as case-insensitive substrings.
-The audit record is immutable (frozen) and identified by a SHA-256 digest of its inputs (the
-assessment JSON, deliverable id and text), so re-auditing the same inputs yields the same record.
+The record also carries the patient's current run through the output gates (its SCDA variable
+assertions and each revision's gate activations and route) and the escape register's tracked items
+T-001 to T-010 (:mod:`processors.drafts.tracking`), so the supplement's telemetry tables can be rebuilt
+from the safety-audit topic. It is immutable (frozen) and identified by a SHA-256 digest of its inputs
+(the assessment JSON, deliverable id and text, the run), so re-auditing the same inputs yields the same
+record.
 """
 
 from __future__ import annotations
@@ -24,7 +28,19 @@ import re
 
 from processors.clinical.knowledge import ClinicalKnowledge
 from processors.clinical.view import PatientView
-from schemas.clinical import ClinicalAssessment, Deliverable, PatternResult, SafetyAudit
+from processors.drafts.run import DraftRun, review_outcome, run_assertions
+from processors.drafts.tracking import PatientSignals, tracked_items
+from schemas.clinical import (
+    ClinicalAssessment,
+    Deliverable,
+    PatternResult,
+    RunAudit,
+    SafetyAudit,
+    TrackedItem,
+)
+
+#: Staleness classes that leave a monitoring dependency unusable (the register's T-008).
+UNUSABLE = frozenset({"STALE", "PROFOUNDLY_STALE", "MISSING"})
 
 
 def _found(text: str, terms: tuple[str, ...]) -> list[str]:
@@ -62,8 +78,37 @@ def _requirement(
     )
 
 
+def run_audit(run: DraftRun) -> RunAudit | None:
+    """A run as its safety audit records it (None before its first gated draft)."""
+    if run.revision is None:
+        return None
+    outcome = review_outcome(run)
+    return RunAudit(
+        run_id=run.run_id,
+        revision_count=run.revision,
+        audit_verdict=outcome.audit_verdict if outcome is not None else None,
+        assertions=[vars(a) for a in run_assertions(run)],
+        revisions=[r.model_dump(mode="json") for r in run.revisions],
+    )
+
+
+def _tracked(assessment: ClinicalAssessment, run: DraftRun | None) -> list[TrackedItem]:
+    light = assessment.traffic_light
+    signals = PatientSignals(
+        nti_severity=assessment.nti.severity,
+        divergence=light.divergence,
+        divergence_levels=light.divergence_levels,
+        stale=any(o.class_ in UNUSABLE for o in assessment.staleness.observations),
+    )
+    return [TrackedItem.model_validate(vars(t)) for t in tracked_items(run, signals)]
+
+
 def audit_deliverable(
-    assessment: ClinicalAssessment, view: PatientView, deliverable: Deliverable, knowledge: ClinicalKnowledge
+    assessment: ClinicalAssessment,
+    view: PatientView,
+    deliverable: Deliverable,
+    knowledge: ClinicalKnowledge,
+    run: DraftRun | None = None,
 ) -> SafetyAudit:
     """Run the four SCDA patterns for one deliverable.
 
@@ -72,6 +117,7 @@ def audit_deliverable(
         view: the patient view the assessment was computed from (clinical text for triggers).
         deliverable: the deliverable text event.
         knowledge: keyword sets.
+        run: the patient's current run through the output gates, if any.
 
     Returns:
         The immutable audit record.
@@ -140,9 +186,11 @@ def audit_deliverable(
     )
     assessment_json = json.dumps(assessment.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(assessment_json.encode()).hexdigest()
-    audit_id = hashlib.sha256(
-        json.dumps([digest, deliverable.deliverable_id, text], separators=(",", ":")).encode()
-    ).hexdigest()
+    recorded = run_audit(run) if run is not None else None
+    inputs: list[object] = [digest, deliverable.deliverable_id, text]
+    if recorded is not None:
+        inputs.append(recorded.model_dump(mode="json"))
+    audit_id = hashlib.sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     fails = sum(1 for r in results if not r.passed)
     return SafetyAudit(
         audit_id=audit_id,
@@ -157,4 +205,6 @@ def audit_deliverable(
         nti_severity=assessment.nti.severity,
         traffic_light=light,
         assessment_digest=digest,
+        run=recorded,
+        tracked=_tracked(assessment, run),
     )

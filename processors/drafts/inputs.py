@@ -1,9 +1,11 @@
 """The gates' inputs as their contract writes them (specs/output-gates.md), checked.
 
 ``{"packets": [{"source": str, "text": str}, ...]}`` is a run's evidence; ``{"violations": [str, ...],
-"cds_compliant": bool}`` a regulatory audit (``cds_compliant`` defaults to true: an audit that does not
-say otherwise found the draft compliant). Anything else is a :class:`DraftInputError` naming what is
-wrong, which the command reports and the stream sends to the dead-letter topic.
+"cds_compliant": bool, "text": str}`` a regulatory audit (``cds_compliant`` defaults to true: an audit
+that does not say otherwise found the draft compliant; ``text``, the audit agent's report as written, is
+optional and only its length is used, for the register's T-001). Anything else is a
+:class:`DraftInputError` naming what is wrong, which the command reports and the stream sends to the
+dead-letter topic.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ class AuditFindings:
 
     violations: list[str]
     cds_compliant: bool
+    text_length: int | None = None
+    """Characters of the audit agent's report (``text``), where the audit carries it (T-001)."""
 
 
 def parse_evidence(data: object) -> list[Evidence]:
@@ -48,4 +52,7 @@ def parse_audit(data: object) -> AuditFindings:
     compliant = data.get("cds_compliant", True)
     if not isinstance(compliant, bool):
         raise DraftInputError('"cds_compliant" must be true or false')
-    return AuditFindings(list(data["violations"]), compliant)
+    text = data.get("text")
+    if text is not None and not isinstance(text, str):
+        raise DraftInputError('"text" must be the audit report as a string')
+    return AuditFindings(list(data["violations"]), compliant, None if text is None else len(text))

@@ -4,15 +4,17 @@ A run (``run_id``, keyed by its patient) receives its evidence packets, then dra
 and an audit of each gated draft. The run's state is what the gates need to decide the next event the
 same way wherever it is processed (it is a table value, restored from its changelog by a restarted
 worker): the last gated draft (content preservation compares the next revision with it, ESC-028), the
-evidence, every revision's draft length and the last route.
+evidence, and a :class:`RevisionRecord` per gated revision (its gate activations and, once audited,
+its route), which the SCDA assertions, Rule B and the patient's safety audit read.
 
 * :func:`apply_evidence` keeps a run's packets (a later bundle for the same run replaces them).
 * :func:`apply_draft` gates revision ``last + 1`` (0 for a new run) with the run's evidence.
 * :func:`apply_audit` routes the audit of the last gated revision; :func:`review_outcome` turns the
   route into the traffic light's Rule B inputs (revision count, audit verdict), so the light escalates
   from the run itself instead of an external system having to publish them.
-* :func:`run_assertions` are the SCDA variable assertions of a run (the supplement's monitoring
-  thresholds T-002, T-007, T-009 and T-010 among them), for its immutable safety-audit record.
+* :func:`run_assertions` are the SCDA variable assertions of a run as of its last gated revision (the
+  supplement's monitoring thresholds T-002, T-007, T-009 and T-010 among them), on each gated draft and
+  in the patient's immutable safety-audit record.
 
 An event out of order (a revision that skips a number, an audit of a draft not gated) raises
 :class:`RunEventRejected` with the reason: the worker dead-letters it and goes on.
@@ -44,6 +46,56 @@ class RunEventRejected(ValueError):
     """An event the run cannot take in the order it came (the reason is the message)."""
 
 
+class RevisionRecord(BaseModel):
+    """What the gates did to one revision of a run: its draft gate's activations and, once audited, its
+    route (the rows of the supplement's Supplementary Table 4 and post-audit gate table)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    revision: int
+    draft_length: int
+    restored: bool
+    transforms: int
+    imperative_warnings: int
+    checked: int
+    verified: int
+    ellipsis_trimmed: int
+    paraphrase_converted: int
+    wrong_attribution: int
+    fabricated_quote: int
+    route: Route | None = None
+    overrides: tuple[str, ...] = ()
+    blocking_count: int = 0
+    log_only_count: int = 0
+    hq_decision_count: int = 0
+    cds_compliant: bool | None = None
+    audit_length: int | None = None
+    """Characters of the audit agent's report, where the audit carries its text (T-001)."""
+
+    @property
+    def corrections(self) -> int:
+        """Citations the gate corrected (ellipsis trimmed plus paraphrases converted)."""
+        return self.ellipsis_trimmed + self.paraphrase_converted
+
+    @classmethod
+    def of(cls, result: DraftGateResult) -> RevisionRecord:
+        citations = result.citations
+        kinds = [o.kind for o in citations.observations]
+        return cls(
+            revision=result.revision,
+            draft_length=len(result.draft),
+            restored=result.restored,
+            transforms=len(result.transforms),
+            imperative_warnings=len(result.warnings),
+            checked=citations.checked,
+            verified=citations.verified,
+            ellipsis_trimmed=citations.ellipsis_trimmed,
+            paraphrase_converted=citations.paraphrase_converted,
+            wrong_attribution=kinds.count("wrong_attribution"),
+            fabricated_quote=kinds.count("fabricated_quote"),
+        )
+
+
 class DraftRun(BaseModel):
     """The state of one run (module docstring)."""
 
@@ -51,19 +103,19 @@ class DraftRun(BaseModel):
 
     run_id: str
     evidence: tuple[Evidence, ...] = ()
-    revision: int | None = None
-    """The last gated revision (None: no draft yet)."""
     draft: str = ""
     """The last gated draft."""
-    draft_lengths: tuple[int, ...] = ()
-    """Each gated revision's draft length, in order."""
-    corrections: tuple[int, ...] = ()
-    """Each gated revision's citation corrections (ellipsis trimmed plus paraphrases converted)."""
-    restorations: int = 0
-    route: Route | None = None
-    routed_revision: int | None = None
-    cds_compliant: bool | None = None
-    blocking: int = 0
+    revisions: tuple[RevisionRecord, ...] = ()
+    """Each gated revision, in order."""
+
+    @property
+    def revision(self) -> int | None:
+        """The last gated revision (None: no draft yet)."""
+        return self.revisions[-1].revision if self.revisions else None
+
+    def routed(self) -> RevisionRecord | None:
+        """The last revision with a route (None before any audit)."""
+        return next((r for r in reversed(self.revisions) if r.route is not None), None)
 
 
 @dataclass(frozen=True)
@@ -108,15 +160,8 @@ def apply_draft(
         )
     previous = run.draft if run.revision is not None else None
     result = gate_draft(text, run.evidence, previous, revision, rules)
-    citations = result.citations
-    run = run.model_copy(update={
-        "revision": revision,
-        "draft": result.draft,
-        "draft_lengths": (*run.draft_lengths, len(result.draft)),
-        "corrections": (*run.corrections, citations.ellipsis_trimmed + citations.paraphrase_converted),
-        "restorations": run.restorations + result.restored,
-    })  # fmt: skip
-    return run, result
+    record = RevisionRecord.of(result)
+    return run.model_copy(update={"draft": result.draft, "revisions": (*run.revisions, record)}), result
 
 
 def apply_audit(
@@ -131,27 +176,27 @@ def apply_audit(
         last = "no draft gated" if run.revision is None else f"revision {run.revision} gated last"
         raise RunEventRejected(f"run {run.run_id}: audit of revision {revision}, {last}")
     result = route_audit(audit.violations, audit.cds_compliant, revision, rules)
-    run = run.model_copy(update={
-        "route": result.route, "routed_revision": revision, "cds_compliant": audit.cds_compliant,
-        "blocking": result.count("REVISION_REQUIRED"),
+    record = run.revisions[-1].model_copy(update={
+        "route": result.route, "overrides": tuple(result.overrides), "cds_compliant": audit.cds_compliant,
+        "blocking_count": result.count("REVISION_REQUIRED"), "log_only_count": result.count("LOG_ONLY"),
+        "hq_decision_count": result.count("HQ_DECISION"), "audit_length": audit.text_length,
     })  # fmt: skip
-    return run, result
+    return run.model_copy(update={"revisions": (*run.revisions[:-1], record)}), result
 
 
 def review_outcome(run: DraftRun) -> ReviewOutcome | None:
     """Rule B's inputs after the run's last route (None before any): the revision count is the routed
     revision; the audit approved the draft only if it proceeds with nothing blocking and CDS-compliant
     (a draft that proceeds because the revision budget ran out is not approved: Rule B makes it RED)."""
-    if run.route is None or run.routed_revision is None:
+    routed = run.routed()
+    if routed is None:
         return None
-    approved = run.route == "PROCEED" and run.blocking == 0 and bool(run.cds_compliant)
-    return ReviewOutcome(run.routed_revision, "APPROVED" if approved else "MODIFICATION_REQUIRED")
+    approved = routed.route == "PROCEED" and routed.blocking_count == 0 and bool(routed.cds_compliant)
+    return ReviewOutcome(routed.revision, "APPROVED" if approved else "MODIFICATION_REQUIRED")
 
 
-def run_assertions(
-    run: DraftRun, result: DraftGateResult, rules: GateRules | None = None
-) -> list[RunAssertion]:
-    """The SCDA variable assertions of the run after ``result`` (its latest gated draft).
+def run_assertions(run: DraftRun, rules: GateRules | None = None) -> list[RunAssertion]:
+    """The SCDA variable assertions of the run as of its last gated revision.
 
     * ``draft_length`` in the comprehensive window (T-002; outside: WARN);
     * ``revision_count`` within the budget (T-009: above it FAIL: the router should have stopped);
@@ -161,27 +206,40 @@ def run_assertions(
     * ``wrong_attribution_rate`` at most 10% of checked citations (T-010: WARN);
     * ``citation_corrections_growth``: this revision's corrections not above revision 0's (T-007: WARN);
     * ``draft_restored`` 0 (content preservation fired: WARN, the previous draft stands).
+
+    Raises:
+        ValueError: the run has no gated draft yet.
     """
+    if not run.revisions:
+        raise ValueError(f"run {run.run_id} has no gated draft to assert on")
     budget = (rules or gate_rules()).router.revision_budget
     low, high = DRAFT_LENGTH_WINDOW
-    citations = result.citations
-    wrong = sum(o.kind == "wrong_attribution" for o in citations.observations)
-    fabricated = sum(o.kind == "fabricated_quote" for o in citations.observations)
-    rate = wrong / citations.checked if citations.checked else 0.0
-    length = len(result.draft)
-    growth = run.corrections[-1] - run.corrections[0] if run.corrections else 0
+    last = run.revisions[-1]
+    rate = wrong_attribution_rate(last)
+    growth = last.corrections - run.revisions[0].corrections
     limit = WRONG_ATTRIBUTION_LIMIT
 
     def check(variable: str, value: float, expected: str, ok: bool, failing: AssertionStatus) -> RunAssertion:
         return RunAssertion(variable, value, expected, "PASS" if ok else failing)
 
+    length, revision, warnings, fabricated = (
+        last.draft_length,
+        last.revision,
+        last.imperative_warnings,
+        last.fabricated_quote,
+    )
     return [
         check("draft_length", length, f"{low}-{high} characters", low <= length <= high, "WARN"),
-        check("revision_count", result.revision, f"<= {budget}", result.revision <= budget, "FAIL"),
+        check("revision_count", revision, f"<= {budget}", revision <= budget, "FAIL"),
         check("evidence_count", len(run.evidence), "> 0", bool(run.evidence), "WARN"),
-        check("imperative_warnings", len(result.warnings), "0", not result.warnings, "WARN"),
+        check("imperative_warnings", warnings, "0", not warnings, "WARN"),
         check("fabricated_quotes", fabricated, "0", fabricated == 0, "FAIL"),
         check("wrong_attribution_rate", round(rate, 4), f"<= {limit}", rate <= limit, "WARN"),
         check("citation_corrections_growth", growth, "<= 0", growth <= 0, "WARN"),
-        check("draft_restored", int(result.restored), "0", not result.restored, "WARN"),
+        check("draft_restored", int(last.restored), "0", not last.restored, "WARN"),
     ]
+
+
+def wrong_attribution_rate(record: RevisionRecord) -> float:
+    """A revision's wrong attributions per checked citation (0 with nothing checked)."""
+    return record.wrong_attribution / record.checked if record.checked else 0.0

@@ -64,7 +64,7 @@ from prometheus_client.registry import Collector
 from processors.dbpm.config import DBPMConfig
 from processors.dbpm.measurement import LiftStatus, SelectivityTracker, TagCounts, memory_population
 from processors.dbpm.memory import KIND_PATIENT, KIND_PREEMPTED, KIND_WHITE, Memory
-from schemas.clinical import ClinicalAssessment, GatedDraft, RevisionRoute
+from schemas.clinical import ClinicalAssessment, GatedDraft, RevisionRoute, SafetyAudit
 from schemas.docs import Disposition
 from state.base import Store
 from streams.llm.result import LlmFailed, LlmOk
@@ -472,7 +472,7 @@ class ClinicalMetrics:
         )  # fmt: skip
 
         # The output gates' activation records (PharmMesh Supplementary Table 4 and the escape register's
-        # monitoring, T-002, T-007, T-009, T-010), counted as the clinical loop publishes them.
+        # tracked items T-001 to T-010), counted as the clinical loop publishes them.
         self.draft_transforms = Counter(
             "clingate_output_gate_transforms", "Draft headers rewritten by the lint, by substitution.",
             ["rule"], registry=registry,
@@ -505,6 +505,11 @@ class ClinicalMetrics:
             "clingate_output_gate_overrides", "Router overrides that fired, by override.", ["override"],
             registry=registry,
         )  # fmt: skip
+        self.tracked = Counter(
+            "clingate_output_gate_tracked_items",
+            "The escape register's tracked items (T-001 to T-010) per safety audit, by status.",
+            ["item", "status"], registry=registry,
+        )  # fmt: skip
 
     def gated(self, draft: GatedDraft) -> None:
         """Count a published gated draft's activations: transforms, warnings, citation outcomes, a
@@ -530,6 +535,11 @@ class ClinicalMetrics:
             self.violations.labels(violation.bucket).inc()
         for override in route.overrides:
             self.overrides.labels(override).inc()
+
+    def audited(self, audit: SafetyAudit) -> None:
+        """Count a published safety audit's tracked items by status."""
+        for item in audit.tracked:
+            self.tracked.labels(item.item, item.status).inc()
 
     def assessed(self, assessment: ClinicalAssessment) -> None:
         """Count a published assessment by light and, when RED, by the rules that made it RED."""

@@ -373,6 +373,8 @@ class ClinicalHandler:
             self._metrics.gated(out)
         elif isinstance(out, RevisionRoute):
             self._metrics.routed(out)
+        elif isinstance(out, SafetyAudit):
+            self._metrics.audited(out)
         elif isinstance(out, ClinicalAssessment):
             self._metrics.assessed(out)
             light = out.traffic_light.light

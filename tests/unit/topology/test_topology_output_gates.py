@@ -16,10 +16,12 @@ from schemas.clinical import (
     AuditReport,
     ClinicalAssessment,
     ClinicalDraft,
+    Deliverable,
     EvidenceBundle,
     EvidencePacket,
     GatedDraft,
     RevisionRoute,
+    SafetyAudit,
 )
 from streams.runtime.settings import Settings
 from streams.testing.driver import TopologyDriver
@@ -27,10 +29,12 @@ from tests.clinical_scenario import AS_OF, PATIENT, scenario
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
     CLINICAL_AUDIT_REPORTS,
+    CLINICAL_DELIVERABLES,
     CLINICAL_DRAFTS,
     CLINICAL_EVIDENCE,
     CLINICAL_GATED_DRAFTS,
     CLINICAL_REVISION_ROUTES,
+    CLINICAL_SAFETY_AUDITS,
     FHIR_UPDATES,
 )
 
@@ -57,8 +61,11 @@ def test_a_run_is_gated_routed_and_escalated_by_rule_b_from_the_stream() -> None
     citations), an audit that wants a revision, a refusal as revision 1 (restored from the table), its
     audit, draft 2 and its audit (the budget is exhausted: PROCEED, not approved).
 
+    Then the pharmacist's deliverable.
+
     Published: three gated drafts and three routes; the restored draft is revision 0's gated text; the
-    last assessment names Rule B's circuit breaker among its sources.
+    last assessment names Rule B's circuit breaker among its sources; the deliverable's safety audit
+    carries the run (its assertions and each revision's activations) and the ten tracked items.
     """
     updates, _, _ = scenario()
     evidence = EvidenceBundle(patient_id=PATIENT, run_id=RUN, event_time=AS_OF,
@@ -71,7 +78,9 @@ def test_a_run_is_gated_routed_and_escalated_by_rule_b_from_the_stream() -> None
         (CLINICAL_AUDIT_REPORTS, _audit(1)),
         (CLINICAL_DRAFTS, _draft(2, PLAN)),
         (CLINICAL_AUDIT_REPORTS, _audit(2)),
-    ]
+        (CLINICAL_DELIVERABLES, Deliverable(patient_id=PATIENT, deliverable_id="care-plan-1",
+                                            event_time=AS_OF, text=PLAN)),
+    ]  # fmt: skip
     with TopologyDriver(Settings()) as driver:
         for update in updates:
             driver.pipe(FHIR_UPDATES, KEY, update)
@@ -81,6 +90,7 @@ def test_a_run_is_gated_routed_and_escalated_by_rule_b_from_the_stream() -> None
         gated = driver.values(CLINICAL_GATED_DRAFTS, GatedDraft)
         routes = driver.values(CLINICAL_REVISION_ROUTES, RevisionRoute)
         assessments = driver.values(CLINICAL_ASSESSMENTS, ClinicalAssessment)[before:]
+        [audit] = driver.values(CLINICAL_SAFETY_AUDITS, SafetyAudit)
         dead = [d for topic in (CLINICAL_EVIDENCE, CLINICAL_DRAFTS, CLINICAL_AUDIT_REPORTS)
                 for d in driver.dead_letters(topic)]  # fmt: skip
         metrics = driver.clinical_metrics
@@ -93,6 +103,7 @@ def test_a_run_is_gated_routed_and_escalated_by_rule_b_from_the_stream() -> None
             "REVISION_REQUIRED": metrics.violations.labels("REVISION_REQUIRED")._value.get(),
             "budget": metrics.overrides.labels("revision_budget_exhausted")._value.get(),
             "restored WARN": metrics.assertions.labels("draft_restored", "WARN")._value.get(),
+            "T-009 PASS": metrics.tracked.labels("T-009", "PASS")._value.get(),
         }
 
     assert dead == []
@@ -106,9 +117,14 @@ def test_a_run_is_gated_routed_and_escalated_by_rule_b_from_the_stream() -> None
     ]  # fmt: skip
     assert counted == {
         "hold-header": 1, "verified": 80, "restorations": 1, "CLL_REVISION": 2, "PROCEED": 1,
-        "REVISION_REQUIRED": 3, "budget": 1, "restored WARN": 1,
+        "REVISION_REQUIRED": 3, "budget": 1, "restored WARN": 1, "T-009 PASS": 1,
     }, "the escape telemetry counts what the gated drafts and routes carry"  # fmt: skip
     assert assessments, "the route of revision 2 changes the light's sources"
+    assert audit.run is not None and audit.run.run_id == RUN
+    assert (audit.run.revision_count, audit.run.audit_verdict) == (2, "MODIFICATION_REQUIRED")
+    assert [r.restored for r in audit.run.revisions] == [False, True, False]
+    assert [r.route for r in audit.run.revisions] == ["CLL_REVISION", "CLL_REVISION", "PROCEED"]
+    assert [t.item for t in audit.tracked] == [f"T-{n:03d}" for n in range(1, 11)]
     assert any(
         s.startswith("Rule B: circuit breaker (2 revisions") for s in assessments[-1].traffic_light.sources
     )

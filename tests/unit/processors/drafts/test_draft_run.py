@@ -36,7 +36,8 @@ def test_a_refusal_revision_restores_the_previous_gated_draft_from_the_run_state
     run, first = apply_draft(apply_evidence(new_run("run-1"), EVIDENCE), 0, PLAN)
     run, refusal = apply_draft(run, 1, "I am unable to revise this care plan.")
     assert refusal.restored and refusal.draft == first.draft == run.draft
-    assert run.restorations == 1 and run.draft_lengths == (len(first.draft), len(first.draft))
+    assert [r.restored for r in run.revisions] == [False, True]
+    assert [r.draft_length for r in run.revisions] == [len(first.draft), len(first.draft)]
 
 
 def test_an_audit_must_be_of_the_last_gated_revision() -> None:
@@ -68,8 +69,8 @@ def test_a_clean_compliant_audit_approves() -> None:
 
 def test_the_run_assertions_name_each_variable_and_its_status() -> None:
     run = apply_evidence(new_run("run-1"), EVIDENCE)
-    run, result = apply_draft(run, 0, PLAN + '[CRG: warfarin label — "Warfarin cures everything."]')
-    assertions = {a.variable: a for a in run_assertions(run, result)}
+    run, _ = apply_draft(run, 0, PLAN + '[CRG: warfarin label — "Warfarin cures everything."]')
+    assertions = {a.variable: a for a in run_assertions(run)}
     assert list(assertions) == [
         "draft_length", "revision_count", "evidence_count", "imperative_warnings", "fabricated_quotes",
         "wrong_attribution_rate", "citation_corrections_growth", "draft_restored",
@@ -77,3 +78,18 @@ def test_the_run_assertions_name_each_variable_and_its_status() -> None:
     assert assertions["fabricated_quotes"].status == "FAIL" and assertions["fabricated_quotes"].value == 1
     assert assertions["draft_length"].status == "WARN", "a short draft is outside the comprehensive window"
     assert assertions["evidence_count"].status == "PASS" and assertions["revision_count"].status == "PASS"
+
+
+def test_each_revision_records_its_activations_and_route() -> None:
+    run, _ = apply_draft(apply_evidence(new_run("run-1"), EVIDENCE), 0, PLAN)
+    run, _ = apply_audit(run, 0, AuditFindings(["Rule 4.3: parametric leakage", "Rule 4.6: x"], False, 900))
+    (record,) = run.revisions
+    assert (record.transforms, record.checked, record.verified) == (1, 50, 50)
+    assert (record.route, record.blocking_count, record.hq_decision_count) == ("CLL_REVISION", 1, 1)
+    assert (record.cds_compliant, record.audit_length) == (False, 900)
+    assert run.routed() == record
+
+
+def test_a_run_without_a_draft_has_no_assertions() -> None:
+    with pytest.raises(ValueError, match="no gated draft"):
+        run_assertions(new_run("run-1"))
