@@ -30,6 +30,7 @@ from streams.demo.broker import start_broker, step_topics
 from streams.demo.checks import step_clinical, step_dbpm, step_docs
 from streams.demo.dead_letters import step_dead_letters
 from streams.demo.errors import DemoError
+from streams.demo.gate_runs import step_output_gates
 from streams.demo.kafka_io import dlq_counts
 from streams.demo.model import step_model
 from streams.demo.plan import DEFAULT_LOCKSTEP, DEFAULT_PATIENTS, Plan, build_plan
@@ -136,8 +137,9 @@ def _run_steps(
                 engine, app_id = step_streams(console, bootstrap, serde, plan, workdir, rates, results)
             with _step(console, results, 4, "DBPM: narratives -> generator -> gate -> verifier -> memory"):
                 step_dbpm(console, bootstrap, plan, engine, app_id, results)
-            with _step(console, results, 5, "clinical gates"):
+            with _step(console, results, 5, "clinical gates and output gates"):
                 step_clinical(console, plan, results)
+                step_output_gates(console, plan, results)
             with _step(console, results, 6, "classification arbiter"):
                 step_docs(console, plan, results)
             with _step(console, results, 7, "dead letters"):

@@ -45,6 +45,9 @@ LOCKSTEP_TIMEOUT_S = 120.0
 """Longest wait for one lockstep patient's candidates to be done without progress (a slow model's
 calls extend it: :class:`streams.demo.calls.Stall`)."""
 
+STAGE_TIMEOUT_S = 60.0
+"""Longest wait for the clinical loop to consume one stage of the golden runs."""
+
 GENERATED_POLL_S = 5.0
 """How long one look for the generator's commit waits before the progress is checked again."""
 
@@ -77,8 +80,10 @@ def paced(items: Sequence[T], rate: float, send: Callable[[T], None], producer: 
         producer.poll(0)
 
 
-def feed_clinical(bootstrap: str, serde: Serde, plan: Plan, rate: float) -> None:
-    """Produce the FHIR timeline (paced), then the golden bundles, then their reviews."""
+def feed_clinical(bootstrap: str, serde: Serde, plan: Plan, rate: float, group: str) -> None:
+    """Produce the FHIR timeline (paced), then the golden bundles, then their reviews; once the clinical
+    loop (consumer group ``group``) has consumed them, the golden runs, stage by stage
+    (:mod:`streams.demo.runs`)."""
     producer = Producer(producer_config(bootstrap, **{"linger.ms": 5}))
 
     def send(update: FhirUpdate) -> None:
@@ -93,6 +98,17 @@ def feed_clinical(bootstrap: str, serde: Serde, plan: Plan, rate: float) -> None
         producer.produce(CLINICAL_REVIEWS, key=review.patient_id.encode(), value=value)
     if producer.flush(30):
         raise DemoError(f"reviews not delivered to {CLINICAL_REVIEWS}")
+    with CommitWatcher(bootstrap, group) as watcher:
+        for topic in (FHIR_UPDATES, CLINICAL_REVIEWS):
+            watcher.wait(topic, streams_timeout(0))  # the loop's backlog of the paced timeline
+        for topic, records in plan.stages:
+            for record in records:
+                producer.produce(
+                    topic, key=record.patient_id.encode(), value=serde.encode(record, topic=topic)
+                )
+            if producer.flush(30):
+                raise DemoError(f"run records not delivered to {topic}")
+            watcher.wait(topic, STAGE_TIMEOUT_S)
 
 
 def feed_docs(bootstrap: str, serde: Serde, plan: Plan, rate: float) -> None:

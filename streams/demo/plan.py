@@ -20,7 +20,7 @@ from processors.dbpm.events import Event
 from processors.dbpm.ontology import FILTER_ID_SUFFIX
 from processors.docs.arbiter import ArbiterConfig, Finished, run
 from processors.docs.v3 import load_trap_rules
-from schemas.clinical import AdversarialReview, ClinicalAssessment
+from schemas.clinical import AdversarialReview, ClinicalAssessment, GatedDraft, RevisionRoute, SafetyAudit
 from schemas.dbpm import Candidate, Verdict
 from schemas.docs import ClassificationOutput, ClassificationRequest, DocumentBundle
 from schemas.fhir import FhirUpdate
@@ -30,6 +30,7 @@ from streams.demo.data.timeline import fhir_timeline
 from streams.demo.errors import DemoError
 from streams.demo.llm import LoopPlan, loop_plan
 from streams.demo.results import MemoryPoint, State
+from streams.demo.runs import GoldenRun, Stage, deliverable, golden_runs, run_stages
 from streams.groups.arbiter_calls import LLM_ROLE
 from streams.llm.config import resolve_role
 from streams.runtime.settings import get_settings
@@ -39,6 +40,12 @@ from streams.worker.dbpm import contract_event
 
 DEFAULT_PATIENTS = 2000
 """DBPM patients of a default run: about 98,000 candidates (docs/demo.md, "Stream size")."""
+
+RULE_B_FIELDS = ("revision_count", "audit_verdict")
+"""The review inputs the golden runs' routes give the traffic light (the demo's reviews leave them out)."""
+
+GateOutput = GatedDraft | RevisionRoute | SafetyAudit
+"""What the clinical loop publishes for a run through the output gates and its deliverable."""
 
 DEFAULT_LOCKSTEP = 40
 """Patients of the default lockstep slice (docs/demo.md, "The DBPM loop")."""
@@ -82,9 +89,17 @@ class Plan:
     """The LLM server the user configured for the loop (None: the demo runs its own test server)."""
     fhir: list[FhirUpdate]
     golden: list[tuple[FhirUpdate, AdversarialReview]]
+    runs: list[GoldenRun]
+    """The golden cases' runs through the output gates."""
+    stages: list[Stage]
+    """The runs' records (and the deliverables) in the order they are produced."""
     clinical_expected: dict[str, ClinicalAssessment]
     """Per patient, the last assessment of the pure stream processor."""
     clinical_outputs: int
+    gates_expected: list[GateOutput]
+    """What the pure stream processor publishes for the runs and deliverables, in order."""
+    published: dict[str, ClinicalAssessment]
+    """Per golden case, its assessment under its published run's review inputs (Rule B's included)."""
     documents: list[Document]
     docs_rules_only: bool
 
@@ -102,7 +117,8 @@ def build_plan(
     with console.status("building the inputs and the in-process expectations"):
         loop = loop_plan(demo_stream(patients))
         fhir, golden = clinical_inputs(clinical_patients)
-        expected, outputs = clinical_reference(fhir, golden)
+        runs, stages = gate_runs(golden)
+        expected, outputs, gates = clinical_reference(fhir, golden, stages)
         docs = docs_inputs(max(1, -(-documents // len(DOCS_EXAMPLES))))
     return Plan(
         dbpm_patients=patients,
@@ -111,8 +127,12 @@ def build_plan(
         llm_url=settings.generator_url or settings.llm_url,
         fhir=fhir,
         golden=golden,
+        runs=runs,
+        stages=stages,
         clinical_expected=expected,
         clinical_outputs=outputs,
+        gates_expected=gates,
+        published=published_assessments(golden),
         documents=docs,
         docs_rules_only=resolve_role(settings, LLM_ROLE).endpoint is None,
     )
@@ -144,30 +164,61 @@ def golden_time() -> datetime:
 
 
 def clinical_inputs(generated: int) -> tuple[list[FhirUpdate], list[tuple[FhirUpdate, AdversarialReview]]]:
-    """The FHIR updates of the generated timeline, and the golden cases' (bundle update, review) pairs."""
+    """The FHIR updates of the generated timeline, and the golden cases' (bundle update, review) pairs;
+    the reviews leave Rule B's inputs to the golden runs (:data:`RULE_B_FIELDS`)."""
     fhir = [
         FhirUpdate(ts=u.ts, patient_id=u.patient_id, resource_type="Bundle", resource=u.resource_json())
         for u in fhir_timeline(generated)
     ]
-    when = golden_time()
     golden = []
-    for case, review in GOLDEN_REVIEWS.items():
-        bundle = (CLINICAL / f"{case}.json").read_text("utf-8")
-        update = FhirUpdate(ts=when, patient_id=case, resource_type="Bundle", resource=bundle)
-        review_id = f"{case}-demo-review"
-        golden.append(
-            (update, AdversarialReview(patient_id=case, review_id=review_id, event_time=when, **review))  # type: ignore[arg-type]
-        )
+    for case, published in GOLDEN_REVIEWS.items():
+        update, review = _golden_inputs(case, published)
+        golden.append((update, review.model_copy(update=dict.fromkeys(RULE_B_FIELDS))))
     return fhir, golden
 
 
+def _golden_inputs(case: str, review: dict[str, str | int | None]) -> tuple[FhirUpdate, AdversarialReview]:
+    """A golden case's bundle update and its review with ``review``'s inputs, at the golden time."""
+    when = golden_time()
+    bundle = (CLINICAL / f"{case}.json").read_text("utf-8")
+    update = FhirUpdate(ts=when, patient_id=case, resource_type="Bundle", resource=bundle)
+    return update, AdversarialReview(
+        patient_id=case, review_id=f"{case}-demo-review", event_time=when, **review
+    )  # type: ignore[arg-type]
+
+
+def published_assessments(
+    golden: list[tuple[FhirUpdate, AdversarialReview]],
+) -> dict[str, ClinicalAssessment]:
+    """Each golden case's assessment under its published review (Rule B's inputs included): what its run's
+    routes must bring the light to."""
+    events = [e for u, _ in golden for e in _golden_inputs(u.patient_id, GOLDEN_REVIEWS[u.patient_id])]
+    return last_per_patient(
+        [o for o in pure_outputs(events, get_settings()) if isinstance(o, ClinicalAssessment)]
+    )
+
+
+def gate_runs(golden: list[tuple[FhirUpdate, AdversarialReview]]) -> tuple[list[GoldenRun], list[Stage]]:
+    """The golden cases' runs and their stages, the last one the deliverables: each run's final gated
+    draft, as the pure gates make it."""
+    runs = golden_runs([u.patient_id for u, _ in golden], golden_time())
+    events = [e for _, stage in run_stages(runs, []) for e in stage]
+    finals = {
+        o.patient_id: o.draft for o in pure_outputs(events, get_settings()) if isinstance(o, GatedDraft)
+    }
+    return runs, run_stages(runs, [deliverable(r, finals[r.case]) for r in runs])
+
+
 def clinical_reference(
-    fhir: list[FhirUpdate], golden: list[tuple[FhirUpdate, AdversarialReview]]
-) -> tuple[dict[str, ClinicalAssessment], int]:
-    """The pure stream processor over the same events: each patient's final assessment, and the count."""
-    events = [*fhir, *(u for u, _ in golden), *(r for _, r in golden)]
-    assessments = [o for o in pure_outputs(events, get_settings()) if isinstance(o, ClinicalAssessment)]
-    return last_per_patient(assessments), len(assessments)
+    fhir: list[FhirUpdate], golden: list[tuple[FhirUpdate, AdversarialReview]], stages: list[Stage]
+) -> tuple[dict[str, ClinicalAssessment], int, list[GateOutput]]:
+    """The pure stream processor over the same events in the same order: each patient's final
+    assessment, the number of assessments, and what it publishes for the runs."""
+    events = [*fhir, *(u for u, _ in golden), *(r for _, r in golden), *(e for _, s in stages for e in s)]
+    outputs = pure_outputs(events, get_settings())
+    assessments = [o for o in outputs if isinstance(o, ClinicalAssessment)]
+    gates = [o for o in outputs if isinstance(o, GateOutput)]
+    return last_per_patient(assessments), len(assessments), gates
 
 
 def last_per_patient(outputs: Sequence[ClinicalAssessment]) -> dict[str, ClinicalAssessment]:

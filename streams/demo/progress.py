@@ -135,6 +135,9 @@ class StreamWatch:
             "clinical": progress.add_task(
                 f"assessments ({CLINICAL_ASSESSMENTS})", total=plan.clinical_outputs
             ),
+            "gates": progress.add_task(
+                "golden runs: gated drafts, routes, safety audits", total=len(plan.gates_expected)
+            ),
             "docs": progress.add_task(f"documents ({DOCS_DISPOSITIONS})", total=len(plan.documents)),
         }
 
@@ -152,6 +155,7 @@ class StreamWatch:
                 bars[name], completed=at.done, total=at.total, description=_TITLES[name] + failed + busy
             )
         progress.update(bars["clinical"], completed=len(self._flows["clinical"].outputs))
+        progress.update(bars["gates"], completed=len(self._flows["gates"].consumed))
         progress.update(bars["docs"], completed=len(self._flows["docs"].consumed))
 
     def _check_failures(self) -> None:
@@ -168,7 +172,8 @@ class StreamWatch:
             return False
         last = last_per_patient(self._flows["clinical"].outputs)
         clinical_done = all(last.get(pid) == a for pid, a in self._plan.clinical_expected.items())
-        return clinical_done and len(self._flows["docs"].consumed) == len(self._plan.documents)
+        gates_done = len(self._flows["gates"].consumed) == len(self._plan.gates_expected)
+        return clinical_done and gates_done and len(self._flows["docs"].consumed) == len(self._plan.documents)
 
     def _state(self) -> dict[str, object]:
         """What is missing, for the timeout's message."""
@@ -178,5 +183,6 @@ class StreamWatch:
             "producers running": [f.name for f in self._feeders if f.is_alive()],
             "patients without their final assessment": len(expected)
             - sum(1 for p, a in last.items() if expected.get(p) == a),
+            "golden-run outputs missing": len(self._plan.gates_expected) - len(self._flows["gates"].consumed),
             "documents without a disposition": len(self._plan.documents) - len(self._flows["docs"].consumed),
         }

@@ -24,11 +24,12 @@ from itertools import cycle
 from pathlib import Path
 
 from processors.dbpm.measurement import PopulationReport, SelectivityCounts
+from streams.demo.gate_runs import OUTCOMES, table4
 from streams.demo.results import MemoryPoint, Results
 from streams.demo.summary import stream_rows, summary_rows
 
 _W, _H, _PAD = 640, 260, 48
-_COLOURS = ("#1f77b4", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f")
+_COLOURS = ("#1f77b4", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f", "#e377c2")
 """Colours of series without one of their own: no red, yellow or green, which mean a traffic light."""
 _LIGHT_COLOURS = {"RED": "#d62728", "YELLOW": "#e6b800", "GREEN": "#2ca02c"}
 """Each traffic light's own colour, in the order the page lists the lights."""
@@ -64,7 +65,7 @@ class Interval:
 
 
 def _palette(names: Iterable[str]) -> dict[str, str]:
-    """A colour per name, in order (repeating after six): the one place series without a colour of
+    """A colour per name, in order (repeating after seven): the one place series without a colour of
     their own get one, so charts that show the same names show them in the same colours."""
     return dict(zip(names, cycle(_COLOURS)))
 
@@ -197,6 +198,7 @@ def write_report(path: Path, results: Results) -> None:
         ("QA lift per category", _lifts(dbpm.selectivity)),
         ("Channel population", _channels(dbpm.population)),
         ("Traffic lights", _traffic_lights(results)),
+        ("Output gates: the golden runs", _gate_runs(results)),
         (
             "Arbiter dispositions",
             table(
@@ -300,6 +302,29 @@ def _traffic_lights(results: Results) -> str:
         bar_chart("traffic-light distribution (final)", lights, "patients")
         + line_chart("traffic lights at the end of each simulated week", weeks, "patients", "simulated week")
         + table(["patient", "age", "NTI", "drugs", "light", "shadow", "red sources"], patients)
+    )
+
+
+def _gate_runs(results: Results) -> str:
+    rows = [
+        (row.case if revision == 0 else "", revision, *counts.values(),
+         row.routes[revision] if revision < len(row.routes) else "not routed")
+        for row in results.gate_runs
+        for revision, counts in enumerate(row.citations)
+    ]  # fmt: skip
+    cases = [
+        (r.case, f"{r.transforms} / {r.imperative_warnings}", r.final_light,
+         "PASS" if r.scda_passed else "HARD_FAIL", ", ".join(r.flagged) or "none")
+        for r in results.gate_runs
+    ]  # fmt: skip
+    totals = [(k, *v.values()) for k, v in table4(results.gate_runs).items()]
+    return (
+        table(["case", "revision", "checked", *OUTCOMES, "route (overrides)"], rows)
+        + table(
+            ["case", "lint rev 0 (transforms / warnings)", "final light", "SCDA", "tracked items flagged"],
+            cases,
+        )
+        + table(["revisions", "checked", *OUTCOMES], totals)
     )
 
 

@@ -133,6 +133,36 @@ class PatientRow:
 
 
 @dataclass(frozen=True)
+class GateRunRow:
+    """A golden case's run through the output gates as the worker published it (step 5)."""
+
+    case: str
+    citations: list[dict[str, int]]
+    """Per revision: citations checked and each outcome (verified, ellipsis_trimmed, ...)."""
+    transforms: int
+    """Header substitutions of revision 0's lint."""
+    imperative_warnings: int
+    routes: list[str]
+    """Per revision: the route, with the overrides that fired."""
+    final_light: str
+    scda_passed: bool
+    flagged: list[str]
+    """The tracked items of the deliverable's audit that WARN or ESCALATE (``T-002 WARN``)."""
+
+    def json(self) -> dict[str, object]:
+        return {
+            "revisions": len(self.citations),
+            "citations": self.citations,
+            "transforms": self.transforms,
+            "imperative_warnings": self.imperative_warnings,
+            "routes": self.routes,
+            "final_light": self.final_light,
+            "scda_passed": self.scda_passed,
+            "tracked_flagged": self.flagged,
+        }
+
+
+@dataclass(frozen=True)
 class WeekLights:
     """The traffic lights at the end of a simulated week, and how many patients' light changed in it."""
 
@@ -200,6 +230,7 @@ class Results:
     lights_by_week: list[WeekLights] = field(default_factory=list)
     red_patients: list[PatientRow] = field(default_factory=list)
     clinical_same: bool = False
+    gate_runs: list[GateRunRow] = field(default_factory=list)
     loop: LoopRun | None = None
     dead: DeadLettered | None = None
     model_calls: list[ProbeCall] = field(default_factory=list)

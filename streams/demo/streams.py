@@ -19,7 +19,15 @@ from rich.console import Console
 from processors.dbpm import DBPMEngine
 from processors.dbpm.config import RULE_BASED
 from processors.dbpm.ontology import FILTER_ID_SUFFIX
-from schemas.clinical import ClinicalAssessment
+from schemas.clinical import (
+    AuditReport,
+    ClinicalAssessment,
+    ClinicalDraft,
+    Deliverable,
+    GatedDraft,
+    RevisionRoute,
+    SafetyAudit,
+)
 from schemas.common import DeadLetter
 from schemas.dbpm import Candidate, GateDecision, Narrative, Verdict
 from schemas.docs import ClassificationRequest, Disposition
@@ -37,10 +45,17 @@ from streams.demo.tap import Flow, Route, Tap
 from streams.llm.serve.testserver import DEFAULT_MODEL
 from streams.replay.kafka import wait_until_consumed
 from streams.runtime.settings import get_settings
+from streams.worker.clinical import clinical_group
 from streams.worker.dbpm import in_process_engine, memory_changelog
 from streams.worker.memory import memory_group
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
+    CLINICAL_AUDIT_REPORTS,
+    CLINICAL_DELIVERABLES,
+    CLINICAL_DRAFTS,
+    CLINICAL_GATED_DRAFTS,
+    CLINICAL_REVISION_ROUTES,
+    CLINICAL_SAFETY_AUDITS,
     DBPM_CANDIDATES,
     DBPM_DECISIONS,
     DBPM_NARRATIVES,
@@ -52,7 +67,7 @@ from topics.catalog import (
     dlq_name,
 )
 
-FLOWS = ("generator", "dbpm", "verifier", "filter", "clinical", "docs")
+FLOWS = ("generator", "dbpm", "verifier", "filter", "clinical", "gates", "docs")
 """The streams the tap measures (:class:`streams.demo.tap.Flow`), by name."""
 
 
@@ -81,6 +96,7 @@ def step_streams(
     results.flows = flows = {name: Flow(name) for name in FLOWS}
     flows["generator"].expected = flows["dbpm"].expected = plan.gates
     flows["clinical"].expected, flows["docs"].expected = plan.clinical_outputs, len(plan.documents)
+    flows["gates"].expected = len(plan.gates_expected)
     results.dead = dead = DeadLettered()
     with ExitStack() as stack:
         services, server = _start_services(console, stack, plan, workdir, bootstrap, groups)
@@ -99,7 +115,10 @@ def step_streams(
         )
         feeders = [
             Feeder("dbpm", loop.run),
-            Feeder("clinical", lambda: feed_clinical(bootstrap, serde, plan, rates[0])),
+            Feeder(
+                "clinical",
+                lambda: feed_clinical(bootstrap, serde, plan, rates[0], clinical_group(groups.app_id)),
+            ),
             Feeder("docs", lambda: feed_docs(bootstrap, serde, plan, rates[1])),
         ]
         started = time.perf_counter()
@@ -206,6 +225,9 @@ def routes(plan: Plan, flows: dict[str, Flow], dead: DeadLettered, serde: Serde)
         _among(patients, _clinical_id, _patient),
         _among(doc_ids, _document, _document),
     )
+    of_runs = _among({r.run_id for r in plan.runs}, _run_step, _run)
+    of_deliverables = _among({d.deliverable_id for d in plan.gates_expected if isinstance(d, SafetyAudit)},
+                             _deliverable, _deliverable)  # fmt: skip
     return [
         Route(DBPM_NARRATIVES, Narrative, flows["generator"], True, _among(narrated, _patient, _patient)),
         Route(DBPM_CANDIDATES, Candidate, flows["generator"], False, _among(narrated, _patient, _patient)),
@@ -217,6 +239,12 @@ def routes(plan: Plan, flows: dict[str, Flow], dead: DeadLettered, serde: Serde)
         Route(DBPM_VERDICTS, Verdict, flows["filter"], False, _if_filtered(in_run)),
         Route(FHIR_UPDATES, FhirUpdate, flows["clinical"], True, of_patients),
         Route(CLINICAL_ASSESSMENTS, ClinicalAssessment, flows["clinical"], False, of_patients),
+        Route(CLINICAL_DRAFTS, ClinicalDraft, flows["gates"], True, of_runs),
+        Route(CLINICAL_GATED_DRAFTS, GatedDraft, flows["gates"], False, of_runs),
+        Route(CLINICAL_AUDIT_REPORTS, AuditReport, flows["gates"], True, of_runs),
+        Route(CLINICAL_REVISION_ROUTES, RevisionRoute, flows["gates"], False, of_runs),
+        Route(CLINICAL_DELIVERABLES, Deliverable, flows["gates"], True, of_deliverables),
+        Route(CLINICAL_SAFETY_AUDITS, SafetyAudit, flows["gates"], False, of_deliverables),
         Route(DOCS_CLASSIFICATIONS, ClassificationRequest, flows["docs"], True, of_documents),
         Route(DOCS_DISPOSITIONS, Disposition, flows["docs"], False, of_documents),
         Route(dlq_name(DBPM_TO_VERIFY), DeadLetter, dead.verifications, False, failed_verification),
@@ -271,6 +299,20 @@ def _patient(value: _OfPatient) -> str:
 
 def _document(value: _OfDocument) -> str:
     return value.doc_id
+
+
+def _run(value: ClinicalDraft | GatedDraft | AuditReport | RevisionRoute) -> str:
+    return value.run_id
+
+
+def _run_step(value: ClinicalDraft | GatedDraft | AuditReport | RevisionRoute) -> str:
+    """A draft and its gated draft share an id, an audit and its route another."""
+    step = "draft" if isinstance(value, ClinicalDraft | GatedDraft) else "audit"
+    return f"{value.run_id}|{value.revision}|{step}"
+
+
+def _deliverable(value: Deliverable | SafetyAudit) -> str:
+    return value.deliverable_id
 
 
 def _clinical_id(value: FhirUpdate | ClinicalAssessment) -> str:

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from processors.dbpm.config import DEFAULT_TASKS
 from streams.bench.stats import percentile
+from streams.demo.gate_runs import table4
 from streams.demo.model import ProbeCall
 from streams.demo.results import BulkFigures, DbpmResults, Results
 
@@ -21,6 +22,7 @@ STREAM_NAMES = {
     "verifier": "verifier (to-verify -> verdict)",
     "filter": "ontology filter (relation -> rule-based verdict)",
     "clinical": "clinical (FHIR update -> assessment)",
+    "gates": "output gates (draft / audit / deliverable -> gated draft / route / safety audit)",
     "docs": "arbiter (classification -> disposition)",
 }
 """What each stream's latency runs from and to."""
@@ -100,6 +102,7 @@ def summary_rows(results: Results) -> list[tuple[str, str]]:
             f"{sum(results.lights.values())}: " + lights_text(results.lights),
         ),
         ("clinical worker = in-process", "yes" if results.clinical_same else "NO"),
+        *_gate_rows(results),
         ("docs dispositions", str(sum(d.documents for d in results.dispositions))),
         ("dead letters added", str(sum(results.dead_letters.added.values()))),
         *(
@@ -110,6 +113,20 @@ def summary_rows(results: Results) -> list[tuple[str, str]]:
         *((f"time: {k}", f"{v:.1f} s") for k, v in results.timings.items()),
         ("checks", "all passed" if not results.failed else "FAILED: " + "; ".join(results.failed)),
     ]
+
+
+def _gate_rows(results: Results) -> list[tuple[str, str]]:
+    """The golden runs: per case, routes and final light; Table 4's citation totals."""
+    rows = [
+        (f"output gates {r.case}: routes -> light", " -> ".join(r.routes) + f" => {r.final_light}")
+        for r in results.gate_runs
+    ]
+    totals = table4(results.gate_runs).get("all")
+    if totals is not None:
+        rows.append(
+            ("output gates: citations (all revisions)", ", ".join(f"{k} {v}" for k, v in totals.items()))
+        )
+    return rows
 
 
 def _lockstep_text(dbpm: DbpmResults) -> str:
@@ -163,6 +180,9 @@ def summary_json(results: Results) -> dict[str, object]:
     counts the verdicts published on the loop (the verifier's and the Ontology-Violation Filter's),
     ``dbpm.patterns`` the blocklist patterns per task in the final memory, ``dbpm.verifier_calls_saved``
     the BLOCKs, and ``dbpm.coverage`` how the QA candidates' NER coverage was settled.
+    ``output_gates.cases`` has, per golden case, each revision's citation counts, revision 0's lint,
+    each route (with its overrides), the final light, the deliverable's SCDA result and the tracked
+    items it flags; ``output_gates.citations`` sums the citation counts per revision and overall.
     """
     dbpm = results.loop_results
     flows = results.flows
@@ -198,6 +218,10 @@ def summary_json(results: Results) -> dict[str, object]:
             "coverage": coverage(results),
             "lockstep_decisions_equal": dbpm.same,
             "lockstep_memory_differences": len(dbpm.memory_differences),
+        },
+        "output_gates": {
+            "cases": {r.case: r.json() for r in results.gate_runs},
+            "citations": table4(results.gate_runs),
         },
         "timings_s": dict(results.timings),
     }

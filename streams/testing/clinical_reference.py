@@ -10,28 +10,27 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from processors.clinical.assess import ClinicalStreamState, process_event
+from processors.clinical.assess import ClinicalStreamState, RunEvent, process_event
 from processors.clinical.knowledge import default_knowledge
-from schemas.clinical import AdversarialReview, ClinicalAssessment, Deliverable, SafetyAudit
+from schemas.clinical import AdversarialReview, Deliverable
 from schemas.fhir import FhirUpdate
 from streams.runtime.settings import Settings
-from streams.worker.clinical import fhir_input, gate_flags
+from streams.worker.clinical import Published, fhir_input, gate_flags
 
-ClinicalEvent = FhirUpdate | AdversarialReview | Deliverable
+ClinicalEvent = FhirUpdate | AdversarialReview | Deliverable | RunEvent
 """What the clinical agent consumes, keyed by patient."""
 
 
-def pure_outputs(
-    events: Iterable[ClinicalEvent], settings: Settings
-) -> list[ClinicalAssessment | SafetyAudit]:
-    """The assessments and audits the pure stream processor emits for ``events``, in order.
+def pure_outputs(events: Iterable[ClinicalEvent], settings: Settings) -> list[Published]:
+    """What the pure stream processor publishes for ``events``, in order: assessments, safety audits,
+    gated drafts and revision routes.
 
     Each patient has its own state; a FHIR update contributes its valid changes only, at its ``ts``;
-    a review and a deliverable act at their ``event_time``.
+    every other event acts at its ``event_time``.
     """
     knowledge, flags = default_knowledge(), gate_flags(settings)
     states: dict[str, ClinicalStreamState] = {}
-    emitted: list[ClinicalAssessment | SafetyAudit] = []
+    emitted: list[Published] = []
     for event in events:
         if isinstance(event, FhirUpdate):
             item, now = fhir_input(event)[0], event.ts
@@ -42,5 +41,5 @@ def pure_outputs(
         states[event.patient_id], outputs = process_event(
             states.get(event.patient_id), item, now, knowledge, flags
         )
-        emitted += [o for o in outputs if isinstance(o, ClinicalAssessment | SafetyAudit)]
+        emitted += [o for o in outputs if isinstance(o, Published)]
     return emitted

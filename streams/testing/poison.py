@@ -18,9 +18,10 @@ checks four things:
    compared record by record (key, value bytes, headers), keyed by the outputs' ids: the gate's
    decisions and to-verify copies (:class:`streams.worker.gate.Gate` on an in-process memory holding the good
    verdicts), the memory itself (the state rebuilt from the workers' changelog against the in-process
-   engine's), the clinical assessments and safety audits (:func:`processors.clinical.assess.process_event`
-   per patient), the arbiter's dispositions, packets and ground truth (:func:`processors.docs.arbiter.run`,
-   :func:`processors.docs.packet.ground_truth`), and the generator's candidates and the verifier's
+   engine's), the clinical assessments, safety audits, gated drafts and revision routes
+   (:func:`processors.clinical.assess.process_event` per patient), the arbiter's dispositions, packets
+   and ground truth (:func:`processors.docs.arbiter.run`, :func:`processors.docs.packet.ground_truth`),
+   and the generator's candidates and the verifier's
    verdicts and verified candidates (their record handlers, :class:`streams.groups.generator.Generator` and
    :class:`streams.groups.verifier.Verifier`, calling the same deterministic test server). A missing, changed
    or repeated output fails, as does a good record on a dead-letter topic.
@@ -31,7 +32,8 @@ checks four things:
    also means "done"). The lag is reported per topic.
 
 The runtimes, each as the product runs it: ``clingate worker`` (the DBPM memory agent for verdicts and
-propagations, the gate for candidates, the clinical agent for FHIR updates, reviews and deliverables),
+propagations, the gate for candidates, the clinical agent for FHIR updates, reviews, deliverables and the
+output gates' run records),
 ``clingate arbiter worker`` (classifications and reviews, rules-only), ``clingate generator`` (narratives)
 and ``clingate verifier`` (to-verify), the last two against ``clingate llm serve --backend test
 --hashed``, whose answers are a function of the prompt. ``clingate.docs.ground-truth`` is declared
@@ -46,9 +48,11 @@ Determinism by construction, so that the reference is exact and not a matter of 
   each is decided only when this gate's view of the memory has applied every partition up to its
   tick, i.e. the whole memory. The reference decides the candidates on the in-process memory holding
   the same verdicts.
-* **Clinical**: the FHIR updates, then (after the workers committed them) the reviews, then the
-  deliverables; the reference processes each patient's records in that order. A patient's records are
-  one key, one partition, one writer: the order within a topic is the production order.
+* **Clinical**: the FHIR updates, then (after the workers committed them) the reviews, then some
+  patients' runs through the output gates (their evidence, then their first drafts, then the audits of
+  those), then the deliverables; the reference processes each patient's records in that order. A
+  patient's records are one key, one partition, one writer: the order within a topic is the
+  production order.
 * **Docs**: the classifications, then (once committed, so every packet exists) the reviews of the
   escalated documents.
 * **LLM groups** last, after the gate's checks: the verifier is started only then, at the end of its
@@ -106,7 +110,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
-from processors.clinical.assess import process_event
+from processors.clinical.assess import RunEvent, process_event
 from processors.clinical.knowledge import default_knowledge
 from processors.dbpm import parse_time
 from processors.dbpm.extraction import QA_TEMPLATES
@@ -114,7 +118,16 @@ from processors.docs.arbiter import ArbiterConfig, run
 from processors.docs.packet import ground_truth
 from processors.docs.v3 import load_trap_rules
 from schemas.base import AvroModel
-from schemas.clinical import AdversarialReview, ClinicalAssessment, Deliverable, SafetyAudit
+from schemas.clinical import (
+    AdversarialReview,
+    AuditReport,
+    ClinicalAssessment,
+    ClinicalDraft,
+    Deliverable,
+    EvidenceBundle,
+    EvidencePacket,
+    SafetyAudit,
+)
 from schemas.common import DeadLetter, Stage
 from schemas.dbpm import (
     Candidate,
@@ -155,7 +168,7 @@ from streams.testing.llm_server import ServerProcess
 from streams.testing.process import SOURCE_ROOT, ProcessError, ProcessHandle, http_answers, python_module
 from streams.testing.worker import COMPARISON_ENV, comparison_engine
 from streams.worker import READY
-from streams.worker.clinical import clinical_group, fhir_input, gate_flags
+from streams.worker.clinical import OUTPUT_TOPICS, Published, clinical_group, fhir_input, gate_flags
 from streams.worker.dbpm import (
     BARRIER_HEADER,
     REPLAYED_HEADER,
@@ -178,7 +191,9 @@ from topics.catalog import (
     CLINICAL_DELIVERABLES,
     CLINICAL_DRAFTS,
     CLINICAL_EVIDENCE,
+    CLINICAL_GATED_DRAFTS,
     CLINICAL_REVIEWS,
+    CLINICAL_REVISION_ROUTES,
     CLINICAL_SAFETY_AUDITS,
     DATA_MAX_MESSAGE_BYTES,
     DBPM_CANDIDATES,
@@ -227,9 +242,14 @@ them)."""
 SEMANTIC_HEADERS: dict[str, str] = {DBPM_VERDICTS: TICK_HEADER, DBPM_CANDIDATES: BARRIER_HEADER}
 """The one header a topic's runtime reads; every other clingate header is ignored on that topic."""
 
-KEY_CHECKED: frozenset[str] = frozenset(
-    {DBPM_VERDICTS, DBPM_PROPAGATIONS, FHIR_UPDATES, CLINICAL_REVIEWS, CLINICAL_DELIVERABLES}
-)
+CLINICAL_FEEDS = (
+    FHIR_UPDATES, CLINICAL_REVIEWS, CLINICAL_EVIDENCE, CLINICAL_DRAFTS, CLINICAL_AUDIT_REPORTS,
+    CLINICAL_DELIVERABLES,
+)  # fmt: skip
+"""The clinical loop's inputs in the order the suite feeds them (each once the loop consumed the one
+before)."""
+
+KEY_CHECKED: frozenset[str] = frozenset({DBPM_VERDICTS, DBPM_PROPAGATIONS, *CLINICAL_FEEDS})
 """Topics whose runtime dead-letters a valid record whose key is not its content's (the key decides which
 partition, hence which writer, owns the state it changes)."""
 
@@ -240,24 +260,13 @@ RUNTIMES: dict[str, str] = {
     DBPM_PROPAGATIONS: "worker (memory)",
     DBPM_DISPATCHES: "worker (memory)",
     DBPM_TO_VERIFY: "verifier",
-    FHIR_UPDATES: "worker (clinical)",
-    CLINICAL_REVIEWS: "worker (clinical)",
-    CLINICAL_DELIVERABLES: "worker (clinical)",
+    **dict.fromkeys(CLINICAL_FEEDS, "worker (clinical)"),
     DOCS_CLASSIFICATIONS: "docs worker",
     DOCS_REVIEWS: "docs worker",
 }
 """Every consumed topic the suite feeds, and the runtime that consumes it."""
 
-_OUTPUT_GATE_INPUTS = (
-    "the output gates' run records: their dead letters (out of order, not JSON) are covered by "
-    "tests/unit/topology/test_topology_output_gates.py; this suite does not generate good runs yet"
-)
-UNFED: dict[str, str] = {
-    DOCS_GROUND_TRUTH: "declared consumed, but no runtime consumes it",
-    CLINICAL_EVIDENCE: _OUTPUT_GATE_INPUTS,
-    CLINICAL_DRAFTS: _OUTPUT_GATE_INPUTS,
-    CLINICAL_AUDIT_REPORTS: _OUTPUT_GATE_INPUTS,
-}
+UNFED: dict[str, str] = {DOCS_GROUND_TRUTH: "declared consumed, but no runtime consumes it"}
 """Consumed topics the suite does not feed, and why."""
 
 MODELS: dict[str, type[AvroModel]] = {
@@ -269,6 +278,9 @@ MODELS: dict[str, type[AvroModel]] = {
     DBPM_TO_VERIFY: GateDecision,
     FHIR_UPDATES: FhirUpdate,
     CLINICAL_REVIEWS: AdversarialReview,
+    CLINICAL_EVIDENCE: EvidenceBundle,
+    CLINICAL_DRAFTS: ClinicalDraft,
+    CLINICAL_AUDIT_REPORTS: AuditReport,
     CLINICAL_DELIVERABLES: Deliverable,
     DOCS_CLASSIFICATIONS: ClassificationRequest,
     DOCS_REVIEWS: Review,
@@ -985,6 +997,50 @@ _DELIVERABLES = (
 )
 
 
+_LABEL = {
+    "digoxin label": "Digoxin toxicity is more likely with hypokalemia. Check potassium before each dose.",
+    "warfarin label": "Bleeding is the major risk of warfarin therapy. Amiodarone can raise the INR.",
+}
+"""The evidence packets of the suite's runs."""
+
+_CITATIONS = (
+    '[CRG: digoxin label — "Digoxin toxicity is more likely with hypokalemia."]',
+    '[CRG: warfarin label — "Bleeding is the major risk of warfarin therapy. Amiodarone ... raise the INR."]',
+    '[CRG: digoxin label — "Toxicity of digoxin is more likely with hypokalemia."]',
+    '[CRG: digoxin label — "Amiodarone can raise the INR."]',
+    '[CRG: warfarin label — "Warfarin is safe at any INR."]',
+)
+"""Citations of the suite's drafts: verified, ellipsis, paraphrase, wrong attribution, fabricated."""
+
+_AUDITS = (
+    {"violations": ["Rule 4.3: parametric leakage in the dosing section"], "cds_compliant": True},
+    {"violations": ["[PARSER WARNING] no verdict line"], "cds_compliant": True},
+    {"violations": ["Rule 4.14: quote integrity"], "cds_compliant": False},
+    {"violations": ["Rule 4.3: ✅ PASS — No parametric leakage"], "cds_compliant": True},
+    {"violations": [], "cds_compliant": True},
+)
+"""Audit reports of the suite's runs, one per router path."""
+
+
+def _runs(tag: str, pids: list[str], when: datetime, rng: random.Random) -> list[RunEvent]:
+    """A run of one revision (evidence, draft 0, its audit) per patient of ``pids`` (one run each: a
+    patient's next run would replace the first before its audit), in feed order: every evidence bundle,
+    then every draft, then every audit."""
+    runs = []
+    for i, pid in enumerate(pids):
+        base = {"patient_id": pid, "run_id": f"{tag}-run-{i}", "event_time": when + timedelta(hours=i)}
+        packets = [EvidencePacket(source=s, text=t) for s, t in _LABEL.items()]
+        cited = " ".join(rng.sample(_CITATIONS, k=rng.randint(1, len(_CITATIONS))))
+        text = f"## HOLD DIGOXIN\nDiscontinue digoxin for now. {cited}\nMonitor potassium."
+        report = json.dumps(rng.choice(_AUDITS), ensure_ascii=False)
+        runs.append((
+            EvidenceBundle(**base, packets=packets),
+            ClinicalDraft(**base, revision=0, text=text),
+            AuditReport(**base, revision=0, report=report),
+        ))  # fmt: skip
+    return [event for stage in zip(*runs, strict=True) for event in stage]
+
+
 def _encounter(pid: str, rid: str, when: datetime, text: str) -> FhirUpdate:
     """A FHIR update of one finished Encounter whose reason is ``text``."""
     resource = json.dumps(encounter(pid, rid, text))
@@ -992,8 +1048,9 @@ def _encounter(pid: str, rid: str, when: datetime, text: str) -> FhirUpdate:
 
 
 def _clinical(tag: str, scale: Scale, rng: random.Random, serde: Serde) -> _Family:
-    """The good FHIR updates, reviews and deliverables, and the assessments and audits they produce, in
-    the order the suite feeds them: every update, then every review, then every deliverable.
+    """The good FHIR updates, reviews, runs through the output gates and deliverables, and the
+    assessments, gated drafts, routes and audits they produce, in the order the suite feeds them
+    (:data:`CLINICAL_FEEDS`).
 
     With ``scale.large``: updates and deliverables of :data:`LARGE` text, and patients whose 3 MiB
     updates grow their state until it would not fit the patient table's changelog (the update that would
@@ -1034,10 +1091,17 @@ def _clinical(tag: str, scale: Scale, rng: random.Random, serde: Serde) -> _Fami
     ]
     knowledge, flags = default_knowledge(), gate_flags(Settings())
     states: dict[str, Any] = {}
-    family = _Family({FHIR_UPDATES: [], CLINICAL_REVIEWS: [], CLINICAL_DELIVERABLES: []})
-    inputs: list[tuple[str, FhirUpdate | AdversarialReview | Deliverable, str]] = [
+    family = _Family({topic: [] for topic in CLINICAL_FEEDS})
+    run_topics = {
+        EvidenceBundle: CLINICAL_EVIDENCE,
+        ClinicalDraft: CLINICAL_DRAFTS,
+        AuditReport: CLINICAL_AUDIT_REPORTS,
+    }
+    runs = _runs(tag, pids[:good], last + timedelta(days=1), rng)
+    inputs: list[tuple[str, FhirUpdate | AdversarialReview | RunEvent | Deliverable, str]] = [
         *((FHIR_UPDATES, u, f"{u.patient_id}@{_json_ts(u.ts)}") for u in updates),
         *((CLINICAL_REVIEWS, r, r.review_id) for r in reviews),
+        *((run_topics[type(e)], e, f"{e.run_id}|{type(e).__name__}") for e in runs),
         *((CLINICAL_DELIVERABLES, d, d.deliverable_id) for d in deliverables),
     ]
     for topic, value, ident in inputs:
@@ -1059,13 +1123,21 @@ def _clinical(tag: str, scale: Scale, rng: random.Random, serde: Serde) -> _Fami
         states[value.patient_id] = state
         family.feeds[topic].append(record)
         for out in outputs:
-            if isinstance(out, ClinicalAssessment | SafetyAudit):
-                name = CLINICAL_ASSESSMENTS if isinstance(out, ClinicalAssessment) else CLINICAL_SAFETY_AUDITS
-                ident = (
-                    f"{out.patient_id}@{out.as_of}" if isinstance(out, ClinicalAssessment) else out.audit_id
+            if isinstance(out, Published):
+                name = OUTPUT_TOPICS[type(out)]
+                family.expected.append(
+                    Expected(name, key, serde.encode(out, topic=name), (), topic, _ident(out))
                 )
-                family.expected.append(Expected(name, key, serde.encode(out, topic=name), (), topic, ident))
     return family
+
+
+def _ident(out: Published) -> str:
+    """How the report names a clinical output."""
+    if isinstance(out, ClinicalAssessment):
+        return f"{out.patient_id}@{out.as_of}"
+    if isinstance(out, SafetyAudit):
+        return out.audit_id
+    return f"{out.run_id}|{out.revision}|{type(out).__name__}"
 
 
 def _docs(tag: str, scale: Scale, rng: random.Random, serde: Serde) -> _Family:
@@ -1747,7 +1819,7 @@ def run_poison(
     )
 
     app_id = f"clingate-{plan.tag}"
-    groups = dict.fromkeys((FHIR_UPDATES, CLINICAL_REVIEWS, CLINICAL_DELIVERABLES), clinical_group(app_id))
+    groups = dict.fromkeys(CLINICAL_FEEDS, clinical_group(app_id))
     groups |= dict.fromkeys((DBPM_VERDICTS, DBPM_PROPAGATIONS, DBPM_DISPATCHES), memory_group(app_id))
     groups |= {
         DBPM_CANDIDATES: gate_group(app_id),
@@ -1813,7 +1885,7 @@ def run_poison(
         feed_started = time.monotonic()
         dbpm = stages.start((DBPM_VERDICTS, DBPM_PROPAGATIONS, DBPM_DISPATCHES), (DBPM_CANDIDATES,))
         others = [
-            stages.start((FHIR_UPDATES,), (CLINICAL_REVIEWS,), (CLINICAL_DELIVERABLES,)),
+            stages.start(*((topic,) for topic in CLINICAL_FEEDS)),
             stages.start((DOCS_CLASSIFICATIONS,), (DOCS_REVIEWS,)),
         ]
         stages.join(dbpm)
@@ -1863,6 +1935,8 @@ OUTPUTS = (
     DBPM_VERIFIED,
     CLINICAL_ASSESSMENTS,
     CLINICAL_SAFETY_AUDITS,
+    CLINICAL_GATED_DRAFTS,
+    CLINICAL_REVISION_ROUTES,
     DOCS_DISPOSITIONS,
     DOCS_REVIEW_PACKETS,
     DOCS_GROUND_TRUTH,
@@ -1870,7 +1944,15 @@ OUTPUTS = (
 """The topics the runtimes write the good records' outputs to."""
 
 ORDERED_OUTPUTS = frozenset(
-    {DBPM_DECISIONS, CLINICAL_ASSESSMENTS, CLINICAL_SAFETY_AUDITS, DOCS_DISPOSITIONS, DOCS_REVIEW_PACKETS}
+    {
+        DBPM_DECISIONS,
+        CLINICAL_ASSESSMENTS,
+        CLINICAL_SAFETY_AUDITS,
+        CLINICAL_GATED_DRAFTS,
+        CLINICAL_REVISION_ROUTES,
+        DOCS_DISPOSITIONS,
+        DOCS_REVIEW_PACKETS,
+    }
 )
 """Outputs keyed by the entity whose inputs are one key: their order per key is the reference's too."""
 
@@ -1882,6 +1964,8 @@ _OUTPUT_SOURCE = {
     DBPM_VERIFIED: DBPM_TO_VERIFY,
     CLINICAL_ASSESSMENTS: FHIR_UPDATES,
     CLINICAL_SAFETY_AUDITS: CLINICAL_DELIVERABLES,
+    CLINICAL_GATED_DRAFTS: CLINICAL_DRAFTS,
+    CLINICAL_REVISION_ROUTES: CLINICAL_AUDIT_REPORTS,
     DOCS_DISPOSITIONS: DOCS_CLASSIFICATIONS,
     DOCS_REVIEW_PACKETS: DOCS_CLASSIFICATIONS,
     DOCS_GROUND_TRUTH: DOCS_REVIEWS,
@@ -1920,7 +2004,12 @@ def _ours(plan: Plan, read: Read, serde: Serde) -> bool:
         except SchemaDecodeError:
             return False
         return (model.candidate_id or "").startswith(plan.prefix("tv-"))
-    if read.topic in (CLINICAL_ASSESSMENTS, CLINICAL_SAFETY_AUDITS):
+    if read.topic in (
+        CLINICAL_ASSESSMENTS,
+        CLINICAL_SAFETY_AUDITS,
+        CLINICAL_GATED_DRAFTS,
+        CLINICAL_REVISION_ROUTES,
+    ):
         return key.startswith(plan.prefix("pt-"))
     return key.startswith(plan.prefix("doc-"))
 

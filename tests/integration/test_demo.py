@@ -56,7 +56,8 @@ def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_pat
     summary = json.loads(summary_path.read_text(encoding="utf-8"))
     assert summary["passed"] and all(summary["checks"].values()), summary["failures"]
     named = {"dbpm_lockstep_decisions_equal", "dbpm_one_verdict_per_candidate_let_through",
-             "dbpm_channels_within_caps", "clinical_equal", "arbiter_equal"}  # fmt: skip
+             "dbpm_channels_within_caps", "clinical_equal", "gates_equal", "gates_rule_b", "gates_scda",
+             "arbiter_equal"}  # fmt: skip
     assert named <= set(summary["checks"])
     dbpm = summary["dbpm"]
     assert dbpm["candidates"] > 0 and len(dbpm["config"]) == 1, "one configuration decided everything"
@@ -64,9 +65,14 @@ def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_pat
     assert set(dbpm["patterns"]) == {"ner", "re", "qa"} and dbpm["verifier_calls_saved"] >= 0
     assert dbpm["lift"] and all({"lift", "ci", "status"} <= set(v) for v in dbpm["lift"].values())
     assert set(dbpm["coverage"]) <= {"settled", "timeout", "no_ner"} and dbpm["coverage"]
+    gates = summary["output_gates"]
+    assert sorted(gates["cases"]) == ["PT-TEST-008", "PT-TEST-009", "PT-TEST-010", "PT-TEST-012"]
+    assert gates["citations"]["rev0"]["checked"] == 53, "the golden runs' revision 0 is Table 4 Part B"
+    assert gates["cases"]["PT-TEST-008"]["routes"][-1] == "PROCEED (revision_budget_exhausted)"
     assert "clingate demo summary" in done.stdout and "latency p99" in done.stdout
     assert "lockstep slice (2 patients" in done.stdout and "bulk phase (2 patients" in done.stdout
     html = report.read_text(encoding="utf-8")
     assert "<svg" in html and "QA lift per category" in html and "Throughput and latency per stream" in html
+    assert "Output gates: the golden runs" in html
     assert "<script" not in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
     assert _processes_with(f"DEMO_TEST_RUN={run}".encode()) == []

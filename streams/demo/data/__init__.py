@@ -3,6 +3,10 @@
 * ``clinical/``: the golden FHIR R4 bundles PT-TEST-008, -009, -010 and -012 (synthetic, built from
   the case descriptions of the PharmMesh escape register supplement; see
   ``tests/unit/clinical/test_clinical_golden.py`` for the published outputs they reproduce).
+* ``runs/``: each golden case's run through the output gates (``evidence.json``, ``draft-<N>.md``,
+  ``audit-<N>.json`` per revision; written for clingate, reproducing the citation outcomes of the
+  supplement's Supplementary Table 4 and the Rule B inputs of Table 3 Part C: see
+  ``tests/unit/processors/drafts/test_golden_runs.py``).
 * ``docs/``: document bundles and classification outputs of the classification-arbiter examples (the
   seed's slide 2 genomic report and clinical note, a Quest CBC, a requisition) with their trap cases.
 
@@ -15,6 +19,9 @@ from pathlib import Path
 
 CLINICAL = Path(__file__).parent / "clinical"
 """Directory of the golden FHIR bundles, one ``<case>.json`` per patient."""
+
+RUNS = Path(__file__).parent / "runs"
+"""Directory of the golden runs through the output gates, one ``<case>/`` per patient."""
 
 DOCS = Path(__file__).parent / "docs"
 """Directory of the classification-arbiter examples (``bundle_*.json``, ``classification_*.json``)."""
