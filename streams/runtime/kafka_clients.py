@@ -109,6 +109,60 @@ def commit_transaction(producer: Producer, name: str) -> bool:
             log.info("%s: transaction commit retried: %s", name, exc.args[0].str())
 
 
+class TransactionalProducer:
+    """A loop's transactional producer under a stable transactional id, renewed when fenced.
+
+    The transaction coordinator ends a producer's epoch when a transaction outlives
+    :data:`TRANSACTION_TIMEOUT_MS` (a commit that waited out a partition leader's death, its messages
+    timed out); librdkafka then reports the producer fenced, a fatal error, at the next abort or
+    commit. The id is this loop's alone (kept in its own data directory, :func:`transactional_id`), so
+    no newer instance holds it: the producer is replaced by a new one under the same id
+    (``init_transactions`` takes a new epoch) and the batch is done again, as after any abort. Without
+    this the loop stopped, and its worker with it.
+    """
+
+    def __init__(self, config: dict[str, object], name: str) -> None:
+        self._config = config
+        self._name = name
+        self.producer = self._new()
+
+    def _new(self) -> Producer:
+        producer = Producer(self._config)
+        producer.init_transactions()
+        return producer
+
+    def _renew(self, error: KafkaException) -> None:
+        log.warning("%s: the producer was fenced (%s); a new one takes its transactional id", self._name,
+                    error.args[0].str())  # fmt: skip
+        self.producer.purge()
+        self.producer = self._new()
+
+    def abort(self) -> None:
+        """Abort the open transaction (a fenced producer is renewed instead)."""
+        try:
+            self.producer.abort_transaction()
+        except KafkaException as exc:
+            if not fatal(exc):
+                raise
+            self._renew(exc)
+
+    def commit(self) -> bool:
+        """:func:`commit_transaction`; False also when the producer was fenced (and renewed)."""
+        try:
+            return commit_transaction(self.producer, self._name)
+        except KafkaException as exc:
+            if not fatal(exc):
+                raise
+            self._renew(exc)
+            return False
+
+
+def fatal(exc: KafkaException) -> bool:
+    """The producer is unusable (fenced, or another fatal error): it must be replaced."""
+    error = exc.args[0]
+    return isinstance(error, KafkaError) and error.fatal()
+
+
 def consume_batch(consumer: Consumer, limit: int, timeout_s: float) -> list[Message]:
     """The records (and events: partition EOF, errors) ``consumer`` has, at most ``limit``: waits up to
     ``timeout_s`` for the first, then takes only what is already fetched.

@@ -103,7 +103,6 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
 from prometheus_client import Gauge
@@ -129,9 +128,10 @@ from streams.runtime.dlq import (
 )
 from streams.runtime.kafka_clients import (
     TRANSACTION_TIMEOUT_MS,
+    TransactionalProducer,
     abortable,
-    commit_transaction,
     consume_batch,
+    fatal,
     moved_past_markers,
     positions,
 )
@@ -495,13 +495,12 @@ class GateLoop:
         # Decisions leave in batches: 2 ms linger is enough to fill them, the commit sends at once. It
         # admits decisions as large as the decisions topic does (librdkafka's own limit is ~1 MB: a
         # 2 MB candidate's decision raised in produce() and stopped the gate).
-        self._producer = Producer(producer_config(bootstrap, **{
+        self._transactions = TransactionalProducer(producer_config(bootstrap, **{
             "transactional.id": transactional_id(directory, self._name),
             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
             "linger.ms": 2, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
             **PRODUCER_LIMITS,
-        }))  # fmt: skip
-        self._producer.init_transactions()
+        }), self._name)  # fmt: skip
         self._lag: dict[int, int] = {}
         self._progress: dict[int, Progress] = {}  # partition -> last committed progress (owned partitions)
         self._committed: dict[int, int] = {}  # partition -> group offset this gate committed
@@ -717,7 +716,7 @@ class GateLoop:
         Dispatches go first: a ``read_committed`` reader sees none of the batch before the commit, and
         then the dispatch of every candidate the batch sends to be verified."""
         produced: list[str] = []
-        producer = self._producer
+        producer = self._transactions.producer
         producer.begin_transaction()
         try:
             for letter in failed:
@@ -737,12 +736,12 @@ class GateLoop:
                 producer.produce(topic, value, key, partition=at)
                 produced.append(topic)
         except (KafkaException, BufferError) as exc:
-            if isinstance(exc, KafkaException) and not abortable(exc):
+            if isinstance(exc, KafkaException) and not (abortable(exc) or fatal(exc)):
                 raise
             log.warning("%s: a batch was not produced (%s); it is decided again", self._name, exc)
-            producer.abort_transaction()
+            self._transactions.abort()
             return False
-        if not commit_transaction(producer, self._name):
+        if not self._transactions.commit():
             return False
         self._metrics.loops.count(self._metrics.loops.produced, "gate", produced)
         return True

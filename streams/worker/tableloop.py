@@ -59,7 +59,6 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
 
@@ -69,9 +68,10 @@ from streams.runtime.dlq import PRODUCER_LIMITS, SourceRecord, dead_letter_recor
 from streams.runtime.kafka_clients import (
     COMMIT_STEP_S,
     TRANSACTION_TIMEOUT_MS,
+    TransactionalProducer,
     abortable,
-    commit_transaction,
     consume_batch,
+    fatal,
     moved_past_markers,
     positions,
 )
@@ -215,13 +215,12 @@ class TableLoop:
             "group.id": f"{group}-restore",  # required by librdkafka; never joined (assign)
             "enable.auto.commit": False, "enable.partition.eof": True, "isolation.level": "read_committed",
         }))  # fmt: skip
-        self._producer = Producer(producer_config(bootstrap, **{
+        self._transactions = TransactionalProducer(producer_config(bootstrap, **{
             "transactional.id": transactional_id(directory, group),
             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
             "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
             **PRODUCER_LIMITS,
-        }))  # fmt: skip
-        self._producer.init_transactions()
+        }), group)  # fmt: skip
         self._restoring: set[int] = set()
         self._committed: dict[tuple[str, int], int] = {}  # (topic, partition) -> offset committed
         self._lag: dict[tuple[str, int], int] = {}
@@ -278,7 +277,7 @@ class TableLoop:
                 boundaries[message.partition()] = message.offset()
 
         produced: list[str] = []
-        producer = self._producer
+        producer = self._transactions.producer
         producer.begin_transaction()
         try:
             for partition, records in by_partition.items():
@@ -307,12 +306,12 @@ class TableLoop:
             if failures:
                 raise KafkaException(failures[0])
         except KafkaException as exc:
-            if not abortable(exc):
+            if not (abortable(exc) or fatal(exc)):
                 raise
-            producer.abort_transaction()
+            self._transactions.abort()
             committed = False
         else:
-            committed = commit_transaction(producer, self.group)
+            committed = self._transactions.commit()
         if not committed:
             self._metrics.aborted.labels(self._name).inc()
             log.warning("%s: a batch was not committed; it is applied again", self.group)
