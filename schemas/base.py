@@ -55,6 +55,7 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Field,
     PlainSerializer,
 )
 
@@ -121,6 +122,9 @@ EventTime = Annotated[
 
 JsonText = Annotated[str, AfterValidator(_require_json)]
 """A JSON document carried as text (an Avro ``string``); validated to parse, kept verbatim."""
+
+Count32 = Annotated[int, Field(ge=0, le=2**31 - 1)]
+"""A count carried as an Avro ``int``."""
 
 
 RawBytes = Annotated[

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.base import AvroModel, EventTime
+from schemas.base import AvroModel, Count32, EventTime
 
 StalenessClass = Literal["CURRENT", "RECENT", "STALE", "PROFOUNDLY_STALE", "MISSING"]
 Severity = Literal["NORMAL", "ELEVATED", "CRITICAL"]
@@ -22,8 +22,6 @@ Light = Literal["GREEN", "YELLOW", "RED"]
 Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 """An Avro ``int``: the model rejects what the schema cannot carry (signed: a birth date or an observation
 in the future gives a negative age)."""
-Count32 = Annotated[int, Field(ge=0, le=2**31 - 1)]
-"""A count carried as an Avro ``int``."""
 
 _PART = ConfigDict(
     frozen=True, extra="forbid", serialize_by_alias=True, validate_by_name=True, validate_by_alias=True

@@ -64,6 +64,7 @@ class Principal(BaseModel):
     role: str
     read: tuple[str, ...] = ()
     write: tuple[str, ...] = ()
+    read_prefixes: tuple[str, ...] = ()
     owned_prefixes: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
     group_prefixes: tuple[str, ...] = ()
@@ -128,7 +129,13 @@ def load_plan(path: Path = DEFAULT_PLAN, *, app_id: str, docs_group_id: str) -> 
     problems += [
         f"{principal.name}: empty prefix grants every name"
         for principal in plan.principals
-        if "" in (*principal.owned_prefixes, *principal.group_prefixes, *principal.transactional_prefixes)
+        if ""
+        in (
+            *principal.read_prefixes,
+            *principal.owned_prefixes,
+            *principal.group_prefixes,
+            *principal.transactional_prefixes,
+        )
     ]
     if any(principal.name == plan.super_user for principal in plan.principals):
         problems.append(f"{plan.super_user} is the super user: it needs no grants")
@@ -170,6 +177,7 @@ def principal_bindings(principal: Principal) -> list[AclBinding]:
     bindings = [
         *_bindings(who, ResourceType.TOPIC, literal, principal.read, _READ),
         *_bindings(who, ResourceType.TOPIC, literal, principal.write, _WRITE),
+        *_bindings(who, ResourceType.TOPIC, prefixed, principal.read_prefixes, _READ),
         *_bindings(who, ResourceType.TOPIC, prefixed, principal.owned_prefixes, _OWN),
         *_bindings(who, ResourceType.GROUP, literal, principal.groups, _GROUP),
         *_bindings(who, ResourceType.GROUP, prefixed, principal.group_prefixes, _GROUP),

@@ -102,6 +102,10 @@ DOCS_DISPOSITIONS = "clingate.docs.dispositions"
 DOCS_REVIEW_PACKETS = "clingate.docs.review-packets"
 DOCS_REVIEWS = "clingate.docs.reviews"
 DOCS_GROUND_TRUTH = "clingate.docs.ground-truth"
+AGENT_REQUESTS = "clingate.agent.requests"
+AGENT_RESPONSES = "clingate.agent.responses"
+AGENT_TRACES = "clingate.agent.traces"
+AGENT_PROPOSALS = "clingate.agent.proposals"
 
 
 def dlq_name(topic: str) -> str:
@@ -224,6 +228,10 @@ _DECLARED: tuple[TopicSpec, ...] = (
         DOCS_GROUND_TRUTH, "document_id (latest label per document)", "clingate.docs.GroundTruth",
         cleanup_policy="compact", retention_ms=-1, consumed=True,
     ),
+    TopicSpec(AGENT_REQUESTS, "conversation_id", "clingate.agent.AgentRequest", consumed=True),
+    TopicSpec(AGENT_RESPONSES, "conversation_id", "clingate.agent.AgentResponse", retention_ms=30 * DAY_MS),
+    TopicSpec(AGENT_TRACES, "conversation_id", "clingate.agent.AgentTrace", retention_ms=30 * DAY_MS),
+    TopicSpec(AGENT_PROPOSALS, "patient_id", "clingate.agent.AgentProposal", retention_ms=365 * DAY_MS),
 )  # fmt: skip
 
 

@@ -216,12 +216,25 @@ def _med_text(resource: Mapping[str, Any], medications: Mapping[str, str]) -> tu
     return medications.get(key) or medications.get(key.rsplit("/", 1)[-1]), key
 
 
+def _names(names: Any) -> tuple[str, ...]:
+    """A Patient's HumanNames as display strings: ``text``, else the given names and the family name."""
+    out = []
+    for name in names:
+        text = name.get("text") or " ".join([*name.get("given", ()), name.get("family") or ""]).strip()
+        if text:
+            out.append(text)
+    return tuple(out)
+
+
 def normalise(resource: Mapping[str, Any], issues: tuple[str, ...], medications: Mapping[str, str]) -> Record:
     """Turn one validated, sanitised resource into its plain record."""
     rtype = resource["resourceType"]
     common: dict[str, Any] = {"id": _resource_id(resource), "stamp": _stamp(resource), "issues": issues}
     if rtype == "Patient":
-        return PatientRecord(birth_date=resource.get("birthDate"), **common)
+        return PatientRecord(
+            birth_date=resource.get("birthDate"), names=_names(resource.get("name") or ()),
+            gender=resource.get("gender"), **common,
+        )  # fmt: skip
     if rtype == "Observation":
         period = resource.get("effectivePeriod") or {}
         effective = (

@@ -43,10 +43,14 @@ class _Record(_Frozen):
 
 
 class PatientRecord(_Record):
-    """Patient: only the birth date matters (age is never derived from text, ESC-009)."""
+    """Patient: the birth date is all the gates read (age is never derived from text, ESC-009); the names
+    and gender identify the patient to a person (the clinician's agent searches them), never to a gate."""
 
     resource_type: Literal["Patient"] = "Patient"
     birth_date: str | None = None
+    names: tuple[str, ...] = ()
+    """Each FHIR HumanName as one display string (its ``text``, else given names then family)."""
+    gender: str | None = None
 
 
 class ObservationRecord(_Record):

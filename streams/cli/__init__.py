@@ -28,6 +28,7 @@ class Entry:
 
 
 COMMANDS: dict[str, Entry] = {
+    "agent": Entry("streams.cli.agent", "The clinician's agent: worker, one-shot questions, trace replay."),
     "arbiter": Entry(
         "streams.cli.arbiter", "Classification arbiter: verify classifications, render review packets."
     ),

@@ -12,12 +12,25 @@ from typing import Annotated
 
 import typer
 
-from streams.bench import ablation, chaos, clinical, dbpm, dbpm_kafka, docs, llm, memory, restart, runtime
+from streams.bench import (
+    ablation,
+    agent,
+    chaos,
+    clinical,
+    dbpm,
+    dbpm_kafka,
+    docs,
+    llm,
+    memory,
+    restart,
+    runtime,
+)
 
 app = typer.Typer(help="Benchmarks of each area: throughput, per-event cost, size.", no_args_is_help=True)
 app.add_typer(dbpm.app, name="dbpm")
 app.command("dbpm-kafka")(dbpm_kafka.dbpm_kafka)
 app.command("ablation")(ablation.ablation)
+app.command("agent")(agent.agent)
 app.command("chaos")(chaos.chaos)
 app.command("clinical")(clinical.clinical)
 app.command("docs")(docs.docs)

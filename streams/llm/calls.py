@@ -36,6 +36,7 @@ class Role(StrEnum):
     GENERATOR = "generator"
     VERIFIER = "verifier"
     DEFAULT = "default"
+    VISION = "vision"
 
 
 class CallType(StrEnum):
@@ -49,6 +50,13 @@ class CallType(StrEnum):
     QA_VERDICT = "qa_verdict"
     OPERATIONAL = "operational"
     SYNTHESIS = "synthesis"
+    AGENT_IMAGE = "agent_image"
+    AGENT_INTENT = "agent_intent"
+    AGENT_TOOL_SELECT = "agent_tool_select"
+    AGENT_TOOL_ARGS = "agent_tool_args"
+    AGENT_RESULT = "agent_result"
+    AGENT_RETRY = "agent_retry"
+    AGENT_SYNTHESIS = "agent_synthesis"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,4 +85,14 @@ CALL_PROFILES: dict[CallType, CallProfile] = {
     CallType.QA_VERDICT: CallProfile(Role.VERIFIER, 0.0, 60, "DBPM Table 14: verifier verdict 60, greedy"),
     CallType.OPERATIONAL: CallProfile(Role.DEFAULT, 0.0, 256, "DocGemma §7: operational T=0.0"),
     CallType.SYNTHESIS: CallProfile(Role.DEFAULT, 0.5, 256, "DocGemma §7: synthesis T=0.5, 256 tokens"),
+    # The clinician's agent, one call type per LLM node (DocGemma §7; the same numbers are the pure graph's
+    # in processors.agent.prompts, and a test holds the two equal). The image analysis goes to the vision
+    # role's server.
+    CallType.AGENT_IMAGE: CallProfile(Role.VISION, 0.3, 512, "DocGemma §7: image analysis T=0.3, 512"),
+    CallType.AGENT_INTENT: CallProfile(Role.DEFAULT, 0.0, 256, "DocGemma §7: INTENT_CLASSIFY T=0.0, 256"),
+    CallType.AGENT_TOOL_SELECT: CallProfile(Role.DEFAULT, 0.0, 64, "DocGemma §7: TOOL_SELECT stage 1, 64"),
+    CallType.AGENT_TOOL_ARGS: CallProfile(Role.DEFAULT, 0.0, 128, "DocGemma §7: TOOL_SELECT stage 2, 128"),
+    CallType.AGENT_RESULT: CallProfile(Role.DEFAULT, 0.0, 128, "DocGemma §7: RESULT_CLASSIFY T=0.0, 128"),
+    CallType.AGENT_RETRY: CallProfile(Role.DEFAULT, 0.0, 64, "DocGemma §7: ERROR_HANDLER T=0.0, 64"),
+    CallType.AGENT_SYNTHESIS: CallProfile(Role.DEFAULT, 0.5, 256, "DocGemma §7: SYNTHESIZE free text T=0.5"),
 }

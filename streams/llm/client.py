@@ -2,7 +2,10 @@
 
 Every LLM call in clingate goes through :meth:`LlmClient.call`. It sends a chat completion whose answer
 is constrained to a registered pydantic response model, validates the answer against that model, and
-returns ``LlmOk[T] | LlmFailed``; it never raises for a server, network or output problem.
+returns ``LlmOk[T] | LlmFailed``; it never raises for a server, network or output problem. The one
+exception to the constraint is :meth:`LlmClient.call_text`, the free-text answer of the agent's
+SYNTHESIZE node (DocGemma §7: free-form at T=0.5): no schema is sent and the text is the answer, also
+when the token budget ended it (the budget is the spec's; a cut answer is still what the model said).
 
 Request shape (checked against vLLM's sources and docs, current as of the v0.12+ API):
 
@@ -95,10 +98,12 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class ChatMessage(TypedDict):
-    """One chat message, as the OpenAI chat API takes it."""
+    """One chat message, as the OpenAI chat API takes it: ``content`` is the text, or a list of
+    ``{"type": "text", "text": ...}`` and ``{"type": "image_url", "image_url": {"url": ...}}`` parts for a
+    vision model."""
 
     role: Literal["system", "user", "assistant"]
-    content: str
+    content: str | list[dict[str, Any]]
 
 
 class UnregisteredResponseModelError(TypeError):
@@ -256,6 +261,15 @@ class AnswerRejected:
     detail: str
 
 
+def judge_text(content: Any, finish_reason: Any) -> str | AnswerRejected:
+    """The rule for a free-text answer: a string that ended with ``stop`` or at the budget."""
+    if finish_reason not in ("stop", "length"):
+        return AnswerRejected(FailureKind.INVALID_OUTPUT, f"finish_reason={finish_reason!r}, expected 'stop'")
+    if not isinstance(content, str) or not content.strip():
+        return AnswerRejected(FailureKind.INVALID_OUTPUT, "answer content is not a non-empty string")
+    return content
+
+
 def judge_answer(
     content: Any, finish_reason: Any, response_model: type[M], call_type: CallType
 ) -> M | AnswerRejected:
@@ -409,7 +423,7 @@ class LlmClient:
     def request_body(
         self,
         call_type: CallType,
-        response_model: type[BaseModel],
+        response_model: type[BaseModel] | None,
         messages: Sequence[ChatMessage],
         model: str,
     ) -> dict[str, Any]:
@@ -417,7 +431,7 @@ class LlmClient:
 
         Args:
             call_type: the call type (temperature and budget come from its profile).
-            response_model: the registered response model.
+            response_model: the registered response model; None for a free-text call (no schema).
             messages: the chat messages.
             model: the served model name.
 
@@ -425,12 +439,17 @@ class LlmClient:
             The chat-completions request body.
         """
         profile = CALL_PROFILES[call_type]
-        schema = json_schema_of(response_model)
-        return {
+        body: dict[str, Any] = {
             "model": model,
             "messages": list(messages),
             "temperature": profile.temperature,
             "max_tokens": profile.max_tokens,
+        }
+        if response_model is None:
+            return body
+        schema = json_schema_of(response_model)
+        return {
+            **body,
             "response_format": {
                 "type": "json_schema",
                 "json_schema": {"name": response_model.__name__, "schema": schema},
@@ -444,7 +463,7 @@ class LlmClient:
     def encoded_body(
         self,
         call_type: CallType,
-        response_model: type[BaseModel],
+        response_model: type[BaseModel] | None,
         messages: Sequence[ChatMessage],
         model: str,
     ) -> bytes:
@@ -483,6 +502,15 @@ class LlmClient:
                 (a programming error: the schema would bypass the linter).
         """
         require_registered(response_model)
+        return await self._call(call_type, response_model, messages)
+
+    async def call_text(self, call_type: CallType, messages: Sequence[ChatMessage]) -> LlmOk[str] | LlmFailed:
+        """Make one free-text call (no schema; module docstring): ``LlmOk`` carries the text."""
+        return await self._call(call_type, None, messages)
+
+    async def _call(
+        self, call_type: CallType, response_model: type[M] | None, messages: Sequence[ChatMessage]
+    ) -> LlmOk[Any] | LlmFailed:
         role = CALL_PROFILES[call_type].role
         endpoint = self._endpoints.get(role)
         if endpoint is None:
@@ -506,9 +534,9 @@ class LlmClient:
         endpoint: Endpoint,
         role: Role,
         call_type: CallType,
-        response_model: type[M],
+        response_model: type[M] | None,
         body: bytes,
-    ) -> LlmOk[M] | LlmFailed:
+    ) -> LlmOk[Any] | LlmFailed:
         started = self._clock()
         attempts = 0
         while True:
@@ -592,13 +620,13 @@ class LlmClient:
     def _parse(
         self,
         envelope: dict[str, Any],
-        response_model: type[M],
+        response_model: type[M] | None,
         endpoint: Endpoint,
         role: Role,
         call_type: CallType,
         attempts: int,
         elapsed: float,
-    ) -> LlmOk[M] | LlmFailed:
+    ) -> LlmOk[Any] | LlmFailed:
         try:
             choice = envelope["choices"][0]
             finish_reason = choice.get("finish_reason")
@@ -613,7 +641,11 @@ class LlmClient:
                 elapsed,
                 "answer envelope has no choices[0].message.content",
             )
-        judged = judge_answer(content, finish_reason, response_model, call_type)
+        judged: Any = (
+            judge_text(content, finish_reason)
+            if response_model is None
+            else judge_answer(content, finish_reason, response_model, call_type)
+        )
         if isinstance(judged, AnswerRejected):
             return self._failed(
                 judged.kind, role, call_type, endpoint.base_url, attempts, elapsed, judged.detail

@@ -2,9 +2,11 @@
 
 Resolution per role (names kept exactly: external tools rely on them):
 
-* URL: ``CLINGATE_GENERATOR_URL`` / ``CLINGATE_VERIFIER_URL`` for their role, else ``CLINGATE_LLM_URL``;
-  the default role (operational and synthesis calls) uses ``CLINGATE_LLM_URL`` only.
-* model: ``CLINGATE_GENERATOR_MODEL`` / ``CLINGATE_VERIFIER_MODEL``, else ``CLINGATE_LLM_MODEL``.
+* URL: ``CLINGATE_GENERATOR_URL`` / ``CLINGATE_VERIFIER_URL`` / ``CLINGATE_VISION_URL`` (the agent's
+  image analysis) for their role, else ``CLINGATE_LLM_URL``; the default role (operational, synthesis
+  and the agent's other calls) uses ``CLINGATE_LLM_URL`` only.
+* model: ``CLINGATE_GENERATOR_MODEL`` / ``CLINGATE_VERIFIER_MODEL`` / ``CLINGATE_VISION_MODEL``, else
+  ``CLINGATE_LLM_MODEL``.
 
 A role with no URL is *off*: its calls return ``LlmFailed(kind=DISABLED)`` at once and the status line
 says which variable turns it on. A role with a URL but no model is also off (and says so) rather than
@@ -22,11 +24,13 @@ from streams.runtime.settings import Settings
 _URL_VARS = {
     Role.GENERATOR: "CLINGATE_GENERATOR_URL",
     Role.VERIFIER: "CLINGATE_VERIFIER_URL",
+    Role.VISION: "CLINGATE_VISION_URL",
     Role.DEFAULT: "CLINGATE_LLM_URL",
 }
 _MODEL_VARS = {
     Role.GENERATOR: "CLINGATE_GENERATOR_MODEL",
     Role.VERIFIER: "CLINGATE_VERIFIER_MODEL",
+    Role.VISION: "CLINGATE_VISION_MODEL",
     Role.DEFAULT: "CLINGATE_LLM_MODEL",
 }
 
@@ -90,8 +94,14 @@ def resolve_role(settings: Settings, role: Role) -> RoleConfig:
     Returns:
         The role's configuration with a status line saying where calls go or why they are off.
     """
-    role_url = {Role.GENERATOR: settings.generator_url, Role.VERIFIER: settings.verifier_url}.get(role)
-    role_model = {Role.GENERATOR: settings.generator_model, Role.VERIFIER: settings.verifier_model}.get(role)
+    role_url = {
+        Role.GENERATOR: settings.generator_url, Role.VERIFIER: settings.verifier_url,
+        Role.VISION: settings.vision_url,
+    }.get(role)  # fmt: skip
+    role_model = {
+        Role.GENERATOR: settings.generator_model, Role.VERIFIER: settings.verifier_model,
+        Role.VISION: settings.vision_model,
+    }.get(role)  # fmt: skip
     url = role_url or settings.llm_url
     model = role_model or settings.llm_model
     if url is None:

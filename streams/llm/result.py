@@ -46,6 +46,7 @@ _TRANSIENT = frozenset(
 _ROLE_LABELS = {
     Role.GENERATOR: "extraction model",
     Role.VERIFIER: "verification model",
+    Role.VISION: "image model",
     Role.DEFAULT: "language model",
 }
 

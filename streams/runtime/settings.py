@@ -157,6 +157,12 @@ class Settings(BaseSettings):
         validation_alias="CLINGATE_VERIFIER_URL",
         description="Base URL of the verifier server (verdict calls); overrides CLINGATE_LLM_URL.",
     )
+    vision_url: str | None = Field(
+        default=None,
+        validation_alias="CLINGATE_VISION_URL",
+        description="Base URL of the vision model server (the agent's image analysis); overrides "
+        "CLINGATE_LLM_URL.",
+    )
     llm_model: str | None = Field(
         default=None,
         validation_alias="CLINGATE_LLM_MODEL",
@@ -171,6 +177,11 @@ class Settings(BaseSettings):
         default=None,
         validation_alias="CLINGATE_VERIFIER_MODEL",
         description="Served model name of the verifier; overrides CLINGATE_LLM_MODEL.",
+    )
+    vision_model: str | None = Field(
+        default=None,
+        validation_alias="CLINGATE_VISION_MODEL",
+        description="Served model name of the vision model; overrides CLINGATE_LLM_MODEL.",
     )
     llm_api_key: SecretStr | None = Field(
         default=None,
@@ -250,8 +261,47 @@ class Settings(BaseSettings):
         "clingate.dbpm.narratives before it dead-letters the candidate.",
     )
 
+    # --- The clinician's agent (streams.agent).
+    agent_group_id: str = Field(
+        default="clingate-agent",
+        validation_alias="CLINGATE_AGENT_GROUP_ID",
+        description="Consumer group of `clingate agent worker` (requests -> responses, traces, proposals).",
+    )
+    agent_max_in_flight: int = Field(
+        default=16,
+        ge=1,
+        validation_alias="CLINGATE_AGENT_MAX_IN_FLIGHT",
+        description="Conversations one agent worker answers at once (each makes 2 to about 14 calls in "
+        "sequence); at the bound it pauses its partitions.",
+    )
+    agent_metrics_port: int = Field(
+        default=6070,
+        ge=0,
+        le=65535,
+        validation_alias="CLINGATE_AGENT_METRICS_PORT",
+        description="Port of the agent worker's /metrics endpoint (Prometheus text format); 0: not served.",
+    )
+    pubmed_url: str = Field(
+        default="https://eutils.ncbi.nlm.nih.gov/entrez/eutils",
+        validation_alias="CLINGATE_PUBMED_URL",
+        description="Base URL of a PubMed E-utilities service (the agent's literature search appends "
+        "/esearch.fcgi and /esummary.fcgi).",
+    )
+    clinicaltrials_url: str = Field(
+        default="https://clinicaltrials.gov/api/v2",
+        validation_alias="CLINGATE_CLINICALTRIALS_URL",
+        description="Base URL of a ClinicalTrials.gov v2 API (the agent's trial search appends /studies).",
+    )
+
     @field_validator(
-        "llm_url", "generator_url", "verifier_url", "llm_model", "generator_model", "verifier_model"
+        "llm_url",
+        "generator_url",
+        "verifier_url",
+        "vision_url",
+        "llm_model",
+        "generator_model",
+        "verifier_model",
+        "vision_model",
     )
     @classmethod
     def _blank_is_unset(cls, value: str | None) -> str | None:

@@ -186,6 +186,7 @@ from streams.worker.gate import Gate, gate_group
 from streams.worker.memory import memory_group
 from topics.admin import ensure_topics
 from topics.catalog import (
+    AGENT_REQUESTS,
     CLINICAL_ASSESSMENTS,
     CLINICAL_AUDIT_REPORTS,
     CLINICAL_DELIVERABLES,
@@ -266,7 +267,11 @@ RUNTIMES: dict[str, str] = {
 }
 """Every consumed topic the suite feeds, and the runtime that consumes it."""
 
-UNFED: dict[str, str] = {DOCS_GROUND_TRUTH: "declared consumed, but no runtime consumes it"}
+UNFED: dict[str, str] = {
+    DOCS_GROUND_TRUTH: "declared consumed, but no runtime consumes it",
+    AGENT_REQUESTS: "the agent worker answers with a model and tools; its dead letters (not the schema, a "
+    "key that is not the conversation, an empty query) are tests/integration/test_agent_worker.py's",
+}
 """Consumed topics the suite does not feed, and why."""
 
 MODELS: dict[str, type[AvroModel]] = {

@@ -7,6 +7,8 @@
   ``audit-<N>.json`` per revision; written for clingate, reproducing the citation outcomes of the
   supplement's Supplementary Table 4 and the Rule B inputs of Table 3 Part C: see
   ``tests/unit/processors/drafts/test_golden_runs.py``).
+* ``agent/questions.json``: the clinician's questions the demo and the agent benchmark ask, each with the
+  model answers a competent model gives at each call (:mod:`streams.testing.agent_session`).
 * ``docs/``: document bundles and classification outputs of the classification-arbiter examples (the
   seed's slide 2 genomic report and clinical note, a Quest CBC, a requisition) with their trap cases.
 
@@ -22,6 +24,9 @@ CLINICAL = Path(__file__).parent / "clinical"
 
 RUNS = Path(__file__).parent / "runs"
 """Directory of the golden runs through the output gates, one ``<case>/`` per patient."""
+
+AGENT_QUESTIONS = Path(__file__).parent / "agent" / "questions.json"
+"""The agent's scripted questions (see :func:`streams.testing.agent_session.demo_questions`)."""
 
 DOCS = Path(__file__).parent / "docs"
 """Directory of the classification-arbiter examples (``bundle_*.json``, ``classification_*.json``)."""

@@ -137,6 +137,12 @@ def _bundle(resources: list[dict[str, Any]]) -> dict[str, Any]:
     return {"resourceType": "Bundle", "type": "collection", "entry": [{"resource": r} for r in resources]}
 
 
+_GIVEN = ("Ada", "Ben", "Carla", "Dev", "Elena", "Farid", "Grace", "Hugo", "Iris", "Jonas", "Keiko")
+_FAMILY = ("Smith", "Okafor", "Lindqvist", "Moreau", "Tanaka", "Novak", "Haddad")
+"""Synthetic names, assigned by index (no draw from the generator's random stream, so the clinical
+timeline is the same with or without them); family names repeat, so a search by one finds several."""
+
+
 def _patient(index: int, rng: random.Random) -> list[Update]:
     pid = f"PT-DEMO-{index:04d}"
     offset = timedelta(hours=rng.randint(0, 6 * 24))
@@ -146,6 +152,7 @@ def _patient(index: int, rng: random.Random) -> list[Update]:
         {
             "resourceType": "Patient",
             "id": pid,
+            "name": [{"given": [_GIVEN[index % len(_GIVEN)]], "family": _FAMILY[index % len(_FAMILY)]}],
             "birthDate": f"{rng.randint(1935, 1985)}-0{rng.randint(1, 9)}-15",
         }
     ]

@@ -9,8 +9,10 @@ the production client against exactly the same request validation whichever sour
 The front is strict where a real server would be silently lenient:
 
 * it validates the request shape: ``model`` is served, ``messages`` is a non-empty list of
-  ``{role, content}``, ``temperature`` is present, and a JSON schema is present via ``response_format``
-  (type ``json_schema``) and/or ``structured_outputs.json`` (the same schema when both are sent);
+  ``{role, content}`` (content a string, or a list of ``text`` and ``image_url`` parts as vLLM's
+  multimodal chat takes), ``temperature`` is present, and a JSON schema, when sent, is the same via
+  ``response_format`` (type ``json_schema``) and ``structured_outputs.json``; a request without one is
+  free text (the agent's synthesis, DocGemma §7);
 * it answers 400 to any removed ``guided_*`` key, which current vLLM would ignore while answering 200
   unconstrained, so a regression in the client is loud;
 * ``max_tokens`` is the source's budget: a source that reaches it reports ``finish_reason = "length"``
@@ -111,7 +113,8 @@ class ChatRequest:
     Attributes:
         model: served model name.
         messages: the chat messages.
-        schema: the JSON schema the answer must match.
+        schema: the JSON schema the answer must match; None for a free-text answer.
+        schema_name: ``response_format.json_schema.name``, when sent.
         temperature: requested temperature.
         max_tokens: requested budget, if any.
         compact: whether compact JSON was requested (``disable_any_whitespace``).
@@ -119,15 +122,43 @@ class ChatRequest:
 
     model: str
     messages: list[dict[str, Any]]
-    schema: dict[str, Any]
+    schema: dict[str, Any] | None
     temperature: float
     max_tokens: int | None
     compact: bool
+    schema_name: str | None = None
 
     @property
     def prompt(self) -> str:
-        """All message contents joined, in order."""
-        return "\n".join(str(m.get("content", "")) for m in self.messages)
+        """The text of every message, in order (a multimodal message's text parts)."""
+        return "\n".join(message_text(m) for m in self.messages)
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """A chat message's text: its content string, or its ``text`` parts joined."""
+    content = message.get("content", "")
+    if isinstance(content, str):
+        return content
+    return "\n".join(part["text"] for part in content if part.get("type") == "text")
+
+
+def _valid_content(content: Any) -> bool:
+    """A string, or a non-empty list of ``{"type": "text", "text": str}`` and
+    ``{"type": "image_url", "image_url": {"url": str}}`` parts."""
+    if isinstance(content, str):
+        return True
+    if not isinstance(content, list) or not content:
+        return False
+    for part in content:
+        if not isinstance(part, dict):
+            return False
+        if part.get("type") == "text" and isinstance(part.get("text"), str):
+            continue
+        image = part.get("image_url")
+        if part.get("type") == "image_url" and isinstance(image, dict) and isinstance(image.get("url"), str):
+            continue
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,9 +225,12 @@ def parse_chat_request(body: Any) -> ChatRequest:
         if not (
             isinstance(message, dict)
             and message.get("role") in {"system", "user", "assistant"}
-            and isinstance(message.get("content"), str)
+            and _valid_content(message.get("content"))
         ):
-            raise RequestRejectedError("each message must be {'role': system|user|assistant, 'content': str}")
+            raise RequestRejectedError(
+                "each message must be {'role': system|user|assistant, 'content': str or a list of text "
+                "and image_url parts}"
+            )
     temperature = body.get("temperature")
     if isinstance(temperature, bool) or not isinstance(temperature, int | float):
         raise RequestRejectedError("'temperature' must be present and a number")
@@ -204,6 +238,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
         raise RequestRejectedError("'max_tokens' must be a positive integer")
     schemas: list[dict[str, Any]] = []
+    schema_name = None
     response_format = body.get("response_format")
     if response_format is not None:
         json_schema = response_format.get("json_schema") if isinstance(response_format, dict) else None
@@ -217,6 +252,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
                 "{'name': ..., 'schema': {...}}}"
             )
         schemas.append(json_schema["schema"])
+        schema_name = json_schema.get("name") if isinstance(json_schema.get("name"), str) else None
     structured = body.get("structured_outputs")
     compact = False
     if structured is not None:
@@ -234,13 +270,10 @@ def parse_chat_request(body: Any) -> ChatRequest:
                 raise RequestRejectedError("structured_outputs.json must be a JSON schema object")
             schemas.append(structured["json"])
         compact = structured.get("disable_any_whitespace") is True
-    if not schemas:
-        raise RequestRejectedError(
-            "no JSON schema: send response_format json_schema or structured_outputs.json"
-        )
     if any(s != schemas[0] for s in schemas):
         raise RequestRejectedError("response_format and structured_outputs carry different schemas")
-    return ChatRequest(model, messages, schemas[0], float(temperature), max_tokens, compact)
+    schema = schemas[0] if schemas else None
+    return ChatRequest(model, messages, schema, float(temperature), max_tokens, compact, schema_name)
 
 
 def _error(status: int, message: str, error_type: str = "BadRequestError") -> web.Response:

@@ -47,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from streams.llm.serve.http import ChatRequest, Completion, RequestRejectedError
+from streams.llm.serve.http import ChatRequest, Completion, RequestRejectedError, message_text
 
 SMOLLM2_MODEL = "smollm2-135m-instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -198,7 +198,11 @@ class SmolLm2Source:
             budget,
         )
         self.calls += 1
-        if completion.finish_reason == "stop" and not _is_json(completion.content):
+        if (
+            request.schema is not None
+            and completion.finish_reason == "stop"
+            and not _is_json(completion.content)
+        ):
             self.unconstrained_answers += 1
             log.warning(
                 "SmolLM2 answered non-JSON under a schema constraint (%d so far)", self.unconstrained_answers
@@ -231,19 +235,24 @@ class SmolLm2Source:
     def _generate(
         self,
         messages: list[dict[str, Any]],
-        schema: dict[str, Any],
+        schema: dict[str, Any] | None,
         compact: bool,
         temperature: float,
         max_tokens: int,
     ) -> Completion:
+        """One generation; ``schema`` None is free text (no constraint). SmolLM2 reads text only: a
+        multimodal message contributes its text parts."""
         from llama_cpp import LogitsProcessorList
 
-        processor = self._generator(schema, compact).logits_processor
-        processor.reset()  # per-sequence state of the compiled guide, as Outlines' own call does
+        processors = []
+        if schema is not None:
+            processor = self._generator(schema, compact).logits_processor
+            processor.reset()  # per-sequence state of the compiled guide, as Outlines' own call does
+            processors.append(processor)
         try:
             completion = self._llama.create_chat_completion(
-                [{"role": m["role"], "content": m["content"]} for m in messages],
-                logits_processor=LogitsProcessorList([processor]),
+                [{"role": m["role"], "content": message_text(m)} for m in messages],
+                logits_processor=LogitsProcessorList(processors),
                 temperature=temperature,
                 max_tokens=max_tokens,
             )

@@ -87,6 +87,11 @@ class _HashPicker(_Picker):
         word = self._words[self._number(path) % len(self._words)][:high]
         return word.ljust(low, "x")
 
+    def sentence(self, words: int) -> str:
+        """``words`` prompt words picked by the hash, as a sentence."""
+        picked = [self._words[self._number(f"w{i}") % len(self._words)] for i in range(words)]
+        return " ".join(picked).capitalize() + "."
+
 
 def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
     while "$ref" in schema:
@@ -147,18 +152,26 @@ def instance_from_schema(schema: dict[str, Any]) -> Any:
     return _instance(schema, schema, "", _Picker())
 
 
+FREE_TEXT_ANSWER = "No further information."
+"""The minimal responder's answer to a free-text request (no schema)."""
+
+
 def minimal_responder(request: ChatRequest) -> Any:
-    """The default responder: the minimal instance of the request's schema."""
-    return instance_from_schema(request.schema)
+    """The default responder: the minimal instance of the request's schema (free text: a fixed
+    sentence)."""
+    return FREE_TEXT_ANSWER if request.schema is None else instance_from_schema(request.schema)
 
 
 def hashed_responder(request: ChatRequest) -> Any:
     """A responder whose choices depend on a hash of the prompt (same prompt, same answer).
 
     Enum values, list lengths (up to 3 above the minimum) and strings (a word of the prompt) are picked
-    by SHA-256 of the prompt and the JSON path.
+    by SHA-256 of the prompt and the JSON path; a free-text answer is a sentence of prompt words.
     """
-    return _instance(request.schema, request.schema, "", _HashPicker(request.prompt))
+    picker = _HashPicker(request.prompt)
+    if request.schema is None:
+        return picker.sentence(12)
+    return _instance(request.schema, request.schema, "", picker)
 
 
 class ResponderSource:
@@ -176,7 +189,10 @@ class ResponderSource:
         """The responder's value as JSON, cut at ``max_tokens`` (4 characters per token)."""
         value = self.responder(request)
         separators = (",", ":") if request.compact else (", ", ": ")
-        content = json.dumps(value, separators=separators)
+        if request.schema is None and isinstance(value, str):
+            content = value  # a free-text answer is the text itself
+        else:
+            content = json.dumps(value, separators=separators)
         budget = None if request.max_tokens is None else request.max_tokens * CHARS_PER_TOKEN
         finish_reason: Literal["stop", "length"] = "stop"
         if budget is not None and len(content) > budget:

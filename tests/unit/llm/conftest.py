@@ -32,7 +32,7 @@ class Harness:
         scenario: Scenario,
         *,
         policy: ClientPolicy = FAST,
-        roles: tuple[Role, ...] = (Role.GENERATOR, Role.VERIFIER, Role.DEFAULT),
+        roles: tuple[Role, ...] = tuple(Role),
         seed: int = 7,
         clock: Callable[[], float] | None = None,
         **server_kwargs: Any,

@@ -11,6 +11,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+import streams.agent.llm  # noqa: F401  (registers the agent's response models)
+from processors.agent.schemas import (
+    DrugSafetyArgs,
+    ImageFindings,
+    IntentClassification,
+    ResultAssessment,
+    RetryStrategy,
+    ToolSelection,
+)
 from streams.llm import (
     CALL_PROFILES,
     CallType,
@@ -220,13 +229,23 @@ MODELS: dict[CallType, type[BaseModel]] = {
     CallType.QA_VERDICT: QaVerdict,
     CallType.OPERATIONAL: NerVerdict,
     CallType.SYNTHESIS: QaExtraction,
+    CallType.AGENT_IMAGE: ImageFindings,
+    CallType.AGENT_INTENT: IntentClassification,
+    CallType.AGENT_TOOL_SELECT: ToolSelection,
+    CallType.AGENT_TOOL_ARGS: DrugSafetyArgs,
+    CallType.AGENT_RESULT: ResultAssessment,
+    CallType.AGENT_RETRY: RetryStrategy,
 }
+"""A registered response model per call type; the agent's synthesis is free text (no model)."""
 
 
 @pytest.mark.parametrize("call_type", list(CallType))
 def test_temperature_and_max_tokens_come_from_the_call_type_table(harness, call_type):
     async def scenario(server, client):
-        result = await client.call(call_type, MODELS[call_type], USER)
+        if call_type is CallType.AGENT_SYNTHESIS:
+            result = await client.call_text(call_type, USER)
+        else:
+            result = await client.call(call_type, MODELS[call_type], USER)
         return result, server.requests[0]
 
     result, body = harness.run(scenario)

@@ -46,7 +46,8 @@ def test_removed_guided_keys_are_rejected_loudly_with_400(key):
         {"model": ""},
         {"messages": []},
         {"messages": [{"role": "robot", "content": "x"}]},
-        {"response_format": None},
+        {"messages": [{"role": "user", "content": [{"type": "audio", "data": "x"}]}]},
+        {"response_format": {"type": "json_object"}},
         {"structured_outputs": {"json": {"type": "object"}}},  # differs from response_format's schema
         {"structured_outputs": {"json": SCHEMA, "regex": "a+"}},
     ],

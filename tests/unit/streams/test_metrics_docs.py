@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from processors.dbpm import DBPMConfig
 from state import MemoryStore
-from streams.runtime.metrics import ClinicalMetrics, DbpmMetrics, DocsMetrics, LlmGroupMetrics
+from streams.runtime.metrics import AgentMetrics, ClinicalMetrics, DbpmMetrics, DocsMetrics, LlmGroupMetrics
 
 ROOT = Path(__file__).resolve().parents[3]
 METRICS_DOC = ROOT / "docs" / "metrics.md"
@@ -31,6 +31,7 @@ def every_metric() -> dict[str, str]:
     ClinicalMetrics(worker)
     DocsMetrics(docs_worker)
     LlmGroupMetrics(llm_group)
+    AgentMetrics(llm_group)
     return {
         family.name + _SUFFIX.get(family.type, ""): family.type
         for registry in (worker, docs_worker, llm_group)

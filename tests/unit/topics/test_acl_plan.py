@@ -82,6 +82,8 @@ def test_each_transactional_loop_may_write_only_as_its_own_transactional_produce
         ("clingate-generator", "clingate-generator-", AclOperation.DESCRIBE),
         ("clingate-verifier", "clingate-verifier-", AclOperation.WRITE),
         ("clingate-verifier", "clingate-verifier-", AclOperation.DESCRIBE),
+        ("clingate-agent", "clingate-agent-", AclOperation.WRITE),
+        ("clingate-agent", "clingate-agent-", AclOperation.DESCRIBE),
     }
 
 

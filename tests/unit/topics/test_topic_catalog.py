@@ -41,6 +41,10 @@ EXPECTED_VALUE_SCHEMAS = {
     "clingate.clinical.audit-reports": "clingate.clinical.AuditReport",
     "clingate.clinical.gated-drafts": "clingate.clinical.GatedDraft",
     "clingate.clinical.revision-routes": "clingate.clinical.RevisionRoute",
+    "clingate.agent.requests": "clingate.agent.AgentRequest",
+    "clingate.agent.responses": "clingate.agent.AgentResponse",
+    "clingate.agent.traces": "clingate.agent.AgentTrace",
+    "clingate.agent.proposals": "clingate.agent.AgentProposal",
     "clingate.docs.classifications": "clingate.docs.ClassificationRequest",
     "clingate.docs.dispositions": "clingate.docs.Disposition",
     "clingate.docs.review-packets": "clingate.docs.ReviewPacket",
@@ -62,7 +66,7 @@ def test_every_declared_topic_has_its_agreed_value_schema():
 
 
 def test_names_follow_clingate_area_stream_pattern():
-    pattern = re.compile(r"^clingate\.(dbpm|fhir|clinical|docs)\.[a-z]+(-[a-z]+)*(\.dlq)?$")
+    pattern = re.compile(r"^clingate\.(dbpm|fhir|clinical|docs|agent)\.[a-z]+(-[a-z]+)*(\.dlq)?$")
     assert all(pattern.match(name) for name in CATALOG.names), CATALOG.names
 
 

@@ -1,0 +1,1 @@
+"""The clinician's agent's runtime: tools, the graph runner, the worker."""
