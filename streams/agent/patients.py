@@ -74,26 +74,36 @@ class ChangelogPatients:
     POLL_S = 0.2
 
     def __init__(self, bootstrap: str, changelog: str) -> None:
-        self._consumer = reader(bootstrap, "agent-patients", **{"isolation.level": "read_committed"})
+        # A short fetch wait: a caught-up partition ends with a commit marker, which the position passes
+        # only with the next fetch.
+        self._consumer = reader(
+            bootstrap, "agent-patients", **{"isolation.level": "read_committed", "fetch.wait.max.ms": 20}
+        )
         self._topic = changelog
         self._assigned = [
             TopicPartition(changelog, p, OFFSET_BEGINNING) for p in partitions(self._consumer, changelog)
         ]
         self._consumer.assign(self._assigned)
         self._states: dict[str, PatientState] = {}
+        self._caught_up: dict[int, int] = {}
         self._lock = threading.Lock()
 
     def refresh(self) -> None:
-        """Consume the changelog up to its current end (blocking; call it off the event loop)."""
+        """Consume the changelog up to its current end (blocking; call it off the event loop); nothing to
+        do when no partition's end moved since the last catch-up."""
         with self._lock:
             ends = {
                 tp.partition: self._consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in self._assigned
             }
+            if ends == self._caught_up:
+                return
             deadline = time.monotonic() + REFRESH_S
             while any(self._position(p) < end for p, end in ends.items()) and time.monotonic() < deadline:
                 for message in self._consumer.consume(500, self.POLL_S):
                     if message.error() is None:
                         self._apply(message.key(), message.value())
+            if all(self._position(p) >= end for p, end in ends.items()):
+                self._caught_up = ends
 
     def _position(self, partition: int) -> int:
         [position] = self._consumer.position([TopicPartition(self._topic, partition)])

@@ -52,7 +52,7 @@ from streams.groups.llm import default_serde, new_metrics, run_loop
 from streams.groups.ordered import Handled, OrderedLoop, Output
 from streams.llm import LlmClient
 from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record
-from streams.runtime.kafka_clients import end_offset, partitions, reader
+from streams.runtime.kafka_clients import partitions, read_to_end, reader
 from streams.runtime.metrics import AgentMetrics, LlmGroupMetrics
 from streams.runtime.settings import Settings
 from streams.worker.clinical import gate_flags, patients_changelog
@@ -75,22 +75,15 @@ def conversation_records(
     from the start), read up to the partition's current end with ``consumer`` (assigned here)."""
     key = conversation_id.encode()
     partition = partition_for(key, len(partitions(consumer, topic)))
-    end = end_offset(consumer, topic, partition)
-    [found] = consumer.offsets_for_times(
-        [TopicPartition(topic, partition, max(0, since_ms or 0))], timeout=10
-    )
-    if found.offset < 0 or found.offset >= end:
+    since = TopicPartition(topic, partition, max(0, since_ms or 0))
+    [found] = consumer.offsets_for_times([since], timeout=10)
+    if found.offset < 0:
         return []
-    consumer.assign([found])
-    out: list[M] = []
-    position, deadline = found.offset, time.monotonic() + 30
-    while position < end and time.monotonic() < deadline:
-        for message in consumer.consume(500, 0.2):
-            if message.error() is None:
-                position = message.offset() + 1
-                if message.key() == key:
-                    out.append(serde.decode(message.value(), model, topic=topic))
-    return out
+    return [
+        serde.decode(message.value(), model, topic=topic)
+        for message in read_to_end(consumer, {topic: {partition: found.offset}}, 30, named_only=True)
+        if message.key() == key
+    ]
 
 
 class TraceLog:

@@ -3,8 +3,9 @@
 The demo only produces inputs and consumes outputs, as an upstream and a downstream system would.
 Steps, each printing what it did: 1. the broker and the catalog's topics; 2. one event of every
 schema round-tripped; 3. the DBPM loop, FHIR updates and classifications through the workers at once;
-4-6. the DBPM, clinical and arbiter outputs compared with the in-process references; 7. dead
-letters; 8. a real model; 9. the summary and report.html. The DBPM loop runs a lockstep slice,
+4-6. the DBPM, clinical (with the golden runs through the output gates) and arbiter outputs compared
+with the in-process references; 7. the clinician's agent through its worker; 8. dead letters; 9. a
+real model; 10. the summary and report.html. The DBPM loop runs a lockstep slice,
 compared one for one with the in-process engine, then a bulk phase, whose differences are reported,
 not checked (docs/demo.md). The exit code is 1 when a check fails, 130 on Ctrl-C; every process the
 demo started is stopped in all cases (also on SIGTERM).
@@ -26,6 +27,7 @@ import typer
 from rich.console import Console
 
 from schemas.serde import Serde, make_serde
+from streams.demo.agent import step_agent
 from streams.demo.broker import start_broker, step_topics
 from streams.demo.checks import step_clinical, step_dbpm, step_docs
 from streams.demo.dead_letters import step_dead_letters
@@ -33,7 +35,7 @@ from streams.demo.errors import DemoError
 from streams.demo.gate_runs import step_output_gates
 from streams.demo.kafka_io import dlq_counts
 from streams.demo.model import step_model
-from streams.demo.plan import DEFAULT_LOCKSTEP, DEFAULT_PATIENTS, Plan, build_plan
+from streams.demo.plan import DEFAULT_LOCKSTEP, DEFAULT_PATIENTS, Plan, build_plan, golden_time
 from streams.demo.report import write_report
 from streams.demo.results import Results
 from streams.demo.samples import step_schemas
@@ -101,7 +103,7 @@ def demo(
         console.print("[yellow]interrupted:[/] the workers and broker this demo started are stopped")
         raise typer.Exit(130) from None
     results.timings["total"] = time.perf_counter() - started
-    console.rule("[bold]9. summary")
+    console.rule("[bold]10. summary")
     print_summary(console, results)
     write_report(report_path, results)
     console.print(f"report written to {report_path}")
@@ -123,7 +125,7 @@ def _run_steps(
     rates: tuple[float, float],
     model_narratives: int,
 ) -> None:
-    """Steps 1-8; everything started here (broker, workers, temporary directories) is stopped on exit."""
+    """Steps 1-9; everything started here (broker, workers, temporary directories) is stopped on exit."""
     with _terminate_as_exit(), ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="clingate-demo-")))
         try:
@@ -142,9 +144,11 @@ def _run_steps(
                 step_output_gates(console, plan, results)
             with _step(console, results, 6, "classification arbiter"):
                 step_docs(console, plan, results)
-            with _step(console, results, 7, "dead letters"):
+            with _step(console, results, 7, "the clinician's agent through its worker"):
+                step_agent(console, bootstrap, serde, app_id, workdir, golden_time(), results)
+            with _step(console, results, 8, "dead letters"):
                 step_dead_letters(console, bootstrap, serde, catalog, results)
-            with _step(console, results, 8, "a real model (SmolLM2) through the production client"):
+            with _step(console, results, 9, "a real model (SmolLM2) through the production client"):
                 results.model_calls = step_model(console, plan.loop, plan.llm_url, model_narratives)
         except DemoError as error:
             console.print(f"[red]demo failed:[/] {error}")

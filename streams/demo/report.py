@@ -200,6 +200,23 @@ def write_report(path: Path, results: Results) -> None:
         ("Traffic lights", _traffic_lights(results)),
         ("Output gates: the golden runs", _gate_runs(results)),
         (
+            "The clinician's agent",
+            table(
+                ["question", "path", "calls / budget", "tools", "answer", "proposals (light)"],
+                [
+                    (
+                        r.question,
+                        r.path,
+                        f"{r.llm_calls} / {r.budget}",
+                        "; ".join(r.tools),
+                        r.answer,
+                        "; ".join(f"{p} ({light})" for p, light in zip(r.proposals, r.lights, strict=False)),
+                    )
+                    for r in results.agent
+                ],
+            ),
+        ),
+        (
             "Arbiter dispositions",
             table(
                 ["case", "documents", "decision", "rule", "issues"],

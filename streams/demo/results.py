@@ -163,6 +163,26 @@ class GateRunRow:
 
 
 @dataclass(frozen=True)
+class AgentRow:
+    """One question to the clinician's agent as its worker answered it (step 7)."""
+
+    question: str
+    path: str
+    llm_calls: int
+    budget: int
+    tools: list[str]
+    """Each execution: ``tool: outcome``."""
+    answer: str
+    proposals: list[str]
+    lights: list[str]
+    """The traffic light the clinical gates give each proposed prescription's patient with the drug."""
+    scripted: bool
+    """The turn took its scripted path and gave its scripted answer."""
+    replayed: bool
+    """The turn replays exactly from the trace topic."""
+
+
+@dataclass(frozen=True)
 class WeekLights:
     """The traffic lights at the end of a simulated week, and how many patients' light changed in it."""
 
@@ -231,6 +251,7 @@ class Results:
     red_patients: list[PatientRow] = field(default_factory=list)
     clinical_same: bool = False
     gate_runs: list[GateRunRow] = field(default_factory=list)
+    agent: list[AgentRow] = field(default_factory=list)
     loop: LoopRun | None = None
     dead: DeadLettered | None = None
     model_calls: list[ProbeCall] = field(default_factory=list)

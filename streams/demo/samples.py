@@ -20,6 +20,7 @@ from processors.clinical.state import PatientState, PatientUpdate, reduce_update
 from processors.clinical.traffic_light import ReviewInputs
 from processors.clinical.view import PatientView
 from processors.docs.arbiter import Finished
+from schemas.agent import AgentProposal, AgentRequest, AgentResponse, AgentToolCall, AgentTrace
 from schemas.base import AvroModel
 from schemas.clinical import (
     AdversarialReview,
@@ -133,6 +134,7 @@ def schema_samples(
         deliverable,
         _safety_audit(assessment, deliverable),
         *_output_gate_events(pid),
+        *_agent_events(pid),
         request,
         disposition,
         *([packet] if packet is not None else []),
@@ -169,6 +171,46 @@ def _safety_audit(assessment: ClinicalAssessment, deliverable: Deliverable) -> S
     knowledge = default_knowledge()
     view = PatientView(_golden_state(assessment.patient_id), knowledge)
     return audit_deliverable(assessment, view, deliverable, knowledge)
+
+
+def _agent_events(pid: str) -> list[AvroModel]:
+    """A clinician's question to the agent, a decision of its trace, its proposal and its response."""
+    conversation, request_id = "demo-conversation", "demo-conversation-1"
+    ids = {"conversation_id": conversation, "request_id": request_id}
+    args = {"patient_id": pid, "medication_name": "warfarin", "dosage": "5 mg", "frequency": "daily"}
+    resource = {"resourceType": "MedicationRequest", "id": f"{request_id}-5", "status": "draft",
+                "intent": "proposal", "subject": {"reference": f"Patient/{pid}"},
+                "medicationCodeableConcept": {"text": "warfarin"}}  # fmt: skip
+    return [
+        AgentRequest(**ids, event_time=TS, query=f"Prescribe warfarin 5 mg daily for {pid}", patient_id=pid),
+        AgentTrace(**ids, step=0, node="INPUT_ASSEMBLY", decision=f"patient_ids=['{pid}']", latency_ms=0.0),
+        AgentProposal(
+            **ids,
+            proposal_id=resource["id"],
+            patient_id=pid,
+            event_time=TS,
+            tool="prescribe_medication",
+            resource_type="MedicationRequest",
+            resource=json.dumps(resource),
+        ),
+        AgentResponse(
+            **ids,
+            event_time=TS,
+            answer="A draft warfarin prescription was proposed.",
+            path=[
+                "INPUT_ASSEMBLY",
+                "INTENT_CLASSIFY",
+                "TOOL_SELECT",
+                "TOOL_EXECUTE",
+                "RESULT_CLASSIFY",
+                "DETERMINISTIC_ROUTER",
+                "SYNTHESIZE",
+            ],
+            tool_calls=[AgentToolCall(tool="prescribe_medication", args=json.dumps(args), outcome="success")],
+            llm_calls=5,
+            proposals=[resource["id"]],
+        ),
+    ]
 
 
 def _output_gate_events(pid: str) -> list[AvroModel]:

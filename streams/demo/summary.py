@@ -103,6 +103,14 @@ def summary_rows(results: Results) -> list[tuple[str, str]]:
         ),
         ("clinical worker = in-process", "yes" if results.clinical_same else "NO"),
         *_gate_rows(results),
+        *(
+            (
+                f"agent: {r.question[:48]}",
+                f"{r.path}, {r.llm_calls}/{r.budget} calls"
+                + (", replayed" if r.replayed else ", NOT replayed"),
+            )
+            for r in results.agent
+        ),
         ("docs dispositions", str(sum(d.documents for d in results.dispositions))),
         ("dead letters added", str(sum(results.dead_letters.added.values()))),
         *(
@@ -223,6 +231,20 @@ def summary_json(results: Results) -> dict[str, object]:
             "cases": {r.case: r.json() for r in results.gate_runs},
             "citations": table4(results.gate_runs),
         },
+        "agent": [
+            {
+                "question": r.question,
+                "path": r.path,
+                "llm_calls": r.llm_calls,
+                "budget": r.budget,
+                "tools": r.tools,
+                "answer": r.answer,
+                "proposals": r.proposals,
+                "lights": r.lights,
+                "replayed": r.replayed,
+            }
+            for r in results.agent
+        ],
         "timings_s": dict(results.timings),
     }
 

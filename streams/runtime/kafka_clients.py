@@ -251,16 +251,22 @@ def assign_at_ends(client: Consumer, topics: Iterable[str]) -> list[TopicPartiti
 
 
 def read_to_end(
-    client: Consumer, starts: Mapping[str, Mapping[int, int]], timeout_s: float | None = None
+    client: Consumer,
+    starts: Mapping[str, Mapping[int, int]],
+    timeout_s: float | None = None,
+    *,
+    named_only: bool = False,
 ) -> Iterator[Message]:
     """The records of each topic of ``starts`` from its offsets (a partition not named: from its
-    beginning) up to the end each partition has now, each partition's in order; ``client`` is assigned
-    those partitions. A record at or past that end (the topic grew meanwhile) is not read.
+    beginning, or not at all with ``named_only``) up to the end each partition has now, each partition's
+    in order; ``client`` is assigned those partitions. A record at or past that end (the topic grew
+    meanwhile) is not read.
 
     Args:
         client: a consumer of its own (:func:`reader`); closing it is the caller's.
         starts: per topic, the first offset to read per partition.
         timeout_s: longest time to read everything (None: no limit).
+        named_only: read only the partitions ``starts`` names (one conversation's, one key's).
 
     Raises:
         TimeoutError: ``timeout_s`` passed before every partition was read to its end.
@@ -268,7 +274,8 @@ def read_to_end(
     todo: dict[tuple[str, int], int] = {}
     assignment = []
     for topic, start in starts.items():
-        for p, end in end_offsets(client, topic).items():
+        ends = {p: end_offset(client, topic, p) for p in start} if named_only else end_offsets(client, topic)
+        for p, end in ends.items():
             if end > start.get(p, 0):
                 todo[(topic, p)] = end
                 assignment.append(TopicPartition(topic, p, start.get(p, OFFSET_BEGINNING)))

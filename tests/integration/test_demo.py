@@ -52,12 +52,13 @@ def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_pat
          "--report", str(report), "--json", str(summary_path)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    failures = json.loads(summary_path.read_text("utf-8"))["failures"] if summary_path.exists() else []
+    assert done.returncode == 0, f"{failures}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
     summary = json.loads(summary_path.read_text(encoding="utf-8"))
     assert summary["passed"] and all(summary["checks"].values()), summary["failures"]
     named = {"dbpm_lockstep_decisions_equal", "dbpm_one_verdict_per_candidate_let_through",
              "dbpm_channels_within_caps", "clinical_equal", "gates_equal", "gates_rule_b", "gates_scda",
-             "arbiter_equal"}  # fmt: skip
+             "agent_budget", "agent_answers", "agent_replay", "agent_gates", "arbiter_equal"}  # fmt: skip
     assert named <= set(summary["checks"])
     dbpm = summary["dbpm"]
     assert dbpm["candidates"] > 0 and len(dbpm["config"]) == 1, "one configuration decided everything"
@@ -73,6 +74,9 @@ def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_pat
     assert "lockstep slice (2 patients" in done.stdout and "bulk phase (2 patients" in done.stdout
     html = report.read_text(encoding="utf-8")
     assert "<svg" in html and "QA lift per category" in html and "Throughput and latency per stream" in html
-    assert "Output gates: the golden runs" in html
+    assert "Output gates: the golden runs" in html and "The clinician&#x27;s agent" in html
+    agent = summary["agent"]
+    assert {a["path"] for a in agent} == {"direct", "single_tool", "multi_tool", "clarification"}
+    assert all(a["llm_calls"] == a["budget"] and a["replayed"] for a in agent)
     assert "<script" not in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
     assert _processes_with(f"DEMO_TEST_RUN={run}".encode()) == []
