@@ -73,7 +73,7 @@ PROJECT = "clingate-rehearsal"
 #: The brokers' client listeners (deploy/compose/docker-compose.yml).
 BOOTSTRAP = "127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092"
 #: Every clingate process's metrics endpoint (docker-compose.yml): ready once all answer.
-METRICS_PORTS = (6066, 6076, 6067, 6068, 6069)
+METRICS_PORTS = (6066, 6076, 6067, 6068, 6069, 6070)
 PROMETHEUS = "http://127.0.0.1:9090"
 #: The broker killed half-way through and started again.
 KILLED = "kafka-2"
@@ -112,6 +112,8 @@ class Deployment:
             "CLINGATE_VERIFIER_URL": llm_url,
             "CLINGATE_GENERATOR_MODEL": DEFAULT_MODEL,
             "CLINGATE_VERIFIER_MODEL": DEFAULT_MODEL,
+            "CLINGATE_AGENT_LLM_URL": llm_url,
+            "CLINGATE_AGENT_LLM_MODEL": DEFAULT_MODEL,
             "CLINGATE_DOCS_LLM_URL": "",
         }
         self.ca_file = scratch / "certs" / "ca.pem"
