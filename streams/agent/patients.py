@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
 from processors.clinical.assess import ClinicalStreamState
 from processors.clinical.fhir_input import parse_document
@@ -32,6 +32,10 @@ from streams.runtime.kafka_clients import partitions, reader
 
 RESERVED_PREFIX = b"\xfe\xfe"
 """Table keys of the worker's own bookkeeping, outside the UTF-8 patient-id space."""
+
+ASSIGN_WAIT_S = 2.0
+"""How long a catch-up waits for the changelog topic to exist (a deployment starts the agent and the
+workers together; until the workers create it, there is no patient)."""
 
 REFRESH_S = 5.0
 """Longest one catch-up waits (a ``read_committed`` reader stops at an open transaction until it ends)."""
@@ -80,10 +84,7 @@ class ChangelogPatients:
             bootstrap, "agent-patients", **{"isolation.level": "read_committed", "fetch.wait.max.ms": 20}
         )
         self._topic = changelog
-        self._assigned = [
-            TopicPartition(changelog, p, OFFSET_BEGINNING) for p in partitions(self._consumer, changelog)
-        ]
-        self._consumer.assign(self._assigned)
+        self._assigned: list[TopicPartition] = []
         self._states: dict[str, PatientState] = {}
         self._caught_up: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -92,6 +93,8 @@ class ChangelogPatients:
         """Consume the changelog up to its current end (blocking; call it off the event loop); nothing to
         do when no partition's end moved since the last catch-up."""
         with self._lock:
+            if not self._assigned and not self._assign():
+                return
             ends = {
                 tp.partition: self._consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in self._assigned
             }
@@ -104,6 +107,17 @@ class ChangelogPatients:
                         self._apply(message.key(), message.value())
             if all(self._position(p) >= end for p, end in ends.items()):
                 self._caught_up = ends
+
+    def _assign(self) -> bool:
+        """Assign every partition of the changelog from its start; False while the workers have not
+        created it yet (no patient to read: the agent answers that none is known)."""
+        try:
+            numbers = partitions(self._consumer, self._topic, timeout_s=ASSIGN_WAIT_S)
+        except KafkaException:
+            return False
+        self._assigned = [TopicPartition(self._topic, p, OFFSET_BEGINNING) for p in numbers]
+        self._consumer.assign(self._assigned)
+        return True
 
     def _position(self, partition: int) -> int:
         [position] = self._consumer.position([TopicPartition(self._topic, partition)])

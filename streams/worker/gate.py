@@ -758,10 +758,19 @@ class GateLoop:
 
     def _commit_markers(self) -> None:
         """When idle, commit the group's offsets that moved past transaction markers only, and those of
-        partitions taken over whose group offset this gate has not committed yet (unknown, so -1)."""
+        partitions taken over whose group offset this gate has not committed yet (unknown, so -1): where
+        the consumer read to, or, for a partition it had nothing to read in (its previous owner decided
+        everything, and its last commit was refused by the rebalance), where the progress resumes."""
         assigned = [tp.partition for tp in self._consumer.assignment()]
         committed = {(DBPM_CANDIDATES, p): self._committed.get(p, -1) for p in assigned}
-        if moved := moved_past_markers(self._consumer, committed):
+        moved = moved_past_markers(self._consumer, committed)
+        seen = {tp.partition for tp in moved}
+        moved += [
+            TopicPartition(DBPM_CANDIDATES, p, self._progress[p].resume)
+            for p in assigned
+            if p not in self._committed and p not in seen and p in self._progress
+        ]
+        if moved:
             self._consumer.commit(offsets=moved, asynchronous=True)
             self._committed.update((tp.partition, tp.offset) for tp in moved)
 
