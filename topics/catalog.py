@@ -29,8 +29,8 @@ Choices where the source left room (revisit with the pipeline owners):
   Everything else is an event log, ``delete``.
 - Retention: event logs 7 days (enough to rebuild state by replay after an incident of a long
   weekend); verdicts and decisions 30 days, since DBPM memory is learnt from verdicts and decisions
-  are the replay comparison target; safety audits, gated drafts and revision routes 365 days (audit
-  trail); dead letters 30 days for
+  are the replay comparison target; safety audits, gated drafts, revision routes, the agent's
+  proposals and the console's audit trail 365 days (audit trail); dead letters 30 days for
   an operator to inspect and re-drive; latest-value topics 30 days, i.e. an entity not updated in
   30 days drops out (its last value is then in the downstream store).
 - ``min.insync.replicas`` is 2 from replication 3 on (so ``acks=all`` survives one broker loss),
@@ -106,6 +106,7 @@ AGENT_REQUESTS = "clingate.agent.requests"
 AGENT_RESPONSES = "clingate.agent.responses"
 AGENT_TRACES = "clingate.agent.traces"
 AGENT_PROPOSALS = "clingate.agent.proposals"
+CONSOLE_AUDIT = "clingate.console.audit"
 
 
 def dlq_name(topic: str) -> str:
@@ -232,6 +233,7 @@ _DECLARED: tuple[TopicSpec, ...] = (
     TopicSpec(AGENT_RESPONSES, "conversation_id", "clingate.agent.AgentResponse", retention_ms=30 * DAY_MS),
     TopicSpec(AGENT_TRACES, "conversation_id", "clingate.agent.AgentTrace", retention_ms=30 * DAY_MS),
     TopicSpec(AGENT_PROPOSALS, "patient_id", "clingate.agent.AgentProposal", retention_ms=365 * DAY_MS),
+    TopicSpec(CONSOLE_AUDIT, "user", "clingate.console.ConsoleAction", retention_ms=365 * DAY_MS),
 )  # fmt: skip
 
 

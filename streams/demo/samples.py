@@ -34,6 +34,7 @@ from schemas.clinical import (
     RevisionRoute,
     SafetyAudit,
 )
+from schemas.console import ConsoleAction
 from schemas.dbpm import Dispatch, Narrative, Propagation
 from schemas.docs import ClassificationRequest, GroundTruth, GroundTruthSource, Review, ReviewDecision
 from schemas.registry import load_registry
@@ -135,6 +136,16 @@ def schema_samples(
         _safety_audit(assessment, deliverable),
         *_output_gate_events(pid),
         *_agent_events(pid),
+        ConsoleAction(
+            action_id="demo-action-1",
+            event_time=TS,
+            user="pharmacist-demo",
+            role="pharmacist",
+            action="sign-in",
+            target="/login",
+            detail="{}",
+            outcome="ok",
+        ),
         request,
         disposition,
         *([packet] if packet is not None else []),

@@ -45,6 +45,7 @@ EXPECTED_VALUE_SCHEMAS = {
     "clingate.agent.responses": "clingate.agent.AgentResponse",
     "clingate.agent.traces": "clingate.agent.AgentTrace",
     "clingate.agent.proposals": "clingate.agent.AgentProposal",
+    "clingate.console.audit": "clingate.console.ConsoleAction",
     "clingate.docs.classifications": "clingate.docs.ClassificationRequest",
     "clingate.docs.dispositions": "clingate.docs.Disposition",
     "clingate.docs.review-packets": "clingate.docs.ReviewPacket",
@@ -66,7 +67,7 @@ def test_every_declared_topic_has_its_agreed_value_schema():
 
 
 def test_names_follow_clingate_area_stream_pattern():
-    pattern = re.compile(r"^clingate\.(dbpm|fhir|clinical|docs|agent)\.[a-z]+(-[a-z]+)*(\.dlq)?$")
+    pattern = re.compile(r"^clingate\.(dbpm|fhir|clinical|docs|agent|console)\.[a-z]+(-[a-z]+)*(\.dlq)?$")
     assert all(pattern.match(name) for name in CATALOG.names), CATALOG.names
 
 
