@@ -42,6 +42,10 @@ COMMANDS: dict[str, Entry] = {
         "streams.cli.config",
         "Show every setting: environment variable, default, current value, meaning.",
     ),
+    "console": Entry(
+        "streams.cli.console",
+        "The web console of the people in the loop: sign-in with roles, the pharmacist board.",
+    ),
     "demo": Entry("streams.demo.command", "Run clingate end to end on a Kafka broker and write report.html."),
     "generator": Entry("streams.cli.generator", "Run a generator group member (narratives -> candidates)."),
     "llm": Entry("streams.cli.llm", "LLM serving: per-role status and a local OpenAI-compatible server."),

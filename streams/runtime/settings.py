@@ -293,6 +293,41 @@ class Settings(BaseSettings):
         description="Base URL of a ClinicalTrials.gov v2 API (the agent's trial search appends /studies).",
     )
 
+    # --- The web console (streams.console).
+    console_port: int = Field(
+        default=6080,
+        ge=0,
+        le=65535,
+        validation_alias="CLINGATE_CONSOLE_PORT",
+        description="Port `clingate console` serves on (its --port overrides; 0 picks a free port). It "
+        "binds 127.0.0.1 unless --host says otherwise; TLS is a reverse proxy's (docs/console.md).",
+    )
+    console_users: Path | None = Field(
+        default=None,
+        validation_alias="CLINGATE_CONSOLE_USERS",
+        description="JSON file of the console's users (name, role, scrypt hash of the password), written "
+        "by `clingate console users add`. Default: <CLINGATE_HOME>/console/users.json.",
+    )
+    console_session_s: float = Field(
+        default=8 * 3600.0,
+        gt=0,
+        validation_alias="CLINGATE_CONSOLE_SESSION_S",
+        description="Absolute lifetime of a console session in seconds (8 h): then its person signs in "
+        "again, however active.",
+    )
+    console_idle_s: float = Field(
+        default=30 * 60.0,
+        gt=0,
+        validation_alias="CLINGATE_CONSOLE_IDLE_S",
+        description="A console session no request used for this many seconds ends (30 min).",
+    )
+    console_secure_cookies: bool = Field(
+        default=False,
+        validation_alias="CLINGATE_CONSOLE_SECURE_COOKIES",
+        description="Mark the console's session cookie Secure (sent over HTTPS only): true when people "
+        "reach the console through a TLS reverse proxy, as they must from another machine.",
+    )
+
     @field_validator(
         "llm_url",
         "generator_url",
@@ -529,6 +564,11 @@ class Settings(BaseSettings):
     def worker_dir(self) -> Path:
         """The worker's data directory (``worker_datadir`` or ``<home>/worker``)."""
         return self.worker_datadir or self.home / "worker"
+
+    @property
+    def console_users_file(self) -> Path:
+        """The console's users file (``console_users`` or ``<home>/console/users.json``)."""
+        return self.console_users or self.home / "console" / "users.json"
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,62 @@
+"""``clingate console``: the web console of the people in the loop, and its users.
+
+* ``clingate console users add NAME --role ROLE`` adds a user, reading the password from standard input
+  (a terminal does not echo it), and refuses an empty or short one with exit status 2;
+* ``clingate console users list`` prints each user's name and role, never a hash.
+
+The users file is ``CLINGATE_CONSOLE_USERS`` (default ``<CLINGATE_HOME>/console/users.json``).
+"""
+
+from __future__ import annotations
+
+import getpass
+import sys
+from typing import Annotated
+
+import typer
+
+from streams.console.users import Role, UserError, UserStore
+from streams.runtime.settings import get_settings
+
+app = typer.Typer(help="The web console of the people in the loop: sign-in with roles, the pharmacist board.")
+users_app = typer.Typer(help="The console's users: add one (password from standard input), list them.")
+app.add_typer(users_app, name="users")
+
+
+def _store() -> UserStore:
+    return UserStore(get_settings().console_users_file)
+
+
+def _read_password() -> str:
+    """The password: typed without echo at a terminal, else the first line of standard input."""
+    if sys.stdin.isatty():
+        return getpass.getpass("Password: ")
+    return sys.stdin.readline().removesuffix("\n").removesuffix("\r")
+
+
+@users_app.command("add")
+def add(
+    name: Annotated[str, typer.Argument(help="The user's name (letters, digits and . _ @ -).")],
+    role: Annotated[Role, typer.Option(help="What the user does in the console.")],
+) -> None:
+    """Add a user; the password is read from standard input (at least 12 characters)."""
+    store = _store()
+    try:
+        store.add(name, role, _read_password())
+    except UserError as exc:
+        typer.echo(f"user {name!r} not added: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(f"user {name} added ({role.value}) to {store.path}", err=True)
+
+
+@users_app.command("list")
+def list_users() -> None:
+    """Print each user's name and role, one a line."""
+    try:
+        users = _store().users()
+    except UserError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from exc
+    width = max((len(user.name) for user in users), default=0)
+    for user in users:
+        typer.echo(f"{user.name:<{width}}  {user.role.value}")
