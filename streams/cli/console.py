@@ -1,14 +1,20 @@
 """``clingate console``: the web console of the people in the loop, and its users.
 
+* ``clingate console [--port P] [--host H]`` serves the console (:mod:`streams.console`) on
+  ``http://H:P`` (127.0.0.1 and ``CLINGATE_CONSOLE_PORT``, 6080, unless given; ``--port 0`` picks a free
+  port) against the cluster of ``KAFKA_BOOTSTRAP_SERVERS``, and prints ``listening http://H:P`` once it
+  is up;
 * ``clingate console users add NAME --role ROLE`` adds a user, reading the password from standard input
   (a terminal does not echo it), and refuses an empty or short one with exit status 2;
 * ``clingate console users list`` prints each user's name and role, never a hash.
 
-The users file is ``CLINGATE_CONSOLE_USERS`` (default ``<CLINGATE_HOME>/console/users.json``).
+The users file is ``CLINGATE_CONSOLE_USERS`` (default ``<CLINGATE_HOME>/console/users.json``). The web
+server's modules are imported only when the console is served.
 """
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import sys
 from typing import Annotated
@@ -21,6 +27,34 @@ from streams.runtime.settings import get_settings
 app = typer.Typer(help="The web console of the people in the loop: sign-in with roles, the pharmacist board.")
 users_app = typer.Typer(help="The console's users: add one (password from standard input), list them.")
 app.add_typer(users_app, name="users")
+
+
+@app.callback(invoke_without_command=True)
+def console(
+    context: typer.Context,
+    port: Annotated[
+        int | None,
+        typer.Option(help="Port to serve on; 0 picks a free one (env CLINGATE_CONSOLE_PORT, default 6080)."),
+    ] = None,
+    host: Annotated[
+        str, typer.Option(help="Address to bind: loopback unless a TLS reverse proxy needs another.")
+    ] = "127.0.0.1",
+) -> None:
+    """Serve the console until SIGINT/SIGTERM (without a sub-command)."""
+    if context.invoked_subcommand is not None:
+        return
+    from streams.cli.common import require_bootstrap
+    from streams.console.server import serve
+    from streams.runtime.kafka_clients import ensure_catalog
+
+    settings = get_settings()
+    bootstrap = require_bootstrap(settings)
+    ensure_catalog(settings, bootstrap)
+
+    def announce(url: str) -> None:
+        print(f"listening {url}", flush=True)
+
+    asyncio.run(serve(settings, bootstrap, host, settings.console_port if port is None else port, announce))
 
 
 def _store() -> UserStore:

@@ -1,4 +1,19 @@
 """The console: the web pages of the people in the loop, served by ``clingate console``.
 
-* :mod:`~streams.console.users`: users, roles, scrypt password hashes, the users file.
+One module per concern:
+
+* :mod:`~streams.console.users`: users, roles, scrypt password hashes, the users file;
+* :mod:`~streams.console.sessions`: server-side sessions with their CSRF tokens, the sign-in throttle;
+* :mod:`~streams.console.auth`: the guard of every request (session cookie, CSRF, roles), sign-in and
+  sign-out;
+* :mod:`~streams.console.audit`: one record per action on ``clingate.console.audit``;
+* :mod:`~streams.console.assessments`: the assessments the clinical workers published, read from Kafka;
+* :mod:`~streams.console.pharmacist`: the pharmacist's board and patient pages;
+* :mod:`~streams.console.pages`: templates, navigation and the error of an unavailable page;
+* :mod:`~streams.console.app`: the aiohttp application (routes, middlewares, response headers);
+* :mod:`~streams.console.server`: the application on the real Kafka parts, served until stopped.
+
+The pages are Jinja2 templates (``templates/``) and one stylesheet (``static/``): plain HTML forms, no
+script, no front-end build, nothing fetched from the internet. docs/console.md describes what is built and
+what is not yet.
 """

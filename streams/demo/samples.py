@@ -171,10 +171,11 @@ def _golden_state(case: str) -> PatientState:
     return state
 
 
-def golden_assessment() -> ClinicalAssessment:
-    """The assessment of :data:`GOLDEN_CASE` with its published review."""
-    review = ReviewInputs(**GOLDEN_REVIEWS[GOLDEN_CASE])  # type: ignore[arg-type]
-    state = _golden_state(GOLDEN_CASE)
+def golden_assessment(case: str = GOLDEN_CASE, *, reviewed: bool = True) -> ClinicalAssessment:
+    """The assessment of golden patient ``case`` at the golden time, with its published review or (not
+    ``reviewed``) on its FHIR bundle alone."""
+    review = ReviewInputs(**GOLDEN_REVIEWS[case]) if reviewed else None  # type: ignore[arg-type]
+    state = _golden_state(case)
     return assess(state, golden_time(), review, default_knowledge(), gate_flags(get_settings()))
 
 

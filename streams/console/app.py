@@ -1,0 +1,76 @@
+"""The console as an aiohttp application: its routes, its middlewares and the headers of every response.
+
+:func:`build_app` takes what the pages read and write as arguments (users, sessions, the audit trail, the
+assessments), so the tests build the same application around fakes of the Kafka parts
+(:mod:`streams.console.server` builds it around the real ones).
+
+What holds for every response: a Content-Security-Policy that lets a page load only this site's stylesheet
+and images and post forms only to this site (no script at all, no frame), ``X-Content-Type-Options:
+nosniff``, no referrer, and, for the pages (which show patients), ``Cache-Control: no-store``. A page whose
+data Kafka did not give in time answers 503 with what failed, never a partial page; an unreadable users
+file answers 503 too (and is logged), rather than letting anyone in or out silently.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from streams.console import pharmacist
+from streams.console.assessments import ASSESSMENTS, AssessmentSource
+from streams.console.audit import AUDIT, AuditTrail, AuditUnavailable
+from streams.console.auth import ACCESS, Access, Handler, guard, requires, sign_in, sign_in_page, sign_out
+from streams.console.pages import NAVIGATION, STATIC, Unavailable, pages_of, render
+from streams.console.users import Role, UserError
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEST_BYTES = 64 * 1024
+"""The largest request body the console reads: its forms are a few fields."""
+
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+@web.middleware
+async def unavailable(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A page whose data or audit record Kafka did not take, or an unreadable users file: 503, logged."""
+    try:
+        return await handler(request)
+    except (Unavailable, AuditUnavailable, UserError) as exc:
+        log.error("console: %s %s: %s", request.method, request.path, exc)
+        return render(request, "error.html", status=503, title="Unavailable", message=str(exc))
+
+
+async def _headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers.update(HEADERS)
+    if not request.path.startswith("/static/"):
+        response.headers["Cache-Control"] = "no-store"
+
+
+@requires(*Role)
+async def home(request: web.Request) -> web.StreamResponse:
+    """``GET /``: links to the pages of the session's role."""
+    return render(request, "home.html", title="Home", pages=pages_of(request))
+
+
+def build_app(access: Access, audit: AuditTrail, assessments: AssessmentSource) -> web.Application:
+    """The console's application around its users and sessions, audit trail and assessments."""
+    app = web.Application(middlewares=[unavailable, guard], client_max_size=MAX_REQUEST_BYTES)
+    app[ACCESS] = access
+    app[AUDIT] = audit
+    app[ASSESSMENTS] = assessments
+    app[NAVIGATION] = (pharmacist.PAGE,)
+    app.router.add_get("/", home)
+    app.router.add_get("/login", sign_in_page)
+    app.router.add_post("/login", sign_in)
+    app.router.add_post("/logout", sign_out)
+    pharmacist.add_routes(app)
+    app.router.add_static("/static/", STATIC)
+    app.on_response_prepare.append(_headers)
+    return app

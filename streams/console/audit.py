@@ -1,0 +1,148 @@
+"""The console's audit trail: one :class:`~schemas.console.ConsoleAction` on ``clingate.console.audit`` per
+action, keyed by the user.
+
+What holds: an action the console does for a person is recorded before it takes effect, and does not take
+effect when the record is not acknowledged by Kafka. A sign-in creates its session only after its record
+is acknowledged (:class:`AuditUnavailable` otherwise: the page says so, the person is not signed in); a
+refused request (bad password, rate limit, missing role, missing or wrong CSRF token) is refused whether
+or not its record could be written. A sign-out ends the session first and then records it: ending a
+session is the safe side of a failure. The records carry no password and no patient data beyond the
+request path (the ``target``).
+
+The event time is the wall clock's: the console is the source of these events, as ``clingate arbiter
+review`` is of a review.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Protocol
+
+from aiohttp import web
+
+from schemas.console import ConsoleAction
+from schemas.serde import Serde
+from streams.console.sessions import SESSION
+from streams.console.users import Role
+from streams.runtime.kafka_clients import producer
+from topics.catalog import CONSOLE_AUDIT
+
+log = logging.getLogger(__name__)
+
+ACK_TIMEOUT_S = 10.0
+"""How long an audit record may wait for Kafka's acknowledgement before its action fails."""
+
+ANONYMOUS = "-"
+"""The ``user`` of an action without a signed-in person or a typed name (not a user name: names start
+with a letter or digit)."""
+
+
+class Action(StrEnum):
+    """What a person did (``ConsoleAction.action``)."""
+
+    SIGN_IN = "sign-in"
+    SIGN_OUT = "sign-out"
+    ACCESS_DENIED = "access-denied"
+    """A page of another role asked for."""
+    CSRF_REFUSED = "csrf-refused"
+    """A POST without its session's CSRF token."""
+
+
+class Outcome(StrEnum):
+    """Whether the action was done (``ConsoleAction.outcome``)."""
+
+    OK = "ok"
+    REFUSED = "refused"
+
+
+class AuditUnavailable(RuntimeError):
+    """An audit record was not acknowledged: the action it records must not take effect."""
+
+
+class AuditTrail(Protocol):
+    """Where the console's actions are recorded."""
+
+    async def record(self, action: ConsoleAction) -> None:
+        """Record ``action``; returns once it is durable.
+
+        Raises:
+            AuditUnavailable: it could not be recorded.
+        """
+        ...
+
+
+class KafkaAuditTrail:
+    """The audit topic, through one idempotent producer; each record is awaited until acknowledged."""
+
+    def __init__(self, bootstrap: str, serde: Serde) -> None:
+        self._producer = producer(bootstrap)
+        self._serde = serde
+
+    async def record(self, action: ConsoleAction) -> None:
+        """Produce ``action`` keyed by its user and wait for the acknowledgement (:data:`ACK_TIMEOUT_S`)."""
+        value = self._serde.encode(action, topic=CONSOLE_AUDIT)
+        loop = asyncio.get_running_loop()
+        delivered: asyncio.Future[None] = loop.create_future()
+
+        def report(error: object, _message: object) -> None:
+            def settle() -> None:
+                if delivered.done():
+                    return
+                if error is None:
+                    delivered.set_result(None)
+                else:
+                    delivered.set_exception(AuditUnavailable(f"{CONSOLE_AUDIT}: {error}"))
+
+            loop.call_soon_threadsafe(settle)
+
+        self._producer.produce(CONSOLE_AUDIT, key=action.user.encode(), value=value, on_delivery=report)
+        try:
+            await asyncio.wait_for(self._serve(delivered), ACK_TIMEOUT_S)
+        except TimeoutError as exc:
+            raise AuditUnavailable(f"{CONSOLE_AUDIT}: not acknowledged within {ACK_TIMEOUT_S:.0f} s") from exc
+
+    async def _serve(self, delivered: asyncio.Future[None]) -> None:
+        # Delivery reports are served by poll(), in a thread so the event loop goes on meanwhile.
+        while not delivered.done():
+            await asyncio.to_thread(self._producer.poll, 0.1)
+        await delivered
+
+    def close(self) -> None:
+        """Send what is still queued (bounded) and let the producer go."""
+        if self._producer.flush(ACK_TIMEOUT_S):
+            log.error("console audit: records were not acknowledged at shutdown")
+
+
+AUDIT = web.AppKey("audit", AuditTrail)
+"""The application's audit trail."""
+
+
+async def audit(
+    request: web.Request,
+    action: Action,
+    outcome: Outcome,
+    *,
+    user: str | None = None,
+    role: Role | None = None,
+    **detail: object,
+) -> None:
+    """Record ``action`` on the request's path, by ``user`` in ``role`` (default: the session's person),
+    with ``detail`` as a JSON object.
+
+    Raises:
+        AuditUnavailable: the record was not acknowledged.
+    """
+    session = request.get(SESSION)
+    if user is None and session is not None:
+        user, role = session.user, session.role
+    record = ConsoleAction(
+        action_id=secrets.token_urlsafe(16), event_time=datetime.now(UTC), user=user or ANONYMOUS,
+        role=None if role is None else role.value, action=action.value, target=request.path,
+        detail=json.dumps(detail, sort_keys=True), outcome=outcome.value,
+    )  # fmt: skip
+    await request.app[AUDIT].record(record)

@@ -1,0 +1,74 @@
+"""Rendering the console's pages: Jinja2 templates from ``templates/``, the navigation of a role, and the
+error a page shows when Kafka does not answer.
+
+What holds: every template is rendered with autoescaping on (a patient id or a user name is text, never
+markup) and with :class:`jinja2.StrictUndefined` (a misspelt variable fails the test that renders it
+instead of showing nothing). Every page gets the request's session (``session``: who is signed in, with
+which role) and its CSRF token (``csrf_token``), which every form template embeds as the hidden field
+:data:`CSRF_FIELD`; the navigation lists only the pages of the session's role (:func:`pages_of`). The
+pages are plain HTML and one CSS file served from ``static/``: no script, no build step, nothing fetched
+from another site.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from aiohttp import web
+
+from streams.console.sessions import SESSION
+from streams.console.users import Role
+
+TEMPLATES = Path(__file__).parent / "templates"
+STATIC = Path(__file__).parent / "static"
+
+CSRF_FIELD = "csrf_token"
+"""The form field that carries the session's CSRF token."""
+
+_ENVIRONMENT = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(TEMPLATES),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+@dataclass(frozen=True)
+class PageLink:
+    """A page of the navigation and the roles that may open it."""
+
+    path: str
+    title: str
+    roles: frozenset[Role]
+
+
+NAVIGATION = web.AppKey("navigation", tuple[PageLink, ...])
+"""Every page of the application that the navigation lists, in order."""
+
+
+class Unavailable(RuntimeError):
+    """What a page shows could not be read (Kafka did not answer in time); the message says what."""
+
+
+def pages_of(request: web.Request) -> list[PageLink]:
+    """The pages the request's session may open (none without a signed-in session)."""
+    session = request.get(SESSION)
+    role = session.role if session is not None else None
+    return [page for page in request.app[NAVIGATION] if role in page.roles]
+
+
+def render(request: web.Request, template: str, *, status: int = 200, **context: Any) -> web.Response:
+    """``template`` rendered for ``request`` (module docstring) as an HTML response."""
+    session = request.get(SESSION)
+    html = _ENVIRONMENT.get_template(template).render(
+        session=session,
+        csrf_field=CSRF_FIELD,
+        csrf_token=session.csrf if session is not None else "",
+        navigation=pages_of(request),
+        **context,
+    )
+    return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")

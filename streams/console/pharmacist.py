@@ -1,0 +1,66 @@
+"""The pharmacist's board: every patient's current assessment, the most urgent first, and each patient's
+history.
+
+What holds: a patient's current assessment is the last one the clinical workers published for them (the
+topic is keyed by patient, so their records are in publication order, :mod:`streams.console.assessments`).
+The board orders patients by traffic light (RED, YELLOW, GREEN), then by the NTI drug gate's severity
+(CRITICAL, ELEVATED, NORMAL), then by patient id, so that the same assessments always give the same
+board. A patient's page lists every one of their assessments still on the topic, newest first. Both pages
+are the pharmacist role's only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from aiohttp import web
+
+from schemas.clinical import ClinicalAssessment
+from streams.console.assessments import ASSESSMENTS
+from streams.console.auth import requires
+from streams.console.pages import PageLink, render
+from streams.console.users import Role
+
+PAGE = PageLink("/pharmacist", "Pharmacist board", frozenset({Role.PHARMACIST}))
+
+LIGHT_RANK = {"RED": 0, "YELLOW": 1, "GREEN": 2}
+SEVERITY_RANK = {"CRITICAL": 0, "ELEVATED": 1, "NORMAL": 2}
+
+
+def board(records: Iterable[ClinicalAssessment]) -> list[ClinicalAssessment]:
+    """The current assessment of each patient of ``records`` (in publication order), in board order."""
+    current = {record.patient_id: record for record in records}
+    return sorted(
+        current.values(),
+        key=lambda a: (LIGHT_RANK[a.traffic_light.light], SEVERITY_RANK[a.nti.severity], a.patient_id),
+    )
+
+
+def history(records: Iterable[ClinicalAssessment], patient_id: str) -> list[ClinicalAssessment]:
+    """The assessments of ``patient_id`` among ``records`` (in publication order), newest first."""
+    return [record for record in records if record.patient_id == patient_id][::-1]
+
+
+@requires(*PAGE.roles)
+async def board_page(request: web.Request) -> web.StreamResponse:
+    """``GET /pharmacist``: the board."""
+    log = await request.app[ASSESSMENTS].read()
+    return render(request, "board.html", title=PAGE.title, rows=board(log.records), unreadable=log.unreadable)
+
+
+@requires(*PAGE.roles)
+async def patient_page(request: web.Request) -> web.StreamResponse:
+    """``GET /pharmacist/patient/{patient_id}``: one patient's assessments, newest first (404: none)."""
+    patient_id = request.match_info["patient_id"]
+    log = await request.app[ASSESSMENTS].read()
+    records = history(log.records, patient_id)
+    return render(
+        request, "patient.html", status=200 if records else 404, title=f"Patient {patient_id}",
+        patient_id=patient_id, records=records, unreadable=log.unreadable,
+    )  # fmt: skip
+
+
+def add_routes(app: web.Application) -> None:
+    """The pharmacist's pages."""
+    app.router.add_get(PAGE.path, board_page)
+    app.router.add_get(PAGE.path + "/patient/{patient_id}", patient_page)

@@ -1,0 +1,60 @@
+"""``clingate console``: the application around the real Kafka parts, served until SIGINT or SIGTERM.
+
+What holds: the site is up (its socket listening) before ``listening http://HOST:PORT`` is printed, with
+the port actually bound (``--port 0`` picks a free one), so a script or a test may connect as soon as it
+reads that line. It serves plain HTTP on the host it is given, 127.0.0.1 unless told otherwise: people on
+other machines reach it through a TLS reverse proxy (docs/console.md). On a stop signal it stops taking
+requests, lets those under way finish, and sends the audit records still queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable
+
+from aiohttp import web
+
+from schemas.serde import make_serde
+from streams.console.app import build_app
+from streams.console.assessments import KafkaAssessments
+from streams.console.audit import KafkaAuditTrail
+from streams.console.auth import Access
+from streams.console.sessions import Sessions, SignInThrottle
+from streams.console.users import UserStore, decoy_hash
+from streams.runtime.settings import Settings
+
+
+def url(host: str, port: int) -> str:
+    """The console's address as a browser takes it (an IPv6 host in brackets)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def serve(
+    settings: Settings, bootstrap: str, host: str, port: int, announce: Callable[[str], None]
+) -> None:
+    """Serve the console on ``host:port`` until SIGINT or SIGTERM; ``announce`` gets its URL once it is up."""
+    serde = make_serde(settings.schema_registry_url)
+    access = Access(
+        users=UserStore(settings.console_users_file),
+        sessions=Sessions(settings.console_session_s, settings.console_idle_s),
+        throttle=SignInThrottle(),
+        secure_cookies=settings.console_secure_cookies,
+    )
+    trail = KafkaAuditTrail(bootstrap, serde)
+    runner = web.AppRunner(build_app(access, trail, KafkaAssessments(bootstrap, serde)))
+    await runner.setup()
+    try:
+        await asyncio.to_thread(decoy_hash)  # made before the first sign-in, so that it costs no more
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        bound = runner.addresses[0][1]
+        announce(url(host, bound))
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        trail.close()

@@ -1,0 +1,132 @@
+"""The console's application in process, around fakes of its Kafka parts.
+
+:class:`Console` builds the real application (:func:`streams.console.app.build_app`: the real guard,
+sessions, sign-in and pages) with a users file in the test's directory, a clock the test moves
+(:class:`FakeClock`), an audit trail that keeps its records in a list (:class:`MemoryTrail`) and a fixed
+list of assessments (:class:`FakeAssessments`), and runs a scenario against it with aiohttp's test client
+on a loopback port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from schemas.clinical import ClinicalAssessment
+from schemas.console import ConsoleAction
+from streams.console.app import build_app
+from streams.console.assessments import AssessmentLog
+from streams.console.audit import AuditUnavailable
+from streams.console.auth import Access
+from streams.console.pages import Unavailable
+from streams.console.sessions import Sessions, SignInThrottle
+from streams.console.users import Role, UserStore
+from streams.demo.samples import golden_assessment
+
+PASSWORD = "correct horse battery"
+LIFETIME_S = 8 * 3600.0
+IDLE_S = 1800.0
+
+
+@dataclass
+class FakeClock:
+    """Monotonic seconds that move only when the test says."""
+
+    now: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class MemoryTrail:
+    """An audit trail in a list; ``down`` makes every record fail as Kafka's would."""
+
+    records: list[ConsoleAction] = field(default_factory=list)
+    down: bool = False
+
+    async def record(self, action: ConsoleAction) -> None:
+        if self.down:
+            raise AuditUnavailable("clingate.console.audit: broker down")
+        self.records.append(action)
+
+
+@dataclass
+class FakeAssessments:
+    """The assessments topic as a list, in publication order; ``down`` makes a read fail."""
+
+    records: list[ClinicalAssessment] = field(default_factory=list)
+    down: bool = False
+
+    async def read(self) -> AssessmentLog:
+        if self.down:
+            raise Unavailable("clingate.clinical.assessments could not be read: timed out")
+        return AssessmentLog(tuple(self.records))
+
+
+def csrf_of(html: str) -> str:
+    """The CSRF token a page's forms carry."""
+    found = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    assert found is not None, html
+    return found.group(1)
+
+
+class Console:
+    """The application with a users file, a fake clock, trail and assessments (module docstring)."""
+
+    def __init__(self, directory: Path, *, secure_cookies: bool = False) -> None:
+        self.clock = FakeClock()
+        self.users = UserStore(directory / "users.json")
+        self.trail = MemoryTrail()
+        self.assessments = FakeAssessments()
+        self.sessions = Sessions(LIFETIME_S, IDLE_S, self.clock)
+        self.throttle = SignInThrottle(clock=self.clock)
+        self.secure_cookies = secure_cookies
+
+    def run(self, scenario: Callable[[TestClient[Any, Any]], Awaitable[Any]]) -> Any:
+        """Run ``scenario`` with a client of a fresh server of the application (cookies kept per client)."""
+        access = Access(self.users, self.sessions, self.throttle, self.secure_cookies)
+        app = build_app(access, self.trail, self.assessments)
+
+        async def main() -> Any:
+            async with TestClient(TestServer(app)) as client:
+                return await scenario(client)
+
+        return asyncio.run(main())
+
+
+async def sign_in(
+    client: TestClient[Any, Any], name: str, password: str = PASSWORD, target: str = "/"
+) -> Any:
+    """Open the sign-in page and post its form; returns the response (redirects not followed)."""
+    page = await client.get("/login", params={"next": target})
+    form = {"csrf_token": csrf_of(await page.text()), "name": name, "password": password, "next": target}
+    return await client.post("/login", data=form, allow_redirects=False)
+
+
+@pytest.fixture(scope="session")
+def golden() -> dict[str, ClinicalAssessment]:
+    """The golden patients' assessments on their FHIR bundles alone: PT-TEST-010 RED (NTI CRITICAL),
+    PT-TEST-008 and -009 YELLOW (NTI ELEVATED), PT-TEST-012 GREEN."""
+    cases = ("PT-TEST-008", "PT-TEST-009", "PT-TEST-010", "PT-TEST-012")
+    return {case: golden_assessment(case, reviewed=False) for case in cases}
+
+
+@pytest.fixture
+def console(tmp_path: Path, golden: dict[str, ClinicalAssessment]) -> Console:
+    """The console with a pharmacist ``ph`` and a clinician ``dr`` (password :data:`PASSWORD`) and the
+    golden assessments published GREEN first."""
+    site = Console(tmp_path)
+    site.users.add("ph", Role.PHARMACIST, PASSWORD)
+    site.users.add("dr", Role.CLINICIAN, PASSWORD)
+    site.assessments.records = [
+        golden[c] for c in ("PT-TEST-012", "PT-TEST-008", "PT-TEST-010", "PT-TEST-009")
+    ]
+    return site
