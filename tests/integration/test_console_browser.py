@@ -1,0 +1,183 @@
+"""``clingate console`` in a real browser: Debian's Chromium, headless, driven by Playwright, against the
+console as the command line runs it on the session broker.
+
+Real parts: the broker; the golden patients' assessments published on ``clingate.clinical.assessments``
+as the clinical workers publish them (keyed by patient, Java's murmur2 partitioner); users made by
+``clingate console users add`` with the password on standard input; ``clingate console --port 0`` as a
+child process; Chromium (``/usr/bin/chromium``, the Debian package; never a browser Playwright downloads).
+The test skips, saying why, where Chromium or Playwright is absent.
+
+What it shows: a pharmacist signs in and sees the board with every RED patient before every YELLOW one and
+every YELLOW before every GREEN one, PT-TEST-010 (NTI CRITICAL) first of the patients published here,
+with the sources of its light and its staleness; its page lists its assessments newest first; a
+clinician signed in gets 403 on the board, never its content; a sign-out posted without the CSRF token is
+refused (403) and the pharmacist stays signed in; each of these is a record on the audit topic. A
+screenshot of the board is saved in the test's directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from schemas.clinical import ClinicalAssessment
+from schemas.console import ConsoleAction
+from schemas.serde import make_serde
+from streams.demo.samples import golden_assessment
+from streams.runtime.kafka_clients import read_to_end, reader
+from streams.runtime.kafka_config import admin_client
+from streams.runtime.settings import Settings
+from streams.testing.process import SOURCE_ROOT, ProcessHandle, python_module
+from streams.worker.dbpm import producer_config
+from topics.admin import ensure_topics
+from topics.catalog import CLINICAL_ASSESSMENTS, CONSOLE_AUDIT, build_catalog
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--no-first-run",
+]  # fmt: skip
+PASSWORD = "correct horse battery staple"
+LIGHT_RANK = {"RED": 0, "YELLOW": 1, "GREEN": 2}
+
+
+def _playwright() -> Any:
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM} (Debian: apt-get install chromium)")
+    module = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (the test extra)")
+    return module.sync_playwright
+
+
+def _publish(bootstrap: str, assessments: list[ClinicalAssessment]) -> None:
+    serde = make_serde(None)
+    producer = Producer(producer_config(bootstrap))
+    for assessment in assessments:
+        value = serde.encode(assessment, topic=CLINICAL_ASSESSMENTS)
+        producer.produce(CLINICAL_ASSESSMENTS, key=assessment.patient_id.encode(), value=value)
+    assert producer.flush(30) == 0
+
+
+def _add_user(env: dict[str, str], name: str, role: str) -> None:
+    done = subprocess.run(
+        python_module("streams.cli", "console", "users", "add", name, "--role", role),
+        input=PASSWORD + "\n", env=env, cwd=SOURCE_ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def _audit(bootstrap: str, users: set[str]) -> dict[str, list[tuple[str, str, str]]]:
+    """(action, target, outcome) of each of ``users``' audit records, in order (one user's records are one
+    partition's)."""
+    serde = make_serde(None)
+    consumer = reader(bootstrap, "console-test-audit", **{"isolation.level": "read_committed"})
+    try:
+        actions = [serde.decode(m.value(), ConsoleAction, topic=CONSOLE_AUDIT)
+                   for m in read_to_end(consumer, {CONSOLE_AUDIT: {}}, 30)]  # fmt: skip
+    finally:
+        consumer.close()
+    return {user: [(a.action, a.target, a.outcome) for a in actions if a.user == user] for user in users}
+
+
+@pytest.fixture
+def console_url(kafka_bootstrap: str, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
+    """A console on the session broker with a pharmacist and a clinician; yields (URL, their names)."""
+    ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+           "CLINGATE_CONSOLE_USERS": str(tmp_path / "users.json")}  # fmt: skip
+    suffix = uuid.uuid4().hex[:8]
+    pharmacist, clinician = f"ph-{suffix}", f"dr-{suffix}"
+    _add_user(env, pharmacist, "pharmacist")
+    _add_user(env, clinician, "clinician")
+    argv = python_module("streams.cli", "console", "--port", "0")
+    console = ProcessHandle("console", argv, env=env, cwd=SOURCE_ROOT, log=tmp_path / "console.log").start()
+    try:
+        console.wait_for_output(b"listening http://", timeout_s=120)
+        found = re.search(rb"listening (http://\S+)", console.output())
+        assert found is not None
+        yield found.group(1).decode(), pharmacist, clinician
+    finally:
+        console.stop(grace_s=15)
+
+
+def _sign_in(page: Any, url: str, name: str, path: str) -> Any:
+    """Open ``path`` (sent to the sign-in page first) and sign in as ``name``; returns the response."""
+    page.goto(url + path)
+    assert page.url.startswith(url + "/login"), page.url
+    page.fill("input[name=name]", name)
+    page.fill("input[name=password]", PASSWORD)
+    with page.expect_navigation() as navigation:
+        page.click("button[type=submit]")
+    return navigation.value
+
+
+def test_a_pharmacist_sees_red_first_a_clinician_is_refused_and_a_post_without_csrf_is_403(
+    kafka_bootstrap: str, console_url: tuple[str, str, str], tmp_path: Path
+) -> None:
+    sync_playwright = _playwright()
+    url, pharmacist, clinician = console_url
+    golden = {case: golden_assessment(case, reviewed=False) for case in
+              ("PT-TEST-008", "PT-TEST-009", "PT-TEST-010", "PT-TEST-012")}  # fmt: skip
+    # Published GREEN first; PT-TEST-010 twice: its current assessment is the reviewed one.
+    _publish(kafka_bootstrap, [golden["PT-TEST-012"], golden["PT-TEST-010"], golden["PT-TEST-008"],
+                               golden["PT-TEST-009"], golden_assessment("PT-TEST-010")])  # fmt: skip
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_context().new_page()
+            response = _sign_in(page, url, pharmacist, "/pharmacist")
+            assert response.status == 200 and page.url == url + "/pharmacist"
+            rows = page.locator("table.board tbody tr")
+            board = [(rows.nth(i).get_attribute("data-patient"), rows.nth(i).get_attribute("data-light"))
+                     for i in range(rows.count())]  # fmt: skip
+            page.screenshot(path=str(tmp_path / "board.png"), full_page=True)
+            assert board[0][1] == "RED"
+            assert [LIGHT_RANK[light or ""] for _, light in board] == sorted(
+                LIGHT_RANK[light or ""] for _, light in board
+            )
+            ours = [row for row in board if row[0] in golden]
+            assert ours == [("PT-TEST-010", "RED"), ("PT-TEST-008", "YELLOW"), ("PT-TEST-009", "YELLOW"),
+                            ("PT-TEST-012", "GREEN")]  # fmt: skip
+            red = page.locator("tr[data-patient='PT-TEST-010']")
+            assert "Rule C: NTI CRITICAL" in red.inner_text() and "CRITICAL" in red.inner_text()
+            assert "STALE" in red.inner_text()
+
+            page.click("a[href='/pharmacist/patient/PT-TEST-010']")
+            # Newest first: the reviewed assessment, the one before, then earlier runs' on this broker.
+            sections = page.locator("section.assessment")
+            assert sections.count() >= 2
+            assert (
+                "CAA CONCUR" in sections.nth(0).inner_text() and "(current)" in sections.nth(0).inner_text()
+            )
+            assert "deterministic inputs only" in sections.nth(1).inner_text()
+
+            # The sign-out form without its CSRF token (removed from the page: a forged form lacks it).
+            page.goto(url + "/pharmacist")
+            page.locator("form.sign-out input[name=csrf_token]").evaluate("input => input.remove()")
+            with page.expect_navigation() as navigation:
+                page.click("form.sign-out button")
+            assert navigation.value.status == 403 and "Refused" in page.content()
+            assert page.goto(url + "/pharmacist").status == 200, "still signed in"
+
+            other = browser.new_context().new_page()
+            assert _sign_in(other, url, clinician, "/").status == 200
+            refused = other.goto(url + "/pharmacist")
+            assert refused.status == 403
+            assert "PT-TEST-010" not in other.content() and "not for the clinician role" in other.content()
+        finally:
+            browser.close()
+
+    assert _audit(kafka_bootstrap, {pharmacist, clinician}) == {
+        pharmacist: [("sign-in", "/login", "ok"), ("csrf-refused", "/logout", "refused")],
+        clinician: [("sign-in", "/login", "ok"), ("access-denied", "/pharmacist", "refused")],
+    }
