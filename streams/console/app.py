@@ -21,7 +21,7 @@ from streams.console import pharmacist
 from streams.console.assessments import ASSESSMENTS, AssessmentSource
 from streams.console.audit import AUDIT, AuditTrail, AuditUnavailable
 from streams.console.auth import ACCESS, Access, Handler, guard, requires, sign_in, sign_in_page, sign_out
-from streams.console.pages import NAVIGATION, STATIC, Unavailable, pages_of, render
+from streams.console.pages import NAVIGATION, STATIC, Unavailable, render
 from streams.console.users import Role, UserError
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,14 @@ HEADERS = {
 }
 
 
+UNAVAILABLE: dict[type[Exception], str] = {
+    Unavailable: "What this page shows could not be read from Kafka: try again shortly.",
+    AuditUnavailable: "This could not be recorded on the audit trail, so it was not done: try again shortly.",
+    UserError: "The console's users file cannot be read: tell an operator.",
+}
+"""What a 503 page says for each failure (what exactly failed is in the console's log, not on the page)."""
+
+
 @web.middleware
 async def unavailable(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A page whose data or audit record Kafka did not take, or an unreadable users file: 503, logged."""
@@ -44,7 +52,7 @@ async def unavailable(request: web.Request, handler: Handler) -> web.StreamRespo
         return await handler(request)
     except (Unavailable, AuditUnavailable, UserError) as exc:
         log.error("console: %s %s: %s", request.method, request.path, exc)
-        return render(request, "error.html", status=503, title="Unavailable", message=str(exc))
+        return render(request, "error.html", status=503, title="Unavailable", message=UNAVAILABLE[type(exc)])
 
 
 async def _headers(request: web.Request, response: web.StreamResponse) -> None:
@@ -56,7 +64,7 @@ async def _headers(request: web.Request, response: web.StreamResponse) -> None:
 @requires(*Role)
 async def home(request: web.Request) -> web.StreamResponse:
     """``GET /``: links to the pages of the session's role."""
-    return render(request, "home.html", title="Home", pages=pages_of(request))
+    return render(request, "home.html", title="Home")
 
 
 def build_app(access: Access, audit: AuditTrail, assessments: AssessmentSource) -> web.Application:

@@ -24,6 +24,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from aiohttp import web
+from confluent_kafka import KafkaError
 
 from schemas.console import ConsoleAction
 from schemas.serde import Serde
@@ -84,38 +85,29 @@ class KafkaAuditTrail:
         self._serde = serde
 
     async def record(self, action: ConsoleAction) -> None:
-        """Produce ``action`` keyed by its user and wait for the acknowledgement (:data:`ACK_TIMEOUT_S`)."""
-        value = self._serde.encode(action, topic=CONSOLE_AUDIT)
+        """Produce ``action`` keyed by its user and wait for its acknowledgement (:data:`ACK_TIMEOUT_S`)."""
+        reports: list[KafkaError | None] = []  # its delivery report's error (None: acknowledged)
+        self._producer.produce(
+            CONSOLE_AUDIT, key=action.user.encode(), value=self._serde.encode(action, topic=CONSOLE_AUDIT),
+            on_delivery=lambda error, _message: reports.append(error),
+        )  # fmt: skip
         loop = asyncio.get_running_loop()
-        delivered: asyncio.Future[None] = loop.create_future()
-
-        def report(error: object, _message: object) -> None:
-            def settle() -> None:
-                if delivered.done():
-                    return
-                if error is None:
-                    delivered.set_result(None)
-                else:
-                    delivered.set_exception(AuditUnavailable(f"{CONSOLE_AUDIT}: {error}"))
-
-            loop.call_soon_threadsafe(settle)
-
-        self._producer.produce(CONSOLE_AUDIT, key=action.user.encode(), value=value, on_delivery=report)
-        try:
-            await asyncio.wait_for(self._serve(delivered), ACK_TIMEOUT_S)
-        except TimeoutError as exc:
-            raise AuditUnavailable(f"{CONSOLE_AUDIT}: not acknowledged within {ACK_TIMEOUT_S:.0f} s") from exc
-
-    async def _serve(self, delivered: asyncio.Future[None]) -> None:
-        # Delivery reports are served by poll(), in a thread so the event loop goes on meanwhile.
-        while not delivered.done():
+        deadline = loop.time() + ACK_TIMEOUT_S
+        while not reports:  # reports are served by poll(), in a thread: the event loop goes on meanwhile
+            if loop.time() > deadline:
+                raise AuditUnavailable(f"{CONSOLE_AUDIT}: not acknowledged within {ACK_TIMEOUT_S:.0f} s")
             await asyncio.to_thread(self._producer.poll, 0.1)
-        await delivered
+        if reports[0] is not None:
+            raise AuditUnavailable(f"{CONSOLE_AUDIT}: {reports[0].str()}")
 
     def close(self) -> None:
-        """Send what is still queued (bounded) and let the producer go."""
+        """Send what is still queued (bounded by :data:`ACK_TIMEOUT_S`) and drop the rest, logged.
+
+        What is still queued belongs to actions that were already refused as not recorded."""
         if self._producer.flush(ACK_TIMEOUT_S):
             log.error("console audit: records were not acknowledged at shutdown")
+            self._producer.purge()
+            self._producer.flush(0)  # serves the purged records' reports
 
 
 AUDIT = web.AppKey("audit", AuditTrail)

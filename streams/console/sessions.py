@@ -120,6 +120,10 @@ class SignInThrottle:
     window_s: float = FAILURE_WINDOW_S
     _failures: dict[str, deque[float]] = field(default_factory=dict)
 
+    def __len__(self) -> int:
+        """Names with failures counted (some may have left the window since)."""
+        return len(self._failures)
+
     def _recent(self, name: str) -> deque[float]:
         failures = self._failures.get(name, deque())
         horizon = self.clock() - self.window_s
@@ -134,7 +138,13 @@ class SignInThrottle:
         return len(self._recent(name)) >= self.allowed
 
     def failed(self, name: str) -> int:
-        """Count a failed sign-in of ``name``; returns its failures within the window."""
+        """Count a failed sign-in of ``name``; returns its failures within the window.
+
+        The names whose failures all left the window are forgotten meanwhile, so that many names tried
+        once do not accumulate (each try costs a password check, which bounds how many a minute holds).
+        """
+        for other in list(self._failures):
+            self._recent(other)
         failures = self._recent(name)
         failures.append(self.clock())
         self._failures[name] = failures

@@ -94,3 +94,13 @@ def test_a_sign_in_clears_the_names_failures() -> None:
         throttle.failed("ph")
     throttle.succeeded("ph")
     assert throttle.failed("ph") == 1
+
+
+def test_names_whose_failures_left_the_window_are_forgotten() -> None:
+    clock = FakeClock()
+    throttle = SignInThrottle(clock=clock)
+    for index in range(100):
+        throttle.failed(f"user-{index}")
+    clock.now += FAILURE_WINDOW_S
+    throttle.failed("ph")
+    assert len(throttle) == 1

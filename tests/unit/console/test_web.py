@@ -283,7 +283,19 @@ def test_a_page_kafka_does_not_answer_for_is_a_503_with_the_reason(console: Cons
     async def scenario(client: Client) -> None:
         await sign_in(client, "ph")
         response = await client.get("/pharmacist")
-        assert response.status == 503 and "could not be read" in await response.text()
+        assert response.status == 503 and "could not be read from Kafka" in await response.text()
+
+    console.run(scenario)
+
+
+def test_an_unreadable_users_file_refuses_every_sign_in_with_503(console: Console) -> None:
+    console.users.path.write_text("not json")
+
+    async def scenario(client: Client) -> None:
+        response = await sign_in(client, "ph")
+        assert response.status == 503 and "users file cannot be read" in await response.text()
+        assert str(console.users.path) not in await response.text(), "the path is the log's, not the page's"
+        assert (await client.get("/pharmacist", allow_redirects=False)).status == 302
 
     console.run(scenario)
 
