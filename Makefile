@@ -19,7 +19,7 @@ UV := $(VENV)/bin/uv pip install -q --compile-bytecode --python $(VENV)/bin/pyth
 # The project's own modules, compiled before each run (only what changed); same reason.
 BYTECODE := $(VENV)/bin/python -m compileall -q -j 0 streams processors schemas state topics tests
 
-.PHONY: demo test soak deploy-check compose-check images lint venv smollm2
+.PHONY: demo test soak deploy-check compose-check images lint venv smollm2 browser
 
 venv: $(STAMP)
 
@@ -68,9 +68,17 @@ lint: $(STAMP)
 
 # Where Docker can run, the integration tests get their broker from testcontainers on the images built
 # here (`make images`); the engine `images` started and its containers stop when the tests end.
-test: lint deploy-check smollm2 images
+test: lint deploy-check smollm2 images browser
 	@$(BYTECODE) > /dev/null
 	$(VENV)/bin/python -m pytest; status=$$?; $(VENV)/bin/python -m streams.testing.images stop; exit $$status
+
+# Debian's Chromium for the console's browser tests (driven by Playwright from the test extra; never a
+# browser download), installed as root where apt can; elsewhere those tests skip and say why.
+browser:
+	@test -x /usr/bin/chromium || { test "$$(id -u)" = 0 && command -v apt-get > /dev/null \
+	  && { apt-get install -y -q chromium > /dev/null 2>&1 \
+	       || { apt-get update -q > /dev/null && apt-get install -y -q chromium > /dev/null; }; }; } \
+	  || echo "browser: Debian's chromium is not installed here; the browser tests skip"
 
 # Container images built from packages (a JRE base from Debian, Kafka from the Maven Central jars,
 # clingate from the Dockerfile), each cached by its inputs; the engine provisioned where it can be.
