@@ -23,7 +23,7 @@ import asyncio
 import json
 import signal
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, TypeVar
 
@@ -46,7 +46,6 @@ from schemas.docs import (
     DocumentBundle,
     DocumentType,
     MixtureEntry,
-    Review,
     ReviewDecision,
     ReviewPacket,
     Segment,
@@ -54,14 +53,13 @@ from schemas.docs import (
 )
 from schemas.serde import make_serde
 from streams.cli.common import require_bootstrap
-from streams.groups.arbiter import PacketFollower, producer_config, run_worker
+from streams.groups.arbiter import PacketFollower, make_review, produce_review, producer_config, run_worker
 from streams.groups.arbiter_calls import LLM_ROLE, arbitrate, configured_call
 from streams.llm import LlmClient
 from streams.llm.config import resolve_role
 from streams.runtime.kafka_clients import ensure_catalog
 from streams.runtime.metrics import DocsMetrics, serve
 from streams.runtime.settings import Settings, get_settings
-from topics.catalog import DOCS_REVIEWS
 
 app = typer.Typer(
     help="Classification arbiter: verify classifications, render review packets.", no_args_is_help=True
@@ -265,8 +263,8 @@ def review(
 ) -> None:
     """Show one packet with its context highlighted and publish the SME's decision to clingate.docs.reviews.
 
-    The review's event time is the moment the SME decides (this command is the event's source, not a
-    processor); it is recorded in the event, so a replay of the reviews topic sees the same time.
+    The review's event time is the moment the SME decides (:func:`streams.groups.arbiter.make_review`, which
+    the console's SME page uses too).
     """
     bootstrap = _bootstrap()
     follower = _packets(bootstrap)
@@ -281,9 +279,8 @@ def review(
     if decision is ReviewDecision.CORRECTS and corrected_type is None:
         corrected_type = typer.prompt("Corrected dominant type", type=DocumentType)
     try:
-        event = Review(
-            doc_id=doc_id, ts=datetime.now(UTC), reviewer=reviewer, decision=decision,
-            corrected_dominant_type=corrected_type,
+        event = make_review(
+            doc_id, reviewer, decision, corrected_type=corrected_type,
             corrected_segments=_load_list(Segment, corrected_segments),
             corrected_mixture=_load_list(MixtureEntry, corrected_mixture), notes=notes,
         )  # fmt: skip
@@ -291,8 +288,7 @@ def review(
         typer.echo(f"invalid review: {error}", err=True)
         raise typer.Exit(2) from error
     producer = Producer(producer_config(bootstrap))
-    serde = make_serde(get_settings().schema_registry_url)
-    producer.produce(DOCS_REVIEWS, key=doc_id.encode("utf-8"), value=serde.encode(event, topic=DOCS_REVIEWS))
+    produce_review(producer, make_serde(get_settings().schema_registry_url), event)
     if producer.flush(30):
         typer.echo("the review was not acknowledged by Kafka; nothing recorded, try again", err=True)
         raise typer.Exit(1)

@@ -9,6 +9,9 @@ One module per concern:
 * :mod:`~streams.console.audit`: one record per action on ``clingate.console.audit``;
 * :mod:`~streams.console.assessments`: the assessments the clinical workers published, read from Kafka;
 * :mod:`~streams.console.pharmacist`: the pharmacist's board and patient pages;
+* :mod:`~streams.console.reviews`: the review packets and reviews read from Kafka, and the SME's decisions
+  published;
+* :mod:`~streams.console.sme`: the SME's review queue, packet page and decision;
 * :mod:`~streams.console.pages`: templates, navigation and the error of an unavailable page;
 * :mod:`~streams.console.app`: the aiohttp application (routes, middlewares, response headers);
 * :mod:`~streams.console.server`: the application on the real Kafka parts, served until stopped.

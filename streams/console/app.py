@@ -1,8 +1,8 @@
 """The console as an aiohttp application: its routes, its middlewares and the headers of every response.
 
 :func:`build_app` takes what the pages read and write as arguments (users, sessions, the audit trail, the
-assessments), so the tests build the same application around fakes of the Kafka parts
-(:mod:`streams.console.server` builds it around the real ones).
+assessments, the review packets and reviews, the review publisher), so the tests build the same
+application around fakes of the Kafka parts (:mod:`streams.console.server` builds it around the real ones).
 
 What holds for every response: a Content-Security-Policy that lets a page load only this site's stylesheet
 and images and post forms only to this site (no script at all, no frame), ``X-Content-Type-Options:
@@ -17,11 +17,12 @@ import logging
 
 from aiohttp import web
 
-from streams.console import pharmacist
+from streams.console import pharmacist, sme
 from streams.console.assessments import ASSESSMENTS, AssessmentSource
 from streams.console.audit import AUDIT, AuditTrail, AuditUnavailable
 from streams.console.auth import ACCESS, Access, Handler, guard, requires, sign_in, sign_in_page, sign_out
 from streams.console.pages import NAVIGATION, STATIC, Unavailable, render
+from streams.console.reviews import PUBLISHER, REVIEWS, ReviewNotRecorded, ReviewPublisher, ReviewSource
 from streams.console.users import Role, UserError
 
 log = logging.getLogger(__name__)
@@ -41,16 +42,18 @@ UNAVAILABLE: dict[type[Exception], str] = {
     Unavailable: "What this page shows could not be read from Kafka: try again shortly.",
     AuditUnavailable: "This could not be recorded on the audit trail, so it was not done: try again shortly.",
     UserError: "The console's users file cannot be read: tell an operator.",
+    ReviewNotRecorded: "Kafka did not acknowledge the review, so it was not recorded: try again shortly.",
 }
 """What a 503 page says for each failure (what exactly failed is in the console's log, not on the page)."""
 
 
 @web.middleware
 async def unavailable(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """A page whose data or audit record Kafka did not take, or an unreadable users file: 503, logged."""
+    """A page whose data, audit record or review Kafka did not take, or an unreadable users file: 503,
+    logged."""
     try:
         return await handler(request)
-    except (Unavailable, AuditUnavailable, UserError) as exc:
+    except (Unavailable, AuditUnavailable, UserError, ReviewNotRecorded) as exc:
         log.error("console: %s %s: %s", request.method, request.path, exc)
         return render(request, "error.html", status=503, title="Unavailable", message=UNAVAILABLE[type(exc)])
 
@@ -67,18 +70,28 @@ async def home(request: web.Request) -> web.StreamResponse:
     return render(request, "home.html", title="Home")
 
 
-def build_app(access: Access, audit: AuditTrail, assessments: AssessmentSource) -> web.Application:
-    """The console's application around its users and sessions, audit trail and assessments."""
+def build_app(
+    access: Access,
+    audit: AuditTrail,
+    assessments: AssessmentSource,
+    reviews: ReviewSource,
+    publisher: ReviewPublisher,
+) -> web.Application:
+    """The console's application around its users and sessions, audit trail, assessments, review packets
+    and reviews, and the publisher of the SME's decisions."""
     app = web.Application(middlewares=[unavailable, guard], client_max_size=MAX_REQUEST_BYTES)
     app[ACCESS] = access
     app[AUDIT] = audit
     app[ASSESSMENTS] = assessments
-    app[NAVIGATION] = (pharmacist.PAGE,)
+    app[REVIEWS] = reviews
+    app[PUBLISHER] = publisher
+    app[NAVIGATION] = (pharmacist.PAGE, sme.PAGE)
     app.router.add_get("/", home)
     app.router.add_get("/login", sign_in_page)
     app.router.add_post("/login", sign_in)
     app.router.add_post("/logout", sign_out)
     pharmacist.add_routes(app)
+    sme.add_routes(app)
     app.router.add_static("/static/", STATIC)
     app.on_response_prepare.append(_headers)
     return app

@@ -7,7 +7,7 @@ is acknowledged (:class:`AuditUnavailable` otherwise: the page says so, the pers
 refused request (bad password, rate limit, missing role, missing or wrong CSRF token) is refused whether
 or not its record could be written. A sign-out ends the session first and then records it: ending a
 session is the safe side of a failure. The records carry no password and no patient data beyond the
-request path (the ``target``).
+request path or a reviewed document's id (the ``target``).
 
 The event time is the wall clock's: the console is the source of these events, as ``clingate arbiter
 review`` is of a review.
@@ -52,6 +52,8 @@ class Action(StrEnum):
     """A page of another role asked for."""
     CSRF_REFUSED = "csrf-refused"
     """A POST without its session's CSRF token."""
+    REVIEW = "review"
+    """An SME's decision on a review packet (its target is the document id)."""
 
 
 class Outcome(StrEnum):
@@ -116,10 +118,11 @@ async def audit(
     *,
     user: str | None = None,
     role: Role | None = None,
+    target: str | None = None,
     **detail: object,
 ) -> None:
-    """Record ``action`` on the request's path, by ``user`` in ``role`` (default: the session's person),
-    with ``detail`` as a JSON object.
+    """Record ``action`` on ``target`` (default: the request's path), by ``user`` in ``role`` (default: the
+    session's person), with ``detail`` as a JSON object.
 
     Raises:
         AuditUnavailable: the record was not acknowledged.
@@ -129,7 +132,7 @@ async def audit(
         user, role = session.user, session.role
     record = ConsoleAction(
         action_id=secrets.token_urlsafe(16), event_time=datetime.now(UTC), user=user or ANONYMOUS,
-        role=None if role is None else role.value, action=action.value, target=request.path,
+        role=None if role is None else role.value, action=action.value, target=target or request.path,
         detail=json.dumps(detail, sort_keys=True), outcome=outcome.value,
     )  # fmt: skip
     await request.app[AUDIT].record(record)

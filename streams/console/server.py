@@ -4,7 +4,7 @@ What holds: the site is up (its socket listening) before ``listening http://HOST
 the port actually bound (``--port 0`` picks a free one), so a script or a test may connect as soon as it
 reads that line. It serves plain HTTP on the host it is given, 127.0.0.1 unless told otherwise: people on
 other machines reach it through a TLS reverse proxy (docs/console.md). On a stop signal it stops taking
-requests, lets those under way finish, and sends the audit records still queued.
+requests, lets those under way finish, and sends the audit records and reviews still queued.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from streams.console.app import build_app
 from streams.console.assessments import KafkaAssessments
 from streams.console.audit import KafkaAuditTrail
 from streams.console.auth import Access
+from streams.console.reviews import KafkaReviewPublisher, KafkaReviews
 from streams.console.sessions import Sessions, SignInThrottle
 from streams.console.users import UserStore, decoy_hash
 from streams.runtime.settings import Settings
@@ -42,7 +43,11 @@ async def serve(
         secure_cookies=settings.console_secure_cookies,
     )
     trail = KafkaAuditTrail(bootstrap, serde)
-    runner = web.AppRunner(build_app(access, trail, KafkaAssessments(bootstrap, serde)))
+    publisher = KafkaReviewPublisher(bootstrap, serde)
+    app = build_app(
+        access, trail, KafkaAssessments(bootstrap, serde), KafkaReviews(bootstrap, serde), publisher
+    )
+    runner = web.AppRunner(app)
     await runner.setup()
     try:
         await asyncio.to_thread(decoy_hash)  # made before the first sign-in, so that it costs no more
@@ -58,3 +63,4 @@ async def serve(
     finally:
         await runner.cleanup()
         trail.close()
+        publisher.close()

@@ -52,10 +52,12 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from processors.docs.arbiter import ArbiterConfig
@@ -63,7 +65,16 @@ from processors.docs.packet import ground_truth
 from processors.docs.v3 import TrapRules
 from schemas.base import AvroModel
 from schemas.common import Stage
-from schemas.docs import ClassificationRequest, Review, ReviewPacket, ReviewStatus
+from schemas.docs import (
+    ClassificationRequest,
+    DocumentType,
+    MixtureEntry,
+    Review,
+    ReviewDecision,
+    ReviewPacket,
+    ReviewStatus,
+    Segment,
+)
 from schemas.serde import Serde
 from streams.groups.arbiter_calls import LlmCall, arbitrate
 from streams.groups.ordered import Handled, OrderedLoop, Output, consumer_config, transactional_producer
@@ -94,6 +105,44 @@ def producer_config(bootstrap: str) -> dict[str, object]:
         bootstrap, partitioner="murmur2_random", acks="all",
         **{"enable.idempotence": True, "linger.ms": 5, **PRODUCER_LIMITS},
     )  # fmt: skip
+
+
+def make_review(
+    doc_id: str,
+    reviewer: str,
+    decision: ReviewDecision,
+    *,
+    corrected_type: DocumentType | None = None,
+    corrected_segments: list[Segment] | None = None,
+    corrected_mixture: list[MixtureEntry] | None = None,
+    notes: str = "",
+) -> Review:
+    """An SME's decision on ``doc_id`` as ``clingate arbiter review`` and the console record it.
+
+    Its event time is now: whoever records it (the command, the console's SME page) is the event's source,
+    not a processor, and the time is in the event, so a replay of the reviews topic sees the same time.
+
+    Raises:
+        pydantic.ValidationError: a correction without ``corrected_type``.
+    """
+    return Review(
+        doc_id=doc_id, ts=datetime.now(UTC), reviewer=reviewer, decision=decision,
+        corrected_dominant_type=corrected_type, corrected_segments=corrected_segments,
+        corrected_mixture=corrected_mixture, notes=notes,
+    )  # fmt: skip
+
+
+def produce_review(producer: Producer, serde: Serde, review: Review, **kwargs: Any) -> None:
+    """Queue ``review`` on ``clingate.docs.reviews``, keyed by its document (``kwargs``: e.g. the delivery
+    callback); the docs worker turns it into the document's ground truth and marks its packet reviewed."""
+    value = serde.encode(review, topic=DOCS_REVIEWS)
+    producer.produce(DOCS_REVIEWS, key=review.doc_id.encode("utf-8"), value=value, **kwargs)
+
+
+def pending(packets: Iterable[ReviewPacket]) -> list[ReviewPacket]:
+    """The review queue: the packets of ``packets`` awaiting review, oldest event time first (then by id)."""
+    waiting = [p for p in packets if p.review_status is ReviewStatus.PENDING]
+    return sorted(waiting, key=lambda packet: (packet.ts, packet.doc_id))
 
 
 class Packets(abc.ABC):
@@ -143,8 +192,7 @@ class Packets(abc.ABC):
 
     def pending(self) -> list[ReviewPacket]:
         """Packets awaiting review, oldest event time first."""
-        waiting = [p for p in self.packets.values() if p.review_status is ReviewStatus.PENDING]
-        return sorted(waiting, key=lambda packet: (packet.ts, packet.doc_id))
+        return pending(self.packets.values())
 
 
 class PacketFollower(Packets):
@@ -154,18 +202,26 @@ class PacketFollower(Packets):
     Kafka Streams global table.
     """
 
-    def __init__(self, bootstrap: str, serde: Serde, topic: str = DOCS_REVIEW_PACKETS) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        serde: Serde,
+        topic: str = DOCS_REVIEW_PACKETS,
+        group_prefix: str = "clingate-packet-reader-",
+    ) -> None:
         """Assign every partition of ``topic`` from its beginning.
 
         Args:
             bootstrap: Kafka bootstrap servers.
             serde: the process's serde.
             topic: the packet topic.
+            group_prefix: the prefix of its throw-away group id (the ACL plan grants each principal its
+                own prefix; it commits nothing).
         """
         super().__init__(serde)
         self._topic = topic
         self._consumer = Consumer(client_config(bootstrap, **{
-            "group.id": f"clingate-packet-reader-{uuid.uuid4().hex}",
+            "group.id": f"{group_prefix}{uuid.uuid4().hex}",
             "enable.auto.commit": False, "isolation.level": "read_committed",
             # Between catch-ups nobody polls: bound what librdkafka prefetches meanwhile (default 64 MiB).
             "queued.max.messages.kbytes": 8192,

@@ -2,9 +2,10 @@
 
 :class:`Console` builds the real application (:func:`streams.console.app.build_app`: the real guard,
 sessions, sign-in and pages) with a users file in the test's directory, a clock the test moves
-(:class:`FakeClock`), an audit trail that keeps its records in a list (:class:`MemoryTrail`) and a fixed
-list of assessments (:class:`FakeAssessments`), and runs a scenario against it with aiohttp's test client
-on a loopback port.
+(:class:`FakeClock`), an audit trail that keeps its records in a list (:class:`MemoryTrail`), a fixed
+list of assessments (:class:`FakeAssessments`), fixed review packets and reviews (:class:`FakeReviews`)
+and a review publisher that keeps what it publishes (:class:`MemoryPublisher`), and runs a scenario
+against it with aiohttp's test client on a loopback port.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from schemas.clinical import ClinicalAssessment
 from schemas.console import ConsoleAction
+from schemas.docs import Review, ReviewPacket
 from streams.console.app import build_app
 from streams.console.assessments import AssessmentLog
 from streams.console.audit import AuditUnavailable
 from streams.console.auth import Access
 from streams.console.pages import Unavailable
+from streams.console.reviews import ReviewLog, ReviewNotRecorded
 from streams.console.sessions import Sessions, SignInThrottle
 from streams.console.users import Role, UserStore
 from streams.demo.samples import golden_assessment
@@ -71,6 +74,34 @@ class FakeAssessments:
         return AssessmentLog(tuple(self.records))
 
 
+@dataclass
+class FakeReviews:
+    """The packet and review topics: the latest packet per document and the reviews in publication order;
+    ``down`` makes a read fail."""
+
+    packets: dict[str, ReviewPacket] = field(default_factory=dict)
+    reviews: list[Review] = field(default_factory=list)
+    down: bool = False
+
+    async def read(self) -> ReviewLog:
+        if self.down:
+            raise Unavailable("clingate.docs.review-packets could not be read: timed out")
+        return ReviewLog(dict(self.packets), tuple(self.reviews))
+
+
+@dataclass
+class MemoryPublisher:
+    """A review publisher that keeps what it publishes; ``down`` makes a publication fail as Kafka's would."""
+
+    published: list[Review] = field(default_factory=list)
+    down: bool = False
+
+    async def publish(self, review: Review) -> None:
+        if self.down:
+            raise ReviewNotRecorded("clingate.docs.reviews: broker down")
+        self.published.append(review)
+
+
 def csrf_of(html: str) -> str:
     """The CSRF token a page's forms carry."""
     found = re.search(r'name="csrf_token" value="([^"]+)"', html)
@@ -86,6 +117,8 @@ class Console:
         self.users = UserStore(directory / "users.json")
         self.trail = MemoryTrail()
         self.assessments = FakeAssessments()
+        self.reviews = FakeReviews()
+        self.publisher = MemoryPublisher()
         self.sessions = Sessions(LIFETIME_S, IDLE_S, self.clock)
         self.throttle = SignInThrottle(clock=self.clock)
         self.secure_cookies = secure_cookies
@@ -93,7 +126,7 @@ class Console:
     def run(self, scenario: Callable[[TestClient[Any, Any]], Awaitable[Any]]) -> Any:
         """Run ``scenario`` with a client of a fresh server of the application (cookies kept per client)."""
         access = Access(self.users, self.sessions, self.throttle, self.secure_cookies)
-        app = build_app(access, self.trail, self.assessments)
+        app = build_app(access, self.trail, self.assessments, self.reviews, self.publisher)
 
         async def main() -> Any:
             async with TestClient(TestServer(app)) as client:
