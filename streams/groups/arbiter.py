@@ -268,6 +268,11 @@ class PacketFollower(Packets):
                 record = SourceRecord.from_message(message)
                 self._next[record.partition] = record.offset + 1
                 self.apply(record)
+            # A partition the docs worker wrote in transactions ends with a commit marker, which is never
+            # a message: it is read once the consumer's position passed its end.
+            for tp in self._consumer.position([TopicPartition(self._topic, p) for p in ends]):
+                if tp.offset > self._next.get(tp.partition, 0):
+                    self._next[tp.partition] = tp.offset
 
     def close(self) -> None:
         """Close the consumer."""

@@ -13,6 +13,12 @@ with the sources of its light and its staleness; its page lists its assessments 
 clinician signed in gets 403 on the board, never its content; a sign-out posted without the CSRF token is
 refused (403) and the pharmacist stays signed in; each of these is a record on the audit topic. A
 screenshot of the board is saved in the test's directory.
+
+And the SME's review: the rules-only arbiter's review packets of two of the demo's examples (as
+``streams.demo.plan.verify_example`` makes them, each under a doc id of this run) are published on
+``clingate.docs.review-packets`` as the docs worker publishes them; an SME opens the queue, agrees with one
+packet and corrects the other, and the two Review records are on ``clingate.docs.reviews``, by that SME,
+with the decision and the corrected type, and each decision is on the audit topic.
 """
 
 from __future__ import annotations
@@ -30,15 +36,24 @@ from confluent_kafka import Producer
 
 from schemas.clinical import ClinicalAssessment
 from schemas.console import ConsoleAction
+from schemas.docs import DocumentType, Review, ReviewDecision, ReviewPacket
 from schemas.serde import make_serde
+from streams.demo.plan import verify_example
 from streams.demo.samples import golden_assessment
+from streams.groups import arbiter as docs_worker
 from streams.runtime.kafka_clients import read_to_end, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
 from streams.testing.process import SOURCE_ROOT, ProcessHandle, python_module
 from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
-from topics.catalog import CLINICAL_ASSESSMENTS, CONSOLE_AUDIT, build_catalog
+from topics.catalog import (
+    CLINICAL_ASSESSMENTS,
+    CONSOLE_AUDIT,
+    DOCS_REVIEW_PACKETS,
+    DOCS_REVIEWS,
+    build_catalog,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -89,22 +104,24 @@ def _audit(bootstrap: str, users: set[str]) -> dict[str, list[tuple[str, str, st
 
 
 @pytest.fixture
-def console_url(kafka_bootstrap: str, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
-    """A console on the session broker with a pharmacist and a clinician; yields (URL, their names)."""
+def console_url(kafka_bootstrap: str, tmp_path: Path) -> Iterator[tuple[str, str, str, str]]:
+    """A console on the session broker with a pharmacist, a clinician and an SME; yields (URL, their
+    names)."""
     ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
            "CLINGATE_CONSOLE_USERS": str(tmp_path / "users.json")}  # fmt: skip
     suffix = uuid.uuid4().hex[:8]
-    pharmacist, clinician = f"ph-{suffix}", f"dr-{suffix}"
+    pharmacist, clinician, sme = f"ph-{suffix}", f"dr-{suffix}", f"sme-{suffix}"
     _add_user(env, pharmacist, "pharmacist")
     _add_user(env, clinician, "clinician")
+    _add_user(env, sme, "sme")
     argv = python_module("streams.cli", "console", "--port", "0")
     console = ProcessHandle("console", argv, env=env, cwd=SOURCE_ROOT, log=tmp_path / "console.log").start()
     try:
         console.wait_for_output(b"listening http://", timeout_s=120)
         found = re.search(rb"listening (http://\S+)", console.output())
         assert found is not None
-        yield found.group(1).decode(), pharmacist, clinician
+        yield found.group(1).decode(), pharmacist, clinician, sme
     finally:
         console.stop(grace_s=15)
 
@@ -121,10 +138,10 @@ def _sign_in(page: Any, url: str, name: str, path: str) -> Any:
 
 
 def test_a_pharmacist_sees_red_first_a_clinician_is_refused_and_a_post_without_csrf_is_403(
-    kafka_bootstrap: str, console_url: tuple[str, str, str], tmp_path: Path
+    kafka_bootstrap: str, console_url: tuple[str, str, str, str], tmp_path: Path
 ) -> None:
     sync_playwright = _playwright()
-    url, pharmacist, clinician = console_url
+    url, pharmacist, clinician, _ = console_url
     golden = {case: golden_assessment(case, reviewed=False) for case in
               ("PT-TEST-008", "PT-TEST-009", "PT-TEST-010", "PT-TEST-012")}  # fmt: skip
     # Published GREEN first; PT-TEST-010 twice: its current assessment is the reviewed one.
@@ -180,4 +197,80 @@ def test_a_pharmacist_sees_red_first_a_clinician_is_refused_and_a_post_without_c
     assert _audit(kafka_bootstrap, {pharmacist, clinician}) == {
         pharmacist: [("sign-in", "/login", "ok"), ("csrf-refused", "/logout", "refused")],
         clinician: [("sign-in", "/login", "ok"), ("access-denied", "/pharmacist", "refused")],
+    }
+
+
+def _publish_packets(bootstrap: str, packets: list[ReviewPacket]) -> None:
+    """``packets`` on the packet topic as the docs worker publishes them (keyed by document)."""
+    serde = make_serde(None)
+    producer = Producer(docs_worker.producer_config(bootstrap))
+    for packet in packets:
+        value = serde.encode(packet, topic=DOCS_REVIEW_PACKETS)
+        producer.produce(DOCS_REVIEW_PACKETS, key=packet.doc_id.encode(), value=value)
+    assert producer.flush(30) == 0
+
+
+def _reviews(bootstrap: str, doc_ids: set[str]) -> dict[str, Review]:
+    serde = make_serde(None)
+    consumer = reader(bootstrap, "console-test-reviews", **{"isolation.level": "read_committed"})
+    try:
+        reviews = [serde.decode(m.value(), Review, topic=DOCS_REVIEWS)
+                   for m in read_to_end(consumer, {DOCS_REVIEWS: {}}, 30)]  # fmt: skip
+    finally:
+        consumer.close()
+    return {review.doc_id: review for review in reviews if review.doc_id in doc_ids}
+
+
+def test_an_sme_agrees_with_one_packet_and_corrects_another_and_both_reviews_are_on_the_topic(
+    kafka_bootstrap: str, console_url: tuple[str, str, str, str], tmp_path: Path
+) -> None:
+    sync_playwright = _playwright()
+    url, _, _, sme = console_url
+    run = uuid.uuid4().hex[:8]
+    packets = []
+    for case in ("quest", "requisition"):
+        _, finished = verify_example(case)
+        assert finished.packet is not None
+        packets.append(finished.packet.model_copy(update={"doc_id": f"{finished.packet.doc_id}-{run}"}))
+    agreed, corrected = (packet.doc_id for packet in packets)
+    _publish_packets(kafka_bootstrap, packets)
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_context().new_page()
+            response = _sign_in(page, url, sme, "/sme")
+            assert response.status == 200 and page.url == url + "/sme"
+            queued = page.locator("table.queue tbody tr")
+            docs = [queued.nth(i).get_attribute("data-doc") for i in range(queued.count())]
+            assert agreed in docs and corrected in docs
+
+            page.click(f"a[href='/sme/packet/{agreed}']")
+            assert "QUEST DIAGNOSTICS" in page.locator("ol.context").first.inner_text(), "the page's text"
+            assert page.locator("ol.context mark").count() >= 1, "the located text marked"
+            page.screenshot(path=str(tmp_path / "packet.png"), full_page=True)
+            with page.expect_navigation() as navigation:
+                page.click("button[name=agree]")
+            assert navigation.value.status == 200 and page.url.startswith(url + "/sme?")
+            assert f"Review of {agreed} recorded (AGREES)." in page.content()
+
+            page.goto(url + f"/sme/packet/{corrected}")
+            page.select_option("select[name=corrected_type]", DocumentType.OTHER.value)
+            page.fill("textarea[name=notes]", "a requisition form")
+            with page.expect_navigation() as navigation:
+                page.click("button[name=correct]")
+            assert navigation.value.status == 200
+            assert f"Review of {corrected} recorded (CORRECTS)." in page.content()
+        finally:
+            browser.close()
+
+    reviews = _reviews(kafka_bootstrap, {agreed, corrected})
+    assert {
+        doc: (r.reviewer, r.decision, r.corrected_dominant_type, r.notes) for doc, r in reviews.items()
+    } == {
+        agreed: (sme, ReviewDecision.AGREES, None, ""),
+        corrected: (sme, ReviewDecision.CORRECTS, DocumentType.OTHER, "a requisition form"),
+    }
+    assert _audit(kafka_bootstrap, {sme}) == {
+        sme: [("sign-in", "/login", "ok"), ("review", agreed, "ok"), ("review", corrected, "ok")]
     }
