@@ -49,19 +49,7 @@ ToolName = Literal[
 
 TOOL_NAMES: Final[tuple[ToolName, ...]] = get_args(ToolName)
 
-SuggestedTool = Literal[
-    "check_drug_safety",
-    "check_drug_interactions",
-    "search_medical_literature",
-    "find_clinical_trials",
-    "search_patient",
-    "get_patient_chart",
-    "prescribe_medication",
-    "add_allergy",
-    "save_clinical_note",
-    "analyze_medical_image",
-    "none",
-]
+SuggestedTool = Literal[ToolName, "none"]
 """A tool name, or ``"none"`` when the intent needs no tool."""
 
 Intent = Literal["DIRECT", "TOOL_NEEDED"]
