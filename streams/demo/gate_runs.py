@@ -21,47 +21,26 @@ OUTCOMES = ("verified", "ellipsis_trimmed", "paraphrase_converted", "wrong_attri
 """A citation's outcomes, in the contract's order (observations last)."""
 
 
-def citation_counts(draft: GatedDraft) -> dict[str, int]:
-    """A gated draft's citations: checked, then each outcome."""
-    c = draft.citations
-    kinds = [o.kind for o in c.observations]
-    return {
-        "checked": c.checked,
-        "verified": c.verified,
-        "ellipsis_trimmed": c.ellipsis_trimmed,
-        "paraphrase_converted": c.paraphrase_converted,
-        "wrong_attribution": kinds.count("wrong_attribution"),
-        "fabricated_quote": kinds.count("fabricated_quote"),
-    }
-
-
 def gate_run_rows(
     published: list[GatedDraft | RevisionRoute | SafetyAudit], final: dict[str, ClinicalAssessment]
 ) -> list[GateRunRow]:
-    """One row per golden case of ``published`` (the worker's outputs for the runs)."""
+    """One row per golden case of ``published`` (the worker's outputs for the runs), read from the case's
+    safety audit, whose run record holds each revision's gate activations and route."""
     rows = []
-    for case in sorted({o.patient_id for o in published}):
-        drafts = sorted((o for o in published if isinstance(o, GatedDraft) and o.patient_id == case),
-                        key=lambda d: d.revision)  # fmt: skip
-        routes = sorted((o for o in published if isinstance(o, RevisionRoute) and o.patient_id == case),
-                        key=lambda r: r.revision)  # fmt: skip
-        audits = [o for o in published if isinstance(o, SafetyAudit) and o.patient_id == case]
-        first = drafts[0] if drafts else None
+    for audit in sorted((o for o in published if isinstance(o, SafetyAudit)), key=lambda a: a.patient_id):
+        revisions = audit.run.revisions if audit.run is not None else []
+        first = revisions[0] if revisions else None
+        case = audit.patient_id
         rows.append(
             GateRunRow(
                 case=case,
-                citations=[citation_counts(d) for d in drafts],
-                transforms=len(first.lint.transforms) if first else 0,
-                imperative_warnings=len(first.lint.imperative_warnings) if first else 0,
-                routes=[r.route + "".join(f" ({o})" for o in r.overrides) for r in routes],
+                citations=[{"checked": r.checked, **{o: getattr(r, o) for o in OUTCOMES}} for r in revisions],
+                transforms=first.transforms if first else 0,
+                imperative_warnings=first.imperative_warnings if first else 0,
+                routes=[str(r.route) + "".join(f" ({o})" for o in r.overrides) for r in revisions if r.route],
                 final_light=str(final[case].traffic_light.light) if case in final else "none",
-                scda_passed=all(a.passed for a in audits) and bool(audits),
-                flagged=[
-                    f"{t.item} {t.status}"
-                    for a in audits
-                    for t in a.tracked
-                    if t.status in ("WARN", "ESCALATE")
-                ],
+                scda_passed=audit.passed,
+                flagged=[f"{t.item} {t.status}" for t in audit.tracked if t.status in ("WARN", "ESCALATE")],
             )
         )
     return rows
