@@ -59,8 +59,8 @@ Termination (§4.6, §9, §11; walkthrough 3 decides)
 
 * An intent of DIRECT for a query that matches a §11 task pattern is overruled to TOOL_NEEDED (the
   decision records it): the patterns say which tools the task needs, §1 gives routing to code, and a
-  small model answers DIRECT to "Check FDA warnings for dofetilide" (SmolLM2-135M did, every time),
-  which would answer a drug-safety question from the model's memory instead of the drug data.
+  small model may answer DIRECT to "Check FDA warnings for dofetilide", which would answer a
+  drug-safety question from the model's memory instead of the drug data.
 * Every matched task pattern adds its required tools (walkthrough 3 needs "patient"+"chart" and then
   "safety"; §11's ``_match_pattern`` returns one). Done when all required tools returned without error.
 * §9's "all results success_rich or no_results and step_count ≥ 1 → SYNTHESIZE" and the diagram's

@@ -117,8 +117,7 @@ class TransactionalProducer:
     timed out); librdkafka then reports the producer fenced, a fatal error, at the next abort or
     commit. The id is this loop's alone (kept in its own data directory, :func:`transactional_id`), so
     no newer instance holds it: the producer is replaced by a new one under the same id
-    (``init_transactions`` takes a new epoch) and the batch is done again, as after any abort. Without
-    this the loop stopped, and its worker with it.
+    (``init_transactions`` takes a new epoch) and the batch is done again, as after any abort.
     """
 
     def __init__(self, config: dict[str, object], name: str) -> None:
