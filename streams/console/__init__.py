@@ -8,10 +8,13 @@ One module per concern:
   sign-out;
 * :mod:`~streams.console.audit`: one record per action on ``clingate.console.audit``;
 * :mod:`~streams.console.assessments`: the assessments the clinical workers published, read from Kafka;
+* :mod:`~streams.console.drafts`: the output gates' gated drafts and routes read from Kafka, grouped in
+  runs;
 * :mod:`~streams.console.pharmacist`: the pharmacist's board and patient pages;
 * :mod:`~streams.console.reviews`: the review packets and reviews read from Kafka, and the SME's decisions
   published;
 * :mod:`~streams.console.sme`: the SME's review queue, packet page and decision;
+* :mod:`~streams.console.records`: a topic's records read for a page;
 * :mod:`~streams.console.pages`: templates, navigation and the error of an unavailable page;
 * :mod:`~streams.console.app`: the aiohttp application (routes, middlewares, response headers);
 * :mod:`~streams.console.server`: the application on the real Kafka parts, served until stopped.

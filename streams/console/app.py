@@ -1,8 +1,9 @@
 """The console as an aiohttp application: its routes, its middlewares and the headers of every response.
 
 :func:`build_app` takes what the pages read and write as arguments (users, sessions, the audit trail, the
-assessments, the review packets and reviews, the review publisher), so the tests build the same
-application around fakes of the Kafka parts (:mod:`streams.console.server` builds it around the real ones).
+assessments, the review packets and reviews, the review publisher, the gated drafts and routes), so the
+tests build the same application around fakes of the Kafka parts (:mod:`streams.console.server` builds it
+around the real ones).
 
 What holds for every response: a Content-Security-Policy that lets a page load only this site's stylesheet
 and images and post forms only to this site (no script at all, no frame), ``X-Content-Type-Options:
@@ -21,6 +22,7 @@ from streams.console import pharmacist, sme
 from streams.console.assessments import ASSESSMENTS, AssessmentSource
 from streams.console.audit import AUDIT, AuditTrail, AuditUnavailable
 from streams.console.auth import ACCESS, Access, Handler, guard, requires, sign_in, sign_in_page, sign_out
+from streams.console.drafts import DRAFTS, DraftSource
 from streams.console.pages import NAVIGATION, STATIC, Unavailable, render
 from streams.console.reviews import PUBLISHER, REVIEWS, ReviewNotRecorded, ReviewPublisher, ReviewSource
 from streams.console.users import Role, UserError
@@ -76,15 +78,18 @@ def build_app(
     assessments: AssessmentSource,
     reviews: ReviewSource,
     publisher: ReviewPublisher,
+    *,
+    drafts: DraftSource,
 ) -> web.Application:
     """The console's application around its users and sessions, audit trail, assessments, review packets
-    and reviews, and the publisher of the SME's decisions."""
+    and reviews, the publisher of the SME's decisions, and the gated drafts and routes."""
     app = web.Application(middlewares=[unavailable, guard], client_max_size=MAX_REQUEST_BYTES)
     app[ACCESS] = access
     app[AUDIT] = audit
     app[ASSESSMENTS] = assessments
     app[REVIEWS] = reviews
     app[PUBLISHER] = publisher
+    app[DRAFTS] = drafts
     app[NAVIGATION] = (pharmacist.PAGE, sme.PAGE)
     app.router.add_get("/", home)
     app.router.add_get("/login", sign_in_page)

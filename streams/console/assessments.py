@@ -17,7 +17,6 @@ removes the patient's earlier records.
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,15 +24,10 @@ from aiohttp import web
 from confluent_kafka import KafkaException
 
 from schemas.clinical import ClinicalAssessment
-from schemas.serde import SchemaDecodeError, Serde
+from schemas.serde import Serde
 from streams.console.pages import Unavailable
-from streams.runtime.kafka_clients import read_to_end, reader
+from streams.console.records import read_records
 from topics.catalog import CLINICAL_ASSESSMENTS
-
-log = logging.getLogger(__name__)
-
-READ_TIMEOUT_S = 30.0
-"""Longest a page waits for the topic to be read to its end."""
 
 
 @dataclass(frozen=True)
@@ -72,25 +66,14 @@ class KafkaAssessments:
             raise Unavailable(f"{CLINICAL_ASSESSMENTS} could not be read: {exc}") from exc
 
     def _read(self) -> AssessmentLog:
-        consumer = reader(self._bootstrap, "console-assessments", **{"isolation.level": "read_committed"})
+        topic = read_records(self._bootstrap, self._serde, CLINICAL_ASSESSMENTS, ClinicalAssessment)
         records: list[ClinicalAssessment] = []
-        unreadable = 0
-        try:
-            for message in read_to_end(consumer, {CLINICAL_ASSESSMENTS: {}}, READ_TIMEOUT_S):
-                value = message.value()
-                if value is None:
-                    key = (message.key() or b"").decode("utf-8", "replace")
-                    records = [record for record in records if record.patient_id != key]
-                    continue
-                try:
-                    records.append(self._serde.decode(value, ClinicalAssessment, topic=CLINICAL_ASSESSMENTS))
-                except SchemaDecodeError as exc:
-                    unreadable += 1
-                    log.warning("console: skipped an assessment at %s[%s]@%s: %s", CLINICAL_ASSESSMENTS,
-                                message.partition(), message.offset(), exc)  # fmt: skip
-        finally:
-            consumer.close()
-        return AssessmentLog(tuple(records), unreadable)
+        for key, value in topic.records:
+            if value is None:
+                records = [record for record in records if record.patient_id != key]
+            else:
+                records.append(value)
+        return AssessmentLog(tuple(records), topic.unreadable)
 
 
 ASSESSMENTS = web.AppKey("assessments", AssessmentSource)

@@ -5,8 +5,10 @@ What holds: a patient's current assessment is the last one the clinical workers 
 topic is keyed by patient, so their records are in publication order, :mod:`streams.console.assessments`).
 The board orders patients by traffic light (RED, YELLOW, GREEN), then by the NTI drug gate's severity
 (CRITICAL, ELEVATED, NORMAL), then by patient id, so that the same assessments always give the same
-board. A patient's page lists every one of their assessments still on the topic, newest first. Both pages
-are the pharmacist role's only.
+board. A patient's page shows their current assessment, then what the output gates did to the LLM's
+drafts of their runs (each revision's lint, citation observations, SCDA assertions and route,
+:mod:`streams.console.drafts`), then their earlier assessments still on the topic, newest first. Both
+pages are the pharmacist role's only.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from aiohttp import web
 from schemas.clinical import ClinicalAssessment
 from streams.console.assessments import ASSESSMENTS
 from streams.console.auth import requires
+from streams.console.drafts import DRAFTS, runs_of
 from streams.console.pages import PageLink, render
 from streams.console.users import Role
 
@@ -50,13 +53,17 @@ async def board_page(request: web.Request) -> web.StreamResponse:
 
 @requires(*PAGE.roles)
 async def patient_page(request: web.Request) -> web.StreamResponse:
-    """``GET /pharmacist/patient/{patient_id}``: one patient's assessments, newest first (404: none)."""
+    """``GET /pharmacist/patient/{patient_id}``: one patient's assessments, newest first, and their runs
+    through the output gates (404: neither)."""
     patient_id = request.match_info["patient_id"]
     log = await request.app[ASSESSMENTS].read()
+    drafts = await request.app[DRAFTS].read()
     records = history(log.records, patient_id)
+    runs = runs_of(drafts, patient_id)
     return render(
-        request, "patient.html", status=200 if records else 404, title=f"Patient {patient_id}",
-        patient_id=patient_id, records=records, unreadable=log.unreadable,
+        request, "patient.html", status=200 if records or runs else 404, title=f"Patient {patient_id}",
+        patient_id=patient_id, records=records, unreadable=log.unreadable, runs=runs,
+        drafts_unreadable=drafts.unreadable,
     )  # fmt: skip
 
 

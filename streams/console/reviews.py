@@ -24,16 +24,14 @@ from aiohttp import web
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from schemas.docs import Review, ReviewPacket
-from schemas.serde import SchemaDecodeError, Serde
+from schemas.serde import Serde
 from streams.console.pages import Unavailable
+from streams.console.records import READ_TIMEOUT_S, read_records
 from streams.groups.arbiter import PacketFollower, produce_review, producer_config
-from streams.runtime.kafka_clients import read_to_end, reader
 from topics.catalog import DOCS_REVIEW_PACKETS, DOCS_REVIEWS
 
 log = logging.getLogger(__name__)
 
-READ_TIMEOUT_S = 30.0
-"""Longest a page waits for the topics to be read to their end."""
 ACK_TIMEOUT_S = 10.0
 """How long a review may wait for Kafka's acknowledgement before the page says it was not recorded."""
 
@@ -99,23 +97,8 @@ class KafkaReviews:
             packets = dict(follower.packets)
         finally:
             follower.close()
-        consumer = reader(self._bootstrap, "console-reviews", **{"isolation.level": "read_committed"})
-        reviews: list[Review] = []
-        unreadable = 0
-        try:
-            for message in read_to_end(consumer, {DOCS_REVIEWS: {}}, READ_TIMEOUT_S):
-                value = message.value()
-                if value is None:
-                    continue
-                try:
-                    reviews.append(self._serde.decode(value, Review, topic=DOCS_REVIEWS))
-                except SchemaDecodeError as exc:
-                    unreadable += 1
-                    log.warning("console: skipped a review at %s[%s]@%s: %s", DOCS_REVIEWS,
-                                message.partition(), message.offset(), exc)  # fmt: skip
-        finally:
-            consumer.close()
-        return ReviewLog(packets, tuple(reviews), unreadable)
+        reviews = read_records(self._bootstrap, self._serde, DOCS_REVIEWS, Review)
+        return ReviewLog(packets, tuple(reviews.values()), reviews.unreadable)
 
 
 class KafkaReviewPublisher:

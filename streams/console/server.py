@@ -20,6 +20,7 @@ from streams.console.app import build_app
 from streams.console.assessments import KafkaAssessments
 from streams.console.audit import KafkaAuditTrail
 from streams.console.auth import Access
+from streams.console.drafts import KafkaDrafts
 from streams.console.reviews import KafkaReviewPublisher, KafkaReviews
 from streams.console.sessions import Sessions, SignInThrottle
 from streams.console.users import UserStore, decoy_hash
@@ -45,8 +46,9 @@ async def serve(
     trail = KafkaAuditTrail(bootstrap, serde)
     publisher = KafkaReviewPublisher(bootstrap, serde)
     app = build_app(
-        access, trail, KafkaAssessments(bootstrap, serde), KafkaReviews(bootstrap, serde), publisher
-    )
+        access, trail, KafkaAssessments(bootstrap, serde), KafkaReviews(bootstrap, serde), publisher,
+        drafts=KafkaDrafts(bootstrap, serde),
+    )  # fmt: skip
     runner = web.AppRunner(app)
     await runner.setup()
     try:

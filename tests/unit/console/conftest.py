@@ -3,9 +3,10 @@
 :class:`Console` builds the real application (:func:`streams.console.app.build_app`: the real guard,
 sessions, sign-in and pages) with a users file in the test's directory, a clock the test moves
 (:class:`FakeClock`), an audit trail that keeps its records in a list (:class:`MemoryTrail`), a fixed
-list of assessments (:class:`FakeAssessments`), fixed review packets and reviews (:class:`FakeReviews`)
-and a review publisher that keeps what it publishes (:class:`MemoryPublisher`), and runs a scenario
-against it with aiohttp's test client on a loopback port.
+list of assessments (:class:`FakeAssessments`), fixed review packets and reviews (:class:`FakeReviews`),
+a review publisher that keeps what it publishes (:class:`MemoryPublisher`) and fixed gated drafts and
+routes (:class:`FakeDrafts`), and runs a scenario against it with aiohttp's test client on a loopback
+port.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from schemas.clinical import ClinicalAssessment
+from schemas.clinical import ClinicalAssessment, GatedDraft, RevisionRoute
 from schemas.console import ConsoleAction
 from schemas.docs import Review, ReviewPacket
 from streams.console.app import build_app
 from streams.console.assessments import AssessmentLog
 from streams.console.audit import AuditUnavailable
 from streams.console.auth import Access
+from streams.console.drafts import DraftLog
 from streams.console.pages import Unavailable
 from streams.console.reviews import ReviewLog, ReviewNotRecorded
 from streams.console.sessions import Sessions, SignInThrottle
@@ -102,6 +104,20 @@ class MemoryPublisher:
         self.published.append(review)
 
 
+@dataclass
+class FakeDrafts:
+    """The gated-draft and route topics as lists, in publication order; ``down`` makes a read fail."""
+
+    gated: list[GatedDraft] = field(default_factory=list)
+    routes: list[RevisionRoute] = field(default_factory=list)
+    down: bool = False
+
+    async def read(self) -> DraftLog:
+        if self.down:
+            raise Unavailable("clingate.clinical.gated-drafts could not be read: timed out")
+        return DraftLog(tuple(self.gated), tuple(self.routes))
+
+
 def csrf_of(html: str) -> str:
     """The CSRF token a page's forms carry."""
     found = re.search(r'name="csrf_token" value="([^"]+)"', html)
@@ -119,6 +135,7 @@ class Console:
         self.assessments = FakeAssessments()
         self.reviews = FakeReviews()
         self.publisher = MemoryPublisher()
+        self.drafts = FakeDrafts()
         self.sessions = Sessions(LIFETIME_S, IDLE_S, self.clock)
         self.throttle = SignInThrottle(clock=self.clock)
         self.secure_cookies = secure_cookies
@@ -126,7 +143,9 @@ class Console:
     def run(self, scenario: Callable[[TestClient[Any, Any]], Awaitable[Any]]) -> Any:
         """Run ``scenario`` with a client of a fresh server of the application (cookies kept per client)."""
         access = Access(self.users, self.sessions, self.throttle, self.secure_cookies)
-        app = build_app(access, self.trail, self.assessments, self.reviews, self.publisher)
+        app = build_app(
+            access, self.trail, self.assessments, self.reviews, self.publisher, drafts=self.drafts
+        )
 
         async def main() -> Any:
             async with TestClient(TestServer(app)) as client:

@@ -1,0 +1,68 @@
+"""Reading a topic for a page: every committed record of one topic, decoded, at the moment the page asks.
+
+What holds: :func:`read_records` reads each partition of the topic from its beginning up to the end it
+has when called, with a ``read_committed`` reader of its own (no group is joined, nothing is committed),
+each partition's records in order; a record that cannot be decoded as the topic's model is skipped,
+counted in :attr:`TopicRecords.unreadable` and logged with its coordinates, never shown half-read; a
+tombstone (a null value) is kept as ``None`` so that a compacted topic's reader can drop the key's earlier
+records. The known cost: one pass over the topic's retained records per page load, which a console for a
+large deployment would replace by tables kept up to date from the topics.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from schemas.base import AvroModel
+from schemas.serde import SchemaDecodeError, Serde
+from streams.runtime.kafka_clients import read_to_end, reader
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=AvroModel)
+
+READ_TIMEOUT_S = 30.0
+"""Longest a page waits for a topic to be read to its end."""
+
+
+@dataclass(frozen=True)
+class TopicRecords(Generic[M]):
+    """A topic's records now: ``(key, value)`` in each partition's order, ``None`` for a tombstone."""
+
+    records: tuple[tuple[str | None, M | None], ...]
+    unreadable: int = 0
+    """Records skipped because they could not be decoded."""
+
+    def values(self) -> list[M]:
+        """The decoded records, tombstones left out."""
+        return [value for _key, value in self.records if value is not None]
+
+
+def read_records(bootstrap: str, serde: Serde, topic: str, model: type[M]) -> TopicRecords[M]:
+    """Every committed record of ``topic`` now, decoded as ``model`` (module docstring).
+
+    Raises:
+        KafkaException, TimeoutError: the topic could not be read within :data:`READ_TIMEOUT_S`.
+    """
+    consumer = reader(bootstrap, "console", **{"isolation.level": "read_committed"})
+    records: list[tuple[str | None, M | None]] = []
+    unreadable = 0
+    try:
+        for message in read_to_end(consumer, {topic: {}}, READ_TIMEOUT_S):
+            raw_key = message.key()
+            key = raw_key.decode("utf-8", "replace") if raw_key is not None else None
+            value = message.value()
+            if value is None:
+                records.append((key, None))
+                continue
+            try:
+                records.append((key, serde.decode(value, model, topic=topic)))
+            except SchemaDecodeError as exc:
+                unreadable += 1
+                log.warning("console: skipped a record at %s[%s]@%s: %s", topic, message.partition(),
+                            message.offset(), exc)  # fmt: skip
+    finally:
+        consumer.close()
+    return TopicRecords(tuple(records), unreadable)
