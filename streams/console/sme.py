@@ -12,8 +12,10 @@ be decided (409 otherwise).
 The packet page shows what slides 9-10 give the SME: the LLM's classification, every V1-V5 issue as the
 seed formats it, and for each issue the document's real text around its evidence (the paragraphs the
 arbiter put in the packet's contexts, those ``clingate arbiter show-packet`` renders), the located text
-marked. The rates table counts, per rule fired and per classified document type, the latest review of
-each document whose packet is known: how many agreed and how many corrected.
+marked. A correction may also correct the segments and the mixture (:mod:`streams.console.corrections`),
+as ``clingate arbiter review --corrected-segments --corrected-mixture`` does. The rates table counts, per
+rule fired and per classified document type, the latest review of each document whose packet is known:
+how many agreed and how many corrected.
 """
 
 from __future__ import annotations
@@ -28,9 +30,18 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from processors.docs.packet import format_issue
-from schemas.docs import DOCUMENT_TYPE_NAMES, DocumentType, Review, ReviewDecision, ReviewPacket, ReviewStatus
+from schemas.docs import (
+    DOCUMENT_TYPE_NAMES,
+    DocumentType,
+    PresenceLevel,
+    Review,
+    ReviewDecision,
+    ReviewPacket,
+    ReviewStatus,
+)
 from streams.console.audit import Action, AuditUnavailable, Outcome, audit
 from streams.console.auth import requires
+from streams.console.corrections import CorrectionError, Corrections, read_corrections
 from streams.console.pages import PageLink, render
 from streams.console.reviews import PUBLISHER, REVIEWS, ReviewNotRecorded
 from streams.console.sessions import SESSION
@@ -132,6 +143,8 @@ async def _packet(request: web.Request, *, status: int = 200, error: str = "") -
     return render(
         request, "packet.html", status=status, title=f"Review packet {doc_id}", packet=packet,
         issues=issues, names=DOCUMENT_TYPE_NAMES, types=list(DocumentType), marked=marked, error=error,
+        presences=list(PresenceLevel),
+        mixture={entry.document_type: entry for entry in packet.classification.document_mixture},
     )  # fmt: skip
 
 
@@ -155,11 +168,26 @@ async def decide(request: web.Request) -> web.StreamResponse:
         return await _packet(
             request, status=409 if packet else 404, error="This packet is not pending review."
         )
+    corrections = Corrections(None, None)
+    if decision is ReviewDecision.CORRECTS:
+        try:
+            corrections = read_corrections({k: v for k, v in form.items() if isinstance(v, str)}, packet)
+        except CorrectionError as error:
+            return await _packet(request, status=400, error="The correction was not recorded: "
+                                 + "; ".join(error.reasons) + ".")  # fmt: skip
     try:
-        review = make_review(doc_id, request[SESSION].user, decision, corrected_type=corrected, notes=notes)
+        review = make_review(
+            doc_id, request[SESSION].user, decision, corrected_type=corrected,
+            corrected_segments=corrections.segments, corrected_mixture=corrections.mixture, notes=notes,
+        )  # fmt: skip
     except ValidationError:
         return await _packet(request, status=400, error="A correction needs the corrected dominant type.")
-    detail = {"decision": decision.value, "corrected_type": corrected.value if corrected else None}
+    detail = {
+        "decision": decision.value,
+        "corrected_type": corrected.value if corrected else None,
+        "corrected_segments": corrections.segments is not None,
+        "corrected_mixture": corrections.mixture is not None,
+    }
     await audit(request, Action.REVIEW, Outcome.OK, target=doc_id, **detail)
     try:
         await request.app[PUBLISHER].publish(review)

@@ -17,8 +17,9 @@ screenshot of the board is saved in the test's directory.
 And the SME's review: the rules-only arbiter's review packets of two of the demo's examples (as
 ``streams.demo.plan.verify_example`` makes them, each under a doc id of this run) are published on
 ``clingate.docs.review-packets`` as the docs worker publishes them; an SME opens the queue, agrees with one
-packet and corrects the other, and the two Review records are on ``clingate.docs.reviews``, by that SME,
-with the decision and the corrected type, and each decision is on the audit topic.
+packet and corrects the other (its type, its segment's type and its mixture), and the two Review records
+are on ``clingate.docs.reviews``, by that SME, with the decision and the corrections, and each decision
+is on the audit topic.
 """
 
 from __future__ import annotations
@@ -260,6 +261,10 @@ def test_an_sme_agrees_with_one_packet_and_corrects_another_and_both_reviews_are
 
             page.goto(url + f"/sme/packet/{corrected}")
             page.select_option("select[name=corrected_type]", DocumentType.OTHER.value)
+            page.select_option("select[name=segment-0-type]", DocumentType.OTHER.value)
+            page.select_option("select[name=mixture-PATHOLOGY_REPORT-presence]", "MENTION_ONLY")
+            page.fill("input[name=mixture-PATHOLOGY_REPORT-share]", "0")
+            page.fill("input[name=mixture-OTHER-share]", "1")
             page.fill("textarea[name=notes]", "a requisition form")
             with page.expect_navigation() as navigation:
                 page.click("button[name=correct]")
@@ -275,6 +280,13 @@ def test_an_sme_agrees_with_one_packet_and_corrects_another_and_both_reviews_are
         agreed: (sme, ReviewDecision.AGREES, None, ""),
         corrected: (sme, ReviewDecision.CORRECTS, DocumentType.OTHER, "a requisition form"),
     }
+    segments, mixture = reviews[corrected].corrected_segments, reviews[corrected].corrected_mixture
+    assert segments is not None and [(s.start_page, s.end_page, s.dominant_type) for s in segments] == [
+        (1, 1, DocumentType.OTHER)
+    ]
+    assert mixture is not None and {(m.document_type, m.overall_share) for m in mixture} >= {
+        (DocumentType.PATHOLOGY_REPORT, 0.0), (DocumentType.OTHER, 1.0)
+    }  # fmt: skip
     assert _audit(kafka_bootstrap, {sme}) == {
         sme: [("sign-in", "/login", "ok"), ("review", agreed, "ok"), ("review", corrected, "ok")]
     }
