@@ -24,9 +24,6 @@ is on the audit topic.
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,7 +42,7 @@ from streams.groups import arbiter as docs_worker
 from streams.runtime.kafka_clients import read_to_end, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
-from streams.testing.process import SOURCE_ROOT, ProcessHandle, python_module
+from streams.testing import browser
 from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
 from topics.catalog import (
@@ -58,20 +55,15 @@ from topics.catalog import (
 
 pytestmark = pytest.mark.integration
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--no-first-run",
-]  # fmt: skip
 PASSWORD = "correct horse battery staple"
 LIGHT_RANK = {"RED": 0, "YELLOW": 1, "GREEN": 2}
 
 
 def _playwright() -> Any:
-    if not CHROMIUM.exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (Debian: apt-get install chromium)")
-    module = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (the test extra)")
-    return module.sync_playwright
+    try:
+        return browser.sync_playwright()
+    except browser.BrowserUnavailable as reason:
+        pytest.skip(str(reason))
 
 
 def _publish(bootstrap: str, assessments: list[ClinicalAssessment]) -> None:
@@ -81,14 +73,6 @@ def _publish(bootstrap: str, assessments: list[ClinicalAssessment]) -> None:
         value = serde.encode(assessment, topic=CLINICAL_ASSESSMENTS)
         producer.produce(CLINICAL_ASSESSMENTS, key=assessment.patient_id.encode(), value=value)
     assert producer.flush(30) == 0
-
-
-def _add_user(env: dict[str, str], name: str, role: str) -> None:
-    done = subprocess.run(
-        python_module("streams.cli", "console", "users", "add", name, "--role", role),
-        input=PASSWORD + "\n", env=env, cwd=SOURCE_ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
 
 
 def _audit(bootstrap: str, users: set[str]) -> dict[str, list[tuple[str, str, str]]]:
@@ -109,33 +93,17 @@ def console_url(kafka_bootstrap: str, tmp_path: Path) -> Iterator[tuple[str, str
     """A console on the session broker with a pharmacist, a clinician and an SME; yields (URL, their
     names)."""
     ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
-           "CLINGATE_CONSOLE_USERS": str(tmp_path / "users.json")}  # fmt: skip
+    env = browser.console_env(kafka_bootstrap, tmp_path / "users.json")
     suffix = uuid.uuid4().hex[:8]
     pharmacist, clinician, sme = f"ph-{suffix}", f"dr-{suffix}", f"sme-{suffix}"
-    _add_user(env, pharmacist, "pharmacist")
-    _add_user(env, clinician, "clinician")
-    _add_user(env, sme, "sme")
-    argv = python_module("streams.cli", "console", "--port", "0")
-    console = ProcessHandle("console", argv, env=env, cwd=SOURCE_ROOT, log=tmp_path / "console.log").start()
-    try:
-        console.wait_for_output(b"listening http://", timeout_s=120)
-        found = re.search(rb"listening (http://\S+)", console.output())
-        assert found is not None
-        yield found.group(1).decode(), pharmacist, clinician, sme
-    finally:
-        console.stop(grace_s=15)
+    for name, role in ((pharmacist, "pharmacist"), (clinician, "clinician"), (sme, "sme")):
+        browser.add_user(env, name, role, PASSWORD)
+    with browser.running_console(env, tmp_path / "console.log") as url:
+        yield url, pharmacist, clinician, sme
 
 
 def _sign_in(page: Any, url: str, name: str, path: str) -> Any:
-    """Open ``path`` (sent to the sign-in page first) and sign in as ``name``; returns the response."""
-    page.goto(url + path)
-    assert page.url.startswith(url + "/login"), page.url
-    page.fill("input[name=name]", name)
-    page.fill("input[name=password]", PASSWORD)
-    with page.expect_navigation() as navigation:
-        page.click("button[type=submit]")
-    return navigation.value
+    return browser.sign_in(page, url, name, PASSWORD, path)
 
 
 def test_a_pharmacist_sees_red_first_a_clinician_is_refused_and_a_post_without_csrf_is_403(
@@ -150,9 +118,9 @@ def test_a_pharmacist_sees_red_first_a_clinician_is_refused_and_a_post_without_c
                                golden["PT-TEST-009"], golden_assessment("PT-TEST-010")])  # fmt: skip
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        chromium = browser.launch(playwright)
         try:
-            page = browser.new_context().new_page()
+            page = chromium.new_context().new_page()
             response = _sign_in(page, url, pharmacist, "/pharmacist")
             assert response.status == 200 and page.url == url + "/pharmacist"
             rows = page.locator("table.board tbody tr")
@@ -187,13 +155,13 @@ def test_a_pharmacist_sees_red_first_a_clinician_is_refused_and_a_post_without_c
             assert navigation.value.status == 403 and "Refused" in page.content()
             assert page.goto(url + "/pharmacist").status == 200, "still signed in"
 
-            other = browser.new_context().new_page()
+            other = chromium.new_context().new_page()
             assert _sign_in(other, url, clinician, "/").status == 200
             refused = other.goto(url + "/pharmacist")
             assert refused.status == 403
             assert "PT-TEST-010" not in other.content() and "not for the clinician role" in other.content()
         finally:
-            browser.close()
+            chromium.close()
 
     assert _audit(kafka_bootstrap, {pharmacist, clinician}) == {
         pharmacist: [("sign-in", "/login", "ok"), ("csrf-refused", "/logout", "refused")],
@@ -241,9 +209,9 @@ def test_an_sme_agrees_with_one_packet_and_corrects_another_and_both_reviews_are
     _publish_packets(kafka_bootstrap, packets)
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        chromium = browser.launch(playwright)
         try:
-            page = browser.new_context().new_page()
+            page = chromium.new_context().new_page()
             response = _sign_in(page, url, sme, "/sme")
             assert response.status == 200 and page.url == url + "/sme"
             queued = page.locator("table.queue tbody tr")
@@ -271,7 +239,7 @@ def test_an_sme_agrees_with_one_packet_and_corrects_another_and_both_reviews_are
             assert navigation.value.status == 200
             assert f"Review of {corrected} recorded (CORRECTS)." in page.content()
         finally:
-            browser.close()
+            chromium.close()
 
     reviews = _reviews(kafka_bootstrap, {agreed, corrected})
     assert {
