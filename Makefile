@@ -56,7 +56,7 @@ else
 	fi
 endif
 
-demo: smollm2
+demo: smollm2 browser
 	@$(BYTECODE) > /dev/null
 	$(VENV)/bin/clingate demo
 

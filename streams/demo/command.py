@@ -4,11 +4,13 @@ The demo only produces inputs and consumes outputs, as an upstream and a downstr
 Steps, each printing what it did: 1. the broker and the catalog's topics; 2. one event of every
 schema round-tripped; 3. the DBPM loop, FHIR updates and classifications through the workers at once;
 4-6. the DBPM, clinical (with the golden runs through the output gates) and arbiter outputs compared
-with the in-process references; 7. the clinician's agent through its worker; 8. dead letters; 9. a
-real model; 10. the summary and report.html. The DBPM loop runs a lockstep slice,
+with the in-process references; 7. the clinician's agent through its worker; 8. dead letters; 9. the
+console, each page photographed next to report.html; 10. a real model; 11. the summary and
+report.html. The DBPM loop runs a lockstep slice,
 compared one for one with the in-process engine, then a bulk phase, whose differences are reported,
 not checked (docs/demo.md). The exit code is 1 when a check fails, 130 on Ctrl-C; every process the
-demo started is stopped in all cases (also on SIGTERM).
+demo started is stopped in all cases (also on SIGTERM). With ``--serve`` the broker, the workers and the
+console stay up after the report until Ctrl-C (or SIGTERM), which then ends the demo normally.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from __future__ import annotations
 import json
 import signal
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import FrameType
@@ -27,9 +30,11 @@ import typer
 from rich.console import Console
 
 from schemas.serde import Serde, make_serde
+from streams.console.users import Role
 from streams.demo.agent import step_agent
 from streams.demo.broker import start_broker, step_topics
 from streams.demo.checks import step_clinical, step_dbpm, step_docs
+from streams.demo.console_pages import step_console
 from streams.demo.dead_letters import step_dead_letters
 from streams.demo.errors import DemoError
 from streams.demo.gate_runs import step_output_gates
@@ -71,6 +76,14 @@ ModelNarratives = Annotated[
     int, typer.Option(min=0, help="Narratives of the real-model step (SmolLM2; 0: skip the step).")
 ]
 ReportPath = Annotated[Path, typer.Option("--report", help="Where to write the HTML report.")]
+Serve = Annotated[
+    bool,
+    typer.Option(
+        "--serve",
+        help="After the report, keep the broker, workers and console up until Ctrl-C (prints the "
+        "console's users and passwords).",
+    ),
+]
 JsonPath = Annotated[
     Path | None,
     typer.Option("--json", help="Also write the summary as JSON (checks by name, the DBPM loop's figures)."),
@@ -88,6 +101,7 @@ def demo(
     model_narratives: ModelNarratives = 3,
     report_path: ReportPath = Path("report.html"),
     json_path: JsonPath = None,
+    serve: Serve = False,
 ) -> None:
     """Run clingate end to end on Kafka (KAFKA_BOOTSTRAP_SERVERS, else a broker of its own) and report."""
     console = Console()
@@ -97,19 +111,23 @@ def demo(
     results = Results()
     started = time.perf_counter()
     plan = build_plan(patients, lockstep, clinical_patients, documents, console)
+
+    def finish() -> None:
+        results.timings["total"] = time.perf_counter() - started
+        console.rule("[bold]11. summary")
+        print_summary(console, results)
+        write_report(report_path, results)
+        console.print(f"report written to {report_path}")
+        if json_path is not None:
+            json_path.write_text(json.dumps(summary_json(results), indent=2) + "\n", encoding="utf-8")
+            console.print(f"summary written to {json_path}")
+
+    steps = (console, settings, serde, catalog, results, plan, (fhir_rate, docs_rate), model_narratives)
     try:
-        _run_steps(console, settings, serde, catalog, results, plan, (fhir_rate, docs_rate), model_narratives)
+        _run_steps(*steps, report_path.resolve().parent, finish, serve)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted:[/] the workers and broker this demo started are stopped")
         raise typer.Exit(130) from None
-    results.timings["total"] = time.perf_counter() - started
-    console.rule("[bold]10. summary")
-    print_summary(console, results)
-    write_report(report_path, results)
-    console.print(f"report written to {report_path}")
-    if json_path is not None:
-        json_path.write_text(json.dumps(summary_json(results), indent=2) + "\n", encoding="utf-8")
-        console.print(f"summary written to {json_path}")
     if results.failed:
         console.print("[red]checks failed:[/] " + "; ".join(results.failed))
         raise typer.Exit(1)
@@ -124,8 +142,12 @@ def _run_steps(
     plan: Plan,
     rates: tuple[float, float],
     model_narratives: int,
+    report_dir: Path,
+    finish: Callable[[], None],
+    serve: bool,
 ) -> None:
-    """Steps 1-9; everything started here (broker, workers, temporary directories) is stopped on exit."""
+    """Steps 1-10, then ``finish`` (the summary and the report); everything started here (broker, workers,
+    console, temporary directories) is stopped on exit, after Ctrl-C with ``serve``."""
     with _terminate_as_exit(), ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="clingate-demo-")))
         try:
@@ -148,11 +170,29 @@ def _run_steps(
                 step_agent(console, bootstrap, serde, app_id, workdir, golden_time(), results)
             with _step(console, results, 8, "dead letters"):
                 step_dead_letters(console, bootstrap, serde, catalog, results)
-            with _step(console, results, 9, "a real model (SmolLM2) through the production client"):
+            with _step(console, results, 9, "the console"):
+                users = step_console(console, bootstrap, workdir, report_dir, stack, results)
+            with _step(console, results, 10, "a real model (SmolLM2) through the production client"):
                 results.model_calls = step_model(console, plan.loop, plan.llm_url, model_narratives)
         except DemoError as error:
             console.print(f"[red]demo failed:[/] {error}")
             raise typer.Exit(1) from error
+        finish()
+        if serve:
+            _serve(console, results.console_url, users)
+
+
+def _serve(console: Console, url: str, users: dict[Role, tuple[str, str]]) -> None:
+    """Keep everything up until Ctrl-C (or SIGTERM), which ends the demo normally."""
+    console.rule("[bold]serving")
+    console.print(f"the console: {url}; sign in as")
+    for role, (name, password) in users.items():
+        console.print(f"  {role.value:<11} {name}  {password}")
+    console.print("the broker, the workers and the console stay up until Ctrl-C")
+    try:
+        threading.Event().wait()
+    except (KeyboardInterrupt, SystemExit):
+        console.print("stopping the console, the workers and the broker")
 
 
 @contextmanager

@@ -1,4 +1,5 @@
-"""``report.html`` of ``clingate demo``: one self-contained page, charts drawn as inline SVG.
+"""``report.html`` of ``clingate demo``: one page, charts drawn as inline SVG; the console's screenshots
+are the only other files it shows, written next to it.
 
 Inline SVG rather than a plotting library: the page must open offline (no network fonts or scripts),
 and the installed environment has no plotting library among the runtime dependencies (matplotlib
@@ -189,7 +190,7 @@ def page(title: str, sections: Sequence[tuple[str, str]]) -> str:
 
 
 def write_report(path: Path, results: Results) -> None:
-    """Write the self-contained report.html of the run."""
+    """Write the report.html of the run (it links the console's screenshots next to it)."""
     dbpm = results.loop_results
     sections = [
         ("Summary", table(["measure", "value"], summary_rows(results))),
@@ -223,6 +224,7 @@ def write_report(path: Path, results: Results) -> None:
                 [astuple(d) for d in results.dispositions],
             ),
         ),
+        ("The console", _console(results)),
         ("Throughput and latency per stream", _stream_charts(results)),
         ("Dead letters", table(["topic", "records added"], sorted(results.dead_letters.added.items()))),
         (
@@ -231,6 +233,19 @@ def write_report(path: Path, results: Results) -> None:
         ),
     ]
     path.write_text(page("clingate demo report", sections), encoding="utf-8")
+
+
+def _console(results: Results) -> str:
+    """Each console page the demo's browser opened, with its screenshot (a file next to the report)."""
+    if not results.console_pages:
+        return "<p>No screenshot was taken (Chromium or Playwright is not installed here).</p>"
+    figures = "".join(
+        f"<figure><figcaption>{html.escape(p.name)}: {html.escape(p.path)} ({p.status})</figcaption>"
+        f'<a href="{html.escape(p.screenshot)}"><img src="{html.escape(p.screenshot)}" '
+        f'alt="{html.escape(p.name)}" style="max-width:100%;border:1px solid #ccc"></a></figure>'
+        for p in results.console_pages
+    )
+    return f"<p>Each page as the demo's browser saw it, signed in as the page's role.</p>{figures}"
 
 
 def _hours(snapshots: Sequence[MemoryPoint]) -> list[float]:

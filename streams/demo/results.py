@@ -183,6 +183,21 @@ class AgentRow:
 
 
 @dataclass(frozen=True)
+class ConsolePage:
+    """One console page as the demo's browser saw it (step 9)."""
+
+    name: str
+    path: str
+    """Where the browser ended (after any redirect)."""
+    status: int
+    """The HTTP status of the page's last navigation."""
+    shows: bool
+    """It shows what it must."""
+    screenshot: str
+    """Its screenshot's file name, next to report.html."""
+
+
+@dataclass(frozen=True)
 class WeekLights:
     """The traffic lights at the end of a simulated week, and how many patients' light changed in it."""
 
@@ -252,6 +267,8 @@ class Results:
     clinical_same: bool = False
     gate_runs: list[GateRunRow] = field(default_factory=list)
     agent: list[AgentRow] = field(default_factory=list)
+    console_url: str = ""
+    console_pages: list[ConsolePage] = field(default_factory=list)
     loop: LoopRun | None = None
     dead: DeadLettered | None = None
     model_calls: list[ProbeCall] = field(default_factory=list)

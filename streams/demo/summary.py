@@ -210,6 +210,19 @@ def summary_json(results: Results) -> dict[str, object]:
         "passed": not results.failed,
         "checks": dict(results.checks),
         "failures": list(results.failed),
+        "console": {
+            "url": results.console_url,
+            "pages": [
+                {
+                    "name": p.name,
+                    "path": p.path,
+                    "status": p.status,
+                    "shows": p.shows,
+                    "screenshot": p.screenshot,
+                }
+                for p in results.console_pages
+            ],
+        },
         "dbpm": {
             "patients": dbpm.patients,
             "candidates": dbpm.gates,

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from streams.testing.browser import CHROMIUM
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,7 +42,9 @@ def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_pat
     It exits 0 (every check passed: the DBPM lockstep slice, clinical and arbiter outputs of the
     workers equal the in-process results), reports the bulk phase, prints the summary with latency
     per stream, writes a self-contained report.html and stops the workers, groups and LLM test server
-    it started. The real-model step runs one narrative when the smollm2 extra is installed.
+    it started. The real-model step runs one narrative when the smollm2 extra is installed. The console
+    runs on the demo's broker and, where Chromium is installed, each of its pages is photographed next to
+    report.html and shows what it must.
     """
     run = uuid.uuid4().hex
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "DEMO_TEST_RUN": run}
@@ -79,4 +83,13 @@ def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_pat
     assert {a["path"] for a in agent} == {"direct", "single_tool", "multi_tool", "clarification"}
     assert all(a["llm_calls"] == a["budget"] and a["replayed"] for a in agent)
     assert "<script" not in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
+    console = summary["console"]
+    assert console["url"].startswith("http://127.0.0.1:") and "the console is up: http://" in done.stdout
+    if CHROMIUM.exists():
+        assert summary["checks"]["console_pages"], "every page shows what it must"
+        assert {p["name"] for p in console["pages"]} >= {"login", "pharmacist-board", "pharmacist-patient"}
+        assert all((tmp_path / p["screenshot"]).stat().st_size > 0 for p in console["pages"]), (
+            "next to the report"
+        )
+        assert 'src="console-pharmacist-board.png"' in html
     assert _processes_with(f"DEMO_TEST_RUN={run}".encode()) == []

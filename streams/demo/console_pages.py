@@ -1,0 +1,133 @@
+"""Step 9: the console as the people in the loop see this run, photographed next to report.html.
+
+``clingate console`` runs on the demo's broker as an operator runs it (:mod:`streams.testing.browser`),
+with one user per role made by ``clingate console users add`` under a random password (there is no
+default one), and Debian's Chromium signs in as each person and opens their pages, each page written as
+``console-<page>.png`` next to report.html. The console's address is printed when it is up; with
+``clingate demo --serve`` it stays up, with the rest of the run, until Ctrl-C, and the step prints the
+users' passwords so a person can sign in.
+
+What each page must show is checked (``console_pages``): the sign-in page; the pharmacist's board with
+PT-TEST-010 RED, and its patient page with its golden run's revisions through the output gates; the SME's
+queue and the oldest pending packet. Where Chromium or Playwright is missing the step says why and takes
+no screenshot (``make demo`` installs Chromium where it can), and the check is not made.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from streams.console.users import Role
+from streams.demo.errors import DemoError
+from streams.demo.results import ConsolePage, Results
+from streams.testing import browser
+from streams.testing.process import ProcessError
+
+Visit = Callable[[Any, str], None]
+"""Open a page: ``(playwright page, console URL)``."""
+
+
+@dataclass(frozen=True)
+class Shot:
+    """One page of one role: how to open it, what it must show, where its screenshot goes."""
+
+    name: str
+    role: Role | None
+    """Who opens it (None: a visitor not signed in)."""
+    visit: Visit
+    expect: str
+    """Text the page must show."""
+
+
+def _goto(path: str) -> Visit:
+    def visit(page: Any, url: str) -> None:
+        page.goto(url + path)
+
+    return visit
+
+
+def _first_link(path: str, selector: str) -> Visit:
+    """Open ``path``, then the first link ``selector`` finds there (the page stays on ``path`` if none)."""
+
+    def visit(page: Any, url: str) -> None:
+        page.goto(url + path)
+        links = page.locator(selector)
+        if links.count():
+            links.first.click()
+            page.wait_for_load_state()
+
+    return visit
+
+
+SHOTS = (
+    Shot("login", None, _goto("/login"), "Sign in"),
+    Shot("pharmacist-board", Role.PHARMACIST, _goto("/pharmacist"), "PT-TEST-010"),
+    Shot("pharmacist-patient", Role.PHARMACIST, _goto("/pharmacist/patient/PT-TEST-010"), "PROCEED"),
+    Shot("sme-queue", Role.SME, _goto("/sme"), "Pending review packets"),
+    Shot("sme-packet", Role.SME, _first_link("/sme", "table.queue a"), "The LLM's classification"),
+)
+"""Every page the step photographs, in the order a reader of the report meets them."""
+
+
+def step_console(
+    console: Console, bootstrap: str, workdir: Path, report_dir: Path, stack: ExitStack, results: Results
+) -> dict[Role, tuple[str, str]]:
+    """Start the console on ``bootstrap`` (stopped with ``stack``), photograph every page of :data:`SHOTS`
+    into ``report_dir`` and check them; returns each role's user name and password."""
+    env = browser.console_env(bootstrap, workdir / "console-users.json")
+    users = {role: (f"demo-{role.value}", secrets.token_urlsafe(18)) for role in Role}
+    try:
+        for role, (name, password) in users.items():
+            browser.add_user(env, name, role.value, password)
+        url = stack.enter_context(browser.running_console(env, workdir / "console.log"))
+    except ProcessError as error:
+        raise DemoError(f"the console did not start: {error}") from error
+    results.console_url = url
+    console.print(f"  the console is up: {url} (users demo-<role>, one per role; --serve keeps it up)")
+    try:
+        sync_playwright = browser.sync_playwright()
+    except browser.BrowserUnavailable as reason:
+        console.print(f"  [yellow]no screenshots:[/] {reason}")
+        return users
+    with sync_playwright() as playwright:
+        chromium = browser.launch(playwright)
+        try:
+            results.console_pages = [_shoot(chromium, url, shot, users, report_dir) for shot in SHOTS]
+        finally:
+            chromium.close()
+    for shown in results.console_pages:
+        mark = "[green]ok[/]" if shown.shows else "[red]MISSING[/]"
+        console.print(f"  {shown.name:<22} {shown.status} {mark} {shown.path}  -> {shown.screenshot}")
+    missing = [p.name for p in results.console_pages if not p.shows]
+    results.check("console_pages", not missing, f"console pages without what they must show: {missing}")
+    return users
+
+
+def _shoot(
+    chromium: Any, url: str, shot: Shot, users: dict[Role, tuple[str, str]], report_dir: Path
+) -> ConsolePage:
+    page = chromium.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    try:
+        if shot.role is not None:
+            name, password = users[shot.role]
+            browser.sign_in(page, url, name, password)
+        response: list[int] = []
+        page.on(
+            "response", lambda r: response.append(r.status) if r.request.is_navigation_request() else None
+        )
+        shot.visit(page, url)
+        file = f"console-{shot.name}.png"
+        page.screenshot(path=str(report_dir / file), full_page=True)
+        path = page.url.removeprefix(url)
+        return ConsolePage(
+            shot.name, path, response[-1] if response else 0, shot.expect in page.content(), file
+        )
+    finally:
+        page.context.close()
