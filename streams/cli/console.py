@@ -1,9 +1,9 @@
 """``clingate console``: the web console of the people in the loop, and its users.
 
 * ``clingate console [--port P] [--host H]`` serves the console (:mod:`streams.console`) on
-  ``http://H:P`` (127.0.0.1 and ``CLINGATE_CONSOLE_PORT``, 6080, unless given; ``--port 0`` picks a free
-  port) against the cluster of ``KAFKA_BOOTSTRAP_SERVERS``, and prints ``listening http://H:P`` once it
-  is up;
+  ``http://H:P`` (``CLINGATE_CONSOLE_HOST``, 127.0.0.1, and ``CLINGATE_CONSOLE_PORT``, 6080, unless
+  given; ``--port 0`` picks a free port) against the cluster of ``KAFKA_BOOTSTRAP_SERVERS``, and prints
+  ``listening http://H:P`` once it is up;
 * ``clingate console users add NAME --role ROLE`` adds a user, reading the password from standard input
   (a terminal does not echo it), and refuses an empty or short one with exit status 2;
 * ``clingate console users list`` prints each user's name and role, never a hash.
@@ -37,8 +37,12 @@ def console(
         typer.Option(help="Port to serve on; 0 picks a free one (env CLINGATE_CONSOLE_PORT, default 6080)."),
     ] = None,
     host: Annotated[
-        str, typer.Option(help="Address to bind: loopback unless a TLS reverse proxy needs another.")
-    ] = "127.0.0.1",
+        str | None,
+        typer.Option(
+            help="Address to bind: loopback unless a TLS reverse proxy needs another (env "
+            "CLINGATE_CONSOLE_HOST, default 127.0.0.1)."
+        ),
+    ] = None,
 ) -> None:
     """Serve the console until SIGINT/SIGTERM (without a sub-command)."""
     if context.invoked_subcommand is not None:
@@ -54,6 +58,7 @@ def console(
     def announce(url: str) -> None:
         print(f"listening {url}", flush=True)
 
+    host = settings.console_host if host is None else host
     asyncio.run(serve(settings, bootstrap, host, settings.console_port if port is None else port, announce))
 
 

@@ -302,6 +302,12 @@ class Settings(BaseSettings):
         description="Port `clingate console` serves on (its --port overrides; 0 picks a free port). It "
         "binds 127.0.0.1 unless --host says otherwise; TLS is a reverse proxy's (docs/console.md).",
     )
+    console_host: str = Field(
+        default="127.0.0.1",
+        validation_alias="CLINGATE_CONSOLE_HOST",
+        description="Address `clingate console` binds (its --host overrides): loopback, with a TLS reverse "
+        "proxy on the same host in front; a container behind a cluster's TLS ingress binds 0.0.0.0.",
+    )
     console_users: Path | None = Field(
         default=None,
         validation_alias="CLINGATE_CONSOLE_USERS",

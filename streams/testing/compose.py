@@ -75,6 +75,8 @@ BOOTSTRAP = "127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092"
 #: Every clingate process's metrics endpoint (docker-compose.yml): ready once all answer.
 METRICS_PORTS = (6066, 6076, 6067, 6068, 6069, 6070)
 PROMETHEUS = "http://127.0.0.1:9090"
+#: The compose console's sign-in page: it answers once the console serves (it needs no Kafka).
+CONSOLE_SIGN_IN = "http://127.0.0.1:6080/login"
 #: The broker killed half-way through and started again.
 KILLED = "kafka-2"
 #: librdkafka's log level for the rehearsal's clients: critical only, since the refused connections to
@@ -182,7 +184,8 @@ def _wait(what: str, ready: Callable[[], bool], timeout_s: float) -> float:
 
 
 def _all_serving() -> bool:
-    return all(http_answers(f"http://127.0.0.1:{port}/metrics", 2.0) for port in METRICS_PORTS)
+    pages = [f"http://127.0.0.1:{port}/metrics" for port in METRICS_PORTS] + [CONSOLE_SIGN_IN]
+    return all(http_answers(page, 2.0) for page in pages)
 
 
 def _publish(producer: Producer, serde: Serde, records: Sequence[tuple[str, str, AvroModel]]) -> None:
@@ -275,7 +278,7 @@ def rehearse(patients: int = 20, clinical_patients: int = 40, documents: int = 1
         started = time.monotonic()
         deployment.compose("up", "-d")
         try:
-            _wait("every clingate process serving /metrics", _all_serving, 300)
+            _wait("every clingate process serving /metrics, the console its sign-in page", _all_serving, 300)
         except TimeoutError as error:
             raise TimeoutError(f"{error}\n{deployment.logs()}") from error
         result.figures["up_s"] = time.monotonic() - started

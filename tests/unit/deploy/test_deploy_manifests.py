@@ -37,6 +37,8 @@ KAFKA_NODE = REPO / "deploy" / "kafka" / "kafka-node.sh"
 PLAN = load_plan(DEFAULT_PLAN, app_id="clingate-dbpm", docs_group_id="clingate-docs")
 PRINCIPALS = {p.name for p in PLAN.principals} | {PLAN.super_user}
 SETTINGS_VARIABLES = {str(field.validation_alias) for field in Settings.model_fields.values()}
+PROBED = {"console": "/login"}
+"""The page that says a process is up where it is not /metrics: the console's sign-in page."""
 
 
 def _parses(arguments: list[str]) -> bool:
@@ -169,13 +171,14 @@ def test_every_broker_and_long_running_process_has_a_readiness_probe_in_both() -
         assert "KAFKA_CLIENT_PORT" in " ".join(services[name]["healthcheck"]["test"])
     for name, service in _clingate_services():
         if service["restart"] == "unless-stopped":
-            assert "/metrics" in " ".join(service["healthcheck"]["test"]), name
+            assert PROBED.get(name, "/metrics") in " ".join(service["healthcheck"]["test"]), name
     for document in _k8s_documents():
         for container in _pod(document).get("containers", ()):
             if document["kind"] in ("StatefulSet", "Deployment"):
                 assert "readinessProbe" in container, (document["metadata"]["name"], container["name"])
                 if container["image"] == "clingate":
-                    assert container["readinessProbe"]["httpGet"]["path"] == "/metrics"
+                    probed = PROBED.get(document["metadata"]["name"], "/metrics")
+                    assert container["readinessProbe"]["httpGet"]["path"] == probed
 
 
 def test_kubernetes_clingate_containers_use_real_settings_commands_and_principals() -> None:
