@@ -17,7 +17,8 @@ import logging
 
 from aiohttp import web
 
-from streams.console import dead_letters, pharmacist, sme
+from streams.console import agent, dead_letters, pharmacist, sme
+from streams.console.agent_topics import AGENT, AgentDesk
 from streams.console.assessments import ASSESSMENTS, AssessmentSource
 from streams.console.audit import AUDIT, AuditTrail, AuditUnavailable
 from streams.console.auth import ACCESS, Access, Handler, guard, requires, sign_in, sign_in_page, sign_out
@@ -84,10 +85,11 @@ def build_app(
     history: History,
     dead_letter_source: DeadLetterSource,
     redriver: Redriver,
+    agent_desk: AgentDesk,
 ) -> web.Application:
     """The console's application around its users and sessions, audit trail (and its read-back),
     assessments, review packets and reviews, the publisher of the SME's decisions, the dead letters and
-    where they are re-driven."""
+    where they are re-driven, and the agent's topics."""
     app = web.Application(middlewares=[unavailable, guard], client_max_size=MAX_REQUEST_BYTES)
     app[ACCESS] = access
     app[AUDIT] = audit
@@ -97,7 +99,8 @@ def build_app(
     app[HISTORY] = history
     app[DEAD_LETTERS] = dead_letter_source
     app[REDRIVER] = redriver
-    app[NAVIGATION] = (pharmacist.PAGE, sme.PAGE, dead_letters.PAGE)
+    app[AGENT] = agent_desk
+    app[NAVIGATION] = (pharmacist.PAGE, sme.PAGE, dead_letters.PAGE, agent.PAGE)
     app.router.add_get("/", home)
     app.router.add_get("/login", sign_in_page)
     app.router.add_post("/login", sign_in)
@@ -105,6 +108,7 @@ def build_app(
     pharmacist.add_routes(app)
     sme.add_routes(app)
     dead_letters.add_routes(app)
+    agent.add_routes(app)
     app.router.add_static("/static/", STATIC)
     app.on_response_prepare.append(_headers)
     return app

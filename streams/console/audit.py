@@ -134,3 +134,12 @@ async def audit(
     )  # fmt: skip
     await request.app[AUDIT].record(record)
     return record
+
+
+async def record_refusal(request: web.Request, action: Action, **detail: object) -> None:
+    """Record ``action`` as refused (``detail`` as :func:`audit` takes it: ``user``, ``target`` and the
+    rest); the request is refused whether or not the record could be written (a failure is logged)."""
+    try:
+        await audit(request, action, Outcome.REFUSED, **detail)
+    except AuditUnavailable as exc:
+        log.error("console: a refused %s was not recorded: %s", action.value, exc)

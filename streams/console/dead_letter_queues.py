@@ -24,27 +24,24 @@ record of any catalog topic, to the partition the record came from, and waits fo
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from aiohttp import web
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaException, Message
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, Message
 
 from schemas.common import DeadLetter
 from schemas.serde import SchemaDecodeError, Serde
 from streams.console.delivery import ACK_TIMEOUT_S, NotAcknowledged, deliver
-from streams.console.pages import Unavailable
+from streams.console.pages import read_in_thread
 from streams.runtime.dlq import PRODUCER_LIMITS
 from streams.runtime.kafka_clients import partitions, producer, read_to_end, reader, watermark_offsets
 from topics.catalog import CATALOG
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 DEAD_LETTER_QUEUES: dict[str, str] = {spec.dlq.name: spec.name for spec in CATALOG if spec.dlq is not None}
 """Every dead-letter topic of the catalog and the source topic it is the dead-letter topic of."""
@@ -157,19 +154,13 @@ class KafkaDeadLetters:
         self._serde = serde
 
     async def queues(self) -> list[Queue]:
-        return await self._in_thread(self._queues)
+        return await read_in_thread("the dead-letter topics", self._queues)
 
     async def page(self, topic: str, partition: int, before: int | None) -> LetterPage:
-        return await self._in_thread(self._page, topic, partition, before)
+        return await read_in_thread(topic, self._page, topic, partition, before)
 
     async def letter(self, topic: str, partition: int, offset: int) -> Letter | None:
-        return await self._in_thread(self._letter, topic, partition, offset)
-
-    async def _in_thread(self, read: Callable[..., T], *args: object) -> T:
-        try:
-            return await asyncio.to_thread(read, *args)
-        except (KafkaException, TimeoutError) as exc:
-            raise Unavailable(f"dead-letter topics could not be read: {exc}") from exc
+        return await read_in_thread(topic, self._letter, topic, partition, offset)
 
     def _consumer(self) -> Consumer:
         return reader(self._bootstrap, "console-dead-letters", **{"isolation.level": "read_committed"})

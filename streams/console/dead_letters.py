@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import binascii
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -38,15 +37,13 @@ from aiohttp import web
 
 from schemas.common import DeadLetter
 from schemas.console import ConsoleAction
-from streams.console.audit import Action, AuditUnavailable, Outcome, audit
+from streams.console.audit import Action, Outcome, audit, record_refusal
 from streams.console.auth import requires
 from streams.console.dead_letter_queues import DEAD_LETTER_QUEUES, DEAD_LETTERS, REDRIVER, Letter
 from streams.console.delivery import NotAcknowledged
 from streams.console.history import HISTORY
 from streams.console.pages import PageLink, render
 from streams.console.users import Role
-
-log = logging.getLogger(__name__)
 
 PAGE = PageLink("/dead-letters", "Dead letters", frozenset({Role.OPERATOR}))
 
@@ -227,11 +224,9 @@ async def redrive(request: web.Request) -> web.StreamResponse:
                 redrive_headers(letter, item.coordinates, action),
             )  # fmt: skip
         except NotAcknowledged:
-            try:
-                await audit(request, Action.REDRIVE, Outcome.REFUSED, target=item.coordinates,
-                            reason="not acknowledged", **source)  # fmt: skip
-            except AuditUnavailable as exc:
-                log.error("console: a re-drive not acknowledged was not audited either: %s", exc)
+            await record_refusal(
+                request, Action.REDRIVE, target=item.coordinates, reason="not acknowledged", **source
+            )
             raise
     raise web.HTTPSeeOther(request.path)
 

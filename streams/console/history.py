@@ -13,18 +13,16 @@ A record that cannot be decoded is skipped and logged: the trail's records are t
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Collection
 from typing import Protocol
 
 from aiohttp import web
-from confluent_kafka import KafkaException
 
 from schemas.console import ConsoleAction
 from schemas.serde import SchemaDecodeError, Serde
 from streams.console.audit import Action
-from streams.console.pages import Unavailable
+from streams.console.pages import read_in_thread
 from streams.runtime.kafka_clients import read_to_end, reader
 from topics.catalog import CONSOLE_AUDIT
 
@@ -55,10 +53,7 @@ class KafkaHistory:
 
     async def actions(self, kinds: Collection[Action]) -> list[ConsoleAction]:
         """The committed records of ``kinds`` now on the topic (read in a thread: the event loop goes on)."""
-        try:
-            return await asyncio.to_thread(self._read, frozenset(kind.value for kind in kinds))
-        except (KafkaException, TimeoutError) as exc:
-            raise Unavailable(f"{CONSOLE_AUDIT} could not be read: {exc}") from exc
+        return await read_in_thread(CONSOLE_AUDIT, self._read, frozenset(kind.value for kind in kinds))
 
     def _read(self, kinds: frozenset[str]) -> list[ConsoleAction]:
         consumer = reader(self._bootstrap, "console-history", **{"isolation.level": "read_committed"})

@@ -4,8 +4,8 @@ What holds: the site is up (its socket listening) before ``listening http://HOST
 the port actually bound (``--port 0`` picks a free one), so a script or a test may connect as soon as it
 reads that line. It serves plain HTTP on the host it is given, 127.0.0.1 unless told otherwise: people on
 other machines reach it through a TLS reverse proxy (docs/console.md). On a stop signal it stops taking
-requests, lets those under way finish, and sends the audit records, reviews and re-driven records still
-queued.
+requests, lets those under way finish, and sends the audit records, reviews, re-driven records and
+questions still queued.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from schemas.serde import make_serde
+from streams.console.agent_topics import KafkaAgent
 from streams.console.app import build_app
 from streams.console.assessments import KafkaAssessments
 from streams.console.audit import KafkaAuditTrail
@@ -48,6 +49,7 @@ async def serve(
     trail = KafkaAuditTrail(bootstrap, serde)
     publisher = KafkaReviewPublisher(bootstrap, serde)
     redriver = KafkaRedriver(bootstrap)
+    agent_desk = KafkaAgent(bootstrap, serde)
     app = build_app(
         access,
         trail,
@@ -57,6 +59,7 @@ async def serve(
         history=KafkaHistory(bootstrap, serde),
         dead_letter_source=KafkaDeadLetters(bootstrap, serde),
         redriver=redriver,
+        agent_desk=agent_desk,
     )
     runner = web.AppRunner(app)
     await runner.setup()
@@ -76,3 +79,4 @@ async def serve(
         trail.close()
         publisher.close()
         redriver.close()
+        agent_desk.close()

@@ -18,7 +18,6 @@ each document whose packet is known: how many agreed and how many corrected.
 
 from __future__ import annotations
 
-import logging
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -29,15 +28,13 @@ from pydantic import ValidationError
 
 from processors.docs.packet import format_issue
 from schemas.docs import DOCUMENT_TYPE_NAMES, DocumentType, Review, ReviewDecision, ReviewPacket, ReviewStatus
-from streams.console.audit import Action, AuditUnavailable, Outcome, audit
+from streams.console.audit import Action, Outcome, audit, record_refusal
 from streams.console.auth import requires
 from streams.console.pages import PageLink, render
 from streams.console.reviews import PUBLISHER, REVIEWS, ReviewNotRecorded
 from streams.console.sessions import SESSION
 from streams.console.users import Role
 from streams.groups.arbiter import make_review, pending
-
-log = logging.getLogger(__name__)
 
 PAGE = PageLink("/sme", "SME review", frozenset({Role.SME}))
 
@@ -164,10 +161,7 @@ async def decide(request: web.Request) -> web.StreamResponse:
     try:
         await request.app[PUBLISHER].publish(review)
     except ReviewNotRecorded:
-        try:
-            await audit(request, Action.REVIEW, Outcome.REFUSED, target=doc_id, reason="not acknowledged")
-        except AuditUnavailable as exc:
-            log.error("console: a review not recorded was not audited either: %s", exc)
+        await record_refusal(request, Action.REVIEW, target=doc_id, reason="not acknowledged")
         raise
     query = {"recorded": doc_id, "decision": decision.value}
     raise web.HTTPSeeOther(request.app.router["sme"].url_for().with_query(query))

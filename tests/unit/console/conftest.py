@@ -5,8 +5,9 @@ sessions, sign-in and pages) with a users file in the test's directory, a clock 
 (:class:`FakeClock`), an audit trail that keeps its records in a list and reads them back
 (:class:`MemoryTrail`), a fixed list of assessments (:class:`FakeAssessments`), fixed review packets and
 reviews (:class:`FakeReviews`), a review publisher that keeps what it publishes (:class:`MemoryPublisher`),
-fixed dead letters (:class:`FakeDeadLetters`) and a re-driver that keeps what it produces
-(:class:`MemoryRedriver`), and runs a scenario against it with aiohttp's test client on a loopback port.
+fixed dead letters (:class:`FakeDeadLetters`), a re-driver that keeps what it produces
+(:class:`MemoryRedriver`) and the agent's topics in memory (:class:`MemoryAgent`), and runs a scenario
+against it with aiohttp's test client on a loopback port.
 """
 
 from __future__ import annotations
@@ -15,15 +16,18 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from schemas.agent import AgentRequest
 from schemas.clinical import ClinicalAssessment
 from schemas.console import ConsoleAction
 from schemas.docs import Review, ReviewPacket
+from streams.console.agent_topics import Turn
 from streams.console.app import build_app
 from streams.console.assessments import AssessmentLog
 from streams.console.audit import Action, AuditUnavailable
@@ -181,6 +185,35 @@ class MemoryRedriver:
         self.produced.append(Redriven(topic, partition, key, value, list(headers), tuple(self.trail.records)))
 
 
+@dataclass
+class MemoryAgent:
+    """The agent's topics in memory: the questions asked (with the audit trail of that moment) and, per
+    request id, what the agent made of it (set by the test); ``down`` makes a question fail as Kafka's
+    would."""
+
+    trail: MemoryTrail
+    asked: list[tuple[AgentRequest, tuple[ConsoleAction, ...]]] = field(default_factory=list)
+    turns: dict[str, Turn] = field(default_factory=dict)
+    down: bool = False
+
+    async def ask(self, request: AgentRequest) -> None:
+        if self.down:
+            raise NotAcknowledged("clingate.agent.requests: not acknowledged: broker down")
+        self.asked.append((request, tuple(self.trail.records)))
+
+    def _requests(self) -> dict[str, AgentRequest]:
+        return {request.request_id: request for request, _ in self.asked}
+
+    async def turn(self, conversation_id: str, request_id: str, asked: datetime) -> Turn | None:
+        request = self._requests().get(request_id)
+        if request is None or request.conversation_id != conversation_id:
+            return None
+        return self.turns.get(request_id, Turn(request, None, (), ()))
+
+    async def requests(self, request_ids: Collection[str], since: datetime) -> dict[str, AgentRequest]:
+        return {i: r for i, r in self._requests().items() if i in request_ids}
+
+
 def csrf_of(html: str) -> str:
     """The CSRF token a page's forms carry."""
     found = re.search(r'name="csrf_token" value="([^"]+)"', html)
@@ -200,6 +233,7 @@ class Console:
         self.publisher = MemoryPublisher()
         self.dead_letters = FakeDeadLetters()
         self.redriver = MemoryRedriver(self.trail)
+        self.agent = MemoryAgent(self.trail)
         self.sessions = Sessions(LIFETIME_S, IDLE_S, self.clock)
         self.throttle = SignInThrottle(clock=self.clock)
         self.secure_cookies = secure_cookies
@@ -209,7 +243,7 @@ class Console:
         access = Access(self.users, self.sessions, self.throttle, self.secure_cookies)
         app = build_app(
             access, self.trail, self.assessments, self.reviews, self.publisher, history=self.trail,
-            dead_letter_source=self.dead_letters, redriver=self.redriver,
+            dead_letter_source=self.dead_letters, redriver=self.redriver, agent_desk=self.agent,
         )  # fmt: skip
 
         async def main() -> Any:
