@@ -18,11 +18,15 @@ import logging
 
 from aiohttp import web
 
-from streams.console import pharmacist, sme
+from streams.console import agent, dead_letters, pharmacist, sme
+from streams.console.agent_topics import AGENT, AgentDesk
 from streams.console.assessments import ASSESSMENTS, AssessmentSource
 from streams.console.audit import AUDIT, AuditTrail, AuditUnavailable
 from streams.console.auth import ACCESS, Access, Handler, guard, requires, sign_in, sign_in_page, sign_out
+from streams.console.dead_letter_queues import DEAD_LETTERS, REDRIVER, DeadLetterSource, Redriver
+from streams.console.delivery import NotAcknowledged
 from streams.console.drafts import DRAFTS, DraftSource
+from streams.console.history import HISTORY, History
 from streams.console.pages import NAVIGATION, STATIC, Unavailable, render
 from streams.console.reviews import PUBLISHER, REVIEWS, ReviewNotRecorded, ReviewPublisher, ReviewSource
 from streams.console.users import Role, UserError
@@ -45,17 +49,18 @@ UNAVAILABLE: dict[type[Exception], str] = {
     AuditUnavailable: "This could not be recorded on the audit trail, so it was not done: try again shortly.",
     UserError: "The console's users file cannot be read: tell an operator.",
     ReviewNotRecorded: "Kafka did not acknowledge the review, so it was not recorded: try again shortly.",
+    NotAcknowledged: "Kafka did not acknowledge it, so it was not done: try again shortly.",
 }
 """What a 503 page says for each failure (what exactly failed is in the console's log, not on the page)."""
 
 
 @web.middleware
 async def unavailable(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """A page whose data, audit record or review Kafka did not take, or an unreadable users file: 503,
-    logged."""
+    """A page whose data, audit record, review or other record Kafka did not take, or an unreadable users
+    file: 503, logged."""
     try:
         return await handler(request)
-    except (Unavailable, AuditUnavailable, UserError, ReviewNotRecorded) as exc:
+    except tuple(UNAVAILABLE) as exc:
         log.error("console: %s %s: %s", request.method, request.path, exc)
         return render(request, "error.html", status=503, title="Unavailable", message=UNAVAILABLE[type(exc)])
 
@@ -79,10 +84,15 @@ def build_app(
     reviews: ReviewSource,
     publisher: ReviewPublisher,
     *,
+    history: History,
+    dead_letter_source: DeadLetterSource,
+    redriver: Redriver,
+    agent_desk: AgentDesk,
     drafts: DraftSource,
 ) -> web.Application:
-    """The console's application around its users and sessions, audit trail, assessments, review packets
-    and reviews, the publisher of the SME's decisions, and the gated drafts and routes."""
+    """The console's application around its users and sessions, audit trail (and its read-back),
+    assessments, review packets and reviews, the publisher of the SME's decisions, the dead letters and
+    where they are re-driven, the agent's topics, and the gated drafts and routes."""
     app = web.Application(middlewares=[unavailable, guard], client_max_size=MAX_REQUEST_BYTES)
     app[ACCESS] = access
     app[AUDIT] = audit
@@ -90,13 +100,19 @@ def build_app(
     app[REVIEWS] = reviews
     app[PUBLISHER] = publisher
     app[DRAFTS] = drafts
-    app[NAVIGATION] = (pharmacist.PAGE, sme.PAGE)
+    app[HISTORY] = history
+    app[DEAD_LETTERS] = dead_letter_source
+    app[REDRIVER] = redriver
+    app[AGENT] = agent_desk
+    app[NAVIGATION] = (pharmacist.PAGE, sme.PAGE, dead_letters.PAGE, agent.PAGE)
     app.router.add_get("/", home)
     app.router.add_get("/login", sign_in_page)
     app.router.add_post("/login", sign_in)
     app.router.add_post("/logout", sign_out)
     pharmacist.add_routes(app)
     sme.add_routes(app)
+    dead_letters.add_routes(app)
+    agent.add_routes(app)
     app.router.add_static("/static/", STATIC)
     app.on_response_prepare.append(_headers)
     return app

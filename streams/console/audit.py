@@ -7,7 +7,8 @@ is acknowledged (:class:`AuditUnavailable` otherwise: the page says so, the pers
 refused request (bad password, rate limit, missing role, missing or wrong CSRF token) is refused whether
 or not its record could be written. A sign-out ends the session first and then records it: ending a
 session is the safe side of a failure. The records carry no password and no patient data beyond the
-request path or a reviewed document's id (the ``target``).
+request path, a reviewed document's id, a dead letter's coordinates or an agent turn's id (the
+``target``); a re-drive's ``detail`` holds the note its operator typed.
 
 The event time is the wall clock's: the console is the source of these events, as ``clingate arbiter
 review`` is of a review.
@@ -15,7 +16,6 @@ review`` is of a review.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import secrets
@@ -24,19 +24,16 @@ from enum import StrEnum
 from typing import Protocol
 
 from aiohttp import web
-from confluent_kafka import KafkaError
 
 from schemas.console import ConsoleAction
 from schemas.serde import Serde
+from streams.console.delivery import ACK_TIMEOUT_S, deliver
 from streams.console.sessions import SESSION
 from streams.console.users import Role
 from streams.runtime.kafka_clients import producer
 from topics.catalog import CONSOLE_AUDIT
 
 log = logging.getLogger(__name__)
-
-ACK_TIMEOUT_S = 10.0
-"""How long an audit record may wait for Kafka's acknowledgement before its action fails."""
 
 ANONYMOUS = "-"
 """The ``user`` of an action without a signed-in person or a typed name (not a user name: names start
@@ -54,6 +51,11 @@ class Action(StrEnum):
     """A POST without its session's CSRF token."""
     REVIEW = "review"
     """An SME's decision on a review packet (its target is the document id)."""
+    REDRIVE = "redrive"
+    """An operator's re-drive of a dead letter to its source topic (its target is the dead letter's
+    coordinates, ``<dlq topic>[<partition>]@<offset>``)."""
+    ASK = "ask"
+    """A clinician's question to the agent (its target is the turn id)."""
 
 
 class Outcome(StrEnum):
@@ -91,15 +93,10 @@ class KafkaAuditTrail:
     async def record(self, action: ConsoleAction) -> None:
         """Produce ``action`` keyed by its user and wait for its delivery report: acknowledged, or given up
         by librdkafka after :data:`ACK_TIMEOUT_S`."""
-        reports: list[KafkaError | None] = []  # its delivery report's error (None: acknowledged)
-        self._producer.produce(
-            CONSOLE_AUDIT, key=action.user.encode(), value=self._serde.encode(action, topic=CONSOLE_AUDIT),
-            on_delivery=lambda error, _message: reports.append(error),
-        )  # fmt: skip
-        while not reports:  # reports are served by poll(), in a thread: the event loop goes on meanwhile
-            await asyncio.to_thread(self._producer.poll, 0.1)
-        if reports[0] is not None:
-            raise AuditUnavailable(f"{CONSOLE_AUDIT}: not recorded: {reports[0].str()}")
+        value = self._serde.encode(action, topic=CONSOLE_AUDIT)
+        error = await deliver(self._producer, CONSOLE_AUDIT, key=action.user.encode(), value=value)
+        if error is not None:
+            raise AuditUnavailable(f"{CONSOLE_AUDIT}: not recorded: {error.str()}")
 
     def close(self) -> None:
         """Wait for the records still in flight (at most :data:`ACK_TIMEOUT_S`, librdkafka's own limit)."""
@@ -120,9 +117,9 @@ async def audit(
     role: Role | None = None,
     target: str | None = None,
     **detail: object,
-) -> None:
+) -> ConsoleAction:
     """Record ``action`` on ``target`` (default: the request's path), by ``user`` in ``role`` (default: the
-    session's person), with ``detail`` as a JSON object.
+    session's person), with ``detail`` as a JSON object; returns the record (its ``action_id`` names it).
 
     Raises:
         AuditUnavailable: the record was not acknowledged.
@@ -136,3 +133,13 @@ async def audit(
         detail=json.dumps(detail, sort_keys=True), outcome=outcome.value,
     )  # fmt: skip
     await request.app[AUDIT].record(record)
+    return record
+
+
+async def record_refusal(request: web.Request, action: Action, **detail: object) -> None:
+    """Record ``action`` as refused (``detail`` as :func:`audit` takes it: ``user``, ``target`` and the
+    rest); the request is refused whether or not the record could be written (a failure is logged)."""
+    try:
+        await audit(request, action, Outcome.REFUSED, **detail)
+    except AuditUnavailable as exc:
+        log.error("console: a refused %s was not recorded: %s", action.value, exc)

@@ -28,7 +28,7 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from streams.console.audit import Action, AuditUnavailable, Outcome, audit
+from streams.console.audit import Action, Outcome, audit, record_refusal
 from streams.console.pages import CSRF_FIELD, render
 from streams.console.sessions import SESSION, Session, Sessions, SignInThrottle
 from streams.console.users import NAME_PATTERN, Role, User, UserStore, decoy_hash, verify_password
@@ -80,14 +80,6 @@ def safe_next(target: object) -> str:
     return "/"
 
 
-async def _record_refusal(request: web.Request, action: Action, **detail: object) -> None:
-    """Audit a refused request; the request is refused whether or not the record could be written."""
-    try:
-        await audit(request, action, Outcome.REFUSED, **detail)
-    except AuditUnavailable as exc:
-        log.error("console: a refused %s was not recorded: %s", action.value, exc)
-
-
 @web.middleware
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Session, CSRF and roles for every request (module docstring)."""
@@ -98,7 +90,7 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     if request.method == "POST":
         token = (await request.post()).get(CSRF_FIELD)
         if session is None or not session.csrf_matches(token if isinstance(token, str) else None):
-            await _record_refusal(request, Action.CSRF_REFUSED, token="missing" if token is None else "wrong")
+            await record_refusal(request, Action.CSRF_REFUSED, token="missing" if token is None else "wrong")
             message = (
                 "The form was not sent by a page of this session, or the session ended: open the page again."
             )
@@ -110,7 +102,7 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         location = "/login?" + urlencode({"next": request.path_qs})
         raise web.HTTPFound(location) if request.method in ("GET", "HEAD") else web.HTTPSeeOther(location)
     if session.role not in roles:
-        await _record_refusal(request, Action.ACCESS_DENIED, required=sorted(roles))
+        await record_refusal(request, Action.ACCESS_DENIED, required=sorted(roles))
         message = f"This page is not for the {session.role.value} role."
         return render(request, "error.html", status=403, title="Not your page", message=message)
     return await handler(request)
@@ -164,11 +156,11 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
         # Never a user's name (users.NAME_PATTERN): not logged or recorded, it may be a password typed
         # in the wrong field; and no password is checked for it.
         log.warning("console: sign-in from %s refused: not a user name", request.remote)
-        await _record_refusal(request, Action.SIGN_IN, reason="not a user name")
+        await record_refusal(request, Action.SIGN_IN, reason="not a user name")
         return _sign_in_form(request, target, status=401, error=WRONG)
     if access.throttle.refused(name):
         log.warning("console: sign-in of %r from %s refused: too many failures", name, request.remote)
-        await _record_refusal(request, Action.SIGN_IN, user=name, reason="too many failures")
+        await record_refusal(request, Action.SIGN_IN, user=name, reason="too many failures")
         error = "Too many failed sign-ins for this name: wait a minute and try again."
         return _sign_in_form(request, target, status=429, error=error)
     user = await _check(access.users, name, password)
@@ -176,7 +168,7 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
         failures = access.throttle.failed(name)
         log.warning("console: sign-in of %r from %s refused: wrong name or password (%d recent failures)",
                     name, request.remote, failures)  # fmt: skip
-        await _record_refusal(request, Action.SIGN_IN, user=name, reason="wrong name or password")
+        await record_refusal(request, Action.SIGN_IN, user=name, reason="wrong name or password")
         return _sign_in_form(request, target, status=401, error=WRONG)
     await audit(request, Action.SIGN_IN, Outcome.OK, user=user.name, role=user.role)
     access.throttle.succeeded(name)

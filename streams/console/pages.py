@@ -12,12 +12,15 @@ from another site.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import jinja2
 from aiohttp import web
+from confluent_kafka import KafkaException
 
 from streams.console.sessions import SESSION
 from streams.console.users import Role
@@ -52,6 +55,18 @@ NAVIGATION = web.AppKey("navigation", tuple[PageLink, ...])
 
 class Unavailable(RuntimeError):
     """What a page shows could not be read (Kafka did not answer in time); the message says what."""
+
+
+T = TypeVar("T")
+
+
+async def read_in_thread(what: str, read: Callable[..., T], *args: object) -> T:
+    """``read(*args)``, a blocking read of Kafka, in a thread (the event loop goes on); a Kafka error or
+    a timeout is :class:`Unavailable`, saying that ``what`` could not be read."""
+    try:
+        return await asyncio.to_thread(read, *args)
+    except (KafkaException, TimeoutError) as exc:
+        raise Unavailable(f"{what} could not be read: {exc}") from exc
 
 
 def pages_of(request: web.Request) -> list[PageLink]:

@@ -4,7 +4,8 @@ What holds: the site is up (its socket listening) before ``listening http://HOST
 the port actually bound (``--port 0`` picks a free one), so a script or a test may connect as soon as it
 reads that line. It serves plain HTTP on the host it is given, 127.0.0.1 unless told otherwise: people on
 other machines reach it through a TLS reverse proxy (docs/console.md). On a stop signal it stops taking
-requests, lets those under way finish, and sends the audit records and reviews still queued.
+requests, lets those under way finish, and sends the audit records, reviews, re-driven records and
+questions still queued.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from collections.abc import Callable
 from aiohttp import web
 
 from schemas.serde import make_serde
+from streams.console.agent_topics import KafkaAgent
 from streams.console.app import build_app
 from streams.console.assessments import KafkaAssessments
 from streams.console.audit import KafkaAuditTrail
 from streams.console.auth import Access
+from streams.console.dead_letter_queues import KafkaDeadLetters, KafkaRedriver
 from streams.console.drafts import KafkaDrafts
+from streams.console.history import KafkaHistory
 from streams.console.reviews import KafkaReviewPublisher, KafkaReviews
 from streams.console.sessions import Sessions, SignInThrottle
 from streams.console.users import UserStore, decoy_hash
@@ -45,10 +49,20 @@ async def serve(
     )
     trail = KafkaAuditTrail(bootstrap, serde)
     publisher = KafkaReviewPublisher(bootstrap, serde)
+    redriver = KafkaRedriver(bootstrap)
+    agent_desk = KafkaAgent(bootstrap, serde)
     app = build_app(
-        access, trail, KafkaAssessments(bootstrap, serde), KafkaReviews(bootstrap, serde), publisher,
+        access,
+        trail,
+        KafkaAssessments(bootstrap, serde),
+        KafkaReviews(bootstrap, serde),
+        publisher,
+        history=KafkaHistory(bootstrap, serde),
+        dead_letter_source=KafkaDeadLetters(bootstrap, serde),
+        redriver=redriver,
+        agent_desk=agent_desk,
         drafts=KafkaDrafts(bootstrap, serde),
-    )  # fmt: skip
+    )
     runner = web.AppRunner(app)
     await runner.setup()
     try:
@@ -66,3 +80,5 @@ async def serve(
         await runner.cleanup()
         trail.close()
         publisher.close()
+        redriver.close()
+        agent_desk.close()

@@ -20,7 +20,6 @@ how many agreed and how many corrected.
 
 from __future__ import annotations
 
-import logging
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -39,7 +38,7 @@ from schemas.docs import (
     ReviewPacket,
     ReviewStatus,
 )
-from streams.console.audit import Action, AuditUnavailable, Outcome, audit
+from streams.console.audit import Action, Outcome, audit, record_refusal
 from streams.console.auth import requires
 from streams.console.corrections import CorrectionError, Corrections, read_corrections
 from streams.console.pages import PageLink, render
@@ -47,8 +46,6 @@ from streams.console.reviews import PUBLISHER, REVIEWS, ReviewNotRecorded
 from streams.console.sessions import SESSION
 from streams.console.users import Role
 from streams.groups.arbiter import make_review, pending
-
-log = logging.getLogger(__name__)
 
 PAGE = PageLink("/sme", "SME review", frozenset({Role.SME}))
 
@@ -192,10 +189,7 @@ async def decide(request: web.Request) -> web.StreamResponse:
     try:
         await request.app[PUBLISHER].publish(review)
     except ReviewNotRecorded:
-        try:
-            await audit(request, Action.REVIEW, Outcome.REFUSED, target=doc_id, reason="not acknowledged")
-        except AuditUnavailable as exc:
-            log.error("console: a review not recorded was not audited either: %s", exc)
+        await record_refusal(request, Action.REVIEW, target=doc_id, reason="not acknowledged")
         raise
     query = {"recorded": doc_id, "decision": decision.value}
     raise web.HTTPSeeOther(request.app.router["sme"].url_for().with_query(query))

@@ -27,13 +27,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 
 from schemas.clinical import ClinicalAssessment
-from schemas.console import ConsoleAction
 from schemas.docs import DocumentType, Review, ReviewDecision, ReviewPacket
 from schemas.serde import make_serde
 from streams.demo.plan import verify_example
@@ -42,12 +40,19 @@ from streams.groups import arbiter as docs_worker
 from streams.runtime.kafka_clients import read_to_end, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
-from streams.testing import browser
+from streams.testing.console import (
+    add_user,
+    audit_trail,
+    console_env,
+    launch,
+    running_console,
+    sign_in,
+    sync_playwright,
+)
 from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
-    CONSOLE_AUDIT,
     DOCS_REVIEW_PACKETS,
     DOCS_REVIEWS,
     build_catalog,
@@ -55,15 +60,7 @@ from topics.catalog import (
 
 pytestmark = pytest.mark.integration
 
-PASSWORD = "correct horse battery staple"
 LIGHT_RANK = {"RED": 0, "YELLOW": 1, "GREEN": 2}
-
-
-def _playwright() -> Any:
-    try:
-        return browser.sync_playwright()
-    except browser.BrowserUnavailable as reason:
-        pytest.skip(str(reason))
 
 
 def _publish(bootstrap: str, assessments: list[ClinicalAssessment]) -> None:
@@ -76,16 +73,9 @@ def _publish(bootstrap: str, assessments: list[ClinicalAssessment]) -> None:
 
 
 def _audit(bootstrap: str, users: set[str]) -> dict[str, list[tuple[str, str, str]]]:
-    """(action, target, outcome) of each of ``users``' audit records, in order (one user's records are one
-    partition's)."""
-    serde = make_serde(None)
-    consumer = reader(bootstrap, "console-test-audit", **{"isolation.level": "read_committed"})
-    try:
-        actions = [serde.decode(m.value(), ConsoleAction, topic=CONSOLE_AUDIT)
-                   for m in read_to_end(consumer, {CONSOLE_AUDIT: {}}, 30)]  # fmt: skip
-    finally:
-        consumer.close()
-    return {user: [(a.action, a.target, a.outcome) for a in actions if a.user == user] for user in users}
+    """(action, target, outcome) of each of ``users``' audit records, in order."""
+    trail = audit_trail(bootstrap, users)
+    return {user: [(a.action, a.target, a.outcome) for a in actions] for user, actions in trail.items()}
 
 
 @pytest.fixture
@@ -93,23 +83,20 @@ def console_url(kafka_bootstrap: str, tmp_path: Path) -> Iterator[tuple[str, str
     """A console on the session broker with a pharmacist, a clinician and an SME; yields (URL, their
     names)."""
     ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
-    env = browser.console_env(kafka_bootstrap, tmp_path / "users.json")
+    env = console_env(kafka_bootstrap, tmp_path / "users.json")
     suffix = uuid.uuid4().hex[:8]
     pharmacist, clinician, sme = f"ph-{suffix}", f"dr-{suffix}", f"sme-{suffix}"
-    for name, role in ((pharmacist, "pharmacist"), (clinician, "clinician"), (sme, "sme")):
-        browser.add_user(env, name, role, PASSWORD)
-    with browser.running_console(env, tmp_path / "console.log") as url:
+    add_user(env, pharmacist, "pharmacist")
+    add_user(env, clinician, "clinician")
+    add_user(env, sme, "sme")
+    with running_console(env, tmp_path / "console.log") as url:
         yield url, pharmacist, clinician, sme
-
-
-def _sign_in(page: Any, url: str, name: str, path: str) -> Any:
-    return browser.sign_in(page, url, name, PASSWORD, path)
 
 
 def test_a_pharmacist_sees_red_first_a_clinician_is_refused_and_a_post_without_csrf_is_403(
     kafka_bootstrap: str, console_url: tuple[str, str, str, str], tmp_path: Path
 ) -> None:
-    sync_playwright = _playwright()
+    playwright_of = sync_playwright()
     url, pharmacist, clinician, _ = console_url
     golden = {case: golden_assessment(case, reviewed=False) for case in
               ("PT-TEST-008", "PT-TEST-009", "PT-TEST-010", "PT-TEST-012")}  # fmt: skip
@@ -117,11 +104,11 @@ def test_a_pharmacist_sees_red_first_a_clinician_is_refused_and_a_post_without_c
     _publish(kafka_bootstrap, [golden["PT-TEST-012"], golden["PT-TEST-010"], golden["PT-TEST-008"],
                                golden["PT-TEST-009"], golden_assessment("PT-TEST-010")])  # fmt: skip
 
-    with sync_playwright() as playwright:
-        chromium = browser.launch(playwright)
+    with playwright_of() as playwright:
+        browser = launch(playwright)
         try:
-            page = chromium.new_context().new_page()
-            response = _sign_in(page, url, pharmacist, "/pharmacist")
+            page = browser.new_context().new_page()
+            response = sign_in(page, url, pharmacist, "/pharmacist")
             assert response.status == 200 and page.url == url + "/pharmacist"
             rows = page.locator("table.board tbody tr")
             board = [(rows.nth(i).get_attribute("data-patient"), rows.nth(i).get_attribute("data-light"))
@@ -155,13 +142,13 @@ def test_a_pharmacist_sees_red_first_a_clinician_is_refused_and_a_post_without_c
             assert navigation.value.status == 403 and "Refused" in page.content()
             assert page.goto(url + "/pharmacist").status == 200, "still signed in"
 
-            other = chromium.new_context().new_page()
-            assert _sign_in(other, url, clinician, "/").status == 200
+            other = browser.new_context().new_page()
+            assert sign_in(other, url, clinician, "/").status == 200
             refused = other.goto(url + "/pharmacist")
             assert refused.status == 403
             assert "PT-TEST-010" not in other.content() and "not for the clinician role" in other.content()
         finally:
-            chromium.close()
+            browser.close()
 
     assert _audit(kafka_bootstrap, {pharmacist, clinician}) == {
         pharmacist: [("sign-in", "/login", "ok"), ("csrf-refused", "/logout", "refused")],
@@ -197,7 +184,7 @@ def _reviews(bootstrap: str, doc_ids: set[str]) -> dict[str, Review]:
 def test_an_sme_agrees_with_one_packet_and_corrects_another_and_both_reviews_are_on_the_topic(
     kafka_bootstrap: str, console_url: tuple[str, str, str, str], tmp_path: Path
 ) -> None:
-    sync_playwright = _playwright()
+    playwright_of = sync_playwright()
     url, _, _, sme = console_url
     run = uuid.uuid4().hex[:8]
     packets = []
@@ -208,11 +195,11 @@ def test_an_sme_agrees_with_one_packet_and_corrects_another_and_both_reviews_are
     agreed, corrected = (packet.doc_id for packet in packets)
     _publish_packets(kafka_bootstrap, packets)
 
-    with sync_playwright() as playwright:
-        chromium = browser.launch(playwright)
+    with playwright_of() as playwright:
+        browser = launch(playwright)
         try:
-            page = chromium.new_context().new_page()
-            response = _sign_in(page, url, sme, "/sme")
+            page = browser.new_context().new_page()
+            response = sign_in(page, url, sme, "/sme")
             assert response.status == 200 and page.url == url + "/sme"
             queued = page.locator("table.queue tbody tr")
             docs = [queued.nth(i).get_attribute("data-doc") for i in range(queued.count())]
@@ -239,7 +226,7 @@ def test_an_sme_agrees_with_one_packet_and_corrects_another_and_both_reviews_are
             assert navigation.value.status == 200
             assert f"Review of {corrected} recorded (CORRECTS)." in page.content()
         finally:
-            chromium.close()
+            browser.close()
 
     reviews = _reviews(kafka_bootstrap, {agreed, corrected})
     assert {

@@ -2,32 +2,38 @@
 
 :class:`Console` builds the real application (:func:`streams.console.app.build_app`: the real guard,
 sessions, sign-in and pages) with a users file in the test's directory, a clock the test moves
-(:class:`FakeClock`), an audit trail that keeps its records in a list (:class:`MemoryTrail`), a fixed
-list of assessments (:class:`FakeAssessments`), fixed review packets and reviews (:class:`FakeReviews`),
-a review publisher that keeps what it publishes (:class:`MemoryPublisher`) and fixed gated drafts and
-routes (:class:`FakeDrafts`), and runs a scenario against it with aiohttp's test client on a loopback
-port.
+(:class:`FakeClock`), an audit trail that keeps its records in a list and reads them back
+(:class:`MemoryTrail`), a fixed list of assessments (:class:`FakeAssessments`), fixed review packets and
+reviews (:class:`FakeReviews`), a review publisher that keeps what it publishes (:class:`MemoryPublisher`),
+fixed dead letters (:class:`FakeDeadLetters`), a re-driver that keeps what it produces
+(:class:`MemoryRedriver`), the agent's topics in memory (:class:`MemoryAgent`) and fixed gated drafts and
+routes (:class:`FakeDrafts`), and runs a scenario against it with aiohttp's test client on a loopback port.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from schemas.agent import AgentRequest
 from schemas.clinical import ClinicalAssessment, GatedDraft, RevisionRoute
 from schemas.console import ConsoleAction
 from schemas.docs import Review, ReviewPacket
+from streams.console.agent_topics import Turn
 from streams.console.app import build_app
 from streams.console.assessments import AssessmentLog
-from streams.console.audit import AuditUnavailable
+from streams.console.audit import Action, AuditUnavailable
 from streams.console.auth import Access
+from streams.console.dead_letter_queues import DEAD_LETTER_QUEUES, PAGE_OFFSETS, Letter, LetterPage, Queue
+from streams.console.delivery import NotAcknowledged
 from streams.console.drafts import DraftLog
 from streams.console.pages import Unavailable
 from streams.console.reviews import ReviewLog, ReviewNotRecorded
@@ -52,15 +58,22 @@ class FakeClock:
 
 @dataclass
 class MemoryTrail:
-    """An audit trail in a list; ``down`` makes every record fail as Kafka's would."""
+    """An audit trail in a list, read back as the console's history; ``down`` makes every record fail as
+    Kafka's would, ``unreadable`` every read back."""
 
     records: list[ConsoleAction] = field(default_factory=list)
     down: bool = False
+    unreadable: bool = False
 
     async def record(self, action: ConsoleAction) -> None:
         if self.down:
             raise AuditUnavailable("clingate.console.audit: broker down")
         self.records.append(action)
+
+    async def actions(self, kinds: Collection[Action]) -> list[ConsoleAction]:
+        if self.unreadable:
+            raise Unavailable("clingate.console.audit could not be read: timed out")
+        return [record for record in self.records if record.action in kinds]
 
 
 @dataclass
@@ -118,6 +131,104 @@ class FakeDrafts:
         return DraftLog(tuple(self.gated), tuple(self.routes))
 
 
+@dataclass
+class FakeDeadLetters:
+    """The dead-letter topics as a list of records (any order); ``down`` makes a read fail."""
+
+    letters: list[Letter] = field(default_factory=list)
+    down: bool = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise Unavailable("dead-letter topics could not be read: timed out")
+
+    async def queues(self) -> list[Queue]:
+        self._check()
+        queues = []
+        for topic, source in DEAD_LETTER_QUEUES.items():
+            mine = [item.written for item in self.letters if item.topic == topic]
+            written = [w for w in mine if w is not None]
+            queues.append(Queue(topic, source, len(mine), max(written) if written else None))
+        return queues
+
+    async def page(self, topic: str, partition: int, before: int | None) -> LetterPage:
+        self._check()
+        mine = [i for i in self.letters if (i.topic, i.partition) == (topic, partition)]
+        end = max((i.offset + 1 for i in mine), default=0) if before is None else before
+        start = max(0, end - PAGE_OFFSETS)
+        window = sorted((i for i in mine if start <= i.offset < end), key=lambda i: -i.offset)
+        return LetterPage(topic, partition, (0,), tuple(window), start if start > 0 else None)
+
+    async def letter(self, topic: str, partition: int, offset: int) -> Letter | None:
+        self._check()
+        return next(
+            (i for i in self.letters if (i.topic, i.partition, i.offset) == (topic, partition, offset)), None
+        )
+
+
+@dataclass(frozen=True)
+class Redriven:
+    """A record the re-driver produced, and the audit records there were when it was produced."""
+
+    topic: str
+    partition: int
+    key: bytes | None
+    value: bytes
+    headers: list[tuple[str, bytes | None]]
+    audited: tuple[ConsoleAction, ...]
+
+
+@dataclass
+class MemoryRedriver:
+    """A re-driver that keeps what it produces (with the audit trail of that moment); ``down`` makes a
+    re-drive fail as Kafka's would."""
+
+    trail: MemoryTrail
+    produced: list[Redriven] = field(default_factory=list)
+    down: bool = False
+
+    async def redrive(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes,
+        headers: Sequence[tuple[str, bytes | None]],
+    ) -> None:
+        if self.down:
+            raise NotAcknowledged(f"{topic}[{partition}]: not acknowledged: broker down")
+        self.produced.append(Redriven(topic, partition, key, value, list(headers), tuple(self.trail.records)))
+
+
+@dataclass
+class MemoryAgent:
+    """The agent's topics in memory: the questions asked (with the audit trail of that moment) and, per
+    request id, what the agent made of it (set by the test); ``down`` makes a question fail as Kafka's
+    would."""
+
+    trail: MemoryTrail
+    asked: list[tuple[AgentRequest, tuple[ConsoleAction, ...]]] = field(default_factory=list)
+    turns: dict[str, Turn] = field(default_factory=dict)
+    down: bool = False
+
+    async def ask(self, request: AgentRequest) -> None:
+        if self.down:
+            raise NotAcknowledged("clingate.agent.requests: not acknowledged: broker down")
+        self.asked.append((request, tuple(self.trail.records)))
+
+    def _requests(self) -> dict[str, AgentRequest]:
+        return {request.request_id: request for request, _ in self.asked}
+
+    async def turn(self, conversation_id: str, request_id: str, asked: datetime) -> Turn | None:
+        request = self._requests().get(request_id)
+        if request is None or request.conversation_id != conversation_id:
+            return None
+        return self.turns.get(request_id, Turn(request, None, (), ()))
+
+    async def requests(self, request_ids: Collection[str], since: datetime) -> dict[str, AgentRequest]:
+        return {i: r for i, r in self._requests().items() if i in request_ids}
+
+
 def csrf_of(html: str) -> str:
     """The CSRF token a page's forms carry."""
     found = re.search(r'name="csrf_token" value="([^"]+)"', html)
@@ -135,6 +246,9 @@ class Console:
         self.assessments = FakeAssessments()
         self.reviews = FakeReviews()
         self.publisher = MemoryPublisher()
+        self.dead_letters = FakeDeadLetters()
+        self.redriver = MemoryRedriver(self.trail)
+        self.agent = MemoryAgent(self.trail)
         self.drafts = FakeDrafts()
         self.sessions = Sessions(LIFETIME_S, IDLE_S, self.clock)
         self.throttle = SignInThrottle(clock=self.clock)
@@ -144,8 +258,10 @@ class Console:
         """Run ``scenario`` with a client of a fresh server of the application (cookies kept per client)."""
         access = Access(self.users, self.sessions, self.throttle, self.secure_cookies)
         app = build_app(
-            access, self.trail, self.assessments, self.reviews, self.publisher, drafts=self.drafts
-        )
+            access, self.trail, self.assessments, self.reviews, self.publisher, history=self.trail,
+            dead_letter_source=self.dead_letters, redriver=self.redriver, agent_desk=self.agent,
+            drafts=self.drafts,
+        )  # fmt: skip
 
         async def main() -> Any:
             async with TestClient(TestServer(app)) as client:

@@ -92,7 +92,7 @@ def test_another_role_gets_403_never_the_content_and_the_refusal_is_recorded(con
             assert "PT-TEST-010" not in html and "Rule C" not in html
             assert "not for the clinician role" in html
         home = await (await client.get("/")).text()
-        assert "no page for the clinician role" in home and 'href="/pharmacist"' not in home
+        assert 'href="/agent"' in home and 'href="/pharmacist"' not in home
 
     console.run(scenario)
     denied = [a for a in console.trail.records if a.action == "access-denied"]

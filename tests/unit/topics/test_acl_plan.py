@@ -11,7 +11,18 @@ from typer.testing import CliRunner
 
 from streams.cli import topics as topics_command
 from topics.acls import DEFAULT_PLAN, AclPlanError, load_plan, plan_bindings, principal_bindings
-from topics.catalog import CATALOG, DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, dlq_name
+from topics.catalog import (
+    AGENT_PROPOSALS,
+    AGENT_RESPONSES,
+    AGENT_TRACES,
+    CATALOG,
+    CONSOLE_AUDIT,
+    DBPM_CANDIDATES,
+    DBPM_DECISIONS,
+    DBPM_VERDICTS,
+    DOCS_REVIEWS,
+    dlq_name,
+)
 
 PLAN = load_plan(DEFAULT_PLAN, app_id="clingate-dbpm", docs_group_id="clingate-docs")
 
@@ -36,16 +47,28 @@ def test_downstream_consumers_only_read_decisions() -> None:
     assert DBPM_DECISIONS in downstream.read
 
 
-def test_every_output_topic_has_exactly_one_writing_principal_but_verdicts() -> None:
-    """Verdicts come from the verifiers and from the workers' gate (the Ontology-Violation Filter)."""
+def test_every_topic_has_exactly_one_writing_principal_but_verdicts_and_the_redrive_targets() -> None:
+    """Verdicts come from the verifiers and from the workers' gate (the Ontology-Violation Filter); the
+    console re-drives dead letters to every topic that has a DLQ, beside that topic's own writer (the
+    SME's reviews are the console's alone)."""
     writers = Counter(topic for principal in PLAN.principals for topic in principal.write)
     outputs = [spec.name for spec in CATALOG if not spec.name.endswith(".dlq")]
-    expected = {**dict.fromkeys(outputs, 1), DBPM_VERDICTS: 2}
+    redriven = {spec.name for spec in CATALOG if spec.dlq is not None} - {DOCS_REVIEWS}
+    expected = {topic: 1 + (topic in redriven) for topic in outputs} | {DBPM_VERDICTS: 3}
     assert {topic: writers[topic] for topic in outputs} == expected
     assert {p.name for p in PLAN.principals if DBPM_VERDICTS in p.write} == {
+        "clingate-console",
         "clingate-verifier",
         "clingate-worker",
     }
+
+
+def test_the_console_reads_every_dlq_and_writes_exactly_the_redrive_targets_and_its_trail() -> None:
+    console = PLAN.principal("clingate-console")
+    consumed = {spec.name for spec in CATALOG if spec.dlq is not None}
+    assert set(console.write) == consumed | {CONSOLE_AUDIT}
+    assert {dlq_name(topic) for topic in consumed} <= set(console.read)
+    assert {CONSOLE_AUDIT, AGENT_RESPONSES, AGENT_TRACES, AGENT_PROPOSALS} <= set(console.read)
 
 
 def test_every_consumed_topic_is_readable_by_some_principal() -> None:

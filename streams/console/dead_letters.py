@@ -1,0 +1,240 @@
+"""The operator's dead-letter pages: every dead-letter topic with its count, a topic's records newest
+first, one record whole, and its re-drive to the topic it came from.
+
+What holds:
+
+* **What is shown.** Each dead letter with the reason (stage, error type, error), the original record's
+  coordinates (topic, partition, offset), the schema the stage expected, and the original key, value and
+  headers as a safe preview (:func:`preview`: UTF-8 text when the bytes are text, else hex, cut to a
+  bound that says how much it left out), and every cut the dead-letter route made to fit its topic
+  (``truncations``). Everything is text to the templates: a hostile value or reason is escaped.
+* **A re-drive** is one dead letter produced again to the partition of its source topic it came from
+  (keyed as it was, with its value and its headers), after its cause was fixed; the operator says what
+  was fixed (a note, required). It is recorded on the audit trail first (action ``redrive``, the target
+  the dead letter's coordinates, the source coordinates and the note in ``detail``); the record is
+  produced only once that is acknowledged. Its headers are the original ones, without the re-drive
+  headers of an earlier re-drive, plus :data:`REDRIVE_PREFIX` headers naming the dead letter, the
+  operator, the time and the audit record (:func:`redrive_headers`). A re-drive Kafka does not
+  acknowledge answers 503 and is recorded again as ``refused``. Downstream, the record is processed as
+  any other: one that is still bad is dead-lettered again, under new coordinates.
+* **Refused re-drives** (nothing produced, nothing recorded): a dead letter that is not whole (a field was
+  cut to fit: the original is only at its source coordinates, until the source topic's retention), one
+  without a value (a tombstone), one whose source is not the topic its dead-letter topic belongs to, one
+  already re-driven (409); a missing note (400). "Already re-driven" is read from the audit trail
+  (:func:`redrives`): a dead letter is re-driven when the last ``redrive`` record of some person on it is
+  ``ok``. One console re-drives one dead letter at a time (a lock around the check and the re-drive), so
+  two operators' clicks cannot both pass the check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from schemas.common import DeadLetter
+from schemas.console import ConsoleAction
+from streams.console.audit import Action, Outcome, audit, record_refusal
+from streams.console.auth import requires
+from streams.console.dead_letter_queues import DEAD_LETTER_QUEUES, DEAD_LETTERS, REDRIVER, Letter
+from streams.console.delivery import NotAcknowledged
+from streams.console.history import HISTORY
+from streams.console.pages import PageLink, render
+from streams.console.users import Role
+
+PAGE = PageLink("/dead-letters", "Dead letters", frozenset({Role.OPERATOR}))
+
+REDRIVE_PREFIX = "__clingate.redrive."
+"""Prefix of the headers a re-drive adds (beside the dead-letter route's ``__clingate.errors.``)."""
+NOTE_MAX = 2000
+"""The longest note a re-drive takes."""
+LIST_PREVIEW_BYTES = 256
+"""Bytes of a key, value or header a list page shows."""
+RECORD_PREVIEW_BYTES = 64 * 1024
+"""Bytes of a key, value or header a record page shows."""
+
+REDRIVE_LOCK = web.AppKey("redrive_lock", asyncio.Lock)
+
+
+@dataclass(frozen=True)
+class Preview:
+    """Bytes shown safely: as text when they are UTF-8, else as hex; at most a bound of them."""
+
+    kind: str
+    """``text``, ``hex`` or ``none`` (no bytes: a null key, value or header)."""
+    shown: str
+    size: int
+    """Bytes in all."""
+    limit: int
+    """Bytes shown at most."""
+
+    @property
+    def cut(self) -> bool:
+        """Only the first :attr:`limit` bytes are shown."""
+        return self.size > self.limit
+
+
+def preview(data: bytes | None, limit: int) -> Preview:
+    """``data`` as a :class:`Preview` of at most ``limit`` bytes."""
+    if data is None:
+        return Preview("none", "", 0, limit)
+    head = data[:limit]
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return Preview("hex", binascii.hexlify(head, " ").decode(), len(data), limit)
+    return Preview("text", head.decode("utf-8", "ignore"), len(data), limit)
+
+
+def redrives(actions: Iterable[ConsoleAction]) -> dict[str, ConsoleAction]:
+    """The dead letters re-driven, by coordinates, with the record of the re-drive (module docstring);
+    ``actions`` in the order each person's were recorded."""
+    last: dict[tuple[str, str], ConsoleAction] = {}
+    for action in actions:
+        if action.action == Action.REDRIVE:
+            last[(action.target, action.user)] = action
+    return {target: action for (target, _), action in last.items() if action.outcome == Outcome.OK}
+
+
+def refusal(item: Letter, redriven: ConsoleAction | None) -> str | None:
+    """Why ``item`` cannot be re-driven (None: it can)."""
+    letter = item.letter
+    if letter is None:
+        return f"This record is not a dead letter ({item.unreadable}): there is nothing to re-drive."
+    if letter.truncations:
+        cut = ", ".join(t.field for t in letter.truncations)
+        return (
+            f"This dead letter is not whole (its {cut} were cut to fit the dead-letter topic), so it is not "
+            f"re-driven: the original is whole only at {letter.topic}[{letter.partition}]@{letter.offset}, "
+            "while that topic keeps it."
+        )
+    if letter.value is None:
+        return "This dead letter has no value (the original was a tombstone): there is nothing to re-drive."
+    if letter.topic != DEAD_LETTER_QUEUES[item.topic]:
+        return f"This dead letter names {letter.topic}, not the source of {item.topic}: it is not re-driven."
+    if redriven is not None:
+        return f"Already re-driven by {redriven.user} at {redriven.event_time.isoformat()}."
+    return None
+
+
+def redrive_headers(
+    letter: DeadLetter, coordinates: str, action: ConsoleAction
+) -> list[tuple[str, bytes | None]]:
+    """The headers of ``letter`` re-driven by ``action`` from ``coordinates`` (module docstring)."""
+    kept = [(h.key, h.value) for h in letter.headers if not h.key.startswith(REDRIVE_PREFIX)]
+    added = {"dead-letter": coordinates, "by": action.user, "at": action.event_time.isoformat(),
+             "action-id": action.action_id}  # fmt: skip
+    return kept + [(REDRIVE_PREFIX + name, value.encode()) for name, value in added.items()]
+
+
+def _no_queue(request: web.Request) -> web.Response:
+    message = f"{request.match_info['topic']} is not a dead-letter topic of the catalog."
+    return render(request, "error.html", status=404, title="No such dead-letter topic", message=message)
+
+
+@requires(*PAGE.roles)
+async def queues_page(request: web.Request) -> web.StreamResponse:
+    """``GET /dead-letters``: every dead-letter topic, its record count and its newest record's time."""
+    queues = await request.app[DEAD_LETTERS].queues()
+    return render(request, "dead_letters.html", title=PAGE.title, queues=queues)
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
+
+
+@requires(*PAGE.roles)
+async def queue_page(request: web.Request) -> web.StreamResponse:
+    """``GET /dead-letters/{topic}[?partition=P&before=O]``: a window of a topic's records, newest first."""
+    topic = request.match_info["topic"]
+    if topic not in DEAD_LETTER_QUEUES:
+        return _no_queue(request)
+    page = await request.app[DEAD_LETTERS].page(
+        topic, _int(request.query.get("partition")) or 0, _int(request.query.get("before"))
+    )
+    redriven = redrives(await request.app[HISTORY].actions({Action.REDRIVE}))
+    return render(
+        request, "dead_letter_queue.html", title=topic, page=page, source=DEAD_LETTER_QUEUES[topic],
+        redriven=redriven, preview=preview, limit=LIST_PREVIEW_BYTES,
+    )  # fmt: skip
+
+
+@requires(*PAGE.roles)
+async def letter_page(request: web.Request) -> web.StreamResponse:
+    """``GET /dead-letters/{topic}/{partition}/{offset}``: one dead letter whole, and the re-drive form."""
+    return await _letter(request)
+
+
+async def _letter(
+    request: web.Request, *, status: int = 200, error: str = "", note: str = ""
+) -> web.Response:
+    topic = request.match_info["topic"]
+    if topic not in DEAD_LETTER_QUEUES:
+        return _no_queue(request)
+    partition, offset = int(request.match_info["partition"]), int(request.match_info["offset"])
+    item = await request.app[DEAD_LETTERS].letter(topic, partition, offset)
+    if item is None:
+        return render(request, "error.html", status=404, title="No such dead letter",
+                      message=f"There is no record at {topic}[{partition}]@{offset}.")  # fmt: skip
+    redriven = redrives(await request.app[HISTORY].actions({Action.REDRIVE})).get(item.coordinates)
+    return render(
+        request, "dead_letter.html", status=status, title=item.coordinates, item=item,
+        source=DEAD_LETTER_QUEUES[topic], redriven=redriven, refused=refusal(item, redriven), error=error,
+        note=note, preview=preview, limit=RECORD_PREVIEW_BYTES, note_max=NOTE_MAX,
+        redrive_prefix=REDRIVE_PREFIX,
+    )  # fmt: skip
+
+
+@requires(*PAGE.roles)
+async def redrive(request: web.Request) -> web.StreamResponse:
+    """``POST /dead-letters/{topic}/{partition}/{offset}``: re-drive the dead letter (module docstring),
+    then back to its page."""
+    topic = request.match_info["topic"]
+    if topic not in DEAD_LETTER_QUEUES:
+        return _no_queue(request)
+    partition, offset = int(request.match_info["partition"]), int(request.match_info["offset"])
+    note = str((await request.post()).get("note", "")).strip()
+    if not note or len(note) > NOTE_MAX:
+        return await _letter(
+            request,
+            status=400,
+            note=note,
+            error=f"Say what was fixed (a note of 1 to {NOTE_MAX} characters).",
+        )
+    async with request.app[REDRIVE_LOCK]:
+        item = await request.app[DEAD_LETTERS].letter(topic, partition, offset)
+        if item is None:
+            return await _letter(request)
+        redriven = redrives(await request.app[HISTORY].actions({Action.REDRIVE})).get(item.coordinates)
+        refused = refusal(item, redriven)
+        if refused is not None:
+            return await _letter(request, status=409, error=refused, note=note)
+        letter = item.letter
+        assert letter is not None and letter.value is not None  # refusal() said so
+        source = {"topic": letter.topic, "partition": letter.partition, "offset": letter.offset}
+        action = await audit(
+            request, Action.REDRIVE, Outcome.OK, target=item.coordinates, note=note, **source
+        )
+        try:
+            await request.app[REDRIVER].redrive(
+                letter.topic, letter.partition, letter.key, letter.value,
+                redrive_headers(letter, item.coordinates, action),
+            )  # fmt: skip
+        except NotAcknowledged:
+            await record_refusal(
+                request, Action.REDRIVE, target=item.coordinates, reason="not acknowledged", **source
+            )
+            raise
+    raise web.HTTPSeeOther(request.path)
+
+
+def add_routes(app: web.Application) -> None:
+    """The operator's dead-letter pages."""
+    app[REDRIVE_LOCK] = asyncio.Lock()
+    app.router.add_get(PAGE.path, queues_page)
+    app.router.add_get(PAGE.path + "/{topic}", queue_page)
+    app.router.add_get(PAGE.path + "/{topic}/{partition:\\d+}/{offset:\\d+}", letter_page)
+    app.router.add_post(PAGE.path + "/{topic}/{partition:\\d+}/{offset:\\d+}", redrive)
