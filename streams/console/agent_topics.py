@@ -30,6 +30,7 @@ from schemas.serde import SchemaDecodeError, Serde
 from streams.agent.worker import conversation_records
 from streams.console.delivery import ACK_TIMEOUT_S, NotAcknowledged, deliver
 from streams.console.pages import read_in_thread
+from streams.console.records import READ_TIMEOUT_S
 from streams.runtime.kafka_clients import partitions, read_to_end, reader
 from streams.worker.dbpm import producer_config
 from topics.catalog import AGENT_PROPOSALS, AGENT_REQUESTS, AGENT_RESPONSES, AGENT_TRACES
@@ -38,8 +39,6 @@ log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=AvroModel)
 
-READ_TIMEOUT_S = 30.0
-"""Longest a page waits for the agent's topics to be read."""
 CLOCK_SKEW_S = 300.0
 """How far before a question's time its turn's records are looked for."""
 

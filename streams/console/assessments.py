@@ -16,16 +16,14 @@ removes the patient's earlier records.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Protocol
 
 from aiohttp import web
-from confluent_kafka import KafkaException
 
 from schemas.clinical import ClinicalAssessment
 from schemas.serde import Serde
-from streams.console.pages import Unavailable
+from streams.console.pages import read_in_thread
 from streams.console.records import read_records
 from topics.catalog import CLINICAL_ASSESSMENTS
 
@@ -60,10 +58,7 @@ class KafkaAssessments:
 
     async def read(self) -> AssessmentLog:
         """Every committed assessment on the topic now (read in a thread: the event loop goes on)."""
-        try:
-            return await asyncio.to_thread(self._read)
-        except (KafkaException, TimeoutError) as exc:
-            raise Unavailable(f"{CLINICAL_ASSESSMENTS} could not be read: {exc}") from exc
+        return await read_in_thread(CLINICAL_ASSESSMENTS, self._read)
 
     def _read(self) -> AssessmentLog:
         topic = read_records(self._bootstrap, self._serde, CLINICAL_ASSESSMENTS, ClinicalAssessment)

@@ -37,6 +37,7 @@ from schemas.common import DeadLetter
 from schemas.serde import SchemaDecodeError, Serde
 from streams.console.delivery import ACK_TIMEOUT_S, NotAcknowledged, deliver
 from streams.console.pages import read_in_thread
+from streams.console.records import READ_TIMEOUT_S
 from streams.runtime.dlq import PRODUCER_LIMITS
 from streams.runtime.kafka_clients import partitions, producer, read_to_end, reader, watermark_offsets
 from topics.catalog import CATALOG
@@ -46,8 +47,6 @@ log = logging.getLogger(__name__)
 DEAD_LETTER_QUEUES: dict[str, str] = {spec.dlq.name: spec.name for spec in CATALOG if spec.dlq is not None}
 """Every dead-letter topic of the catalog and the source topic it is the dead-letter topic of."""
 
-READ_TIMEOUT_S = 30.0
-"""Longest a page waits for its topics to be read."""
 PAGE_OFFSETS = 50
 """Offsets of one partition a list page reads (module docstring)."""
 

@@ -13,17 +13,15 @@ many.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
 from aiohttp import web
-from confluent_kafka import KafkaException
 
 from schemas.clinical import GatedDraft, RevisionRoute
 from schemas.serde import Serde
-from streams.console.pages import Unavailable
+from streams.console.pages import read_in_thread
 from streams.console.records import read_records
 from topics.catalog import CLINICAL_GATED_DRAFTS, CLINICAL_REVISION_ROUTES
 
@@ -93,12 +91,7 @@ class KafkaDrafts:
 
     async def read(self) -> DraftLog:
         """Every committed gated draft and route now (read in a thread: the event loop goes on)."""
-        try:
-            return await asyncio.to_thread(self._read)
-        except (KafkaException, TimeoutError) as exc:
-            raise Unavailable(
-                f"{CLINICAL_GATED_DRAFTS} or {CLINICAL_REVISION_ROUTES} could not be read: {exc}"
-            ) from exc
+        return await read_in_thread(f"{CLINICAL_GATED_DRAFTS} or {CLINICAL_REVISION_ROUTES}", self._read)
 
     def _read(self) -> DraftLog:
         gated = read_records(self._bootstrap, self._serde, CLINICAL_GATED_DRAFTS, GatedDraft)

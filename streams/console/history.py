@@ -1,35 +1,29 @@
 """What the console reads back of its own audit trail: the re-drives done and the questions asked.
 
-:class:`KafkaHistory` reads ``clingate.console.audit`` on every call, ``read_committed``, from the beginning
-of each partition up to the end it has when the page asks, and returns the records of the actions asked
-for. The topic is keyed by user, so one person's records are one partition's, in the order they were
-recorded: a ``refused`` record that follows an ``ok`` one of the same person on the same target (an
-action Kafka then did not take) comes after it. The known cost: a page load reads the whole retained
-trail (365 days); a console for a large deployment would keep the few actions it looks up in a table
-following the topic instead.
+:class:`KafkaHistory` reads ``clingate.console.audit`` whole on every call
+(:func:`~streams.console.records.read_records`) and returns the records of the actions asked for. The
+topic is keyed by user, so one person's records are one partition's, in the order they were recorded: a
+``refused`` record that follows an ``ok`` one of the same person on the same target (an action Kafka
+then did not take) comes after it. The known cost: a page load reads the whole retained trail (365
+days); a console for a large deployment would keep the few actions it looks up in a table following the
+topic instead.
 
 A record that cannot be decoded is skipped and logged: the trail's records are the console's own.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Collection
 from typing import Protocol
 
 from aiohttp import web
 
 from schemas.console import ConsoleAction
-from schemas.serde import SchemaDecodeError, Serde
+from schemas.serde import Serde
 from streams.console.audit import Action
 from streams.console.pages import read_in_thread
-from streams.runtime.kafka_clients import read_to_end, reader
+from streams.console.records import read_records
 from topics.catalog import CONSOLE_AUDIT
-
-log = logging.getLogger(__name__)
-
-READ_TIMEOUT_S = 30.0
-"""Longest a page waits for the audit topic to be read to its end."""
 
 
 class History(Protocol):
@@ -56,24 +50,8 @@ class KafkaHistory:
         return await read_in_thread(CONSOLE_AUDIT, self._read, frozenset(kind.value for kind in kinds))
 
     def _read(self, kinds: frozenset[str]) -> list[ConsoleAction]:
-        consumer = reader(self._bootstrap, "console-history", **{"isolation.level": "read_committed"})
-        found: list[ConsoleAction] = []
-        try:
-            for message in read_to_end(consumer, {CONSOLE_AUDIT: {}}, READ_TIMEOUT_S):
-                value = message.value()
-                if value is None:
-                    continue
-                try:
-                    action = self._serde.decode(value, ConsoleAction, topic=CONSOLE_AUDIT)
-                except SchemaDecodeError as exc:
-                    log.warning("console: skipped an audit record at %s[%s]@%s: %s", CONSOLE_AUDIT,
-                                message.partition(), message.offset(), exc)  # fmt: skip
-                    continue
-                if action.action in kinds:
-                    found.append(action)
-        finally:
-            consumer.close()
-        return found
+        trail = read_records(self._bootstrap, self._serde, CONSOLE_AUDIT, ConsoleAction)
+        return [action for action in trail.values() if action.action in kinds]
 
 
 HISTORY = web.AppKey("history", History)

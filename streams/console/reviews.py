@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from aiohttp import web
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, Producer
 
 from schemas.docs import Review, ReviewPacket
 from schemas.serde import Serde
-from streams.console.pages import Unavailable
+from streams.console.pages import read_in_thread
 from streams.console.records import READ_TIMEOUT_S, read_records
 from streams.groups.arbiter import PacketFollower, produce_review, producer_config
 from topics.catalog import DOCS_REVIEW_PACKETS, DOCS_REVIEWS
@@ -85,10 +85,7 @@ class KafkaReviews:
 
     async def read(self) -> ReviewLog:
         """Every committed packet and review now (read in a thread: the event loop goes on)."""
-        try:
-            return await asyncio.to_thread(self._read)
-        except (KafkaException, TimeoutError) as exc:
-            raise Unavailable(f"{DOCS_REVIEW_PACKETS} or {DOCS_REVIEWS} could not be read: {exc}") from exc
+        return await read_in_thread(f"{DOCS_REVIEW_PACKETS} or {DOCS_REVIEWS}", self._read)
 
     def _read(self) -> ReviewLog:
         follower = PacketFollower(self._bootstrap, self._serde, group_prefix="clingate-console-packets-")

@@ -8,9 +8,11 @@ default one), and Debian's Chromium signs in as each person and opens their page
 users' passwords so a person can sign in.
 
 What each page must show is checked (``console_pages``): the sign-in page; the pharmacist's board with
-PT-TEST-010 RED, and its patient page with its golden run's revisions through the output gates; the SME's
-queue and the oldest pending packet. Where Chromium or Playwright is missing the step says why and takes
-no screenshot (``make demo`` installs Chromium where it can), and the check is not made.
+PT-TEST-010, and its patient page with its golden run's revisions through the output gates; the SME's
+queue and the oldest pending packet; the operator's dead letters and the newest dead letter of
+``clingate.fhir.updates`` (step 8's) with its re-drive form; the clinician's agent page. Where Chromium
+or Playwright is missing the step says why and takes no screenshot (``make demo`` installs Chromium where
+it can), and the check is not made.
 """
 
 from __future__ import annotations
@@ -72,6 +74,16 @@ SHOTS = (
     Shot("pharmacist-patient", Role.PHARMACIST, _goto("/pharmacist/patient/PT-TEST-010"), "PROCEED"),
     Shot("sme-queue", Role.SME, _goto("/sme"), "Pending review packets"),
     Shot("sme-packet", Role.SME, _first_link("/sme", "table.queue a"), "The LLM's classification"),
+    Shot("operator-dead-letters", Role.OPERATOR, _goto("/dead-letters"), "clingate.fhir.updates.dlq"),
+    Shot(
+        "operator-dead-letter",
+        Role.OPERATOR,
+        _first_link(
+            "/dead-letters/clingate.fhir.updates.dlq", "a[href^='/dead-letters/clingate.fhir.updates.dlq/']"
+        ),
+        "Re-drive",
+    ),
+    Shot("clinician-agent", Role.CLINICIAN, _goto("/agent"), "Your recent questions"),
 )
 """Every page the step photographs, in the order a reader of the report meets them."""
 
