@@ -18,7 +18,9 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 """The directory holding these sources' ``streams`` package: ``python -m streams.cli`` run there imports
@@ -185,6 +187,21 @@ class ProcessHandle:
 
     def _see(self) -> str:
         return f"see {self.log}" if self.log is not None else "its stderr says why"
+
+
+def eventually(what: str, probe: Callable[[], T], timeout_s: float = 90.0, poll_s: float = 0.3) -> T:
+    """``probe()``'s first truthy answer, asked every ``poll_s`` seconds (what a test awaits from a child).
+
+    Raises:
+        AssertionError: none within ``timeout_s``; the message says ``what`` was awaited.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        time.sleep(poll_s)
+    raise AssertionError(f"{what} within {timeout_s:.0f} s")
 
 
 def http_answers(url: str, timeout_s: float) -> bool:

@@ -32,7 +32,7 @@ from streams.runtime.kafka_clients import end_offsets, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
 from streams.testing.llm_server import ServerProcess
-from streams.testing.process import SOURCE_ROOT, ProcessHandle, python_module
+from streams.testing.process import SOURCE_ROOT, ProcessHandle, eventually, python_module
 from streams.testing.worker import WorkerProcess
 from streams.worker.clinical import clinical_group
 from streams.worker.dbpm import producer_config
@@ -65,16 +65,6 @@ def _records(bootstrap: str, topic: str, model: Any, conversation: str) -> list[
         return conversation_records(consumer, make_serde(None), topic, model, conversation, None)
     finally:
         consumer.close()
-
-
-def _wait_for(what: str, probe: Any, timeout_s: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.3)
-    raise AssertionError(f"{what} within {timeout_s:.0f} s")
 
 
 def test_the_agent_worker_answers_resumes_a_killed_turn_and_replays_it(
@@ -120,7 +110,7 @@ def test_the_agent_worker_answers_resumes_a_killed_turn_and_replays_it(
                 AGENT_REQUESTS, key=conversation.encode(), value=serde.encode(item, topic=AGENT_REQUESTS)
             )
         producer.flush(30)
-        _wait_for(
+        eventually(
             "three decisions traced",
             lambda: len(_records(kafka_bootstrap, AGENT_TRACES, AgentTrace, conversation)) >= 3,
         )
@@ -128,7 +118,7 @@ def test_the_agent_worker_answers_resumes_a_killed_turn_and_replays_it(
         traced_before = len(_records(kafka_bootstrap, AGENT_TRACES, AgentTrace, conversation))
         second = agent("agent-2")
         try:
-            [response] = _wait_for(
+            [response] = eventually(
                 "a response", lambda: _records(kafka_bootstrap, AGENT_RESPONSES, AgentResponse, conversation)
             )
         finally:

@@ -26,12 +26,10 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Message, Producer
@@ -54,7 +52,7 @@ from streams.testing.console import (
     sync_playwright,
 )
 from streams.testing.llm_server import ServerProcess
-from streams.testing.process import SOURCE_ROOT, ProcessHandle, python_module
+from streams.testing.process import SOURCE_ROOT, ProcessHandle, eventually, python_module
 from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
 from topics.catalog import AGENT_REQUESTS, build_catalog, dlq_name
@@ -113,16 +111,6 @@ def _records(bootstrap: str, topic: str, key: bytes) -> list[Message]:
         consumer.close()
 
 
-def _wait_for(what: str, probe: Any, timeout_s: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"{what} within {timeout_s:.0f} s")
-
-
 def test_an_operator_redrives_a_dead_letter_the_agent_worker_made_and_a_clinician_is_refused(
     kafka_bootstrap: str, site: Site, tmp_path: Path
 ) -> None:
@@ -132,7 +120,7 @@ def test_an_operator_redrives_a_dead_letter_the_agent_worker_made_and_a_clinicia
     producer = Producer(producer_config(kafka_bootstrap))
     producer.produce(AGENT_REQUESTS, key=key, value=value, headers=[("origin", b"browser-test")])
     assert producer.flush(30) == 0
-    [dead] = _wait_for("the worker's dead letter", lambda: _records(kafka_bootstrap, DLQ, key))
+    [dead] = eventually("the worker's dead letter", lambda: _records(kafka_bootstrap, DLQ, key), poll_s=0.5)
     letter = serde.decode(dead.value(), DeadLetter, topic=DLQ)
     coordinates = f"{DLQ}[{dead.partition()}]@{dead.offset()}"
     original = f"{AGENT_REQUESTS}[{letter.partition}]@{letter.offset}"
@@ -181,8 +169,10 @@ def test_an_operator_redrives_a_dead_letter_the_agent_worker_made_and_a_clinicia
     assert json.loads(action.detail)["note"] == "the requests' producer fixed"
     assert headers[REDRIVE_PREFIX + "action-id"] == action.action_id.encode()
 
-    letters = _wait_for(
-        "the re-driven record dead-lettered again", lambda: _records(kafka_bootstrap, DLQ, key)[1:]
+    letters = eventually(
+        "the re-driven record dead-lettered again",
+        lambda: _records(kafka_bootstrap, DLQ, key)[1:],
+        poll_s=0.5,
     )
     repeated = serde.decode(letters[0].value(), DeadLetter, topic=DLQ)
     assert repeated.offset == redriven.offset() and repeated.value == value
