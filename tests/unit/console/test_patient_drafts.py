@@ -11,11 +11,11 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from processors.clinical.assess import ClinicalStreamState, process_event
-from processors.clinical.knowledge import default_knowledge
-from schemas.clinical import Deliverable, GatedDraft, RevisionRoute
+from schemas.clinical import GatedDraft, RevisionRoute
 from streams.console.drafts import DraftLog, runs_of
 from streams.demo.runs import golden_runs, run_stages
+from streams.runtime.settings import Settings
+from streams.testing.clinical_reference import pure_outputs
 from tests.unit.console.conftest import Console, sign_in
 
 Client = TestClient[Any, Any]
@@ -25,16 +25,10 @@ WHEN = datetime(2026, 3, 29, tzinfo=UTC)
 @cache
 def published(case: str) -> tuple[tuple[GatedDraft, ...], tuple[RevisionRoute, ...]]:
     """The gated drafts and routes the pure stream processor publishes for ``case``'s golden run."""
-    state: ClinicalStreamState | None = None
-    gated: list[GatedDraft] = []
-    routes: list[RevisionRoute] = []
-    for _topic, records in run_stages(golden_runs([case], WHEN), []):
-        for record in records:
-            assert not isinstance(record, Deliverable)
-            state, outputs = process_event(state, record, WHEN, default_knowledge())
-            gated += [o for o in outputs if isinstance(o, GatedDraft)]
-            routes += [o for o in outputs if isinstance(o, RevisionRoute)]
-    return tuple(gated), tuple(routes)
+    events = [record for _topic, records in run_stages(golden_runs([case], WHEN), []) for record in records]
+    outputs = pure_outputs(events, Settings())
+    gated = tuple(o for o in outputs if isinstance(o, GatedDraft))
+    return gated, tuple(o for o in outputs if isinstance(o, RevisionRoute))
 
 
 def test_a_patients_runs_group_each_revisions_last_gated_draft_and_route_newest_run_first() -> None:
