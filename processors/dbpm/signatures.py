@@ -54,3 +54,26 @@ def signature(task: str, payload: Mapping[str, object], error_class: str | None 
     if task == NER or "entity" in payload:
         return ner_signature(payload["entity"])  # type: ignore[arg-type]
     raise KeyError(f"no signature rule for task {task!r} without an 'entity' field")
+
+
+def signature_payload(task: str, sig: str) -> dict[str, str]:
+    """A payload whose signature is ``sig`` normalised (what a pin of a signature carries): the NER
+    entity, the RE types and relation with empty entities, the QA question; blank fields elsewhere.
+
+    ``signature(task, signature_payload(task, text))`` is therefore the signature ``text`` names, as
+    typed: that is how a typed signature is normalised.
+
+    Raises:
+        ValueError: ``sig`` is blank, or an RE signature is not ``HEAD_TYPE|RELATION|TAIL_TYPE``.
+    """
+    if not sig.strip():
+        raise ValueError("a signature must not be blank")
+    if task == RE:
+        parts = sig.split("|")
+        if len(parts) != 3 or not all(part.strip() for part in parts):
+            raise ValueError(f"an RE signature is HEAD_TYPE|RELATION|TAIL_TYPE, got {sig!r}")
+        head_type, relation, tail_type = parts
+        return {"head": "", "head_type": head_type, "relation": relation, "tail": "", "tail_type": tail_type}
+    if task == QA:
+        return {"question": sig, "answer": "", "category": ""}
+    return {"entity": sig, "category": ""}
