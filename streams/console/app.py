@@ -17,10 +17,11 @@ import logging
 
 from aiohttp import web
 
-from streams.console import pharmacist, sme
+from streams.console import memory, pharmacist, sme
 from streams.console.assessments import ASSESSMENTS, AssessmentSource
 from streams.console.audit import AUDIT, AuditTrail, AuditUnavailable
 from streams.console.auth import ACCESS, Access, Handler, guard, requires, sign_in, sign_in_page, sign_out
+from streams.console.memorylog import PinNotRecorded
 from streams.console.pages import NAVIGATION, STATIC, Unavailable, render
 from streams.console.reviews import PUBLISHER, REVIEWS, ReviewNotRecorded, ReviewPublisher, ReviewSource
 from streams.console.users import Role, UserError
@@ -43,6 +44,7 @@ UNAVAILABLE: dict[type[Exception], str] = {
     AuditUnavailable: "This could not be recorded on the audit trail, so it was not done: try again shortly.",
     UserError: "The console's users file cannot be read: tell an operator.",
     ReviewNotRecorded: "Kafka did not acknowledge the review, so it was not recorded: try again shortly.",
+    PinNotRecorded: "Kafka did not acknowledge the pin, so it was not recorded: try again shortly.",
 }
 """What a 503 page says for each failure (what exactly failed is in the console's log, not on the page)."""
 
@@ -53,7 +55,7 @@ async def unavailable(request: web.Request, handler: Handler) -> web.StreamRespo
     logged."""
     try:
         return await handler(request)
-    except (Unavailable, AuditUnavailable, UserError, ReviewNotRecorded) as exc:
+    except (Unavailable, AuditUnavailable, UserError, ReviewNotRecorded, PinNotRecorded) as exc:
         log.error("console: %s %s: %s", request.method, request.path, exc)
         return render(request, "error.html", status=503, title="Unavailable", message=UNAVAILABLE[type(exc)])
 
@@ -76,22 +78,25 @@ def build_app(
     assessments: AssessmentSource,
     reviews: ReviewSource,
     publisher: ReviewPublisher,
+    *,
+    explorer: memory.Explorer,
 ) -> web.Application:
     """The console's application around its users and sessions, audit trail, assessments, review packets
-    and reviews, and the publisher of the SME's decisions."""
+    and reviews, the publisher of the SME's decisions, and the memory explorer's sources."""
     app = web.Application(middlewares=[unavailable, guard], client_max_size=MAX_REQUEST_BYTES)
     app[ACCESS] = access
     app[AUDIT] = audit
     app[ASSESSMENTS] = assessments
     app[REVIEWS] = reviews
     app[PUBLISHER] = publisher
-    app[NAVIGATION] = (pharmacist.PAGE, sme.PAGE)
+    app[NAVIGATION] = (pharmacist.PAGE, sme.PAGE, memory.PAGE)
     app.router.add_get("/", home)
     app.router.add_get("/login", sign_in_page)
     app.router.add_post("/login", sign_in)
     app.router.add_post("/logout", sign_out)
     pharmacist.add_routes(app)
     sme.add_routes(app)
+    memory.add_routes(app, explorer)
     app.router.add_static("/static/", STATIC)
     app.on_response_prepare.append(_headers)
     return app

@@ -54,6 +54,8 @@ class Action(StrEnum):
     """A POST without its session's CSRF token."""
     REVIEW = "review"
     """An SME's decision on a review packet (its target is the document id)."""
+    PIN = "pin"
+    """An operator's pin of a DBPM signature, or its removal (its target is ``task|signature``)."""
 
 
 class Outcome(StrEnum):
@@ -120,9 +122,9 @@ async def audit(
     role: Role | None = None,
     target: str | None = None,
     **detail: object,
-) -> None:
+) -> ConsoleAction:
     """Record ``action`` on ``target`` (default: the request's path), by ``user`` in ``role`` (default: the
-    session's person), with ``detail`` as a JSON object.
+    session's person), with ``detail`` as a JSON object; returns the record (its ``action_id`` names it).
 
     Raises:
         AuditUnavailable: the record was not acknowledged.
@@ -136,3 +138,4 @@ async def audit(
         detail=json.dumps(detail, sort_keys=True), outcome=outcome.value,
     )  # fmt: skip
     await request.app[AUDIT].record(record)
+    return record

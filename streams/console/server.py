@@ -4,7 +4,7 @@ What holds: the site is up (its socket listening) before ``listening http://HOST
 the port actually bound (``--port 0`` picks a free one), so a script or a test may connect as soon as it
 reads that line. It serves plain HTTP on the host it is given, 127.0.0.1 unless told otherwise: people on
 other machines reach it through a TLS reverse proxy (docs/console.md). On a stop signal it stops taking
-requests, lets those under way finish, and sends the audit records and reviews still queued.
+requests, lets those under way finish, and sends the audit records, reviews and pins still queued.
 """
 
 from __future__ import annotations
@@ -15,15 +15,19 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from processors.dbpm import DBPMEngine, load_ontology
 from schemas.serde import make_serde
 from streams.console.app import build_app
 from streams.console.assessments import KafkaAssessments
 from streams.console.audit import KafkaAuditTrail
 from streams.console.auth import Access
+from streams.console.memory import Explorer
+from streams.console.memorylog import KafkaMemory, KafkaPinPublisher
 from streams.console.reviews import KafkaReviewPublisher, KafkaReviews
 from streams.console.sessions import Sessions, SignInThrottle
 from streams.console.users import UserStore, decoy_hash
 from streams.runtime.settings import Settings
+from streams.worker.dbpm import dbpm_config
 
 
 def url(host: str, port: int) -> str:
@@ -44,8 +48,16 @@ async def serve(
     )
     trail = KafkaAuditTrail(bootstrap, serde)
     publisher = KafkaReviewPublisher(bootstrap, serde)
+    config = dbpm_config(settings)  # the workers' (CLINGATE_DBPM_*): decay, weights, thresholds
+    pins = KafkaPinPublisher(bootstrap, serde, DBPMEngine(config, load_ontology()))
+    explorer = Explorer(KafkaMemory(bootstrap, serde, settings.app_id), pins, config)
     app = build_app(
-        access, trail, KafkaAssessments(bootstrap, serde), KafkaReviews(bootstrap, serde), publisher
+        access,
+        trail,
+        KafkaAssessments(bootstrap, serde),
+        KafkaReviews(bootstrap, serde),
+        publisher,
+        explorer=explorer,
     )
     runner = web.AppRunner(app)
     await runner.setup()
@@ -64,3 +76,4 @@ async def serve(
         await runner.cleanup()
         trail.close()
         publisher.close()
+        pins.close()
