@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ParamSpec, Protocol, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from processors.dbpm import DBPMEngine
 from schemas.base import AvroModel
@@ -143,7 +143,9 @@ class KafkaMemory:
     def _signature(self, task: str, sig: str) -> SignatureLog:
         key = memory_key(task, sig)
         wanted = memory_keys(task, sig)
-        consumer = reader(self._bootstrap, "console-memory", **{"isolation.level": "read_committed"})
+        # From offset 0 of the signature's partitions ("earliest" when retention has deleted it).
+        overrides = {"isolation.level": "read_committed", "auto.offset.reset": "earliest"}
+        consumer = reader(self._bootstrap, "console-memory", **overrides)
         records: dict[bytes, bytes] = {}
         raw: list[tuple[str, bytes]] = []
         try:
@@ -151,7 +153,7 @@ class KafkaMemory:
             topics = [DBPM_VERDICTS, DBPM_PROPAGATIONS]
             if self._changelog in consumer.list_topics(timeout=READ_TIMEOUT_S).topics:
                 topics.append(self._changelog)
-            starts = {topic: {partition: OFFSET_BEGINNING} for topic in topics}
+            starts = {topic: {partition: 0} for topic in topics}
             for message in read_to_end(consumer, starts, READ_TIMEOUT_S, named_only=True):
                 topic, found, value = message.topic(), message.key(), message.value()
                 if topic == self._changelog:

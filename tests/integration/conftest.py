@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from streams.replay.kafka import commit_worker_end_offsets
 from streams.runtime.kafka_config import admin_client
+from streams.runtime.settings import Settings
+from streams.testing.console import CHROMIUM, add_user, start_console
+from streams.testing.process import ProcessHandle
+from streams.testing.worker import WorkerProcess
 from topics.admin import TopicStatus, ensure_topics
-from topics.catalog import TopicSpec
+from topics.catalog import TopicSpec, build_catalog
 
 
 @pytest.fixture
@@ -28,3 +36,58 @@ def new_topic(kafka_bootstrap: str) -> Callable[..., str]:
         return name
 
     return create
+
+
+@pytest.fixture
+def sync_playwright() -> Any:
+    """Playwright's ``sync_playwright`` for Debian's Chromium; skips, saying why, where either is absent."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM} (Debian: apt-get install chromium)")
+    module = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (the test extra)")
+    return module.sync_playwright
+
+
+@pytest.fixture
+def console_site(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """Factory: ``console_site({name: role}, **env)`` makes the users with ``clingate console users add`` and
+    starts ``clingate console --port 0`` on the session broker (the catalog's topics created) with ``env``;
+    returns its URL. Stopped at the end of the test."""
+    ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
+    started: list[ProcessHandle] = []
+
+    def start(users: dict[str, str], **env: str) -> str:
+        environment = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+                       "CLINGATE_CONSOLE_USERS": str(tmp_path / "users.json"), **env}  # fmt: skip
+        for name, role in users.items():
+            add_user(environment, name, role)
+        console, url = start_console(environment, tmp_path / "console.log")
+        started.append(console)
+        return url
+
+    yield start
+    for console in started:
+        console.stop(grace_s=15)
+
+
+@pytest.fixture
+def start_workers(
+    kafka_bootstrap: str, tmp_path: Path
+) -> Iterator[Callable[..., tuple[str, list[WorkerProcess]]]]:
+    """Factory: ``start_workers(n, **env)`` -> (app id, n ready workers of one fresh app)."""
+    ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
+    started: list[WorkerProcess] = []
+
+    def start(count: int = 1, **env: str) -> tuple[str, list[WorkerProcess]]:
+        app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
+        commit_worker_end_offsets(kafka_bootstrap, app_id)
+        workers = [
+            WorkerProcess(kafka_bootstrap, app_id, tmp_path / f"{app_id}-{i}", env) for i in range(count)
+        ]
+        for worker in workers:
+            started.append(worker)
+            worker.start()
+        return app_id, workers
+
+    yield start
+    for worker in started:
+        worker.stop()

@@ -23,11 +23,8 @@ with the decision and the corrected type, and each decision is on the audit topi
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,42 +32,19 @@ import pytest
 from confluent_kafka import Producer
 
 from schemas.clinical import ClinicalAssessment
-from schemas.console import ConsoleAction
 from schemas.docs import DocumentType, Review, ReviewDecision, ReviewPacket
 from schemas.serde import make_serde
 from streams.demo.plan import verify_example
 from streams.demo.samples import golden_assessment
 from streams.groups import arbiter as docs_worker
 from streams.runtime.kafka_clients import read_to_end, reader
-from streams.runtime.kafka_config import admin_client
-from streams.runtime.settings import Settings
-from streams.testing.process import SOURCE_ROOT, ProcessHandle, python_module
+from streams.testing.console import CHROMIUM, CHROMIUM_ARGS, audit_records, sign_in
 from streams.worker.dbpm import producer_config
-from topics.admin import ensure_topics
-from topics.catalog import (
-    CLINICAL_ASSESSMENTS,
-    CONSOLE_AUDIT,
-    DOCS_REVIEW_PACKETS,
-    DOCS_REVIEWS,
-    build_catalog,
-)
+from topics.catalog import CLINICAL_ASSESSMENTS, DOCS_REVIEW_PACKETS, DOCS_REVIEWS
 
 pytestmark = pytest.mark.integration
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--no-first-run",
-]  # fmt: skip
-PASSWORD = "correct horse battery staple"
 LIGHT_RANK = {"RED": 0, "YELLOW": 1, "GREEN": 2}
-
-
-def _playwright() -> Any:
-    if not CHROMIUM.exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (Debian: apt-get install chromium)")
-    module = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (the test extra)")
-    return module.sync_playwright
 
 
 def _publish(bootstrap: str, assessments: list[ClinicalAssessment]) -> None:
@@ -82,65 +56,25 @@ def _publish(bootstrap: str, assessments: list[ClinicalAssessment]) -> None:
     assert producer.flush(30) == 0
 
 
-def _add_user(env: dict[str, str], name: str, role: str) -> None:
-    done = subprocess.run(
-        python_module("streams.cli", "console", "users", "add", name, "--role", role),
-        input=PASSWORD + "\n", env=env, cwd=SOURCE_ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-
-
 def _audit(bootstrap: str, users: set[str]) -> dict[str, list[tuple[str, str, str]]]:
-    """(action, target, outcome) of each of ``users``' audit records, in order (one user's records are one
-    partition's)."""
-    serde = make_serde(None)
-    consumer = reader(bootstrap, "console-test-audit", **{"isolation.level": "read_committed"})
-    try:
-        actions = [serde.decode(m.value(), ConsoleAction, topic=CONSOLE_AUDIT)
-                   for m in read_to_end(consumer, {CONSOLE_AUDIT: {}}, 30)]  # fmt: skip
-    finally:
-        consumer.close()
-    return {user: [(a.action, a.target, a.outcome) for a in actions if a.user == user] for user in users}
+    """(action, target, outcome) of each of ``users``' audit records, in order."""
+    return {
+        u: [(a.action, a.target, a.outcome) for a in r] for u, r in audit_records(bootstrap, users).items()
+    }
 
 
 @pytest.fixture
-def console_url(kafka_bootstrap: str, tmp_path: Path) -> Iterator[tuple[str, str, str, str]]:
-    """A console on the session broker with a pharmacist, a clinician and an SME; yields (URL, their
-    names)."""
-    ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
-           "CLINGATE_CONSOLE_USERS": str(tmp_path / "users.json")}  # fmt: skip
+def console_url(console_site: Callable[..., str]) -> tuple[str, str, str, str]:
+    """A console on the session broker with a pharmacist, a clinician and an SME; (URL, their names)."""
     suffix = uuid.uuid4().hex[:8]
     pharmacist, clinician, sme = f"ph-{suffix}", f"dr-{suffix}", f"sme-{suffix}"
-    _add_user(env, pharmacist, "pharmacist")
-    _add_user(env, clinician, "clinician")
-    _add_user(env, sme, "sme")
-    argv = python_module("streams.cli", "console", "--port", "0")
-    console = ProcessHandle("console", argv, env=env, cwd=SOURCE_ROOT, log=tmp_path / "console.log").start()
-    try:
-        console.wait_for_output(b"listening http://", timeout_s=120)
-        found = re.search(rb"listening (http://\S+)", console.output())
-        assert found is not None
-        yield found.group(1).decode(), pharmacist, clinician, sme
-    finally:
-        console.stop(grace_s=15)
-
-
-def _sign_in(page: Any, url: str, name: str, path: str) -> Any:
-    """Open ``path`` (sent to the sign-in page first) and sign in as ``name``; returns the response."""
-    page.goto(url + path)
-    assert page.url.startswith(url + "/login"), page.url
-    page.fill("input[name=name]", name)
-    page.fill("input[name=password]", PASSWORD)
-    with page.expect_navigation() as navigation:
-        page.click("button[type=submit]")
-    return navigation.value
+    url = console_site({pharmacist: "pharmacist", clinician: "clinician", sme: "sme"})
+    return url, pharmacist, clinician, sme
 
 
 def test_a_pharmacist_sees_red_first_a_clinician_is_refused_and_a_post_without_csrf_is_403(
-    kafka_bootstrap: str, console_url: tuple[str, str, str, str], tmp_path: Path
+    kafka_bootstrap: str, console_url: tuple[str, str, str, str], tmp_path: Path, sync_playwright: Any
 ) -> None:
-    sync_playwright = _playwright()
     url, pharmacist, clinician, _ = console_url
     golden = {case: golden_assessment(case, reviewed=False) for case in
               ("PT-TEST-008", "PT-TEST-009", "PT-TEST-010", "PT-TEST-012")}  # fmt: skip
@@ -152,7 +86,7 @@ def test_a_pharmacist_sees_red_first_a_clinician_is_refused_and_a_post_without_c
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
         try:
             page = browser.new_context().new_page()
-            response = _sign_in(page, url, pharmacist, "/pharmacist")
+            response = sign_in(page, url, pharmacist, "/pharmacist")
             assert response.status == 200 and page.url == url + "/pharmacist"
             rows = page.locator("table.board tbody tr")
             board = [(rows.nth(i).get_attribute("data-patient"), rows.nth(i).get_attribute("data-light"))
@@ -187,7 +121,7 @@ def test_a_pharmacist_sees_red_first_a_clinician_is_refused_and_a_post_without_c
             assert page.goto(url + "/pharmacist").status == 200, "still signed in"
 
             other = browser.new_context().new_page()
-            assert _sign_in(other, url, clinician, "/").status == 200
+            assert sign_in(other, url, clinician, "/").status == 200
             refused = other.goto(url + "/pharmacist")
             assert refused.status == 403
             assert "PT-TEST-010" not in other.content() and "not for the clinician role" in other.content()
@@ -226,9 +160,8 @@ def _reviews(bootstrap: str, doc_ids: set[str]) -> dict[str, Review]:
 
 
 def test_an_sme_agrees_with_one_packet_and_corrects_another_and_both_reviews_are_on_the_topic(
-    kafka_bootstrap: str, console_url: tuple[str, str, str, str], tmp_path: Path
+    kafka_bootstrap: str, console_url: tuple[str, str, str, str], tmp_path: Path, sync_playwright: Any
 ) -> None:
-    sync_playwright = _playwright()
     url, _, _, sme = console_url
     run = uuid.uuid4().hex[:8]
     packets = []
@@ -243,7 +176,7 @@ def test_an_sme_agrees_with_one_packet_and_corrects_another_and_both_reviews_are
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
         try:
             page = browser.new_context().new_page()
-            response = _sign_in(page, url, sme, "/sme")
+            response = sign_in(page, url, sme, "/sme")
             assert response.status == 200 and page.url == url + "/sme"
             queued = page.locator("table.queue tbody tr")
             docs = [queued.nth(i).get_attribute("data-doc") for i in range(queued.count())]

@@ -37,15 +37,26 @@ def test_downstream_consumers_only_read_decisions() -> None:
 
 
 def test_every_output_topic_has_exactly_one_writing_principal_but_verdicts() -> None:
-    """Verdicts come from the verifiers and from the workers' gate (the Ontology-Violation Filter)."""
+    """Verdicts come from the verifiers, from the workers' gate (the Ontology-Violation Filter) and from
+    the console (the operators' pins)."""
     writers = Counter(topic for principal in PLAN.principals for topic in principal.write)
     outputs = [spec.name for spec in CATALOG if not spec.name.endswith(".dlq")]
-    expected = {**dict.fromkeys(outputs, 1), DBPM_VERDICTS: 2}
+    expected = {**dict.fromkeys(outputs, 1), DBPM_VERDICTS: 3}
     assert {topic: writers[topic] for topic in outputs} == expected
     assert {p.name for p in PLAN.principals if DBPM_VERDICTS in p.write} == {
         "clingate-verifier",
         "clingate-worker",
+        "clingate-console",
     }
+
+
+def test_the_console_reads_what_the_memory_explorer_shows_and_writes_only_pins_to_dbpm() -> None:
+    plan = load_plan(DEFAULT_PLAN, app_id="ward-7", docs_group_id="clingate-docs")
+    console = plan.principal("clingate-console")
+    assert {DBPM_VERDICTS, "clingate.dbpm.propagations", DBPM_DECISIONS} <= set(console.read)
+    assert console.read_prefixes == ("ward-7-dbpm-memory",)
+    assert {t for t in console.write if t.startswith("clingate.dbpm.")} == {DBPM_VERDICTS}
+    assert not console.owned_prefixes and not console.transactional_prefixes
 
 
 def test_every_consumed_topic_is_readable_by_some_principal() -> None:
