@@ -118,21 +118,44 @@ class VerdictLabel(StrEnum):
     SUCCESS = "success"
 
 
+class PinAction(StrEnum):
+    """What an operator's pin does to a signature's candidates."""
+
+    ALLOW = "ALLOW"
+    BLOCK = "BLOCK"
+    UNPIN = "UNPIN"
+    """Remove the signature's pin: the gate decides as the memory has learnt again."""
+
+
+class Pin(AvroModel):
+    """An operator's pin of a verdict's signature (``processors.dbpm.pins``): not a judgement."""
+
+    avro_name: ClassVar[str] = "clingate.dbpm.Pin"
+
+    action: PinAction
+    operator: str = Field(examples=["olga"])
+    reason: str = Field(min_length=1, examples=["known false positive of the verifier on this entity"])
+    pin_id: str = Field(description="The id of the console's audit record of the pin.")
+
+
 class Verdict(AvroModel):
-    """A verifier or rule-based judgement of a candidate (the replay stream's verdict event)."""
+    """A verifier or rule-based judgement of a candidate (the replay stream's verdict event), or, with
+    source ``operator_pin`` and a ``pin``, an operator's pin of its signature (its payload names the
+    signature, its verdict label is the pin's direction: ``processors.dbpm.events``)."""
 
     avro_name: ClassVar[str] = "clingate.dbpm.Verdict"
 
     ts: EventTime
     task: str = Field(examples=["ner", "re", "qa", "summary"])
     verdict: VerdictLabel
-    source: str = Field(examples=["verifier_mmed", "rule_based", "cross_task_re"])
+    source: str = Field(examples=["verifier_mmed", "rule_based", "cross_task_re", "operator_pin"])
     patient_id: str
     payload: Payload
     candidate_id: str | None = None
     stage: str | None = Field(default=None, examples=["gatekeeper", "verifier"])
     reason: str | None = Field(default=None, examples=["Ontology_Mismatch_Diagnosis", "QA_Verifier_Reject"])
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    pin: Pin | None = None
 
     @model_validator(mode="after")
     def _payload_matches_task(self) -> Self:

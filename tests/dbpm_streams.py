@@ -1,8 +1,13 @@
-"""DBPM streams the worker tests and the topology tests share: verdicts that name candidates, repeated."""
+"""DBPM streams the worker tests and the topology tests share: verdicts that name candidates, repeated,
+and operator pins."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
+
+from schemas.dbpm import PinAction
+from streams.worker.dbpm import pin_record
 
 
 def with_candidate_ids(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -39,3 +44,14 @@ def with_copies(events: list[dict[str, Any]], every: int) -> tuple[list[dict[str
             copies += len(pending)
             pending = []
     return out + pending, copies + len(pending)
+
+
+def pin_line(
+    task: str, sig: str, action: str, ts: str, reason: str = "known false positive"
+) -> dict[str, Any]:
+    """An operator ``olga``'s pin of ``sig`` as a replay-stream line: the record the console publishes on
+    the verdict topic (:func:`streams.worker.dbpm.pin_record`), with ``kind``."""
+    record = pin_record(
+        task, sig, PinAction(action), "olga", reason, f"pin-{action}", datetime.fromisoformat(ts)
+    )
+    return {"kind": "verdict", **record.model_dump(mode="json", exclude_none=True)}

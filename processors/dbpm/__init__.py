@@ -20,7 +20,8 @@ Public API (stable; the Kafka runtime, the replay command and the measurement to
 * :class:`DBPMConfig` (frozen; ``with_flags(**changes)``) and :class:`Flags`: every constant of the
   paper with its citation, and the ablation flags of Table 12.
 * :func:`parse_event` / :class:`VerdictEvent` / :class:`GateEvent` / :class:`BadEvent`: the replay
-  contract's events; :func:`parse_time` / :func:`format_time` for its timestamps.
+  contract's events; :class:`PinEvent`, an operator's pin (``engine.pin(state, event)``,
+  :mod:`.pins`); :func:`parse_time` / :func:`format_time` for its timestamps.
 * :func:`load_ontology` / :class:`Ontology`: Eq. 6 (``violates``), the RE gate's admitted check
   (``admits``); :func:`processors.dbpm.ontology.filter_verdict` is the Filter's rule-based verdict on a
   live candidate.
@@ -33,9 +34,9 @@ Public API (stable; the Kafka runtime, the replay command and the measurement to
 
 Modules: ``config`` (parameters, flags), ``signatures`` (§3.1), ``events`` (contract), ``ontology``
 (§4.7), ``memory`` (store layout, lazy decay, eviction index), ``update`` (Algorithm 1, §4.4),
-``gates`` (Eq. 4, §4.7, §4.8), ``maintenance`` (§4.6), ``ledger`` (one verdict per candidate),
-``engine`` (facade). Each module docstring
-records the choices made where the paper is silent.
+``gates`` (Eq. 4, §4.7, §4.8), ``pins`` (operator pins), ``maintenance`` (§4.6), ``ledger`` (one
+verdict per candidate), ``engine`` (facade). Each module docstring records the choices made where the
+paper is silent.
 """
 
 from processors.dbpm.config import DBPMConfig, Flags, TaskParams
@@ -44,6 +45,7 @@ from processors.dbpm.events import (
     BadEvent,
     Event,
     GateEvent,
+    PinEvent,
     VerdictEvent,
     format_time,
     parse_event,
@@ -65,6 +67,7 @@ __all__ = [
     "GateEvent",
     "GateRuling",
     "Ontology",
+    "PinEvent",
     "Propagation",
     "TaskParams",
     "VerdictEvent",

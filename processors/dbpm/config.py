@@ -51,6 +51,18 @@ RULE_BASED = "rule_based"
 CROSS_TASK_RE = "cross_task_re"
 CROSS_TASK_QA = "cross_task_qa"
 
+OPERATOR_PIN = "operator_pin"
+"""The source of an operator's pin (:mod:`processors.dbpm.pins`): not a Table 4 source, never weighed."""
+PIN_ALLOW = "ALLOW"
+PIN_BLOCK = "BLOCK"
+UNPIN = "UNPIN"
+PIN_ACTIONS = (PIN_ALLOW, PIN_BLOCK, UNPIN)
+PIN_LABELS: Mapping[str, str] = MappingProxyType(
+    {PIN_BLOCK: HARD_FAIL, PIN_ALLOW: SUCCESS, UNPIN: SOFT_DOWNGRADE}
+)
+"""The verdict label a pin record carries: its direction, for a reader of the verdict topic that does not
+know pins (an UNPIN points neither way)."""
+
 
 def _frozen(mapping: Mapping) -> MappingProxyType:
     return MappingProxyType(dict(mapping))

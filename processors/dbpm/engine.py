@@ -26,6 +26,10 @@ one are applied as given. :meth:`DBPMEngine.dispatch` records a candidate a gate
 :meth:`DBPMEngine.knows` answers whether a verdict's candidate is one (the partitioned runtime's check
 of live verdicts, :mod:`.ledger`).
 
+An operator's pin (:class:`~processors.dbpm.events.PinEvent`, :mod:`.pins`) is applied by
+:meth:`DBPMEngine.pin` (in :meth:`process` too) to its signature's pin record alone: no maintenance, no
+clock, no learning. :meth:`DBPMEngine.decide` asks for a pin before any gate.
+
 In a replay every verdict is applied as given, also after a BLOCK; in a live pipeline a BLOCKed
 candidate never reaches the verifier and so produces no verdict.
 """
@@ -35,12 +39,13 @@ from __future__ import annotations
 from typing import TypeVar
 
 from processors.dbpm.config import QA, RE, DBPMConfig
-from processors.dbpm.events import Event, GateEvent, VerdictEvent, format_time
+from processors.dbpm.events import Event, GateEvent, PinEvent, VerdictEvent, format_time
 from processors.dbpm.gates import ALLOW, GateRuling, gate_ner, gate_qa, gate_relation
 from processors.dbpm.ledger import admit, dispatch, dispatched
 from processors.dbpm.maintenance import advance_clock
 from processors.dbpm.memory import KeyValue, Memory, half_lives
 from processors.dbpm.ontology import Ontology
+from processors.dbpm.pins import apply_pin, gate_pinned
 from processors.dbpm.signatures import signature
 from processors.dbpm.update import Propagation, apply_propagation, apply_verdict
 
@@ -71,11 +76,13 @@ class DBPMEngine:
             now: the event time in seconds since the epoch (callers pass ``event.time``).
 
         Returns:
-            ``(state, [])`` for a verdict, ``(state, [decision])`` for a gate event.
+            ``(state, [])`` for a verdict or a pin, ``(state, [decision])`` for a gate event.
         """
         if isinstance(event, GateEvent):
             self.advance(state, now)
             return state, [self.decide(state, event, now)]
+        if isinstance(event, PinEvent):
+            return self.pin(state, event), []
         if self.config.flags.disabled:
             return state, []
         _, propagations = self.learn(state, event, now)
@@ -95,6 +102,9 @@ class DBPMEngine:
             sig = signature(event.task, event.payload)
             return GateRuling(event.candidate_id, ALLOW, "disabled", event.task, sig, None, 0, 1.0)
         mem = Memory(state, self.config, self._half_lives)
+        pinned = gate_pinned(mem, event, now)
+        if pinned is not None:
+            return pinned
         if event.task == RE:
             return gate_relation(mem, self.ontology, event, now)
         if event.task == QA:
@@ -121,6 +131,13 @@ class DBPMEngine:
         ):
             return state, None
         return state, apply_verdict(self._memory(state, now), event, now)
+
+    def pin(self, state: S, event: PinEvent) -> S:
+        """Apply an operator's pin (or its removal) to its signature's pin record, and nothing else
+        (:mod:`.pins`); with the master switch nothing is written."""
+        if not self.config.flags.disabled:
+            apply_pin(Memory(state, self.config, self._half_lives), event)
+        return state
 
     def dispatch(self, state: S, candidate_id: str, now: float) -> S:
         """Record that a gate decided ``candidate_id`` at event time ``now``, so that a verdict

@@ -7,6 +7,13 @@ on verdicts, where it is the judged candidate's and makes the verdict idempotent
 missing field or a field of the wrong type raises :class:`BadEvent` with a reason an operator can act
 on; callers route it to their dead-letter output and carry on.
 
+Pins. A verdict whose ``source`` is ``operator_pin`` is an operator's pin of its payload's signature
+(:mod:`.pins`), parsed into a :class:`PinEvent`: it also carries ``pin``, an object with ``action``
+(``ALLOW`` | ``BLOCK`` | ``UNPIN``), ``operator``, ``reason`` (not blank) and ``pin_id``, and its
+``verdict`` MUST be the action's label (:data:`~processors.dbpm.config.PIN_LABELS`). A ``pin`` on
+another source, or that source without one, is bad input. (This is clingate's extension of the replay
+stream; docs/dbpm.md describes it.)
+
 Choices: a timestamp must carry a zone (``Z`` or an offset); naive times are rejected rather than
 guessed. Payload values must be strings; QA gates may add ``ner_categories`` (list of strings) and
 ``difficulty`` (a number in [0, 1]); QA verdicts may add ``error_class`` (a string). Extra payload
@@ -19,7 +26,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from processors.dbpm.config import NER, QA, RE, VERDICTS
+from processors.dbpm.config import NER, OPERATOR_PIN, PIN_ACTIONS, PIN_LABELS, QA, RE, VERDICTS
+from processors.dbpm.signatures import signature
 
 #: Payload fields each contract task requires (open tasks require ``entity``, like NER).
 PAYLOAD_FIELDS: Mapping[str, tuple[str, ...]] = {
@@ -65,7 +73,29 @@ class GateEvent:
     payload: Mapping[str, object]
 
 
-Event = VerdictEvent | GateEvent
+@dataclass(frozen=True, slots=True)
+class PinEvent:
+    """An operator's pin of one signature, or its removal (:mod:`.pins`): never learnt from.
+
+    Attributes:
+        signature: the pinned signature (of the event's payload, :mod:`.signatures`).
+        action: ``ALLOW`` | ``BLOCK`` (pin the signature's candidates to it) or ``UNPIN``.
+        operator: who pinned it.
+        reason: why (never blank).
+        pin_id: the pin's id (the console's audit record of it).
+    """
+
+    ts: str
+    time: float
+    task: str
+    signature: str
+    action: str
+    operator: str
+    reason: str
+    pin_id: str
+
+
+Event = VerdictEvent | GateEvent | PinEvent
 
 
 def parse_time(ts: str) -> float:
@@ -160,8 +190,31 @@ def parse_event(obj: object, tasks: Collection[str] = (NER, RE, QA)) -> Event:
         verdict = obj["verdict"]
         if verdict not in VERDICTS:
             raise BadEvent(f"unknown verdict {verdict!r} (expected one of {', '.join(VERDICTS)})")
+        if obj["source"] == OPERATOR_PIN or obj.get("pin") is not None:
+            return _pin(obj, ts, task, payload)
         candidate_id = None if obj.get("candidate_id") is None else _string(obj, "candidate_id", "")
         return VerdictEvent(
             ts, parse_time(ts), task, verdict, obj["source"], obj["patient_id"], payload, candidate_id
         )
     return GateEvent(ts, parse_time(ts), task, obj["patient_id"], obj["candidate_id"], payload)
+
+
+def _pin(obj: Mapping[str, object], ts: str, task: str, payload: Mapping[str, object]) -> PinEvent:
+    """The pin of a verdict-shaped object whose source is ``operator_pin`` or that carries ``pin``."""
+    if obj["source"] != OPERATOR_PIN:
+        raise BadEvent(f"a verdict with a 'pin' must have source {OPERATOR_PIN!r}, got {obj['source']!r}")
+    pin = obj.get("pin")
+    if not isinstance(pin, dict):
+        raise BadEvent(f"a verdict of source {OPERATOR_PIN!r} needs field 'pin' (an object)")
+    _require_strings(pin, ("action", "operator", "reason", "pin_id"), "pin.")
+    action = pin["action"]
+    if action not in PIN_ACTIONS:
+        raise BadEvent(f"unknown pin.'action' {action!r} (expected one of {', '.join(PIN_ACTIONS)})")
+    if obj["verdict"] != PIN_LABELS[action]:
+        raise BadEvent(f"a pin {action} carries verdict {PIN_LABELS[action]!r}, got {obj['verdict']!r}")
+    if not pin["reason"].strip():
+        raise BadEvent("field pin.'reason' must not be blank: a pin says why")
+    return PinEvent(
+        ts, parse_time(ts), task, signature(task, payload), action, pin["operator"], pin["reason"],
+        pin["pin_id"],
+    )  # fmt: skip

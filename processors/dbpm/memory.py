@@ -35,6 +35,8 @@ Key layout (first byte = table; task names and signatures are UTF-8):
 ``B`` task NUL signature            blocklist pattern: severity, ref time, last seen, count,
                                     κ, κ ref time, source bits, then the QA category (UTF-8)
 ``W`` task NUL signature            whitelist entry: confidence, last seen, count, QA category
+``O`` task NUL signature            an operator's pin (:mod:`.pins`): action, time, operator,
+                                    reason, pin id (a JSON list)
 ``I`` task NUL order8 signature     eviction index (empty value)
 ``L`` task NUL                      eviction index low-water mark (order8 <= every index key)
 ``P`` entity                        NER-to-RE preemption set: when last preempted
@@ -53,12 +55,14 @@ Key layout (first byte = table; task names and signatures are UTF-8):
 
 from __future__ import annotations
 
+import json
 import math
 import struct
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple, Protocol
 
 from processors.dbpm.config import QA, RULE_BASED, DBPMConfig
+from processors.dbpm.signatures import is_qa_class
 from state.base import prefix_end
 
 _BLOCK = struct.Struct("<dddIHdB")
@@ -146,6 +150,16 @@ class WhiteEntry(NamedTuple):
     last_seen: float
     count: int
     category: str
+
+
+class Pin(NamedTuple):
+    """An operator's pin of a signature (:mod:`.pins`): its candidates are decided ``action``."""
+
+    action: str
+    time: float
+    operator: str
+    reason: str
+    pin_id: str
 
 
 def decayed(severity: float, ref_time: float, now: float, half_life_s: float) -> float:
@@ -242,7 +256,7 @@ class Memory:
             self.kv.set(b"L" + tag, order)
         if task == QA:
             delta = new.count - (old.count if old is not None else 0)
-            classified = delta if sig.startswith("qa::") else 0
+            classified = delta if is_qa_class(sig) else 0
             self._bump_qa(new.category, classified, delta, 0)
 
     def delete_pattern(self, task: str, sig: str, old: Pattern) -> None:
@@ -255,7 +269,7 @@ class Memory:
         )
         self._bump(b"NB" + tag, -1)
         if task == QA:
-            self._bump_qa(old.category, -old.count if sig.startswith("qa::") else 0, -old.count, 0)
+            self._bump_qa(old.category, -old.count if is_qa_class(sig) else 0, -old.count, 0)
 
     def index_walk(self, task: str) -> Iterator[tuple[bytes, bytes, str, Pattern | None]]:
         """Index entries of ``task`` from the low-water mark up: ``(key, order8, signature, pattern)``.
@@ -362,6 +376,24 @@ class Memory:
                 key[len(prefix) :].decode(),
                 WhiteEntry(*_WHITE.unpack_from(raw), raw[_WHITE.size :].decode()),
             )
+
+    # -- operator pins (:mod:`.pins`) -----------------------------------------------------------
+
+    def pin(self, task: str, sig: str) -> Pin | None:
+        """The operator's pin of ``sig`` on ``task``, or None."""
+        raw = self.kv.get(b"O" + _tag(task) + sig.encode())
+        if raw is None:
+            return None
+        action, time, operator, reason, pin_id = json.loads(raw)
+        return Pin(action, time, operator, reason, pin_id)
+
+    def put_pin(self, task: str, sig: str, pin: Pin) -> None:
+        """Pin ``sig`` on ``task`` (replacing its pin, if any)."""
+        self.kv.set(b"O" + _tag(task) + sig.encode(), json.dumps(list(pin)).encode())
+
+    def delete_pin(self, task: str, sig: str) -> None:
+        """Remove the pin of ``sig`` on ``task`` (nothing if it has none)."""
+        self.kv.delete(b"O" + _tag(task) + sig.encode())
 
     # -- counts ------------------------------------------------------------------------------
 

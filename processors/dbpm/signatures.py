@@ -16,6 +16,15 @@ from collections.abc import Mapping
 
 from processors.dbpm.config import NER, QA, RE
 
+QA_CLASS_PREFIX = "qa::"
+"""The prefix of a QA error-class signature, ``qa::<category>|<error_class>``."""
+
+
+def is_qa_class(sig: str) -> bool:
+    """Whether ``sig`` is a QA error-class signature: it groups failed verdicts by category and class
+    (feeding the category's fail rate, Eq. 7), and no candidate is gated under it."""
+    return sig.startswith(QA_CLASS_PREFIX)
+
 
 def ner_signature(entity: str) -> str:
     """The NER signature of an entity string (also the key of the preemption set)."""
@@ -35,7 +44,7 @@ def qa_category(category: str) -> str:
 def qa_signature(question: str, category: str, error_class: str | None) -> str:
     """The QA signature: ``qa::<category>|<error_class>`` for classified fails, else the question."""
     if error_class and error_class.strip():
-        return f"qa::{qa_category(category)}|{error_class.strip().lower()}"
+        return f"{QA_CLASS_PREFIX}{qa_category(category)}|{error_class.strip().lower()}"
     return question.strip().lower()
 
 
@@ -54,3 +63,26 @@ def signature(task: str, payload: Mapping[str, object], error_class: str | None 
     if task == NER or "entity" in payload:
         return ner_signature(payload["entity"])  # type: ignore[arg-type]
     raise KeyError(f"no signature rule for task {task!r} without an 'entity' field")
+
+
+def signature_payload(task: str, sig: str) -> dict[str, str]:
+    """A payload whose signature is ``sig`` normalised (what a pin of a signature carries): the NER
+    entity, the RE types and relation with empty entities, the QA question; blank fields elsewhere.
+
+    ``signature(task, signature_payload(task, text))`` is therefore the signature ``text`` names, as
+    typed: that is how a typed signature is normalised.
+
+    Raises:
+        ValueError: ``sig`` is blank, or an RE signature is not ``HEAD_TYPE|RELATION|TAIL_TYPE``.
+    """
+    if not sig.strip():
+        raise ValueError("a signature must not be blank")
+    if task == RE:
+        parts = sig.split("|")
+        if len(parts) != 3 or not all(part.strip() for part in parts):
+            raise ValueError(f"an RE signature is HEAD_TYPE|RELATION|TAIL_TYPE, got {sig!r}")
+        head_type, relation, tail_type = parts
+        return {"head": "", "head_type": head_type, "relation": relation, "tail": "", "tail_type": tail_type}
+    if task == QA:
+        return {"question": sig, "answer": "", "category": ""}
+    return {"entity": sig, "category": ""}

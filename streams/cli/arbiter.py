@@ -53,13 +53,14 @@ from schemas.docs import (
 )
 from schemas.serde import make_serde
 from streams.cli.common import require_bootstrap
-from streams.groups.arbiter import PacketFollower, make_review, produce_review, producer_config, run_worker
+from streams.groups.arbiter import PacketFollower, make_review, producer_config, review_record, run_worker
 from streams.groups.arbiter_calls import LLM_ROLE, arbitrate, configured_call
 from streams.llm import LlmClient
 from streams.llm.config import resolve_role
 from streams.runtime.kafka_clients import ensure_catalog
 from streams.runtime.metrics import DocsMetrics, serve
 from streams.runtime.settings import Settings, get_settings
+from topics.catalog import DOCS_REVIEWS
 
 app = typer.Typer(
     help="Classification arbiter: verify classifications, render review packets.", no_args_is_help=True
@@ -288,7 +289,7 @@ def review(
         typer.echo(f"invalid review: {error}", err=True)
         raise typer.Exit(2) from error
     producer = Producer(producer_config(bootstrap))
-    produce_review(producer, make_serde(get_settings().schema_registry_url), event)
+    producer.produce(DOCS_REVIEWS, **review_record(make_serde(get_settings().schema_registry_url), event))
     if producer.flush(30):
         typer.echo("the review was not acknowledged by Kafka; nothing recorded, try again", err=True)
         raise typer.Exit(1)

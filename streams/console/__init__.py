@@ -14,6 +14,9 @@ One module per concern:
 * :mod:`~streams.console.reviews`: the review packets and reviews read from Kafka, and the SME's decisions
   published;
 * :mod:`~streams.console.sme`: the SME's review queue, packet page and decision;
+* :mod:`~streams.console.memorylog`: the DBPM topics and memory changelog read from Kafka, and the
+  operators' pins published;
+* :mod:`~streams.console.memory`: the operator's memory explorer and pins;
 * :mod:`~streams.console.records`: a topic's records read for a page;
 * :mod:`~streams.console.pages`: templates, navigation and the error of an unavailable page;
 * :mod:`~streams.console.app`: the aiohttp application (routes, middlewares, response headers);

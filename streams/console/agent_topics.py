@@ -22,13 +22,13 @@ from datetime import datetime
 from typing import Protocol, TypeVar
 
 from aiohttp import web
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from schemas.agent import AgentProposal, AgentRequest, AgentResponse, AgentTrace
 from schemas.base import AvroModel
 from schemas.serde import SchemaDecodeError, Serde
 from streams.agent.worker import conversation_records
-from streams.console.delivery import ACK_TIMEOUT_S, NotAcknowledged, deliver
+from streams.console.delivery import Outbox
 from streams.console.pages import read_in_thread
 from streams.console.records import READ_TIMEOUT_S
 from streams.runtime.kafka_clients import partitions, read_to_end, reader
@@ -89,18 +89,12 @@ class KafkaAgent:
     def __init__(self, bootstrap: str, serde: Serde) -> None:
         self._bootstrap = bootstrap
         self._serde = serde
-        self._producer = Producer(
-            producer_config(bootstrap, **{"message.timeout.ms": int(ACK_TIMEOUT_S * 1000)})
-        )
+        self._outbox = Outbox(producer_config(bootstrap), "questions to the agent")
 
     async def ask(self, request: AgentRequest) -> None:
         """Produce ``request`` and wait for its delivery report (module docstring)."""
         value = self._serde.encode(request, topic=AGENT_REQUESTS)
-        error = await deliver(
-            self._producer, AGENT_REQUESTS, key=request.conversation_id.encode(), value=value
-        )
-        if error is not None:
-            raise NotAcknowledged(f"{AGENT_REQUESTS}: not acknowledged: {error.str()}")
+        await self._outbox.send(AGENT_REQUESTS, key=request.conversation_id.encode(), value=value)
 
     async def turn(self, conversation_id: str, request_id: str, asked: datetime) -> Turn | None:
         return await read_in_thread("the agent's topics", self._turn, conversation_id, request_id, asked)
@@ -165,9 +159,8 @@ class KafkaAgent:
         return found
 
     def close(self) -> None:
-        """Wait for the questions still in flight (at most :data:`ACK_TIMEOUT_S`, librdkafka's own limit)."""
-        if self._producer.flush(ACK_TIMEOUT_S + 1):
-            log.error("console: questions to the agent were not acknowledged at shutdown")
+        """Wait for the questions still in flight (:meth:`Outbox.close`)."""
+        self._outbox.close()
 
 
 def _since_ms(asked: datetime) -> int:

@@ -18,7 +18,7 @@ import logging
 
 from aiohttp import web
 
-from streams.console import agent, dead_letters, pharmacist, sme
+from streams.console import agent, dead_letters, memory, pharmacist, sme
 from streams.console.agent_topics import AGENT, AgentDesk
 from streams.console.assessments import ASSESSMENTS, AssessmentSource
 from streams.console.audit import AUDIT, AuditTrail, AuditUnavailable
@@ -28,7 +28,7 @@ from streams.console.delivery import NotAcknowledged
 from streams.console.drafts import DRAFTS, DraftSource
 from streams.console.history import HISTORY, History
 from streams.console.pages import NAVIGATION, STATIC, Unavailable, render
-from streams.console.reviews import PUBLISHER, REVIEWS, ReviewNotRecorded, ReviewPublisher, ReviewSource
+from streams.console.reviews import PUBLISHER, REVIEWS, ReviewPublisher, ReviewSource
 from streams.console.users import Role, UserError
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,6 @@ UNAVAILABLE: dict[type[Exception], str] = {
     Unavailable: "What this page shows could not be read from Kafka: try again shortly.",
     AuditUnavailable: "This could not be recorded on the audit trail, so it was not done: try again shortly.",
     UserError: "The console's users file cannot be read: tell an operator.",
-    ReviewNotRecorded: "Kafka did not acknowledge the review, so it was not recorded: try again shortly.",
     NotAcknowledged: "Kafka did not acknowledge it, so it was not done: try again shortly.",
 }
 """What a 503 page says for each failure (what exactly failed is in the console's log, not on the page)."""
@@ -89,10 +88,12 @@ def build_app(
     redriver: Redriver,
     agent_desk: AgentDesk,
     drafts: DraftSource,
+    explorer: memory.Explorer,
 ) -> web.Application:
     """The console's application around its users and sessions, audit trail (and its read-back),
     assessments, review packets and reviews, the publisher of the SME's decisions, the dead letters and
-    where they are re-driven, the agent's topics, and the gated drafts and routes."""
+    where they are re-driven, the agent's topics, the gated drafts and routes, and the memory explorer's
+    sources."""
     app = web.Application(middlewares=[unavailable, guard], client_max_size=MAX_REQUEST_BYTES)
     app[ACCESS] = access
     app[AUDIT] = audit
@@ -104,13 +105,14 @@ def build_app(
     app[DEAD_LETTERS] = dead_letter_source
     app[REDRIVER] = redriver
     app[AGENT] = agent_desk
-    app[NAVIGATION] = (pharmacist.PAGE, sme.PAGE, dead_letters.PAGE, agent.PAGE)
+    app[NAVIGATION] = (pharmacist.PAGE, sme.PAGE, memory.PAGE, dead_letters.PAGE, agent.PAGE)
     app.router.add_get("/", home)
     app.router.add_get("/login", sign_in_page)
     app.router.add_post("/login", sign_in)
     app.router.add_post("/logout", sign_out)
     pharmacist.add_routes(app)
     sme.add_routes(app)
+    memory.add_routes(app, explorer)
     dead_letters.add_routes(app)
     agent.add_routes(app)
     app.router.add_static("/static/", STATIC)

@@ -27,10 +27,10 @@ from aiohttp import web
 
 from schemas.console import ConsoleAction
 from schemas.serde import Serde
-from streams.console.delivery import ACK_TIMEOUT_S, deliver
+from streams.console.delivery import NotAcknowledged, Outbox
 from streams.console.sessions import SESSION
 from streams.console.users import Role
-from streams.runtime.kafka_clients import producer
+from streams.runtime.kafka_clients import producer_settings
 from topics.catalog import CONSOLE_AUDIT
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,8 @@ class Action(StrEnum):
     """A POST without its session's CSRF token."""
     REVIEW = "review"
     """An SME's decision on a review packet (its target is the document id)."""
+    PIN = "pin"
+    """An operator's pin of a DBPM signature, or its removal (its target is ``task|signature``)."""
     REDRIVE = "redrive"
     """An operator's re-drive of a dead letter to its source topic (its target is the dead letter's
     coordinates, ``<dlq topic>[<partition>]@<offset>``)."""
@@ -85,23 +87,22 @@ class KafkaAuditTrail:
     """The audit topic, through one idempotent producer; each record is awaited until acknowledged."""
 
     def __init__(self, bootstrap: str, serde: Serde) -> None:
-        # librdkafka gives a record up at the deadline its action waits for, so that a record whose action
-        # failed as not recorded is never delivered later (a refused sign-in never shows up as one).
-        self._producer = producer(bootstrap, **{"message.timeout.ms": int(ACK_TIMEOUT_S * 1000)})
+        # A record whose action failed as not recorded is never delivered later (an Outbox gives it up at
+        # the deadline the action waits for), so a refused sign-in never shows up as one.
+        self._outbox = Outbox(producer_settings(bootstrap), "audit records")
         self._serde = serde
 
     async def record(self, action: ConsoleAction) -> None:
-        """Produce ``action`` keyed by its user and wait for its delivery report: acknowledged, or given up
-        by librdkafka after :data:`ACK_TIMEOUT_S`."""
+        """Produce ``action`` keyed by its user and wait until Kafka acknowledged it."""
         value = self._serde.encode(action, topic=CONSOLE_AUDIT)
-        error = await deliver(self._producer, CONSOLE_AUDIT, key=action.user.encode(), value=value)
-        if error is not None:
-            raise AuditUnavailable(f"{CONSOLE_AUDIT}: not recorded: {error.str()}")
+        try:
+            await self._outbox.send(CONSOLE_AUDIT, key=action.user.encode(), value=value)
+        except NotAcknowledged as exc:
+            raise AuditUnavailable(str(exc)) from exc
 
     def close(self) -> None:
-        """Wait for the records still in flight (at most :data:`ACK_TIMEOUT_S`, librdkafka's own limit)."""
-        if self._producer.flush(ACK_TIMEOUT_S + 1):
-            log.error("console audit: records were not acknowledged at shutdown")
+        """Wait for the records still in flight (:meth:`Outbox.close`)."""
+        self._outbox.close()
 
 
 AUDIT = web.AppKey("audit", AuditTrail)

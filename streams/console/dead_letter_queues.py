@@ -35,11 +35,17 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, Message
 
 from schemas.common import DeadLetter
 from schemas.serde import SchemaDecodeError, Serde
-from streams.console.delivery import ACK_TIMEOUT_S, NotAcknowledged, deliver
+from streams.console.delivery import Outbox
 from streams.console.pages import read_in_thread
 from streams.console.records import READ_TIMEOUT_S
 from streams.runtime.dlq import PRODUCER_LIMITS
-from streams.runtime.kafka_clients import partitions, producer, read_to_end, reader, watermark_offsets
+from streams.runtime.kafka_clients import (
+    partitions,
+    producer_settings,
+    read_to_end,
+    reader,
+    watermark_offsets,
+)
 from topics.catalog import CATALOG
 
 log = logging.getLogger(__name__)
@@ -239,9 +245,7 @@ class KafkaRedriver:
     """Re-driven records through one idempotent producer, each awaited until acknowledged."""
 
     def __init__(self, bootstrap: str) -> None:
-        self._producer = producer(
-            bootstrap, **{"message.timeout.ms": int(ACK_TIMEOUT_S * 1000), **PRODUCER_LIMITS}
-        )
+        self._outbox = Outbox(producer_settings(bootstrap, **PRODUCER_LIMITS), "re-driven records")
 
     async def redrive(
         self,
@@ -252,16 +256,11 @@ class KafkaRedriver:
         headers: Sequence[tuple[str, bytes | None]],
     ) -> None:
         """Produce the record and wait for its delivery report (module docstring)."""
-        error = await deliver(
-            self._producer, topic, partition=partition, key=key, value=value, headers=list(headers)
-        )
-        if error is not None:
-            raise NotAcknowledged(f"{topic}[{partition}]: not acknowledged: {error.str()}")
+        await self._outbox.send(topic, partition=partition, key=key, value=value, headers=list(headers))
 
     def close(self) -> None:
-        """Wait for the records still in flight (at most :data:`ACK_TIMEOUT_S`, librdkafka's own limit)."""
-        if self._producer.flush(ACK_TIMEOUT_S + 1):
-            log.error("console: re-driven records were not acknowledged at shutdown")
+        """Wait for the records still in flight (:meth:`Outbox.close`)."""
+        self._outbox.close()
 
 
 DEAD_LETTERS = web.AppKey("dead_letters", DeadLetterSource)

@@ -6,34 +6,27 @@
 oldest first, are :meth:`~streams.groups.arbiter.Packets.pending`), and with it every review already on
 ``clingate.docs.reviews``, both ``read_committed`` from the beginning of each partition up to the end they
 have when the page asks. :class:`KafkaReviewPublisher` publishes a decision as ``clingate arbiter
-review`` does (:func:`~streams.groups.arbiter.produce_review`, the docs worker's producer settings) and
-waits for its delivery report: acknowledged, or given up by librdkafka after :data:`ACK_TIMEOUT_S`, so a
-decision the page reports as not recorded is never delivered later.
+review`` does (:func:`~streams.groups.arbiter.review_record`, the docs worker's producer settings)
+through an :class:`~streams.console.delivery.Outbox`: a decision the page reports as not recorded is never
+delivered later.
 
 A review record that cannot be decoded is skipped and counted (:attr:`ReviewLog.unreadable`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from dataclasses import dataclass
 from typing import Protocol
 
 from aiohttp import web
-from confluent_kafka import KafkaError, Producer
 
 from schemas.docs import Review, ReviewPacket
 from schemas.serde import Serde
+from streams.console.delivery import Outbox
 from streams.console.pages import read_in_thread
 from streams.console.records import READ_TIMEOUT_S, read_records
-from streams.groups.arbiter import PacketFollower, produce_review, producer_config
+from streams.groups.arbiter import PacketFollower, producer_config, review_record
 from topics.catalog import DOCS_REVIEW_PACKETS, DOCS_REVIEWS
-
-log = logging.getLogger(__name__)
-
-ACK_TIMEOUT_S = 10.0
-"""How long a review may wait for Kafka's acknowledgement before the page says it was not recorded."""
 
 
 @dataclass(frozen=True)
@@ -67,13 +60,9 @@ class ReviewPublisher(Protocol):
         """Publish ``review``; returns once Kafka acknowledged it.
 
         Raises:
-            ReviewNotRecorded: it was not acknowledged.
+            NotAcknowledged: it was not acknowledged.
         """
         ...
-
-
-class ReviewNotRecorded(RuntimeError):
-    """A review was not acknowledged by Kafka: the decision is not recorded."""
 
 
 class KafkaReviews:
@@ -102,25 +91,16 @@ class KafkaReviewPublisher:
     """``clingate.docs.reviews`` through one idempotent producer; each review awaited until acknowledged."""
 
     def __init__(self, bootstrap: str, serde: Serde) -> None:
-        config = producer_config(bootstrap)
-        config["message.timeout.ms"] = int(ACK_TIMEOUT_S * 1000)
-        self._producer = Producer(config)
+        self._outbox = Outbox(producer_config(bootstrap), "reviews")
         self._serde = serde
 
     async def publish(self, review: Review) -> None:
-        """Produce ``review`` and wait for its delivery report (module docstring)."""
-        reports: list[KafkaError | None] = []
-        produce_review(self._producer, self._serde, review,
-                       on_delivery=lambda error, _message: reports.append(error))  # fmt: skip
-        while not reports:
-            await asyncio.to_thread(self._producer.poll, 0.1)
-        if reports[0] is not None:
-            raise ReviewNotRecorded(f"{DOCS_REVIEWS}: not recorded: {reports[0].str()}")
+        """Produce ``review`` and wait until Kafka acknowledged it (module docstring)."""
+        await self._outbox.send(DOCS_REVIEWS, **review_record(self._serde, review))
 
     def close(self) -> None:
-        """Wait for the reviews still in flight (at most :data:`ACK_TIMEOUT_S`, librdkafka's own limit)."""
-        if self._producer.flush(ACK_TIMEOUT_S + 1):
-            log.error("console: reviews were not acknowledged at shutdown")
+        """Wait for the reviews still in flight (:meth:`Outbox.close`)."""
+        self._outbox.close()
 
 
 REVIEWS = web.AppKey("reviews", ReviewSource)

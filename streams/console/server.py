@@ -4,7 +4,7 @@ What holds: the site is up (its socket listening) before ``listening http://HOST
 the port actually bound (``--port 0`` picks a free one), so a script or a test may connect as soon as it
 reads that line. It serves plain HTTP on the host it is given, 127.0.0.1 unless told otherwise: people on
 other machines reach it through a TLS reverse proxy (docs/console.md). On a stop signal it stops taking
-requests, lets those under way finish, and sends the audit records, reviews, re-driven records and
+requests, lets those under way finish, and sends the audit records, reviews, pins, re-driven records and
 questions still queued.
 """
 
@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from processors.dbpm import DBPMEngine, load_ontology
 from schemas.serde import make_serde
 from streams.console.agent_topics import KafkaAgent
 from streams.console.app import build_app
@@ -25,10 +26,13 @@ from streams.console.auth import Access
 from streams.console.dead_letter_queues import KafkaDeadLetters, KafkaRedriver
 from streams.console.drafts import KafkaDrafts
 from streams.console.history import KafkaHistory
+from streams.console.memory import Explorer
+from streams.console.memorylog import KafkaMemory, KafkaPinPublisher
 from streams.console.reviews import KafkaReviewPublisher, KafkaReviews
 from streams.console.sessions import Sessions, SignInThrottle
 from streams.console.users import UserStore, decoy_hash
 from streams.runtime.settings import Settings
+from streams.worker.dbpm import dbpm_config
 
 
 def url(host: str, port: int) -> str:
@@ -51,6 +55,9 @@ async def serve(
     publisher = KafkaReviewPublisher(bootstrap, serde)
     redriver = KafkaRedriver(bootstrap)
     agent_desk = KafkaAgent(bootstrap, serde)
+    config = dbpm_config(settings)  # the workers' (CLINGATE_DBPM_*): decay, weights, thresholds
+    pins = KafkaPinPublisher(bootstrap, serde, DBPMEngine(config, load_ontology()))
+    explorer = Explorer(KafkaMemory(bootstrap, serde, settings.app_id), pins, config)
     app = build_app(
         access,
         trail,
@@ -62,6 +69,7 @@ async def serve(
         redriver=redriver,
         agent_desk=agent_desk,
         drafts=KafkaDrafts(bootstrap, serde),
+        explorer=explorer,
     )
     runner = web.AppRunner(app)
     await runner.setup()
@@ -82,3 +90,4 @@ async def serve(
         publisher.close()
         redriver.close()
         agent_desk.close()
+        pins.close()

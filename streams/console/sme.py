@@ -41,8 +41,9 @@ from schemas.docs import (
 from streams.console.audit import Action, Outcome, audit, record_refusal
 from streams.console.auth import requires
 from streams.console.corrections import CorrectionError, Corrections, read_corrections
+from streams.console.delivery import NotAcknowledged
 from streams.console.pages import PageLink, render
-from streams.console.reviews import PUBLISHER, REVIEWS, ReviewNotRecorded
+from streams.console.reviews import PUBLISHER, REVIEWS
 from streams.console.sessions import SESSION
 from streams.console.users import Role
 from streams.groups.arbiter import make_review, pending
@@ -188,7 +189,7 @@ async def decide(request: web.Request) -> web.StreamResponse:
     await audit(request, Action.REVIEW, Outcome.OK, target=doc_id, **detail)
     try:
         await request.app[PUBLISHER].publish(review)
-    except ReviewNotRecorded:
+    except NotAcknowledged:
         await record_refusal(request, Action.REVIEW, target=doc_id, reason="not acknowledged")
         raise
     query = {"recorded": doc_id, "decision": decision.value}

@@ -171,7 +171,7 @@ def _run_steps(
             with _step(console, results, 8, "dead letters"):
                 step_dead_letters(console, bootstrap, serde, catalog, results)
             with _step(console, results, 9, "the console"):
-                users = step_console(console, bootstrap, workdir, report_dir, stack, results)
+                users = step_console(console, bootstrap, app_id, workdir, report_dir, stack, results)
             with _step(console, results, 10, "a real model (SmolLM2) through the production client"):
                 results.model_calls = step_model(console, plan.loop, plan.llm_url, model_narratives)
         except DemoError as error:

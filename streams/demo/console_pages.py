@@ -1,18 +1,20 @@
 """Step 9: the console as the people in the loop see this run, photographed next to report.html.
 
 ``clingate console`` runs on the demo's broker as an operator runs it (:mod:`streams.testing.browser`),
-with one user per role made by ``clingate console users add`` under a random password (there is no
-default one), and Debian's Chromium signs in as each person and opens their pages, each page written as
-``console-<page>.png`` next to report.html. The console's address is printed when it is up; with
-``clingate demo --serve`` it stays up, with the rest of the run, until Ctrl-C, and the step prints the
-users' passwords so a person can sign in.
+with the DBPM workers' ``CLINGATE_APP_ID`` (the memory explorer reads their memory), one user per role
+made by ``clingate console users add`` under a random password (there is no default one), and Debian's
+Chromium signs in as each person and opens their pages, each page written as ``console-<page>.png`` next
+to report.html. The console's address is printed when it is up; with ``clingate demo --serve`` it stays
+up, with the rest of the run, until Ctrl-C, and the step prints the users' passwords so a person can sign
+in.
 
 What each page must show is checked (``console_pages``): the sign-in page; the pharmacist's board with
-PT-TEST-010, and its patient page with its golden run's revisions through the output gates; the SME's
-queue and the oldest pending packet; the operator's dead letters and the newest dead letter of
-``clingate.fhir.updates`` (step 8's) with its re-drive form; the clinician's agent page. Where Chromium
-or Playwright is missing the step says why and takes no screenshot (``make demo`` installs Chromium where
-it can), and the check is not made.
+PT-TEST-010, and its patient page with its golden run's revisions through the output gates; the SME's queue
+and the oldest pending packet; the operator's memory explorer on the first candidate step 4's gate BLOCKed
+from the memory (rule ``block``: why, from its provenance) and its signature's trajectory; the operator's
+dead letters and the newest dead letter of ``clingate.fhir.updates`` (step 8's) with its re-drive form;
+the clinician's agent page. Where Chromium or Playwright is missing the step says why and takes no
+screenshot (``make demo`` installs Chromium where it can), and the check is not made.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from rich.console import Console
 
@@ -68,6 +71,18 @@ def _first_link(path: str, selector: str) -> Visit:
     return visit
 
 
+def shots(blocked: str) -> tuple[Shot, ...]:
+    """Every page the step photographs, in the order a reader of the report meets them; ``blocked`` is the
+    candidate the memory explorer explains."""
+    candidate = f"/memory/candidate/{quote(blocked, safe='')}"
+    return (
+        *SHOTS[:5],
+        Shot("operator-memory-candidate", Role.OPERATOR, _goto(candidate), "BLOCK by rule block"),
+        Shot("operator-memory-signature", Role.OPERATOR, _first_link(candidate, "a.signature"), "Trajectory"),
+        *SHOTS[5:],
+    )
+
+
 SHOTS = (
     Shot("login", None, _goto("/login"), "Sign in"),
     Shot("pharmacist-board", Role.PHARMACIST, _goto("/pharmacist"), "PT-TEST-010"),
@@ -85,15 +100,22 @@ SHOTS = (
     ),
     Shot("clinician-agent", Role.CLINICIAN, _goto("/agent"), "Your recent questions"),
 )
-"""Every page the step photographs, in the order a reader of the report meets them."""
+"""The pages the step photographs whatever the run decided (:func:`shots` adds the memory explorer's)."""
 
 
 def step_console(
-    console: Console, bootstrap: str, workdir: Path, report_dir: Path, stack: ExitStack, results: Results
+    console: Console,
+    bootstrap: str,
+    app_id: str,
+    workdir: Path,
+    report_dir: Path,
+    stack: ExitStack,
+    results: Results,
 ) -> dict[Role, tuple[str, str]]:
-    """Start the console on ``bootstrap`` (stopped with ``stack``), photograph every page of :data:`SHOTS`
-    into ``report_dir`` and check them; returns each role's user name and password."""
-    env = browser.console_env(bootstrap, workdir / "console-users.json")
+    """Start the console on ``bootstrap`` for the workers of ``app_id`` (stopped with ``stack``),
+    photograph every page of :func:`shots` into ``report_dir`` and check them; returns each role's user
+    name and password."""
+    env = {**browser.console_env(bootstrap, workdir / "console-users.json"), "CLINGATE_APP_ID": app_id}
     users = {role: (f"demo-{role.value}", secrets.token_urlsafe(18)) for role in Role}
     try:
         for role, (name, password) in users.items():
@@ -111,7 +133,8 @@ def step_console(
     with sync_playwright() as playwright:
         chromium = browser.launch(playwright)
         try:
-            results.console_pages = [_shoot(chromium, url, shot, users, report_dir) for shot in SHOTS]
+            pages = shots(_blocked(results))
+            results.console_pages = [_shoot(chromium, url, shot, users, report_dir) for shot in pages]
         finally:
             chromium.close()
     for shown in results.console_pages:
@@ -120,6 +143,13 @@ def step_console(
     missing = [p.name for p in results.console_pages if not p.shows]
     results.check("console_pages", not missing, f"console pages without what they must show: {missing}")
     return users
+
+
+def _blocked(results: Results) -> str:
+    """The first candidate the gate BLOCKed from the memory's blocklist (rule ``block``); empty if none,
+    which the candidate page's check then reports."""
+    decided = results.flows["dbpm"].latest.values()
+    return next((d.candidate_id for d in decided if d.decision == "BLOCK" and d.rule == "block"), "")
 
 
 def _shoot(

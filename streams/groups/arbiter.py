@@ -55,9 +55,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from processors.docs.arbiter import ArbiterConfig
@@ -132,11 +131,10 @@ def make_review(
     )  # fmt: skip
 
 
-def produce_review(producer: Producer, serde: Serde, review: Review, **kwargs: Any) -> None:
-    """Queue ``review`` on ``clingate.docs.reviews``, keyed by its document (``kwargs``: e.g. the delivery
-    callback); the docs worker turns it into the document's ground truth and marks its packet reviewed."""
-    value = serde.encode(review, topic=DOCS_REVIEWS)
-    producer.produce(DOCS_REVIEWS, key=review.doc_id.encode("utf-8"), value=value, **kwargs)
+def review_record(serde: Serde, review: Review) -> dict[str, bytes]:
+    """``review`` as its record on ``clingate.docs.reviews`` (``key`` and ``value``), keyed by its
+    document; the docs worker turns it into the document's ground truth and marks its packet reviewed."""
+    return {"key": review.doc_id.encode("utf-8"), "value": serde.encode(review, topic=DOCS_REVIEWS)}
 
 
 def pending(packets: Iterable[ReviewPacket]) -> list[ReviewPacket]:

@@ -18,7 +18,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -65,10 +64,16 @@ def reader(bootstrap: str, name: str, **overrides: object) -> Consumer:
     return Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False, **overrides}))
 
 
+def producer_settings(bootstrap: str, **overrides: object) -> dict[str, object]:
+    """The settings of an idempotent producer (librdkafka's default partitioner: for topics no worker
+    partitions by key; DBPM and clinical inputs take :func:`streams.worker.dbpm.producer_config`, Java's
+    murmur2)."""
+    return client_config(bootstrap, **{"enable.idempotence": True, **overrides})
+
+
 def producer(bootstrap: str, **overrides: object) -> Producer:
-    """An idempotent producer (librdkafka's default partitioner: for topics no worker partitions by key;
-    DBPM and clinical inputs take :func:`streams.worker.dbpm.producer_config`, Java's murmur2)."""
-    return Producer(client_config(bootstrap, **{"enable.idempotence": True, **overrides}))
+    """An idempotent producer of :func:`producer_settings`."""
+    return Producer(producer_settings(bootstrap, **overrides))
 
 
 def produce_waiting(producer: Producer, topic: str, **kwargs: Any) -> None:
@@ -257,9 +262,9 @@ def read_to_end(
     named_only: bool = False,
 ) -> Iterator[Message]:
     """The records of each topic of ``starts`` from its offsets (a partition not named: from its
-    beginning, or not at all with ``named_only``) up to the end each partition has now, each partition's
-    in order; ``client`` is assigned those partitions. A record at or past that end (the topic grew
-    meanwhile) is not read.
+    beginning, or not at all with ``named_only``; an offset retention has deleted: from the first one
+    left) up to the end each partition has now, each partition's in order; ``client`` is assigned those
+    partitions. A record at or past that end (the topic grew meanwhile) is not read.
 
     Args:
         client: a consumer of its own (:func:`reader`); closing it is the caller's.
@@ -273,11 +278,14 @@ def read_to_end(
     todo: dict[tuple[str, int], int] = {}
     assignment = []
     for topic, start in starts.items():
-        ends = {p: end_offset(client, topic, p) for p in start} if named_only else end_offsets(client, topic)
-        for p, end in ends.items():
-            if end > start.get(p, 0):
+        for p in start if named_only else partitions(client, topic):
+            # From the first offset still in the log: a partition whose records retention deleted
+            # (first == end) has nothing to wait for, and a start before it is never out of range.
+            low, end = watermark_offsets(client, topic, p)
+            first = max(start.get(p, 0), low)
+            if end > first:
                 todo[(topic, p)] = end
-                assignment.append(TopicPartition(topic, p, start.get(p, OFFSET_BEGINNING)))
+                assignment.append(TopicPartition(topic, p, first))
     client.assign(assignment)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while todo:

@@ -1,4 +1,5 @@
-"""``clingate worker`` as a child process, and what its decisions and memory are compared with.
+"""``clingate worker`` as a child process, what its decisions and memory are compared with, and live
+candidates decided by it (:class:`LiveGate`).
 
 :class:`WorkerProcess` runs a worker for the chaos soak, the benchmarks and the tests. A worker started
 with :data:`COMPARISON_ENV` promises the in-process engine's decisions and memory
@@ -10,21 +11,29 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from io import StringIO
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Producer
+
 from processors.dbpm import DBPMEngine
+from processors.dbpm.config import NER
+from schemas.dbpm import Candidate, GateDecision, Verdict
+from schemas.serde import make_serde
 from state.memory import MemoryStore
 from streams.replay.engine import replay_stream
+from streams.runtime.kafka_clients import assign_at_ends, reader
 from streams.runtime.settings import Settings
 from streams.testing.broker import free_port
 from streams.testing.dbpm_stream import generate_events
 from streams.testing.process import SOURCE_ROOT, ProcessError, ProcessHandle, python_module
 from streams.worker import READY
-from streams.worker.dbpm import dbpm_engine
+from streams.worker.dbpm import contract_event, dbpm_engine, producer_config, verdict_key
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
 
 #: Worker environment for an event-for-event comparison with the in-process engine. A SIGKILLed
 #: worker's partitions move after the session timeout: the broker's minimum, 6 s.
@@ -156,3 +165,75 @@ def in_process(engine: DBPMEngine, events: Sequence[dict[str, Any]]) -> tuple[li
     finally:
         txn.abort()
     return [json.loads(line) for line in decisions.getvalue().splitlines()], state
+
+
+class LiveGate:
+    """Live verdicts, pins and candidates of one NER entity sent to a running worker, and its decisions read
+    back (the ``clingate.dbpm.decisions`` reader starts at the topic's current end).
+
+    A live candidate never waits for the memory (no barrier): what the memory learnt reaches the gate's
+    view a moment later, so :meth:`until` sends candidates until one is decided as expected.
+
+    Args:
+        bootstrap: the broker.
+        entity: the NER entity (its signature is the entity lower-cased).
+        tag: prefix of the candidate ids (keeps runs on one broker apart).
+    """
+
+    def __init__(self, bootstrap: str, entity: str, tag: str) -> None:
+        self._serde = make_serde(None)
+        self._engine = dbpm_engine(Settings())
+        self._producer = Producer(producer_config(bootstrap))
+        self._decisions = reader(bootstrap, "live-gate")
+        assign_at_ends(self._decisions, [DBPM_DECISIONS])
+        self.entity = entity
+        self._tag = tag
+        self._sent = 0
+
+    def verdict(self, verdict: str, source: str = "verifier_mmed") -> None:
+        """A verdict of the entity now, without a candidate id (the memory applies it as given)."""
+        record = Verdict.model_validate({
+            "ts": datetime.now(UTC), "task": NER, "verdict": verdict, "source": source,
+            "patient_id": self._tag, "payload": {"entity": self.entity, "category": "Symptoms"},
+        })  # fmt: skip
+        self.send(record)
+
+    def send(self, record: Verdict) -> None:
+        """Publish a verdict record (a pin included) keyed for its signature's memory partition."""
+        key = verdict_key(self._engine, contract_event(record))  # type: ignore[arg-type]
+        self._producer.produce(DBPM_VERDICTS, key=key, value=self._serde.encode(record, topic=DBPM_VERDICTS))
+        assert self._producer.flush(30) == 0
+
+    def decide(self, timeout_s: float = 60.0) -> GateDecision:
+        """Publish a new candidate of the entity now and return its decision."""
+        self._sent += 1
+        candidate_id = f"{self._tag}-{self._sent}"
+        candidate = Candidate.model_validate({
+            "ts": datetime.now(UTC), "task": NER, "patient_id": self._tag, "candidate_id": candidate_id,
+            "payload": {"entity": self.entity, "category": "Symptoms"},
+        })  # fmt: skip
+        self._producer.produce(DBPM_CANDIDATES, key=self._tag.encode(), value=self._serde.encode(candidate))
+        assert self._producer.flush(30) == 0
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for message in self._decisions.consume(100, 0.5):
+                if message.error() is None and message.key() == self._tag.encode():
+                    decision = self._serde.decode(message.value(), GateDecision, topic=DBPM_DECISIONS)
+                    if decision.candidate_id == candidate.candidate_id:
+                        return decision
+        raise TimeoutError(f"no decision of {candidate.candidate_id} in {timeout_s:.0f} s")
+
+    def until(self, wanted: Callable[[GateDecision], bool], timeout_s: float = 90.0) -> list[GateDecision]:
+        """Decide new candidates until one is ``wanted``; every decision, the wanted one last."""
+        decisions = [self.decide()]
+        deadline = time.monotonic() + timeout_s
+        while not wanted(decisions[-1]):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no wanted decision in {timeout_s:.0f} s: {decisions[-1]}")
+            time.sleep(0.2)
+            decisions.append(self.decide())
+        return decisions
+
+    def close(self) -> None:
+        """Close the decisions reader."""
+        self._decisions.close()

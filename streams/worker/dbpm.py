@@ -117,6 +117,7 @@ import struct
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from datetime import datetime
 from heapq import merge
 from typing import Any
 
@@ -124,6 +125,7 @@ from processors.dbpm import (
     DBPMConfig,
     DBPMEngine,
     GateEvent,
+    PinEvent,
     Propagation,
     VerdictEvent,
     format_time,
@@ -131,15 +133,24 @@ from processors.dbpm import (
     parse_event,
     parse_time,
 )
-from processors.dbpm.config import QA, SUCCESS
+from processors.dbpm.config import OPERATOR_PIN, PIN_LABELS, QA, SUCCESS
 from processors.dbpm.events import check_task
 from processors.dbpm.ontology import FILTER_ID_SUFFIX, misfiled_filter_verdict
 from processors.dbpm.partitioned import merge_values
-from processors.dbpm.signatures import signature
+from processors.dbpm.signatures import signature, signature_payload
 from processors.dbpm.update import effective_verdict
 from schemas.base import iso_utc
 from schemas.common import Stage
-from schemas.dbpm import Candidate, Dispatch, QaErrorClass, Verdict
+from schemas.dbpm import (
+    PAYLOAD_BY_TASK,
+    Candidate,
+    Dispatch,
+    Pin,
+    PinAction,
+    QaErrorClass,
+    Verdict,
+    VerdictLabel,
+)
 from schemas.dbpm import Propagation as PropagationRecord
 from schemas.serde import Serde
 from state.base import Store, Transaction
@@ -194,12 +205,15 @@ def memory_key(task: str, sig: str) -> bytes:
     return f"{task}|{sig}".encode()
 
 
-def verdict_key(engine: DBPMEngine, event: VerdictEvent) -> bytes:
-    """The record key of a verdict: ``task|signature`` of the memory record the verdict updates.
+def verdict_key(engine: DBPMEngine, event: VerdictEvent | PinEvent) -> bytes:
+    """The record key of a verdict: ``task|signature`` of the memory record the verdict updates (a
+    pin's: of the signature it pins).
 
     Mirrors :func:`processors.dbpm.update.apply_verdict`'s choice of signature: a failing QA
     verdict with an error class updates the class pattern, everything else the payload's signature.
     """
+    if isinstance(event, PinEvent):
+        return memory_key(event.task, event.signature)
     verdict = effective_verdict(engine.config, event.task, event.verdict)
     error_class = event.payload.get("error_class") if event.task == QA and verdict != SUCCESS else None
     return memory_key(event.task, signature(event.task, event.payload, error_class))  # type: ignore[arg-type]
@@ -275,6 +289,23 @@ def propagation_event(record: PropagationRecord) -> Propagation:
     )
 
 
+def pin_record(
+    task: str, sig: str, action: PinAction, operator: str, reason: str, pin_id: str, ts: datetime
+) -> Verdict:
+    """The ``clingate.dbpm.verdicts`` record of an operator's pin of ``sig`` (or its removal) at ``ts``:
+    source ``operator_pin``, a payload whose signature is ``sig``, the action's verdict label and no
+    patient (``-``) (:mod:`processors.dbpm.pins`). Key it with :func:`verdict_key` like any verdict.
+
+    Raises:
+        ValueError: ``sig`` names no signature of ``task``, or ``reason`` is blank.
+    """
+    return Verdict(
+        ts=ts, task=task, verdict=VerdictLabel(PIN_LABELS[action.value]), source=OPERATOR_PIN,  # type: ignore[arg-type]
+        patient_id="-", payload=PAYLOAD_BY_TASK[task].model_validate(signature_payload(task, sig)),  # type: ignore[arg-type]
+        pin=Pin(action=action, operator=operator, reason=reason, pin_id=pin_id),
+    )  # fmt: skip
+
+
 def producer_config(bootstrap: str, **overrides: object) -> dict[str, object]:
     """librdkafka producer settings for every clingate client that writes DBPM input topics.
 
@@ -337,25 +368,26 @@ def in_process_engine(settings: Settings) -> DBPMEngine:
     return DBPMEngine(dbpm_config(settings), load_ontology())
 
 
-def contract_event(model: Candidate | Verdict) -> GateEvent | VerdictEvent:
+def contract_event(model: Candidate | Verdict) -> GateEvent | VerdictEvent | PinEvent:
     """The engine's event for a decoded topic record (the replay contract's JSON object).
 
     A verdict is converted field by field: its model already holds what :func:`processors.dbpm.parse_event`
     checks but the task (strings, a known verdict, the payload of its task), and it is the memory
     agent's per-record path, where a JSON round trip is the largest cost of the conversion. The event
-    is the one ``parse_event`` makes of the model's JSON.
+    is the one ``parse_event`` makes of the model's JSON. An operator's pin (source ``operator_pin``,
+    rare) goes through ``parse_event``, which checks it.
 
     Raises:
         processors.dbpm.BadEvent: the record is valid Avro but not a valid DBPM event.
     """
-    if isinstance(model, Verdict):
+    if isinstance(model, Verdict) and model.pin is None and model.source != OPERATOR_PIN:
         check_task(model.task)
         return VerdictEvent(
             iso_utc(model.ts), model.ts.timestamp(), model.task, model.verdict.value, model.source,
             model.patient_id, model.payload.model_dump(mode="json", exclude_none=True), model.candidate_id,
         )  # fmt: skip
     obj = model.model_dump(mode="json", exclude_none=True)
-    obj["kind"] = "gate"
+    obj["kind"] = "verdict" if isinstance(model, Verdict) else "gate"
     return parse_event(obj)
 
 
@@ -629,7 +661,8 @@ class MemoryHandler:
         self, writer: PartitionWriter, record: SourceRecord, partition: int
     ) -> DecodeFailed | float | tuple[VerdictEvent, list[Propagation]] | None:
         """One ``clingate.dbpm.verdicts`` record applied to ``writer``: a watermark tick's event time
-        (the memory's clock moved to it, :meth:`processors.dbpm.DBPMEngine.advance`), the verdict and
+        (the memory's clock moved to it, :meth:`processors.dbpm.DBPMEngine.advance`) or an operator's
+        pin's (the pin recorded, :meth:`processors.dbpm.DBPMEngine.pin`), the verdict and
         its propagations, None if the verdict must wait for its candidate's dispatch (nothing
         applied), or why the record goes to the dead-letter topic.
 
@@ -656,6 +689,12 @@ class MemoryHandler:
             if isinstance(decoded, DecodeFailed):
                 return decoded
             _, verdict = decoded
+            if isinstance(verdict, PinEvent):
+                with Transaction(writer) as txn:
+                    self._engine.pin(txn, verdict)
+                log.info("memory: %s %s|%s pinned by %s (%s): %s", verdict.action, verdict.task,
+                         verdict.signature, verdict.operator, verdict.pin_id, verdict.reason)  # fmt: skip
+                return verdict.time
             if (reason := misfiled_filter_verdict(verdict)) is not None:
                 return DecodeFailed(
                     record, Stage.VALIDATE, "MisfiledFilterVerdict", reason, None, Verdict.avro_name

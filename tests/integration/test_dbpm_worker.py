@@ -19,7 +19,8 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,26 +29,26 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from processors.dbpm import DBPMEngine, VerdictEvent, parse_event
 from schemas.common import DeadLetter
-from schemas.dbpm import Candidate, Coverage, GateDecision, Verdict
+from schemas.dbpm import Candidate, Coverage, GateDecision, PinAction, Verdict
 from schemas.serde import make_serde
 from state.memory import MemoryStore
-from streams.replay.kafka import KafkaReplayResult, commit_worker_end_offsets, replay_via_kafka
+from streams.replay.kafka import KafkaReplayResult, replay_via_kafka
 from streams.runtime.kafka_clients import assign_at_ends, produce_waiting, reader
-from streams.runtime.kafka_config import admin_client, client_config
+from streams.runtime.kafka_config import client_config
 from streams.runtime.settings import Settings
 from streams.testing.metrics import scraped_sum
-from streams.testing.worker import COMPARISON_ENV, WorkerProcess
+from streams.testing.worker import COMPARISON_ENV, LiveGate, WorkerProcess
 from streams.worker.dbpm import (
     BARRIER_HEADER,
     contract_event,
     dbpm_engine,
     dispatch_outputs,
+    pin_record,
     producer_config,
     verdict_key,
 )
 from streams.worker.gate import gate_group
-from topics.admin import ensure_topics
-from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, build_catalog, dlq_name
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, dlq_name
 
 pytestmark = pytest.mark.integration
 
@@ -61,30 +62,6 @@ EXAMPLE = next(
 )  # fmt: skip
 # The workers' settings for an event-for-event comparison, shared with the chaos soak.
 COMPARISON_FLAGS = COMPARISON_ENV
-
-
-@pytest.fixture
-def start_workers(
-    kafka_bootstrap: str, tmp_path: Path
-) -> Iterator[Callable[..., tuple[str, list[WorkerProcess]]]]:
-    """Factory: ``start_workers(n, **env)`` -> (app id, n ready workers of one fresh app)."""
-    ensure_topics(admin_client(kafka_bootstrap), build_catalog(Settings().topic_partitions))
-    started: list[WorkerProcess] = []
-
-    def start(count: int = 1, **env: str) -> tuple[str, list[WorkerProcess]]:
-        app_id = f"clingate-test-{uuid.uuid4().hex[:8]}"
-        commit_worker_end_offsets(kafka_bootstrap, app_id)
-        workers = [
-            WorkerProcess(kafka_bootstrap, app_id, tmp_path / f"{app_id}-{i}", env) for i in range(count)
-        ]
-        for worker in workers:
-            started.append(worker)
-            worker.start()
-        return app_id, workers
-
-    yield start
-    for worker in started:
-        worker.stop()
 
 
 def _events(limit: int) -> list[dict[str, Any]]:
@@ -481,3 +458,35 @@ def test_a_sigtermed_worker_stops_at_once_leaving_candidates_at_their_barrier_to
         assert committed.offset <= first
     finally:
         decisions.close()
+
+
+def test_an_operators_block_pin_blocks_the_next_candidate_and_its_removal_gives_the_learnt_allow_back(
+    kafka_bootstrap: str, start_workers
+) -> None:
+    """Scenario: a live NER entity the verifier judged a success (its candidates ALLOWed by the whitelist);
+    an operator pins it BLOCK (the console's record on ``clingate.dbpm.verdicts``): the next candidate the
+    gate decides after the memory applied the pin is BLOCKed by rule ``operator_pin`` with the pin named in
+    its provenance; the pin removed, the whitelist decides again."""
+    start_workers(1, **COMPARISON_FLAGS)
+    run = uuid.uuid4().hex[:8]
+    gate = LiveGate(kafka_bootstrap, f"Rash-{run}", f"p-{run}")
+    sig = f"rash-{run}"
+    try:
+        gate.verdict("success")
+        learnt = gate.until(lambda d: d.rule == "whitelist")[-1]
+        gate.send(pin_record("ner", sig, PinAction.BLOCK, "ops", "verifier misses it", f"pin-{run}", _now()))
+        *before, pinned = gate.until(lambda d: d.rule == "operator_pin")
+        gate.send(pin_record("ner", sig, PinAction.UNPIN, "ops", "fixed upstream", f"unpin-{run}", _now()))
+        *still, restored = gate.until(lambda d: d.rule != "operator_pin")
+    finally:
+        gate.close()
+    assert (learnt.decision.value, learnt.signature) == ("ALLOW", sig)
+    assert all(d.rule == "whitelist" for d in before) and all(d.rule == "operator_pin" for d in still)
+    assert (pinned.decision.value, pinned.confidence_multiplier) == ("BLOCK", 0.0)
+    assert pinned.provenance[:3] == ("operator_pin", f"pin_id=pin-{run}", "pinned_by=ops")
+    assert "pin_reason=verifier misses it" in pinned.provenance
+    assert (restored.decision.value, restored.rule) == ("ALLOW", "whitelist")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

@@ -6,8 +6,10 @@ sessions, sign-in and pages) with a users file in the test's directory, a clock 
 (:class:`MemoryTrail`), a fixed list of assessments (:class:`FakeAssessments`), fixed review packets and
 reviews (:class:`FakeReviews`), a review publisher that keeps what it publishes (:class:`MemoryPublisher`),
 fixed dead letters (:class:`FakeDeadLetters`), a re-driver that keeps what it produces
-(:class:`MemoryRedriver`), the agent's topics in memory (:class:`MemoryAgent`) and fixed gated drafts and
-routes (:class:`FakeDrafts`), and runs a scenario against it with aiohttp's test client on a loopback port.
+(:class:`MemoryRedriver`), the agent's topics in memory (:class:`MemoryAgent`), fixed gated drafts and
+routes (:class:`FakeDrafts`), a DBPM memory the test fills through the real engine (:class:`FakeMemory`)
+and a pin publisher that keeps what it publishes (:class:`MemoryPins`), and runs a scenario against it
+with aiohttp's test client on a loopback port.
 """
 
 from __future__ import annotations
@@ -23,10 +25,14 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
 from schemas.agent import AgentRequest
 from schemas.clinical import ClinicalAssessment, GatedDraft, RevisionRoute
 from schemas.console import ConsoleAction
+from schemas.dbpm import GateDecision, Verdict
+from schemas.dbpm import Propagation as PropagationRecord
 from schemas.docs import Review, ReviewPacket
+from state import MemoryStore
 from streams.console.agent_topics import Turn
 from streams.console.app import build_app
 from streams.console.assessments import AssessmentLog
@@ -35,11 +41,14 @@ from streams.console.auth import Access
 from streams.console.dead_letter_queues import DEAD_LETTER_QUEUES, PAGE_OFFSETS, Letter, LetterPage, Queue
 from streams.console.delivery import NotAcknowledged
 from streams.console.drafts import DraftLog
+from streams.console.memory import Explorer
+from streams.console.memorylog import SignatureLog, memory_keys
 from streams.console.pages import Unavailable
-from streams.console.reviews import ReviewLog, ReviewNotRecorded
+from streams.console.reviews import ReviewLog
 from streams.console.sessions import Sessions, SignInThrottle
 from streams.console.users import Role, UserStore
 from streams.demo.samples import golden_assessment
+from streams.worker.dbpm import contract_event, memory_key, verdict_key
 
 PASSWORD = "correct horse battery"
 LIFETIME_S = 8 * 3600.0
@@ -113,7 +122,7 @@ class MemoryPublisher:
 
     async def publish(self, review: Review) -> None:
         if self.down:
-            raise ReviewNotRecorded("clingate.docs.reviews: broker down")
+            raise NotAcknowledged("clingate.docs.reviews: not acknowledged: broker down")
         self.published.append(review)
 
 
@@ -229,6 +238,54 @@ class MemoryAgent:
         return {i: r for i, r in self._requests().items() if i in request_ids}
 
 
+@dataclass
+class FakeMemory:
+    """The DBPM topics and the memory table: ``store`` the memory as its writers hold it, ``events`` the
+    verdict and propagation records, ``decisions`` the decision records (each in publication order);
+    ``down`` makes a read fail."""
+
+    engine: Any
+    store: MemoryStore = field(default_factory=MemoryStore)
+    events: list[Verdict | PropagationRecord] = field(default_factory=list)
+    decisions: list[GateDecision] = field(default_factory=list)
+    down: bool = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise Unavailable("the DBPM topics could not be read: timed out")
+
+    def _key(self, event: Verdict | PropagationRecord) -> bytes:
+        if isinstance(event, PropagationRecord):
+            return memory_key(event.task, event.signature)
+        return verdict_key(self.engine, contract_event(event))  # type: ignore[arg-type]
+
+    async def signature(self, task: str, sig: str) -> SignatureLog:
+        self._check()
+        records = {k: v for k in memory_keys(task, sig) if (v := self.store.get(k)) is not None}
+        events = tuple(e for e in self.events if self._key(e) == memory_key(task, sig))
+        decisions = tuple(d for d in self.decisions if (d.task, d.signature) == (task, sig))
+        return SignatureLog(records, events, decisions)
+
+    async def decision(self, candidate_id: str) -> GateDecision | None:
+        self._check()
+        return next((d for d in self.decisions if d.candidate_id == candidate_id), None)
+
+
+@dataclass
+class MemoryPins:
+    """A pin publisher that keeps each pin with the audit records there were when it was published;
+    ``down`` makes a publication fail as Kafka's would."""
+
+    trail: MemoryTrail
+    published: list[tuple[Verdict, list[ConsoleAction]]] = field(default_factory=list)
+    down: bool = False
+
+    async def publish(self, pin: Verdict) -> None:
+        if self.down:
+            raise NotAcknowledged("clingate.dbpm.verdicts: not acknowledged: broker down")
+        self.published.append((pin, list(self.trail.records)))
+
+
 def csrf_of(html: str) -> str:
     """The CSRF token a page's forms carry."""
     found = re.search(r'name="csrf_token" value="([^"]+)"', html)
@@ -250,6 +307,9 @@ class Console:
         self.redriver = MemoryRedriver(self.trail)
         self.agent = MemoryAgent(self.trail)
         self.drafts = FakeDrafts()
+        self.dbpm = DBPMConfig()
+        self.memory = FakeMemory(DBPMEngine(self.dbpm, load_ontology()))
+        self.pins = MemoryPins(self.trail)
         self.sessions = Sessions(LIFETIME_S, IDLE_S, self.clock)
         self.throttle = SignInThrottle(clock=self.clock)
         self.secure_cookies = secure_cookies
@@ -260,7 +320,7 @@ class Console:
         app = build_app(
             access, self.trail, self.assessments, self.reviews, self.publisher, history=self.trail,
             dead_letter_source=self.dead_letters, redriver=self.redriver, agent_desk=self.agent,
-            drafts=self.drafts,
+            drafts=self.drafts, explorer=Explorer(self.memory, self.pins, self.dbpm),
         )  # fmt: skip
 
         async def main() -> Any:

@@ -140,6 +140,16 @@ def test_the_shared_settings_are_real_and_both_deployments_read_them() -> None:
         assert container["envFrom"] == [{"configMapRef": {"name": "clingate-config"}}]
 
 
+def test_the_memory_settings_the_console_explains_with_are_the_workers_in_both_deployments() -> None:
+    """The console's memory explorer reads ``<CLINGATE_APP_ID>-dbpm-memory-changelog`` and decays with the
+    DBPM settings: neither may be set for one process alone, or the console explores another memory."""
+    memory = re.compile(r"CLINGATE_(APP_ID|DBPM_\w+)$")
+    for name, service in _clingate_services():
+        assert not [v for v in service["environment"] if memory.match(v)], name
+    for container in _k8s_clingate_containers():
+        assert not [e["name"] for e in container.get("env", ()) if memory.match(e["name"])], container["name"]
+
+
 def test_both_deployments_run_the_images_make_images_builds() -> None:
     names = image_names(Settings())
     built = {"clingate": names.clingate, "clingate-kafka": names.kafka}

@@ -48,9 +48,9 @@ def test_downstream_consumers_only_read_decisions() -> None:
 
 
 def test_every_topic_has_exactly_one_writing_principal_but_verdicts_and_the_redrive_targets() -> None:
-    """Verdicts come from the verifiers and from the workers' gate (the Ontology-Violation Filter); the
-    console re-drives dead letters to every topic that has a DLQ, beside that topic's own writer (the
-    SME's reviews are the console's alone)."""
+    """Verdicts come from the verifiers, from the workers' gate (the Ontology-Violation Filter) and from
+    the console (the operators' pins); the console also re-drives dead letters to every topic that has a
+    DLQ, beside that topic's own writer (the SME's reviews are the console's alone)."""
     writers = Counter(topic for principal in PLAN.principals for topic in principal.write)
     outputs = [spec.name for spec in CATALOG if not spec.name.endswith(".dlq")]
     redriven = {spec.name for spec in CATALOG if spec.dlq is not None} - {DOCS_REVIEWS}
@@ -69,6 +69,14 @@ def test_the_console_reads_every_dlq_and_writes_exactly_the_redrive_targets_and_
     assert set(console.write) == consumed | {CONSOLE_AUDIT}
     assert {dlq_name(topic) for topic in consumed} <= set(console.read)
     assert {CONSOLE_AUDIT, AGENT_RESPONSES, AGENT_TRACES, AGENT_PROPOSALS} <= set(console.read)
+
+
+def test_the_console_reads_what_the_memory_explorer_shows() -> None:
+    plan = load_plan(DEFAULT_PLAN, app_id="ward-7", docs_group_id="clingate-docs")
+    console = plan.principal("clingate-console")
+    assert {DBPM_VERDICTS, "clingate.dbpm.propagations", DBPM_DECISIONS} <= set(console.read)
+    assert console.read_prefixes == ("ward-7-dbpm-memory",)
+    assert not console.owned_prefixes and not console.transactional_prefixes
 
 
 def test_every_consumed_topic_is_readable_by_some_principal() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter as CollectionsCounter
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from processors.dbpm import parse_event
+from processors.dbpm.signatures import signature
 from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
 from streams.replay.kafka import decision_json
@@ -41,7 +43,7 @@ from streams.worker.dbpm import (
     verdict_key,
 )
 from streams.worker.gate import ConfigWatch
-from tests.dbpm_streams import with_candidate_ids, with_copies
+from tests.dbpm_streams import pin_line, with_candidate_ids, with_copies
 from tests.replay_example import EXAMPLE, assert_state_close, example_events, needs_example
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_PROPAGATIONS, DBPM_VERDICTS
 from topics.partitioner import partition_for
@@ -115,6 +117,32 @@ def test_the_chaos_soaks_stream_gives_the_engines_decisions_and_memory() -> None
     in-process engine's on the same reordered stream.
     """
     _assert_equals_the_engine(COMPARISON, soak_stream(3000, 500, "topology"))
+
+
+def test_operator_pins_on_the_verdict_topic_decide_as_the_engine_decides_them() -> None:
+    """Scenario: the synthetic stream with an operator's pins of three gated signatures (BLOCK, ALLOW, then
+    UNPIN of one) published on ``clingate.dbpm.verdicts`` keyed like the verdicts of their signatures:
+    the memory partition of each signature records its pin, and decisions, provenance (the pin named) and
+    memory equal the in-process engine's."""
+    events = list(generate_events(1200))
+    recurring = CollectionsCounter(
+        (e["task"], signature(e["task"], e["payload"])) for e in events[200:] if e["kind"] == "gate"
+    )
+    (a, _), (b, _), (c, _) = recurring.most_common(3)
+    early, late = events[199]["ts"], events[899]["ts"]
+    pins = [(200, pin_line(*a, "BLOCK", early)), (201, pin_line(*b, "ALLOW", early)),
+            (202, pin_line(*c, "BLOCK", early)), (900, pin_line(*c, "UNPIN", late))]  # fmt: skip
+    for at, event in reversed(pins):
+        events.insert(at, event)
+
+    driver = _assert_equals_the_engine(COMPARISON, events)
+
+    pinned = [d for d in driver.values(DBPM_DECISIONS, GateDecision) if d.rule == "operator_pin"]
+    assert {d.signature for d in pinned} == {a[1], b[1], c[1]}
+    assert all("pinned_by=olga" in d.provenance for d in pinned)
+    unpinned = {e["candidate_id"] for e in events[904:]
+                if e["kind"] == "gate" and (e["task"], signature(e["task"], e["payload"])) == c}  # fmt: skip
+    assert unpinned and not unpinned & {d.candidate_id for d in pinned}, "the UNPIN gave the learnt rule back"
 
 
 @settings(max_examples=12, suppress_health_check=[HealthCheck.too_slow])

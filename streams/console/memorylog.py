@@ -1,0 +1,219 @@
+"""Where the memory explorer gets what it shows, and how it publishes an operator's pin.
+
+:class:`KafkaMemory` reads, on every page load, with a ``read_committed`` reader of its own from the
+beginning of each partition up to the end it has when the page asks:
+
+* for a signature, the partition its key ``task|signature`` has on ``clingate.dbpm.verdicts`` (murmur2,
+  :func:`streams.worker.dbpm.verdict_key`), and the same partition of ``clingate.dbpm.propagations`` and of
+  the memory table's changelog (``<CLINGATE_APP_ID>-dbpm-memory-changelog``), which are co-partitioned with
+  it: the signature's verdicts, pins and propagated evidence still on the topics (records of that key
+  only), and its memory records (blocklist pattern, whitelist entry, pin) as the memory's one writer of
+  the signature last committed them (a tombstone deletes one);
+* every partition of ``clingate.dbpm.decisions`` (keyed by patient, so a signature's decisions are
+  anywhere): the decisions of the signature, or the decision of one candidate (the first, as consumers
+  keep the first of a re-delivered one).
+
+The known cost: a page load reads one partition of three topics and the whole decisions topic (30 days of
+decisions); a console for a large deployment would keep tables of them up to date from the topics
+instead. Before the workers of ``CLINGATE_APP_ID`` have created their changelog there is no memory record
+to read, and the page says the memory holds nothing about the signature.
+
+:class:`KafkaPinPublisher` publishes a pin as a verdict record (:func:`streams.worker.dbpm.pin_record`)
+keyed by :func:`~streams.worker.dbpm.verdict_key`, through an idempotent producer with Java's murmur2
+partitioner (:func:`~streams.worker.dbpm.producer_config`) in an :class:`~streams.console.delivery.Outbox`:
+a pin the page reports as not recorded is never delivered later.
+
+A record that cannot be decoded is skipped and counted (``unreadable``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import ParamSpec, Protocol, TypeVar
+
+from confluent_kafka import KafkaException
+
+from processors.dbpm import DBPMEngine
+from schemas.base import AvroModel
+from schemas.dbpm import GateDecision, Verdict
+from schemas.dbpm import Propagation as PropagationRecord
+from schemas.serde import SchemaDecodeError, Serde
+from streams.console.delivery import Outbox
+from streams.console.pages import Unavailable
+from streams.runtime.kafka_clients import partitions, read_to_end, reader
+from streams.worker.dbpm import contract_event, memory_changelog, memory_key, producer_config, verdict_key
+from topics.catalog import DBPM_DECISIONS, DBPM_PROPAGATIONS, DBPM_VERDICTS
+from topics.partitioner import partition_for
+
+log = logging.getLogger(__name__)
+
+READ_TIMEOUT_S = 30.0
+"""Longest a page waits for the topics to be read to their end."""
+
+M = TypeVar("M", bound=AvroModel)
+R = TypeVar("R")
+P = ParamSpec("P")
+
+
+@dataclass(frozen=True)
+class SignatureLog:
+    """What the topics hold about one signature now."""
+
+    records: Mapping[bytes, bytes]
+    """Its memory records (:mod:`processors.dbpm.memory` keys: ``B``, ``W`` and ``O`` of the signature)."""
+    events: tuple[Verdict | PropagationRecord, ...]
+    """Its verdicts, pins and propagated evidence, each topic's in topic order."""
+    decisions: tuple[GateDecision, ...]
+    """The decisions of its candidates, in each partition's order."""
+    unreadable: int = 0
+    """Records of the signature skipped because they could not be decoded."""
+
+
+class MemorySource(Protocol):
+    """What the memory explorer reads."""
+
+    async def signature(self, task: str, sig: str) -> SignatureLog:
+        """What the topics hold about ``sig`` of ``task``.
+
+        Raises:
+            Unavailable: a topic could not be read.
+        """
+        ...
+
+    async def decision(self, candidate_id: str) -> GateDecision | None:
+        """The gate's decision of ``candidate_id`` (None: none on the topic).
+
+        Raises:
+            Unavailable: the topic could not be read.
+        """
+        ...
+
+
+class PinPublisher(Protocol):
+    """Where the operator's pins go."""
+
+    async def publish(self, pin: Verdict) -> None:
+        """Publish ``pin``; returns once Kafka acknowledged it.
+
+        Raises:
+            NotAcknowledged: it was not acknowledged.
+        """
+        ...
+
+
+def memory_keys(task: str, sig: str) -> tuple[bytes, ...]:
+    """The memory records of one signature the explorer shows: its pattern, whitelist entry and pin."""
+    name = task.encode() + b"\x00" + sig.encode()
+    return (b"B" + name, b"W" + name, b"O" + name)
+
+
+class KafkaMemory:
+    """The DBPM topics and the memory changelog of ``app_id``, read on each call (module docstring)."""
+
+    def __init__(self, bootstrap: str, serde: Serde, app_id: str) -> None:
+        self._bootstrap = bootstrap
+        self._serde = serde
+        self._changelog = memory_changelog(app_id)
+
+    async def signature(self, task: str, sig: str) -> SignatureLog:
+        """What the topics hold about ``sig`` of ``task`` now (read in a thread: the event loop goes on)."""
+        return await self._off_loop(self._signature, task, sig)
+
+    async def decision(self, candidate_id: str) -> GateDecision | None:
+        """The first decision of ``candidate_id`` now on the topic."""
+        decisions, _ = await self._off_loop(self._decisions, lambda d: d.candidate_id == candidate_id)
+        return decisions[0] if decisions else None
+
+    async def _off_loop(self, read: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """``read(*args)`` in a thread; Kafka not answering in time is :class:`Unavailable`."""
+        try:
+            return await asyncio.to_thread(read, *args, **kwargs)
+        except (KafkaException, TimeoutError) as exc:
+            raise Unavailable(f"the DBPM topics could not be read: {exc}") from exc
+
+    def _signature(self, task: str, sig: str) -> SignatureLog:
+        key = memory_key(task, sig)
+        wanted = memory_keys(task, sig)
+        # From offset 0 of the signature's partitions ("earliest" when retention has deleted it).
+        overrides = {"isolation.level": "read_committed", "auto.offset.reset": "earliest"}
+        consumer = reader(self._bootstrap, "console-memory", **overrides)
+        records: dict[bytes, bytes] = {}
+        raw: list[tuple[str, bytes]] = []
+        try:
+            partition = partition_for(key, len(partitions(consumer, DBPM_VERDICTS)))
+            topics = [DBPM_VERDICTS, DBPM_PROPAGATIONS]
+            if self._changelog in consumer.list_topics(timeout=READ_TIMEOUT_S).topics:
+                topics.append(self._changelog)
+            starts = {topic: {partition: 0} for topic in topics}
+            for message in read_to_end(consumer, starts, READ_TIMEOUT_S, named_only=True):
+                topic, found, value = message.topic(), message.key(), message.value()
+                if topic == self._changelog:
+                    if found in wanted:
+                        if value is None:
+                            records.pop(found, None)
+                        else:
+                            records[found] = value
+                elif found == key and value is not None:
+                    raw.append((topic, value))
+        finally:
+            consumer.close()
+        events: list[Verdict | PropagationRecord] = []
+        unreadable = 0
+        for topic, value in raw:
+            model = Verdict if topic == DBPM_VERDICTS else PropagationRecord
+            decoded = self._decode(value, model, topic)
+            if decoded is None:
+                unreadable += 1
+            else:
+                events.append(decoded)
+        decisions, skipped = self._decisions(lambda d: d.task == task and d.signature == sig)
+        return SignatureLog(records, tuple(events), tuple(decisions), unreadable + skipped)
+
+    def _decisions(self, keep: Callable[[GateDecision], bool]) -> tuple[list[GateDecision], int]:
+        """The decisions on the topic that ``keep`` keeps, and how many records could not be decoded."""
+        consumer = reader(self._bootstrap, "console-decisions", **{"isolation.level": "read_committed"})
+        kept: list[GateDecision] = []
+        unreadable = 0
+        try:
+            for message in read_to_end(consumer, {DBPM_DECISIONS: {}}, READ_TIMEOUT_S):
+                value = message.value()
+                if value is None:
+                    continue
+                decision = self._decode(value, GateDecision, DBPM_DECISIONS)
+                if decision is None:
+                    unreadable += 1
+                elif keep(decision):
+                    kept.append(decision)
+        finally:
+            consumer.close()
+        return kept, unreadable
+
+    def _decode(self, value: bytes, model: type[M], topic: str) -> M | None:
+        try:
+            return self._serde.decode(value, model, topic=topic)
+        except SchemaDecodeError as exc:
+            log.warning("console: skipped a record of %s: %s", topic, exc)
+            return None
+
+
+class KafkaPinPublisher:
+    """``clingate.dbpm.verdicts`` through one idempotent murmur2 producer; each pin awaited until
+    acknowledged (module docstring)."""
+
+    def __init__(self, bootstrap: str, serde: Serde, engine: DBPMEngine) -> None:
+        self._outbox = Outbox(producer_config(bootstrap), "pins")
+        self._serde = serde
+        self._engine = engine
+
+    async def publish(self, pin: Verdict) -> None:
+        """Produce ``pin`` keyed for the memory partition of its signature and wait until Kafka
+        acknowledged it (module docstring)."""
+        key = verdict_key(self._engine, contract_event(pin))  # type: ignore[arg-type]
+        await self._outbox.send(DBPM_VERDICTS, key=key, value=self._serde.encode(pin, topic=DBPM_VERDICTS))
+
+    def close(self) -> None:
+        """Wait for the pins still in flight (:meth:`Outbox.close`)."""
+        self._outbox.close()
