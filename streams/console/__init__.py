@@ -13,10 +13,17 @@ One module per concern:
 * :mod:`~streams.console.pharmacist`: the pharmacist's board and patient pages;
 * :mod:`~streams.console.reviews`: the review packets and reviews read from Kafka, and the SME's decisions
   published;
+* :mod:`~streams.console.corrections`: an SME's correction of segments and mixture, read from the form;
 * :mod:`~streams.console.sme`: the SME's review queue, packet page and decision;
 * :mod:`~streams.console.memorylog`: the DBPM topics and memory changelog read from Kafka, and the
   operators' pins published;
 * :mod:`~streams.console.memory`: the operator's memory explorer and pins;
+* :mod:`~streams.console.dead_letter_queues`: the ``.dlq`` topics read from Kafka, and re-drives produced;
+* :mod:`~streams.console.dead_letters`: the operator's dead-letter pages and re-drive;
+* :mod:`~streams.console.history`: the re-drives done and questions asked, read back from the audit trail;
+* :mod:`~streams.console.agent_topics`: the agent's topics (a question published, a turn read back);
+* :mod:`~streams.console.agent`: the clinician's agent pages;
+* :mod:`~streams.console.delivery`: a person's record produced and awaited until Kafka acknowledged it;
 * :mod:`~streams.console.records`: a topic's records read for a page;
 * :mod:`~streams.console.pages`: templates, navigation and the error of an unavailable page;
 * :mod:`~streams.console.app`: the aiohttp application (routes, middlewares, response headers);

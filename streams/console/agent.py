@@ -14,7 +14,10 @@ What holds:
   each tool call with its arguments, outcome and result summarised, and the proposals its write tools
   made. Until the agent has answered it says so, shows the decisions made so far, and reloads itself
   every :data:`REFRESH_S` seconds (``<meta http-equiv="refresh">``: no script, which the CSP forbids).
-  A turn id is 72 random bits, with the time it was asked (where its records are looked for).
+  A turn id is 72 random bits, with the time it was asked (where its records are looked for). A turn is
+  its clinician's: the page shows it only to the user whose ``ask`` record on the audit trail names it;
+  another clinician gets 403 (recorded as ``access-denied``), and a turn no one asked through the console
+  is 404.
 * **The recent turns** on ``/agent`` are the signed-in clinician's last :data:`RECENT` questions, from
   their ``ask`` records on the audit trail, with each question read back from the requests topic.
 
@@ -148,7 +151,12 @@ async def turn_page(request: web.Request) -> web.StreamResponse:
     """``GET /agent/turn/{turn_id}``: the turn, answered or not yet (module docstring)."""
     turn_id = request.match_info["turn_id"]
     asked = asked_at(turn_id)
-    turn = None if asked is None else await request.app[AGENT].turn(turn_id, turn_id, asked)
+    askers = set() if asked is None else await _askers(request, turn_id)
+    if askers and request[SESSION].user not in askers:
+        await record_refusal(request, Action.ACCESS_DENIED, reason="another clinician's turn")
+        return render(request, "error.html", status=403, title="Not your turn",
+                      message="This question was asked by another clinician.")  # fmt: skip
+    turn = None if asked is None or not askers else await request.app[AGENT].turn(turn_id, turn_id, asked)
     if turn is None:
         return render(request, "error.html", status=404, title="No such turn",
                       message="No question of that turn is on the agent's requests topic.")  # fmt: skip
@@ -160,6 +168,15 @@ async def turn_page(request: web.Request) -> web.StreamResponse:
         request, "agent_turn.html", title="Agent turn", turn=turn, calls=calls, event_summary=event_summary,
         cut=cut, refresh_s=REFRESH_S,
     )  # fmt: skip
+
+
+async def _askers(request: web.Request, turn_id: str) -> set[str]:
+    """Who asked ``turn_id`` through the console (their ``ask`` records on the audit trail)."""
+    return {
+        a.user
+        for a in await request.app[HISTORY].actions({Action.ASK})
+        if a.target == turn_id and a.outcome == "ok"
+    }
 
 
 def add_routes(app: web.Application) -> None:

@@ -13,8 +13,9 @@ What holds:
   The trajectory lists every verdict, pin and propagated evidence of the signature still on the topics in
   event-time order, each with its source, its verdict, its Table 4 weight (``DBPMConfig.weight``) and the
   severity the next decision of the signature saw after it (the decision's own ``severity``: what the gate
-  read, not a recomputation). The decisions of the signature follow, newest first, the first
-  :data:`DECISIONS_SHOWN` of them with the total count by decision.
+  read, not a recomputation): the latest :data:`TRAJECTORY_SHOWN` of them, with the total. The decisions
+  of the signature follow, newest first, the first :data:`DECISIONS_SHOWN` of them with the total count
+  by decision.
 * **Candidate page** (``/memory/candidate/<id>``): its decision, rule, severity, multiplier, provenance,
   configuration fingerprint, coverage and payload, and one plain-language line (:func:`why`) built from the
   rule, the provenance and the configuration's thresholds only, linking to the signature page.
@@ -24,7 +25,9 @@ What holds:
   is the audit record's ``action_id``, its ``operator`` the signed-in user); nothing is published when
   that record is not acknowledged, and a pin Kafka did not acknowledge answers 503 and is recorded on the
   trail as refused. The memory's writer of the signature applies it (:mod:`processors.dbpm.pins`); the
-  page then shows the pin once the memory has committed it.
+  page then shows the pin once the memory has committed it. A signature whose pin would decide nothing
+  (:func:`processors.dbpm.pins.unpinnable`: a QA error-class one) has no pin form, and its pin is refused
+  (400), nothing recorded.
 
 Every page is the operator role's only.
 """
@@ -60,6 +63,9 @@ TASKS = ("ner", "re", "qa")
 """The tasks the gate decides, so the tasks a signature can be looked up and pinned in."""
 DECISIONS_SHOWN = 50
 """The most decisions a signature page lists (newest first); the total is counted."""
+TRAJECTORY_SHOWN = 50
+"""The most trajectory events a signature page lists (the latest, in event-time order); the total is
+counted. A signature the verifier keeps failing has thousands in 30 days of topic."""
 REASON_MAX = 500
 """The longest reason a pin takes."""
 _ACTIONS = frozenset(a.value for a in PinAction)
@@ -112,6 +118,9 @@ class SignatureView:
     by_source: list[tuple[str, str, int]]
     """(source, verdict, count) of the signature's events on the topics."""
     trajectory: list[Step]
+    """The latest :data:`TRAJECTORY_SHOWN` events, in event-time order."""
+    events: int
+    """How many events of the signature are on the topics."""
     decisions: list[GateDecision]
     """The newest :data:`DECISIONS_SHOWN` decisions, newest first."""
     decision_counts: dict[str, int]
@@ -177,7 +186,7 @@ def signature_view(
         task, sig, now, pattern, mem.severity(task, pattern, at), mem.kappa(pattern, at),
         mem.white(task, sig), mem.pin(task, sig), source_names(pattern.sources) if pattern else (),
         [(source, verdict, n) for (source, verdict), n in sorted(counts.items())],
-        trajectory(log_, config), newest[:DECISIONS_SHOWN],
+        trajectory(log_, config)[-TRAJECTORY_SHOWN:], len(log_.events), newest[:DECISIONS_SHOWN],
         dict(sorted(Counter(d.decision.value for d in log_.decisions).items())), log_.unreadable,
     )  # fmt: skip
 

@@ -28,13 +28,10 @@ A record that cannot be decoded is skipped and counted (``unreadable``).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import ParamSpec, Protocol, TypeVar
-
-from confluent_kafka import KafkaException
+from typing import Protocol, TypeVar
 
 from processors.dbpm import DBPMEngine
 from schemas.base import AvroModel
@@ -42,7 +39,8 @@ from schemas.dbpm import GateDecision, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
 from schemas.serde import SchemaDecodeError, Serde
 from streams.console.delivery import Outbox
-from streams.console.pages import Unavailable
+from streams.console.pages import read_in_thread
+from streams.console.records import READ_TIMEOUT_S, read_records
 from streams.runtime.kafka_clients import partitions, read_to_end, reader
 from streams.worker.dbpm import contract_event, memory_changelog, memory_key, producer_config, verdict_key
 from topics.catalog import DBPM_DECISIONS, DBPM_PROPAGATIONS, DBPM_VERDICTS
@@ -50,12 +48,7 @@ from topics.partitioner import partition_for
 
 log = logging.getLogger(__name__)
 
-READ_TIMEOUT_S = 30.0
-"""Longest a page waits for the topics to be read to their end."""
-
 M = TypeVar("M", bound=AvroModel)
-R = TypeVar("R")
-P = ParamSpec("P")
 
 
 @dataclass(frozen=True)
@@ -120,19 +113,14 @@ class KafkaMemory:
 
     async def signature(self, task: str, sig: str) -> SignatureLog:
         """What the topics hold about ``sig`` of ``task`` now (read in a thread: the event loop goes on)."""
-        return await self._off_loop(self._signature, task, sig)
+        return await read_in_thread("the DBPM topics", self._signature, task, sig)
 
     async def decision(self, candidate_id: str) -> GateDecision | None:
         """The first decision of ``candidate_id`` now on the topic."""
-        decisions, _ = await self._off_loop(self._decisions, lambda d: d.candidate_id == candidate_id)
+        decisions, _ = await read_in_thread(
+            DBPM_DECISIONS, self._decisions, lambda d: d.candidate_id == candidate_id
+        )
         return decisions[0] if decisions else None
-
-    async def _off_loop(self, read: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        """``read(*args)`` in a thread; Kafka not answering in time is :class:`Unavailable`."""
-        try:
-            return await asyncio.to_thread(read, *args, **kwargs)
-        except (KafkaException, TimeoutError) as exc:
-            raise Unavailable(f"the DBPM topics could not be read: {exc}") from exc
 
     def _signature(self, task: str, sig: str) -> SignatureLog:
         key = memory_key(task, sig)
@@ -174,22 +162,8 @@ class KafkaMemory:
 
     def _decisions(self, keep: Callable[[GateDecision], bool]) -> tuple[list[GateDecision], int]:
         """The decisions on the topic that ``keep`` keeps, and how many records could not be decoded."""
-        consumer = reader(self._bootstrap, "console-decisions", **{"isolation.level": "read_committed"})
-        kept: list[GateDecision] = []
-        unreadable = 0
-        try:
-            for message in read_to_end(consumer, {DBPM_DECISIONS: {}}, READ_TIMEOUT_S):
-                value = message.value()
-                if value is None:
-                    continue
-                decision = self._decode(value, GateDecision, DBPM_DECISIONS)
-                if decision is None:
-                    unreadable += 1
-                elif keep(decision):
-                    kept.append(decision)
-        finally:
-            consumer.close()
-        return kept, unreadable
+        decisions = read_records(self._bootstrap, self._serde, DBPM_DECISIONS, GateDecision)
+        return [d for d in decisions.values() if keep(d)], decisions.unreadable
 
     def _decode(self, value: bytes, model: type[M], topic: str) -> M | None:
         try:

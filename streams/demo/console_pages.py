@@ -139,7 +139,7 @@ def step_console(
             chromium.close()
     for shown in results.console_pages:
         mark = "[green]ok[/]" if shown.shows else "[red]MISSING[/]"
-        console.print(f"  {shown.name:<22} {shown.status} {mark} {shown.path}  -> {shown.screenshot}")
+        console.print(f"  {shown.name:<26} {shown.status} {mark} {shown.path}  -> {shown.screenshot}")
     missing = [p.name for p in results.console_pages if not p.shows]
     results.check("console_pages", not missing, f"console pages without what they must show: {missing}")
     return users

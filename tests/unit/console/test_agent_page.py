@@ -184,6 +184,20 @@ def test_a_pharmacist_gets_403_on_the_agent_pages(site: Console) -> None:
     assert len([a for a in site.trail.records if a.action == "access-denied"]) == 3
 
 
+def test_a_turn_is_shown_only_to_the_clinician_who_asked_it(site: Console) -> None:
+    site.run(_ask({"query": QUESTION}))
+    [(request, _)] = site.agent.asked
+    status, html = site.run(_get(f"/agent/turn/{request.request_id}", name="dr2"))
+    assert status == 403 and QUESTION not in html
+    [denied] = [a for a in site.trail.records if a.action == "access-denied"]
+    assert (denied.user, denied.target, denied.outcome) == (
+        "dr2",
+        f"/agent/turn/{request.request_id}",
+        "refused",
+    )
+    assert site.run(_get(f"/agent/turn/{request.request_id}"))[0] == 200
+
+
 def test_an_unknown_or_malformed_turn_is_404(site: Console) -> None:
     assert site.run(_get(f"/agent/turn/{new_turn_id(datetime.now(UTC))}"))[0] == 404
     assert site.run(_get("/agent/turn/not-a-turn"))[0] == 404

@@ -18,6 +18,7 @@ from processors.dbpm import format_time, parse_event
 from processors.dbpm.memory import Memory
 from schemas.dbpm import Candidate, GateDecision, PinAction, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
+from streams.console import memory
 from streams.console.memory import why
 from streams.console.users import Role
 from streams.worker.dbpm import contract_event, pin_record
@@ -126,6 +127,15 @@ def test_the_signature_page_shows_the_severity_decayed_to_now_the_trajectory_and
     ]  # fmt: skip
     assert re.findall(r'<tr data-candidate="([\w-]+)">', html) == ["c-3", "c-2", "c-1"], "newest first"
     assert "3 decision(s)" in html
+
+
+def test_a_long_trajectory_lists_its_latest_events_and_counts_them_all(
+    site: Console, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(memory, "TRAJECTORY_SHOWN", 2)
+    status, html = site.run(lambda c: _page(c, "/memory/signature", task="ner", signature="fever"))
+    assert status == 200 and "5 event(s) on the topics; the latest 2 are listed." in html
+    assert re.findall(r'<tr data-kind="(\w+)">', html) == ["verdict", "propagation"]
 
 
 def test_the_candidate_page_says_why_it_was_blocked_and_links_its_signature(site: Console) -> None:
