@@ -11,9 +11,9 @@ below is ours and is recorded here because the source leaves it open.
 Input and output
 ----------------
 ``classify_qa_error(answer, context)`` takes the candidate answer and its context (the patient narrative
-the answer should be grounded in) and returns a :class:`QAErrorClass`, or ``None`` when the answer is
-supported. :func:`assess_answer` returns the same decision together with the evidence behind it. Both
-are pure functions of their two strings: no state, no clock, no randomness, no locale.
+the answer should be grounded in) and returns a :class:`~schemas.dbpm.QaErrorClass`, or ``None`` when the
+answer is supported. :func:`assess_answer` returns the same decision together with the evidence behind
+it. Both are pure functions of their two strings: no state, no clock, no randomness, no locale.
 
 1. Normalisation
     Both texts are NFKC-normalised (so the micro sign and full-width digits read as their plain forms)
@@ -92,17 +92,9 @@ import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from enum import StrEnum
 from types import MappingProxyType
 
-
-class QAErrorClass(StrEnum):
-    """Error class of a QA answer that is not supported by its context (replay-contract spelling)."""
-
-    UNSUPPORTED = "unsupported"
-    CONTRADICTED = "contradicted"
-    OVER_SPECIFIED = "over_specified"
-
+from schemas.dbpm import QaErrorClass
 
 SUPPORT_THRESHOLD = 0.5
 """Minimum fraction of the answer's distinct content keys that must occur in the context."""
@@ -413,7 +405,7 @@ class QAAssessment:
         unmatched_numbers: answer numbers without a matching context number, in answer order.
     """
 
-    error_class: QAErrorClass | None
+    error_class: QaErrorClass | None
     coverage: float
     missing_terms: tuple[str, ...]
     flipped_terms: tuple[str, ...]
@@ -504,17 +496,17 @@ def assess_answer(answer: str, context: str) -> QAAssessment:
     )
     unmatched = tuple(q for q in ans.quantities if not any(q.matches(c) for c in ctx.quantities))
 
-    error_class: QAErrorClass | None = None
+    error_class: QaErrorClass | None = None
     if flipped:
-        error_class = QAErrorClass.CONTRADICTED
+        error_class = QaErrorClass.CONTRADICTED
     elif coverage < SUPPORT_THRESHOLD:
-        error_class = QAErrorClass.UNSUPPORTED
+        error_class = QaErrorClass.UNSUPPORTED
     elif unmatched:
-        error_class = QAErrorClass.OVER_SPECIFIED
+        error_class = QaErrorClass.OVER_SPECIFIED
     return QAAssessment(error_class, coverage, tuple(missing), tuple(flipped), unmatched)
 
 
-def classify_qa_error(answer: str, context: str) -> QAErrorClass | None:
+def classify_qa_error(answer: str, context: str) -> QaErrorClass | None:
     """Return the error class of ``answer`` given its ``context``, or ``None`` when it is supported.
 
     The algorithm, thresholds and word lists are defined in the module docstring.

@@ -12,11 +12,11 @@ from processors.dbpm.qa_classifier import (
     NEGATION_CUES,
     NEGATION_WINDOW,
     SUPPORT_THRESHOLD,
-    QAErrorClass,
     Quantity,
     assess_answer,
     classify_qa_error,
 )
+from schemas.dbpm import QaErrorClass
 
 NARRATIVE = (
     "A 64-year-old man presented with exertional chest pain for 3 days. "
@@ -37,23 +37,23 @@ NARRATIVE = (
         ("ejection fraction 45 %", None),
         ("64-year-old man", None),
         ("discharged home", None),
-        ("fever", QAErrorClass.CONTRADICTED),
-        ("no chest pain", QAErrorClass.CONTRADICTED),
-        ("he didn't receive aspirin", QAErrorClass.CONTRADICTED),
-        ("metformin and insulin", QAErrorClass.UNSUPPORTED),
-        ("not documented in the narrative", QAErrorClass.UNSUPPORTED),
-        ("aspirin 300 mg daily", QAErrorClass.OVER_SPECIFIED),
-        ("aspirin 75 g daily", QAErrorClass.OVER_SPECIFIED),
-        ("chest pain for 3 weeks", QAErrorClass.OVER_SPECIFIED),
+        ("fever", QaErrorClass.CONTRADICTED),
+        ("no chest pain", QaErrorClass.CONTRADICTED),
+        ("he didn't receive aspirin", QaErrorClass.CONTRADICTED),
+        ("metformin and insulin", QaErrorClass.UNSUPPORTED),
+        ("not documented in the narrative", QaErrorClass.UNSUPPORTED),
+        ("aspirin 300 mg daily", QaErrorClass.OVER_SPECIFIED),
+        ("aspirin 75 g daily", QaErrorClass.OVER_SPECIFIED),
+        ("chest pain for 3 weeks", QaErrorClass.OVER_SPECIFIED),
         ("", None),
     ],
 )
-def test_worked_examples_against_one_narrative(answer: str, expected: QAErrorClass | None) -> None:
+def test_worked_examples_against_one_narrative(answer: str, expected: QaErrorClass | None) -> None:
     assert classify_qa_error(answer, NARRATIVE) == expected
 
 
 def test_error_class_values_are_the_replay_contract_spellings() -> None:
-    assert {c.value for c in QAErrorClass} == {"unsupported", "contradicted", "over_specified"}
+    assert {c.value for c in QaErrorClass} == {"unsupported", "contradicted", "over_specified"}
 
 
 def test_equal_decimals_match_whatever_their_spelling() -> None:
@@ -74,7 +74,7 @@ def test_a_comma_between_list_items_is_not_a_thousands_separator() -> None:
 
 def test_digits_inside_a_word_are_not_numbers() -> None:
     assert assess_answer("hba1c raised", "hba1c raised").unmatched_numbers == ()
-    assert classify_qa_error("hba1c", "hba raised") == QAErrorClass.UNSUPPORTED
+    assert classify_qa_error("hba1c", "hba raised") == QaErrorClass.UNSUPPORTED
 
 
 def test_contradiction_outranks_unsupported_and_over_specified() -> None:
@@ -83,11 +83,11 @@ def test_contradiction_outranks_unsupported_and_over_specified() -> None:
     assert assessment.flipped_terms == ("fever",)
     assert assessment.coverage < SUPPORT_THRESHOLD
     assert assessment.unmatched_numbers == (Quantity(Decimal(41), None),)
-    assert assessment.error_class == QAErrorClass.CONTRADICTED
+    assert assessment.error_class == QaErrorClass.CONTRADICTED
 
 
 def test_unsupported_outranks_over_specified() -> None:
-    assert classify_qa_error("metformin 1000 mg", NARRATIVE) == QAErrorClass.UNSUPPORTED
+    assert classify_qa_error("metformin 1000 mg", NARRATIVE) == QaErrorClass.UNSUPPORTED
 
 
 def test_coverage_at_exactly_the_threshold_is_supported() -> None:
@@ -104,7 +104,7 @@ def test_a_term_the_context_states_both_ways_is_never_flipped() -> None:
 
 def test_a_scope_terminator_ends_the_negation() -> None:
     assert classify_qa_error("cough", "no fever but cough") is None
-    assert classify_qa_error("cough", "no fever, cough") == QAErrorClass.CONTRADICTED
+    assert classify_qa_error("cough", "no fever, cough") == QaErrorClass.CONTRADICTED
 
 
 def test_a_clause_boundary_ends_the_negation() -> None:
@@ -115,7 +115,7 @@ def test_the_negation_window_covers_exactly_its_width() -> None:
     fillers = " ".join(f"w{i}x" for i in range(NEGATION_WINDOW - 1))
     inside = f"no {fillers} rash"
     outside = f"no {fillers} w9x rash"
-    assert classify_qa_error("rash", inside) == QAErrorClass.CONTRADICTED
+    assert classify_qa_error("rash", inside) == QaErrorClass.CONTRADICTED
     assert classify_qa_error("rash", outside) is None
 
 
@@ -180,7 +180,7 @@ def test_a_token_aligned_span_of_the_context_is_never_unsupported(
     assessment = assess_answer(answer, context)
     assert assessment.coverage == 1.0
     assert assessment.unmatched_numbers == ()
-    assert assessment.error_class in (None, QAErrorClass.CONTRADICTED)
+    assert assessment.error_class in (None, QaErrorClass.CONTRADICTED)
 
 
 @given(atoms=_atoms(with_cues=False), data=st.data())
@@ -200,7 +200,7 @@ def test_adding_an_absent_number_to_a_supported_answer_makes_it_over_specified(
     end = data.draw(st.integers(start + 1, len(atoms)))
     answer = " ".join(atoms[start:end])
     assume(classify_qa_error(answer, context) is None)
-    assert classify_qa_error(f"{answer} {absent}{unit}", context) == QAErrorClass.OVER_SPECIFIED
+    assert classify_qa_error(f"{answer} {absent}{unit}", context) == QaErrorClass.OVER_SPECIFIED
 
 
 @given(answer=st.text(max_size=80), context=st.text(max_size=200))
