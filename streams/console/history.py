@@ -1,18 +1,20 @@
 """What the console reads back of its own audit trail: the re-drives done and the questions asked.
 
-:class:`KafkaHistory` reads ``clingate.console.audit`` whole on every call
-(:func:`~streams.console.records.read_records`) and returns the records of the actions asked for. The
-topic is keyed by user, so one person's records are one partition's, in the order they were recorded: a
-``refused`` record that follows an ``ok`` one of the same person on the same target (an action Kafka
-then did not take) comes after it. The known cost: a page load reads the whole retained trail (365
-days); a console for a large deployment would keep the few actions it looks up in a table following the
-topic instead.
+:class:`KafkaHistory` follows ``clingate.console.audit``: its first call reads the retained trail (365
+days), and every later call only what was recorded since (:func:`~streams.console.records.read_records`
+from the offsets the last call reached), so a page that reloads itself every few seconds costs the new
+records only. It keeps the records of the actions read back (:data:`READ_BACK`: re-drives and questions,
+a few per person and day) and returns those asked for. The topic is keyed by user, so one person's
+records are one partition's, in the order they were recorded: a ``refused`` record that follows an
+``ok`` one of the same person on the same target (an action Kafka then did not take) comes after it.
+Records retention deletes stay kept until the console restarts.
 
 A record that cannot be decoded is skipped and logged: the trail's records are the console's own.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection
 from typing import Protocol
 
@@ -25,12 +27,16 @@ from streams.console.pages import read_in_thread
 from streams.console.records import read_records
 from topics.catalog import CONSOLE_AUDIT
 
+READ_BACK = frozenset({Action.REDRIVE, Action.ASK})
+"""The actions the console reads back of its trail (the others are written, never looked up)."""
+
 
 class History(Protocol):
     """The console's audit trail, read back."""
 
     async def actions(self, kinds: Collection[Action]) -> list[ConsoleAction]:
-        """The recorded actions of ``kinds``, each person's in the order they were recorded.
+        """The recorded actions of ``kinds`` (of :data:`READ_BACK`), each person's in the order they were
+        recorded.
 
         Raises:
             Unavailable: the audit topic could not be read.
@@ -39,19 +45,27 @@ class History(Protocol):
 
 
 class KafkaHistory:
-    """``clingate.console.audit`` read to its end on each call (module docstring)."""
+    """``clingate.console.audit`` followed to its end on each call (module docstring)."""
 
     def __init__(self, bootstrap: str, serde: Serde) -> None:
         self._bootstrap = bootstrap
         self._serde = serde
+        self._lock = threading.Lock()
+        self._next: dict[int, int] = {}
+        self._kept: list[ConsoleAction] = []
 
     async def actions(self, kinds: Collection[Action]) -> list[ConsoleAction]:
         """The committed records of ``kinds`` now on the topic (read in a thread: the event loop goes on)."""
+        if not set(kinds) <= READ_BACK:
+            raise ValueError(f"only {sorted(READ_BACK)} are read back, not {sorted(set(kinds) - READ_BACK)}")
         return await read_in_thread(CONSOLE_AUDIT, self._read, frozenset(kind.value for kind in kinds))
 
     def _read(self, kinds: frozenset[str]) -> list[ConsoleAction]:
-        trail = read_records(self._bootstrap, self._serde, CONSOLE_AUDIT, ConsoleAction)
-        return [action for action in trail.values() if action.action in kinds]
+        with self._lock:  # one read at a time, each from where the last one ended
+            new = read_records(self._bootstrap, self._serde, CONSOLE_AUDIT, ConsoleAction, self._next)
+            self._next.update(new.next_offsets)
+            self._kept += [action for action in new.values() if action.action in READ_BACK]
+            return [action for action in self._kept if action.action in kinds]
 
 
 HISTORY = web.AppKey("history", History)

@@ -1,7 +1,8 @@
 """Reading a topic for a page: every committed record of one topic, decoded, at the moment the page asks.
 
-What holds: :func:`read_records` reads each partition of the topic from its beginning up to the end it
-has when called, with a ``read_committed`` reader of its own (no group is joined, nothing is committed),
+What holds: :func:`read_records` reads each partition of the topic from its beginning (or from the
+offsets it is given: a reader that follows the topic reads only what came since) up to the end it has
+when called, with a ``read_committed`` reader of its own (no group is joined, nothing is committed),
 each partition's records in order; a record that cannot be decoded as the topic's model is skipped,
 counted in :attr:`TopicRecords.unreadable` and logged with its coordinates, never shown half-read; a
 tombstone (a null value) is kept as ``None`` so that a compacted topic's reader can drop the key's earlier
@@ -12,7 +13,8 @@ large deployment would replace by tables kept up to date from the topics.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from schemas.base import AvroModel
@@ -34,14 +36,19 @@ class TopicRecords(Generic[M]):
     records: tuple[tuple[str | None, M | None], ...]
     unreadable: int = 0
     """Records skipped because they could not be decoded."""
+    next_offsets: dict[int, int] = field(default_factory=dict)
+    """Per partition read, the offset after its last record read: where a later read starts."""
 
     def values(self) -> list[M]:
         """The decoded records, tombstones left out."""
         return [value for _key, value in self.records if value is not None]
 
 
-def read_records(bootstrap: str, serde: Serde, topic: str, model: type[M]) -> TopicRecords[M]:
-    """Every committed record of ``topic`` now, decoded as ``model`` (module docstring).
+def read_records(
+    bootstrap: str, serde: Serde, topic: str, model: type[M], starts: Mapping[int, int] | None = None
+) -> TopicRecords[M]:
+    """Every committed record of ``topic`` now, decoded as ``model``, from ``starts`` (per partition, the
+    first offset to read; a partition not named from its beginning) (module docstring).
 
     Raises:
         KafkaException, TimeoutError: the topic could not be read within :data:`READ_TIMEOUT_S`.
@@ -49,8 +56,10 @@ def read_records(bootstrap: str, serde: Serde, topic: str, model: type[M]) -> To
     consumer = reader(bootstrap, "console", **{"isolation.level": "read_committed"})
     records: list[tuple[str | None, M | None]] = []
     unreadable = 0
+    next_offsets: dict[int, int] = {}
     try:
-        for message in read_to_end(consumer, {topic: {}}, READ_TIMEOUT_S):
+        for message in read_to_end(consumer, {topic: starts or {}}, READ_TIMEOUT_S):
+            next_offsets[message.partition()] = message.offset() + 1  # type: ignore[index,operator]
             raw_key = message.key()
             key = raw_key.decode("utf-8", "replace") if raw_key is not None else None
             value = message.value()
@@ -65,4 +74,4 @@ def read_records(bootstrap: str, serde: Serde, topic: str, model: type[M]) -> To
                             message.offset(), exc)  # fmt: skip
     finally:
         consumer.close()
-    return TopicRecords(tuple(records), unreadable)
+    return TopicRecords(tuple(records), unreadable, next_offsets)
