@@ -95,9 +95,11 @@ class ChangelogPatients:
         with self._lock:
             if not self._assigned and not self._assign():
                 return
-            ends = {
-                tp.partition: self._consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in self._assigned
+            marks = {
+                tp.partition: self._consumer.get_watermark_offsets(tp, timeout=10) for tp in self._assigned
             }
+            # A partition with no record left (compaction deleted its tombstones) has nothing to wait for.
+            ends = {p: end for p, (first, end) in marks.items() if end > first}
             if ends == self._caught_up:
                 return
             deadline = time.monotonic() + REFRESH_S
