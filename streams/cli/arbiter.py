@@ -53,7 +53,14 @@ from schemas.docs import (
 )
 from schemas.serde import make_serde
 from streams.cli.common import require_bootstrap
-from streams.groups.arbiter import PacketFollower, make_review, producer_config, review_record, run_worker
+from streams.groups.arbiter import (
+    ONE_READ_FETCH_WAIT_MS,
+    PacketFollower,
+    make_review,
+    producer_config,
+    review_record,
+    run_worker,
+)
 from streams.groups.arbiter_calls import LLM_ROLE, arbitrate, configured_call
 from streams.llm import LlmClient
 from streams.llm.config import resolve_role
@@ -181,7 +188,9 @@ def _bootstrap() -> str:
 
 
 def _packets(bootstrap: str) -> PacketFollower:
-    follower = PacketFollower(bootstrap, make_serde(get_settings().schema_registry_url))
+    follower = PacketFollower(
+        bootstrap, make_serde(get_settings().schema_registry_url), fetch_wait_ms=ONE_READ_FETCH_WAIT_MS
+    )
     follower.catch_up()
     return follower
 

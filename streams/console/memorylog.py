@@ -11,19 +11,22 @@ beginning of each partition up to the end it has when the page asks:
   the signature last committed them (a tombstone deletes one);
 * every partition of ``clingate.dbpm.decisions`` (keyed by patient, so a signature's decisions are
   anywhere): the decisions of the signature, or the decision of one candidate (the first, as consumers
-  keep the first of a re-delivered one).
+  keep the first of a re-delivered one). Only the records that contain the signature's or the candidate
+  id's bytes are decoded (:func:`~streams.console.records.read_records`, ``containing``).
 
-The known cost: a page load reads one partition of three topics and the whole decisions topic (30 days of
-decisions); a console for a large deployment would keep tables of them up to date from the topics
-instead. Before the workers of ``CLINGATE_APP_ID`` have created their changelog there is no memory record
-to read, and the page says the memory holds nothing about the signature.
+The known cost: a page load fetches one partition of three topics and the whole decisions topic (30 days
+of decisions), decoding only the few records it looks for; a console for a large deployment would keep
+tables of them up to date from the topics instead. Before the workers of ``CLINGATE_APP_ID`` have created
+their changelog there is no memory record to read, and the page says the memory holds nothing about the
+signature.
 
 :class:`KafkaPinPublisher` publishes a pin as a verdict record (:func:`streams.worker.dbpm.pin_record`)
 keyed by :func:`~streams.worker.dbpm.verdict_key`, through an idempotent producer with Java's murmur2
 partitioner (:func:`~streams.worker.dbpm.producer_config`) in an :class:`~streams.console.delivery.Outbox`:
 a pin the page reports as not recorded is never delivered later.
 
-A record that cannot be decoded is skipped and counted (``unreadable``).
+A record that cannot be decoded is skipped and counted (``unreadable``; of the decisions, only those the
+pre-filter let through).
 """
 
 from __future__ import annotations
@@ -118,7 +121,7 @@ class KafkaMemory:
     async def decision(self, candidate_id: str) -> GateDecision | None:
         """The first decision of ``candidate_id`` now on the topic."""
         decisions, _ = await read_in_thread(
-            DBPM_DECISIONS, self._decisions, lambda d: d.candidate_id == candidate_id
+            DBPM_DECISIONS, self._decisions, candidate_id, lambda d: d.candidate_id == candidate_id
         )
         return decisions[0] if decisions else None
 
@@ -157,12 +160,16 @@ class KafkaMemory:
                 unreadable += 1
             else:
                 events.append(decoded)
-        decisions, skipped = self._decisions(lambda d: d.task == task and d.signature == sig)
+        decisions, skipped = self._decisions(sig, lambda d: d.task == task and d.signature == sig)
         return SignatureLog(records, tuple(events), tuple(decisions), unreadable + skipped)
 
-    def _decisions(self, keep: Callable[[GateDecision], bool]) -> tuple[list[GateDecision], int]:
-        """The decisions on the topic that ``keep`` keeps, and how many records could not be decoded."""
-        decisions = read_records(self._bootstrap, self._serde, DBPM_DECISIONS, GateDecision)
+    def _decisions(self, text: str, keep: Callable[[GateDecision], bool]) -> tuple[list[GateDecision], int]:
+        """The decisions on the topic that ``keep`` keeps, of those whose record contains ``text`` (the
+        candidate id or signature ``keep`` looks for: only those are decoded), and how many of them could
+        not be decoded."""
+        decisions = read_records(
+            self._bootstrap, self._serde, DBPM_DECISIONS, GateDecision, containing=text.encode()
+        )
         return [d for d in decisions.values() if keep(d)], decisions.unreadable
 
     def _decode(self, value: bytes, model: type[M], topic: str) -> M | None:

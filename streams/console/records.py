@@ -4,7 +4,11 @@ What holds: :func:`read_records` reads each partition of the topic from its begi
 offsets it is given: a reader that follows the topic reads only what came since) up to the end it has
 when called, with a ``read_committed`` reader of its own (no group is joined, nothing is committed),
 each partition's records in order; a record that cannot be decoded as the topic's model is skipped,
-counted in :attr:`TopicRecords.unreadable` and logged with its coordinates, never shown half-read; a
+counted in :attr:`TopicRecords.unreadable` and logged with its coordinates, never shown half-read. A
+reader looking for one value (``containing``: a candidate id, a signature) decodes only the records
+whose raw value contains its bytes: a string field of an Avro record is its UTF-8 bytes verbatim, so a
+record whose field has that value is never passed over, and the others are not decoded (nor counted if
+undecodable); a
 tombstone (a null value) is kept as ``None`` so that a compacted topic's reader can drop the key's earlier
 records. The known cost: one pass over the topic's retained records per page load, which a console for a
 large deployment would replace by tables kept up to date from the topics.
@@ -45,10 +49,16 @@ class TopicRecords(Generic[M]):
 
 
 def read_records(
-    bootstrap: str, serde: Serde, topic: str, model: type[M], starts: Mapping[int, int] | None = None
+    bootstrap: str,
+    serde: Serde,
+    topic: str,
+    model: type[M],
+    starts: Mapping[int, int] | None = None,
+    containing: bytes | None = None,
 ) -> TopicRecords[M]:
     """Every committed record of ``topic`` now, decoded as ``model``, from ``starts`` (per partition, the
-    first offset to read; a partition not named from its beginning) (module docstring).
+    first offset to read; a partition not named from its beginning); with ``containing``, only those whose
+    raw value contains it, tombstones left out (module docstring).
 
     Raises:
         KafkaException, TimeoutError: the topic could not be read within :data:`READ_TIMEOUT_S`.
@@ -63,6 +73,8 @@ def read_records(
             raw_key = message.key()
             key = raw_key.decode("utf-8", "replace") if raw_key is not None else None
             value = message.value()
+            if containing is not None and (value is None or containing not in value):
+                continue
             if value is None:
                 records.append((key, None))
                 continue

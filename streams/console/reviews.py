@@ -25,7 +25,7 @@ from schemas.serde import Serde
 from streams.console.delivery import Outbox
 from streams.console.pages import read_in_thread
 from streams.console.records import READ_TIMEOUT_S, read_records
-from streams.groups.arbiter import PacketFollower, producer_config, review_record
+from streams.groups.arbiter import ONE_READ_FETCH_WAIT_MS, PacketFollower, producer_config, review_record
 from topics.catalog import DOCS_REVIEW_PACKETS, DOCS_REVIEWS
 
 
@@ -77,7 +77,10 @@ class KafkaReviews:
         return await read_in_thread(f"{DOCS_REVIEW_PACKETS} or {DOCS_REVIEWS}", self._read)
 
     def _read(self) -> ReviewLog:
-        follower = PacketFollower(self._bootstrap, self._serde, group_prefix="clingate-console-packets-")
+        follower = PacketFollower(
+            self._bootstrap, self._serde, group_prefix="clingate-console-packets-",
+            fetch_wait_ms=ONE_READ_FETCH_WAIT_MS,
+        )  # fmt: skip
         try:
             follower.catch_up(READ_TIMEOUT_S)
             packets = dict(follower.packets)

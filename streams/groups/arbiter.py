@@ -193,6 +193,10 @@ class Packets(abc.ABC):
         return pending(self.packets.values())
 
 
+ONE_READ_FETCH_WAIT_MS = 20
+"""The broker's fetch hold for a :class:`PacketFollower` made for one read."""
+
+
 class PacketFollower(Packets):
     """:class:`Packets` read from the compacted packet topic on Kafka.
 
@@ -206,6 +210,7 @@ class PacketFollower(Packets):
         serde: Serde,
         topic: str = DOCS_REVIEW_PACKETS,
         group_prefix: str = "clingate-packet-reader-",
+        fetch_wait_ms: int = 500,
     ) -> None:
         """Assign every partition of ``topic`` from its beginning.
 
@@ -215,12 +220,17 @@ class PacketFollower(Packets):
             topic: the packet topic.
             group_prefix: the prefix of its throw-away group id (the ACL plan grants each principal its
                 own prefix; it commits nothing).
+            fetch_wait_ms: how long the broker holds a fetch of a caught-up partition. A follower made
+                for one read (a page, a command) takes :data:`ONE_READ_FETCH_WAIT_MS`: its catch-up ends
+                after a few fetches, each of which would otherwise be held this long; one that lives on
+                keeps librdkafka's default, since its fetcher goes on fetching between catch-ups.
         """
         super().__init__(serde)
         self._topic = topic
         self._consumer = Consumer(client_config(bootstrap, **{
             "group.id": f"{group_prefix}{uuid.uuid4().hex}",
             "enable.auto.commit": False, "isolation.level": "read_committed",
+            "fetch.wait.max.ms": fetch_wait_ms,
             # Between catch-ups nobody polls: bound what librdkafka prefetches meanwhile (default 64 MiB).
             "queued.max.messages.kbytes": 8192,
         }))  # fmt: skip

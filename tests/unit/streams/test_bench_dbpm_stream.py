@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processors.dbpm import load_ontology, parse_event
-from processors.dbpm.qa_classifier import QAErrorClass
+from schemas.dbpm import QaErrorClass
 from streams.testing.dbpm_stream import StreamShape, generate_events, stream_lines, write_stream
 
 TASKS = {"ner", "re", "qa"}
@@ -51,7 +51,7 @@ def test_every_event_follows_the_replay_contract(stream: list[dict]) -> None:
             extra = set(event["payload"]) - required
             if extra:
                 assert event["task"] == "qa" and event["verdict"] == "hard_fail" and extra == {"error_class"}
-                assert event["payload"]["error_class"] in {c.value for c in QAErrorClass}
+                assert event["payload"]["error_class"] in {c.value for c in QaErrorClass}
 
 
 def test_each_gate_event_is_followed_by_its_verdict(stream: list[dict]) -> None:
