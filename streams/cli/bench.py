@@ -17,6 +17,7 @@ from streams.bench import (
     agent,
     chaos,
     clinical,
+    console,
     dbpm,
     dbpm_kafka,
     docs,
@@ -33,6 +34,7 @@ app.command("ablation")(ablation.ablation)
 app.command("agent")(agent.agent)
 app.command("chaos")(chaos.chaos)
 app.command("clinical")(clinical.clinical)
+app.command("console")(console.console)
 app.command("docs")(docs.docs)
 app.command("llm")(llm.llm)
 app.command("restart")(restart.restart)

@@ -254,6 +254,12 @@ def assign_at_ends(client: Consumer, topics: Iterable[str]) -> list[TopicPartiti
     return assignment
 
 
+READ_POLL_S = 0.1
+"""How long :func:`read_to_end` waits for a record before it looks at the positions again: a partition
+that ends with a transaction's commit marker is read once its position passed the marker, which no
+record announces, so a longer wait is only added to the read."""
+
+
 def read_to_end(
     client: Consumer,
     starts: Mapping[str, Mapping[int, int]],
@@ -291,7 +297,7 @@ def read_to_end(
     while todo:
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"could not read back {sorted(todo)[:3]} within {timeout_s:.0f} s")
-        for message in consume_batch(client, 1000, 0.5):
+        for message in consume_batch(client, 1000, READ_POLL_S):
             topic, p, offset = message.topic(), message.partition(), message.offset()
             if message.error() is not None or topic is None or p is None or offset is None:
                 continue
