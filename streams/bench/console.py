@@ -155,10 +155,16 @@ def bench_console(
                [(p.doc_id.encode(), p) for p in packets(packet_count)])  # fmt: skip
         candidate_id, sig = decided[len(decided) // 2].candidate_id, decided[-1].signature
 
-        def read(keep: Callable[[GateDecision], bool], text: str | None) -> list[GateDecision]:
+        def lookup(field: str, value: str, prefiltered: bool) -> list[GateDecision]:
             found = read_records(bootstrap, serde, decided_topic, GateDecision,
-                                 containing=None if text is None else text.encode())  # fmt: skip
-            return [d for d in found.values() if keep(d)]
+                                 containing=value.encode() if prefiltered else None)  # fmt: skip
+            return [d for d in found.values() if getattr(d, field) == value]
+
+        def both(field: str, value: str) -> dict[str, Callable[[], Any]]:
+            return {
+                "decode all": lambda: lookup(field, value, prefiltered=False),
+                "pre-filtered": lambda: lookup(field, value, prefiltered=True),
+            }
 
         def catch_up(fetch_wait_ms: int) -> list[str]:
             follower = PacketFollower(bootstrap, serde, topic=packet_topic, fetch_wait_ms=fetch_wait_ms)
@@ -168,16 +174,9 @@ def bench_console(
             finally:
                 follower.close()
 
-        ways = ("decode all", "pre-filtered")
-        by_candidate: Callable[[GateDecision], bool] = lambda d: d.candidate_id == candidate_id  # noqa: E731
-        by_signature: Callable[[GateDecision], bool] = lambda d: d.signature == sig  # noqa: E731
         return [
-            _compare("decision of one candidate", dict(zip(ways, (
-                lambda: read(by_candidate, None), lambda: read(by_candidate, candidate_id),
-            ), strict=True)), repeat),
-            _compare("decisions of one signature", dict(zip(ways, (
-                lambda: read(by_signature, None), lambda: read(by_signature, sig),
-            ), strict=True)), repeat),
+            _compare("decision of one candidate", both("candidate_id", candidate_id), repeat),
+            _compare("decisions of one signature", both("signature", sig), repeat),
             _compare("review queue catch-up", {
                 f"{DEFAULT_FETCH_WAIT_MS} ms hold": lambda: catch_up(DEFAULT_FETCH_WAIT_MS),
                 f"{ONE_READ_FETCH_WAIT_MS} ms hold": lambda: catch_up(ONE_READ_FETCH_WAIT_MS),
