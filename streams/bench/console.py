@@ -155,10 +155,12 @@ def bench_console(
                [(p.doc_id.encode(), p) for p in packets(packet_count)])  # fmt: skip
         candidate_id, sig = decided[len(decided) // 2].candidate_id, decided[-1].signature
 
-        def lookup(field: str, value: str, prefiltered: bool) -> list[GateDecision]:
+        def lookup(field: str, value: str, prefiltered: bool) -> list[str]:
+            """The candidate ids of the decisions whose ``field`` is ``value``, sorted: a read interleaves
+            the partitions in the order their records arrive."""
             found = read_records(bootstrap, serde, decided_topic, GateDecision,
                                  containing=value.encode() if prefiltered else None)  # fmt: skip
-            return [d for d in found.values() if getattr(d, field) == value]
+            return sorted(d.candidate_id for d in found.values() if getattr(d, field) == value)
 
         def both(field: str, value: str) -> dict[str, Callable[[], Any]]:
             return {
