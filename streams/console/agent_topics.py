@@ -15,7 +15,6 @@ A record of another turn that cannot be decoded is skipped; the turn's own recor
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,16 +25,14 @@ from confluent_kafka import Consumer, TopicPartition
 
 from schemas.agent import AgentProposal, AgentRequest, AgentResponse, AgentTrace
 from schemas.base import AvroModel
-from schemas.serde import SchemaDecodeError, Serde
+from schemas.serde import Serde
 from streams.agent.worker import conversation_records
 from streams.console.delivery import Outbox
 from streams.console.pages import read_in_thread
-from streams.console.records import READ_TIMEOUT_S
+from streams.console.records import READ_TIMEOUT_S, decoded
 from streams.runtime.kafka_clients import partitions, read_to_end, reader
 from streams.worker.dbpm import producer_config
 from topics.catalog import AGENT_PROPOSALS, AGENT_REQUESTS, AGENT_RESPONSES, AGENT_TRACES
-
-log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=AvroModel)
 
@@ -148,14 +145,8 @@ class KafkaAgent:
                   if tp.offset >= 0}  # fmt: skip
         found = []
         for message in read_to_end(consumer, {topic: starts}, READ_TIMEOUT_S, named_only=True):
-            value = message.value()
-            if value is None:
-                continue
-            try:
-                found.append(self._serde.decode(value, model, topic=topic))
-            except SchemaDecodeError as exc:
-                log.warning("console: skipped a record at %s[%s]@%s: %s", topic, message.partition(),
-                            message.offset(), exc)  # fmt: skip
+            if message.value() is not None and (record := decoded(self._serde, message, model)) is not None:
+                found.append(record)
         return found
 
     def close(self) -> None:

@@ -31,27 +31,21 @@ pre-filter let through).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from processors.dbpm import DBPMEngine
-from schemas.base import AvroModel
 from schemas.dbpm import GateDecision, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
-from schemas.serde import SchemaDecodeError, Serde
+from schemas.serde import Serde
 from streams.console.delivery import Outbox
 from streams.console.pages import read_in_thread
-from streams.console.records import READ_TIMEOUT_S, read_records
+from streams.console.records import READ_TIMEOUT_S, decoded, read_records
 from streams.runtime.kafka_clients import partitions, read_to_end, reader
 from streams.worker.dbpm import contract_event, memory_changelog, memory_key, producer_config, verdict_key
 from topics.catalog import DBPM_DECISIONS, DBPM_PROPAGATIONS, DBPM_VERDICTS
 from topics.partitioner import partition_for
-
-log = logging.getLogger(__name__)
-
-M = TypeVar("M", bound=AvroModel)
 
 
 @dataclass(frozen=True)
@@ -132,7 +126,8 @@ class KafkaMemory:
         overrides = {"isolation.level": "read_committed", "auto.offset.reset": "earliest"}
         consumer = reader(self._bootstrap, "console-memory", **overrides)
         records: dict[bytes, bytes] = {}
-        raw: list[tuple[str, bytes]] = []
+        events: list[Verdict | PropagationRecord] = []
+        unreadable = 0
         try:
             partition = partition_for(key, len(partitions(consumer, DBPM_VERDICTS)))
             topics = [DBPM_VERDICTS, DBPM_PROPAGATIONS]
@@ -148,18 +143,14 @@ class KafkaMemory:
                         else:
                             records[found] = value
                 elif found == key and value is not None:
-                    raw.append((topic, value))
+                    model = Verdict if topic == DBPM_VERDICTS else PropagationRecord
+                    event = decoded(self._serde, message, model)
+                    if event is None:
+                        unreadable += 1
+                    else:
+                        events.append(event)
         finally:
             consumer.close()
-        events: list[Verdict | PropagationRecord] = []
-        unreadable = 0
-        for topic, value in raw:
-            model = Verdict if topic == DBPM_VERDICTS else PropagationRecord
-            decoded = self._decode(value, model, topic)
-            if decoded is None:
-                unreadable += 1
-            else:
-                events.append(decoded)
         decisions, skipped = self._decisions(sig, lambda d: d.task == task and d.signature == sig)
         return SignatureLog(records, tuple(events), tuple(decisions), unreadable + skipped)
 
@@ -171,13 +162,6 @@ class KafkaMemory:
             self._bootstrap, self._serde, DBPM_DECISIONS, GateDecision, containing=text.encode()
         )
         return [d for d in decisions.values() if keep(d)], decisions.unreadable
-
-    def _decode(self, value: bytes, model: type[M], topic: str) -> M | None:
-        try:
-            return self._serde.decode(value, model, topic=topic)
-        except SchemaDecodeError as exc:
-            log.warning("console: skipped a record of %s: %s", topic, exc)
-            return None
 
 
 class KafkaPinPublisher:

@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from confluent_kafka import Message
+
 from schemas.base import AvroModel
 from schemas.serde import SchemaDecodeError, Serde
 from streams.runtime.kafka_clients import read_to_end, reader
@@ -77,13 +79,22 @@ def read_records(
                 continue
             if value is None:
                 records.append((key, None))
-                continue
-            try:
-                records.append((key, serde.decode(value, model, topic=topic)))
-            except SchemaDecodeError as exc:
+            elif (record := decoded(serde, message, model)) is None:
                 unreadable += 1
-                log.warning("console: skipped a record at %s[%s]@%s: %s", topic, message.partition(),
-                            message.offset(), exc)  # fmt: skip
+            else:
+                records.append((key, record))
     finally:
         consumer.close()
     return TopicRecords(tuple(records), unreadable, next_offsets)
+
+
+def decoded(serde: Serde, message: Message, model: type[M]) -> M | None:
+    """The value of ``message`` (not a tombstone) decoded as ``model``; None when it cannot be, logged with
+    the record's coordinates: a page skips it rather than show it half-read."""
+    topic = message.topic()
+    try:
+        return serde.decode(message.value(), model, topic=topic)  # type: ignore[arg-type]
+    except SchemaDecodeError as exc:
+        log.warning("console: skipped a record at %s[%s]@%s: %s", topic, message.partition(),
+                    message.offset(), exc)  # fmt: skip
+        return None

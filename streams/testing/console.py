@@ -11,7 +11,7 @@ import pytest
 
 from schemas.console import ConsoleAction
 from schemas.serde import make_serde
-from streams.runtime.kafka_clients import read_to_end, reader
+from streams.console.records import read_records
 from streams.testing import browser
 from streams.testing.browser import console_env, launch, running_console
 from topics.catalog import CONSOLE_AUDIT
@@ -43,11 +43,7 @@ def sign_in(page: Any, url: str, name: str, path: str) -> Any:
 
 def audit_trail(bootstrap: str, users: Collection[str]) -> dict[str, list[ConsoleAction]]:
     """The audit records of each of ``users``, in order (one user's records are one partition's)."""
-    serde = make_serde(None)
-    consumer = reader(bootstrap, "console-test-audit", **{"isolation.level": "read_committed"})
-    try:
-        actions = [serde.decode(m.value(), ConsoleAction, topic=CONSOLE_AUDIT)
-                   for m in read_to_end(consumer, {CONSOLE_AUDIT: {}}, 30)]  # fmt: skip
-    finally:
-        consumer.close()
+    trail = read_records(bootstrap, make_serde(None), CONSOLE_AUDIT, ConsoleAction)
+    assert not trail.unreadable, f"{trail.unreadable} unreadable audit records"
+    actions = trail.values()
     return {user: [a for a in actions if a.user == user] for user in users}
