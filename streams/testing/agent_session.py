@@ -54,6 +54,25 @@ def demo_questions() -> list[Question]:
     return [Question(**q) for q in json.loads(AGENT_QUESTIONS.read_text(encoding="utf-8"))]
 
 
+def prescription_script(patient_id: str, answer: str) -> tuple[str, dict[str, list[Any]]]:
+    """A turn that prescribes warfarin 5 mg daily for ``patient_id`` through the write tool: its question,
+    and the script of the answers a competent model gives at each of its five calls, ``answer`` the last
+    (the graph's single-tool path, the proposal carrying the clinical gates' verdict)."""
+    question = f"Prescribe warfarin 5 mg daily for {patient_id}"
+    prescription = {
+        "patient_id": patient_id, "medication_name": "warfarin", "dosage": "5 mg", "frequency": "daily",
+    }  # fmt: skip
+    return question, {
+        question: [
+            {"intent": "TOOL_NEEDED", "suggested_tool": "prescribe_medication", "task_summary": "Prescribe."},
+            {"tool_name": "prescribe_medication"},
+            prescription,
+            {"quality": "success_rich", "brief_summary": "A draft prescription was proposed."},
+            answer,
+        ]
+    }
+
+
 @dataclass
 class AgentSession:
     """A running scripted agent (see :func:`scripted_agent`)."""

@@ -31,6 +31,7 @@ from streams.replay.kafka import commit_end_offsets, commit_worker_end_offsets, 
 from streams.runtime.kafka_clients import end_offsets, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
+from streams.testing.agent_session import prescription_script
 from streams.testing.llm_server import ServerProcess
 from streams.testing.process import SOURCE_ROOT, ProcessHandle, eventually, python_module
 from streams.testing.worker import WorkerProcess
@@ -47,16 +48,9 @@ from topics.catalog import (
     dlq_name,
 )
 
-QUESTION = "Prescribe warfarin 5 mg daily for PT-TEST-010"
-SCRIPT: dict[str, list[Any]] = {
-    QUESTION: [
-        {"intent": "TOOL_NEEDED", "suggested_tool": "prescribe_medication", "task_summary": "Prescribe."},
-        {"tool_name": "prescribe_medication"},
-        {"patient_id": "PT-TEST-010", "medication_name": "warfarin", "dosage": "5 mg", "frequency": "daily"},
-        {"quality": "success_rich", "brief_summary": "A draft prescription was proposed."},
-        "A draft warfarin prescription was proposed; the clinical gates mark the patient RED.",
-    ]
-}
+QUESTION, SCRIPT = prescription_script(
+    "PT-TEST-010", "A draft warfarin prescription was proposed; the clinical gates mark the patient RED."
+)
 
 
 def _records(bootstrap: str, topic: str, model: Any, conversation: str) -> list[Any]:

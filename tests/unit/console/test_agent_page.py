@@ -24,22 +24,13 @@ from streams.console.agent import asked_at, new_turn_id
 from streams.console.agent_topics import Turn
 from streams.console.users import Role
 from streams.demo.data import CLINICAL
-from streams.testing.agent_session import scripted_agent
+from streams.testing.agent_session import prescription_script, scripted_agent
 
 from .conftest import PASSWORD, Console, csrf_of, sign_in
 
 Client = TestClient[Any, Any]
-QUESTION = "Prescribe warfarin 5 mg daily for PT-TEST-010"
 ANSWER = "A draft warfarin prescription was proposed; the clinical gates mark the patient <b>RED</b>."
-SCRIPT: dict[str, list[Any]] = {
-    QUESTION: [
-        {"intent": "TOOL_NEEDED", "suggested_tool": "prescribe_medication", "task_summary": "Prescribe."},
-        {"tool_name": "prescribe_medication"},
-        {"patient_id": "PT-TEST-010", "medication_name": "warfarin", "dosage": "5 mg", "frequency": "daily"},
-        {"quality": "success_rich", "brief_summary": "A draft prescription was proposed."},
-        ANSWER,
-    ]
-}
+QUESTION, SCRIPT = prescription_script("PT-TEST-010", ANSWER)
 AS_OF = datetime(2026, 3, 29, tzinfo=UTC)
 
 
