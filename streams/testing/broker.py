@@ -149,7 +149,7 @@ def free_port(preferred: object = None, taken: tuple[int, ...] = (), wait: float
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.2)
-    low, high = _LISTENER_PORTS
+    low, high = LISTENER_PORTS
     rng = random.Random()
     while True:
         port = _bindable(rng.randrange(low, high))
@@ -169,7 +169,8 @@ def _listener_ports() -> tuple[int, int]:
     return (10000, first_ephemeral) if first_ephemeral > 12000 else (first_ephemeral // 2, first_ephemeral)
 
 
-_LISTENER_PORTS = _listener_ports()
+#: The ports :func:`free_port` draws from, ``[low, high)``.
+LISTENER_PORTS = _listener_ports()
 
 
 def new_cluster_id() -> str:

@@ -71,7 +71,7 @@ from topics.catalog import (
 COMPOSE_DIR = SOURCE_ROOT / "deploy" / "compose"
 PROJECT = "clingate-rehearsal"
 #: The brokers' client listeners (deploy/compose/docker-compose.yml).
-BOOTSTRAP = "127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092"
+BOOTSTRAP = "127.0.0.1:9092,127.0.0.1:9094,127.0.0.1:9096"
 #: Every clingate process's metrics endpoint (docker-compose.yml): ready once all answer.
 METRICS_PORTS = (6066, 6076, 6067, 6068, 6069, 6070)
 PROMETHEUS = "http://127.0.0.1:9090"
@@ -138,7 +138,8 @@ class Deployment:
         )  # fmt: skip
 
     def logs(self) -> str:
-        return self.compose("logs", "--no-color", "--tail", "40")
+        """Each service's state and health, then the last lines each logged."""
+        return self.compose("ps") + self.compose("logs", "--no-color", "--tail", "40")
 
 
 def _secrets(directory: Path) -> dict[str, str]:
@@ -276,11 +277,11 @@ def rehearse(patients: int = 20, clinical_patients: int = 40, documents: int = 1
         deployment.compose("down", "-v", "--remove-orphans")  # a previous run's leftovers
         stack.callback(deployment.compose, "down", "-v", "--remove-orphans")
         started = time.monotonic()
-        deployment.compose("up", "-d")
         try:
+            deployment.compose("up", "-d")
             _wait("every clingate process serving /metrics, the console its sign-in page", _all_serving, 300)
-        except TimeoutError as error:
-            raise TimeoutError(f"{error}\n{deployment.logs()}") from error
+        except (RuntimeError, TimeoutError) as error:
+            raise type(error)(f"{error}\n{deployment.logs()}") from error
         result.figures["up_s"] = time.monotonic() - started
         console.print(f"deployment up in {result.figures['up_s']:.0f} s")
         outputs = _Outputs(deployment.principal("clingate-downstream"), serde)

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from streams import cli
 from streams.runtime.settings import Settings
-from streams.testing.broker import sasl_local_kafka
+from streams.testing.broker import LISTENER_PORTS, sasl_local_kafka
 from streams.testing.images import image_names
 from topics.acls import DEFAULT_PLAN, load_plan
 
@@ -123,6 +123,18 @@ def test_compose_host_paths_exist_except_generated_certificates_and_passwords() 
             generated = host.startswith(("${CLINGATE_CERTS_DIR}", "${CLINGATE_SECRETS_DIR}"))
             if host.startswith(".") and not generated:
                 assert (COMPOSE.parent / host).exists(), host
+
+
+def test_compose_listens_where_neither_the_tests_nor_outgoing_connections_take_ports() -> None:
+    """The rehearsal runs beside other integration tests on the host's network: a broker or client of
+    theirs holding a port of the deployment would keep one of its nodes from starting."""
+    text = COMPOSE.read_text()
+    ports = {int(p) for p in re.findall(r'_PORT: "(\d+)"', text)}
+    ports |= {int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", text)}
+    assert len(ports) >= 14, sorted(ports)  # six broker listeners, six metrics, the console, Prometheus
+    first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    low, _ = LISTENER_PORTS
+    assert all(port < min(first_ephemeral, low) for port in ports), sorted(ports)
 
 
 def test_the_shared_settings_are_real_and_both_deployments_read_them() -> None:
