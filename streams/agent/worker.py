@@ -50,7 +50,7 @@ from streams.agent.runner import path_kind, run_turn
 from streams.agent.tools import ToolBox, TurnContext
 from streams.groups.llm import default_serde, new_metrics, run_loop
 from streams.groups.ordered import Handled, OrderedLoop, Output
-from streams.llm import LlmClient
+from streams.llm import LlmClient, given_or_built
 from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record
 from streams.runtime.kafka_clients import partitions, read_to_end, reader
 from streams.runtime.metrics import AgentMetrics, LlmGroupMetrics
@@ -213,8 +213,6 @@ async def run_agent(
         metrics: where to count (default: a fresh registry); the agent's own metrics go on its registry.
         max_in_flight: conversations at once (default ``settings.agent_max_in_flight``).
     """
-    own_client = client is None
-    llm_client = client or LlmClient.from_settings(settings)
     meters = metrics or new_metrics()
     agent_metrics = AgentMetrics(meters.registry)
     serde = default_serde(settings)
@@ -226,7 +224,7 @@ async def run_agent(
         await traces.propose(agent_proposal(proposal, turn))
 
     try:
-        async with aiohttp.ClientSession() as http:
+        async with given_or_built(client, settings) as llm_client, aiohttp.ClientSession() as http:
             tools = ToolBox(
                 patients_source=patients, knowledge=knowledge, flags=gate_flags(settings),
                 drug_data=drug_data, client=llm_client, http=http, pubmed_url=settings.pubmed_url,
@@ -245,5 +243,3 @@ async def run_agent(
     finally:
         traces.close()
         patients.close()
-        if own_client:
-            await llm_client.aclose()

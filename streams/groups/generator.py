@@ -40,7 +40,7 @@ from streams.groups.llm import (
     run_loop,
 )
 from streams.groups.ordered import Handled, OrderedLoop, Output
-from streams.llm import CallType, LlmClient, LlmFailed, LlmOk, Role
+from streams.llm import CallType, LlmClient, LlmFailed, LlmOk, Role, given_or_built
 from streams.llm.schemas import NerExtraction, QaExtraction, ReExtraction
 from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record
 from streams.runtime.metrics import LlmGroupMetrics
@@ -144,13 +144,11 @@ async def run_generator(
     Raises:
         RoleDisabledError: no generator server is configured.
     """
-    own_client = client is None
-    llm_client = client or LlmClient.from_settings(settings)
-    require_role(llm_client, settings, Role.GENERATOR)
     meters = metrics or new_metrics()
     vocab = vocabulary if vocabulary is not None else DrugVocabulary.full()
     serde = default_serde(settings)
-    try:
+    async with given_or_built(client, settings) as llm_client:
+        require_role(llm_client, settings, Role.GENERATOR)
         return await run_loop(
             bootstrap, group_id=settings.generator_group_id, topics=[DBPM_NARRATIVES],
             handler=Generator(MeteredLlm(llm_client, meters, GROUP), serde, vocab),
@@ -159,6 +157,3 @@ async def run_generator(
             session_timeout_s=settings.consumer_session_timeout_s,
             metrics=meters, group=GROUP, serde=serde, stop=stop,
         )  # fmt: skip
-    finally:
-        if own_client:
-            await llm_client.aclose()

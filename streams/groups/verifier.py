@@ -78,7 +78,7 @@ from schemas.dbpm import GateAction, GateDecision, Narrative
 from schemas.serde import Serde
 from streams.groups.llm import MeteredLlm, default_serde, llm_failure, new_metrics, require_role, run_loop
 from streams.groups.ordered import Handled, OrderedLoop, Output
-from streams.llm import CallType, FailureKind, LlmClient, LlmFailed, LlmOk, Role
+from streams.llm import CallType, FailureKind, LlmClient, LlmFailed, LlmOk, Role, given_or_built
 from streams.llm.schemas import NerVerdict, QaVerdict, ReVerdict
 from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record
 from streams.runtime.kafka_config import client_config
@@ -308,27 +308,24 @@ async def run_verifier(
     """
     from streams.worker.dbpm import dbpm_engine
 
-    own_client = client is None
-    llm_client = client or LlmClient.from_settings(settings)
-    require_role(llm_client, settings, Role.VERIFIER)
     meters = metrics or new_metrics()
     serde = default_serde(settings)
-    narratives = NarrativeCache(bootstrap, serde, settings.verifier_narrative_cache,
-                                settings.verifier_narrative_wait_s)  # fmt: skip
-    reader_stop = asyncio.Event()
-    reader = asyncio.create_task(narratives.run(reader_stop))
-    engine = dbpm_engine(settings)
-    try:
-        return await run_loop(
-            bootstrap, group_id=settings.verifier_group_id, topics=[DBPM_TO_VERIFY, DBPM_DECISIONS],
-            handler=Verifier(MeteredLlm(llm_client, meters, GROUP), serde, engine, narratives),
-            expected_schema=GateDecision.avro_name,
-            max_in_flight=max_in_flight or settings.verifier_max_in_flight,
-            session_timeout_s=settings.consumer_session_timeout_s,
-            metrics=meters, group=GROUP, serde=serde, stop=stop,
-        )  # fmt: skip
-    finally:
-        reader_stop.set()
-        await reader
-        if own_client:
-            await llm_client.aclose()
+    async with given_or_built(client, settings) as llm_client:
+        require_role(llm_client, settings, Role.VERIFIER)
+        narratives = NarrativeCache(bootstrap, serde, settings.verifier_narrative_cache,
+                                    settings.verifier_narrative_wait_s)  # fmt: skip
+        reader_stop = asyncio.Event()
+        reader = asyncio.create_task(narratives.run(reader_stop))
+        engine = dbpm_engine(settings)
+        try:
+            return await run_loop(
+                bootstrap, group_id=settings.verifier_group_id, topics=[DBPM_TO_VERIFY, DBPM_DECISIONS],
+                handler=Verifier(MeteredLlm(llm_client, meters, GROUP), serde, engine, narratives),
+                expected_schema=GateDecision.avro_name,
+                max_in_flight=max_in_flight or settings.verifier_max_in_flight,
+                session_timeout_s=settings.consumer_session_timeout_s,
+                metrics=meters, group=GROUP, serde=serde, stop=stop,
+            )  # fmt: skip
+        finally:
+            reader_stop.set()
+            await reader

@@ -3,7 +3,7 @@
 Public interface:
 
 * :class:`LlmClient` (``call(call_type, response_model, messages) -> LlmOk[T] | LlmFailed``), built
-  with :meth:`LlmClient.from_settings`;
+  with :meth:`LlmClient.from_settings` (:func:`given_or_built`: a given client, or one built and closed);
 * :class:`CallType` / :data:`CALL_PROFILES`: the one table of temperatures and token budgets;
 * :func:`response_model`: declare (lint and register) a response model;
 * the DBPM response models in :mod:`streams.llm.schemas`;
@@ -23,6 +23,7 @@ from streams.llm.client import (
     ClientPolicy,
     LlmClient,
     UnregisteredResponseModelError,
+    given_or_built,
 )
 from streams.llm.config import Endpoint, RoleConfig, resolve_role, resolve_roles
 from streams.llm.lint import response_model
@@ -44,6 +45,7 @@ __all__ = [
     "Role",
     "RoleConfig",
     "UnregisteredResponseModelError",
+    "given_or_built",
     "resolve_role",
     "resolve_roles",
     "response_model",

@@ -78,7 +78,8 @@ import json
 import random
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal, TypedDict, TypeVar
@@ -681,3 +682,14 @@ class LlmClient:
             attempts=attempts,
             latency_s=elapsed,
         )
+
+
+@asynccontextmanager
+async def given_or_built(client: LlmClient | None, settings: Settings) -> AsyncIterator[LlmClient]:
+    """``client`` as it is, or, when None, the client the settings describe, closed on exit: whoever made
+    a client closes it, so a group member given one (a test's, a shared one) leaves it open."""
+    if client is not None:
+        yield client
+        return
+    async with LlmClient.from_settings(settings) as built:
+        yield built
