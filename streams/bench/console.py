@@ -11,7 +11,12 @@ On topics of their own (copies of the catalog's specs under bench names, created
 2. **The review queue's packet reader.** ``--packets`` review packets (the rules-only arbiter's packets
    of the demo's examples, one document each), written in a transaction as the docs worker writes them,
    read by a new :class:`~streams.groups.arbiter.PacketFollower`'s catch-up with the broker's default
-   500 ms fetch hold and with :data:`~streams.groups.arbiter.ONE_READ_FETCH_WAIT_MS` (the console's).
+   500 ms fetch hold and with :data:`~streams.groups.arbiter.ONE_READ_FETCH_WAIT_MS` (a reader made for
+   one read, as ``clingate arbiter reviews``).
+3. **A page's read of a followed topic.** The decisions read whole (what a page did on every load) and
+   by a :class:`~streams.console.records.TopicFollower` that has read them once and finds nothing new
+   (what the pharmacist's, the SME's and the audit read-back pages do on a load when nothing was
+   published since). Both then pass over every record they hold, as a page builds its rows from them.
 
 Each read is made ``--repeat`` times each way; the median and the ratio are printed, and each pair of
 ways must find the same records (else the bench fails). Nothing is timed against a target: the figures
@@ -38,7 +43,7 @@ from schemas.docs import ReviewPacket
 from schemas.serde import Serde, make_serde
 from state import MemoryStore
 from streams.cli.common import require_bootstrap
-from streams.console.records import read_records
+from streams.console.records import TopicFollower, read_records
 from streams.demo.plan import verify_example
 from streams.groups.arbiter import ONE_READ_FETCH_WAIT_MS, PacketFollower
 from streams.runtime.kafka_clients import produce_waiting, producer_settings
@@ -176,6 +181,20 @@ def bench_console(
             finally:
                 follower.close()
 
+        followed = TopicFollower(bootstrap, serde, decided_topic, GateDecision)
+        kept: list[GateDecision] = []
+
+        def follow() -> list[str]:
+            with followed.since_last() as new:
+                kept.extend(new.values())
+            return sorted(d.candidate_id for d in kept)
+
+        def whole() -> list[str]:
+            return sorted(
+                d.candidate_id for d in read_records(bootstrap, serde, decided_topic, GateDecision).values()
+            )
+
+        follow()  # its first read: the whole topic
         return [
             _compare("decision of one candidate", both("candidate_id", candidate_id), repeat),
             _compare("decisions of one signature", both("signature", sig), repeat),
@@ -183,6 +202,7 @@ def bench_console(
                 f"{DEFAULT_FETCH_WAIT_MS} ms hold": lambda: catch_up(DEFAULT_FETCH_WAIT_MS),
                 f"{ONE_READ_FETCH_WAIT_MS} ms hold": lambda: catch_up(ONE_READ_FETCH_WAIT_MS),
             }, repeat),
+            _compare("page read of a followed topic", {"whole": whole, "followed": follow}, repeat),
         ]  # fmt: skip
     finally:
         for future in admin.delete_topics([decided_topic, packet_topic]).values():

@@ -1,13 +1,13 @@
 """Where the pharmacist's pages get the assessments: ``clingate.clinical.assessments``, as the clinical
 workers published them.
 
-:class:`KafkaAssessments` reads the whole topic on every page load, with a ``read_committed`` reader of
-its own from the beginning of each partition up to the end it has when the page asks: what a page shows
-is every committed assessment at that moment, in each patient's order (the topic is keyed by patient, so
-a patient's records are one partition's, in the order the worker published them). The known cost: a
-page load reads every retained record (the topic is compacted to about one record per patient, plus the
-not yet compacted tail); a console for a large ward would keep a table of the latest assessment per
-patient up to date from the topic instead.
+:class:`KafkaAssessments` follows the topic (a :class:`~streams.console.records.TopicFollower`): the
+first page load reads it from the beginning of each partition, every later one only what was committed
+since, so that what a page shows is every committed assessment read up to that moment, in each patient's
+order (the topic is keyed by patient, so a patient's records are one partition's, in the order the worker
+published them). It keeps what it has read (the topic is compacted to about one record per patient plus
+the not yet compacted tail, and retains 30 days); an assessment compaction later removes from the topic
+stays shown until the console restarts.
 
 A record that cannot be decoded is skipped and counted (:attr:`AssessmentLog.unreadable`; the page says
 how many); a tombstone (a null value, an operator's deletion of a patient from the compacted topic)
@@ -24,7 +24,7 @@ from aiohttp import web
 from schemas.clinical import ClinicalAssessment
 from schemas.serde import Serde
 from streams.console.pages import read_in_thread
-from streams.console.records import read_records
+from streams.console.records import TopicFollower
 from topics.catalog import CLINICAL_ASSESSMENTS
 
 
@@ -50,25 +50,26 @@ class AssessmentSource(Protocol):
 
 
 class KafkaAssessments:
-    """``clingate.clinical.assessments`` read to its end on each call (module docstring)."""
+    """``clingate.clinical.assessments`` followed to its end on each call (module docstring)."""
 
     def __init__(self, bootstrap: str, serde: Serde) -> None:
-        self._bootstrap = bootstrap
-        self._serde = serde
+        self._topic = TopicFollower(bootstrap, serde, CLINICAL_ASSESSMENTS, ClinicalAssessment)
+        self._records: list[ClinicalAssessment] = []
+        self._unreadable = 0
 
     async def read(self) -> AssessmentLog:
         """Every committed assessment on the topic now (read in a thread: the event loop goes on)."""
         return await read_in_thread(CLINICAL_ASSESSMENTS, self._read)
 
     def _read(self) -> AssessmentLog:
-        topic = read_records(self._bootstrap, self._serde, CLINICAL_ASSESSMENTS, ClinicalAssessment)
-        records: list[ClinicalAssessment] = []
-        for key, value in topic.records:
-            if value is None:
-                records = [record for record in records if record.patient_id != key]
-            else:
-                records.append(value)
-        return AssessmentLog(tuple(records), topic.unreadable)
+        with self._topic.since_last() as new:
+            for key, value in new.records:
+                if value is None:
+                    self._records = [record for record in self._records if record.patient_id != key]
+                else:
+                    self._records.append(value)
+            self._unreadable += new.unreadable
+            return AssessmentLog(tuple(self._records), self._unreadable)
 
 
 ASSESSMENTS = web.AppKey("assessments", AssessmentSource)

@@ -6,9 +6,11 @@ What holds: a patient's runs are grouped by run id, the newest run (by its lates
 then run id) first; within a run, revisions ascend, and each revision shows the last gated draft and the
 last route published for it (an upstream that sends a revision again gets it gated again; the latest is
 what the pharmacist acts on). A revision gated but not yet audited has no route, and the page says so.
-Both topics are read whole on each page load (:func:`~streams.console.records.read_records`), as the
-pharmacist's other pages read theirs; records that cannot be decoded are counted and the page says how
-many.
+Both topics are followed (:class:`~streams.console.records.TopicFollower`), as the pharmacist's
+assessments are: the first page load reads them whole, every later one only what was committed since;
+what was read is kept until the console restarts, which for their 365 days of retention is the size of
+what they retain (a console for a very large ward would keep them in a table on disk instead). Records
+that cannot be decoded are counted and the page says how many.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from aiohttp import web
 from schemas.clinical import GatedDraft, RevisionRoute
 from schemas.serde import Serde
 from streams.console.pages import read_in_thread
-from streams.console.records import read_records
+from streams.console.records import TopicFollower
 from topics.catalog import CLINICAL_GATED_DRAFTS, CLINICAL_REVISION_ROUTES
 
 
@@ -83,20 +85,26 @@ def runs_of(log: DraftLog, patient_id: str) -> list[Run]:
 
 
 class KafkaDrafts:
-    """The gated-draft and route topics read to their end on each call (module docstring)."""
+    """The gated-draft and route topics followed to their end on each call (module docstring)."""
 
     def __init__(self, bootstrap: str, serde: Serde) -> None:
-        self._bootstrap = bootstrap
-        self._serde = serde
+        self._gated_topic = TopicFollower(bootstrap, serde, CLINICAL_GATED_DRAFTS, GatedDraft)
+        self._routes_topic = TopicFollower(bootstrap, serde, CLINICAL_REVISION_ROUTES, RevisionRoute)
+        self._gated: list[GatedDraft] = []
+        self._routes: list[RevisionRoute] = []
+        self._unreadable = 0
 
     async def read(self) -> DraftLog:
         """Every committed gated draft and route now (read in a thread: the event loop goes on)."""
         return await read_in_thread(f"{CLINICAL_GATED_DRAFTS} or {CLINICAL_REVISION_ROUTES}", self._read)
 
     def _read(self) -> DraftLog:
-        gated = read_records(self._bootstrap, self._serde, CLINICAL_GATED_DRAFTS, GatedDraft)
-        routes = read_records(self._bootstrap, self._serde, CLINICAL_REVISION_ROUTES, RevisionRoute)
-        return DraftLog(tuple(gated.values()), tuple(routes.values()), gated.unreadable + routes.unreadable)
+        # Both followers held, always in this order: one reader at a time folds both.
+        with self._gated_topic.since_last() as gated, self._routes_topic.since_last() as routes:
+            self._gated += gated.values()
+            self._routes += routes.values()
+            self._unreadable += gated.unreadable + routes.unreadable
+            return DraftLog(tuple(self._gated), tuple(self._routes), self._unreadable)
 
 
 DRAFTS = web.AppKey("drafts", DraftSource)

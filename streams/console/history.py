@@ -1,9 +1,9 @@
 """What the console reads back of its own audit trail: the re-drives done and the questions asked.
 
-:class:`KafkaHistory` follows ``clingate.console.audit``: its first call reads the retained trail (365
-days), and every later call only what was recorded since (:func:`~streams.console.records.read_records`
-from the offsets the last call reached), so a page that reloads itself every few seconds costs the new
-records only. It keeps the records of the actions read back (:data:`READ_BACK`: re-drives and questions,
+:class:`KafkaHistory` follows ``clingate.console.audit`` (a
+:class:`~streams.console.records.TopicFollower`): its first call reads the retained trail (365 days), and
+every later call only what was recorded since, so a page that reloads itself every few seconds costs the
+new records only. It keeps the records of the actions read back (:data:`READ_BACK`: re-drives and questions,
 a few per person and day) and returns those asked for. The topic is keyed by user, so one person's
 records are one partition's, in the order they were recorded: a ``refused`` record that follows an
 ``ok`` one of the same person on the same target (an action Kafka then did not take) comes after it.
@@ -14,7 +14,6 @@ A record that cannot be decoded is skipped and logged: the trail's records are t
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Collection
 from typing import Protocol
 
@@ -24,7 +23,7 @@ from schemas.console import ConsoleAction
 from schemas.serde import Serde
 from streams.console.audit import Action
 from streams.console.pages import read_in_thread
-from streams.console.records import read_records
+from streams.console.records import TopicFollower
 from topics.catalog import CONSOLE_AUDIT
 
 READ_BACK = frozenset({Action.REDRIVE, Action.ASK})
@@ -48,10 +47,7 @@ class KafkaHistory:
     """``clingate.console.audit`` followed to its end on each call (module docstring)."""
 
     def __init__(self, bootstrap: str, serde: Serde) -> None:
-        self._bootstrap = bootstrap
-        self._serde = serde
-        self._lock = threading.Lock()
-        self._next: dict[int, int] = {}
+        self._trail = TopicFollower(bootstrap, serde, CONSOLE_AUDIT, ConsoleAction)
         self._kept: list[ConsoleAction] = []
 
     async def actions(self, kinds: Collection[Action]) -> list[ConsoleAction]:
@@ -61,9 +57,7 @@ class KafkaHistory:
         return await read_in_thread(CONSOLE_AUDIT, self._read, frozenset(kind.value for kind in kinds))
 
     def _read(self, kinds: frozenset[str]) -> list[ConsoleAction]:
-        with self._lock:  # one read at a time, each from where the last one ended
-            new = read_records(self._bootstrap, self._serde, CONSOLE_AUDIT, ConsoleAction, self._next)
-            self._next.update(new.next_offsets)
+        with self._trail.since_last() as new:
             self._kept += [action for action in new.values() if action.action in READ_BACK]
             return [action for action in self._kept if action.action in kinds]
 

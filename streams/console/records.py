@@ -1,23 +1,29 @@
-"""Reading a topic for a page: every committed record of one topic, decoded, at the moment the page asks.
+"""Reading a topic for a page: the committed records of one topic, decoded, at the moment the page asks.
 
 What holds: :func:`read_records` reads each partition of the topic from its beginning (or from the
-offsets it is given: a reader that follows the topic reads only what came since) up to the end it has
-when called, with a ``read_committed`` reader of its own (no group is joined, nothing is committed),
-each partition's records in order; a record that cannot be decoded as the topic's model is skipped,
-counted in :attr:`TopicRecords.unreadable` and logged with its coordinates, never shown half-read. A
-reader looking for one value (``containing``: a candidate id, a signature) decodes only the records
-whose raw value contains its bytes: a string field of an Avro record is its UTF-8 bytes verbatim, so a
-record whose field has that value is never passed over, and the others are not decoded (nor counted if
-undecodable); a
-tombstone (a null value) is kept as ``None`` so that a compacted topic's reader can drop the key's earlier
-records. The known cost: one pass over the topic's retained records per page load, which a console for a
-large deployment would replace by tables kept up to date from the topics.
+offsets it is given) up to the end it has when called, with a ``read_committed`` reader of its own (no
+group is joined, nothing is committed), each partition's records in order; a record that cannot be
+decoded as the topic's model is skipped, counted in :attr:`TopicRecords.unreadable` and logged with its
+coordinates, never shown half-read. A reader looking for one value (``containing``: a candidate id, a
+signature) decodes only the records whose raw value contains its bytes: a string field of an Avro record
+is its UTF-8 bytes verbatim, so a record whose field has that value is never passed over, and the others
+are not decoded (nor counted if undecodable); a tombstone (a null value) is kept as ``None`` so that a
+compacted topic's reader can drop the key's earlier records.
+
+A page source that keeps what it has read follows the topic with a :class:`TopicFollower`: its first
+read is the whole topic, each later one only what was committed since, from the ends the last one
+reached (:attr:`TopicRecords.next_offsets`: past a transaction's commit marker, so a caught-up
+transactional partition costs no wait), so that a page load costs the new records only. What it keeps is
+the source's: records that compaction or retention later remove from the topic stay until the console
+restarts.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -43,7 +49,7 @@ class TopicRecords(Generic[M]):
     unreadable: int = 0
     """Records skipped because they could not be decoded."""
     next_offsets: dict[int, int] = field(default_factory=dict)
-    """Per partition read, the offset after its last record read: where a later read starts."""
+    """Per partition read, the end it was read to: where a later read starts."""
 
     def values(self) -> list[M]:
         """The decoded records, tombstones left out."""
@@ -68,10 +74,9 @@ def read_records(
     consumer = reader(bootstrap, "console", **{"isolation.level": "read_committed"})
     records: list[tuple[str | None, M | None]] = []
     unreadable = 0
-    next_offsets: dict[int, int] = {}
+    reached: dict[tuple[str, int], int] = {}
     try:
-        for message in read_to_end(consumer, {topic: starts or {}}, READ_TIMEOUT_S):
-            next_offsets[message.partition()] = message.offset() + 1  # type: ignore[index,operator]
+        for message in read_to_end(consumer, {topic: starts or {}}, READ_TIMEOUT_S, reached=reached):
             raw_key = message.key()
             key = raw_key.decode("utf-8", "replace") if raw_key is not None else None
             value = message.value()
@@ -85,7 +90,33 @@ def read_records(
                 records.append((key, record))
     finally:
         consumer.close()
-    return TopicRecords(tuple(records), unreadable, next_offsets)
+    return TopicRecords(tuple(records), unreadable, {p: end for (_topic, p), end in reached.items()})
+
+
+class TopicFollower(Generic[M]):
+    """``topic`` followed for a page source that keeps what it read (module docstring)."""
+
+    def __init__(self, bootstrap: str, serde: Serde, topic: str, model: type[M]) -> None:
+        self._bootstrap = bootstrap
+        self._serde = serde
+        self.topic = topic
+        self._model = model
+        self._lock = threading.Lock()
+        self._next: dict[int, int] = {}
+
+    @contextmanager
+    def since_last(self) -> Iterator[TopicRecords[M]]:
+        """The records committed since the last read (the first: every record), held by one reader at a
+        time until the caller has kept them: the next read starts after them only once the block
+        returned, and a block that raises leaves them to be read again.
+
+        Raises:
+            KafkaException, TimeoutError: the topic could not be read (:func:`read_records`).
+        """
+        with self._lock:
+            new = read_records(self._bootstrap, self._serde, self.topic, self._model, self._next)
+            yield new
+            self._next.update(new.next_offsets)
 
 
 def decoded(serde: Serde, message: Message, model: type[M]) -> M | None:

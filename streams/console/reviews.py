@@ -1,11 +1,13 @@
 """Where the SME's pages get the review packets and the reviews, and how they record a decision.
 
-:class:`KafkaReviews` reads, on every page load, what ``clingate arbiter reviews`` reads: the compacted
+:class:`KafkaReviews` reads what ``clingate arbiter reviews`` reads, and follows it: the compacted
 ``clingate.docs.review-packets`` topic through the docs worker's own
 :class:`~streams.groups.arbiter.PacketFollower` (the latest packet of every document; the pending ones,
-oldest first, are :meth:`~streams.groups.arbiter.Packets.pending`), and with it every review already on
-``clingate.docs.reviews``, both ``read_committed`` from the beginning of each partition up to the end they
-have when the page asks. :class:`KafkaReviewPublisher` publishes a decision as ``clingate arbiter
+oldest first, are :meth:`~streams.groups.arbiter.Packets.pending`), one that lives as long as the console
+and catches up on each page load, and with it every review on ``clingate.docs.reviews`` (a
+:class:`~streams.console.records.TopicFollower`), both ``read_committed``: the first page load reads them
+from the beginning of each partition, every later one only what was committed since, each up to the end
+it has when the page asks. :class:`KafkaReviewPublisher` publishes a decision as ``clingate arbiter
 review`` does (:func:`~streams.groups.arbiter.review_record`, the docs worker's producer settings)
 through an :class:`~streams.console.delivery.Outbox`: a decision the page reports as not recorded is never
 delivered later.
@@ -15,6 +17,7 @@ A review record that cannot be decoded is skipped and counted (:attr:`ReviewLog.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -24,8 +27,8 @@ from schemas.docs import Review, ReviewPacket
 from schemas.serde import Serde
 from streams.console.delivery import Outbox
 from streams.console.pages import read_in_thread
-from streams.console.records import READ_TIMEOUT_S, read_records
-from streams.groups.arbiter import ONE_READ_FETCH_WAIT_MS, PacketFollower, producer_config, review_record
+from streams.console.records import READ_TIMEOUT_S, TopicFollower
+from streams.groups.arbiter import PacketFollower, producer_config, review_record
 from topics.catalog import DOCS_REVIEW_PACKETS, DOCS_REVIEWS
 
 
@@ -66,28 +69,38 @@ class ReviewPublisher(Protocol):
 
 
 class KafkaReviews:
-    """The packet and review topics read to their end on each call (module docstring)."""
+    """The packet and review topics followed to their end on each call (module docstring)."""
 
     def __init__(self, bootstrap: str, serde: Serde) -> None:
         self._bootstrap = bootstrap
         self._serde = serde
+        self._lock = threading.Lock()
+        self._packets: PacketFollower | None = None
+        self._reviews_topic = TopicFollower(bootstrap, serde, DOCS_REVIEWS, Review)
+        self._reviews: list[Review] = []
+        self._unreadable = 0
 
     async def read(self) -> ReviewLog:
         """Every committed packet and review now (read in a thread: the event loop goes on)."""
         return await read_in_thread(f"{DOCS_REVIEW_PACKETS} or {DOCS_REVIEWS}", self._read)
 
     def _read(self) -> ReviewLog:
-        follower = PacketFollower(
-            self._bootstrap, self._serde, group_prefix="clingate-console-packets-",
-            fetch_wait_ms=ONE_READ_FETCH_WAIT_MS,
-        )  # fmt: skip
-        try:
-            follower.catch_up(READ_TIMEOUT_S)
-            packets = dict(follower.packets)
-        finally:
-            follower.close()
-        reviews = read_records(self._bootstrap, self._serde, DOCS_REVIEWS, Review)
-        return ReviewLog(packets, tuple(reviews.values()), reviews.unreadable)
+        with self._lock, self._reviews_topic.since_last() as reviews:
+            if self._packets is None:  # made on the first read, which the page's thread waits for
+                self._packets = PacketFollower(
+                    self._bootstrap, self._serde, group_prefix="clingate-console-packets-"
+                )
+            self._packets.catch_up(READ_TIMEOUT_S)
+            self._reviews += reviews.values()
+            self._unreadable += reviews.unreadable
+            return ReviewLog(dict(self._packets.packets), tuple(self._reviews), self._unreadable)
+
+    def close(self) -> None:
+        """Close the packet reader (the next read would make another)."""
+        with self._lock:
+            if self._packets is not None:
+                self._packets.close()
+                self._packets = None
 
 
 class KafkaReviewPublisher:

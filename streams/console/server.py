@@ -58,11 +58,12 @@ async def serve(
     config = dbpm_config(settings)  # the workers' (CLINGATE_DBPM_*): decay, weights, thresholds
     pins = KafkaPinPublisher(bootstrap, serde, DBPMEngine(config, load_ontology()))
     explorer = Explorer(KafkaMemory(bootstrap, serde, settings.app_id), pins, config)
+    reviews = KafkaReviews(bootstrap, serde)
     app = build_app(
         access,
         trail,
         KafkaAssessments(bootstrap, serde),
-        KafkaReviews(bootstrap, serde),
+        reviews,
         publisher,
         history=KafkaHistory(bootstrap, serde),
         dead_letter_source=KafkaDeadLetters(bootstrap, serde),
@@ -87,6 +88,7 @@ async def serve(
     finally:
         await runner.cleanup()
         trail.close()
+        reviews.close()
         publisher.close()
         redriver.close()
         agent_desk.close()

@@ -266,6 +266,7 @@ def read_to_end(
     timeout_s: float | None = None,
     *,
     named_only: bool = False,
+    reached: dict[tuple[str, int], int] | None = None,
 ) -> Iterator[Message]:
     """The records of each topic of ``starts`` from its offsets (a partition not named: from its
     beginning, or not at all with ``named_only``; an offset retention has deleted: from the first one
@@ -277,6 +278,9 @@ def read_to_end(
         starts: per topic, the first offset to read per partition.
         timeout_s: longest time to read everything (None: no limit).
         named_only: read only the partitions ``starts`` names (one conversation's, one key's).
+        reached: filled, as each ``(topic, partition)`` is read to its end, with that end: where a later
+            read of it goes on from. Not the offset after its last record: a transactional partition
+            ends with a commit marker, which a read starting before it would wait for in vain.
 
     Raises:
         TimeoutError: ``timeout_s`` passed before every partition was read to its end.
@@ -306,10 +310,18 @@ def read_to_end(
                 continue  # past the end this read is about
             yield message
             if offset + 1 >= end:
-                todo.pop((topic, p))
+                _done(todo, (topic, p), reached)
         # A transactional topic ends with a commit marker, which is never a message: its partition is
         # read once the consumer's position passed the end.
         if todo:
             for tp in client.position([TopicPartition(t, p) for t, p in todo]):
                 if tp.offset >= todo[(tp.topic, tp.partition)]:
-                    todo.pop((tp.topic, tp.partition))
+                    _done(todo, (tp.topic, tp.partition), reached)
+
+
+def _done(
+    todo: dict[tuple[str, int], int], read: tuple[str, int], reached: dict[tuple[str, int], int] | None
+) -> None:
+    end = todo.pop(read)
+    if reached is not None:
+        reached[read] = end
