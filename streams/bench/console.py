@@ -182,12 +182,9 @@ def bench_console(
                 follower.close()
 
         followed = TopicFollower(bootstrap, serde, decided_topic, GateDecision)
-        kept: list[GateDecision] = []
 
         def follow() -> list[str]:
-            with followed.since_last() as new:
-                kept.extend(new.values())
-            return sorted(d.candidate_id for d in kept)
+            return sorted(d.candidate_id for d in followed.read().values())
 
         def whole() -> list[str]:
             return sorted(

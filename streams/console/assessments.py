@@ -54,22 +54,14 @@ class KafkaAssessments:
 
     def __init__(self, bootstrap: str, serde: Serde) -> None:
         self._topic = TopicFollower(bootstrap, serde, CLINICAL_ASSESSMENTS, ClinicalAssessment)
-        self._records: list[ClinicalAssessment] = []
-        self._unreadable = 0
 
     async def read(self) -> AssessmentLog:
         """Every committed assessment on the topic now (read in a thread: the event loop goes on)."""
         return await read_in_thread(CLINICAL_ASSESSMENTS, self._read)
 
     def _read(self) -> AssessmentLog:
-        with self._topic.since_last() as new:
-            for key, value in new.records:
-                if value is None:
-                    self._records = [record for record in self._records if record.patient_id != key]
-                else:
-                    self._records.append(value)
-            self._unreadable += new.unreadable
-            return AssessmentLog(tuple(self._records), self._unreadable)
+        kept = self._topic.read()
+        return AssessmentLog(tuple(kept.values()), kept.unreadable)
 
 
 ASSESSMENTS = web.AppKey("assessments", AssessmentSource)

@@ -88,23 +88,16 @@ class KafkaDrafts:
     """The gated-draft and route topics followed to their end on each call (module docstring)."""
 
     def __init__(self, bootstrap: str, serde: Serde) -> None:
-        self._gated_topic = TopicFollower(bootstrap, serde, CLINICAL_GATED_DRAFTS, GatedDraft)
-        self._routes_topic = TopicFollower(bootstrap, serde, CLINICAL_REVISION_ROUTES, RevisionRoute)
-        self._gated: list[GatedDraft] = []
-        self._routes: list[RevisionRoute] = []
-        self._unreadable = 0
+        self._gated = TopicFollower(bootstrap, serde, CLINICAL_GATED_DRAFTS, GatedDraft)
+        self._routes = TopicFollower(bootstrap, serde, CLINICAL_REVISION_ROUTES, RevisionRoute)
 
     async def read(self) -> DraftLog:
         """Every committed gated draft and route now (read in a thread: the event loop goes on)."""
         return await read_in_thread(f"{CLINICAL_GATED_DRAFTS} or {CLINICAL_REVISION_ROUTES}", self._read)
 
     def _read(self) -> DraftLog:
-        # Both followers held, always in this order: one reader at a time folds both.
-        with self._gated_topic.since_last() as gated, self._routes_topic.since_last() as routes:
-            self._gated += gated.values()
-            self._routes += routes.values()
-            self._unreadable += gated.unreadable + routes.unreadable
-            return DraftLog(tuple(self._gated), tuple(self._routes), self._unreadable)
+        gated, routes = self._gated.read(), self._routes.read()
+        return DraftLog(tuple(gated.values()), tuple(routes.values()), gated.unreadable + routes.unreadable)
 
 
 DRAFTS = web.AppKey("drafts", DraftSource)

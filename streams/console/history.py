@@ -47,8 +47,9 @@ class KafkaHistory:
     """``clingate.console.audit`` followed to its end on each call (module docstring)."""
 
     def __init__(self, bootstrap: str, serde: Serde) -> None:
-        self._trail = TopicFollower(bootstrap, serde, CONSOLE_AUDIT, ConsoleAction)
-        self._kept: list[ConsoleAction] = []
+        self._trail = TopicFollower(
+            bootstrap, serde, CONSOLE_AUDIT, ConsoleAction, keep=lambda action: action.action in READ_BACK
+        )
 
     async def actions(self, kinds: Collection[Action]) -> list[ConsoleAction]:
         """The committed records of ``kinds`` now on the topic (read in a thread: the event loop goes on)."""
@@ -57,9 +58,7 @@ class KafkaHistory:
         return await read_in_thread(CONSOLE_AUDIT, self._read, frozenset(kind.value for kind in kinds))
 
     def _read(self, kinds: frozenset[str]) -> list[ConsoleAction]:
-        with self._trail.since_last() as new:
-            self._kept += [action for action in new.values() if action.action in READ_BACK]
-            return [action for action in self._kept if action.action in kinds]
+        return [action for action in self._trail.read().values() if action.action in kinds]
 
 
 HISTORY = web.AppKey("history", History)

@@ -10,20 +10,21 @@ is its UTF-8 bytes verbatim, so a record whose field has that value is never pas
 are not decoded (nor counted if undecodable); a tombstone (a null value) is kept as ``None`` so that a
 compacted topic's reader can drop the key's earlier records.
 
-A page source that keeps what it has read follows the topic with a :class:`TopicFollower`: its first
+A page source follows its topic with a :class:`TopicFollower`, which keeps what it has read: its first
 read is the whole topic, each later one only what was committed since, from the ends the last one
 reached (:attr:`TopicRecords.next_offsets`: past a transaction's commit marker, so a caught-up
-transactional partition costs no wait), so that a page load costs the new records only. What it keeps is
-the source's: records that compaction or retention later remove from the topic stay until the console
-restarts.
+transactional partition costs no wait), so that a page load costs the new records only. A tombstone
+drops its key's earlier records, as compaction would; records that compaction or retention later remove
+from the topic otherwise stay kept until the console
+restarts. A topic deleted and created again (a partition that ends before where the last read ended)
+is read whole again and what was kept of it dropped.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -49,7 +50,7 @@ class TopicRecords(Generic[M]):
     unreadable: int = 0
     """Records skipped because they could not be decoded."""
     next_offsets: dict[int, int] = field(default_factory=dict)
-    """Per partition read, the end it was read to: where a later read starts."""
+    """Per partition, the end it was read to: where a later read starts."""
 
     def values(self) -> list[M]:
         """The decoded records, tombstones left out."""
@@ -94,29 +95,51 @@ def read_records(
 
 
 class TopicFollower(Generic[M]):
-    """``topic`` followed for a page source that keeps what it read (module docstring)."""
+    """``topic`` followed for a page source, keeping what it read (module docstring)."""
 
-    def __init__(self, bootstrap: str, serde: Serde, topic: str, model: type[M]) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        serde: Serde,
+        topic: str,
+        model: type[M],
+        keep: Callable[[M], bool] = lambda _: True,
+    ) -> None:
+        """Follow ``topic``, decoding its records as ``model`` and keeping those ``keep`` accepts."""
         self._bootstrap = bootstrap
         self._serde = serde
-        self.topic = topic
+        self._topic = topic
         self._model = model
+        self._keep = keep
         self._lock = threading.Lock()
         self._next: dict[int, int] = {}
+        self._kept: list[tuple[str | None, M]] = []
+        self._unreadable = 0
 
-    @contextmanager
-    def since_last(self) -> Iterator[TopicRecords[M]]:
-        """The records committed since the last read (the first: every record), held by one reader at a
-        time until the caller has kept them: the next read starts after them only once the block
-        returned, and a block that raises leaves them to be read again.
+    def read(self) -> TopicRecords[M]:
+        """What is kept once the records committed since the last read are added: each partition's in
+        order, a tombstone's key's earlier records dropped (as compaction drops them), the undecodable
+        ones counted since the first read (or since the topic was created again).
 
         Raises:
-            KafkaException, TimeoutError: the topic could not be read (:func:`read_records`).
+            KafkaException, TimeoutError: the topic could not be read (:func:`read_records`); what was
+                kept stays as it was.
         """
-        with self._lock:
-            new = read_records(self._bootstrap, self._serde, self.topic, self._model, self._next)
-            yield new
+        with self._lock:  # one read at a time, each from where the last one ended
+            new = read_records(self._bootstrap, self._serde, self._topic, self._model, self._next)
+            if any(end < self._next.get(p, 0) for p, end in new.next_offsets.items()):
+                new = read_records(self._bootstrap, self._serde, self._topic, self._model)
+                self._next.clear()
+                self._kept.clear()
+                self._unreadable = 0
+            for key, value in new.records:
+                if value is None:
+                    self._kept = [(k, v) for k, v in self._kept if k != key]
+                elif self._keep(value):
+                    self._kept.append((key, value))
+            self._unreadable += new.unreadable
             self._next.update(new.next_offsets)
+            return TopicRecords(tuple(self._kept), self._unreadable, dict(self._next))
 
 
 def decoded(serde: Serde, message: Message, model: type[M]) -> M | None:

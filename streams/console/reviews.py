@@ -76,24 +76,22 @@ class KafkaReviews:
         self._serde = serde
         self._lock = threading.Lock()
         self._packets: PacketFollower | None = None
-        self._reviews_topic = TopicFollower(bootstrap, serde, DOCS_REVIEWS, Review)
-        self._reviews: list[Review] = []
-        self._unreadable = 0
+        self._reviews = TopicFollower(bootstrap, serde, DOCS_REVIEWS, Review)
 
     async def read(self) -> ReviewLog:
         """Every committed packet and review now (read in a thread: the event loop goes on)."""
         return await read_in_thread(f"{DOCS_REVIEW_PACKETS} or {DOCS_REVIEWS}", self._read)
 
     def _read(self) -> ReviewLog:
-        with self._lock, self._reviews_topic.since_last() as reviews:
+        with self._lock:
             if self._packets is None:  # made on the first read, which the page's thread waits for
                 self._packets = PacketFollower(
                     self._bootstrap, self._serde, group_prefix="clingate-console-packets-"
                 )
             self._packets.catch_up(READ_TIMEOUT_S)
-            self._reviews += reviews.values()
-            self._unreadable += reviews.unreadable
-            return ReviewLog(dict(self._packets.packets), tuple(self._reviews), self._unreadable)
+            packets = dict(self._packets.packets)
+        reviews = self._reviews.read()
+        return ReviewLog(packets, tuple(reviews.values()), reviews.unreadable)
 
     def close(self) -> None:
         """Close the packet reader (the next read would make another)."""

@@ -278,9 +278,11 @@ def read_to_end(
         starts: per topic, the first offset to read per partition.
         timeout_s: longest time to read everything (None: no limit).
         named_only: read only the partitions ``starts`` names (one conversation's, one key's).
-        reached: filled, as each ``(topic, partition)`` is read to its end, with that end: where a later
-            read of it goes on from. Not the offset after its last record: a transactional partition
-            ends with a commit marker, which a read starting before it would wait for in vain.
+        reached: filled with each ``(topic, partition)``'s end as it is read to it (at once for one
+            with nothing to read): where a later read of it goes on from. Not the offset after its last
+            record: a transactional partition ends with a commit marker, which a read starting before
+            it would wait for in vain. An end below the partition's start says the partition no longer
+            reaches that start (the topic was deleted and created again).
 
     Raises:
         TimeoutError: ``timeout_s`` passed before every partition was read to its end.
@@ -296,6 +298,8 @@ def read_to_end(
             if end > first:
                 todo[(topic, p)] = end
                 assignment.append(TopicPartition(topic, p, first))
+            elif reached is not None:
+                reached[(topic, p)] = end
     client.assign(assignment)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while todo:

@@ -1,14 +1,16 @@
 """The console's page sources follow their topics on a real broker: the first read is the whole topic,
 each later one only what was committed since; a tombstone read later still removes its patient's earlier
-assessments; a transactional topic's follower resumes past the commit marker; the SME's source finds the
-packets and reviews published between two reads."""
+assessments; a transactional topic's follower resumes past the commit marker; a topic deleted and
+created again is read whole again, nothing of the old one kept; the SME's source finds the packets and
+reviews published between two reads."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import pytest
@@ -20,15 +22,15 @@ from schemas.docs import Review, ReviewDecision
 from schemas.serde import Serde, make_serde
 from streams.bench.console import packets
 from streams.console.assessments import KafkaAssessments
-from streams.console.records import read_records
+from streams.console.records import TopicFollower, read_records
 from streams.console.reviews import KafkaReviews
 from streams.demo.samples import golden_assessment
 from streams.groups.arbiter import review_record
 from streams.runtime.kafka_clients import produce_waiting, producer_settings, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
-from topics.admin import ensure_topics
-from topics.catalog import CLINICAL_ASSESSMENTS, DOCS_REVIEW_PACKETS, DOCS_REVIEWS, build_catalog
+from topics.admin import TopicStatus, ensure_topics
+from topics.catalog import CLINICAL_ASSESSMENTS, DOCS_REVIEW_PACKETS, DOCS_REVIEWS, TopicSpec, build_catalog
 
 pytestmark = pytest.mark.integration
 
@@ -76,6 +78,35 @@ def test_the_assessments_are_followed_tombstones_included(kafka_bootstrap: str) 
             assert resume == end  # past the commit marker, which is never a record
     finally:
         consumer.close()
+
+
+def test_a_topic_deleted_and_created_again_is_followed_from_its_beginning(
+    kafka_bootstrap: str, new_topic: Callable[..., str]
+) -> None:
+    serde = make_serde(None)
+    topic = new_topic("followers")
+    base = golden_assessment("PT-TEST-010", reviewed=False)
+    follower = TopicFollower(kafka_bootstrap, serde, topic, ClinicalAssessment)
+
+    def publish(*patients: str) -> None:
+        writer = Producer(producer_settings(kafka_bootstrap))
+        for patient in patients:
+            value = serde.encode(base.model_copy(update={"patient_id": patient}), topic=CLINICAL_ASSESSMENTS)
+            produce_waiting(writer, topic, key=patient.encode(), value=value)
+        assert writer.flush(30) == 0
+
+    publish("a", "b", "c")
+    assert [r.patient_id for r in follower.read().values()] == ["a", "b", "c"]
+    admin = admin_client(kafka_bootstrap)
+    for future in admin.delete_topics([topic]).values():
+        future.result()
+    spec = TopicSpec(name=topic, key="test key", value_schema="test", partitions=1)
+    deadline = time.monotonic() + 60
+    while ensure_topics(admin, [spec])[0].outcome is not TopicStatus.CREATED:  # until the deletion is done
+        assert time.monotonic() < deadline, f"{topic} not created again within 60 s"
+        time.sleep(0.5)
+    publish("d")
+    assert [r.patient_id for r in follower.read().values()] == ["d"]
 
 
 def test_the_sme_source_finds_what_was_published_between_two_reads(kafka_bootstrap: str) -> None:
