@@ -15,9 +15,9 @@ read is the whole topic, each later one only what was committed since, from the 
 reached (:attr:`TopicRecords.next_offsets`: past a transaction's commit marker, so a caught-up
 transactional partition costs no wait), so that a page load costs the new records only. A tombstone
 drops its key's earlier records, as compaction would; records that compaction or retention later remove
-from the topic otherwise stay kept until the console
-restarts. A topic deleted and created again (a partition that ends before where the last read ended)
-is read whole again and what was kept of it dropped.
+from the topic otherwise stay kept until the console restarts. A topic deleted and created again (a
+partition that ends before where the last read ended) is read whole again and what was kept of it
+dropped.
 """
 
 from __future__ import annotations

@@ -145,10 +145,10 @@ async def run_generator(
         RoleDisabledError: no generator server is configured.
     """
     meters = metrics or new_metrics()
-    vocab = vocabulary if vocabulary is not None else DrugVocabulary.full()
     serde = default_serde(settings)
     async with given_or_built(client, settings) as llm_client:
         require_role(llm_client, settings, Role.GENERATOR)
+        vocab = vocabulary if vocabulary is not None else DrugVocabulary.full()
         return await run_loop(
             bootstrap, group_id=settings.generator_group_id, topics=[DBPM_NARRATIVES],
             handler=Generator(MeteredLlm(llm_client, meters, GROUP), serde, vocab),
