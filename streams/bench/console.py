@@ -34,7 +34,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import typer
-from confluent_kafka import Producer
 
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology, parse_event
 from schemas.base import AvroModel
@@ -46,7 +45,7 @@ from streams.cli.common import require_bootstrap
 from streams.console.records import TopicFollower, read_records
 from streams.demo.plan import verify_example
 from streams.groups.arbiter import ONE_READ_FETCH_WAIT_MS, PacketFollower
-from streams.runtime.kafka_clients import produce_waiting, producer_settings
+from streams.runtime.kafka_clients import produce_in_transaction
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.worker.gate import decision_record
@@ -109,14 +108,8 @@ def _write(
     bootstrap: str, serde: Serde, topic: str, catalog_topic: str, records: Sequence[tuple[bytes, AvroModel]]
 ) -> None:
     """``records`` (key, value) on ``topic`` in one transaction, encoded as ``catalog_topic``'s values."""
-    writer = Producer(
-        {**producer_settings(bootstrap), "transactional.id": f"clingate-bench-{uuid.uuid4().hex}"}
-    )
-    writer.init_transactions()
-    writer.begin_transaction()
-    for key, value in records:
-        produce_waiting(writer, topic, key=key, value=serde.encode(value, topic=catalog_topic))
-    writer.commit_transaction()
+    encoded = [(key, serde.encode(value, topic=catalog_topic)) for key, value in records]
+    produce_in_transaction(bootstrap, topic, encoded, "bench")
 
 
 def _median(read: Callable[[], Any], repeat: int) -> tuple[float, Any]:

@@ -87,6 +87,23 @@ def produce_waiting(producer: Producer, topic: str, **kwargs: Any) -> None:
             producer.poll(0.1)
 
 
+def produce_in_transaction(
+    bootstrap: str, topic: str, records: Iterable[tuple[bytes, bytes | None]], name: str
+) -> None:
+    """``records`` (key, value; None: a tombstone) on ``topic`` in one committed transaction of a producer
+    of its own (transactional id ``clingate-<name>-<random>``), as the workers write: a
+    ``read_committed`` reader sees all of them or none, and each partition written ends with a commit
+    marker."""
+    writer = Producer(
+        {**producer_settings(bootstrap), "transactional.id": f"clingate-{name}-{uuid.uuid4().hex}"}
+    )
+    writer.init_transactions()
+    writer.begin_transaction()
+    for key, value in records:
+        produce_waiting(writer, topic, key=key, value=value)
+    writer.commit_transaction()
+
+
 def abortable(exc: KafkaException) -> bool:
     """The transaction must be aborted (and its batch done again); the producer stays usable."""
     error = exc.args[0]

@@ -26,7 +26,7 @@ from streams.console.records import TopicFollower, read_records
 from streams.console.reviews import KafkaReviews
 from streams.demo.samples import golden_assessment
 from streams.groups.arbiter import review_record
-from streams.runtime.kafka_clients import produce_waiting, producer_settings, reader
+from streams.runtime.kafka_clients import produce_in_transaction, produce_waiting, producer_settings, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
 from topics.admin import TopicStatus, ensure_topics
@@ -39,13 +39,10 @@ def _in_transaction(
     bootstrap: str, serde: Serde, topic: str, records: Sequence[tuple[str, AvroModel | None]]
 ) -> None:
     """``records`` (key, value; None: a tombstone) on ``topic`` in one transaction, as the workers write."""
-    writer = Producer({**producer_settings(bootstrap), "transactional.id": f"followers-{uuid.uuid4().hex}"})
-    writer.init_transactions()
-    writer.begin_transaction()
-    for key, value in records:
-        encoded = None if value is None else serde.encode(value, topic=topic)
-        produce_waiting(writer, topic, key=key.encode(), value=encoded)
-    writer.commit_transaction()
+    encoded = [
+        (key.encode(), None if value is None else serde.encode(value, topic=topic)) for key, value in records
+    ]
+    produce_in_transaction(bootstrap, topic, encoded, "followers-test")
 
 
 def test_the_assessments_are_followed_tombstones_included(kafka_bootstrap: str) -> None:
