@@ -41,9 +41,7 @@ class RocksDBStore(Store):
         try:
             self._db = Rdict(str(path), options)
         except Exception as exc:  # rocksdict raises a bare Exception for I/O and lock errors
-            raise StateError(
-                f"cannot open RocksDB store at {path}: {exc}; is another process using it?"
-            ) from exc
+            raise StateError(f"cannot open RocksDB store at {path}: {exc}{_hint(str(exc))}") from exc
         self._closed = False
         self._cache: dict[bytes, bytes | None] = {}
         self._cache_entries = cache_entries
@@ -98,3 +96,12 @@ class RocksDBStore(Store):
         if not self._closed:
             self._db.close()
             self._closed = True
+
+
+def _hint(error: str) -> str:
+    """What an operator can do about a store that does not open, where RocksDB's message says it."""
+    if "No space left on device" in error:
+        return "; the disk that holds it is full: free space there, then start again"
+    if "lock" in error.lower():
+        return "; is another process using it (one worker per data directory)?"
+    return ""

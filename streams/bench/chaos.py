@@ -45,6 +45,7 @@ Choices where the brief left room:
 from __future__ import annotations
 
 import random
+import signal
 import threading
 import time
 import uuid
@@ -145,21 +146,58 @@ def kill_for_good(index: int) -> Disruption:
     return disrupt
 
 
-def restart_broker(broker: LocalKafka, outage_s: float = 2.0) -> Disruption:
-    """Stop ``broker`` (clean shutdown); the recovery waits ``outage_s`` and starts it on the same port."""
+def kill_broker(broker: LocalKafka, outage_s: float = 3.0) -> Disruption:
+    """SIGKILL ``broker`` (no controlled shutdown, as a crash); the recovery waits ``outage_s`` and starts
+    it again on its data and port. The workers are not restarted: they must ride it out."""
 
     def disrupt(workers: list[WorkerProcess], rng: random.Random) -> tuple[str, Recovery]:
         before = broker.bootstrap
-        broker.stop()
+        broker.kill()
 
         def start() -> str:
             time.sleep(outage_s)
             after = broker.start()
             if after != before:
                 raise RuntimeError(f"the broker came back at {after}, not {before}")
-            return f"broker started again at {after}"
+            return f"broker started again at {after} after {outage_s:g} s"
 
-        return "broker stopped", start
+        return "broker SIGKILLed", start
+
+    return disrupt
+
+
+def pause_broker(broker: LocalKafka, pause_s: float) -> Disruption:
+    """SIGSTOP ``broker`` for ``pause_s`` (longer than the transaction timeout: the coordinator ends the
+    epochs of the transactions it finds open when it resumes), then SIGCONT."""
+
+    def disrupt(workers: list[WorkerProcess], rng: random.Random) -> tuple[str, Recovery]:
+        broker.pause()
+
+        def resume() -> str:
+            time.sleep(pause_s)
+            broker.resume()
+            return f"broker resumed after {pause_s:g} s"
+
+        return "broker SIGSTOPped", resume
+
+    return disrupt
+
+
+def pause_worker(pause_s: float) -> Disruption:
+    """SIGSTOP a worker picked by the RNG for ``pause_s`` (longer than its session and transaction
+    timeouts: its partitions move and its open transactions are aborted, its producers fenced), then
+    SIGCONT: it must find out and go on, not exit."""
+
+    def disrupt(workers: list[WorkerProcess], rng: random.Random) -> tuple[str, Recovery]:
+        index = rng.randrange(len(workers))
+        workers[index].signal(signal.SIGSTOP)
+
+        def resume() -> str:
+            time.sleep(pause_s)
+            workers[index].signal(signal.SIGCONT)
+            return f"worker {index} resumed after {pause_s:g} s"
+
+        return f"worker {index} SIGSTOPped", resume
 
     return disrupt
 
@@ -284,6 +322,11 @@ class SoakReport:
     audit: DecisionAudit
     decisions_equal: bool
     state_equal: bool
+    exited: dict[int, int | None] = field(default_factory=dict)
+    """Workers (by index) that were not running when the soak ended, with their exit status: those a
+    disruption stopped for good, and any that stopped on their own (a worker must ride faults out)."""
+    longest_stall_s: float = 0.0
+    """The longest wait of the replay for one run's decisions and their commit (the outage included)."""
 
     @property
     def passed(self) -> bool:
@@ -303,6 +346,8 @@ class SoakReport:
             f"{a.barrier_timeouts} decided on a partial view (barrier_timeout)",
             f"decisions equal the in-process engine's: {self.decisions_equal}",
             f"memory state equals the in-process engine's: {self.state_equal}",
+            f"workers not running at the end: {self.exited or 'none'}",
+            f"longest stall: {self.longest_stall_s:.1f} s",
             f"RESULT: {'PASS' if self.passed else 'FAIL'}",
         ])  # fmt: skip
 
@@ -376,6 +421,7 @@ def run_soak(
         finally:
             monkey.finish()
         duration_s = time.monotonic() - t0
+        exited = {i: proc.returncode for i, proc in enumerate(procs) if not proc.running}
     finally:
         for proc in procs:
             proc.stop()
@@ -385,7 +431,7 @@ def run_soak(
     return SoakReport(
         events=len(stream), candidates=len(candidate_ids), disruptions=monkey.events, duration_s=duration_s,
         in_process_s=in_process_s, audit=audit, decisions_equal=got == expected,
-        state_equal=result.state == expected_state,
+        state_equal=result.state == expected_state, exited=exited, longest_stall_s=result.longest_wait_s,
     )  # fmt: skip
 
 

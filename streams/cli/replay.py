@@ -74,6 +74,15 @@ def replay(
             "CLINGATE_DBPM_* settings) and collect their decisions and memory.",
         ),
     ] = False,
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            min=1.0,
+            help="With --via-kafka: longest wait (s) for the workers' decisions of one run of candidates "
+            "and for their final commit; a broker outage shorter than it only slows the replay.",
+        ),
+    ] = 300.0,
 ) -> None:
     """Run the DBPM engine over EVENTS.jsonl and write the decisions (and the final state).
 
@@ -91,7 +100,7 @@ def replay(
         engine = DBPMEngine(engine.config.with_flags(maintenance=False), engine.ontology)
     dlq_path = dlq if dlq is not None else out.with_name(out.name + ".dlq.jsonl")
     if via_kafka:
-        _replay_via_kafka(in_, out, state_out, dlq_path, no_maintenance, provenance)
+        _replay_via_kafka(in_, out, state_out, dlq_path, no_maintenance, provenance, wait)
         return
     if store_path is not None and store_path.exists():
         raise typer.BadParameter(f"{store_path} exists; a replay starts from an empty store, pick a new path")
@@ -114,8 +123,9 @@ def replay(
 
 
 def _replay_via_kafka(
-    in_: Path, out: Path, state_out: Path | None, dlq_path: Path, no_maintenance: bool, provenance: bool
-) -> None:
+    in_: Path, out: Path, state_out: Path | None, dlq_path: Path, no_maintenance: bool, provenance: bool,
+    wait_s: float,
+) -> None:  # fmt: skip
     """``--via-kafka``: the workers decide; this process publishes, collects and writes the files."""
     from schemas.serde import make_serde
     from streams.cli.common import require_bootstrap
@@ -136,8 +146,8 @@ def _replay_via_kafka(
         reader = EventReader(dead_letters, tuple(engine.config.tasks), sys.stderr)
         objects = [json.loads(raw) for raw, _ in reader.read(events)]
     result = replay_via_kafka(
-        bootstrap, objects, engine, make_serde(settings.schema_registry_url),
-        settings.app_id,
+        bootstrap, objects, engine, make_serde(settings.schema_registry_url), settings.app_id,
+        timeout_s=wait_s,
     )  # fmt: skip
     with out.open("w", encoding="utf-8", newline="\n") as decisions:
         for decision in result.decisions:

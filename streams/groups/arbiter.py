@@ -77,7 +77,7 @@ from schemas.docs import (
 from schemas.serde import Serde
 from streams.groups.arbiter_calls import LlmCall, arbitrate
 from streams.groups.ordered import Handled, OrderedLoop, Output, consumer_config, transactional_producer
-from streams.runtime.dlq import PRODUCER_LIMITS, DeadLetterRouter, DecodeFailed, SourceRecord, decode_record
+from streams.runtime.dlq import PRODUCER_LIMITS, DecodeFailed, SourceRecord, decode_record
 from streams.runtime.kafka_clients import consume_batch
 from streams.runtime.kafka_config import client_config
 from streams.runtime.logs import log_dead_letter
@@ -402,7 +402,7 @@ async def run_worker(
     packets = PacketFollower(bootstrap, serde)
     worker = DocsWorker(serde, packets, trap_rules, call, metrics)
     loop = OrderedLoop(
-        consumer, producer, DeadLetterRouter(producer, serde), inputs, worker, max_in_flight,
+        consumer, producer, serde, inputs, worker, max_in_flight,
         ClassificationRequest.avro_name, progress, on_in_flight=metrics.in_flight.set,
         on_dead_letter=worker.dead_lettered,
     )  # fmt: skip

@@ -62,7 +62,7 @@ from schemas.serde import Serde, make_serde
 from streams.groups.ordered import Handler, OrderedLoop, consumer_config, transactional_producer
 from streams.llm import CallType, ChatMessage, LlmClient, LlmFailed, LlmOk, Role
 from streams.llm.config import resolve_role
-from streams.runtime.dlq import PRODUCER_LIMITS, DeadLetterRouter, DecodeFailed, SourceRecord
+from streams.runtime.dlq import PRODUCER_LIMITS, DecodeFailed, SourceRecord
 from streams.runtime.kafka_clients import ensure_catalog
 from streams.runtime.metrics import LlmGroupMetrics, serve
 from streams.runtime.progress import ProgressLog
@@ -132,7 +132,7 @@ async def run_loop(
     progress = ProgressLog(bootstrap, group_id, topics)
     gauge = metrics.in_flight.labels(group)
     loop = OrderedLoop(
-        consumer, producer, DeadLetterRouter(producer, serde), topics, handler,
+        consumer, producer, serde, topics, handler,
         max_in_flight, expected_schema, progress, on_in_flight=gauge.set,
     )  # fmt: skip
     try:

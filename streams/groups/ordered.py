@@ -25,12 +25,14 @@ input order. This loop gives them that, on one confluent-kafka consumer and one 
   offsets are committed after each transaction for lag and tools; once every record read from a
   partition is done they go to the consumer's position, past the transaction markers that follow (the
   gate writes its outputs in transactions; an idle member commits positions that moved over markers
-  alone), so a drained input shows as consumed to its end. An aborted transaction stops the member
-  (:class:`OutputDeliveryError`); its partitions' next owner resumes from the progress;
+  alone), so a drained input shows as consumed to its end. A transaction that cannot commit (a broker
+  outage, a fenced producer: :mod:`streams.runtime.transactions`) is aborted and the member rewinds:
+  every record in flight is cancelled and each partition is read again from its last committed
+  progress, so the calls of the aborted records are made again;
 * a handler returns its outputs as data: records to produce and dead letters (:class:`DecodeFailed`
-  values, routed by :class:`streams.runtime.dlq.DeadLetterRouter`, which waits for the acknowledgement); a
-  handler that raises (a bug) dead-letters its record with stage ``process`` instead of crash-looping,
-  and a record with an output larger than its topic admits is dead-lettered with stage ``produce``
+  values, produced to their dead-letter topics in the same transaction); a handler that raises (a
+  bug) dead-letters its record with stage ``process`` instead of crash-looping, and a record with an
+  output larger than its topic admits is dead-lettered with stage ``produce``
   (the broker would refuse the output on every retry);
 * on revocation the revoked partitions' tasks are cancelled and their offsets stay uncommitted; the
   partition's new owner processes them again.
@@ -41,29 +43,26 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import threading
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
+from schemas.serde import Serde
 from streams.runtime.dlq import (
-    DeadLetterRouter,
     DecodeFailed,
     SourceRecord,
+    dead_letter_record,
     oversized_output,
     processing_failed,
 )
-from streams.runtime.kafka_clients import (
-    TRANSACTION_TIMEOUT_MS,
-    commit_transaction,
-    moved_past_markers,
-    positions,
-    produce_waiting,
-)
+from streams.runtime.kafka_clients import commit_async, moved_past_markers, positions, seek_owned
 from streams.runtime.kafka_config import client_config, liveness_config
 from streams.runtime.progress import Progress, ProgressLog
+from streams.runtime.transactions import Batch, TransactionalProducer
 
 log = logging.getLogger(__name__)
 
@@ -101,20 +100,17 @@ def consumer_config(bootstrap: str, group_id: str, session_timeout_s: float) -> 
     })  # fmt: skip
 
 
-def transactional_producer(config: dict[str, object], group_id: str) -> Producer:
+def transactional_producer(config: dict[str, object], group_id: str) -> TransactionalProducer:
     """The transactional producer of a member of ``group_id``, from producer settings ``config``.
 
     Its transactional id is new at every start (a group member keeps no data directory), so an open
     transaction of a SIGKILLed member is not fenced by its successor but aborted by the coordinator
-    after :data:`~streams.runtime.kafka_clients.TRANSACTION_TIMEOUT_MS`; ``read_committed`` readers of
+    after :data:`~streams.runtime.transactions.TRANSACTION_TIMEOUT_MS`; ``read_committed`` readers of
     its outputs wait that long.
     """
-    producer = Producer({
-        **config, "transactional.id": f"{group_id}-{uuid.uuid4().hex[:12]}",
-        "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
-    })  # fmt: skip
-    producer.init_transactions()
-    return producer
+    return TransactionalProducer(
+        {**config, "transactional.id": f"{group_id}-{uuid.uuid4().hex[:12]}"}, group_id
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,13 +128,6 @@ Handled = Sequence[Output | DecodeFailed]
 
 Handler = Callable[[SourceRecord], Handled | Awaitable[Handled]]
 """Processes one record; returns its outputs directly (cheap records) or an awaitable (LLM work)."""
-
-
-class OutputDeliveryError(RuntimeError):
-    """A batch's transaction was aborted (an output was not delivered): the loop stops.
-
-    Restart the group member; the records after the last committed progress are processed again.
-    """
 
 
 @dataclass
@@ -203,8 +192,8 @@ class OrderedLoop:
 
     Attributes:
         consumer: ``enable.auto.commit`` MUST be false; :meth:`run` subscribes it.
-        producer: transactional (:func:`transactional_producer`).
-        router: dead-letter router on ``producer``.
+        transactions: the member's transactional producer (:func:`transactional_producer`).
+        serde: the process's serde (dead letters).
         topics: the input topics.
         handle: the per-record handler.
         max_in_flight: unfinished records at once (>= 1).
@@ -212,12 +201,12 @@ class OrderedLoop:
         progress: the group's progress log (where each input partition's outputs are committed to).
         on_in_flight: called with the number of unfinished records after every step (a gauge).
         on_dead_letter: called with every dead letter the loop routes (a handler's or a handler
-            failure's), right after it is handed to the router (to log and count it).
+            failure's), once its transaction committed (to log and count it).
     """
 
     consumer: Consumer
-    producer: Producer
-    router: DeadLetterRouter
+    transactions: TransactionalProducer
+    serde: Serde
     topics: Sequence[str]
     handle: Handler
     max_in_flight: int
@@ -228,6 +217,8 @@ class OrderedLoop:
     queues: dict[tuple[str, int], deque[_Entry]] = field(default_factory=dict)
     committed: dict[tuple[str, int], int] = field(default_factory=dict)
     """The offsets this member committed last, per owned input partition."""
+    started: dict[tuple[str, int], int] = field(default_factory=dict)
+    """The first offset read from each owned input partition since it was assigned."""
     waiting: deque[_Entry] = field(default_factory=deque)
     processed: int = 0
     _paused: bool = False
@@ -245,6 +236,7 @@ class OrderedLoop:
         revoked = {(tp.topic, tp.partition) for tp in partitions}
         for key in revoked:
             self.committed.pop(key, None)
+            self.started.pop(key, None)
             for entry in self.queues.pop(key, deque()):
                 if entry.task is not None:
                     entry.task.cancel()
@@ -258,6 +250,7 @@ class OrderedLoop:
             return
         record = SourceRecord.from_message(message)
         entry = _Entry(record)
+        self.started.setdefault((record.topic, record.partition), record.offset)
         self.queues.setdefault((record.topic, record.partition), deque()).append(entry)
         self.waiting.append(entry)
 
@@ -277,39 +270,25 @@ class OrderedLoop:
                 entry.result = fitting(entry.record, outcome, self.expected_schema)
             entry.started = True
 
-    def _produce(self, output: Output, errors: list[KafkaError]) -> None:
-        def report(error: KafkaError | None, _message: Message) -> None:
-            if error is not None:
-                errors.append(error)
-
-        produce_waiting(self.producer, output.topic, key=output.key, value=output.value,
-                        headers=list(output.headers), on_delivery=report)  # fmt: skip
-
     async def _publish_ready(self) -> int:
         """Publish every finished head of queue in order with the progress it makes, in one transaction;
-        return the partitions committed.
+        return the partitions committed (0 also when the transaction was aborted and the member rewound).
 
-        The commit waits in a worker thread so the calls in flight keep being served meanwhile; nothing
-        else produces during it (handlers return outputs, only this method produces them).
+        The transaction runs in a worker thread so the calls in flight keep being served meanwhile; it
+        only produces what was taken from the queues here, and nothing else produces meanwhile.
         """
         if not any(queue and queue[0].done for queue in self.queues.values()):
             return 0
-        errors: list[KafkaError] = []
+        items: list[Output | DecodeFailed] = []
         commits: list[TopicPartition] = []
         drained: dict[tuple[str, int], int] = {}
-        self.producer.begin_transaction()
+        finished = 0
         for (topic, partition), queue in self.queues.items():
             last = None
             while queue and queue[0].done:
                 entry = queue.popleft()
-                for item in entry.outputs(self.expected_schema):
-                    if isinstance(item, DecodeFailed):
-                        self.router.send(item)
-                        if self.on_dead_letter is not None:
-                            self.on_dead_letter(item)
-                    else:
-                        self._produce(item, errors)
-                self.processed += 1
+                items += entry.outputs(self.expected_schema)
+                finished += 1
                 last = entry.record.offset
             if last is None:
                 continue
@@ -319,21 +298,48 @@ class OrderedLoop:
                 drained[(topic, partition)] = last + 1
         if drained:
             commits += positions(self.consumer, drained)
-        for tp in commits:
-            topic, key, value, partition = self.progress.record(
-                tp.topic, tp.partition, Progress(tp.offset, tp.offset)
-            )
-            produce_waiting(self.producer, topic, key=key, value=value, partition=partition)
-        if not await asyncio.to_thread(commit_transaction, self.producer, self.progress.group) or errors:
-            detail = ", ".join(e.str() for e in errors) or "the transaction was aborted"
-            raise OutputDeliveryError(f"outputs not delivered ({detail}); input offsets not committed")
+        progress = [
+            self.progress.record(tp.topic, tp.partition, Progress(tp.offset, tp.offset)) for tp in commits
+        ]
+
+        def fill(batch: Batch) -> None:
+            for item in items:
+                if isinstance(item, DecodeFailed):
+                    out = dead_letter_record(self.serde, item)
+                    batch.produce(out.topic, out.value, out.key, headers=out.headers)
+                else:
+                    batch.produce(item.topic, item.value, item.key, headers=list(item.headers))
+            for topic, key, value, partition in progress:
+                batch.produce(topic, value, key, partition=partition)
+
+        if await asyncio.to_thread(self.transactions.run, fill) is None:
+            self._rewind()
+            return 0
+        if self.on_dead_letter is not None:
+            for item in items:
+                if isinstance(item, DecodeFailed):
+                    self.on_dead_letter(item)
+        self.processed += finished
         self._commit(commits)
         return len(commits)
+
+    def _rewind(self) -> None:
+        """After an aborted transaction: cancel every record in flight or waiting and read each owned
+        partition again from its last committed progress (or from where it was first read)."""
+        for key, queue in self.queues.items():
+            for entry in queue:
+                if entry.task is not None:
+                    entry.task.cancel()
+            offset = self.committed.get(key, self.started.get(key))
+            if offset is not None:
+                seek_owned(self.consumer, TopicPartition(*key, offset))
+        self.queues.clear()
+        self.waiting.clear()
 
     def _commit(self, offsets: list[TopicPartition]) -> None:
         # Asynchronous: the progress committed with the outputs already says where each partition
         # resumes; the group's offsets are for lag and tools.
-        self.consumer.commit(offsets=offsets, asynchronous=True)
+        commit_async(self.consumer, offsets)
         for tp in offsets:
             self.committed[(tp.topic, tp.partition)] = tp.offset
 
@@ -358,13 +364,17 @@ class OrderedLoop:
         """Consume, process, publish and commit until ``stop`` is set.
 
         Raises:
-            OutputDeliveryError: an output was not acknowledged (nothing further is committed).
-            DeadLetterDeliveryError: a dead letter was not acknowledged.
+            streams.runtime.transactions.TransactionRefused: the cluster refuses the member's writes for
+                good (authorisation, a record too large for any broker); every other fault is ridden out.
         """
         self.consumer.subscribe(list(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke,
                                 on_lost=self._on_revoke)  # fmt: skip
         loop = asyncio.get_running_loop()
         publish_at = 0.0
+        # The transaction's waits (an outage) run in a worker thread: they end when ``stop`` is set.
+        halt = self.transactions.stop = threading.Event()
+        mirror = asyncio.ensure_future(stop.wait())
+        mirror.add_done_callback(lambda _: halt.set())
         try:
             while not stop.is_set():
                 self._backpressure()
@@ -388,6 +398,7 @@ class OrderedLoop:
                         self._commit_markers()
                         await asyncio.sleep(IDLE_WAIT_S)
         finally:
+            mirror.cancel()
             for queue in self.queues.values():
                 for entry in queue:
                     if entry.task is not None:

@@ -86,6 +86,9 @@ class KafkaReplayResult:
     """One contract decision object per gate event, in input order, provenance fields included."""
     state: dict[str, object]
     """The final memory in the contract's state format."""
+    longest_wait_s: float = 0.0
+    """The longest wait for one run's decisions and their commit, or for the memory's final commit (an
+    outage shows here)."""
 
 
 def _reader(bootstrap: str) -> Consumer:
@@ -300,6 +303,7 @@ def replay_via_kafka(
     gate_commits = CommitWatcher(bootstrap, gate_group(app_id))
     verdict_partitions = gate_commits.partitions(DBPM_VERDICTS)
     order: list[str] = []
+    longest_wait_s = 0.0
     try:
         for run in replay_runs(events, engine, serde, verdict_partitions):
             candidates = iter(run.candidate_ids)
@@ -313,11 +317,13 @@ def replay_via_kafka(
             if not run.candidate_ids:
                 continue
             producer.flush()
+            waited = time.monotonic()
             collector.wait_for(run.candidate_ids, timeout_s)
             # A decision seen is not yet final: until the workers commit the candidates' offsets, a
             # crash re-delivers them, and a re-delivered candidate is decided again on the memory
             # as it is then. The next verdicts must not be in that memory.
             gate_commits.wait(DBPM_CANDIDATES, timeout_s)
+            longest_wait_s = max(longest_wait_s, time.monotonic() - waited)
         producer.flush()
         pauses.finish()
         decisions = [decision_json(collector.seen[c]) for c in order]
@@ -326,11 +332,14 @@ def replay_via_kafka(
         gate_commits.close()
     # Verdicts first: a verdict's offset commits in the transaction of the propagations it produced,
     # so the propagation topic's end is final once every verdict is committed.
+    waited = time.monotonic()
     with CommitWatcher(bootstrap, memory_group(app_id)) as memory_commits:
         for topic in MEMORY_INPUTS:
             memory_commits.wait(topic, timeout_s)
+    longest_wait_s = max(longest_wait_s, time.monotonic() - waited)
     last = parse_event(events[-1]).time if events else None
-    return KafkaReplayResult(decisions, read_state(bootstrap, memory_changelog(app_id), engine, last))
+    state = read_state(bootstrap, memory_changelog(app_id), engine, last)
+    return KafkaReplayResult(decisions, state, longest_wait_s)
 
 
 def commit_end_offsets(bootstrap: str, group: str, topics: Sequence[str]) -> None:
@@ -388,9 +397,20 @@ class CommitWatcher:
             self._partitions[topic] = partitions(self._consumer, topic)
         return self._partitions[topic]
 
-    def ends(self, topic: str) -> dict[int, int]:
-        """The current end offset of every partition of ``topic``."""
-        return {p: end_offset(self._consumer, topic, p) for p in self.partitions(topic)}
+    def ends(self, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
+        """The current end offset of every partition of ``topic`` (waiting up to ``timeout_s`` for each
+        partition's leader)."""
+        return {p: end_offset(self._consumer, topic, p, timeout_s) for p in self.partitions(topic)}
+
+    def committed(self, topic: str) -> dict[int, int]:
+        """The group's committed offset of every partition of ``topic`` (negative: none yet); empty while
+        the group coordinator moves or loads (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS: a broker
+        restart) or does not answer."""
+        wanted = [TopicPartition(topic, p) for p in self.partitions(topic)]
+        try:
+            return {tp.partition: tp.offset for tp in self._consumer.committed(wanted, timeout=30)}
+        except KafkaException:
+            return {}
 
     def wait(self, topic: str, timeout_s: float) -> None:
         """Block until the group has committed the current end offset of every partition of ``topic``.
@@ -403,17 +423,11 @@ class CommitWatcher:
         Raises:
             ReplayTimeout: the group did not get there within ``timeout_s``.
         """
-        wanted = [TopicPartition(topic, p) for p in self.partitions(topic)]
-        ends = self.ends(topic)
+        ends = self.ends(topic, timeout_s)
         deadline = time.monotonic() + timeout_s
         while True:
-            try:
-                committed = self._consumer.committed(wanted, timeout=30)
-            except KafkaException:
-                # NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS while the group coordinator moves or
-                # loads (a broker restart): retried until the deadline, as in end_offset.
-                committed = []
-            done = [tp.offset >= ends[tp.partition] or ends[tp.partition] == 0 for tp in committed]
+            committed = self.committed(topic)
+            done = [offset >= ends[p] or ends[p] == 0 for p, offset in committed.items()]
             if committed and all(done):
                 return
             if time.monotonic() > deadline:

@@ -19,7 +19,6 @@ from typing import Any
 
 from confluent_kafka import (
     Consumer,
-    KafkaError,
     KafkaException,
     Message,
     Producer,
@@ -32,13 +31,6 @@ from topics.admin import ensure_topics
 from topics.catalog import build_catalog
 
 log = logging.getLogger(__name__)
-
-#: Bound of one ``commit_transaction`` call; a retriable timeout is retried.
-COMMIT_STEP_S = 10.0
-#: How long an open transaction of a dead member holds back ``read_committed`` readers of its
-#: topics before the coordinator aborts it. A batch's transaction lasts milliseconds; the broker's
-#: default (60 s) would stall the readers of a loop's outputs for a minute after every SIGKILL.
-TRANSACTION_TIMEOUT_MS = 10_000
 
 
 def ensure_catalog(settings: Settings, bootstrap: str) -> None:
@@ -104,86 +96,6 @@ def produce_in_transaction(
     writer.commit_transaction()
 
 
-def abortable(exc: KafkaException) -> bool:
-    """The transaction must be aborted (and its batch done again); the producer stays usable."""
-    error = exc.args[0]
-    return isinstance(error, KafkaError) and error.txn_requires_abort()
-
-
-def commit_transaction(producer: Producer, name: str) -> bool:
-    """Commit ``producer``'s open transaction; False if it was aborted (the caller does the batch again).
-
-    Each call is bounded (:data:`COMMIT_STEP_S`); a retriable error (a coordinator that moves or loads
-    after a broker restart) is retried, as librdkafka prescribes; an abortable one aborts. Anything
-    else raises. ``name`` names the loop in the log.
-    """
-    while True:
-        try:
-            producer.commit_transaction(COMMIT_STEP_S)
-            return True
-        except KafkaException as exc:
-            if abortable(exc):
-                log.warning("%s: transaction aborted: %s", name, exc.args[0].str())
-                producer.abort_transaction()
-                return False
-            if not exc.args[0].retriable():
-                raise
-            log.info("%s: transaction commit retried: %s", name, exc.args[0].str())
-
-
-class TransactionalProducer:
-    """A loop's transactional producer under a stable transactional id, renewed when fenced.
-
-    The transaction coordinator ends a producer's epoch when a transaction outlives
-    :data:`TRANSACTION_TIMEOUT_MS` (a commit that waited out a partition leader's death, its messages
-    timed out); librdkafka then reports the producer fenced, a fatal error, at the next abort or
-    commit. The id is this loop's alone (kept in its own data directory, :func:`transactional_id`), so
-    no newer instance holds it: the producer is replaced by a new one under the same id
-    (``init_transactions`` takes a new epoch) and the batch is done again, as after any abort.
-    """
-
-    def __init__(self, config: dict[str, object], name: str) -> None:
-        self._config = config
-        self._name = name
-        self.producer = self._new()
-
-    def _new(self) -> Producer:
-        producer = Producer(self._config)
-        producer.init_transactions()
-        return producer
-
-    def _renew(self, error: KafkaException) -> None:
-        log.warning("%s: the producer was fenced (%s); a new one takes its transactional id", self._name,
-                    error.args[0].str())  # fmt: skip
-        self.producer.purge()
-        self.producer = self._new()
-
-    def abort(self) -> None:
-        """Abort the open transaction (a fenced producer is renewed instead)."""
-        try:
-            self.producer.abort_transaction()
-        except KafkaException as exc:
-            if not fatal(exc):
-                raise
-            self._renew(exc)
-
-    def commit(self) -> bool:
-        """:func:`commit_transaction`; False also when the producer was fenced (and renewed)."""
-        try:
-            return commit_transaction(self.producer, self._name)
-        except KafkaException as exc:
-            if not fatal(exc):
-                raise
-            self._renew(exc)
-            return False
-
-
-def fatal(exc: KafkaException) -> bool:
-    """The producer is unusable (fenced, or another fatal error): it must be replaced."""
-    error = exc.args[0]
-    return isinstance(error, KafkaError) and error.fatal()
-
-
 def consume_batch(consumer: Consumer, limit: int, timeout_s: float) -> list[Message]:
     """The records (and events: partition EOF, errors) ``consumer`` has, at most ``limit``: waits up to
     ``timeout_s`` for the first, then takes only what is already fetched.
@@ -197,6 +109,26 @@ def consume_batch(consumer: Consumer, limit: int, timeout_s: float) -> list[Mess
     if first is None:
         return []
     return [first, *consumer.consume(num_messages=limit - 1, timeout=0)] if limit > 1 else [first]
+
+
+def seek_owned(consumer: Consumer, tp: TopicPartition) -> None:
+    """Seek ``tp`` back (a batch to apply again), unless the consumer no longer owns its partition: a
+    rebalance took it while the batch was out (a long broker outage) and the consumer has not yet
+    served the revocation; the partition's next owner starts from what was committed."""
+    try:
+        consumer.seek(tp)
+    except KafkaException as exc:
+        log.info("%s[%d] not sought back, no longer owned: %s", tp.topic, tp.partition, exc)
+
+
+def commit_async(consumer: Consumer, offsets: list[TopicPartition]) -> None:
+    """Commit a loop's group offsets asynchronously. They are for lag and tools (a loop resumes from
+    what its transactions committed), so a commit the group refuses now (no coordinator during an
+    outage, a rebalance under way) is logged and left to the next one."""
+    try:
+        consumer.commit(offsets=offsets, asynchronous=True)
+    except KafkaException as exc:
+        log.info("group offsets not committed now: %s", exc)
 
 
 def positions(consumer: Consumer, read: Mapping[tuple[str, int], int]) -> list[TopicPartition]:

@@ -14,7 +14,7 @@ them. The group's committed offsets follow the progress (for lag and tools); the
 Zombies: a member's transactional producer fences an open transaction of an earlier producer with
 the same transactional id (the gate keeps its id in the worker's data directory); a SIGKILLed
 member's open transaction is otherwise aborted by the coordinator after its timeout
-(:data:`~streams.runtime.kafka_clients.TRANSACTION_TIMEOUT_MS`), and ``read_committed`` readers wait
+(:data:`~streams.runtime.transactions.TRANSACTION_TIMEOUT_MS`), and ``read_committed`` readers wait
 for it meanwhile. What stays unfenced is a member that stalls past its session timeout inside one
 batch and then commits it after its successor read the progress (as in the memory loop).
 
@@ -32,18 +32,21 @@ then the held offsets as zlib-compressed int64 gaps (each from the previous one,
 
 from __future__ import annotations
 
+import logging
 import struct
 import time
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streams.runtime.kafka_clients import consume_batch, partitions, watermark_offsets
 from streams.runtime.kafka_config import admin_client, client_config
 from topics.admin import ensure_topics
 from topics.catalog import TopicSpec
+
+log = logging.getLogger(__name__)
 
 _HEAD = struct.Struct("<qqI")
 
@@ -202,8 +205,16 @@ class ProgressLog:
     def assign(self, consumer: Consumer, assigned: list[TopicPartition]) -> dict[Input, Progress]:
         """Assign ``consumer`` the partitions a rebalance gave it (a rebalance callback's job), each at
         the offset where its last committed progress resumes, or at the group's committed offset where
-        it has none (a new group, or one that never committed a batch); returns the progress found."""
-        found = self.read((tp.topic, tp.partition) for tp in assigned)
+        it has none (a new group, or one that never committed a batch); returns the progress found.
+
+        A progress topic the cluster cannot serve now (an outage, a leader election) is read again until
+        it can: the partitions cannot start anywhere else."""
+        while True:
+            try:
+                found = self.read((tp.topic, tp.partition) for tp in assigned)
+                break
+            except (TimeoutError, KafkaException) as exc:
+                log.warning("%s not read (%s); read again", self.topic, exc)
         for tp in assigned:
             if (done := found.get((tp.topic, tp.partition))) is not None:
                 tp.offset = done.resume

@@ -549,6 +549,21 @@ class LocalKafka:
         """
         return self._end(signal.SIGKILL, 0.0)
 
+    def pause(self) -> None:
+        """Freeze the broker's JVM (SIGSTOP), as a host that stops scheduling it would: connections stay
+        open and nothing answers until :meth:`resume`."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused broker go on (SIGCONT)."""
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, signum: signal.Signals) -> None:
+        pid = self._pid()
+        if pid is None:
+            raise BrokerError(f"no broker runs in {self.directory}")
+        os.kill(pid, signum)
+
     def _end(self, first_signal: signal.Signals, grace: float) -> bool:
         pid = self._pid()
         if pid is not None:

@@ -81,6 +81,16 @@ class WorkerProcess:
         return self._process.pid if self._process is not None else None
 
     @property
+    def returncode(self) -> int | None:
+        """The exit status of the latest start once it ended (None: running, or never started)."""
+        return self._process.returncode if self._process is not None else None
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the running subprocess (SIGSTOP, SIGCONT: a paused host)."""
+        if self.pid is not None and self.running:
+            os.kill(self.pid, signum)
+
+    @property
     def log_offset(self) -> int:
         """Where the log of the latest start begins."""
         return self._process.log_offset if self._process is not None else 0

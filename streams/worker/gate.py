@@ -89,6 +89,7 @@ consumer group :func:`gate_group`; scale the gate by starting more of them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -127,19 +128,18 @@ from streams.runtime.dlq import (
     processing_failed,
 )
 from streams.runtime.kafka_clients import (
-    TRANSACTION_TIMEOUT_MS,
-    TransactionalProducer,
-    abortable,
+    commit_async,
     consume_batch,
-    fatal,
     moved_past_markers,
     positions,
+    seek_owned,
 )
 from streams.runtime.kafka_config import client_config, liveness_config
 from streams.runtime.logs import log_dead_letter
 from streams.runtime.metrics import DbpmMetrics
 from streams.runtime.progress import Progress, ProgressLog, advanced
 from streams.runtime.settings import Settings
+from streams.runtime.transactions import Batch, TransactionalProducer
 from streams.worker.dbpm import (
     BARRIER_HEADER,
     CONFIG_KEY,
@@ -497,7 +497,6 @@ class GateLoop:
         # 2 MB candidate's decision raised in produce() and stopped the gate).
         self._transactions = TransactionalProducer(producer_config(bootstrap, **{
             "transactional.id": transactional_id(directory, self._name),
-            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
             "linger.ms": 2, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
             **PRODUCER_LIMITS,
         }), self._name)  # fmt: skip
@@ -529,7 +528,7 @@ class GateLoop:
 
     def run(self, stop: threading.Event) -> None:
         """Decide batches until ``stop`` is set; then leave the group and close the clients."""
-        self._stop = stop
+        self._stop = self._transactions.stop = stop
         try:
             while not stop.is_set():
                 batch = consume_batch(self._consumer, BATCH_MAX, POLL_S)
@@ -542,9 +541,10 @@ class GateLoop:
             # A clean stop: make the last (asynchronous) offset commit durable before leaving the group
             # (the progress already is; the group's offsets are what lag and tools read).
             if self._committed:
-                self._consumer.commit(offsets=[
-                    TopicPartition(DBPM_CANDIDATES, p, o) for p, o in self._committed.items()
-                ], asynchronous=False)  # fmt: skip
+                with contextlib.suppress(KafkaException):  # a broker that is down: lag shows it
+                    self._consumer.commit(offsets=[
+                        TopicPartition(DBPM_CANDIDATES, p, o) for p, o in self._committed.items()
+                    ], asynchronous=False)  # fmt: skip
         finally:
             self._consumer.close()
             self._progress_log.close()
@@ -715,35 +715,25 @@ class GateLoop:
 
         Dispatches go first: a ``read_committed`` reader sees none of the batch before the commit, and
         then the dispatch of every candidate the batch sends to be verified."""
-        produced: list[str] = []
-        producer = self._transactions.producer
-        producer.begin_transaction()
-        try:
+
+        def fill(batch: Batch) -> None:
             for letter in failed:
                 out = dead_letter_record(self._serde, letter)
-                producer.produce(out.topic, out.value, out.key, headers=out.headers)
-                produced.append(out.topic)
+                batch.produce(out.topic, out.value, out.key, headers=out.headers)
             for decision in decided:
                 for output in decision.dispatches:
-                    producer.produce(output.topic, output.value, output.key)
-                    produced.append(output.topic)
+                    batch.produce(output.topic, output.value, output.key)
             for decision in decided:
                 for output in decision.outputs():
-                    producer.produce(output.topic, output.value, output.key)
-                    produced.append(output.topic)
+                    batch.produce(output.topic, output.value, output.key)
             for partition, done in progress.items():
                 topic, key, value, at = self._progress_log.record(DBPM_CANDIDATES, partition, done)
-                producer.produce(topic, value, key, partition=at)
-                produced.append(topic)
-        except (KafkaException, BufferError) as exc:
-            if isinstance(exc, KafkaException) and not (abortable(exc) or fatal(exc)):
-                raise
-            log.warning("%s: a batch was not produced (%s); it is decided again", self._name, exc)
-            self._transactions.abort()
+                batch.produce(topic, value, key, partition=at)
+
+        committed = self._transactions.run(fill)
+        if committed is None:
             return False
-        if not self._transactions.commit():
-            return False
-        self._metrics.loops.count(self._metrics.loops.produced, "gate", produced)
+        self._metrics.loops.count(self._metrics.loops.produced, "gate", committed.topics)
         return True
 
     def _commit_offsets(self, progress: dict[int, Progress]) -> None:
@@ -752,9 +742,7 @@ class GateLoop:
         targets = {p: done.resume for p, done in progress.items() if self._committed.get(p) != done.resume}
         if targets:
             self._committed.update(targets)
-            self._consumer.commit(
-                offsets=[TopicPartition(DBPM_CANDIDATES, p, o) for p, o in targets.items()], asynchronous=True
-            )
+            commit_async(self._consumer, [TopicPartition(DBPM_CANDIDATES, p, o) for p, o in targets.items()])
 
     def _commit_markers(self) -> None:
         """When idle, commit the group's offsets that moved past transaction markers only, and those of
@@ -771,7 +759,7 @@ class GateLoop:
             if p not in self._committed and p not in seen and p in self._progress
         ]
         if moved:
-            self._consumer.commit(offsets=moved, asynchronous=True)
+            commit_async(self._consumer, moved)
             self._committed.update((tp.partition, tp.offset) for tp in moved)
 
     def _rewind(self) -> None:
@@ -780,7 +768,7 @@ class GateLoop:
         for partition, position in self._position.items():
             done = self._progress.get(partition)
             offset = done.resume if done is not None else self._started.get(partition, position)
-            self._consumer.seek(TopicPartition(DBPM_CANDIDATES, partition, offset))
+            seek_owned(self._consumer, TopicPartition(DBPM_CANDIDATES, partition, offset))
             self._position[partition] = offset
         if self._join is not None:
             self._join.drop(list(self._position))

@@ -35,7 +35,7 @@ changelog from the local store's offset to the last stable offset (librdkafka's 
 ``read_committed``) and applies the complete groups in bulk: a worker restarted on its data directory
 reads only the tail, a new host the whole (compacted) changelog. Records of an open transaction of a
 dead member are past the last stable offset: they are aborted when the transaction times out
-(:data:`~streams.runtime.kafka_clients.TRANSACTION_TIMEOUT_MS`) or a restart of that member fences
+(:data:`~streams.runtime.transactions.TRANSACTION_TIMEOUT_MS`) or a restart of that member fences
 it, and never applied.
 
 Failures. An abortable transaction error (a broker lost the batch) aborts the transaction and rewinds
@@ -64,20 +64,18 @@ from confluent_kafka import (
 
 from schemas.serde import Serde
 from state.rocksdb import RocksDBStore
-from streams.runtime.dlq import PRODUCER_LIMITS, SourceRecord, dead_letter_record
+from streams.runtime.dlq import PRODUCER_LIMITS, DecodeFailed, SourceRecord, dead_letter_record
 from streams.runtime.kafka_clients import (
-    COMMIT_STEP_S,
-    TRANSACTION_TIMEOUT_MS,
-    TransactionalProducer,
-    abortable,
+    commit_async,
     consume_batch,
-    fatal,
     moved_past_markers,
     positions,
+    seek_owned,
 )
 from streams.runtime.kafka_config import admin_client, client_config, liveness_config
 from streams.runtime.metrics import LoopMetrics
 from streams.runtime.settings import Settings
+from streams.runtime.transactions import COMMIT_STEP_S, Batch, TransactionalProducer
 from streams.worker.dbpm import producer_config
 from streams.worker.tablestore import (
     BOUNDARY_KEY,
@@ -217,13 +215,13 @@ class TableLoop:
         }))  # fmt: skip
         self._transactions = TransactionalProducer(producer_config(bootstrap, **{
             "transactional.id": transactional_id(directory, group),
-            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
             "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
             **PRODUCER_LIMITS,
         }), group)  # fmt: skip
         self._restoring: set[int] = set()
         self._committed: dict[tuple[str, int], int] = {}  # (topic, partition) -> offset committed
         self._lag: dict[tuple[str, int], int] = {}
+        self._ends: dict[tuple[str, int], tuple[int, int]] = {}  # (low, end) learnt by _learn_ends
         self._consumer.subscribe(list(self._inputs), on_assign=self._on_assign, on_revoke=self._on_revoke,
                                  on_lost=self._on_revoke)  # fmt: skip
 
@@ -234,6 +232,7 @@ class TableLoop:
 
     def run(self, stop: threading.Event) -> None:
         """Apply batches until ``stop`` is set; then leave the group and close the clients and stores."""
+        self._transactions.stop = stop
         try:
             while not stop.is_set():
                 messages = consume_batch(self._consumer, BATCH_MAX, POLL_S)
@@ -267,86 +266,85 @@ class TableLoop:
         boundaries: dict[int, int] = {}
         groups: dict[int, list[tuple[bytes, bytes | None]]] = {}
         rereads: dict[tuple[str, int], int] = {}
-        failures: list[KafkaError] = []
+        dead_letters: list[DecodeFailed] = []
 
         def report(error: KafkaError | None, message: Message) -> None:
             # A boundary's delivery: where its group ends in the changelog (the local store's offset).
-            if error is not None:
-                failures.append(error)
-            else:
-                boundaries[message.partition()] = message.offset()
+            boundaries[message.partition()] = message.offset()
 
-        produced: list[str] = []
-        producer = self._transactions.producer
-        producer.begin_transaction()
-        try:
+        def fill(batch: Batch) -> None:
             for partition, records in by_partition.items():
-                batch = self._handler.apply(self.table, partition, records)
-                if batch.reread is not None:
-                    rereads[(batch.reread[0], partition)] = batch.reread[1]
-                for failed in batch.dead_letters:
-                    self._handler.dead_lettered(failed)
+                applied = self._handler.apply(self.table, partition, records)
+                if applied.reread is not None:
+                    rereads[(applied.reread[0], partition)] = applied.reread[1]
+                for failed in applied.dead_letters:
                     out = dead_letter_record(self._serde, failed)
-                    producer.produce(out.topic, out.value, out.key, headers=out.headers)
-                    produced.append(out.topic)
-                for output in batch.outputs:
-                    producer.produce(
-                        output.topic, output.value, output.key, headers=list(output.headers) or None
-                    )
-                    produced.append(output.topic)
-                if batch.writes is None:
+                    batch.produce(out.topic, out.value, out.key, headers=out.headers)
+                    dead_letters.append(failed)
+                for output in applied.outputs:
+                    batch.produce(output.topic, output.value, output.key, headers=list(output.headers))
+                if applied.writes is None:
                     continue
-                group = groups[partition] = group_records(batch.writes.items(), batch.input_offset)
-                produced += [self.changelog] * len(group)
+                group = groups[partition] = group_records(applied.writes.items(), applied.input_offset)
                 for key, value in group[:-1]:
-                    producer.produce(self.changelog, value, key, partition=partition)
-                producer.produce(self.changelog, group[-1][1], BOUNDARY_KEY, partition=partition,
-                                 on_delivery=report)  # fmt: skip
-            producer.flush()
-            if failures:
-                raise KafkaException(failures[0])
-        except KafkaException as exc:
-            if not (abortable(exc) or fatal(exc)):
-                raise
-            self._transactions.abort()
-            committed = False
-        else:
-            committed = self._transactions.commit()
-        if not committed:
+                    batch.produce(self.changelog, value, key, partition=partition)
+                batch.produce(
+                    self.changelog, group[-1][1], BOUNDARY_KEY, partition=partition, on_delivery=report
+                )
+
+        committed = self._transactions.run(fill)
+        if committed is None:
             self._metrics.aborted.labels(self._name).inc()
-            log.warning("%s: a batch was not committed; it is applied again", self.group)
             for (topic, partition), offset in first.items():
-                self._consumer.seek(TopicPartition(topic, partition, offset))
+                seek_owned(self._consumer, TopicPartition(topic, partition, offset))
             return
-        self._metrics.count(self._metrics.produced, self._name, produced)
+        for failed in dead_letters:
+            self._handler.dead_lettered(failed)
+        self._metrics.count(self._metrics.produced, self._name, committed.topics)
         for partition, group in groups.items():
             write_group(self.table.open(partition), group, boundaries[partition])
         offsets = positions(self._consumer, read)
         for tp in offsets:
             if (again := rereads.get((tp.topic, tp.partition))) is not None:
                 tp.offset = again
-                self._consumer.seek(TopicPartition(tp.topic, tp.partition, again))
+                seek_owned(self._consumer, TopicPartition(tp.topic, tp.partition, again))
         self._commit_offsets(offsets)
+        if rereads:
+            self._learn_ends({partition for _, partition in rereads})
 
     def read_to_end(self, topic: str, partition: int) -> bool:
-        """This member has read input ``topic``'s ``partition`` up to its end as the broker has it now
-        (one request to its leader); False when the broker cannot say (asked again later)."""
-        tp = TopicPartition(topic, partition)
-        try:
-            low, high = self._consumer.get_watermark_offsets(tp, timeout=COMMIT_STEP_S, cached=False)
-            position = self._consumer.position([tp])[0].offset
-            if position < 0:  # nothing read from it since it was assigned: it starts where the group is
-                committed = self._consumer.committed([tp], timeout=COMMIT_STEP_S)[0].offset
-                position = committed if committed >= 0 else low
-        except KafkaException as exc:
-            log.warning("%s: the end of %s[%d] is not known: %s", self.group, topic, partition, exc)
+        """This member has read input ``topic``'s ``partition`` up to the end the broker gave it after
+        the last batch that read this partition again (:meth:`_learn_ends`); False before that.
+
+        So a record published before the batch that asked was consumed is known to be read, and the
+        answer costs no request: the handler asks inside the batch's transaction."""
+        known = self._ends.get((topic, partition))
+        if known is None:
             return False
-        return position >= high
+        low, end = known
+        position = self._consumer.position([TopicPartition(topic, partition)])[0].offset
+        if position < 0:  # nothing read from it since it was assigned: it starts where the group is
+            position = self._committed.get((topic, partition), low)
+        return position >= end
+
+    def _learn_ends(self, partitions: set[int]) -> None:
+        """Ask the broker where each input of ``partitions`` ends now (outside any transaction), for
+        :meth:`read_to_end`: a handler that deferred records until an input is read to its end asks
+        again in the next batch."""
+        for topic in self._inputs:
+            for partition in partitions:
+                tp = TopicPartition(topic, partition)
+                try:
+                    self._ends[(topic, partition)] = self._consumer.get_watermark_offsets(
+                        tp, timeout=COMMIT_STEP_S, cached=False
+                    )
+                except KafkaException as exc:
+                    log.warning("%s: the end of %s[%d] is not known: %s", self.group, topic, partition, exc)
 
     def _commit_offsets(self, offsets: list[TopicPartition]) -> None:
         """Commit input offsets (asynchronously: the boundaries already cover what they say) and
         update the lag they leave."""
-        self._consumer.commit(offsets=offsets, asynchronous=True)
+        commit_async(self._consumer, offsets)
         for tp in offsets:
             self._committed[(tp.topic, tp.partition)] = tp.offset
             _, high = self._consumer.get_watermark_offsets(tp, cached=True)
@@ -404,5 +402,6 @@ class TableLoop:
         for tp in partitions:
             self._lag.pop((tp.topic, tp.partition), None)
             self._committed.pop((tp.topic, tp.partition), None)
+            self._ends.pop((tp.topic, tp.partition), None)
             self._restoring.discard(tp.partition)
             self.table.close(tp.partition)
