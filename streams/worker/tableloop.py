@@ -38,10 +38,11 @@ dead member are past the last stable offset: they are aborted when the transacti
 (:data:`~streams.runtime.transactions.TRANSACTION_TIMEOUT_MS`) or a restart of that member fences
 it, and never applied.
 
-Failures. An abortable transaction error (a broker lost the batch) aborts the transaction and rewinds
-the batch's partitions to their first offsets: nothing of the batch happened, the local store is
-untouched and the records are applied again. Anything else (a fatal producer error, a handler bug)
-raises out of :meth:`TableLoop.run`, and the worker stops: the partitions go to another member.
+Failures follow the one abort policy of :mod:`streams.runtime.transactions`: a batch whose transaction
+cannot commit (a broker outage or freeze, a coordinator move, a fenced producer) is aborted and its
+partitions rewound to their first offsets: nothing of the batch happened, the local store is untouched
+and the records are applied again. Only what no restart fixes (the cluster refusing the writes for
+good, a full disk, a handler bug) raises out of :meth:`TableLoop.run`, and the worker stops.
 """
 
 from __future__ import annotations
