@@ -45,7 +45,6 @@ Choices where the brief left room:
 from __future__ import annotations
 
 import random
-import signal
 import threading
 import time
 import uuid
@@ -179,25 +178,6 @@ def pause_broker(broker: LocalKafka, pause_s: float) -> Disruption:
             return f"broker resumed after {pause_s:g} s"
 
         return "broker SIGSTOPped", resume
-
-    return disrupt
-
-
-def pause_worker(pause_s: float) -> Disruption:
-    """SIGSTOP a worker picked by the RNG for ``pause_s`` (longer than its session and transaction
-    timeouts: its partitions move and its open transactions are aborted, its producers fenced), then
-    SIGCONT: it must find out and go on, not exit."""
-
-    def disrupt(workers: list[WorkerProcess], rng: random.Random) -> tuple[str, Recovery]:
-        index = rng.randrange(len(workers))
-        workers[index].signal(signal.SIGSTOP)
-
-        def resume() -> str:
-            time.sleep(pause_s)
-            workers[index].signal(signal.SIGCONT)
-            return f"worker {index} resumed after {pause_s:g} s"
-
-        return f"worker {index} SIGSTOPped", resume
 
     return disrupt
 
