@@ -258,12 +258,31 @@ def _ride_out(bootstrap: str, directory: Path, fault: str, disrupt: Disruption) 
         raise fault_thread.failure
     print(fault, fault_thread.done, f"longest wait for a run: {result.longest_wait_s:.1f} s")
     assert exited == {}, f"{fault}: a worker stopped on its own: {exited}"
-    assert (audit.missing, audit.duplicates, audit.conflicting) == ([], 0, []), fault
+    assert (audit.missing, audit.duplicates, audit.conflicting) == ([], 0, []), f"{fault}: {audit}"
     compared = ("candidate_id", "decision", "rule", "signature", "severity", "multiplier")
-    assert [{k: d[k] for k in compared} for d in result.decisions] == [
-        {k: d[k] for k in compared} for d in expected_decisions
-    ], fault
-    assert result.state == expected_state, fault
+    got = [{k: d[k] for k in compared} for d in result.decisions]
+    wanted = [{k: d[k] for k in compared} for d in expected_decisions]
+    differ = [(g, w) for g, w in zip(got, wanted, strict=True) if g != w]
+    assert differ == [], f"{fault}: {len(differ)} decisions differ, e.g. {differ[:2]}"
+    difference = _difference(result.state, expected_state)
+    assert result.state == expected_state, f"{fault}: the memory differs: {difference}"
+
+
+def _difference(got: object, wanted: object, path: str = "") -> str:
+    """Where two JSON documents first differ, and how (for a failure's message)."""
+    if isinstance(got, dict) and isinstance(wanted, dict):
+        for key in sorted(got.keys() | wanted.keys(), key=str):
+            if got.get(key) != wanted.get(key):
+                return _difference(got.get(key), wanted.get(key), f"{path}/{key}")
+    if isinstance(got, list) and isinstance(wanted, list) and len(got) == len(wanted):
+        for index, (a, b) in enumerate(zip(got, wanted, strict=True)):
+            if a != b:
+                return _difference(a, b, f"{path}[{index}]")
+    if isinstance(got, list) and isinstance(wanted, list):
+        extra = [item for item in got if item not in wanted]
+        missing = [item for item in wanted if item not in got]
+        return f"{path}: {len(got)} items instead of {len(wanted)}; extra {extra[:3]}, missing {missing[:3]}"
+    return f"{path or '/'}: {str(got)[:300]} instead of {str(wanted)[:300]}"
 
 
 def _live_candidates(tag: str, count: int) -> list[Candidate]:
