@@ -7,9 +7,11 @@ same formats as the in-process replay.
 
 Order (the consistency model of :mod:`streams.worker.dbpm`). The stream is cut into runs of consecutive
 verdicts and runs of consecutive gate events. A verdict run is produced as is. Before a gate run,
-every verdict partition gets a watermark tick at the first gate's event time (every verdict before
-it is already produced, so the memory agents may advance to it), the candidates carry the
-``clingate-barrier`` header (their gates wait for the memory), and the verdicts after the run are
+every verdict partition gets a watermark tick at the first gate's event time naming the run (every
+verdict before it is already produced, so the memory agents may advance to it), the candidates carry
+the ``clingate-barrier`` header naming the same run (their gates wait until every memory partition
+applied the run's tick, so a verdict of the same event-time second just before the run is waited for
+too), and the verdicts after the run are
 produced only once the decisions of the whole run have been consumed and the workers have
 committed the run's candidates (the gate group commits right after its outputs are acknowledged).
 A gate therefore sees exactly the verdicts that precede it in the
@@ -34,6 +36,7 @@ time, as the contract defines it (the workers record only verdict times in the m
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import groupby
@@ -63,9 +66,11 @@ from streams.worker.dbpm import (
     MEMORY_INPUTS,
     REPLAYED_HEADER,
     TICK_HEADER,
+    TICK_RUN_HEADER,
     MergedView,
     memory_changelog,
     producer_config,
+    run_token,
     verdict_key,
 )
 from streams.worker.gate import gate_group
@@ -162,32 +167,39 @@ def verdict_record(obj: dict[str, Any], engine: DBPMEngine, serde: Serde) -> Rep
 
 
 def replay_runs(
-    events: Sequence[dict[str, Any]], engine: DBPMEngine, serde: Serde, verdict_partitions: Sequence[int]
-) -> Iterator[ReplayRun]:
+    events: Sequence[dict[str, Any]], engine: DBPMEngine, serde: Serde, verdict_partitions: Sequence[int],
+    replay: str,
+) -> Iterator[ReplayRun]:  # fmt: skip
     """The records of the replay publication, run by run (the order of the module docstring).
 
     A verdict becomes a verdict record keyed by :func:`~streams.worker.dbpm.verdict_key`. A run of
     gate events starts with one watermark tick per verdict partition at the run's first event time
-    (every verdict before it is published), followed by its candidates keyed by patient, each with
-    the barrier header. Nothing here waits: the lockstep between runs is the caller's.
+    (every verdict before it is published), naming the run (:func:`~streams.worker.dbpm.run_token`
+    of ``replay``), followed by its candidates keyed by patient, each with the barrier header
+    naming the same run: its gate waits until every partition applied that run's tick, so ties of
+    event time with the verdicts just before the run are waited for too. Nothing here waits: the
+    lockstep between runs is the caller's.
 
     Args:
         events: the replay stream's events (contract JSON objects), in order.
         engine: an engine configured as the workers are (for verdict keys).
         serde: the process's serde.
         verdict_partitions: the partition numbers of ``clingate.dbpm.verdicts``.
+        replay: names this publication in the run tokens: unique per publication to one app's memory
+            (a token of an earlier replay must not open a later one's barrier).
     """
-    for kind, run in groupby(events, key=lambda e: e["kind"]):
+    for index, (kind, run) in enumerate(groupby(events, key=lambda e: e["kind"])):
         batch = list(run)
         if kind == "verdict":
             yield ReplayRun([verdict_record(obj, engine, serde) for obj in batch], [])
             continue
-        tick = ((TICK_HEADER, batch[0]["ts"].encode()),)
+        token = run_token(replay, index)
+        tick = ((TICK_HEADER, batch[0]["ts"].encode()), (TICK_RUN_HEADER, token))
         records = [ReplayRecord(DBPM_VERDICTS, None, b"", tick, p) for p in verdict_partitions]
         candidates = [Candidate.model_validate(_record(obj)) for obj in batch]
         records += [
             ReplayRecord(DBPM_CANDIDATES, c.patient_id.encode(), serde.encode(c, topic=DBPM_CANDIDATES),
-                         ((BARRIER_HEADER, b""),))
+                         ((BARRIER_HEADER, token),))
             for c in candidates
         ]  # fmt: skip
         yield ReplayRun(records, [c.candidate_id for c in candidates])
@@ -305,7 +317,7 @@ def replay_via_kafka(
     order: list[str] = []
     longest_wait_s = 0.0
     try:
-        for run in replay_runs(events, engine, serde, verdict_partitions):
+        for run in replay_runs(events, engine, serde, verdict_partitions, uuid.uuid4().hex):
             candidates = iter(run.candidate_ids)
             for record in run.records:
                 kwargs = {} if record.partition is None else {"partition": record.partition}

@@ -91,6 +91,7 @@ from streams.worker.dbpm import (
     MEMORY_INPUTS,
     MemoryHandler,
     MergedView,
+    barrier_reached,
     dbpm_engine,
     memory_changelog,
     min_watermark,
@@ -456,7 +457,10 @@ class TopologyDriver:
         verdict_partitions = range(len(self.topics[DBPM_VERDICTS].partitions))
         order: list[str] = []
         start = len(self.topics[DBPM_DECISIONS].log)
-        for run in replay_runs(events, self.engine, self.serde, verdict_partitions):
+        # One replay per driver call: a fresh id per call, derived from what the driver has seen so far
+        # (the same pipes give the same bytes).
+        replay = f"driver-{len(self._history)}"
+        for run in replay_runs(events, self.engine, self.serde, verdict_partitions, replay):
             for record in run.records:
                 self.pipe(record.topic, record.key, record.value, record.headers, partition=record.partition)
             order += run.candidate_ids
@@ -555,9 +559,9 @@ class TopologyDriver:
 
         return process
 
-    def _barrier(self, ts: float) -> bool:
-        """The gate's barrier here: nothing can arrive while it waits, so a memory behind ``ts`` times out."""
-        timed_out = self.memory_watermark() < ts
+    def _barrier(self, ts: float, run: bytes) -> bool:
+        """The gate's barrier here: nothing can arrive while it waits, so a memory short of it times out."""
+        timed_out = not barrier_reached(self.memory.stores(), ts, run)
         if timed_out:
             self.dbpm_metrics.barrier_timeouts.inc()
         return timed_out

@@ -40,12 +40,13 @@ Consistency model.
   (:meth:`~processors.dbpm.DBPMEngine.propagate`) and evaluates the guards that read the target
   (whitelist, cap, severity zone) on its own state when the event arrives.
 * Ordered by the barrier, for candidates that ask for it (header ``clingate-barrier``; the replay
-  publisher sets it): every memory partition publishes a watermark, the event time up to which it
-  has applied verdicts (verdict times, and ticks that the publisher writes to idle partitions; a
-  tick also moves the partition's clock, running the maintenance due by then). Such
-  a gate at event time ``t`` waits until every partition's watermark, as its gate process's view has
-  applied it from the changelog, is at least ``t``, so it sees every verdict published before it;
-  after ``barrier_timeout`` it decides on the view it has and says so in the decision's provenance
+  publisher sets it): before each run of candidates the publisher writes a tick to every memory
+  partition, after every verdict before the run, naming the run (:func:`run_token`; a tick also
+  moves the partition's clock, running the maintenance due by then), and each partition records the
+  last run it applied. Such a gate waits until every partition, as its gate process's view has
+  applied it from the changelog, applied its run's tick (:func:`barrier_reached`), so it sees every
+  verdict published before it, those of its own event-time second included; after
+  ``barrier_timeout`` it decides on the view it has and says so in the decision's provenance
   (``barrier_timeout``). Live candidates carry no such header and never wait: live verdict
   partitions have no ticks, so a barrier would cost every gate the full timeout. Propagated
   evidence does not hold the watermark back.
@@ -172,6 +173,10 @@ WATERMARK_KEY = b"\xfe\xfewatermark"
 CONFIG_KEY = b"\xfe\xfeconfig"
 #: Header of a watermark tick on ``clingate.dbpm.verdicts`` (value: ISO event time, record value empty).
 TICK_HEADER = "clingate-watermark"
+#: Header of a watermark tick naming the replay run it precedes (value: :func:`run_token`).
+TICK_RUN_HEADER = "clingate-watermark-run"
+#: Per-partition memory record: the :data:`TICK_RUN_HEADER` of the last tick the partition applied.
+TICK_RUN_KEY = b"\xfe\xfetick-run"
 #: Name of the memory table (its changelog topic is :func:`memory_changelog`).
 MEMORY_TABLE = "dbpm-memory"
 
@@ -181,8 +186,42 @@ def memory_changelog(app_id: str) -> str:
     return table_changelog(app_id, MEMORY_TABLE)
 
 
-#: Header of a candidate that asks its gate to wait for the memory to reach its event time.
+#: Header of a candidate that asks its gate to wait for the memory (value: the :func:`run_token` of the
+#: replay run it belongs to; any other value: wait until the memory reached the candidate's event time).
 BARRIER_HEADER = "clingate-barrier"
+
+
+_RUN_DIGITS = 12
+
+
+def run_token(replay: str, run: int) -> bytes:
+    """The token of run ``run`` of replay ``replay`` (no ``:`` in it): tokens of one replay sort as
+    their runs do."""
+    return f"{replay}:{run:0{_RUN_DIGITS}d}".encode()
+
+
+def barrier_reached(partitions: Sequence[Store], ts: float, run: bytes) -> bool:
+    """Whether a candidate at event time ``ts`` with barrier value ``run`` may be decided on
+    ``partitions`` (every memory partition of a view).
+
+    With a run token, every partition must have applied the tick of that run of its replay or a
+    later one: the replay publishes a run's ticks after every verdict that precedes the run, so
+    each partition has then applied exactly those verdicts, ties within one event-time second
+    included (a watermark reached by an earlier verdict of the same second says nothing of the
+    verdicts after it). With any other value (none, or not a token), every partition's watermark must
+    have reached ``ts``.
+    """
+    replay, colon, number = run.rpartition(b":")
+    if not (colon and len(number) == _RUN_DIGITS and number.isdigit()):
+        return min_watermark(partitions) >= ts
+    replay += colon
+    for store in partitions:
+        applied = store.get(TICK_RUN_KEY)
+        if applied is None or not applied.startswith(replay) or applied < run:
+            return False
+    return True
+
+
 _TIME = struct.Struct("<d")
 _DAY_S = 86400.0
 
@@ -681,6 +720,8 @@ class MemoryHandler:
                 return DecodeFailed(record, Stage.DECODE, "BadWatermark", reason, None, Verdict.avro_name)
             with Transaction(writer) as txn:
                 self._engine.advance(txn, at)
+            if run := record.header(TICK_RUN_HEADER):
+                writer.put(TICK_RUN_KEY, run)
             return at
         try:
             decoded = decode_event(

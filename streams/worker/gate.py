@@ -144,11 +144,11 @@ from streams.worker.dbpm import (
     BARRIER_HEADER,
     CONFIG_KEY,
     MergedView,
+    barrier_reached,
     contract_event,
     decode_event,
     dispatch_outputs,
     memory_changelog,
-    min_watermark,
     producer_config,
     verdict_key,
 )
@@ -238,9 +238,9 @@ class MemoryFollower:
         """A verdict of ``candidate_id`` is in the view."""
         return self.view.get(seen_key(candidate_id)) is not None
 
-    def min_watermark(self) -> float:
-        """The event time every memory partition has applied in this view (``-inf`` if one has none)."""
-        return min_watermark(self._stores)
+    def reached(self, ts: float, run: bytes) -> bool:
+        """This view reached a candidate's barrier (:func:`~streams.worker.dbpm.barrier_reached`)."""
+        return barrier_reached(self._stores, ts, run)
 
     def configs(self) -> dict[int, str]:
         """Per memory partition written yet, the configuration fingerprint of its last writer."""
@@ -329,9 +329,10 @@ class ConfigWatch:
 Pending = tuple[SourceRecord, Candidate, GateEvent]
 """A QA candidate the coverage join holds: its record, as decoded."""
 
-Barrier = Callable[[float], bool]
-"""Waits until the memory view reached an event time; True if it gave up (the gate then decides on the
-view it has and says ``barrier_timeout``)."""
+Barrier = Callable[[float, bytes], bool]
+"""Waits until the memory view reached a candidate's barrier (its event time and the value of its
+:data:`~streams.worker.dbpm.BARRIER_HEADER`, :func:`~streams.worker.dbpm.barrier_reached`); True if it
+gave up (the gate then decides on the view it has and says ``barrier_timeout``)."""
 
 
 class Gate:
@@ -425,7 +426,7 @@ class Gate:
     ) -> DecidedCandidate | DecodeFailed:
         """:meth:`handle` of a decoded record (``coverage``: how the coverage join released it)."""
         replayed = is_replayed(record)
-        waited_out = replayed and barrier(event.time)
+        waited_out = replayed and barrier(event.time, record.header(BARRIER_HEADER) or b"")
         try:
             outcome = self.decide(candidate, event, waited_out, replayed, coverage)
         except Exception as exc:  # a poison record must not stop the partition: DLQ, nothing decided
@@ -773,17 +774,18 @@ class GateLoop:
         if self._join is not None:
             self._join.drop(list(self._position))
 
-    def _barrier(self, ts: float) -> bool:
-        """Follow the changelog until every memory partition reached ``ts``; True if timed out (counted).
+    def _barrier(self, ts: float, run: bytes) -> bool:
+        """Follow the changelog until the view reached the barrier (:func:`barrier_reached`); True if
+        timed out (counted).
 
         Raises:
             _Stopping: the loop was stopped meanwhile (module docstring, "Stopping").
         """
-        if self._follower.min_watermark() >= ts:
+        if self._follower.reached(ts, run):
             return False
         deadline = time.monotonic() + self._barrier_timeout_s
         with self._metrics.barrier_waiting.track_inprogress():
-            while self._follower.min_watermark() < ts:
+            while not self._follower.reached(ts, run):
                 if self._stop.is_set():
                     raise _Stopping
                 if time.monotonic() >= deadline:

@@ -223,6 +223,7 @@ class TableLoop:
         self._committed: dict[tuple[str, int], int] = {}  # (topic, partition) -> offset committed
         self._lag: dict[tuple[str, int], int] = {}
         self._ends: dict[tuple[str, int], tuple[int, int]] = {}  # (low, end) learnt by _learn_ends
+        self._asked: set[tuple[str, int]] = set()  # read_to_end said no since the last _learn_ends
         self._consumer.subscribe(list(self._inputs), on_assign=self._on_assign, on_revoke=self._on_revoke,
                                  on_lost=self._on_revoke)  # fmt: skip
 
@@ -310,37 +311,39 @@ class TableLoop:
                 tp.offset = again
                 seek_owned(self._consumer, TopicPartition(tp.topic, tp.partition, again))
         self._commit_offsets(offsets)
-        if rereads:
-            self._learn_ends({partition for _, partition in rereads})
+        if self._asked:
+            self._learn_ends()
 
     def read_to_end(self, topic: str, partition: int) -> bool:
-        """This member has read input ``topic``'s ``partition`` up to the end the broker gave it after
-        the last batch that read this partition again (:meth:`_learn_ends`); False before that.
+        """This member has read input ``topic``'s ``partition`` up to the end the broker gave after
+        the last batch that asked (:meth:`_learn_ends`); False before that, and the end is then asked
+        for once the batch is committed.
 
         So a record published before the batch that asked was consumed is known to be read, and the
         answer costs no request: the handler asks inside the batch's transaction."""
         known = self._ends.get((topic, partition))
-        if known is None:
-            return False
-        low, end = known
-        position = self._consumer.position([TopicPartition(topic, partition)])[0].offset
-        if position < 0:  # nothing read from it since it was assigned: it starts where the group is
-            position = self._committed.get((topic, partition), low)
-        return position >= end
+        if known is not None:
+            low, end = known
+            position = self._consumer.position([TopicPartition(topic, partition)])[0].offset
+            if position < 0:  # nothing read from it since it was assigned: it starts where the group is
+                position = self._committed.get((topic, partition), low)
+            if position >= end:
+                return True
+        self._asked.add((topic, partition))
+        return False
 
-    def _learn_ends(self, partitions: set[int]) -> None:
-        """Ask the broker where each input of ``partitions`` ends now (outside any transaction), for
-        :meth:`read_to_end`: a handler that deferred records until an input is read to its end asks
-        again in the next batch."""
-        for topic in self._inputs:
-            for partition in partitions:
-                tp = TopicPartition(topic, partition)
-                try:
-                    self._ends[(topic, partition)] = self._consumer.get_watermark_offsets(
-                        tp, timeout=COMMIT_STEP_S, cached=False
-                    )
-                except KafkaException as exc:
-                    log.warning("%s: the end of %s[%d] is not known: %s", self.group, topic, partition, exc)
+    def _learn_ends(self) -> None:
+        """Ask the broker where each input partition :meth:`read_to_end` answered False for ends now
+        (outside any transaction): the handler that deferred records asks again in the next batch."""
+        for topic, partition in self._asked:
+            tp = TopicPartition(topic, partition)
+            try:
+                self._ends[(topic, partition)] = self._consumer.get_watermark_offsets(
+                    tp, timeout=COMMIT_STEP_S, cached=False
+                )
+            except KafkaException as exc:
+                log.warning("%s: the end of %s[%d] is not known: %s", self.group, topic, partition, exc)
+        self._asked.clear()
 
     def _commit_offsets(self, offsets: list[TopicPartition]) -> None:
         """Commit input offsets (asynchronously: the boundaries already cover what they say) and

@@ -37,7 +37,7 @@ from streams.runtime.kafka_clients import assign_at_ends, produce_waiting, reade
 from streams.runtime.kafka_config import client_config
 from streams.runtime.settings import Settings
 from streams.testing.metrics import scraped_sum
-from streams.testing.worker import COMPARISON_ENV, LiveGate, WorkerProcess
+from streams.testing.worker import COMPARISON_ENV, LiveGate, WorkerProcess, comparison_engine
 from streams.worker.dbpm import (
     BARRIER_HEADER,
     contract_event,
@@ -138,6 +138,40 @@ def _propagation_targets(engine: DBPMEngine, events: list[dict[str, Any]]) -> se
                 _, propagations = engine.learn(txn, event, event.time)
             targets |= {p.signature for p in propagations}
     return targets
+
+
+def test_a_candidate_waits_for_every_verdict_before_it_in_the_same_second(
+    kafka_bootstrap: str, start_workers
+) -> None:
+    """Scenario: a replay whose verdicts share their event-time second with the candidates around them:
+    a candidate at ``t``, then 300 hard-fail verdicts of one signature at ``t``, then a candidate of that
+    signature at ``t``.
+
+    The first run's ticks already brought every memory partition's watermark to ``t``, so a barrier on
+    event time alone lets the second candidate be decided before the 300 verdicts are applied. Its
+    barrier names its run instead, whose ticks follow the verdicts: it waits until every partition
+    applied them, and its decision and the memory equal the in-process engine's, value for value.
+    """
+    app_id, _ = start_workers(1, **COMPARISON_FLAGS)
+    run, t = uuid.uuid4().hex[:8], "2026-11-26T09:00:00Z"
+    tied = {"entity": f"tied-{run}", "category": "Symptoms"}
+    base = {"ts": t, "task": "ner"}
+    events: list[dict[str, Any]] = [
+        {**base, "kind": "gate", "patient_id": "p-first", "candidate_id": f"{run}-first",
+         "payload": {"entity": f"other-{run}", "category": "Symptoms"}},
+        *({**base, "kind": "verdict", "patient_id": f"p-{i}", "verdict": "hard_fail",
+           "source": "verifier_mmed", "payload": tied} for i in range(300)),
+        {**base, "kind": "gate", "patient_id": "p-tied", "candidate_id": f"{run}-tied", "payload": tied},
+    ]  # fmt: skip
+    engine = comparison_engine()
+
+    result = replay_via_kafka(kafka_bootstrap, events, engine, make_serde(None), app_id)
+
+    decisions, state = _in_process(engine, events)
+    assert _contract(result.decisions) == decisions
+    assert decisions[1]["decision"] == "BLOCK"  # the 300 verdicts are in the memory it must see
+    assert "barrier_timeout" not in result.decisions[1]["sources"]
+    assert result.state == state
 
 
 def test_propagation_through_kafka_differs_from_the_engine_only_by_the_hop(
