@@ -34,6 +34,9 @@ from streams.testing.fixture_services import FixtureServices
 from streams.testing.llm_server import ServerProcess
 
 pytestmark = [
+    # SmolLM2 on a CPU that the rest of the suite keeps busy: its calls have taken longer than the
+    # default 300 s together; the test waits for them as the chaos soaks wait for their workers.
+    pytest.mark.timeout(900),
     pytest.mark.smollm2,
     pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
 ]
