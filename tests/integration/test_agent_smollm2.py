@@ -34,8 +34,8 @@ from streams.testing.fixture_services import FixtureServices
 from streams.testing.llm_server import ServerProcess
 
 pytestmark = [
-    # SmolLM2 on a CPU that the rest of the suite keeps busy: its calls have taken longer than the
-    # default 300 s together; the test waits for them as the chaos soaks wait for their workers.
+    # SmolLM2's calls run on a CPU the rest of the suite keeps busy: the test waits for them as the
+    # chaos soaks wait for their workers, not for the default 300 s.
     pytest.mark.timeout(900),
     pytest.mark.smollm2,
     pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),

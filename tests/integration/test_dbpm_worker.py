@@ -425,8 +425,8 @@ def test_a_verdict_read_before_its_candidates_dispatch_waits_for_it_and_one_no_g
     try:
         worker.start()
         letters: list[DeadLetter] = []
-        # A condition, not a speed: alone it takes ~25 s; a busy 2-core machine running the suite beside
-        # it has taken longer than 90 s. The pytest timeout (300 s) stays the outer bound.
+        # A bound on the wait for a condition, not on the machine's speed (the suite runs beside it on
+        # two cores); the pytest timeout (300 s) stays the outer bound.
         deadline = time.monotonic() + 240
         while not letters or scraped_sum(worker.web_port, "clingate_dbpm_verdicts_total") < 1:
             assert time.monotonic() < deadline, "the verdicts were not applied or dead-lettered in time"
