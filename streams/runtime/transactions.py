@@ -5,7 +5,7 @@ Every transactional loop (the table loops, the gate, the LLM groups and the arbi
 :class:`Batch`, commit. What a fault does to the batch is decided here, once:
 
 * **Committed**: every record was acknowledged and the commit went through; the loop moves on.
-* **Aborted** (``run`` returns False): anything a restart would get past, a broker that went away, paused,
+* **Aborted** (``run`` returns None): anything a restart would get past, a broker that went away, paused,
   moved its coordinator or lost the batch's records, the coordinator ending an epoch the producer
   outlived (a transaction that lasted longer than :data:`TRANSACTION_TIMEOUT_MS`), a producer fenced or
   left in a fatal state. The transaction is aborted (or, where the producer can no longer abort, the
@@ -35,6 +35,8 @@ import threading
 from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from streams.runtime.kafka_clients import produce_waiting
 
 log = logging.getLogger(__name__)
 
@@ -121,18 +123,14 @@ class Batch:
             kwargs["partition"] = partition
         if headers:
             kwargs["headers"] = headers
-        while True:
-            try:
-                self._producer.produce(topic, **kwargs)
-                break
-            except BufferError:
-                self._producer.poll(0.1)
-            except KafkaException as exc:
-                error = _error(exc)
-                if error is not None and error.code() in REFUSED:
-                    raise _refused(self._name, error) from exc
-                self.failures.append(error or KafkaError(KafkaError._FAIL, str(exc)))
-                raise _Failed from exc
+        try:
+            produce_waiting(self._producer, topic, **kwargs)
+        except KafkaException as exc:
+            error = _error(exc)
+            if error is not None and error.code() in REFUSED:
+                raise _refused(self._name, error) from exc
+            self.failures.append(error or KafkaError(KafkaError._FAIL, str(exc)))
+            raise _Failed from exc
         self.topics.append(topic)
 
 
@@ -143,15 +141,13 @@ class TransactionalProducer:
     Args:
         config: the producer's settings, ``transactional.id`` included.
         name: the loop, in log lines.
-        stop: set when the loop stops; ends the waits of an outage.
     """
 
-    def __init__(self, config: dict[str, object], name: str, stop: threading.Event | None = None) -> None:
+    def __init__(self, config: dict[str, object], name: str) -> None:
         self._config = {"transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, **config}
         self._name = name
-        self.stop = stop or threading.Event()
-        self.renewed = 0
-        """How often the producer was replaced (fenced or left in a fatal state)."""
+        self.stop = threading.Event()
+        """Set by the loop when it stops: ends the waits of an outage."""
         self.producer = self._open()
 
     def run(self, fill: Callable[[Batch], None]) -> Batch | None:
@@ -175,9 +171,11 @@ class TransactionalProducer:
             # Delivery failures surface at the flush; without it the commit would fail on them anyway.
             self.producer.flush(COMMIT_STEP_S)
         except _Failed:
-            return self._abort(batch.failures[0])
+            self._abort(batch.failures[0])
+            return None
         if batch.failures:
-            return self._abort(batch.failures[0])
+            self._abort(batch.failures[0])
+            return None
         return batch if self._commit() else None
 
     def _commit(self) -> bool:
@@ -220,7 +218,6 @@ class TransactionalProducer:
                     self._name, error.str() if error is not None else cause)  # fmt: skip
         self.producer.purge()
         self.producer = self._open()
-        self.renewed += 1
 
     def _open(self) -> Producer:
         """A new producer with its transactions initialised, retried while the cluster does not answer."""
