@@ -222,8 +222,6 @@ class TableLoop:
         self._restoring: set[int] = set()
         self._committed: dict[tuple[str, int], int] = {}  # (topic, partition) -> offset committed
         self._lag: dict[tuple[str, int], int] = {}
-        self._ends: dict[tuple[str, int], tuple[int, int]] = {}  # (low, end) learnt by _learn_ends
-        self._asked: set[tuple[str, int]] = set()  # read_to_end said no since the last _learn_ends
         self._consumer.subscribe(list(self._inputs), on_assign=self._on_assign, on_revoke=self._on_revoke,
                                  on_lost=self._on_revoke)  # fmt: skip
 
@@ -311,39 +309,21 @@ class TableLoop:
                 tp.offset = again
                 seek_owned(self._consumer, TopicPartition(tp.topic, tp.partition, again))
         self._commit_offsets(offsets)
-        if self._asked:
-            self._learn_ends()
 
     def read_to_end(self, topic: str, partition: int) -> bool:
-        """This member has read input ``topic``'s ``partition`` up to the end the broker gave after
-        the last batch that asked (:meth:`_learn_ends`); False before that, and the end is then asked
-        for once the batch is committed.
-
-        So a record published before the batch that asked was consumed is known to be read, and the
-        answer costs no request: the handler asks inside the batch's transaction."""
-        known = self._ends.get((topic, partition))
-        if known is not None:
-            low, end = known
-            position = self._consumer.position([TopicPartition(topic, partition)])[0].offset
+        """This member has read input ``topic``'s ``partition`` up to its end as the broker has it now
+        (one request to its leader); False when the broker cannot say (asked again later)."""
+        tp = TopicPartition(topic, partition)
+        try:
+            low, high = self._consumer.get_watermark_offsets(tp, timeout=COMMIT_STEP_S, cached=False)
+            position = self._consumer.position([tp])[0].offset
             if position < 0:  # nothing read from it since it was assigned: it starts where the group is
-                position = self._committed.get((topic, partition), low)
-            if position >= end:
-                return True
-        self._asked.add((topic, partition))
-        return False
-
-    def _learn_ends(self) -> None:
-        """Ask the broker where each input partition :meth:`read_to_end` answered False for ends now
-        (outside any transaction): the handler that deferred records asks again in the next batch."""
-        for topic, partition in self._asked:
-            tp = TopicPartition(topic, partition)
-            try:
-                self._ends[(topic, partition)] = self._consumer.get_watermark_offsets(
-                    tp, timeout=COMMIT_STEP_S, cached=False
-                )
-            except KafkaException as exc:
-                log.warning("%s: the end of %s[%d] is not known: %s", self.group, topic, partition, exc)
-        self._asked.clear()
+                committed = self._consumer.committed([tp], timeout=COMMIT_STEP_S)[0].offset
+                position = committed if committed >= 0 else low
+        except KafkaException as exc:
+            log.warning("%s: the end of %s[%d] is not known: %s", self.group, topic, partition, exc)
+            return False
+        return position >= high
 
     def _commit_offsets(self, offsets: list[TopicPartition]) -> None:
         """Commit input offsets (asynchronously: the boundaries already cover what they say) and
@@ -406,6 +386,5 @@ class TableLoop:
         for tp in partitions:
             self._lag.pop((tp.topic, tp.partition), None)
             self._committed.pop((tp.topic, tp.partition), None)
-            self._ends.pop((tp.topic, tp.partition), None)
             self._restoring.discard(tp.partition)
             self.table.close(tp.partition)
