@@ -395,14 +395,13 @@ async def run_worker(
     """
     metrics = metrics or DocsMetrics(CollectorRegistry())
     config = consumer_config(bootstrap, group_id, session_timeout_s)
-    consumer = Consumer({**config, **metrics.lag.client_config()})
     producer = transactional_producer(producer_config(bootstrap), group_id)
     inputs = [DOCS_CLASSIFICATIONS, DOCS_REVIEWS]
     progress = ProgressLog(bootstrap, group_id, inputs)
     packets = PacketFollower(bootstrap, serde)
     worker = DocsWorker(serde, packets, trap_rules, call, metrics)
     loop = OrderedLoop(
-        consumer, producer, serde, inputs, worker, max_in_flight,
+        {**config, **metrics.lag.client_config()}, producer, serde, inputs, worker, max_in_flight,
         ClassificationRequest.avro_name, progress, on_in_flight=metrics.in_flight.set,
         on_dead_letter=worker.dead_lettered,
     )  # fmt: skip
@@ -411,7 +410,6 @@ async def run_worker(
     try:
         await loop.run(stop)
     finally:
-        consumer.close()
         packets.close()
         progress.close()
     return worker

@@ -53,7 +53,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
@@ -127,18 +126,16 @@ async def run_loop(
     stop: asyncio.Event,
 ) -> OrderedLoop:
     """Run one group member until ``stop`` is set; return its loop (counters) when it stopped."""
-    consumer = Consumer(consumer_config(bootstrap, group_id, session_timeout_s))
     producer = transactional_producer(producer_config(bootstrap, **PRODUCER_LIMITS), group_id)
     progress = ProgressLog(bootstrap, group_id, topics)
     gauge = metrics.in_flight.labels(group)
     loop = OrderedLoop(
-        consumer, producer, serde, topics, handler,
+        consumer_config(bootstrap, group_id, session_timeout_s), producer, serde, topics, handler,
         max_in_flight, expected_schema, progress, on_in_flight=gauge.set,
     )  # fmt: skip
     try:
         await loop.run(stop)
     finally:
-        consumer.close()
         progress.close()
     return loop
 

@@ -59,7 +59,7 @@ from streams.runtime.dlq import (
     oversized_output,
     processing_failed,
 )
-from streams.runtime.kafka_clients import commit_async, moved_past_markers, positions, seek_owned
+from streams.runtime.kafka_clients import GroupOffsets, positions, seek_owned
 from streams.runtime.kafka_config import client_config, liveness_config
 from streams.runtime.progress import Progress, ProgressLog
 from streams.runtime.transactions import Batch, TransactionalProducer
@@ -191,7 +191,8 @@ class OrderedLoop:
     """The loop (see the module docstring).
 
     Attributes:
-        consumer: ``enable.auto.commit`` MUST be false; :meth:`run` subscribes it.
+        consumer_config: the member's consumer settings (:func:`consumer_config`); :meth:`run` builds
+            the consumer, subscribes it and closes it.
         transactions: the member's transactional producer (:func:`transactional_producer`).
         serde: the process's serde (dead letters).
         topics: the input topics.
@@ -204,7 +205,7 @@ class OrderedLoop:
             failure's), once its transaction committed (to log and count it).
     """
 
-    consumer: Consumer
+    consumer_config: dict[str, object]
     transactions: TransactionalProducer
     serde: Serde
     topics: Sequence[str]
@@ -215,13 +216,19 @@ class OrderedLoop:
     on_in_flight: Callable[[int], None] | None = None
     on_dead_letter: Callable[[DecodeFailed], None] | None = None
     queues: dict[tuple[str, int], deque[_Entry]] = field(default_factory=dict)
-    committed: dict[tuple[str, int], int] = field(default_factory=dict)
-    """The offsets this member committed last, per owned input partition."""
+    resume: dict[tuple[str, int], int] = field(default_factory=dict)
+    """Where each owned input partition's last committed progress resumes."""
+    offsets: GroupOffsets = field(default_factory=GroupOffsets)
+    """The group's offsets (lag and tools)."""
     started: dict[tuple[str, int], int] = field(default_factory=dict)
     """The first offset read from each owned input partition since it was assigned."""
     waiting: deque[_Entry] = field(default_factory=deque)
     processed: int = 0
     _paused: bool = False
+    consumer: Consumer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.consumer = Consumer({**self.consumer_config, "on_commit": self.offsets.on_commit})
 
     def in_flight(self) -> list[asyncio.Task[Handled]]:
         """The unfinished records' tasks."""
@@ -230,12 +237,13 @@ class OrderedLoop:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Start each assigned partition where its last committed progress resumes."""
         found = self.progress.assign(consumer, partitions)
-        self.committed.update((tp, done.resume) for tp, done in found.items())
+        self.resume.update((tp, done.resume) for tp, done in found.items())
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         revoked = {(tp.topic, tp.partition) for tp in partitions}
+        self.offsets.forget(partitions)
         for key in revoked:
-            self.committed.pop(key, None)
+            self.resume.pop(key, None)
             self.started.pop(key, None)
             for entry in self.queues.pop(key, deque()):
                 if entry.task is not None:
@@ -330,25 +338,20 @@ class OrderedLoop:
             for entry in queue:
                 if entry.task is not None:
                     entry.task.cancel()
-            offset = self.committed.get(key, self.started.get(key))
+            offset = self.resume.get(key, self.started.get(key))
             if offset is not None:
                 seek_owned(self.consumer, TopicPartition(*key, offset))
         self.queues.clear()
         self.waiting.clear()
 
     def _commit(self, offsets: list[TopicPartition]) -> None:
-        # Asynchronous: the progress committed with the outputs already says where each partition
-        # resumes; the group's offsets are for lag and tools.
-        commit_async(self.consumer, offsets)
-        for tp in offsets:
-            self.committed[(tp.topic, tp.partition)] = tp.offset
+        self.resume.update(((tp.topic, tp.partition), tp.offset) for tp in offsets)
+        self.offsets.commit(self.consumer, offsets)
 
-    def _commit_markers(self) -> None:
-        """When nothing is read or in flight, commit positions that moved past transaction markers only
-        (the end of a transactional input is its last marker's offset + 1)."""
-        idle = not self.waiting and not any(self.queues.values())
-        if idle and (moved := moved_past_markers(self.consumer, self.committed)):
-            self._commit(moved)
+    def _commit_idle(self) -> None:
+        """When nothing is read or in flight, bring the group's offsets to where the member stands."""
+        if not self.waiting and not any(self.queues.values()):
+            self.offsets.idle(self.consumer, self.resume)
 
     @property
     def _buffer(self) -> int:
@@ -395,7 +398,7 @@ class OrderedLoop:
                     if tasks:
                         await asyncio.wait(tasks, timeout=IDLE_WAIT_S, return_when=asyncio.FIRST_COMPLETED)
                     else:
-                        self._commit_markers()
+                        self._commit_idle()
                         await asyncio.sleep(IDLE_WAIT_S)
         finally:
             mirror.cancel()
@@ -403,3 +406,6 @@ class OrderedLoop:
                 for entry in queue:
                     if entry.task is not None:
                         entry.task.cancel()
+            if stop.is_set():
+                self.offsets.close(self.consumer)
+            self.consumer.close()

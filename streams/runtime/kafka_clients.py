@@ -11,6 +11,7 @@ which only read settings stay quick to start.)
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -19,6 +20,7 @@ from typing import Any
 
 from confluent_kafka import (
     Consumer,
+    KafkaError,
     KafkaException,
     Message,
     Producer,
@@ -121,14 +123,74 @@ def seek_owned(consumer: Consumer, tp: TopicPartition) -> None:
         log.info("%s[%d] not sought back, no longer owned: %s", tp.topic, tp.partition, exc)
 
 
-def commit_async(consumer: Consumer, offsets: list[TopicPartition]) -> None:
-    """Commit a loop's group offsets asynchronously. They are for lag and tools (a loop resumes from
-    what its transactions committed), so a commit the group refuses now (no coordinator during an
-    outage, a rebalance under way) is logged and left to the next one."""
-    try:
-        consumer.commit(offsets=offsets, asynchronous=True)
-    except KafkaException as exc:
-        log.info("group offsets not committed now: %s", exc)
+Key = tuple[str, int]
+"""A topic partition as ``(topic, partition)``."""
+
+
+class GroupOffsets:
+    """The offsets a loop commits to its consumer group, for lag and tools.
+
+    A loop resumes from the progress (or changelog boundaries) it commits inside its transactions, so
+    its group's offsets only have to catch up, never to be exact at every moment: each is committed
+    asynchronously, and what the group refuses (a rebalance under way, no coordinator during an
+    outage) is left to the next commit. The consumer MUST be built with :meth:`on_commit` as its
+    ``on_commit`` setting: a refused commit is reported there, not raised, and without it an idle
+    loop would believe the refused offset committed and never send it again.
+    """
+
+    def __init__(self) -> None:
+        self.sent: dict[Key, int] = {}
+        """The offset last sent per partition and not known to be refused."""
+
+    def on_commit(self, error: KafkaError | None, offsets: list[TopicPartition]) -> None:
+        """The consumer's commit callback: forget an offset the group refused, so that it is sent again."""
+        for tp in offsets:
+            key = (tp.topic, tp.partition)
+            if (error is not None or tp.error is not None) and self.sent.get(key) == tp.offset:
+                del self.sent[key]
+
+    def commit(self, consumer: Consumer, offsets: Iterable[TopicPartition]) -> None:
+        """Send the offsets that differ from what was sent last (asynchronously)."""
+        fresh = [tp for tp in offsets if self.sent.get((tp.topic, tp.partition)) != tp.offset]
+        if not fresh:
+            return
+        self.sent.update(((tp.topic, tp.partition), tp.offset) for tp in fresh)
+        try:
+            consumer.commit(offsets=fresh, asynchronous=True)
+        except KafkaException as exc:
+            for tp in fresh:
+                self.sent.pop((tp.topic, tp.partition), None)
+            log.info("group offsets not committed now: %s", exc)
+
+    def idle(self, consumer: Consumer, resume: Mapping[Key, int]) -> list[TopicPartition]:
+        """Commit where an idle loop stands: each assigned partition's position where it moved past what
+        was sent (only transaction markers were read: a transactional input's end is its last marker's
+        offset + 1), and a partition not sent since it was assigned at its position or its ``resume``
+        (the previous owner's last commit may have been refused by the very rebalance that moved it, and
+        a loop with nothing to read would otherwise never commit it). Returns the offsets sent."""
+        targets = []
+        for tp in consumer.position(consumer.assignment()):
+            key = (tp.topic, tp.partition)
+            sent = self.sent.get(key)
+            offset = max(tp.offset, resume.get(key, -1))
+            if offset >= 0 and (sent is None or offset > sent):
+                targets.append(TopicPartition(tp.topic, tp.partition, offset))
+        self.commit(consumer, targets)
+        return targets
+
+    def forget(self, partitions: Iterable[TopicPartition]) -> None:
+        """Partitions revoked: their next owner commits them."""
+        for tp in partitions:
+            self.sent.pop((tp.topic, tp.partition), None)
+
+    def close(self, consumer: Consumer) -> None:
+        """At a clean stop: make the last offsets durable before the consumer leaves its group (a broker
+        that is down leaves them to lag, which shows it)."""
+        if self.sent:
+            with contextlib.suppress(KafkaException):
+                consumer.commit(
+                    offsets=[TopicPartition(t, p, o) for (t, p), o in self.sent.items()], asynchronous=False
+                )
 
 
 def positions(consumer: Consumer, read: Mapping[tuple[str, int], int]) -> list[TopicPartition]:
@@ -140,16 +202,6 @@ def positions(consumer: Consumer, read: Mapping[tuple[str, int], int]) -> list[T
     return [
         TopicPartition(tp.topic, tp.partition, max(tp.offset, read[(tp.topic, tp.partition)]))
         for tp in consumer.position(wanted)
-    ]
-
-
-def moved_past_markers(consumer: Consumer, committed: Mapping[tuple[str, int], int]) -> list[TopicPartition]:
-    """The assigned partitions of ``committed`` (what the caller committed last) whose position moved
-    further without a record to process: only transaction markers were read. An idle loop commits them."""
-    return [
-        tp
-        for tp in consumer.position(consumer.assignment())
-        if (tp.topic, tp.partition) in committed and tp.offset > committed[(tp.topic, tp.partition)]
     ]
 
 

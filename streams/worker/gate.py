@@ -89,7 +89,6 @@ consumer group :func:`gate_group`; scale the gate by starting more of them.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -101,8 +100,6 @@ from pathlib import Path
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
-    KafkaError,
-    KafkaException,
     Message,
     TopicPartition,
 )
@@ -128,9 +125,8 @@ from streams.runtime.dlq import (
     processing_failed,
 )
 from streams.runtime.kafka_clients import (
-    commit_async,
+    GroupOffsets,
     consume_batch,
-    moved_past_markers,
     positions,
     seek_owned,
 )
@@ -488,9 +484,11 @@ class GateLoop:
         self._metrics = metrics
         self._name = gate_group(app_id)
         self._progress_log = ProgressLog(bootstrap, self._name, [DBPM_CANDIDATES])
+        self._offsets = GroupOffsets()
         self._consumer = Consumer(client_config(bootstrap, **{
             "group.id": self._name, "enable.auto.commit": False,
-            "auto.offset.reset": "earliest", "enable.partition.eof": False, "on_commit": self._on_commit,
+            "auto.offset.reset": "earliest", "enable.partition.eof": False,
+            "on_commit": self._offsets.on_commit,
             **liveness_config(session_timeout_s),
         }))  # fmt: skip
         # Decisions leave in batches: 2 ms linger is enough to fill them, the commit sends at once. It
@@ -503,7 +501,6 @@ class GateLoop:
         }), self._name)  # fmt: skip
         self._lag: dict[int, int] = {}
         self._progress: dict[int, Progress] = {}  # partition -> last committed progress (owned partitions)
-        self._committed: dict[int, int] = {}  # partition -> group offset this gate committed
         self._position: dict[int, int] = {}  # partition -> next offset to decide
         self._started: dict[int, int] = {}  # partition -> first offset read since it was assigned
         self._config_watch = ConfigWatch(engine.config.fingerprint(), app_id, metrics.config_mismatch)
@@ -538,14 +535,8 @@ class GateLoop:
                 if batch or (self._join is not None and len(self._join)):
                     self.decide(batch)
                 else:
-                    self._commit_markers()
-            # A clean stop: make the last (asynchronous) offset commit durable before leaving the group
-            # (the progress already is; the group's offsets are what lag and tools read).
-            if self._committed:
-                with contextlib.suppress(KafkaException):  # a broker that is down: lag shows it
-                    self._consumer.commit(offsets=[
-                        TopicPartition(DBPM_CANDIDATES, p, o) for p, o in self._committed.items()
-                    ], asynchronous=False)  # fmt: skip
+                    self._commit_idle()
+            self._offsets.close(self._consumer)
         finally:
             self._consumer.close()
             self._progress_log.close()
@@ -740,28 +731,14 @@ class GateLoop:
     def _commit_offsets(self, progress: dict[int, Progress]) -> None:
         """Commit the group's offsets to the progress just committed (asynchronously: the progress
         records already say where each partition resumes; these are for lag and tools)."""
-        targets = {p: done.resume for p, done in progress.items() if self._committed.get(p) != done.resume}
-        if targets:
-            self._committed.update(targets)
-            commit_async(self._consumer, [TopicPartition(DBPM_CANDIDATES, p, o) for p, o in targets.items()])
+        self._offsets.commit(
+            self._consumer, [TopicPartition(DBPM_CANDIDATES, p, done.resume) for p, done in progress.items()]
+        )
 
-    def _commit_markers(self) -> None:
-        """When idle, commit the group's offsets that moved past transaction markers only, and those of
-        partitions taken over whose group offset this gate has not committed yet (unknown, so -1): where
-        the consumer read to, or, for a partition it had nothing to read in (its previous owner decided
-        everything, and its last commit was refused by the rebalance), where the progress resumes."""
-        assigned = [tp.partition for tp in self._consumer.assignment()]
-        committed = {(DBPM_CANDIDATES, p): self._committed.get(p, -1) for p in assigned}
-        moved = moved_past_markers(self._consumer, committed)
-        seen = {tp.partition for tp in moved}
-        moved += [
-            TopicPartition(DBPM_CANDIDATES, p, self._progress[p].resume)
-            for p in assigned
-            if p not in self._committed and p not in seen and p in self._progress
-        ]
-        if moved:
-            commit_async(self._consumer, moved)
-            self._committed.update((tp.partition, tp.offset) for tp in moved)
+    def _commit_idle(self) -> None:
+        """When idle, bring the group's offsets to where the gate stands (:meth:`GroupOffsets.idle`)."""
+        resume = {(DBPM_CANDIDATES, p): done.resume for p, done in self._progress.items()}
+        self._offsets.idle(self._consumer, resume)
 
     def _rewind(self) -> None:
         """Seek every owned partition back to where its last committed progress resumes and forget the
@@ -794,13 +771,6 @@ class GateLoop:
                 self._follower.poll(0.001)
         return False
 
-    def _on_commit(self, error: KafkaError | None, offsets: list[TopicPartition]) -> None:
-        """Forget a group offset whose asynchronous commit failed (e.g. refused by a rebalance under way),
-        so that the idle loop commits it again (:meth:`_commit_markers`)."""
-        for tp in offsets:
-            if (error is not None or tp.error is not None) and self._committed.get(tp.partition) == tp.offset:
-                del self._committed[tp.partition]
-
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Start each assigned partition where its last committed progress resumes."""
         self._metrics.loops.rebalances.labels("gate", "assigned").inc(len(partitions))
@@ -814,10 +784,10 @@ class GateLoop:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Each batch is committed or aborted before the next consume: no transaction is open here.
         self._metrics.loops.rebalances.labels("gate", "revoked").inc(len(partitions))
+        self._offsets.forget(partitions)
         for tp in partitions:
             self._lag.pop(tp.partition, None)
             self._progress.pop(tp.partition, None)
-            self._committed.pop(tp.partition, None)
             self._position.pop(tp.partition, None)
             self._started.pop(tp.partition, None)
         if self._join is not None:

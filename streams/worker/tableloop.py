@@ -67,9 +67,8 @@ from schemas.serde import Serde
 from state.rocksdb import RocksDBStore
 from streams.runtime.dlq import PRODUCER_LIMITS, DecodeFailed, SourceRecord, dead_letter_record
 from streams.runtime.kafka_clients import (
-    commit_async,
+    GroupOffsets,
     consume_batch,
-    moved_past_markers,
     positions,
     seek_owned,
 )
@@ -203,8 +202,10 @@ class TableLoop:
         self._handler = handler
         self._serde = serde
         self.table = LocalTable(directory / "partitions")
+        self._offsets = GroupOffsets()
         self._consumer = Consumer(client_config(bootstrap, **{
             "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "on_commit": self._offsets.on_commit,
             "enable.partition.eof": False, "isolation.level": "read_committed",
             # Range: partition p of every input to one member (the handler's state is per partition).
             "partition.assignment.strategy": "range",
@@ -220,7 +221,6 @@ class TableLoop:
             **PRODUCER_LIMITS,
         }), group)  # fmt: skip
         self._restoring: set[int] = set()
-        self._committed: dict[tuple[str, int], int] = {}  # (topic, partition) -> offset committed
         self._lag: dict[tuple[str, int], int] = {}
         self._consumer.subscribe(list(self._inputs), on_assign=self._on_assign, on_revoke=self._on_revoke,
                                  on_lost=self._on_revoke)  # fmt: skip
@@ -241,7 +241,8 @@ class TableLoop:
                 if messages:
                     self.process(messages)
                 else:
-                    self._commit_markers()
+                    self._commit_idle()
+            self._offsets.close(self._consumer)
         finally:
             self._consumer.close()
             self._restorer.close()
@@ -328,16 +329,17 @@ class TableLoop:
     def _commit_offsets(self, offsets: list[TopicPartition]) -> None:
         """Commit input offsets (asynchronously: the boundaries already cover what they say) and
         update the lag they leave."""
-        commit_async(self._consumer, offsets)
+        self._offsets.commit(self._consumer, offsets)
+        self._count_lag(offsets)
+
+    def _count_lag(self, offsets: list[TopicPartition]) -> None:
         for tp in offsets:
-            self._committed[(tp.topic, tp.partition)] = tp.offset
             _, high = self._consumer.get_watermark_offsets(tp, cached=True)
             self._lag[(tp.topic, tp.partition)] = max(high - tp.offset, 0)
 
-    def _commit_markers(self) -> None:
-        """When idle, commit positions that moved past transaction markers only (no record to apply)."""
-        if moved := moved_past_markers(self._consumer, self._committed):
-            self._commit_offsets(moved)
+    def _commit_idle(self) -> None:
+        """When idle, bring the group's offsets to where the loop stands (:meth:`GroupOffsets.idle`)."""
+        self._count_lag(self._offsets.idle(self._consumer, {}))
 
     def _restore(self) -> None:
         """Bring every newly assigned partition's store up to its changelog's last stable offset."""
@@ -382,9 +384,9 @@ class TableLoop:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._metrics.rebalances.labels(self._name, "revoked").inc(len(partitions))
+        self._offsets.forget(partitions)
         # Each batch is committed or aborted before the next consume: no transaction is open here.
         for tp in partitions:
             self._lag.pop((tp.topic, tp.partition), None)
-            self._committed.pop((tp.topic, tp.partition), None)
             self._restoring.discard(tp.partition)
             self.table.close(tp.partition)
