@@ -122,6 +122,16 @@ class ConfluentRegistrySerde:
         Raises:
             SchemaDecodeError: as :meth:`SingleObjectSerde.decode`.
         """
+        entry, datum = self._read(data, expected, topic)
+        return validated(entry.model, datum, entry.full_name)
+
+    def read_datum(self, data: bytes, expected: type[AvroModel], *, topic: str | None = None) -> Any:
+        """The datum :meth:`decode` validates (:meth:`~schemas.serde.Serde.read_datum`)."""
+        return self._read(data, expected, topic)[1]
+
+    def _read(
+        self, data: bytes, expected: type[AvroModel] | None, topic: str | None
+    ) -> tuple[SchemaEntry, Any]:
         if len(data) < 5 or data[0] != CONFLUENT_MAGIC:
             raise SchemaDecodeError(
                 DecodeReason.BAD_MAGIC, f"not the registry wire format: {describe_foreign(data)}"
@@ -143,7 +153,7 @@ class ConfluentRegistrySerde:
             raise SchemaDecodeError(
                 DecodeReason.MALFORMED, f"bytes are not a {writer} datum: {exc}", writer=writer
             ) from exc
-        return validated(entry.model, datum, writer)
+        return entry, datum
 
 
 def registry_serde(url: str) -> ConfluentRegistrySerde:

@@ -89,6 +89,16 @@ class Serde(Protocol):
         """The record value of ``model`` (``topic`` names the subject where the format needs one)."""
         ...
 
+    def read_datum(self, data: bytes, expected: type[AvroModel], *, topic: str | None = None) -> Any:
+        """The Avro datum in ``data``, read into the current version of ``expected``'s schema, before
+        the model's checks: what :meth:`decode` validates. A hot path that turns it into its own type
+        MUST agree with the model (values, and the records the model rejects).
+
+        Raises:
+            SchemaDecodeError: every way ``data`` can fail but the model's checks (``invalid``).
+        """
+        ...
+
     @overload
     def decode(self, data: bytes, expected: type[M], *, topic: str | None = None) -> M: ...
 
@@ -246,6 +256,14 @@ class SingleObjectSerde:
             SchemaDecodeError: bad magic, unknown fingerprint, wrong schema, malformed bytes or a
                 datum the model rejects.
         """
+        entry, datum = self._read(data, expected)
+        return validated(entry.model, datum, entry.full_name)
+
+    def read_datum(self, data: bytes, expected: type[AvroModel], *, topic: str | None = None) -> Any:
+        """The datum :meth:`decode` validates (:meth:`Serde.read_datum`)."""
+        return self._read(data, expected)[1]
+
+    def _read(self, data: bytes, expected: type[AvroModel] | None) -> tuple[SchemaEntry, Any]:
         if data[:2] != SINGLE_OBJECT_MAGIC:
             raise SchemaDecodeError(
                 DecodeReason.BAD_MAGIC, f"not Avro single-object encoding: {describe_foreign(data)}"
@@ -286,7 +304,7 @@ class SingleObjectSerde:
                 f"{len(data) - buffer.tell()} trailing bytes after the {entry.full_name} datum",
                 writer=entry.full_name,
             )
-        return validated(entry.model, datum, entry.full_name)
+        return entry, datum
 
 
 def make_serde(schema_registry_url: str | None = None) -> Serde:

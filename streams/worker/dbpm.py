@@ -114,6 +114,8 @@ otherwise be applied (workers with cross-task OFF apply no evidence at all).
 from __future__ import annotations
 
 import logging
+import math
+import re
 import struct
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator, Sequence
@@ -153,7 +155,7 @@ from schemas.dbpm import (
     VerdictLabel,
 )
 from schemas.dbpm import Propagation as PropagationRecord
-from schemas.serde import Serde
+from schemas.serde import SchemaDecodeError, Serde
 from state.base import Store, Transaction
 from streams.groups.ordered import Output
 from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record, processing_failed
@@ -518,6 +520,69 @@ def min_watermark(partitions: Sequence[Store]) -> float:
     return min(decode_watermark(store.get(WATERMARK_KEY)) for store in partitions)
 
 
+_CANONICAL_TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(?!000000)\d{6})?Z")
+"""An event time as :func:`schemas.base.iso_utc` writes it (microseconds only when non-zero): the form
+the model's event time takes back to, so a datum holding it gives the model's event."""
+
+_PAYLOAD_FIELDS: dict[str, frozenset[str]] = {
+    task: frozenset(model.model_fields) for task, model in PAYLOAD_BY_TASK.items()
+}
+"""The record fields of each gated task's payload (the union's branches have distinct field sets, so
+they tell which branch a datum took)."""
+
+
+def verdict_event(datum: dict[str, Any]) -> VerdictEvent | None:
+    """The engine's event of a current-schema verdict datum (:meth:`schemas.serde.Serde.read_datum`),
+    built without the :class:`~schemas.dbpm.Verdict` model, or None where the model's checks are
+    needed: a pin, a task outside the contract's, a payload branch other than the task's, a confidence
+    outside [0, 1], a non-finite difficulty or an event time not in :data:`_CANONICAL_TS` form.
+
+    Where it returns an event, it is :func:`contract_event` of the model the datum validates into
+    (the property test of the fast path checks it on generated data); where it returns None, the
+    caller takes the model's path, which accepts or dead-letters the record with its own reason.
+    """
+    ts, task, payload, confidence = datum["ts"], datum["task"], datum["payload"], datum["confidence"]
+    if (
+        datum["pin"] is not None
+        or datum["source"] == OPERATOR_PIN
+        or _PAYLOAD_FIELDS.get(task) != payload.keys()
+        or (confidence is not None and not 0.0 <= confidence <= 1.0)
+        or not _CANONICAL_TS.fullmatch(ts)
+    ):
+        return None
+    difficulty = payload.get("difficulty")
+    if difficulty is not None and not math.isfinite(difficulty):
+        return None
+    try:
+        moment = datetime.fromisoformat(ts)
+    except ValueError:  # a day or hour that does not exist: the model says so
+        return None
+    return VerdictEvent(
+        ts, moment.timestamp(), task, datum["verdict"], datum["source"], datum["patient_id"],
+        {k: v for k, v in payload.items() if v is not None}, datum["candidate_id"],
+    )  # fmt: skip
+
+
+def decode_verdict(
+    serde: Serde, record: SourceRecord, key: Callable[[Any], bytes]
+) -> VerdictEvent | PinEvent | DecodeFailed:
+    """The memory agent's per-record decode: :func:`decode_event`'s result for a verdict record, taken
+    straight from its Avro datum (:func:`verdict_event`) where it can be, without a model per record.
+
+    A record the fast path does not take (a pin, bytes that fail, a key that is not ``key(event)``)
+    goes through :func:`decode_event`, so it is accepted or dead-lettered exactly as there.
+    """
+    if record.value is not None:
+        try:
+            datum = serde.read_datum(record.value, Verdict, topic=record.topic)
+        except SchemaDecodeError:
+            datum = None
+        if datum is not None and (event := verdict_event(datum)) is not None and record.key == key(event):
+            return event
+    decoded = decode_event(serde, record, Verdict, key)
+    return decoded if isinstance(decoded, DecodeFailed) else decoded[1]
+
+
 def decode_event(
     serde: Serde,
     record: SourceRecord,
@@ -724,12 +789,9 @@ class MemoryHandler:
                 writer.put(TICK_RUN_KEY, run)
             return at
         try:
-            decoded = decode_event(
-                self._serde, record, Verdict, lambda event: verdict_key(self._engine, event)
-            )
-            if isinstance(decoded, DecodeFailed):
-                return decoded
-            _, verdict = decoded
+            verdict = decode_verdict(self._serde, record, lambda event: verdict_key(self._engine, event))
+            if isinstance(verdict, DecodeFailed):
+                return verdict
             if isinstance(verdict, PinEvent):
                 with Transaction(writer) as txn:
                     self._engine.pin(txn, verdict)
