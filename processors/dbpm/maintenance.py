@@ -17,7 +17,8 @@ At a boundary b, for every task:
 Both happen in one walk up the eviction index from its low-water mark: entries are removed while
 they are below the floor or the task is over its cap, stale index entries met on the way are
 deleted, and the walk stops at the first entry kept above the floor, which becomes the new mark. The
-cost is the number of entries removed, not the memory size.
+cost is the number of entries removed, not the memory size; a task under its cap whose mark is above
+the floor's key is not walked at all (no entry can be below it).
 
 The cross-task hit counter κ decays by one per boundary crossed since it was last raised; that is
 evaluated lazily on read (:meth:`Memory.kappa`), which is the same as decrementing every κ at every
@@ -96,6 +97,9 @@ def _maintain_task(mem: Memory, task: str, boundary: float) -> int:
     excess = mem.population("B", task) - cap if cap is not None else 0
     # log2(eff(b)) = key - b / h: entries with key below log2(floor) + b / h are below the floor.
     limit = order_key(floor, boundary, mem.half_life_s(task), slack=_KEY_SLACK)
+    low = mem.low_water(task)
+    if excess <= 0 and low is not None and low >= limit:
+        return 0  # every entry is at or above the mark, hence none below the limit: nothing to remove
     stale: list[bytes] = []
     doomed = []
     first_kept = last_removed = None

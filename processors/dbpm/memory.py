@@ -289,7 +289,7 @@ class Memory:
         prefix = b"I" + _tag(task)
         skip = len(prefix) + _ORDER.size
         half_life = self._half_life_s[task]
-        low = self.kv.get(b"L" + _tag(task))
+        low = self.low_water(task)
         start = prefix if low is None else prefix + low
         for key, _ in self.kv.iter_range(start, prefix_end(prefix)):
             order = key[len(prefix) : skip]
@@ -325,6 +325,10 @@ class Memory:
                 continue  # stale entry
             if self.severity(task, pattern, now) > floor:
                 yield sig, pattern
+
+    def low_water(self, task: str) -> bytes | None:
+        """The task's index low-water mark: at or below every index entry (None: no entry yet)."""
+        return self.kv.get(b"L" + _tag(task))
 
     def set_low_water(self, task: str, order: bytes | None = None) -> None:
         """Raise the task's index low-water mark to ``order`` (default: its lowest index entry).
