@@ -62,6 +62,7 @@ import logging
 import math
 import struct
 import time
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -308,6 +309,8 @@ class ClinicalHandler:
         overlay = Overlay(table, partition)
         outputs: list[Output] = []
         dead_letters: list[DecodeFailed] = []
+        published_all: list[Published] = []
+        states: dict[bytes, tuple[bytes, ClinicalStreamState]] = {}
         last_offset: int | None = None
         for record in records:
             marker = OFFSET_PREFIX + record.topic.encode()
@@ -315,7 +318,7 @@ class ClinicalHandler:
             if done is not None and record.offset <= int(done):
                 continue  # re-delivered after a crash: already applied
             overlay.writes[marker], last_offset = str(record.offset).encode(), record.offset
-            failures, change = self._step(overlay, record)
+            failures, change = self._step(overlay, record, states)
             dead_letters += failures
             if change is None:
                 continue
@@ -323,13 +326,24 @@ class ClinicalHandler:
             if value is not None:
                 overlay.writes[key] = value
             outputs += [self._output(key, out) for out in published]
+            published_all += published
         if last_offset is None:
             return TableBatch([], dead_letters, None, -1)
+        lights = Counter(o.traffic_light.light for o in published_all if isinstance(o, ClinicalAssessment))
+        if lights:
+            summary = ", ".join(f"{light} {n}" for light, n in sorted(lights.items()))
+            log.info("partition %d: %d assessments (%s)", partition, lights.total(), summary)
         return TableBatch(outputs, dead_letters, overlay.writes, last_offset)
 
-    def _step(self, table: Overlay, record: SourceRecord) -> tuple[list[DecodeFailed], Change | None]:
+    def _step(
+        self, table: Overlay, record: SourceRecord, states: dict[bytes, tuple[bytes, ClinicalStreamState]]
+    ) -> tuple[list[DecodeFailed], Change | None]:
         """One record through retention and the gates: its dead letters, and what it changes (None:
         nothing). A patient whose state the record leaves in the table is seen at its event time.
+
+        ``states`` holds the batch's decoded patient states with the very bytes they were decoded from
+        or written as: a patient's next record in the batch reuses the state while the table still
+        holds those bytes (the states are frozen), instead of parsing its JSON again.
 
         Never raises for a record: whatever it does to the processor is a dead letter of stage
         ``process``, the patient's state left as it was; so is a record after which the patient's state
@@ -345,7 +359,13 @@ class ClinicalHandler:
             self._retention.advance(table, now_ms)
             key = item.patient_id.encode()
             raw = table.get(key)
-            state = None if raw is None else ClinicalStreamState.model_validate_json(raw)
+            cached = states.get(key)
+            if raw is None:
+                state = None
+            elif cached is not None and cached[0] is raw:
+                state = cached[1]
+            else:
+                state = ClinicalStreamState.model_validate_json(raw)
             started = time.perf_counter()
             new_state, outputs = process_event(state, item, now, self._knowledge, self._flags)
         except Exception as exc:  # a poison record must not stop the partition: DLQ, state unchanged
@@ -354,6 +374,7 @@ class ClinicalHandler:
         published = [out for out in outputs if isinstance(out, Published)]
         if new_state == state:
             if raw is not None:
+                states[key] = (raw, new_state)
                 self._retention.seen(table, key, now_ms, new=False)
             return failures, (key, None, published)
         value = new_state.model_dump_json().encode()
@@ -362,6 +383,7 @@ class ClinicalHandler:
             reason = f"the patient's state would be {size} bytes; its table admits {STATE_MAX_BYTES}"
             failed = DecodeFailed(record, Stage.PRODUCE, "StateTooLarge", reason, None, expected)
             return [*failures, failed], None
+        states[key] = (value, new_state)
         self._retention.seen(table, key, now_ms, new=raw is None)
         return failures, (key, value, published)
 
@@ -378,8 +400,12 @@ class ClinicalHandler:
         elif isinstance(out, ClinicalAssessment):
             self._metrics.assessed(out)
             light = out.traffic_light.light
-            ids = {"patient_id": out.patient_id, "light": light}
-            log.info("assessment %s: %s", out.patient_id, light, extra=ids)
+            log.debug(
+                "assessment %s: %s",
+                out.patient_id,
+                light,
+                extra={"patient_id": out.patient_id, "light": light},
+            )
         return Output(name, key, self._serde.encode(out, topic=name))
 
     def _decode(
