@@ -22,7 +22,7 @@ from schemas.serde import (
     DecodeReason,
     SchemaDecodeError,
     SchemaEncodeError,
-    bytes_adapter,
+    datum_adapter,
     describe_foreign,
     model_datum,
     validated,
@@ -63,7 +63,7 @@ class ConfluentRegistrySerde:
     def _serializer(self, entry: SchemaEntry) -> AvroSerializer:
         serializer = self._serializers.get(entry.full_name)
         if serializer is None:
-            adapter = bytes_adapter(entry.current.parsed)
+            adapter = datum_adapter(entry.current.parsed)
             serializer = AvroSerializer(
                 self._client,
                 json.dumps(entry.current.schema),

@@ -119,10 +119,16 @@ class Serde(Protocol):
 # ----------------------------------------------------------------------------------- datum adapting
 
 
-def bytes_adapter(schema: Schema) -> Callable[[Any], Any] | None:
-    """A function turning the JSON dump's base64 text into bytes where the schema says ``bytes``.
+def datum_adapter(schema: Schema) -> Callable[[Any], Any] | None:
+    """A function turning a model's JSON dump into the datum written with ``schema``; ``None`` where the
+    dump is that datum already.
 
-    ``None`` when the schema holds no ``bytes`` (the common case: the datum is written as dumped).
+    Two things differ from the dump. Where the schema says ``bytes``, the dump holds base64 text; the
+    datum holds the bytes. And a value of a union of several records is given as fastavro's
+    ``(full name, record)`` pair, the branch whose fields are the dump's keys (a model's dump holds
+    every field): fastavro would otherwise try each branch in turn, validating the value against it,
+    which costs more than writing it. A value no branch's fields match is left for fastavro to
+    resolve as before.
     """
     named: dict[str, Any] = {}
 
@@ -150,7 +156,17 @@ def bytes_adapter(schema: Schema) -> Callable[[Any], Any] | None:
             return None if item is None else (lambda value: {k: item(v) for k, v in value.items()})
         return build(kind) if isinstance(kind, str) and kind not in ("enum", "fixed") else None
 
+    def _record(branch: Any) -> Any:
+        resolved = named.get(branch, branch) if isinstance(branch, str) else branch
+        return resolved if isinstance(resolved, dict) and resolved.get("type") == "record" else None
+
     def _union(node: list[Any], branches: list[Callable[[Any], Any] | None]) -> Callable[[Any], Any] | None:
+        pairs = [(_record(branch), fn) for branch, fn in zip(node, branches, strict=True)]
+        records = [(record, fn) for record, fn in pairs if record is not None]
+        if len(records) > 1 and all(fn is None for record, fn in pairs if record is None):
+            by_fields = {frozenset(f["name"] for f in r["fields"]): (r["name"], fn) for r, fn in records}
+            if len(by_fields) == len(records):  # every branch told apart by its fields
+                return _records_union(by_fields)
         active = [fn for fn in branches if fn is not None]
         if not active:
             return None
@@ -160,6 +176,20 @@ def bytes_adapter(schema: Schema) -> Callable[[Any], Any] | None:
             raise ValueError('bytes may only appear in a union with null (e.g. ["null", "bytes"])')
         (only,) = active
         return lambda value: None if value is None else only(value)
+
+    def _records_union(
+        by_fields: dict[frozenset[str], tuple[str, Callable[[Any], Any] | None]],
+    ) -> Callable[[Any], Any]:
+        def adapt(value: Any) -> Any:
+            if not isinstance(value, dict):
+                return value
+            found = by_fields.get(frozenset(value))
+            if found is None:
+                return value
+            name, fn = found
+            return (name, value if fn is None else fn(value))
+
+        return adapt
 
     return build(schema)
 
@@ -229,7 +259,7 @@ class SingleObjectSerde:
         for entry in self._registry.entries.values():
             for version in (*entry.released, entry.current):
                 self._writers[version.fingerprint] = (version, entry)
-            self._adapters[entry.full_name] = bytes_adapter(entry.current.parsed)
+            self._adapters[entry.full_name] = datum_adapter(entry.current.parsed)
 
     def encode(self, model: AvroModel, *, topic: str | None = None) -> bytes:
         """The single-object encoding of ``model``; ``topic`` is not needed by this format.
