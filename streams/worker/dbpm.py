@@ -98,8 +98,12 @@ Consistency model.
   whose candidate is not recorded is deferred while this member has not read the partition's
   dispatches to their end (the verdict partition is read again from it, counted in
   ``clingate_dbpm_verdicts_deferred_total``), and dead-lettered as ``UnknownCandidate`` once it has:
-  its memory would otherwise learn from outside the pipeline. Verdicts without a ``candidate_id``
-  and verdicts a replay published (:data:`REPLAYED_HEADER`) are applied as given (replay contract).
+  its memory would otherwise learn from outside the pipeline. The end is asked at most once per
+  partition and batch: every verdict of a batch was read before the batch is applied, so once the
+  dispatches are read to an end asked for during the batch, every dispatch written before any of
+  its verdicts is read too, and a thousand verdicts of unknown candidates cost one question, not a
+  thousand. Verdicts without a ``candidate_id`` and verdicts a replay published
+  (:data:`REPLAYED_HEADER`) are applied as given (replay contract).
 
 Keys. A verdict's key is ``task|signature`` of the record it updates (:func:`verdict_key`); every
 producer of ``clingate.dbpm.verdicts`` MUST use it and Java's murmur2 partitioner (librdkafka:
@@ -639,6 +643,9 @@ class MemoryHandler:
         """Whether this process has read a memory partition's dispatches to their end (set by the
         runtime; a verdict whose candidate is unknown until then is dead-lettered). The topology
         driver delivers every record in order, so there they always are."""
+        self._read_to_end: set[int] = set()
+        """The partitions whose dispatches :attr:`dispatches_read` said were read to their end during
+        the batch being applied (asked at most once per partition and batch: module docstring)."""
 
     def apply(self, table: PartitionedTable, partition: int, records: Sequence[SourceRecord]) -> TableBatch:
         """Apply one batch of ``partition``'s dispatches, verdicts and propagations as one changelog group.
@@ -656,6 +663,7 @@ class MemoryHandler:
         """
         done = input_offset(table, partition)
         writer = PartitionWriter(table, partition)
+        self._read_to_end.discard(partition)
         watermark = decode_watermark(writer.get(WATERMARK_KEY))
         covered, changed, reread = done, False, None
         outputs: list[Output] = []
@@ -809,9 +817,11 @@ class MemoryHandler:
         except Exception as exc:  # a poison record must not stop the partition: DLQ, memory unchanged
             return processing_failed(record, exc, Verdict.avro_name)
         if unknown is not None:  # asked outside the guard: a broker that cannot answer is no poison
-            if not self.dispatches_read(partition):
-                self._metrics.verdicts_deferred.labels(verdict.task).inc()
-                return None
+            if partition not in self._read_to_end:
+                if not self.dispatches_read(partition):
+                    self._metrics.verdicts_deferred.labels(verdict.task).inc()
+                    return None
+                self._read_to_end.add(partition)
             return DecodeFailed(record, Stage.VALIDATE, "UnknownCandidate", unknown, None, Verdict.avro_name)
         if propagations is None:
             self._metrics.verdicts_duplicate.labels(verdict.task).inc()

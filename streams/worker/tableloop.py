@@ -273,20 +273,28 @@ class TableLoop:
             # A boundary's delivery: where its group ends in the changelog (the local store's offset).
             boundaries[message.partition()] = message.offset()
 
+        # The handlers run before the transaction begins: what they ask the broker (the memory's
+        # dispatch end) is not asked with a transaction open, and the transaction lasts as long as
+        # producing the batch takes, not as long as deciding it.
+        batches = {partition: self._handler.apply(self.table, partition, records)
+                   for partition, records in by_partition.items()}  # fmt: skip
+        for partition, applied in batches.items():
+            if applied.reread is not None:
+                rereads[(applied.reread[0], partition)] = applied.reread[1]
+            dead_letters += applied.dead_letters
+            if applied.writes is not None:
+                groups[partition] = group_records(applied.writes.items(), applied.input_offset)
+
         def fill(batch: Batch) -> None:
-            for partition, records in by_partition.items():
-                applied = self._handler.apply(self.table, partition, records)
-                if applied.reread is not None:
-                    rereads[(applied.reread[0], partition)] = applied.reread[1]
+            for partition, applied in batches.items():
                 for failed in applied.dead_letters:
                     out = dead_letter_record(self._serde, failed)
                     batch.produce(out.topic, out.value, out.key, headers=out.headers)
-                    dead_letters.append(failed)
                 for output in applied.outputs:
                     batch.produce(output.topic, output.value, output.key, headers=list(output.headers))
-                if applied.writes is None:
+                if partition not in groups:
                     continue
-                group = groups[partition] = group_records(applied.writes.items(), applied.input_offset)
+                group = groups[partition]
                 for key, value in group[:-1]:
                     batch.produce(self.changelog, value, key, partition=partition)
                 batch.produce(
