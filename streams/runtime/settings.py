@@ -12,16 +12,44 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 """Where the local broker's jars come from unless ``CLINGATE_MAVEN_REPOSITORY`` names a mirror."""
+
+
+class _AliasedEnvironment(EnvSettingsSource):
+    """The environment read by each setting's variable name only.
+
+    ``populate_by_name`` lets code build :class:`Settings` by field name (``Settings(home=...)``), and
+    with it pydantic-settings would also read a variable named like a field: ``HOME`` set ``home``,
+    so every cache went to the user's home directory instead of ``~/.cache/clingate``.
+    """
+
+    def _extract_field_info(self, field: FieldInfo, field_name: str) -> list[tuple[str, str, bool]]:
+        found = super()._extract_field_info(field, field_name)
+        if field.validation_alias is None:
+            return found
+        return [info for info in found if info[0] != field_name]
 
 
 class Settings(BaseSettings):
     """Process-wide configuration, frozen once read."""
 
     model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Keyword arguments first, then the environment by variable name (:class:`_AliasedEnvironment`)."""
+        return init_settings, _AliasedEnvironment(settings_cls), dotenv_settings, file_secret_settings
 
     kafka_bootstrap_servers: str | None = Field(
         default=None,
@@ -419,6 +447,14 @@ class Settings(BaseSettings):
         description="How long the group waits for a silent worker before its partitions move to the "
         "others (a SIGKILLed worker is noticed only after this); also the generator and verifier groups'. "
         "The broker admits 6 s to 300 s.",
+    )
+    store_cache_bytes: int = Field(
+        default=16 << 20,
+        ge=0,
+        validation_alias="CLINGATE_STORE_CACHE_BYTES",
+        description="Bound in bytes of each RocksDB store's read cache (a worker opens one store per "
+        "partition of each table it writes and of the memory view its gate reads); 0 turns the caches "
+        "off. Shown as clingate_store_cache_bytes.",
     )
     dbpm_barrier_timeout_s: float = Field(
         default=5.0,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pytest import MonkeyPatch
 from typer.testing import CliRunner
 
 from streams.cli.config import app, settings_rows
@@ -30,3 +31,15 @@ def test_config_lists_every_setting_with_its_current_value() -> None:
     output = CliRunner().invoke(app, [], env={"COLUMNS": "400"}).output
     for field in Settings.model_fields.values():
         assert str(field.validation_alias) in output
+
+
+def test_a_setting_is_read_from_its_own_variable_only(monkeypatch: MonkeyPatch, tmp_path: Path) -> None:
+    """``HOME`` (a variable named like the field ``home``) does not set the cache directory; only
+    ``CLINGATE_HOME`` does. Keyword arguments by field name still work."""
+    default = Settings.model_fields["home"].default
+    monkeypatch.delenv("CLINGATE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert Settings().home == default
+    monkeypatch.setenv("CLINGATE_HOME", str(tmp_path / "cache"))
+    assert Settings().home == tmp_path / "cache"
+    assert Settings(home=tmp_path / "given").home == tmp_path / "given"
