@@ -67,6 +67,7 @@ from processors.dbpm.memory import KIND_PATIENT, KIND_PREEMPTED, KIND_WHITE, Mem
 from schemas.clinical import ClinicalAssessment, GatedDraft, RevisionRoute, SafetyAudit
 from schemas.docs import Disposition
 from state.base import Store
+from state.rocksdb import cache_bytes
 from streams.llm.result import LlmFailed, LlmOk
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -330,6 +331,13 @@ class LoopMetrics:
             "clingate_loop_batches_aborted", "Batches whose transaction was aborted; they are applied again.",
             ["loop"], registry=registry,
         )  # fmt: skip
+        self.store_cache = Gauge(
+            "clingate_store_cache_bytes",
+            "Bytes held by the read caches of the process's RocksDB stores (each bounded by "
+            "CLINGATE_STORE_CACHE_BYTES).",
+            registry=registry,
+        )
+        self.store_cache.set_function(cache_bytes)
 
     def count(self, counter: Counter, loop: str, topics: Iterable[str]) -> None:
         """Add one to ``counter`` per topic occurrence in ``topics``, one increment per topic."""

@@ -177,12 +177,15 @@ class MemoryFollower:
         app_id: the workers' application id (names the changelog).
         partitions: the number of memory partitions (= verdict topic partitions).
         directory: where the per-partition RocksDB stores live (the process MUST own it).
+        cache_bytes: the bound of each store's read cache.
     """
 
-    def __init__(self, bootstrap: str, app_id: str, partitions: int, directory: Path) -> None:
+    def __init__(
+        self, bootstrap: str, app_id: str, partitions: int, directory: Path, cache_bytes: int
+    ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.topic = memory_changelog(app_id)
-        self._stores = [RocksDBStore(directory / f"{p}.db") for p in range(partitions)]
+        self._stores = [RocksDBStore(directory / f"{p}.db", cache_bytes) for p in range(partitions)]
         # The dispatch registry is the memory writer's alone: a view that only decides leaves it out.
         self._followers = [ChangelogFollower(store, skip=dispatch_key) for store in self._stores]
         self.view = MergedView(lambda: self._stores)
@@ -835,8 +838,9 @@ def build_gate(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> Gate
 
     engine = dbpm_engine(settings)
     follower = MemoryFollower(
-        bootstrap, settings.app_id, settings.topic_partitions, settings.worker_dir / "gate-view"
-    )
+        bootstrap, settings.app_id, settings.topic_partitions, settings.worker_dir / "gate-view",
+        settings.store_cache_bytes,
+    )  # fmt: skip
     return GateLoop(
         bootstrap, settings.app_id, engine, make_serde(settings.schema_registry_url), follower,
         settings.worker_dir / "gate", settings.dbpm_barrier_timeout_s, settings.consumer_session_timeout_s,

@@ -124,23 +124,26 @@ def build_table_loop(
     ensure_topics(admin_client(bootstrap), [changelog_spec(settings, changelog)])
     return TableLoop(
         bootstrap, group, inputs, changelog, handler, serde, settings.worker_dir / name,
-        settings.consumer_session_timeout_s, metrics,
+        settings.consumer_session_timeout_s, metrics, settings.store_cache_bytes,
     )  # fmt: skip
 
 
 class LocalTable:
-    """The partitions of a table this process writes: one RocksDB store each, under ``directory``."""
+    """The partitions of a table this process writes: one RocksDB store each, under ``directory``, each
+    with a read cache of ``cache_bytes``."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, cache_bytes: int) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self._directory = directory
+        self._cache_bytes = cache_bytes
         self._stores: dict[int, RocksDBStore] = {}
 
     def open(self, partition: int) -> RocksDBStore:
         """The store of ``partition``, opened if it is not."""
         store = self._stores.get(partition)
         if store is None:
-            store = self._stores[partition] = RocksDBStore(self._directory / f"{partition}.db")
+            store = RocksDBStore(self._directory / f"{partition}.db", self._cache_bytes)
+            self._stores[partition] = store
         return store
 
     def close(self, partition: int) -> None:
@@ -193,6 +196,7 @@ class TableLoop:
         directory: Path,
         session_timeout_s: float,
         metrics: LoopMetrics,
+        cache_bytes: int,
     ) -> None:
         self.group = group
         self._name = directory.name
@@ -201,7 +205,7 @@ class TableLoop:
         self._inputs = tuple(inputs)
         self._handler = handler
         self._serde = serde
-        self.table = LocalTable(directory / "partitions")
+        self.table = LocalTable(directory / "partitions", cache_bytes)
         self._offsets = GroupOffsets()
         self._consumer = Consumer(client_config(bootstrap, **{
             "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest",

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from state import RESERVED_PREFIX, MemoryStore, StateError, Store, prefix_end
-from state.rocksdb import RocksDBStore
+from state.rocksdb import RocksDBStore, cache_bytes
 
 
 @pytest.fixture(params=["memory", "rocksdb"])
@@ -145,3 +146,34 @@ def test_memory_store_matches_a_dict_model(ops):
                 model.pop(key, None)
         assert list(txn.iter_range(b"", None)) == sorted(model.items())
     assert list(store.iter_range(b"", None)) == sorted(model.items())
+
+
+def test_the_read_cache_holds_at_most_its_bytes_and_follows_commits(tmp_path: Path) -> None:
+    """Values of mixed sizes read through a store with a 20 kB cache: the cache never holds more than
+    20 kB (entries counted with their overhead), the process's total says what it holds, a commit that
+    grows a cached value is counted, and every read still sees the committed value."""
+    budget = 20_000
+    with RocksDBStore(tmp_path / "db", cache_bytes=budget) as db:
+        with db.transaction() as txn:
+            for i in range(400):
+                txn.set(f"k{i:03d}".encode(), bytes(10 if i % 2 else 1_000))
+        for i in range(400):
+            assert len(db.get(f"k{i:03d}".encode()) or b"") == (10 if i % 2 else 1_000)
+            assert 0 < db.cached_bytes <= budget
+        assert cache_bytes() >= db.cached_bytes
+        key = next(iter(db._cache))
+        before = db.cached_bytes
+        with db.transaction() as txn:
+            txn.set(key, bytes(5_000))
+        assert db.get(key) == bytes(5_000)
+        assert db.cached_bytes <= budget and db.cached_bytes != before
+        assert db.get(b"absent") is None
+    assert db.cached_bytes == 0
+
+
+def test_a_value_larger_than_the_cache_is_read_and_not_cached(tmp_path: Path) -> None:
+    with RocksDBStore(tmp_path / "db", cache_bytes=1_000) as db:
+        with db.transaction() as txn:
+            txn.set(b"big", bytes(5_000))
+        assert db.get(b"big") == bytes(5_000)
+        assert db.cached_bytes == 0
