@@ -332,7 +332,7 @@ class ClinicalHandler:
         lights = Counter(o.traffic_light.light for o in published_all if isinstance(o, ClinicalAssessment))
         if lights:
             summary = ", ".join(f"{light} {n}" for light, n in sorted(lights.items()))
-            log.info("partition %d: %d assessments (%s)", partition, lights.total(), summary)
+            log.info("%d assessments (%s)", lights.total(), summary, extra={"partition": partition})
         return TableBatch(outputs, dead_letters, overlay.writes, last_offset)
 
     def _step(
