@@ -34,7 +34,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from itertools import cycle
 from pathlib import Path
@@ -55,6 +55,9 @@ from streams.runtime.settings import get_settings
 from streams.worker.dbpm import dbpm_engine, producer_config, verdict_key
 from streams.worker.gate import Gate
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
+
+#: The fractions of the sustained maximum the latency is measured at (module docstring, 3).
+LATENCY_FRACTIONS = (0.25, 0.5, 0.9)
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,7 @@ def measure_gate(
     load_memory: bool = True,
     pids: list[int] | None = None,
     loaded: Callable[[], None] | None = None,
+    fractions: Sequence[float] = LATENCY_FRACTIONS,
 ) -> BenchResult:
     """The measurements of the module docstring, against the workers serving ``bootstrap``.
 
@@ -216,6 +220,7 @@ def measure_gate(
         pids: worker processes to charge CPU to.
         loaded: called once the verdicts are published, before anything is measured (to wait until
             the workers applied them, so that the gate's CPU is not the memory's catching up).
+        fractions: the fractions of the maximum the latency is measured at (none: the maximum alone).
     """
     client = _Client(bootstrap, serde)
     reference = in_process_rate(verdicts, gates, n)
@@ -230,7 +235,7 @@ def measure_gate(
     maximum, _ = client.run(burst, None)
     cpu_us = (cpu_seconds(pids) - cpu_before) / n * 1e6 if pids else None
     points = []
-    for fraction in (0.25, 0.5, 0.9):
+    for fraction in fractions:
         offered = maximum * fraction
         achieved, latencies = client.run(client.candidates(gates, max(1000, int(n * fraction))), offered)
         points.append(LatencyPoint(

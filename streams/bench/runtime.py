@@ -12,20 +12,36 @@ the production configuration but the replay's (:data:`PRODUCTION`):
    same size; decode, add a field, encode; batches of 1,000; offsets committed per batch), without and
    with one Kafka transaction per batch (the offsets sent to it). CPU is this process's.
 3. **Memory agent** (:func:`streams.bench.memory.memory_bench`): one ``worker --role memory``
-   draining a verdict backlog, then restoring its whole changelog with its local store deleted.
-4. **Gate** (:func:`streams.bench.dbpm_kafka.measure_gate`): one ``worker --role gate`` (with a
+   draining a verdict backlog produced once it has restored, then restoring its whole changelog with
+   its local store deleted; then two such workers of one app id (sharing the verdicts' partitions)
+   draining a backlog of the same size produced once both have restored: their rate over the one
+   worker's is ``memory_scale_2_workers``.
+4. **quix-streams peer** (:mod:`streams.bench.quix`): a quix-streams application over as many JSON
+   records as the memory agent drained (the Python loop's records: same size, keys ``i % 997``),
+   reading and rewriting a per-key count and sum in its RocksDB state, one output per record, under
+   exactly-once; timed from its first record processed to its last committed, its process's CPU per
+   record; the memory agent's rate over it is ``memory_agent_vs_quix``. quix-streams runs in an
+   environment of its own under ``<CLINGATE_HOME>/bench``, installed on first use: its releases pin
+   confluent-kafka and pydantic-settings below the versions clingate runs on, so installing it beside
+   clingate would change the runtime being measured. Where it cannot be installed, the part says so
+   and its figures (:data:`PEER_KEYS`) are absent.
+5. **Gate** (:func:`streams.bench.dbpm_kafka.measure_gate`): one ``worker --role gate`` (with a
    ``--role memory`` worker writing the memory it reads): the sustained maximum, the worker's CPU per
-   candidate, and p50/p99 from produce to decision at 25%, 50% and 90% of that maximum.
-5. **Clinical worker** (:func:`streams.bench.clinical.through_kafka_rate`): FHIR updates through one
+   candidate, and p50/p99 from produce to decision at 25%, 50% and 90% of that maximum; then a second
+   gate worker of the same app id started beside the first (the two share the candidates' partitions,
+   each follows the whole memory): their sustained maximum over the one worker's is
+   ``gate_scale_2_workers``.
+6. **Clinical worker** (:func:`streams.bench.clinical.through_kafka_rate`): FHIR updates through one
    ``worker --role memory`` (which runs the clinical loop) to their assessments.
-6. **LLM groups** (:func:`streams.bench.llm.measure_group_point`): the verifier group with 64
+7. **LLM groups** (:func:`streams.bench.llm.measure_group_point`): the verifier group with 64
    records in flight against a local server that answers at once: CPU per record outside the call.
-7. **Replay**: a synthetic stream (:func:`streams.testing.worker.soak_stream`) through
+8. **Replay**: a synthetic stream (:func:`streams.testing.worker.soak_stream`) through
    ``clingate replay``'s in-process engine and through ``replay --via-kafka`` with one worker.
 
 Every rate is printed with its ratio to the Python loop and to Kafka's limit, and its CPU per record.
-``--json PATH`` writes the figures (keys: :data:`KEYS` and more); ``--quick`` runs every part at a
-size that takes a few minutes in all. The README's performance table is this command's output.
+``--json PATH`` writes the figures (keys: :data:`KEYS`, :data:`PEER_KEYS` and more); ``--quick`` runs
+every part at a size that takes a few minutes in all. The README's performance table is this command's
+output.
 """
 
 from __future__ import annotations
@@ -46,7 +62,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import NewTopic
 
 from schemas.serde import make_serde
-from streams.bench import clinical, dbpm_kafka, llm, memory
+from streams.bench import clinical, dbpm_kafka, llm, memory, quix
 from streams.cli.common import require_bootstrap
 from streams.replay.kafka import CommitWatcher, commit_worker_end_offsets, replay_via_kafka
 from streams.runtime.kafka_clients import produce_waiting
@@ -79,12 +95,17 @@ KEYS = (
     "restore_records_per_s",
     "gate_candidates_per_s",
     "gate_p99_ms_at_half",
+    "memory_scale_2_workers",
+    "gate_scale_2_workers",
     "clinical_updates_per_s",
     "llm_group_cpu_ms_per_record",
     "replay_via_kafka_events_per_s",
     "replay_in_process_events_per_s",
 )
-#: Part sizes: (full, quick).
+#: The figures of the quix-streams peer: in ``--json`` wherever quix-streams could be installed (the
+#: part needs a package index once), absent elsewhere.
+PEER_KEYS = ("quix_records_per_s", "quix_cpu_us_per_record", "memory_agent_vs_quix")
+#: Part sizes: (full, quick); the quix-streams peer takes the memory agent's verdict count.
 SIZES: dict[str, tuple[int, int]] = {
     "kafka": (1_000_000, 200_000),
     "loop": (300_000, 50_000),
@@ -141,12 +162,11 @@ def kafka_limit(bootstrap: str, settings: Settings, records: int) -> dict[str, f
     }
 
 
-def python_loop(bootstrap: str, settings: Settings, records: int, transactional: bool) -> tuple[float, float]:
-    """The minimal consume-transform-produce loop (module docstring, 2): (records/s, CPU us/record)."""
-    run = uuid.uuid4().hex[:8]
-    partitions = settings.topic_partitions
-    source = _fresh_topic(bootstrap, f"clingate-bench-loop-{run}-in", partitions)
-    sink = _fresh_topic(bootstrap, f"clingate-bench-loop-{run}-out", partitions)
+def _fed_topics(bootstrap: str, settings: Settings, prefix: str, records: int) -> tuple[str, str]:
+    """Fresh ``<prefix>-in`` and ``<prefix>-out`` topics, ``records`` JSON records of about
+    :data:`RECORD_BYTES` in the first, keyed ``i % 997``; (source, sink)."""
+    source = _fresh_topic(bootstrap, f"{prefix}-in", settings.topic_partitions)
+    sink = _fresh_topic(bootstrap, f"{prefix}-out", settings.topic_partitions)
     feeder = Producer(
         producer_config(bootstrap, **{"linger.ms": 5, "queue.buffering.max.messages": 1_000_000})
     )
@@ -156,7 +176,14 @@ def python_loop(bootstrap: str, settings: Settings, records: int, transactional:
             feeder, source, key=str(i % 997).encode(), value=json.dumps({"i": i, "pad": pad}).encode()
         )
     if feeder.flush(120):
-        raise RuntimeError("the loop's input was not acknowledged within 120 s")
+        raise RuntimeError(f"the records of {source} were not acknowledged within 120 s")
+    return source, sink
+
+
+def python_loop(bootstrap: str, settings: Settings, records: int, transactional: bool) -> tuple[float, float]:
+    """The minimal consume-transform-produce loop (module docstring, 2): (records/s, CPU us/record)."""
+    run = uuid.uuid4().hex[:8]
+    source, sink = _fed_topics(bootstrap, settings, f"clingate-bench-loop-{run}", records)
     consumer = Consumer(client_config(bootstrap, **{
         "group.id": f"clingate-bench-loop-{run}", "auto.offset.reset": "earliest",
         "enable.auto.commit": False, "isolation.level": "read_committed",
@@ -198,6 +225,22 @@ def python_loop(bootstrap: str, settings: Settings, records: int, transactional:
     return records / elapsed, cpu / records * 1e6
 
 
+def quix_part(
+    bootstrap: str, settings: Settings, workdir: Path, records: int, say: Callable[[str], None]
+) -> dict[str, float]:
+    """The quix-streams peer over ``records`` records (module docstring, 4); nothing, said so, where
+    quix-streams cannot be installed."""
+    try:
+        python = quix.peer_python(settings.home)
+    except quix.PeerUnavailable as error:
+        say(f"  quix-streams peer: NOT MEASURED: {error}")
+        return {}
+    run = f"clingate-bench-quix-{uuid.uuid4().hex[:8]}"
+    source, sink = _fed_topics(bootstrap, settings, run, records)
+    rate, cpu = quix.run_peer(python, bootstrap, source, sink, run, workdir, records)
+    return {"quix_records_per_s": rate, "quix_cpu_us_per_record": cpu}
+
+
 def _worker(
     bootstrap: str, workdir: Path, app_id: str, role: str, ready: bytes, env: Mapping[str, str] = PRODUCTION
 ) -> WorkerProcess:
@@ -207,44 +250,64 @@ def _worker(
 
 
 def gate_part(bootstrap: str, workdir: Path, n: int) -> dict[str, float]:
-    """The gate with its memory writer (module docstring, 4)."""
+    """The gate with its memory writer (module docstring, 5): one gate worker, every figure; then a
+    second of the same app id beside it (the two share the candidates' partitions, each follows the
+    whole memory): their sustained maximum, CPU per candidate and speed-up (:func:`_two_workers`)."""
     app_id = f"clingate-gatebench-{uuid.uuid4().hex[:8]}"
     commit_worker_end_offsets(bootstrap, app_id)
     events = soak_stream(max(4 * n, 20_000), 1_000, app_id)
     verdicts = [e for e in events if e["kind"] == "verdict"]
-    gates = [e for e in events if e["kind"] == "gate"]
+    candidates = [e for e in events if e["kind"] == "gate"]
+    serde = make_serde(None)
+
+    def applied() -> None:  # the memory writer, then the gates' views of it, caught up
+        with CommitWatcher(bootstrap, memory_group(app_id)) as watcher:
+            watcher.wait(DBPM_VERDICTS, 600.0)
+        time.sleep(VIEW_CATCH_UP_S)
+
     writer = _worker(bootstrap, workdir, app_id, "memory", f"{memory_changelog(app_id)} restored".encode())
+    first, second = (
+        WorkerProcess(bootstrap, app_id, workdir / f"{app_id}-gate-{i}", dict(PRODUCTION), role="gate")
+        for i in range(2)
+    )
     try:
-        gate = _worker(bootstrap, workdir, app_id, "gate", READY)
-        try:
-            assert gate.pid is not None
-
-            def applied() -> None:  # the memory writer, then the gate's view of it, caught up
-                with CommitWatcher(bootstrap, memory_group(app_id)) as watcher:
-                    watcher.wait(DBPM_VERDICTS, 600.0)
-                time.sleep(VIEW_CATCH_UP_S)
-
-            result = dbpm_kafka.measure_gate(
-                bootstrap, make_serde(None), verdicts, gates, n, True, [gate.pid], applied
-            )
-        finally:
-            gate.stop()
+        first.start(ready=READY)
+        assert first.pid is not None
+        single = dbpm_kafka.measure_gate(
+            bootstrap, serde, verdicts, candidates, n, True, [first.pid], applied
+        )  # publishes the memory first
+        second.start(ready=READY)
+        assert second.pid is not None
+        applied()  # the memory is there: the second's view catches up, the group rebalances
+        double = dbpm_kafka.measure_gate(
+            bootstrap, serde, verdicts, candidates, n, False, [first.pid, second.pid], fractions=()
+        )
     finally:
+        second.stop()
+        first.stop()
         writer.stop()
     figures = {
-        "gate_candidates_per_s": result.kafka_max_per_s,
-        "gate_cpu_us_per_candidate": result.worker_cpu_us_per_candidate or float("nan"),
-        "gate_in_process_pipeline_per_s": result.in_process_pipeline_per_s,
+        **_gate_rate(single),
+        "gate_in_process_pipeline_per_s": single.in_process_pipeline_per_s,
+        **_two_workers("gate", _gate_rate(single), _gate_rate(double)),
     }
-    for point in result.latency:
+    for point in single.latency:
         figures[f"gate_p50_ms_at_{point.fraction:.0%}"] = point.p50_ms
         figures[f"gate_p99_ms_at_{point.fraction:.0%}"] = point.p99_ms
     figures["gate_p99_ms_at_half"] = figures["gate_p99_ms_at_50%"]
     return figures
 
 
+def _gate_rate(result: dbpm_kafka.BenchResult) -> dict[str, float]:
+    """The gate's rate and CPU figures of one measure (NaN CPU: no pid was given, never here)."""
+    return {
+        "gate_candidates_per_s": result.kafka_max_per_s,
+        "gate_cpu_us_per_candidate": result.worker_cpu_us_per_candidate or float("nan"),
+    }
+
+
 def clinical_part(bootstrap: str, workdir: Path, patients: int) -> dict[str, float]:
-    """FHIR updates through the clinical agent (module docstring, 5)."""
+    """FHIR updates through the clinical agent (module docstring, 6)."""
     from processors.clinical.knowledge import load_knowledge
 
     app_id = f"clingate-clinbench-{uuid.uuid4().hex[:8]}"
@@ -261,7 +324,7 @@ def clinical_part(bootstrap: str, workdir: Path, patients: int) -> dict[str, flo
 
 
 def llm_part(bootstrap: str, records: int) -> dict[str, float]:
-    """The verifier group against a server that answers at once (module docstring, 6)."""
+    """The verifier group against a server that answers at once (module docstring, 7)."""
     settings = get_settings()
     with ServerProcess.start("test", args=["--latency-ms", "0"]) as server:
         point = asyncio.run(llm.measure_group_point(bootstrap, settings, server.base_url, 64, 0.001, records))
@@ -273,7 +336,7 @@ def llm_part(bootstrap: str, records: int) -> dict[str, float]:
 
 
 def replay_part(bootstrap: str, workdir: Path, events: int) -> dict[str, float]:
-    """The same stream in process and through Kafka with one worker (module docstring, 7)."""
+    """The same stream in process and through Kafka with one worker (module docstring, 8)."""
     app_id = f"clingate-replaybench-{uuid.uuid4().hex[:8]}"
     stream = soak_stream(events, 1_000, app_id)
     engine = comparison_engine()
@@ -321,16 +384,43 @@ def run_parts(
         )
         say(f"  Python loop{' (transactions)' if transactional else ''}: done")
     part("memory agent", lambda: _memory_figures(bootstrap, workdir, size["memory"]))
-    part("gate", lambda: gate_part(bootstrap, workdir, size["gate"]))
+    part("memory agent, 2 workers", lambda: _two_workers(
+        "memory", figures, _memory_figures(bootstrap, workdir, size["memory"], workers=2)
+    ))  # fmt: skip
+    part("quix-streams peer", lambda: quix_part(bootstrap, settings, workdir, int(figures["verdicts"]), say))
+    if "quix_records_per_s" in figures:
+        figures["memory_agent_vs_quix"] = (
+            figures["memory_agent_verdicts_per_s"] / figures["quix_records_per_s"]
+        )
+    part("gate, 1 then 2 workers", lambda: gate_part(bootstrap, workdir, size["gate"]))
     part("clinical worker", lambda: clinical_part(bootstrap, workdir, size["clinical"]))
     part("LLM groups", lambda: llm_part(bootstrap, size["llm"]))
     part("replay", lambda: replay_part(bootstrap, workdir, size["replay"]))
     return figures
 
 
-def _memory_figures(bootstrap: str, workdir: Path, events: int) -> dict[str, float]:
-    found = memory.memory_bench(bootstrap, workdir, events, PRODUCTION)
+def _memory_figures(bootstrap: str, workdir: Path, events: int, workers: int = 1) -> dict[str, float]:
+    """The memory agent's figures with ``workers`` processes (module docstring, 3)."""
+    found = memory.memory_bench(bootstrap, workdir, events, PRODUCTION, workers=workers)
     return {key: float(value) for key, value in found.items()}
+
+
+#: Per role measured with one worker and with two: the keys of its rate and CPU per record.
+SCALED: Mapping[str, tuple[str, str]] = {
+    "memory": ("memory_agent_verdicts_per_s", "memory_agent_cpu_us_per_verdict"),
+    "gate": ("gate_candidates_per_s", "gate_cpu_us_per_candidate"),
+}
+
+
+def _two_workers(role: str, one: Mapping[str, float], two: Mapping[str, float]) -> dict[str, float]:
+    """Two workers' rate and CPU per record (``<role>_2_workers_...``) from their figures ``two``, and the
+    speed-up over one worker's rate in ``one`` (``<role>_scale_2_workers``)."""
+    rate, cpu = SCALED[role]
+    return {
+        f"{role}_2_workers_records_per_s": two[rate],
+        f"{role}_2_workers_cpu_us_per_record": two[cpu],
+        f"{role}_scale_2_workers": two[rate] / one[rate],
+    }
 
 
 ROWS: tuple[tuple[str, str, str | None], ...] = (
@@ -340,6 +430,8 @@ ROWS: tuple[tuple[str, str, str | None], ...] = (
     ("  the same, one transaction per batch", "python_loop_tx_records_per_s",
      "python_loop_tx_cpu_us_per_record"),
     ("memory agent (verdicts)", "memory_agent_verdicts_per_s", "memory_agent_cpu_us_per_verdict"),
+    (f"quix-streams {quix.VERSION}: exactly-once, RocksDB per key", "quix_records_per_s",
+     "quix_cpu_us_per_record"),
     ("changelog restore (records)", "restore_records_per_s", None),
     ("gate (candidates, sustained)", "gate_candidates_per_s", "gate_cpu_us_per_candidate"),
     ("clinical worker (FHIR updates)", "clinical_updates_per_s", "clinical_cpu_us_per_update"),
@@ -350,10 +442,14 @@ ROWS: tuple[tuple[str, str, str | None], ...] = (
 
 
 def table(figures: dict[str, float]) -> list[str]:
-    """The side-by-side table: rate, ratios to the Python loop and to Kafka's limit, CPU per record."""
+    """The side-by-side table: rate, ratios to the Python loop and to Kafka's limit, CPU per record; a
+    row whose rate is absent (the quix-streams peer where it cannot be installed) says so."""
     loop, limit = figures["python_loop_records_per_s"], figures["kafka_perf_records_per_s"]
     lines = [f"{'runtime':<56} {'records/s':>11} {'x loop':>8} {'x Kafka':>8} {'CPU/record':>12}"]
     for label, rate_key, cpu_key in ROWS:
+        if rate_key not in figures:
+            lines.append(f"{label:<56} {'-':>11}   not measured")
+            continue
         rate = figures[rate_key]
         cpu = "" if cpu_key is None else f"{figures[cpu_key]:,.0f} us"
         lines.append(f"{label:<56} {rate:>11,.0f} {rate / loop:>8.3f} {rate / limit:>8.3f} {cpu:>12}")
@@ -361,6 +457,15 @@ def table(figures: dict[str, float]) -> list[str]:
         "gate latency p50/p99 at 25%, 50%, 90% of its maximum: "
         + ", ".join(f"{figures[f'gate_p50_ms_at_{f}']:.0f}/{figures[f'gate_p99_ms_at_{f}']:.0f} ms"
                     for f in ("25%", "50%", "90%"))
+    )  # fmt: skip
+    if "memory_agent_vs_quix" in figures:
+        lines.append(f"memory agent / quix-streams peer: {figures['memory_agent_vs_quix']:.3f}x")
+    lines.append(
+        "2 worker processes / 1, same partitions: "
+        + ", ".join(f"{name} {figures[f'{role}_scale_2_workers']:.2f}x "
+                    f"({figures[f'{role}_2_workers_records_per_s']:,.0f}/s, "
+                    f"{figures[f'{role}_2_workers_cpu_us_per_record']:,.0f} us CPU/record)"
+                    for role, name in (("memory", "memory agent"), ("gate", "gate")))
     )  # fmt: skip
     lines.append(
         f"LLM groups: {figures['llm_group_cpu_ms_per_record']:.2f} ms of CPU per record outside the call"
