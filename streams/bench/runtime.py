@@ -487,6 +487,8 @@ def runtime(
     Needs a scratch broker (KAFKA_BOOTSTRAP_SERVERS or `clingate broker start`); starts its own workers.
     """
     bootstrap = require_bootstrap(get_settings())
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)  # before minutes of measuring, not after
     with tempfile.TemporaryDirectory(prefix="clingate-runtimebench-") as scratch:
         try:
             size = {part: small if quick else full for part, (full, small) in SIZES.items()}

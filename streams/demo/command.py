@@ -75,7 +75,14 @@ DocsRate = Annotated[
 ModelNarratives = Annotated[
     int, typer.Option(min=0, help="Narratives of the real-model step (SmolLM2; 0: skip the step).")
 ]
-ReportPath = Annotated[Path, typer.Option("--report", help="Where to write the HTML report.")]
+ReportPath = Annotated[
+    Path,
+    typer.Option(
+        "--report",
+        help="Where to write the HTML report; the console's screenshots go beside it (the default's "
+        "directory, out/, is git-ignored, so a run leaves the checkout clean).",
+    ),
+]
 Serve = Annotated[
     bool,
     typer.Option(
@@ -99,7 +106,7 @@ def demo(
     fhir_rate: FhirRate = 20.0,
     docs_rate: DocsRate = 20.0,
     model_narratives: ModelNarratives = 3,
-    report_path: ReportPath = Path("report.html"),
+    report_path: ReportPath = Path("out/report.html"),
     json_path: JsonPath = None,
     serve: Serve = False,
 ) -> None:
@@ -123,6 +130,7 @@ def demo(
             console.print(f"summary written to {json_path}")
 
     steps = (console, settings, serde, catalog, results, plan, (fhir_rate, docs_rate), model_narratives)
+    report_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         _run_steps(*steps, report_path.resolve().parent, finish, serve)
     except KeyboardInterrupt:
