@@ -1,5 +1,8 @@
 """Step 3's progress bars, one per stream, and when the streams are complete.
 
+Where the output is not a terminal (``make demo | tee demo.log``, CI) the bars cannot redraw, so the
+watch prints where each stream stands as plain lines every :data:`PLAIN_EVERY_S` instead.
+
 Dead-lettered LLM work counts as done, with failure (docs/demo.md, "Done, with failure"), so every
 bar reaches its total and says how much was dead-lettered. The watch fails at once when a feeder, the
 tap or a started process fails, rather than waiting out the streams' timeout.
@@ -28,6 +31,9 @@ from topics.catalog import (
     DBPM_VERDICTS,
     DOCS_DISPOSITIONS,
 )
+
+PLAIN_EVERY_S = 10.0
+"""How often the watch prints plain progress lines where the output is not a terminal."""
 
 _TITLES = {
     "generator": f"candidates ({DBPM_CANDIDATES})",
@@ -115,6 +121,7 @@ class StreamWatch:
             TimeElapsedColumn(),
         )
         stall = Stall(self._calls, timeout_s)
+        printed = time.monotonic()
         with Progress(*columns, console=console) as progress:
             bars = self._bars(progress)
             while True:
@@ -122,6 +129,10 @@ class StreamWatch:
                 self._check_failures()
                 if self._complete():
                     break
+                if not console.is_terminal and time.monotonic() - printed >= PLAIN_EVERY_S:
+                    printed = time.monotonic()
+                    for line in plain_lines(progress):
+                        console.print(line, markup=False, highlight=False)
                 if stall.expired(self._done()):
                     raise DemoError(
                         f"streams not complete: no progress for {stall.window_s:.0f} s: {self._state()}"
@@ -186,3 +197,13 @@ class StreamWatch:
             "golden-run outputs missing": len(self._plan.gates_expected) - len(self._flows["gates"].consumed),
             "documents without a disposition": len(self._plan.documents) - len(self._flows["docs"].consumed),
         }
+
+
+def plain_lines(progress: Progress) -> list[str]:
+    """Where each bar stands, one line each (``<description>: <done>/<total>``, ``?`` for a total not
+    known yet), for an output that is not a terminal."""
+    lines = []
+    for task in progress.tasks:
+        total = "?" if task.total is None else f"{task.total:,.0f}"
+        lines.append(f"{task.description.strip()}: {task.completed:,.0f}/{total}")
+    return lines

@@ -3,6 +3,7 @@ DBPM loop counts a candidate as done."""
 
 from __future__ import annotations
 
+import io
 from collections import Counter
 from datetime import timedelta
 from types import SimpleNamespace
@@ -10,9 +11,12 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rich.console import Console
+from rich.progress import Progress
 
 from streams.demo.data.timeline import START, WEEKS, fhir_timeline, week_of
 from streams.demo.feed import first_pending, loop_pending
+from streams.demo.progress import plain_lines
 from streams.demo.results import DeadLettered
 from streams.demo.tap import Flow
 
@@ -187,3 +191,15 @@ def test_a_service_that_exited_fails_the_run_at_once_with_its_log(tmp_path):
             time.sleep(0.05)
         with pytest.raises(DemoError, match=r"the test service exited \(code 0\)"):
             service.check_running()
+
+
+def test_plain_progress_lines_say_where_each_stream_stands() -> None:
+    """Where the output is not a terminal the bars cannot redraw: each stream's count goes out as a line."""
+    progress = Progress(console=Console(file=io.StringIO(), force_terminal=False))
+    known = progress.add_task("assessments (clingate.clinical.assessments)", total=1_200)
+    progress.add_task("candidates (clingate.dbpm.candidates)", total=None)
+    progress.update(known, completed=35)
+    assert plain_lines(progress) == [
+        "assessments (clingate.clinical.assessments): 35/1,200",
+        "candidates (clingate.dbpm.candidates): 0/?",
+    ]
