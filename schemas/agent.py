@@ -49,7 +49,9 @@ class AgentToolCall(_Part):
 
 
 class AgentResponse(AvroModel):
-    """The agent's answer to a request, or its clarification question (exactly one is set)."""
+    """The agent's answer to a request: the synthesized text, set on every response the agent gives.
+    After an ask_user the answer is the clarification question the model wrote and ``clarification``
+    the deterministic message it was written from; otherwise ``clarification`` is None."""
 
     avro_name = "clingate.agent.AgentResponse"
 

@@ -32,11 +32,12 @@ Flow and path
   again for the same tool, with the failed arguments and message in the prompt (§6 ``RetryStrategy``
   has no ``adjusted_args``; the §4.5a sketch's ``adjusted_args: dict`` is not used).
 * skip goes to SYNTHESIZE (§3 diagram: EH_SKIP → SY_PREP), also in a multi-tool task.
-* ask_user (router or ERROR_HANDLER) visits SYNTHESIZE without a model call and responds with the §9
-  question verbatim as ``Respond.clarification`` (§15 counts SYNTHESIZE in "7 nodes + ask_user"; §4.6
-  routes ask_user to SYNTHESIZE). The question is not passed through the model: the model never defers
-  to the user (§13) and a listed patient id must reach the clinician exactly. §8's
-  ``{clarification_section}`` is therefore never filled.
+* ask_user (router or ERROR_HANDLER) goes to SYNTHESIZE, which asks the model to write the clarification
+  question (§4.6: "Synthesize the clarification question"; §4.7: SYNTHESIZE is the only node that writes
+  text a clinician reads). The §9 message fills §8's ``{clarification_section}``; the synthesized question
+  is ``Respond.answer`` and ``Respond.clarification`` keeps the §9 message as code wrote it, so a listed
+  patient id reaches the clinician exactly whatever the model wrote. Deciding to ask stays in code (the
+  model never defers to the user, §13); an empty synthesis falls back on the §9 message.
 * A patient search with several matches is a result (``{"matches": [...]}``): RESULT_CLASSIFY runs, then
   the router asks (§4.6 ``_needs_user_clarification``); if the model calls it an error, ERROR_HANDLER's
   first rule asks the same question.
@@ -50,7 +51,8 @@ Counting
 
 * ``llm_calls``: direct 2, single tool 5, each further tool +3 (stage 1, stage 2, RESULT_CLASSIFY); an
   image +1; a retry_same +2 (RetryStrategy, RESULT_CLASSIFY), a retry_different_args +3. Walkthrough 4 is
-  7 in this count (the spec counts the two-stage TOOL_SELECT as one call: 6).
+  7 in this count (the spec counts the two-stage TOOL_SELECT as one call: 6). A turn that ends in a
+  question counts like an answer: its synthesis is a call (a patient search with several matches: 5).
 * ``step_count`` counts tool-loop iterations: executed calls that are not retries. Retries are bounded
   by MAX_RETRIES per tool and MAX_TOTAL_RETRIES per turn (§11; the latter would be moot if retries were
   steps under MAX_STEPS=4). ``retry_count`` restarts at each stage-1 selection.
@@ -92,7 +94,9 @@ Errors
 Answers that do not validate (deterministic replacements)
 
 * INTENT_CLASSIFY: TOOL_NEEDED when the query names a patient id or an action verb, else DIRECT; no
-  task summary, no suggested tool.
+  suggested tool; the task summary is the question as asked with its extracted entities (also when a
+  valid answer's summary is blank), so result classification and synthesis always carry §8's
+  "Clinical context".
 * TOOL_SELECT stage 1: the intent's ``suggested_tool`` on the first selection; otherwise (re-entry, or
   no suggestion) SYNTHESIZE with what was gathered ("The requested information could not be retrieved."
   when nothing was).
@@ -103,17 +107,19 @@ Answers that do not validate (deterministic replacements)
   unavailable), else skip.
 * Vision: no findings, and "The attached image could not be analyzed." goes to synthesis.
 * SYNTHESIZE (free text, always accepted): tool names are replaced by their clinical labels (§15: no
-  ``[check_drug_safety]`` in the output); an empty answer becomes a fixed message plus the error messages
-  (§15: no zero-length response).
+  ``[check_drug_safety]`` in the output); an empty answer becomes a fixed message plus the error messages,
+  or after an ask_user the §9 message (§15: no zero-length response).
 
 Prompts and context
 
-* §8's prompts where §4 shows other drafts (intent, synthesis). Every call has a user message (see
-  :mod:`processors.agent.prompts`); history (the last 4 turns) goes into intent, both tool-selection
-  stages and synthesis; §8's synthesis assembly has no history section, and §4.1 calls history the
-  strongest quality lever.
-* The 1-shot example is matched to ``suggested_tool`` (check_drug_safety's without one), also on
-  re-entry. The analytical prefix opens the stage-1 instruction.
+* §8's prompts where §4 shows other drafts (intent, synthesis). The task summary is the "Clinical
+  context" of result classification and synthesis on every path, the direct one included. Every call
+  has a user message (see :mod:`processors.agent.prompts`); history (the last 4 turns) goes into
+  intent, both tool-selection stages and synthesis; §8's synthesis assembly has no history section, and
+  §4.1 calls history the strongest quality lever.
+* ``suggested_tool`` is §6's optional free string, generated after the task summary: a hint that names
+  no tool (``"none"``, a label) is no suggestion. The 1-shot example is matched to it
+  (check_drug_safety's without one), also on re-entry. The analytical prefix opens the stage-1 instruction.
 * Entity hints use §8's format ("Detected patient ID: …", "Detected drug name: …"). The request's
   ``patient_id`` is context, not a query entity: hinted as "Patient in context: …" and accepted as a
   valid ``patient_id`` argument, like an id a patient search returned (also hinted when it was the only

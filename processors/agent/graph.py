@@ -13,8 +13,12 @@ with the package docstring's choices):
 * DETERMINISTIC_ROUTER → ERROR_HANDLER, TOOL_SELECT or SYNTHESIZE (:func:`processors.agent.rules.route`);
 * ERROR_HANDLER → SYNTHESIZE (ask_user, skip) or the model's retry decision → TOOL_SELECT: retry_same
   re-executes the same call with no model call, retry_different_args runs stage 2 again;
-* SYNTHESIZE → :class:`~processors.agent.state.Respond`: the model's answer, or the ask_user question
-  verbatim with no model call.
+* SYNTHESIZE → :class:`~processors.agent.state.Respond`: the model's answer. After an ask_user (router or
+  ERROR_HANDLER) the model writes the clarification question from the §9 message, which is the answer,
+  and ``clarification`` keeps the §9 message as code wrote it. Every turn ends in SYNTHESIZE.
+
+:data:`EDGES` declares every move between nodes, each with its source: §3's diagram edges, and the three
+this package adds. Entering a node along any other move is a programming error.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from processors.agent.schemas import (
     RetryStrategy,
     ToolName,
     ToolSelection,
+    tool_named,
 )
 from processors.agent.state import (
     MAX_HISTORY_TURNS,
@@ -53,6 +58,24 @@ from processors.agent.state import (
 )
 from processors.agent.tools import TOOLS, format_error, format_result, redact_tool_names, validate_args
 
+EDGES: Final[dict[tuple[NodeName, NodeName], str]] = {
+    ("INPUT_ASSEMBLY", "INTENT_CLASSIFY"): "§3: the assembled input is classified",
+    ("INTENT_CLASSIFY", "SYNTHESIZE"): "§3: DIRECT",
+    ("INTENT_CLASSIFY", "TOOL_SELECT"): "§3: TOOL_NEEDED",
+    ("TOOL_SELECT", "TOOL_EXECUTE"): "§3: stage 2's arguments are validated and executed",
+    ("TOOL_EXECUTE", "RESULT_CLASSIFY"): "§3: the formatted result is classified",
+    ("RESULT_CLASSIFY", "DETERMINISTIC_ROUTER"): "§3: the classification is routed",
+    ("DETERMINISTIC_ROUTER", "SYNTHESIZE"): "§3, §4.6: done, MAX_STEPS, or ask_user",
+    ("DETERMINISTIC_ROUTER", "ERROR_HANDLER"): "§3: error",
+    ("DETERMINISTIC_ROUTER", "TOOL_SELECT"): "§3: more tools needed",
+    ("ERROR_HANDLER", "TOOL_SELECT"): "§3: retry_same or retry_different_args",
+    ("ERROR_HANDLER", "SYNTHESIZE"): "§3: ask_user or skip",
+    ("TOOL_EXECUTE", "ERROR_HANDLER"): "added: arguments that fail validation are not executed (§4.4)",
+    ("TOOL_EXECUTE", "DETERMINISTIC_ROUTER"): "added: a duplicate call stops before execution (§9)",
+    ("TOOL_SELECT", "SYNTHESIZE"): "added: an invalid stage-1 answer with no suggested tool to fall back on",
+}
+"""Every move between nodes the graph makes, with its source (module docstring)."""
+
 IMAGE_FAILED_MESSAGE: Final = "The attached image could not be analyzed."
 NO_TOOL_MESSAGE: Final = "The requested information could not be retrieved."
 EMPTY_ANSWER_MESSAGE: Final = "A response could not be generated for this request. Please try again."
@@ -67,6 +90,7 @@ def _update(state: AgentState, **changes: Any) -> AgentState:
 
 
 def _visit(state: AgentState, node: NodeName) -> AgentState:
+    assert (state.path[-1], node) in EDGES, f"no edge {state.path[-1]} → {node}"
     return _update(state, path=(*state.path, node))
 
 
@@ -196,10 +220,9 @@ def _enter_intent(state: AgentState) -> tuple[AgentState, Step]:
 
 def _on_intent(state: AgentState, parsed: BaseModel | None, text: str) -> tuple[AgentState, Step]:
     if isinstance(parsed, IntentClassification):
-        suggested = None if parsed.suggested_tool == "none" else parsed.suggested_tool
-        state = _update(
-            state, intent=parsed.intent, task_summary=parsed.task_summary, suggested_tool=suggested
-        )
+        suggested = tool_named(parsed.suggested_tool)
+        summary = parsed.task_summary.strip() or rules.summary_fallback(state)
+        state = _update(state, intent=parsed.intent, task_summary=summary, suggested_tool=suggested)
         decision = parsed.intent + (f", suggested {suggested}" if suggested else "")
         if parsed.intent == "DIRECT" and rules.required_tools(state):
             patterns = ", ".join(p.name for p in rules.matched_patterns(state.user_query))
@@ -207,7 +230,7 @@ def _on_intent(state: AgentState, parsed: BaseModel | None, text: str) -> tuple[
             decision += f" → TOOL_NEEDED: the task pattern ({patterns}) requires tools"
     else:
         intent = rules.intent_fallback(state)
-        state = _update(state, intent=intent)
+        state = _update(state, intent=intent, task_summary=rules.summary_fallback(state))
         decision = f"answer invalid → {intent} (fallback on the extracted patient ids and action verbs)"
     state = _decide(state, "INTENT_CLASSIFY", decision, IntentClassification.__name__, text)
     if state.intent == "DIRECT":
@@ -367,7 +390,7 @@ def _on_assessment(
     if route.next == "TOOL_SELECT":
         return _enter_tool_select(state)
     if route.clarification is not None:
-        return _respond_clarification(_update(state, clarification_request=route.clarification))
+        state = _update(state, clarification_request=route.clarification)
     return _enter_synthesize(state)
 
 
@@ -379,7 +402,7 @@ def _enter_error_handler(state: AgentState, config: AgentConfig) -> tuple[AgentS
     action = rules.handle_error(state, config)
     if action.kind == "ask_user":
         state = _decide(state, "ERROR_HANDLER", f"ask_user: {action.reason}")
-        return _respond_clarification(_update(state, clarification_request=action.message))
+        return _enter_synthesize(_update(state, clarification_request=action.message))
     if action.kind == "skip":
         assert action.message is not None, "a skip carries its message"
         state = _decide(state, "ERROR_HANDLER", f"skip: {action.reason}")
@@ -420,16 +443,10 @@ def _enter_synthesize(state: AgentState) -> tuple[AgentState, Step]:
 
 def _on_synthesis(state: AgentState, text: str) -> tuple[AgentState, Step]:
     answer = redact_tool_names(text).strip()
-    decision = f"answer ({len(answer.split())} words)"
+    question = state.clarification_request
+    decision = f"{'clarification question' if question else 'answer'} ({len(answer.split())} words)"
     if not answer:
-        answer = " ".join((EMPTY_ANSWER_MESSAGE, *state.error_messages))
-        decision = "empty answer → fallback text"
+        answer = question or " ".join((EMPTY_ANSWER_MESSAGE, *state.error_messages))
+        decision = "empty answer → " + ("the ask_user message" if question else "fallback text")
     state = _decide(_update(state, final_response=answer, done=True), "SYNTHESIZE", decision, None, text)
-    return state, Respond(answer=answer)
-
-
-def _respond_clarification(state: AgentState) -> tuple[AgentState, Step]:
-    assert state.clarification_request is not None, "ask_user sets the question"
-    state = _visit(state, "SYNTHESIZE")
-    state = _decide(_update(state, done=True), "SYNTHESIZE", "clarification (ask_user), no model call")
-    return state, Respond(clarification=state.clarification_request)
+    return state, Respond(answer=answer, clarification=question)

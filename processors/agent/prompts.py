@@ -18,8 +18,11 @@ leads the user message's instruction, since chat messages cannot prefill the ans
 entity hints (§4.3, §8 format ``Detected patient ID: …``); the patient in context and the patient id a
 single-match search returned are hinted the same way.
 
-Synthesis (§4.7, §8): the §8 system prompt, and the §8 user-message sections included only when they
-have content. For a single-tool lookup the user message begins with the "Brief" instruction (§4.7).
+Synthesis (§4.7, §8): the §8 system prompt, and the §8 user message: the clinician's question and the
+clinical context (the task summary) on every path, then the image, tool-result, error and clarification
+sections, each included only when it has content. After an ask_user the clarification section carries
+the deterministic message (§9) for the model to ask the clinician, keeping its options exactly. For a
+single-tool lookup the user message begins with the "Brief" instruction (§4.7).
 """
 
 from __future__ import annotations
@@ -129,6 +132,11 @@ BRIEF_PREFIX: Final = "Include only the most critical findings."
 ANALYTICAL_PREFIX: Final = "Analyzing the task requirements, "
 """§4.3 stage-1 analytical prefix."""
 JSON_REQUEST: Final = "Respond with the JSON object."
+CLARIFICATION_SECTION: Final = (
+    "Clarification needed before the question can be answered. Ask the clinician for it, keeping every "
+    "option listed below exactly as written:\n{message}"
+)
+"""§8 ``{clarification_section}``: the ask_user message for synthesis to turn into the question."""
 
 EXAMPLES: Final[dict[ToolName, str]] = {
     "check_drug_safety": "Check FDA warnings for dofetilide",
@@ -215,7 +223,7 @@ def tool_select_stage1(state: AgentState) -> Messages:
     user = _join(
         _history(state),
         _image(state),
-        f"Clinical task: {state.task_summary}" if state.task_summary else "",
+        f"Clinical task: {state.task_summary}",
         f"User query: {state.user_query}",
         _results_so_far(state),
         ANALYTICAL_PREFIX + what,
@@ -283,16 +291,19 @@ def is_single_lookup(state: AgentState) -> bool:
 
 
 def synthesize(state: AgentState) -> Messages:
-    """SYNTHESIZE: §8 system prompt; §8 user-message sections, each only when it has content."""
+    """SYNTHESIZE: §8 system prompt; §8 user message: the question and the clinical context always, the
+    other sections only when they have content."""
     results = successful_results(state)
     errors = "\n".join(f"- {m}" for m in state.error_messages)
+    question = state.clarification_request
     user = _join(
         BRIEF_PREFIX if is_single_lookup(state) else "",
         _history(state),
         f"Clinician's question: {state.user_query}",
-        f"Clinical context: {state.task_summary}" if state.task_summary else "",
+        f"Clinical context: {state.task_summary}",
         _image(state),
         ("Retrieved information:\n" + "\n\n".join(r.formatted_result for r in results)) if results else "",
         f"Information that could not be retrieved:\n{errors}" if errors else "",
+        CLARIFICATION_SECTION.format(message=question) if question else "",
     )
     return _messages(SYNTHESIZE_SYSTEM, user)

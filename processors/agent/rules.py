@@ -247,6 +247,20 @@ def intent_fallback(state: AgentState) -> Intent:
     return "TOOL_NEEDED" if entities.patient_ids or entities.action_verbs else "DIRECT"
 
 
+def summary_fallback(state: AgentState) -> str:
+    """The task summary when INTENT_CLASSIFY gave none (its answer did not validate, or the summary is
+    blank): the question as asked with what INPUT_ASSEMBLY extracted from it, so result classification
+    and synthesis carry a clinical context on every path (§8 ``Clinical context: {task_summary}``)."""
+    entities = state.extracted_entities
+    found = (
+        ("patient", entities.patient_ids),
+        ("drugs", entities.drug_mentions),
+        ("actions", entities.action_verbs),
+    )
+    details = "".join(f"; {label}: {', '.join(values)}" for label, values in found if values)
+    return f"The clinician's question as asked{details}."
+
+
 def _is_empty(value: Any) -> bool:
     if isinstance(value, Mapping):
         return all(_is_empty(v) for v in value.values())

@@ -11,12 +11,13 @@ them, which this package cannot import (processors are pure); the tests lint eve
 * no free text (a string longer than 120 characters) before a decision (an enum);
 * no ``pattern`` next to length bounds: closed choices are ``Literal`` enums instead.
 
-Departures from the §6 listings, each forced by those rules:
+Every model lists §6's fields in §6's order, required before optional; ``IntentClassification`` is
+``intent``, ``task_summary``, then the optional ``suggested_tool``. Departures from the §6 listings, each
+forced by those rules (docs/agent.md gives each beside the spec's words):
 
-* ``IntentClassification`` orders ``intent, suggested_tool, task_summary`` and makes ``suggested_tool`` a
-  required enum with ``"none"`` for "no suggestion" (§11 uses ``"none"`` the same way for tools): a
-  nullable hint before the required summary breaks the null-cascade rule, and an enum after the
-  ~50-word summary (400 characters) breaks the decision-after-free-text rule.
+* ``IntentClassification.suggested_tool`` is §6's ``Optional[str]``, a short bounded string, not an enum
+  of tool names: an enum after the ~50-word ``task_summary`` (400 characters) would break the
+  decision-after-free-text rule. The graph takes it as a hint only when it names a tool.
 * ``ClinicalTrialsArgs.status`` and ``AddAllergyArgs.severity`` are enums of the values §16 names
   (active, recruiting, completed) and of the usual allergy severities, not free strings.
 * ``RetryStrategy`` is the §6 version (``strategy``, ``reasoning``), not the §4.5a sketch with an
@@ -29,7 +30,7 @@ Required strings carry ``min_length=1`` so the decoder cannot emit an empty argu
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal, get_args
+from typing import Annotated, Final, Literal, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,8 +50,13 @@ ToolName = Literal[
 
 TOOL_NAMES: Final[tuple[ToolName, ...]] = get_args(ToolName)
 
-SuggestedTool = Literal[ToolName, "none"]
-"""A tool name, or ``"none"`` when the intent needs no tool."""
+
+def tool_named(text: str | None) -> ToolName | None:
+    """The tool ``text`` names exactly (surrounding whitespace aside), or None: how the free-string
+    ``suggested_tool`` hint becomes a tool."""
+    name = (text or "").strip()
+    return cast(ToolName, name) if name in TOOL_NAMES else None
+
 
 Intent = Literal["DIRECT", "TOOL_NEEDED"]
 Quality = Literal["success_rich", "success_partial", "no_results", "error_retryable", "error_fatal"]
@@ -61,6 +67,11 @@ PATIENT_ID_MAX_CHARS: Final = 64
 LABEL_MAX_CHARS: Final = 120
 """Short text: an entity or a label (the linter's line between a label and prose)."""
 
+BRIEF_SUMMARY_MAX_CHARS: Final = 110
+"""Longest RESULT_CLASSIFY summary (see :class:`ResultAssessment`)."""
+SUGGESTED_TOOL_MAX_CHARS: Final = 40
+"""Longest ``suggested_tool`` hint: room for any tool name (the longest is 25 characters)."""
+
 _Text = Annotated[str, Field(min_length=1, max_length=LABEL_MAX_CHARS)]
 _PatientId = Annotated[str, Field(min_length=1, max_length=PATIENT_ID_MAX_CHARS)]
 
@@ -70,14 +81,18 @@ class _Response(BaseModel):
 
 
 class IntentClassification(_Response):
-    """Node ② INTENT_CLASSIFY (T=0.0, 256 tokens): DIRECT or TOOL_NEEDED, then the hint, then prose."""
+    """Node ② INTENT_CLASSIFY (T=0.0, 256 tokens): DIRECT or TOOL_NEEDED, the summary, the optional hint."""
 
     intent: Intent
-    suggested_tool: SuggestedTool = Field(
-        description="If TOOL_NEEDED, which tool is most likely relevant; otherwise none"
-    )
     task_summary: str = Field(
-        max_length=400, description="Brief clinical summary of the user's request (~50 words max)"
+        min_length=1,
+        max_length=400,
+        description="Brief clinical summary of the user's request (~50 words max)",
+    )
+    suggested_tool: str | None = Field(
+        default=None,
+        max_length=SUGGESTED_TOOL_MAX_CHARS,
+        description="If TOOL_NEEDED, which tool is most likely relevant",
     )
 
 
@@ -159,10 +174,16 @@ class ImageAnalysisArgs(_Response):
 
 
 class ResultAssessment(_Response):
-    """Node ⑤ RESULT_CLASSIFY (T=0.0, 128 tokens): the quality first, then the summary."""
+    """Node ⑤ RESULT_CLASSIFY (T=0.0, 128 tokens): the quality first, then the summary.
+
+    The summary's bound keeps the whole answer inside the 128 tokens even at one token per character
+    (a summary that copies an identifier or a number from the result): the JSON around it takes about
+    15 tokens. The summary is kept in the state and the trace; no prompt reads it."""
 
     quality: Quality
-    brief_summary: str = Field(max_length=300, description="1-2 sentence summary of what the tool returned")
+    brief_summary: str = Field(
+        max_length=BRIEF_SUMMARY_MAX_CHARS, description="1-2 sentence summary of what the tool returned"
+    )
 
 
 class RetryStrategy(_Response):

@@ -124,18 +124,14 @@ class ToolCall(BaseModel):
 
 
 class Respond(BaseModel):
-    """The turn's output: the synthesised answer, or the clarification question (ask_user)."""
+    """The turn's output: the synthesised answer, always. After an ask_user the answer is the clarification
+    question the model wrote and ``clarification`` the deterministic message it was written from (§9's
+    template, with a patient list exactly as the search returned it); otherwise ``clarification`` is None."""
 
     model_config = _FROZEN
 
-    answer: str | None = None
+    answer: str
     clarification: str | None = None
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> Respond:
-        if (self.answer is None) == (self.clarification is None):
-            raise ValueError("a response carries exactly one of answer and clarification")
-        return self
 
 
 Step = LlmCall | ToolCall | Respond

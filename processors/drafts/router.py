@@ -15,11 +15,12 @@ router"):
    PASS finding is not leakage.
 4. ``zero_violations``: CLL_REVISION with no ``REVISION_REQUIRED`` left after (3) proceeds.
 5. ``cds_backstop``: PROCEED while the audit says the draft is not CDS-compliant and the revision budget
-   remains forces CLL_REVISION (non-compliant output never proceeds while it can still be revised).
+   remains forces CLL_REVISION, whatever the violations list holds (non-compliant output never proceeds
+   while it can still be revised, also when the audit names no violation).
 6. ``revision_budget_exhausted``: CLL_REVISION at the budget (2 revisions) proceeds; the traffic
    light's Rule B takes it from there.
 
-An empty list of violations proceeds with no override.
+An empty list of violations from a CDS-compliant audit proceeds with no override.
 """
 
 from __future__ import annotations
@@ -101,8 +102,6 @@ def route_audit(
     router = (rules or gate_rules()).router
     if revision < 0:
         raise ValueError(f"revision {revision}: revisions count from 0")
-    if not violations:
-        return RouteResult("PROCEED")
     overrides: list[Override] = []
     judged: list[Violation] = []
     for text in violations:
@@ -111,7 +110,7 @@ def route_audit(
         else:
             judged.append(classify(text, router))
     route: Route
-    if all(v.bucket == "PARSER_WARNING" for v in judged):
+    if judged and all(v.bucket == "PARSER_WARNING" for v in judged):
         route = "PROCEED"
         overrides.append("parser_warning_filter")
     else:

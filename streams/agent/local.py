@@ -3,9 +3,10 @@ bundles, proposals printed rather than published) and ``clingate agent replay`` 
 from its trace, with no call, checked against the record).
 
 ``--json`` of ``ask`` is ``{"answer", "clarification", "path", "tool_calls": [{"tool", "args", "outcome"}],
-"llm_calls"}``: ``path`` one node name per visit, ``tool_calls`` one entry per execution (a call stopped as
-a duplicate is not executed), ``llm_calls`` the model requests the graph made (client retries not
-counted).
+"llm_calls"}``: ``answer`` the synthesized text (after an ask_user, the question to the clinician),
+``clarification`` the ask_user message it was written from or null, ``path`` one node name per visit,
+``tool_calls`` one entry per execution (a call stopped as a duplicate is not executed), ``llm_calls`` the
+model requests the graph made (client retries not counted).
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ def turn_summary(state: AgentState, respond: Respond) -> dict[str, Any]:
 
 
 def turn_text(state: AgentState, respond: Respond) -> str:
-    """A turn for a person: the answer (or question), the path, each decision."""
-    lines = [
-        f"answer: {respond.answer}" if respond.answer is not None else f"question: {respond.clarification}"
-    ]
+    """A turn for a person: the answer (after an ask_user, the synthesized question and the message it
+    was written from), the path, each decision."""
+    lines = [f"answer: {respond.answer}"]
+    if respond.clarification is not None:
+        lines.append(f"clarification asked for: {respond.clarification}")
     lines.append("path: " + " -> ".join(state.path))
     lines.append(f"model calls: {state.llm_calls}")
     lines += [f"  {d.node}: {d.decision}" for d in state.trace]

@@ -1,6 +1,6 @@
 """``clingate agent worker``: the clinician's agent as a consumer group.
 
-    clingate.agent.requests --agent group--> clingate.agent.responses (the answer or the question)
+    clingate.agent.requests --agent group--> clingate.agent.responses (the answer, or a question back)
                                             clingate.agent.traces    (a record per node decision)
                                             clingate.agent.proposals (the write tools' draft resources)
 

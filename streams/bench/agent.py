@@ -40,11 +40,10 @@ SPEC_BUDGET = {"direct": "2", "single_tool": "4", "multi_tool": "4+N", "clarific
 
 
 def two_stage_budget(path: str, tools: int) -> int:
-    """This implementation's calls per path (TOOL_SELECT is two calls)."""
+    """This implementation's calls per path (TOOL_SELECT is two calls). A clarification costs what the
+    tools before it cost: SYNTHESIZE writes the question as it writes an answer."""
     if path == "direct":
         return 2
-    if path == "clarification":
-        return 4
     return 5 + 3 * (tools - 1)
 
 
@@ -71,7 +70,7 @@ async def measure(repeat: int, latency_s: float) -> dict[str, dict[str, float | 
                 seconds.append(time.perf_counter() - started)
                 calls.add(turn.state.llm_calls)
                 tools.add(len(turn.state.executed))
-                kind = path_kind(turn.state) if turn.respond.answer is not None else "clarification"
+                kind = path_kind(turn.state) if turn.respond.clarification is None else "clarification"
             [llm_calls], [executed] = sorted(calls), sorted(tools)
             model_s = llm_calls * latency_s
             p50 = percentile(seconds, 0.5)

@@ -175,10 +175,7 @@ def _row(
     question, request = asked.question, asked.request
     executed = len(response.tool_calls)
     kind = "clarification" if response.clarification is not None else question.path
-    if question.path == "clarification":
-        ending = response.clarification is not None
-    else:
-        ending = response.answer == question.answers[-1]
+    answer = response.answer or ""
     proposals = [p for p in made if p.proposal_id in response.proposals]
     mine = [t for t in traces if t.request_id == request.request_id]
     return AgentRow(
@@ -187,10 +184,10 @@ def _row(
         llm_calls=response.llm_calls,
         budget=two_stage_budget(question.path, executed),
         tools=[f"{c.tool}: {c.outcome}" for c in response.tool_calls],
-        answer=response.answer or f"(asks) {response.clarification}",
+        answer=f"(asks) {answer}" if kind == "clarification" else answer,
         proposals=[f"{p.resource_type} {p.proposal_id}" for p in proposals],
         lights=[json.loads(p.gates)["after"]["traffic_light"] for p in proposals if p.gates],
-        scripted=ending and kind == question.path,
+        scripted=answer == question.answers[-1] and kind == question.path,
         replayed=replay(request, mine, response).reproduced,
     )
 

@@ -64,7 +64,7 @@ def prescription_script(patient_id: str, answer: str) -> tuple[str, dict[str, li
     }  # fmt: skip
     return question, {
         question: [
-            {"intent": "TOOL_NEEDED", "suggested_tool": "prescribe_medication", "task_summary": "Prescribe."},
+            {"intent": "TOOL_NEEDED", "task_summary": "Prescribe.", "suggested_tool": "prescribe_medication"},
             {"tool_name": "prescribe_medication"},
             prescription,
             {"quality": "success_rich", "brief_summary": "A draft prescription was proposed."},

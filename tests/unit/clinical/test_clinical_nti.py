@@ -217,6 +217,68 @@ def test_calcium_warning_needs_both_diuretic_classes_and_a_missing_calcium(knowl
     assert run(knowledge, [med("digoxin"), med("furosemide 40 mg")]).warnings == []
 
 
+BRIDGING = ("heparin", "enoxaparin", "dalteparin", "fondaparinux", "lovenox", "fragmin")
+"""Supplementary Data 1 section 2a: the bridging indicators of warfarin's conditional monitoring."""
+APTT = ("3173-2", "aPTT in Platelet poor plasma by Coagulation assay")
+
+
+def test_warfarin_map_monitors_anti_xa_and_aptt_only_under_heparin_bridging(knowledge):
+    [warfarin] = [m for m in knowledge.maps(tier_b=False) if m.name == "warfarin"]
+    [bridging] = warfarin.conditional_monitoring
+    assert (bridging.name, bridging.parameters, bridging.any_medication) == (
+        "heparin_bridging", ("anti_xa", "aptt"), BRIDGING,
+    )  # fmt: skip
+    assert bridging.warning_if_missing is None
+    assert "anti_xa" not in warfarin.primary_parameters and "aptt" not in warfarin.primary_parameters
+
+
+@pytest.mark.parametrize("agent", [*BRIDGING, "Lovenox 40 mg subcut daily", "heparin 5000 units subcut q8h"])
+def test_a_bridging_agent_adds_anti_xa_and_aptt_to_warfarins_monitoring(knowledge, agent):
+    result = assess(state_from(mini_bundle("p", [med("warfarin 5 mg"), med(agent)])), AS_OF, None, knowledge)
+    assert result.med_dependencies_conditional == {"warfarin": ["anti_xa", "aptt"]}
+    missing = {o.parameter for o in result.staleness.observations if o.class_ == "MISSING"}
+    assert {"anti_xa", "aptt"} <= missing
+    assert result.nti.warnings == []
+
+
+@pytest.mark.parametrize(
+    "medications",
+    [[med("warfarin 5 mg")], [med("warfarin 5 mg"), med("heparin 5000 units", status="stopped")],
+     [med("warfarin 5 mg"), med("apixaban 5 mg")], [med("enoxaparin 40 mg")]],
+    ids=["warfarin alone", "heparin stopped", "another anticoagulant", "no warfarin"],
+)  # fmt: skip
+def test_without_warfarin_bridging_anti_xa_is_not_monitored(knowledge, medications):
+    result = assess(state_from(mini_bundle("p", medications)), AS_OF, None, knowledge)
+    assert result.med_dependencies_conditional == {}
+    assert "anti_xa" not in {o.parameter for o in result.staleness.observations}
+
+
+def test_bridging_labs_on_record_are_read_by_code_and_by_name(knowledge):
+    resources = [
+        med("warfarin 5 mg"), med("enoxaparin 80 mg bid"), lab(*APTT, 35, "s"),
+        lab(None, "Anti-Xa (LMWH)", 0.6, "IU/mL"),
+    ]  # fmt: skip
+    result = assess(state_from(mini_bundle("p", resources)), AS_OF, None, knowledge)
+    classes = {o.parameter: o.class_ for o in result.staleness.observations}
+    assert (classes["aptt"], classes["anti_xa"]) == ("CURRENT", "CURRENT")
+
+
+@pytest.mark.parametrize(("bridged", "light"), [(True, "RED"), (False, "YELLOW")])
+def test_esc033_counts_a_bridging_lab_as_warfarin_monitoring_only_under_bridging(knowledge, bridged, light):
+    stale_aptt = lab(*APTT, 35, "s", when="2025-12-01T08:00:00Z")
+    resources = [med("warfarin 5 mg"), lab(*INR, 4.5, "{INR}"), stale_aptt]
+    if bridged:
+        resources.append(med("heparin 5000 units subcut q8h"))
+    flags = GateFlags(esc033_compound=True)
+    result = assess(state_from(mini_bundle("p", resources)), AS_OF, None, knowledge, flags)
+    assert result.nti.severity == "ELEVATED"
+    assert result.traffic_light.light == light
+    compound = [s for s in result.traffic_light.sources if s.startswith("ESC-033")]
+    assert compound == (
+        ["ESC-033: NTI ELEVATED + PROFOUNDLY_STALE monitoring (warfarin:aptt)"] if bridged else []
+    )
+
+
 def test_electrolyte_depleter_escalates_potassium_and_magnesium_monitoring(knowledge):
     nti = run(knowledge, [med("digoxin"), med("bumetanide 1 mg")])
     assert [(p.parameter, p.priority) for p in nti.monitoring_priority] == [

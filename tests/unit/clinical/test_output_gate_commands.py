@@ -68,6 +68,19 @@ def test_route_prints_the_contract_record(tmp_path: Path) -> None:
     assert [v["bucket"] for v in record["violations"]] == ["REVISION_REQUIRED", "PARSER_WARNING"]
 
 
+def test_route_applies_the_cds_backstop_to_an_audit_that_lists_no_violation(tmp_path: Path) -> None:
+    audit = {"violations": [], "cds_compliant": False}
+    (tmp_path / "audit.json").write_text(json.dumps(audit), encoding="utf-8")
+    code, out, _ = _run("route", "--audit", str(tmp_path / "audit.json"), "--revision", "1")
+    assert code == 0
+    record = json.loads(out)
+    assert (record["route"], record["overrides"], record["violations"]) == (
+        "CLL_REVISION",
+        ["cds_backstop"],
+        [],
+    )
+
+
 def test_an_audit_that_is_not_json_or_not_the_contract_is_refused(tmp_path: Path) -> None:
     (tmp_path / "audit.json").write_text("Verdict: MODIFICATION_REQUIRED", encoding="utf-8")
     code, _, err = _run("route", "--audit", str(tmp_path / "audit.json"), "--revision", "0")

@@ -121,6 +121,25 @@ def test_the_answered_turn_shows_the_answer_path_every_decision_tool_calls_and_p
     assert f'data-proposal="{proposal.proposal_id}"' in html and "MedicationRequest" in html
 
 
+def test_a_turn_that_asks_back_shows_the_written_question_and_why(
+    site: Console, scripted: tuple[TurnResult, list[AgentProposal]]
+) -> None:
+    """The model writes the clarification question (the response's answer); the page shows it as what
+    the agent asks, with the deterministic message it was written from."""
+    result, _ = scripted
+    site.run(_ask({"query": QUESTION}))
+    [(request, _)] = site.agent.asked
+    response = result.response(request).model_copy(
+        update={"answer": "Which Smith do you mean?", "clarification": "Found 3 patients named Smith."}
+    )
+    site.agent.turns[request.request_id] = Turn(request, response, tuple(result.traces), ())
+    status, html = site.run(_get(f"/agent/turn/{request.request_id}"))
+    assert status == 200
+    asks = r'<dt>The agent asks</dt><dd class="clarification"><pre[^>]*>Which Smith do you mean\?<'
+    assert re.search(asks, html)
+    assert "Found 3 patients named Smith." in html and "<dt>Answer</dt>" not in html
+
+
 def test_the_recent_questions_are_the_clinicians_own(site: Console) -> None:
     site.run(_ask({"query": QUESTION}))
     site.run(_ask({"query": "What is hypertension?"}, name="dr2"))

@@ -21,8 +21,6 @@ from streams.testing.agent_session import demo_questions, scripted_agent
 
 AS_OF = datetime(2026, 3, 29, tzinfo=UTC)
 QUESTIONS = {q.query: q for q in demo_questions()}
-BUDGET = {"direct": 2, "single_tool": 5, "clarification": 4}
-"""Model calls per path with the two-stage tool selection (multi-tool: 5, then 3 per further tool)."""
 
 
 def _patients() -> BundlePatients:
@@ -43,11 +41,14 @@ def test_every_demo_question_takes_its_path_within_the_call_budget() -> None:
     for query, (turn, _) in zip(QUESTIONS, _turns(list(QUESTIONS)), strict=True):
         question, state = QUESTIONS[query], turn.state
         executed = len(state.executed)
+        assert turn.respond.answer == question.answers[-1] and state.path[-1] == "SYNTHESIZE"
         if question.path == "clarification":
-            assert turn.respond.clarification is not None and turn.respond.answer is None
+            # the question is synthesized: the turn costs what its tool path costs
+            assert turn.respond.clarification is not None and path_kind(state) == "single_tool"
         else:
-            assert (turn.respond.answer, path_kind(state)) == (question.answers[-1], question.path)
-        budget = BUDGET.get(question.path, 5 + 3 * (executed - 1))
+            assert turn.respond.clarification is None and path_kind(state) == question.path
+        # two-stage tool selection: direct 2; a tool path 5, then 3 per further tool
+        budget = 2 if question.path == "direct" else 5 + 3 * (executed - 1)
         assert state.llm_calls == budget, (query, state.llm_calls)
         assert all(e.outcome == "success" for e in state.executed)
 

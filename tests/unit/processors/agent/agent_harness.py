@@ -53,8 +53,10 @@ def answer(payload: dict[str, Any]) -> LlmAnswer:
     return LlmAnswer(text=json.dumps(payload))
 
 
-def intent(kind: str, tool: str = "none", summary: str = "Clinician request") -> LlmAnswer:
-    return answer({"intent": kind, "suggested_tool": tool, "task_summary": summary})
+def intent(kind: str, tool: str | None = None, summary: str = "Clinician request") -> LlmAnswer:
+    """An IntentClassification answer in §6's order; the optional hint only when given."""
+    hint = {} if tool is None else {"suggested_tool": tool}
+    return answer({"intent": kind, "task_summary": summary, **hint})
 
 
 def select(tool: str) -> LlmAnswer:

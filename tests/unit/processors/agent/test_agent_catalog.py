@@ -21,6 +21,7 @@ from processors.agent.schemas import (
     TOOL_NAMES,
     IntentClassification,
     ToolSelection,
+    tool_named,
 )
 from processors.agent.tools import (
     ERROR_TEMPLATES,
@@ -35,7 +36,7 @@ from streams.llm.lint import lint_response_model
 SPEC = Path(__file__).resolve().parents[4].parent / "shared" / "seeds" / "docgemma-agent-graph-v3-spec.md"
 needs_spec = pytest.mark.skipif(not SPEC.exists(), reason=f"the seed spec is not beside the clone ({SPEC})")
 
-# ── §6 schemas ──
+# ── §6 schemas (their field order against §6: tests/unit/llm/test_agent_llm.py) ──
 
 
 @pytest.mark.parametrize("name", sorted(RESPONSE_MODELS))
@@ -43,37 +44,19 @@ def test_every_response_model_passes_the_project_schema_linter(name: str):
     assert lint_response_model(RESPONSE_MODELS[name]) == []
 
 
-FIELD_ORDER = {
-    "IntentClassification": ["intent", "suggested_tool", "task_summary"],
-    "ToolSelection": ["tool_name"],
-    "DrugSafetyArgs": ["drug_name"],
-    "DrugInteractionArgs": ["drug_names"],
-    "LiteratureSearchArgs": ["query"],
-    "ClinicalTrialsArgs": ["condition", "status"],
-    "PatientSearchArgs": ["name"],
-    "PatientChartArgs": ["patient_id"],
-    "PrescribeMedicationArgs": ["patient_id", "medication_name", "dosage", "frequency", "notes"],
-    "AddAllergyArgs": ["patient_id", "substance", "reaction", "severity"],
-    "ClinicalNoteArgs": ["patient_id", "note_type", "note_text"],
-    "ImageAnalysisArgs": ["query"],
-    "ResultAssessment": ["quality", "brief_summary"],
-    "RetryStrategy": ["strategy", "reasoning"],
-    "ImageFindings": ["modality", "findings", "confidence"],
-}
-
-
-def test_schemas_have_the_section_6_names_and_critical_first_field_order():
-    assert {
-        n: list(RESPONSE_MODELS[n].model_json_schema()["properties"]) for n in RESPONSE_MODELS
-    } == FIELD_ORDER
-
-
 def test_decisions_are_enums_and_the_tool_enum_is_the_catalog():
     schema = ToolSelection.model_json_schema()["properties"]["tool_name"]
     assert tuple(schema["enum"]) == TOOL_NAMES == tuple(TOOLS) == tuple(TOOL_ARG_SCHEMAS)
     intent = IntentClassification.model_json_schema()["properties"]
     assert intent["intent"]["enum"] == ["DIRECT", "TOOL_NEEDED"]
-    assert intent["suggested_tool"]["enum"] == [*TOOL_NAMES, "none"]
+
+
+def test_the_suggested_tool_is_a_bounded_free_string_that_counts_only_when_it_names_a_tool():
+    hint = IntentClassification.model_json_schema()["properties"]["suggested_tool"]
+    assert hint["anyOf"] == [{"type": "string", "maxLength": 40}, {"type": "null"}]
+    assert max(map(len, TOOL_NAMES)) <= 40
+    hints = ("get_patient_chart", " search_patient ", "none", "Drug safety", None)
+    assert [tool_named(h) for h in hints] == ["get_patient_chart", "search_patient", None, None, None]
 
 
 def test_drug_interactions_need_two_drugs_and_required_strings_cannot_be_empty():

@@ -30,8 +30,8 @@ from agent_harness import (
 )
 from agent_harness import args as arguments
 
-from processors.agent import LlmCall, Respond, ToolCall, advance, run_scripted
-from processors.agent.prompts import INTENT_SYSTEM
+from processors.agent import LlmAnswer, LlmCall, Respond, ToolCall, advance, run_scripted
+from processors.agent.prompts import CLARIFICATION_SECTION, INTENT_SYSTEM
 
 # ── ① INPUT_ASSEMBLY ──
 
@@ -75,7 +75,7 @@ def test_the_patient_in_context_is_a_hint_and_a_valid_patient_id():
 @pytest.mark.parametrize(
     ("query", "kind", "tool", "next_node", "next_schema"),
     [
-        ("Hello", "DIRECT", "none", "SYNTHESIZE", None),
+        ("Hello", "DIRECT", None, "SYNTHESIZE", None),
         (
             "Check FDA warnings for dofetilide",
             "TOOL_NEEDED",
@@ -93,14 +93,15 @@ def test_the_patient_in_context_is_a_hint_and_a_valid_patient_id():
         ),
     ],
 )
-def test_intent_classify(query: str, kind: str, tool: str, next_node: str, next_schema: str | None):
+def test_intent_classify(query: str, kind: str, tool: str | None, next_node: str, next_schema: str | None):
     states, steps = trail(request(query), [intent(kind, tool)])
     assert system_message(steps[0]) == INTENT_SYSTEM
     assert user_message(steps[0]) == f"Query: {query}"
     state = states[-1]
+    suggested = None if tool in (None, "none") else tool
     assert state.intent == kind
-    assert state.suggested_tool == (None if tool == "none" else tool)
-    assert decisions(state, "INTENT_CLASSIFY") == [kind + ("" if tool == "none" else f", suggested {tool}")]
+    assert state.suggested_tool == suggested
+    assert decisions(state, "INTENT_CLASSIFY") == [kind + (f", suggested {suggested}" if suggested else "")]
     assert (llm_call(steps[-1]).node, llm_call(steps[-1]).schema_name) == (next_node, next_schema)
 
 
@@ -187,8 +188,9 @@ def test_invalid_arguments_are_not_executed_and_ask_for_the_missing_fields():
         select("prescribe_medication"),
         arguments(patient_id="abc-123", medication_name="metformin", dosage="500mg", frequency="  "),
     ]
-    state, response = run("Prescribe metformin 500mg for abc-123", events)
-    assert response == Respond(clarification="I need more information: frequency")
+    question = "How often should metformin 500 mg be given?"
+    state, response = run("Prescribe metformin 500mg for abc-123", [*events, say(question)])
+    assert response == Respond(answer=question, clarification="I need more information: frequency")
     assert state.executed == ()
     assert state.tool_results[-1].error_type == "invalid_args"
     assert state.tool_results[-1].formatted_result == (
@@ -197,7 +199,7 @@ def test_invalid_arguments_are_not_executed_and_ask_for_the_missing_fields():
     assert state.path == (
         "INPUT_ASSEMBLY", "INTENT_CLASSIFY", "TOOL_SELECT", "TOOL_EXECUTE", "ERROR_HANDLER", "SYNTHESIZE",
     )  # fmt: skip
-    assert state.llm_calls == 3
+    assert state.llm_calls == 4
 
 
 def test_a_stage_two_answer_that_does_not_validate_is_an_argument_failure():
@@ -205,6 +207,7 @@ def test_a_stage_two_answer_that_does_not_validate_is_an_argument_failure():
         intent("TOOL_NEEDED", "prescribe_medication"),
         select("prescribe_medication"),
         answer({"patient_id": "abc-123"}),
+        say("Which medication, dose and frequency should be prescribed?"),
     ]
     _, response = run("Prescribe metformin for abc-123", events)
     assert response.clarification == "I need more information: medication name, dosage, frequency"
@@ -216,9 +219,13 @@ def test_a_patient_id_that_is_not_one_asks_for_the_id(patient_id: str):
         intent("TOOL_NEEDED", "get_patient_chart"),
         select("get_patient_chart"),
         arguments(patient_id=patient_id),
+        say("Which patient ID is John Smith's?"),
     ]
     state, response = run("Show John Smith's chart", events)
-    assert response == Respond(clarification="I need a patient ID to proceed. Could you provide one?")
+    assert response == Respond(
+        answer="Which patient ID is John Smith's?",
+        clarification="I need a patient ID to proceed. Could you provide one?",
+    )
     assert decisions(state, "ERROR_HANDLER") == ["ask_user: missing or invalid arguments (patient_id)"]
 
 
@@ -325,14 +332,17 @@ def test_router_asks_the_user_when_three_patients_match():
         intent("TOOL_NEEDED", "search_patient"),
         *tool_step("search_patient", {"name": "James Wilson"}, JAMES_WILSONS),
     ]
-    state, response = run("Search for patient James Wilson", events)
+    question = "Three patients are named James Wilson (jwi-001, jwi-002, jwi-003): which one do you mean?"
+    state, response = run("Search for patient James Wilson", [*events, say(question)])
     assert response == Respond(
+        answer=question,
         clarification="I found 3 patients matching 'James Wilson'. Which one did you mean? "
         "jwi-001, James Wilson, 1948-03-01; jwi-002, James Wilson, 1971-11-23; "
-        "jwi-003, James A. Wilson, 1990-06-30"
+        "jwi-003, James A. Wilson, 1990-06-30",
     )
     assert decisions(state, "DETERMINISTIC_ROUTER") == ["route → SYNTHESIZE: ask_user: 3 patient matches"]
-    assert state.clarification_request == response.clarification and state.final_response is None
+    assert decisions(state, "SYNTHESIZE") == ["clarification question (14 words)"]
+    assert state.clarification_request == response.clarification and state.final_response == question
 
 
 def test_router_synthesizes_at_step_count_four():
@@ -528,11 +538,12 @@ def test_error_handler_ask_user_triggers(outcome, question: str):
         arguments(name="hydro"),
         outcome,
         assess("error_fatal"),
+        say("Could you clarify?"),
     ]
     state, response = run("Search for patient hydro", events)
-    assert response == Respond(clarification=question)
+    assert response == Respond(answer="Could you clarify?", clarification=question)
     assert "RetryStrategy" not in {d.schema_name for d in state.trace}
-    assert state.llm_calls == 4
+    assert state.path[-2:] == ("ERROR_HANDLER", "SYNTHESIZE") and state.llm_calls == 5
 
 
 @pytest.mark.parametrize(("error_type", "expected"), [("timeout", "retry_same"), ("not_found", None)])
@@ -603,3 +614,88 @@ def test_the_brief_variant_is_not_used_for_a_write():
     ]
     _, steps = trail(request("Document a penicillin allergy with hives for abc-123"), events)
     assert not user_message(steps[-1]).startswith("Include only")
+
+
+CONTEXT_TURNS = {
+    "direct": ("What is hypertension?", [intent("DIRECT", summary="Definition of hypertension")]),
+    "single tool": (
+        "Check FDA warnings for dofetilide",
+        [intent("TOOL_NEEDED", "check_drug_safety", "Dofetilide safety"),
+         *tool_step("check_drug_safety", {"drug_name": "dofetilide"}, DOFETILIDE_SAFETY)],
+    ),
+    "ask_user": (
+        "Search for patient James Wilson",
+        [intent("TOOL_NEEDED", "search_patient", "Find James Wilson"),
+         *tool_step("search_patient", {"name": "James Wilson"}, JAMES_WILSONS)],
+    ),
+    "skip": (
+        "Check FDA warnings for zorblaxin",
+        [intent("TOOL_NEEDED", "check_drug_safety", "Zorblaxin safety"), select("check_drug_safety"),
+         arguments(drug_name="zorblaxin"), fail("drug_not_in_database", "unknown"), assess("error_fatal")],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(CONTEXT_TURNS))
+def test_synthesis_carries_the_task_summary_as_clinical_context_on_every_path(name: str):
+    query, events = CONTEXT_TURNS[name]
+    states, steps = trail(request(query), events)
+    call = llm_call(steps[-1])
+    assert call.node == "SYNTHESIZE"
+    summary = states[-1].task_summary
+    assert summary and f"Clinical context: {summary}" in user_message(call).split("\n\n")
+
+
+@pytest.mark.parametrize(
+    ("query", "event", "summary", "next_node"),
+    [
+        ("Hello", say("not json"), "The clinician's question as asked.", "SYNTHESIZE"),
+        ("Explain metformin MOA", intent("DIRECT", summary="  "), "The clinician's question as asked; drugs: "
+         "metformin.", "SYNTHESIZE"),
+        ("Prescribe warfarin for PT-TEST-009", say("{"), "The clinician's question as asked; patient: "
+         "PT-TEST-009; drugs: warfarin; actions: prescribe.", "TOOL_SELECT"),
+    ],
+)  # fmt: skip
+def test_a_missing_or_blank_task_summary_becomes_the_question_with_its_entities(
+    query: str, event: LlmAnswer, summary: str, next_node: str
+):
+    states, steps = trail(request(query), [event])
+    assert states[-1].task_summary == summary
+    assert llm_call(steps[-1]).node == next_node
+    if next_node == "SYNTHESIZE":
+        assert f"Clinical context: {summary}" in user_message(steps[-1]).split("\n\n")
+
+
+def test_result_classification_carries_the_fallback_summary_too():
+    prescription = {"patient_id": "PT-TEST-009", "medication_name": "warfarin", "dosage": "5 mg",
+                    "frequency": "daily"}  # fmt: skip
+    events = [say("{"), select("prescribe_medication"), arguments(**prescription), ok({"proposal_id": "p-1"})]
+    states, steps = trail(request("Prescribe warfarin 5 mg daily for PT-TEST-009"), events)
+    assert llm_call(steps[-1]).node == "RESULT_CLASSIFY"
+    assert f"Clinical context: {states[-1].task_summary}\n" in system_message(steps[-1])
+    assert states[-1].task_summary.startswith("The clinician's question as asked; patient: PT-TEST-009")
+
+
+def test_an_ask_user_is_synthesized_from_the_section_9_message():
+    events = [intent("TOOL_NEEDED", "search_patient"),
+              *tool_step("search_patient", {"name": "James Wilson"}, JAMES_WILSONS)]  # fmt: skip
+    states, steps = trail(request("Search for patient James Wilson"), events)
+    message = states[-1].clarification_request
+    assert message is not None and message.startswith("I found 3 patients matching 'James Wilson'.")
+    call = llm_call(steps[-1])
+    assert (call.node, call.schema_name, call.temperature, call.max_tokens) == ("SYNTHESIZE", None, 0.5, 256)
+    assert user_message(call).endswith("\n\n" + CLARIFICATION_SECTION.format(message=message))
+    assert "Retrieved information:\n[Patient Search]" in user_message(call)
+
+
+def test_an_empty_clarification_falls_back_on_the_section_9_message():
+    events = [intent("TOOL_NEEDED", "search_patient"),
+              *tool_step("search_patient", {"name": "James Wilson"}, JAMES_WILSONS), say("  ")]  # fmt: skip
+    state, response = run("Search for patient James Wilson", events)
+    assert response.answer == response.clarification == state.clarification_request
+    assert decisions(state, "SYNTHESIZE") == ["empty answer → the ask_user message"]
+
+
+def test_a_synthesis_without_an_ask_user_has_no_clarification_section():
+    _, steps = trail(request("What is hypertension?"), [intent("DIRECT")])
+    assert "Clarification needed" not in user_message(steps[-1])

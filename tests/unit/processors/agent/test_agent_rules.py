@@ -113,7 +113,7 @@ def test_a_direct_intent_is_overruled_when_a_task_pattern_requires_tools() -> No
 
     config = default_config({"dofetilide"})
     state, _ = start(AgentRequest(conversation_id="c", query="Check FDA warnings for dofetilide"), config)
-    answer = '{"intent": "DIRECT", "suggested_tool": "none", "task_summary": "x"}'
+    answer = '{"intent": "DIRECT", "task_summary": "x"}'
     state, _ = advance(state, LlmAnswer(text=answer), config)
     assert state.intent == "TOOL_NEEDED" and state.path[-1] == "TOOL_SELECT"
     assert "requires tools" in state.trace[-1].decision

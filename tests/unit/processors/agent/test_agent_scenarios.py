@@ -109,14 +109,15 @@ def test_search_for_patient_james_wilson_with_three_matches_returns_a_clarificat
     events = [
         intent("TOOL_NEEDED", "search_patient"),
         *tool_step("search_patient", {"name": "James Wilson"}, {"matches": matches}, "success_partial"),
+        say("Which James Wilson do you mean: jwi-001, jwi-002 or jwi-003?"),
     ]
     state, response = run("Search for patient James Wilson", events)
     assert state.path == SINGLE_PATH
-    assert response.answer is None and response.clarification is not None
-    assert response.clarification.startswith(
+    assert response.answer == "Which James Wilson do you mean: jwi-001, jwi-002 or jwi-003?"
+    assert response.clarification is not None and response.clarification.startswith(
         "I found 3 patients matching 'James Wilson'. Which one did you mean?"
     )
-    assert state.llm_calls == 4
+    assert state.llm_calls == 5
 
 
 def test_chest_x_ray_what_do_you_see_is_image_plus_direct():
@@ -206,6 +207,7 @@ def test_multiple_patient_matches_ask_the_user_and_never_retry():
         events = [
             intent("TOOL_NEEDED", "search_patient"),
             *tool_step("search_patient", {"name": "James Wilson"}, {"matches": matches}, quality),
+            say("Which James Wilson do you mean?"),
         ]
         state, response = run("Search for patient James Wilson", events)
         assert response.clarification is not None, quality

@@ -90,11 +90,29 @@ def test_overrides_fire_in_the_contract_order() -> None:
     assert result.overrides == ["zero_violations", "cds_backstop"] and result.route == "CLL_REVISION"
 
 
-def test_an_empty_audit_proceeds_with_no_override() -> None:
-    assert route_audit([], False, 0).contract() == {
+def test_an_empty_compliant_audit_proceeds_with_no_override() -> None:
+    assert route_audit([], True, 0).contract() == {
         "route": "PROCEED", "blocking_count": 0, "log_only_count": 0, "hq_decision_count": 0,
         "violations": [], "overrides": [],
     }  # fmt: skip
+
+
+@pytest.mark.parametrize("revision", [0, 1])
+def test_the_cds_backstop_applies_to_a_non_compliant_audit_that_lists_no_violation(revision: int) -> None:
+    assert route_audit([], False, revision).contract() == {
+        "route": "CLL_REVISION", "blocking_count": 0, "log_only_count": 0, "hq_decision_count": 0,
+        "violations": [], "overrides": ["cds_backstop"],
+    }  # fmt: skip
+
+
+def test_a_non_compliant_audit_that_lists_no_violation_proceeds_at_the_revision_budget() -> None:
+    result = route_audit([], False, 2)
+    assert (result.route, result.overrides) == ("PROCEED", [])
+
+
+def test_the_cds_backstop_follows_the_parser_warning_filter() -> None:
+    result = route_audit(["[PARSER WARNING] output truncated"], False, 0)
+    assert (result.route, result.overrides) == ("CLL_REVISION", ["parser_warning_filter", "cds_backstop"])
 
 
 def test_the_data_file_keeps_its_invariants() -> None:
