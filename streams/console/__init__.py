@@ -2,11 +2,13 @@
 
 One module per concern:
 
-* :mod:`~streams.console.users`: users, roles, scrypt password hashes, the users file;
+* :mod:`~streams.console.users`: users, roles, the password policy, scrypt password hashes checked on a
+  pool of their own, the users file;
 * :mod:`~streams.console.sessions`: server-side sessions with their CSRF tokens, the sign-in throttle;
 * :mod:`~streams.console.auth`: the guard of every request (session cookie, CSRF, roles), sign-in and
   sign-out;
 * :mod:`~streams.console.audit`: one record per action on ``clingate.console.audit``;
+* :mod:`~streams.console.metrics`: the requests refused before sign-in, counted at ``/metrics``;
 * :mod:`~streams.console.assessments`: the assessments the clinical workers published, read from Kafka;
 * :mod:`~streams.console.drafts`: the output gates' gated drafts and routes read from Kafka, grouped in
   runs;

@@ -41,7 +41,7 @@ from streams.console.audit import Action, Outcome, audit, record_refusal
 from streams.console.auth import requires
 from streams.console.delivery import NotAcknowledged
 from streams.console.history import HISTORY
-from streams.console.pages import PageLink, render
+from streams.console.pages import PageLink, render, segment
 from streams.console.sessions import SESSION
 from streams.console.users import Role
 
@@ -143,7 +143,7 @@ async def ask(request: web.Request) -> web.StreamResponse:
     except NotAcknowledged:
         await record_refusal(request, Action.ASK, target=turn_id, reason="not acknowledged")
         raise
-    raise web.HTTPSeeOther(f"{PAGE.path}/turn/{turn_id}")
+    raise web.HTTPSeeOther(f"{PAGE.path}/turn/{segment(turn_id)}")
 
 
 @requires(*PAGE.roles)

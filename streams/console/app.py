@@ -7,9 +7,13 @@ around the real ones).
 
 What holds for every response: a Content-Security-Policy that lets a page load only this site's stylesheet
 and images and post forms only to this site (no script at all, no frame), ``X-Content-Type-Options:
-nosniff``, no referrer, and, for the pages (which show patients), ``Cache-Control: no-store``. A page whose
-data Kafka did not give in time answers 503 with what failed, never a partial page; an unreadable users
-file answers 503 too (and is logged), rather than letting anyone in or out silently.
+nosniff``, no referrer, a ``Server`` header that names no software version, and, for the pages (which show
+patients), ``Cache-Control: no-store``. A page whose data Kafka did not give in time answers 503 with what
+failed, never a partial page; an unreadable users file answers 503 too (and is logged), rather than
+letting anyone in or out silently.
+
+What is logged of a request (the access log, :class:`AccessLogger`, and the failures above) names its
+route, never its path: ``/pharmacist/patient/{patient_id}``, not the patient.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import logging
 
 from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
 
 from streams.console import agent, dead_letters, memory, pharmacist, sme
 from streams.console.agent_topics import AGENT, AgentDesk
@@ -27,6 +32,7 @@ from streams.console.dead_letter_queues import DEAD_LETTERS, REDRIVER, DeadLette
 from streams.console.delivery import NotAcknowledged
 from streams.console.drafts import DRAFTS, DraftSource
 from streams.console.history import HISTORY, History
+from streams.console.metrics import METRICS, ConsoleMetrics, metrics_page
 from streams.console.pages import NAVIGATION, STATIC, Unavailable, render
 from streams.console.reviews import PUBLISHER, REVIEWS, ReviewPublisher, ReviewSource
 from streams.console.users import Role, UserError
@@ -41,6 +47,7 @@ HEADERS = {
     "frame-ancestors 'none'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
+    "Server": "clingate",
 }
 
 
@@ -53,6 +60,26 @@ UNAVAILABLE: dict[type[Exception], str] = {
 """What a 503 page says for each failure (what exactly failed is in the console's log, not on the page)."""
 
 
+def route_of(request: web.BaseRequest) -> str:
+    """The route ``request`` took, as declared (``/pharmacist/patient/{patient_id}``), never the path
+    with its ids; ``-`` when it took none (a path no route has, a request that could not be read)."""
+    match_info = getattr(request, "match_info", None)
+    resource = None if match_info is None else match_info.route.resource
+    return "-" if resource is None else resource.canonical
+
+
+class AccessLogger(AbstractAccessLogger):
+    """aiohttp's access log, one line a request: the client's address, the method, the route
+    (:func:`route_of`), the status, the bytes sent and the seconds taken."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        """Log one request (module docstring)."""
+        self.logger.info(
+            '%s "%s %s" %d %d %.3f', request.remote, request.method, route_of(request), response.status,
+            response.body_length, time,
+        )  # fmt: skip
+
+
 @web.middleware
 async def unavailable(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A page whose data, audit record, review or other record Kafka did not take, or an unreadable users
@@ -60,7 +87,7 @@ async def unavailable(request: web.Request, handler: Handler) -> web.StreamRespo
     try:
         return await handler(request)
     except tuple(UNAVAILABLE) as exc:
-        log.error("console: %s %s: %s", request.method, request.path, exc)
+        log.error("console: %s %s: %s", request.method, route_of(request), exc)
         return render(request, "error.html", status=503, title="Unavailable", message=UNAVAILABLE[type(exc)])
 
 
@@ -93,9 +120,10 @@ def build_app(
     """The console's application around its users and sessions, audit trail (and its read-back),
     assessments, review packets and reviews, the publisher of the SME's decisions, the dead letters and
     where they are re-driven, the agent's topics, the gated drafts and routes, and the memory explorer's
-    sources."""
+    sources. Serve it with :class:`AccessLogger` as the runner's ``access_log_class``."""
     app = web.Application(middlewares=[unavailable, guard], client_max_size=MAX_REQUEST_BYTES)
     app[ACCESS] = access
+    app[METRICS] = ConsoleMetrics()
     app[AUDIT] = audit
     app[ASSESSMENTS] = assessments
     app[REVIEWS] = reviews
@@ -110,6 +138,7 @@ def build_app(
     app.router.add_get("/login", sign_in_page)
     app.router.add_post("/login", sign_in)
     app.router.add_post("/logout", sign_out)
+    app.router.add_get("/metrics", metrics_page)
     pharmacist.add_routes(app)
     sme.add_routes(app)
     memory.add_routes(app, explorer)

@@ -4,11 +4,14 @@ action, keyed by the user.
 What holds: an action the console does for a person is recorded before it takes effect, and does not take
 effect when the record is not acknowledged by Kafka. A sign-in creates its session only after its record
 is acknowledged (:class:`AuditUnavailable` otherwise: the page says so, the person is not signed in); a
-refused request (bad password, rate limit, missing role, missing or wrong CSRF token) is refused whether
-or not its record could be written. A sign-out ends the session first and then records it: ending a
-session is the safe side of a failure. The records carry no password and no patient data beyond the
-request path, a reviewed document's id, a dead letter's coordinates or an agent turn's id (the
-``target``); a re-drive's ``detail`` holds the note its operator typed.
+signed-in person's refused request (missing role, missing or wrong CSRF token) is refused whether or not
+its record could be written. A sign-out ends the session first and then records it: ending a session is
+the safe side of a failure. Every record is a signed-in person's: what is refused before anyone signed in
+(a failed or throttled sign-in, a sign-in form without its token) is counted by
+:mod:`streams.console.metrics` instead, so that no anonymous client writes this topic. The records carry
+no password and no patient data beyond the request path, a reviewed document's id, a dead letter's
+coordinates or an agent turn's id (the ``target``); a re-drive's ``detail`` holds the note its operator
+typed.
 
 The event time is the wall clock's: the console is the source of these events, as ``clingate arbiter
 review`` is of a review.
@@ -36,8 +39,7 @@ from topics.catalog import CONSOLE_AUDIT
 log = logging.getLogger(__name__)
 
 ANONYMOUS = "-"
-"""The ``user`` of an action without a signed-in person or a typed name (not a user name: names start
-with a letter or digit)."""
+"""The ``user`` of an action without a user (not a user name: names start with a letter or digit)."""
 
 
 class Action(StrEnum):

@@ -7,31 +7,40 @@ What holds, for every request (:func:`guard`, the application's middleware):
   is ``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no other site's page sends it),
   ``Path=/``, and ``Secure`` with ``CLINGATE_CONSOLE_SECURE_COOKIES`` (behind a TLS proxy);
 * a POST is refused (403) unless its form carries the session's CSRF token, whatever its path (the
-  sign-in form's token is its anonymous session's);
+  sign-in form's token is its anonymous session's); a body that cannot be read as a form (bytes not of
+  its charset, an unknown charset, multipart without its boundary) is refused with 400;
 * a page that declares roles (:func:`requires`) is answered only for a signed-in session of one of them:
   without one the browser is sent to ``/login?next=<the page>``, with another role it gets a 403 page,
   never the content; pages that declare none (the sign-in page, the stylesheet) are public.
 
-Sign-in (:func:`sign_in`) checks the password in a worker thread (scrypt takes a quarter of a second),
-refuses a name with too many recent failures without checking it (:class:`SignInThrottle`), logs each
-refusal with the name and the client's address, never the password, and records every attempt on the audit
-trail (:mod:`streams.console.audit`) before a session is made.
+Sign-in (:func:`sign_in`) checks the password on the pool of password checks (:class:`PasswordChecks`:
+never the pool the pages read Kafka on; 429 when too many checks are under way), refuses a name and
+address whose failures locked them without checking the password (:class:`SignInThrottle`), and records a
+sign-in on the audit trail (:mod:`streams.console.audit`) before its session is made. A refused sign-in
+is logged with the client's address and, for the name, its keyed hash (:meth:`Access.tag`: the same name
+gives the same tag while the console runs, and nobody without the process's key can tell which name it
+is), since a name typed may be a password typed in the wrong field; it is never recorded on the audit
+trail, only counted (:mod:`streams.console.metrics`), as is every request refused before sign-in.
 """
 
 from __future__ import annotations
 
-import asyncio
+import hashlib
+import hmac
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 from aiohttp import web
+from multidict import MultiDictProxy
 
 from streams.console.audit import Action, Outcome, audit, record_refusal
+from streams.console.metrics import Refusal, refused
 from streams.console.pages import CSRF_FIELD, render
-from streams.console.sessions import SESSION, Session, Sessions, SignInThrottle
-from streams.console.users import NAME_PATTERN, Role, User, UserStore, decoy_hash, verify_password
+from streams.console.sessions import SESSION, Session, Sessions, SignInThrottle, TooManySessions
+from streams.console.users import NAME_PATTERN, ChecksBusy, PasswordChecks, Role, UserStore
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +54,20 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @dataclass(frozen=True)
 class Access:
-    """The application's users, sessions, throttle and cookie policy."""
+    """The application's users, sessions, throttle, password checks and cookie policy."""
 
     users: UserStore
     sessions: Sessions
     throttle: SignInThrottle
+    checks: PasswordChecks
     secure_cookies: bool
+    name_key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+    """The key of :meth:`tag`: this process's own, never written anywhere."""
+
+    def tag(self, name: str) -> str:
+        """The keyed hash a typed name is logged and throttled under: ``#`` and 64 bits of its HMAC-SHA256
+        (``#`` is no name's first character)."""
+        return "#" + hmac.new(self.name_key, name.encode(), hashlib.sha256).hexdigest()[:16]
 
 
 ACCESS = web.AppKey("access", Access)
@@ -80,6 +97,15 @@ def safe_next(target: object) -> str:
     return "/"
 
 
+async def _form(request: web.Request) -> MultiDictProxy[str | bytes | web.FileField] | None:
+    """The request's form (read once: handlers get it again from aiohttp); None when its body cannot be
+    read as one."""
+    try:
+        return await request.post()
+    except (ValueError, LookupError):  # UnicodeDecodeError is a ValueError; an unknown charset a LookupError
+        return None
+
+
 @web.middleware
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Session, CSRF and roles for every request (module docstring)."""
@@ -88,9 +114,19 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     if session is not None:
         request[SESSION] = session
     if request.method == "POST":
-        token = (await request.post()).get(CSRF_FIELD)
+        form = await _form(request)
+        if form is None:
+            refused(request, Refusal.MALFORMED)
+            message = "The form could not be read (its bytes, its charset or its boundary): send it again."
+            return render(request, "error.html", status=400, title="Bad request", message=message)
+        token = form.get(CSRF_FIELD)
         if session is None or not session.csrf_matches(token if isinstance(token, str) else None):
-            await record_refusal(request, Action.CSRF_REFUSED, token="missing" if token is None else "wrong")
+            if session is not None and session.user is not None:
+                await record_refusal(
+                    request, Action.CSRF_REFUSED, token="missing" if token is None else "wrong"
+                )
+            else:
+                refused(request, Refusal.CSRF)
             message = (
                 "The form was not sent by a page of this session, or the session ended: open the page again."
             )
@@ -99,7 +135,7 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     if roles is None:
         return await handler(request)
     if session is None or session.role is None:
-        location = "/login?" + urlencode({"next": request.path_qs})
+        location = "/login?" + urlencode({"next": str(request.rel_url)})  # its ids still encoded
         raise web.HTTPFound(location) if request.method in ("GET", "HEAD") else web.HTTPSeeOther(location)
     if session.role not in roles:
         await record_refusal(request, Action.ACCESS_DENIED, required=sorted(roles))
@@ -126,24 +162,31 @@ def _sign_in_form(request: web.Request, target: str, *, status: int = 200, error
 
 async def sign_in_page(request: web.Request) -> web.StreamResponse:
     """``GET /login``: the sign-in form (with an anonymous session for its CSRF token), or the page asked
-    for when already signed in."""
+    for when already signed in; 503 while too many sign-in forms are open."""
     target = safe_next(request.query.get("next"))
     session = request.get(SESSION)
     if session is not None and session.user is not None:
         raise web.HTTPFound(target)
     if session is not None:
         return _sign_in_form(request, target)
-    request[SESSION] = session = request.app[ACCESS].sessions.start()
+    try:
+        request[SESSION] = session = request.app[ACCESS].sessions.start()
+    except TooManySessions as exc:
+        log.warning("console: sign-in page refused to %s: %s", request.remote, exc)
+        refused(request, Refusal.FORMS_FULL)
+        response = render(request, "error.html", status=503, title="Unavailable",
+                          message="Too many sign-in forms are open: try again in a few minutes.")  # fmt: skip
+        response.headers["Retry-After"] = "60"
+        return response
     response = _sign_in_form(request, target)
     _set_cookie(request, response, session)
     return response
 
 
-async def _check(users: UserStore, name: str, password: str) -> User | None:
-    """The user ``name`` if ``password`` is theirs; an unknown name costs a check too (no timing oracle)."""
-    user = users.get(name)
-    matches = await asyncio.to_thread(verify_password, password, user.password if user else decoy_hash())
-    return user if matches else None
+def _too_many(request: web.Request, target: str, error: str, retry_after_s: int) -> web.Response:
+    response = _sign_in_form(request, target, status=429, error=error)
+    response.headers["Retry-After"] = str(retry_after_s)
+    return response
 
 
 async def sign_in(request: web.Request) -> web.StreamResponse:
@@ -152,26 +195,34 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
     form = await request.post()
     name, password = str(form.get("name", "")).strip(), str(form.get("password", ""))
     target = safe_next(form.get("next"))
+    address = request.remote or "-"
     if NAME_PATTERN.fullmatch(name) is None:
-        # Never a user's name (users.NAME_PATTERN): not logged or recorded, it may be a password typed
-        # in the wrong field; and no password is checked for it.
-        log.warning("console: sign-in from %s refused: not a user name", request.remote)
-        await record_refusal(request, Action.SIGN_IN, reason="not a user name")
+        # Never a user's name (users.NAME_PATTERN), so no password is checked for it.
+        log.warning("console: sign-in from %s refused: not a user name", address)
+        refused(request, Refusal.NOT_A_NAME)
         return _sign_in_form(request, target, status=401, error=WRONG)
-    if access.throttle.refused(name):
-        log.warning("console: sign-in of %r from %s refused: too many failures", name, request.remote)
-        await record_refusal(request, Action.SIGN_IN, user=name, reason="too many failures")
-        error = "Too many failed sign-ins for this name: wait a minute and try again."
-        return _sign_in_form(request, target, status=429, error=error)
-    user = await _check(access.users, name, password)
-    if user is None:
-        failures = access.throttle.failed(name)
-        log.warning("console: sign-in of %r from %s refused: wrong name or password (%d recent failures)",
-                    name, request.remote, failures)  # fmt: skip
-        await record_refusal(request, Action.SIGN_IN, user=name, reason="wrong name or password")
+    tag = access.tag(name)
+    wait_s = access.throttle.refused(tag, address)
+    if wait_s:
+        log.warning("console: sign-in of %s from %s refused: locked for %d s more", tag, address, wait_s)
+        refused(request, Refusal.THROTTLED)
+        error = "Too many failed sign-ins from here: wait a few minutes and try again."
+        return _too_many(request, target, error, wait_s)
+    user = access.users.get(name)
+    try:
+        matches = await access.checks.check(password, user)  # an unknown name costs a check too
+    except ChecksBusy as exc:
+        log.warning("console: sign-in of %s from %s refused: %s", tag, address, exc)
+        refused(request, Refusal.BUSY)
+        return _too_many(request, target, "Too many sign-ins at once: try again in a few seconds.", 5)
+    if user is None or not matches:
+        lock_s = access.throttle.failed(tag, address)
+        log.warning("console: sign-in of %s from %s refused: wrong name or password%s", tag, address,
+                    f"; locked for {lock_s:.0f} s" if lock_s else "")  # fmt: skip
+        refused(request, Refusal.WRONG_PASSWORD)
         return _sign_in_form(request, target, status=401, error=WRONG)
     await audit(request, Action.SIGN_IN, Outcome.OK, user=user.name, role=user.role)
-    access.throttle.succeeded(name)
+    access.throttle.succeeded(tag, address)
     access.sessions.end(request[SESSION].id)
     response = _redirect(target)
     _set_cookie(request, response, access.sessions.start(user.name, user.role))

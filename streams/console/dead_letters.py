@@ -24,6 +24,10 @@ What holds:
   (:func:`redrives`): a dead letter is re-driven when the last ``redrive`` record of some person on it is
   ``ok``. One console re-drives one dead letter at a time (a lock around the check and the re-drive), so
   two operators' clicks cannot both pass the check.
+* **Coordinates are Kafka's numbers**: a partition and an offset are ASCII digits below Kafka's bounds
+  (:data:`PARTITION_BOUND`, :data:`OFFSET_BOUND`), in the path (else 404: no such dead letter) as in the
+  query (``?partition=``, ``?before=``: else 400), so that no request reaches Kafka with a number it cannot
+  take (``²`` is a digit to ``str.isdigit`` and none to ``int``; 5,000 digits are too many for ``int``).
 """
 
 from __future__ import annotations
@@ -55,6 +59,11 @@ LIST_PREVIEW_BYTES = 256
 """Bytes of a key, value or header a list page shows."""
 RECORD_PREVIEW_BYTES = 64 * 1024
 """Bytes of a key, value or header a record page shows."""
+
+PARTITION_BOUND = 2**31
+"""Partitions are below this (Kafka's int32)."""
+OFFSET_BOUND = 2**63
+"""Offsets are below this (Kafka's int64)."""
 
 REDRIVE_LOCK = web.AppKey("redrive_lock", asyncio.Lock)
 
@@ -130,9 +139,30 @@ def redrive_headers(
     return kept + [(REDRIVE_PREFIX + name, value.encode()) for name, value in added.items()]
 
 
+def number(text: str, bound: int) -> int | None:
+    """``text`` as a number below ``bound`` if it is one written in ASCII digits (None: it is not)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(bound)):
+        return None
+    value = int(text)
+    return value if value < bound else None
+
+
 def _no_queue(request: web.Request) -> web.Response:
     message = f"{request.match_info['topic']} is not a dead-letter topic of the catalog."
     return render(request, "error.html", status=404, title="No such dead-letter topic", message=message)
+
+
+def _no_letter(request: web.Request, coordinates: str | None) -> web.Response:
+    where = "these coordinates" if coordinates is None else coordinates
+    return render(request, "error.html", status=404, title="No such dead letter",
+                  message=f"There is no record at {where}.")  # fmt: skip
+
+
+def _coordinates(request: web.Request) -> tuple[int, int] | None:
+    """The partition and offset of the path (None: numbers Kafka has no such record at)."""
+    partition = number(request.match_info["partition"], PARTITION_BOUND)
+    offset = number(request.match_info["offset"], OFFSET_BOUND)
+    return None if partition is None or offset is None else (partition, offset)
 
 
 @requires(*PAGE.roles)
@@ -142,19 +172,20 @@ async def queues_page(request: web.Request) -> web.StreamResponse:
     return render(request, "dead_letters.html", title=PAGE.title, queues=queues)
 
 
-def _int(value: str | None) -> int | None:
-    return int(value) if value is not None and value.isdigit() else None
-
-
 @requires(*PAGE.roles)
 async def queue_page(request: web.Request) -> web.StreamResponse:
-    """``GET /dead-letters/{topic}[?partition=P&before=O]``: a window of a topic's records, newest first."""
+    """``GET /dead-letters/{topic}[?partition=P&before=O]``: a window of a topic's records, newest first
+    (400: ``partition`` or ``before`` is not a partition or an offset)."""
     topic = request.match_info["topic"]
     if topic not in DEAD_LETTER_QUEUES:
         return _no_queue(request)
-    page = await request.app[DEAD_LETTERS].page(
-        topic, _int(request.query.get("partition")) or 0, _int(request.query.get("before"))
-    )
+    partition = number(request.query.get("partition", "0"), PARTITION_BOUND)
+    before = request.query.get("before")
+    end = None if before is None else number(before, OFFSET_BOUND)
+    if partition is None or (before is not None and end is None):
+        return render(request, "error.html", status=400, title="Bad request",
+                      message="partition and before are a partition number and an offset.")  # fmt: skip
+    page = await request.app[DEAD_LETTERS].page(topic, partition, end)
     redriven = redrives(await request.app[HISTORY].actions({Action.REDRIVE}))
     return render(
         request, "dead_letter_queue.html", title=topic, page=page, source=DEAD_LETTER_QUEUES[topic],
@@ -174,11 +205,13 @@ async def _letter(
     topic = request.match_info["topic"]
     if topic not in DEAD_LETTER_QUEUES:
         return _no_queue(request)
-    partition, offset = int(request.match_info["partition"]), int(request.match_info["offset"])
+    coordinates = _coordinates(request)
+    if coordinates is None:
+        return _no_letter(request, None)
+    partition, offset = coordinates
     item = await request.app[DEAD_LETTERS].letter(topic, partition, offset)
     if item is None:
-        return render(request, "error.html", status=404, title="No such dead letter",
-                      message=f"There is no record at {topic}[{partition}]@{offset}.")  # fmt: skip
+        return _no_letter(request, f"{topic}[{partition}]@{offset}")
     redriven = redrives(await request.app[HISTORY].actions({Action.REDRIVE})).get(item.coordinates)
     return render(
         request, "dead_letter.html", status=status, title=item.coordinates, item=item,
@@ -193,9 +226,10 @@ async def redrive(request: web.Request) -> web.StreamResponse:
     """``POST /dead-letters/{topic}/{partition}/{offset}``: re-drive the dead letter (module docstring),
     then back to its page."""
     topic = request.match_info["topic"]
-    if topic not in DEAD_LETTER_QUEUES:
-        return _no_queue(request)
-    partition, offset = int(request.match_info["partition"]), int(request.match_info["offset"])
+    coordinates = _coordinates(request)
+    if topic not in DEAD_LETTER_QUEUES or coordinates is None:
+        return await _letter(request)
+    partition, offset = coordinates
     note = str((await request.post()).get("note", "")).strip()
     if not note or len(note) > NOTE_MAX:
         return await _letter(
@@ -228,7 +262,7 @@ async def redrive(request: web.Request) -> web.StreamResponse:
                 request, Action.REDRIVE, target=item.coordinates, reason="not acknowledged", **source
             )
             raise
-    raise web.HTTPSeeOther(request.path)
+    raise web.HTTPSeeOther(str(request.rel_url))  # its own page, the path as it came (encoded)
 
 
 def add_routes(app: web.Application) -> None:
@@ -236,5 +270,5 @@ def add_routes(app: web.Application) -> None:
     app[REDRIVE_LOCK] = asyncio.Lock()
     app.router.add_get(PAGE.path, queues_page)
     app.router.add_get(PAGE.path + "/{topic}", queue_page)
-    app.router.add_get(PAGE.path + "/{topic}/{partition:\\d+}/{offset:\\d+}", letter_page)
-    app.router.add_post(PAGE.path + "/{topic}/{partition:\\d+}/{offset:\\d+}", redrive)
+    app.router.add_get(PAGE.path + "/{topic}/{partition:[0-9]+}/{offset:[0-9]+}", letter_page)
+    app.router.add_post(PAGE.path + "/{topic}/{partition:[0-9]+}/{offset:[0-9]+}", redrive)

@@ -52,7 +52,7 @@ from streams.console.audit import Action, Outcome, audit, record_refusal
 from streams.console.auth import requires
 from streams.console.delivery import NotAcknowledged
 from streams.console.memorylog import MemorySource, PinPublisher, SignatureLog, memory_keys
-from streams.console.pages import PageLink, render
+from streams.console.pages import PageLink, render, segment
 from streams.console.sessions import SESSION
 from streams.console.users import Role
 from streams.worker.dbpm import pin_record
@@ -259,7 +259,7 @@ async def lookup_page(request: web.Request) -> web.StreamResponse:
     candidate = request.query.get("candidate", "").strip()
     task, typed = request.query.get("task", "ner"), request.query.get("signature", "")
     if candidate:
-        raise web.HTTPFound(request.app.router["memory-candidate"].url_for(candidate_id=candidate))
+        raise web.HTTPFound(f"{PAGE.path}/candidate/{segment(candidate)}")
     if typed:
         try:
             raise web.HTTPFound(_signature_url(request, task, normalised(task, typed)))
@@ -360,5 +360,5 @@ def add_routes(app: web.Application, explorer: Explorer) -> None:
     app[EXPLORER] = explorer
     app.router.add_get(PAGE.path, lookup_page)
     app.router.add_get(PAGE.path + "/signature", signature_page, name="memory-signature")
-    app.router.add_get(PAGE.path + "/candidate/{candidate_id}", candidate_page, name="memory-candidate")
+    app.router.add_get(PAGE.path + "/candidate/{candidate_id}", candidate_page)
     app.router.add_post(PAGE.path + "/pin", pin)

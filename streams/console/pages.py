@@ -5,9 +5,10 @@ What holds: every template is rendered with autoescaping on (a patient id or a u
 markup) and with :class:`jinja2.StrictUndefined` (a misspelt variable fails the test that renders it
 instead of showing nothing). Every page gets the request's session (``session``: who is signed in, with
 which role) and its CSRF token (``csrf_token``), which every form template embeds as the hidden field
-:data:`CSRF_FIELD`; the navigation lists only the pages of the session's role (:func:`pages_of`). The
-pages are plain HTML and one CSS file served from ``static/``: no script, no build step, nothing fetched
-from another site.
+:data:`CSRF_FIELD`; the navigation lists only the pages of the session's role (:func:`pages_of`). An id
+put into a link's path goes through the ``segment`` filter (:func:`segment`), in every template, and so
+does one put into a redirect's path. The pages are plain HTML and one CSS file served from ``static/``: no
+script, no build step, nothing fetched from another site.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import jinja2
 from aiohttp import web
@@ -31,6 +33,16 @@ STATIC = Path(__file__).parent / "static"
 CSRF_FIELD = "csrf_token"
 """The form field that carries the session's CSRF token."""
 
+
+def segment(value: object) -> str:
+    """``value`` as one segment of a URL's path: every character but ASCII letters, digits and ``-._~``
+    percent-encoded, ``/`` and ``?`` included, so that an id (a patient's, a packet's, a candidate's, a
+    turn's) can neither add a segment nor climb out of its page (``../../dead-letters`` is
+    ``..%2F..%2Fdead-letters``). The server decodes it back into the one id. An id that is ``.`` or ``..``
+    alone stays a dot segment, which a browser resolves whatever its encoding (the URL standard)."""
+    return quote(str(value), safe="")
+
+
 _ENVIRONMENT = jinja2.Environment(
     loader=jinja2.FileSystemLoader(TEMPLATES),
     autoescape=True,
@@ -38,6 +50,7 @@ _ENVIRONMENT = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+_ENVIRONMENT.filters["segment"] = segment
 
 
 @dataclass(frozen=True)

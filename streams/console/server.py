@@ -19,7 +19,7 @@ from aiohttp import web
 from processors.dbpm import DBPMEngine, load_ontology
 from schemas.serde import make_serde
 from streams.console.agent_topics import KafkaAgent
-from streams.console.app import build_app
+from streams.console.app import AccessLogger, build_app
 from streams.console.assessments import KafkaAssessments
 from streams.console.audit import KafkaAuditTrail
 from streams.console.auth import Access
@@ -30,7 +30,7 @@ from streams.console.memory import Explorer
 from streams.console.memorylog import KafkaMemory, KafkaPinPublisher
 from streams.console.reviews import KafkaReviewPublisher, KafkaReviews
 from streams.console.sessions import Sessions, SignInThrottle
-from streams.console.users import UserStore, decoy_hash
+from streams.console.users import PasswordChecks, UserStore, decoy_hash
 from streams.runtime.settings import Settings
 from streams.worker.dbpm import dbpm_config
 
@@ -49,6 +49,7 @@ async def serve(
         users=UserStore(settings.console_users_file),
         sessions=Sessions(settings.console_session_s, settings.console_idle_s),
         throttle=SignInThrottle(),
+        checks=PasswordChecks(),
         secure_cookies=settings.console_secure_cookies,
     )
     trail = KafkaAuditTrail(bootstrap, serde)
@@ -72,7 +73,7 @@ async def serve(
         drafts=KafkaDrafts(bootstrap, serde),
         explorer=explorer,
     )
-    runner = web.AppRunner(app)
+    runner = web.AppRunner(app, access_log_class=AccessLogger)
     await runner.setup()
     try:
         await asyncio.to_thread(decoy_hash)  # made before the first sign-in, so that it costs no more
@@ -93,3 +94,4 @@ async def serve(
         redriver.close()
         agent_desk.close()
         pins.close()
+        access.checks.close()

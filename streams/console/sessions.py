@@ -2,45 +2,53 @@
 
 What holds:
 
-* **A session is known to this process only** (a dictionary in memory): its id, 32 random bytes
+* **A session is known to this process only** (a table in memory): its id, 32 random bytes
   (``secrets.token_urlsafe(32)``), is all the browser holds (the cookie :mod:`streams.console.auth` sets),
   so nothing a browser sends can make up a user or a role. A restart of the console ends every session.
 * **Sessions expire**: a session older than its lifetime (``CLINGATE_CONSOLE_SESSION_S``, 8 h) or unused
-  for longer than the idle timeout (``CLINGATE_CONSOLE_IDLE_S``, 30 min) is gone at its next use, and
-  swept when a session starts. Time is the injected ``clock`` (``time.monotonic``: a wall-clock step
-  neither ends nor prolongs a session), so the tests move it by hand.
+  for longer than the idle timeout (``CLINGATE_CONSOLE_IDLE_S``, 30 min) is gone at its next use. Time is
+  the injected ``clock`` (``time.monotonic``: a wall-clock step neither ends nor prolongs a session), so
+  the tests move it by hand.
+* **Expiry costs no sweep of the table.** Each table (the signed-in sessions, the anonymous ones) is kept
+  in the order of last use, so the sessions idle the longest are at its front: starting a session forgets
+  the idle ones at the front of its table and stops at the first that is not, a constant amortised cost
+  however many sessions there are. A session that outlived its lifetime while in use is forgotten at its
+  next use, or once it is idle.
 * **Every session has its own CSRF token** (another 32 random bytes), embedded in every form its pages
   render and compared in constant time on every POST (:meth:`Session.csrf_matches`). A visitor who has
   not signed in gets an anonymous session on the sign-in page, so that the sign-in form carries a token
   too; signing in replaces that session by a new one (a new id and token: no session fixation).
-* **Failed sign-ins are throttled per name** (:class:`SignInThrottle`): after :data:`FAILURES_ALLOWED`
-  failures within :data:`FAILURE_WINDOW_S`, a name is refused without its password being checked until
-  the oldest failure leaves the window.
+* **Anonymous sessions are bounded and never pushed out**: at most :data:`ANONYMOUS_LIMIT` at once; when
+  that many are open and none has expired, a new one is refused (:class:`TooManySessions`) rather than an
+  open sign-in form being cancelled before it expires. A client that fetches the sign-in page in a loop
+  can keep new visitors waiting for at most the idle timeout, never cancel a form already open, and never
+  touch a signed-in session (those exist only after a password was checked).
+* **Failed sign-ins are throttled** (:class:`SignInThrottle`, docs/console.md "Failed sign-ins" for the
+  design and the OWASP guidance it follows) by the pair of name and address, by address, and, when a name
+  or the whole console sees many failures, more strictly for clients without a sign-in history, with
+  locks that double. A real user at an address of their own is never refused for what other addresses do.
 """
 
 from __future__ import annotations
 
 import hmac
+import math
 import secrets
 import time
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from aiohttp import web
 
 from streams.console.users import Role
 
 Clock = Callable[[], float]
-"""Seconds, monotonic: when a session started and was last used."""
-
-FAILURES_ALLOWED = 5
-"""Failed sign-ins of one name within :data:`FAILURE_WINDOW_S` before that name is refused."""
-FAILURE_WINDOW_S = 60.0
+"""Seconds, monotonic: when a session started and was last used, when a sign-in failed."""
 
 ANONYMOUS_LIMIT = 10_000
-"""Anonymous sessions (the sign-in page's) kept at most; the oldest go first, so a client that fetches the
-sign-in page in a loop cannot grow the console's memory without bound."""
+"""Anonymous sessions (the sign-in page's) open at most; a few hundred bytes each."""
 
 
 @dataclass
@@ -63,6 +71,10 @@ SESSION = web.RequestKey("session", Session)
 """The request's valid session, when it has one (set by the console's guard)."""
 
 
+class TooManySessions(RuntimeError):
+    """:data:`ANONYMOUS_LIMIT` anonymous sessions are open and none has expired: no new one now."""
+
+
 class Sessions:
     """The sessions of this process (module docstring)."""
 
@@ -70,86 +82,199 @@ class Sessions:
         self.lifetime_s = lifetime_s
         self.idle_s = idle_s
         self._clock = clock
-        self._sessions: dict[str, Session] = {}
+        self._signed_in: OrderedDict[str, Session] = OrderedDict()
+        self._anonymous: OrderedDict[str, Session] = OrderedDict()
 
     def __len__(self) -> int:
-        return len(self._sessions)
+        return len(self._signed_in) + len(self._anonymous)
 
     def _expired(self, session: Session, now: float) -> bool:
         return now - session.started >= self.lifetime_s or now - session.used >= self.idle_s
 
+    def _table(self, session: Session) -> OrderedDict[str, Session]:
+        return self._anonymous if session.user is None else self._signed_in
+
     def get(self, session_id: str | None) -> Session | None:
         """The session ``session_id`` names, marked used now; None when there is none or it expired
         (then it is forgotten)."""
-        session = self._sessions.get(session_id) if session_id else None
+        if not session_id:
+            return None
+        session = self._signed_in.get(session_id) or self._anonymous.get(session_id)
         if session is None:
             return None
         now = self._clock()
+        table = self._table(session)
         if self._expired(session, now):
-            del self._sessions[session.id]
+            del table[session.id]
             return None
         session.used = now
+        table.move_to_end(session.id)
         return session
 
     def start(self, user: str | None = None, role: Role | None = None) -> Session:
-        """A new session with a new id and CSRF token: a signed-in person's, or anonymous (no user)."""
+        """A new session with a new id and CSRF token: a signed-in person's, or anonymous (no user).
+
+        Raises:
+            TooManySessions: an anonymous one was asked for and :data:`ANONYMOUS_LIMIT` are open.
+        """
         now = self._clock()
-        self._sweep(now)
+        table = self._anonymous if user is None else self._signed_in
+        while table and self._expired(oldest := next(iter(table.values())), now):
+            del table[oldest.id]
+        if user is None and len(table) >= ANONYMOUS_LIMIT:
+            raise TooManySessions(f"{len(table)} sign-in forms are open")
         session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32), now, now, user, role)
-        self._sessions[session.id] = session
+        table[session.id] = session
         return session
 
     def end(self, session_id: str) -> None:
         """Forget a session (sign-out, or replaced at sign-in)."""
-        self._sessions.pop(session_id, None)
+        self._signed_in.pop(session_id, None)
+        self._anonymous.pop(session_id, None)
 
-    def _sweep(self, now: float) -> None:
-        for session in [s for s in self._sessions.values() if self._expired(s, now)]:
-            del self._sessions[session.id]
-        anonymous = [s.id for s in self._sessions.values() if s.user is None]  # oldest first
-        for session_id in anonymous[: max(0, len(anonymous) + 1 - ANONYMOUS_LIMIT)]:
-            del self._sessions[session_id]
+
+K = TypeVar("K", bound=Hashable)
+
+OBSERVATION_WINDOW_S = 15 * 60.0
+"""How long a failed sign-in counts (OWASP's observation window)."""
+FIRST_LOCK_S = 60.0
+"""The first lock of a pair or an address; each next one within the window lasts twice as long, up to
+the window itself."""
+PAIR_FAILURES = 5
+"""Failures of one name from one address within the window before that pair is locked."""
+ADDRESS_FAILURES = 20
+"""Failures from one address, whatever the names, within the window before that address is locked."""
+NAME_ALERT = 10
+"""Failures of one name within the window, from any addresses, from which on the name is under attack."""
+GLOBAL_ALERT = 100
+"""Failures within the window, of any names from any addresses, from which on the console is."""
+TRUST_S = 30 * 24 * 3600.0
+"""How long a name stays known at an address after it signed in from there."""
 
 
 @dataclass
-class SignInThrottle:
-    """Failed sign-ins per name within the last :data:`FAILURE_WINDOW_S` (module docstring)."""
+class _Count:
+    failures: int = 0
+    """Within the window."""
+    forgiven: int = 0
+    """The oldest of them, which a sign-in cleared."""
+    locked_until: float = 0.0
+    locks: int = 0
 
-    clock: Clock = time.monotonic
-    allowed: int = FAILURES_ALLOWED
-    window_s: float = FAILURE_WINDOW_S
-    _failures: dict[str, deque[float]] = field(default_factory=dict)
+
+class Budget(Generic[K]):
+    """Failures per key within the observation window, and each key's lock.
+
+    A failure that brings a key's count to the number allowed locks the key for :data:`FIRST_LOCK_S`, the
+    next one within the window for twice as long, and so on up to the window: a lock never outlasts the
+    failure that set it, so a key is forgotten with its last failure. Failures are kept in one queue in
+    the order they happened, and each call first forgets those that left the window: a constant amortised
+    cost, and no more memory than the failures of one window (each of which cost a password check).
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._counts: dict[K, _Count] = {}
+        self._failures: deque[tuple[float, K]] = deque()
 
     def __len__(self) -> int:
-        """Names with failures counted (some may have left the window since)."""
+        """Keys with failures within the window."""
+        self._forget(self._clock())
+        return len(self._counts)
+
+    def _forget(self, now: float) -> None:
+        while self._failures and self._failures[0][0] <= now - OBSERVATION_WINDOW_S:
+            _, key = self._failures.popleft()
+            count = self._counts[key]
+            count.failures -= 1
+            count.forgiven = max(0, count.forgiven - 1)
+            if count.failures == 0:
+                del self._counts[key]
+
+    def failures(self, key: K) -> int:
+        """``key``'s failures within the window (those before a :meth:`clear` not counted)."""
+        self._forget(self._clock())
+        count = self._counts.get(key)
+        return 0 if count is None else count.failures - count.forgiven
+
+    def total(self) -> int:
+        """Every key's failures within the window, cleared ones included."""
+        self._forget(self._clock())
         return len(self._failures)
 
-    def _recent(self, name: str) -> deque[float]:
-        failures = self._failures.get(name, deque())
-        horizon = self.clock() - self.window_s
-        while failures and failures[0] <= horizon:
-            failures.popleft()
-        if not failures:
-            self._failures.pop(name, None)
-        return failures
+    def locked_for(self, key: K) -> float:
+        """Seconds until ``key``'s lock ends (0: not locked)."""
+        now = self._clock()
+        self._forget(now)
+        count = self._counts.get(key)
+        return 0.0 if count is None else max(0.0, count.locked_until - now)
 
-    def refused(self, name: str) -> bool:
-        """Whether ``name`` has used up its failures: refuse it without checking a password."""
-        return len(self._recent(name)) >= self.allowed
+    def fail(self, key: K, allowed: float = math.inf) -> float:
+        """Count a failure of ``key``, locking it once it has ``allowed`` (default: never); returns the
+        seconds of the lock it set (0: none)."""
+        now = self._clock()
+        self._forget(now)
+        count = self._counts.setdefault(key, _Count())
+        count.failures += 1
+        self._failures.append((now, key))
+        if count.failures - count.forgiven < allowed:
+            return 0.0
+        lock_s = min(FIRST_LOCK_S * 2**count.locks, OBSERVATION_WINDOW_S)
+        count.locked_until, count.locks = now + lock_s, count.locks + 1
+        return lock_s
 
-    def failed(self, name: str) -> int:
-        """Count a failed sign-in of ``name``; returns its failures within the window.
+    def clear(self, key: K) -> None:
+        """Lift ``key``'s lock and stop counting its failures so far (:meth:`total` still does)."""
+        count = self._counts.get(key)
+        if count is not None:
+            count.forgiven, count.locked_until, count.locks = count.failures, 0.0, 0
 
-        The names whose failures all left the window are forgotten meanwhile, so that many names tried
-        once do not accumulate (each try costs a password check, which bounds how many a minute holds).
-        """
-        for other in list(self._failures):
-            self._recent(other)
-        failures = self._recent(name)
-        failures.append(self.clock())
-        self._failures[name] = failures
-        return len(failures)
 
-    def succeeded(self, name: str) -> None:
-        """``name`` signed in: its earlier failures no longer count."""
-        self._failures.pop(name, None)
+class SignInThrottle:
+    """Failed sign-ins by name and address (module docstring; docs/console.md "Failed sign-ins").
+
+    A name is the keyed hash :mod:`streams.console.auth` logs it under, never the name typed. An attempt
+    is refused without its password being checked while its (name, address) pair is locked, or its address
+    is (unless the name signed in from that address within :data:`TRUST_S`). A failure counts against the
+    pair, the address, the name and the console: the pair is locked at :data:`PAIR_FAILURES`, or at its
+    first failure when the name (:data:`NAME_ALERT`) or the console (:data:`GLOBAL_ALERT`) is under attack
+    and the pair has no sign-in history; the address at :data:`ADDRESS_FAILURES`.
+    """
+
+    def __init__(self, clock: Clock = time.monotonic) -> None:
+        self._clock = clock
+        self.pairs: Budget[tuple[str, str]] = Budget(clock)
+        self.addresses: Budget[str] = Budget(clock)
+        self.names: Budget[str] = Budget(clock)
+        self._known: OrderedDict[tuple[str, str], float] = OrderedDict()
+        """Pairs that signed in, least recently first, with when."""
+
+    def _trusted(self, pair: tuple[str, str]) -> bool:
+        horizon = self._clock() - TRUST_S
+        while self._known and next(iter(self._known.values())) <= horizon:
+            self._known.popitem(last=False)
+        return pair in self._known
+
+    def refused(self, name: str, address: str) -> int:
+        """Whole seconds ``name`` must wait before signing in from ``address`` again (0: go on)."""
+        wait = self.pairs.locked_for((name, address))
+        if not self._trusted((name, address)):
+            wait = max(wait, self.addresses.locked_for(address))
+        return math.ceil(wait)
+
+    def failed(self, name: str, address: str) -> float:
+        """Count a failed sign-in of ``name`` from ``address``; returns the seconds of the lock it set on
+        the pair or the address (0: none)."""
+        pair = (name, address)
+        attacked = self.names.failures(name) >= NAME_ALERT or self.names.total() >= GLOBAL_ALERT
+        self.names.fail(name)
+        allowed = 1 if attacked and not self._trusted(pair) else PAIR_FAILURES
+        return max(self.pairs.fail(pair, allowed), self.addresses.fail(address, ADDRESS_FAILURES))
+
+    def succeeded(self, name: str, address: str) -> None:
+        """``name`` signed in from ``address``: the pair's failures no longer lock it, and the pair is known
+        (an address's lock no longer stops it) for :data:`TRUST_S`."""
+        pair = (name, address)
+        self.pairs.clear(pair)
+        self._known[pair] = self._clock()
+        self._known.move_to_end(pair)

@@ -4,8 +4,12 @@ What holds:
 
 * **No default user, no default password.** A user exists only once an operator ran ``clingate console
   users add NAME --role ROLE`` and typed the password (standard input, never an argument, so it is in no
-  shell history or process list). A password shorter than :data:`MIN_PASSWORD_LENGTH` characters is
-  refused (:func:`check_password`).
+  shell history or process list). A weak password is refused with the reason (:func:`check_password`):
+  shorter than :data:`MIN_PASSWORD_LENGTH` characters, made of fewer than :data:`MIN_DISTINCT_CHARACTERS`
+  different characters or of one sequence repeated (``aaaaaaaaaaaa``, twelve spaces, ``abcabcabcabc``),
+  the user's name (or containing it, for a name of :data:`MIN_NAME_IN_PASSWORD` characters or more), or
+  a common password (:func:`common_passwords`) with only digits, spaces or punctuation around it
+  (``Password1234!``).
 * **Passwords are stored hashed with a current algorithm**, scrypt (RFC 7914, ``hashlib.scrypt``), with
   a random 16-byte salt per password and a 32-byte key, as
   ``scrypt$<n>$<r>$<p>$<salt, base64>$<key, base64>``. The parameters follow OWASP's Password Storage
@@ -18,6 +22,10 @@ What holds:
 * **Verification compares in constant time** (``hmac.compare_digest``), and a sign-in with an unknown
   name costs the same scrypt as a wrong password (:func:`verify_password` against
   :func:`decoy_hash`), so the time taken does not say which names exist.
+* **A sign-in's check never holds up a page** (:class:`PasswordChecks`): checks run on a pool of their own
+  threads, not on asyncio's default pool where the pages read Kafka, and at most
+  :data:`CHECKS_WAITING` wait for it; a check beyond those is refused at once (:class:`ChecksBusy`)
+  instead of queueing without bound.
 * **The file is written whole or not at all** (a temporary file in the same directory renamed over it),
   readable by its owner only (mode 0600, its directory 0700); it holds no password, only hashes.
   :meth:`UserStore.get` reads it at every sign-in, so a user added while the console runs can sign in
@@ -26,6 +34,7 @@ What holds:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -34,7 +43,9 @@ import json
 import os
 import re
 import secrets
+import string
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from functools import cache
@@ -60,6 +71,19 @@ KEY_BYTES = 32
 SALT_BYTES = 16
 MIN_PASSWORD_LENGTH = 12
 """The shortest password ``users add`` accepts, in characters."""
+MIN_DISTINCT_CHARACTERS = 5
+"""Different characters a password needs at least."""
+MIN_NAME_IN_PASSWORD = 4
+"""A name this long or longer may not be part of its user's password (any name may not be all of it)."""
+COMMON_PASSWORDS = Path(__file__).parent / "common-passwords.json"
+"""Common passwords (:func:`common_passwords`), with where they come from."""
+_AROUND = string.digits + string.punctuation + string.whitespace
+"""What may surround a common password and still leave it one."""
+
+CHECK_THREADS = 2
+"""Password checks that run at once (32 MiB and a quarter of a second of one core each)."""
+CHECKS_WAITING = 8
+"""Password checks that may wait for a thread; one more is refused (:class:`ChecksBusy`)."""
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 """A user name: what is safe as a record key, in a log line and in a URL, up to 64 characters."""
@@ -71,16 +95,34 @@ class UserError(ValueError):
     """A user that cannot be added, or a users file that cannot be read; the message says why."""
 
 
-def check_password(password: str) -> None:
-    """Refuse a password ``users add`` must not store.
+@cache
+def common_passwords() -> frozenset[str]:
+    """The common passwords no user may have, case-folded (``common-passwords.json`` says where from)."""
+    document = json.loads(COMMON_PASSWORDS.read_text(encoding="utf-8"))
+    return frozenset(password.casefold() for password in document["passwords"])
+
+
+def check_password(password: str, name: str) -> None:
+    """Refuse a password ``users add`` must not store for the user ``name`` (module docstring).
 
     Raises:
-        UserError: the password is empty or shorter than :data:`MIN_PASSWORD_LENGTH` characters.
+        UserError: the password is weak; the message says why.
     """
     if not password:
         raise UserError("the password is empty")
     if len(password) < MIN_PASSWORD_LENGTH:
         raise UserError(f"the password has {len(password)} characters; at least {MIN_PASSWORD_LENGTH}")
+    if len(set(password)) < MIN_DISTINCT_CHARACTERS:
+        raise UserError(
+            f"the password uses {len(set(password))} different characters; at least {MIN_DISTINCT_CHARACTERS}"
+        )
+    if re.fullmatch(r"(.+?)\1+", password, re.DOTALL):
+        raise UserError("the password is one sequence of characters repeated")
+    folded, user = password.casefold(), name.casefold()
+    if folded == user or (len(user) >= MIN_NAME_IN_PASSWORD and user in folded):
+        raise UserError("the password contains the user's name")
+    if folded in common_passwords() or folded.strip(_AROUND) in common_passwords():
+        raise UserError("the password is a common one, which is among the first that attackers try")
 
 
 def _scrypt(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
@@ -140,6 +182,46 @@ class User:
     """The stored hash (:func:`hash_password`), never the password."""
 
 
+class ChecksBusy(RuntimeError):
+    """:data:`CHECK_THREADS` password checks run and :data:`CHECKS_WAITING` wait: no more now."""
+
+
+class PasswordChecks:
+    """Sign-ins' password checks on :data:`CHECK_THREADS` threads of their own (module docstring)."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="console-password-check")
+        self._pending = 0
+
+    @property
+    def pending(self) -> int:
+        """Checks running or waiting."""
+        return self._pending
+
+    async def check(self, password: str, user: User | None) -> bool:
+        """Whether ``password`` is ``user``'s; with no user, :func:`decoy_hash` is checked instead, so that
+        it takes as long.
+
+        Raises:
+            ChecksBusy: too many checks are under way to wait for this one.
+        """
+        if self._pending >= CHECK_THREADS + CHECKS_WAITING:
+            raise ChecksBusy(f"{self._pending} password checks under way")
+        self._pending += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, _verify, password, user)
+        finally:
+            self._pending -= 1
+
+    def close(self) -> None:
+        """Stop the threads (checks still waiting are dropped)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _verify(password: str, user: User | None) -> bool:
+    return verify_password(password, user.password if user is not None else decoy_hash())
+
+
 class UserStore:
     """The users file (module docstring): ``{"users": [{"name", "role", "password"}, ...]}``."""
 
@@ -182,7 +264,7 @@ class UserStore:
                 f"{name!r} is not a user name: up to 64 letters, digits and . _ @ -, the first a letter "
                 "or digit"
             )
-        check_password(password)
+        check_password(password, name)
         users = self.users()
         if any(user.name == name for user in users):
             raise UserError(f"a user {name!r} exists already")

@@ -449,7 +449,12 @@ class LocalKafka:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         self.reserve(port, controller_port, cluster_id)
         properties = self._server_properties(port, controller_port)
-        self.properties_file.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
+        # Owner-only (0600), as a file left by an earlier start too: a secured broker's holds its
+        # administrator's password.
+        descriptor = os.open(self.properties_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(descriptor, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+            out.write("".join(f"{key}={value}\n" for key, value in properties.items()))
         formatted = (self.directory / "data" / "meta.properties").exists()
         if libs is None:
             alive = self._start_container(None if formatted else self._format_command(None, cluster_id))

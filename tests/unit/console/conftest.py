@@ -9,20 +9,23 @@ fixed dead letters (:class:`FakeDeadLetters`), a re-driver that keeps what it pr
 (:class:`MemoryRedriver`), the agent's topics in memory (:class:`MemoryAgent`), fixed gated drafts and
 routes (:class:`FakeDrafts`), a DBPM memory the test fills through the real engine (:class:`FakeMemory`)
 and a pin publisher that keeps what it publishes (:class:`MemoryPins`), and runs a scenario against it
-with aiohttp's test client on a loopback port.
+with aiohttp's test client on a loopback port, served as ``clingate console`` serves it (its access
+logger). :func:`visitor` is one more browser of the same server, from any loopback address.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import ClientResponse, ClientSession, CookieJar, TCPConnector
 from aiohttp.test_utils import TestClient, TestServer
 
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
@@ -34,7 +37,7 @@ from schemas.dbpm import Propagation as PropagationRecord
 from schemas.docs import Review, ReviewPacket
 from state import MemoryStore
 from streams.console.agent_topics import Turn
-from streams.console.app import build_app
+from streams.console.app import AccessLogger, build_app
 from streams.console.assessments import AssessmentLog
 from streams.console.audit import Action, AuditUnavailable
 from streams.console.auth import Access
@@ -46,7 +49,7 @@ from streams.console.memorylog import SignatureLog, memory_keys
 from streams.console.pages import Unavailable
 from streams.console.reviews import ReviewLog
 from streams.console.sessions import Sessions, SignInThrottle
-from streams.console.users import Role, UserStore
+from streams.console.users import PasswordChecks, Role, UserStore
 from streams.demo.samples import golden_assessment
 from streams.worker.dbpm import contract_event, memory_key, verdict_key
 
@@ -312,11 +315,13 @@ class Console:
         self.pins = MemoryPins(self.trail)
         self.sessions = Sessions(LIFETIME_S, IDLE_S, self.clock)
         self.throttle = SignInThrottle(clock=self.clock)
+        self.checks = PasswordChecks()
         self.secure_cookies = secure_cookies
 
     def run(self, scenario: Callable[[TestClient[Any, Any]], Awaitable[Any]]) -> Any:
         """Run ``scenario`` with a client of a fresh server of the application (cookies kept per client)."""
-        access = Access(self.users, self.sessions, self.throttle, self.secure_cookies)
+        self.checks = PasswordChecks()
+        access = Access(self.users, self.sessions, self.throttle, self.checks, self.secure_cookies)
         app = build_app(
             access, self.trail, self.assessments, self.reviews, self.publisher, history=self.trail,
             dead_letter_source=self.dead_letters, redriver=self.redriver, agent_desk=self.agent,
@@ -324,15 +329,31 @@ class Console:
         )  # fmt: skip
 
         async def main() -> Any:
-            async with TestClient(TestServer(app)) as client:
+            server = TestServer(app)
+            await server.start_server(access_log_class=AccessLogger)
+            async with TestClient(server) as client:
                 return await scenario(client)
 
-        return asyncio.run(main())
+        try:
+            return asyncio.run(main())
+        finally:
+            self.checks.close()
+
+
+@asynccontextmanager
+async def visitor(client: TestClient[Any, Any], address: str = "127.0.0.1") -> AsyncIterator[ClientSession]:
+    """Another browser of ``client``'s server, with cookies of its own, connecting from ``address`` (any
+    address of the loopback network, 127.0.0.0/8, reaches the server)."""
+    async with ClientSession(
+        str(client.make_url("/")), connector=TCPConnector(local_addr=(address, 0)),
+        cookie_jar=CookieJar(unsafe=True),
+    ) as session:  # fmt: skip
+        yield session
 
 
 async def sign_in(
-    client: TestClient[Any, Any], name: str, password: str = PASSWORD, target: str = "/"
-) -> Any:
+    client: TestClient[Any, Any] | ClientSession, name: str, password: str = PASSWORD, target: str = "/"
+) -> ClientResponse:
     """Open the sign-in page and post its form; returns the response (redirects not followed)."""
     page = await client.get("/login", params={"next": target})
     form = {"csrf_token": csrf_of(await page.text()), "name": name, "password": password, "next": target}

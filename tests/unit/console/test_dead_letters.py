@@ -271,6 +271,37 @@ def test_unknown_topics_and_records_are_404_and_an_unreadable_topic_503(site: Co
     assert status == 503 and "could not be read from Kafka" in html
 
 
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [
+        (f"/dead-letters/{DLQ}?partition=²", 400),  # a digit to str.isdigit, none to int
+        (f"/dead-letters/{DLQ}?before=²", 400),
+        (f"/dead-letters/{DLQ}?partition=-1", 400),
+        (f"/dead-letters/{DLQ}?partition=2147483648", 400),  # beyond Kafka's int32
+        (f"/dead-letters/{DLQ}?before=9223372036854775808", 400),  # beyond Kafka's int64
+        (f"/dead-letters/{DLQ}?before=" + "9" * 5000, 400),
+        (f"/dead-letters/{DLQ}/0/" + "9" * 5000, 404),  # more digits than int() reads
+        (f"/dead-letters/{DLQ}/2147483648/0", 404),
+        (f"/dead-letters/{DLQ}/²/0", 404),
+        (f"/dead-letters/{DLQ}/0/9223372036854775807", 404),
+    ],
+)
+def test_a_partition_or_offset_kafka_cannot_take_is_a_4xx_never_a_500(
+    site: Console, path: str, status: int
+) -> None:
+    assert site.run(_page(path))[0] == status
+
+
+def test_a_redrive_of_coordinates_kafka_cannot_take_is_a_404(site: Console) -> None:
+    async def scenario(client: Client) -> int:
+        await sign_in(client, "op")
+        form = {"csrf_token": csrf_of(await (await client.get("/")).text()), "note": "fixed"}
+        return (await client.post(f"/dead-letters/{DLQ}/0/" + "9" * 5000, data=form)).status
+
+    assert site.run(scenario) == 404
+    assert not site.redriver.produced and [a.action for a in site.trail.records] == ["sign-in"]
+
+
 def test_preview_shows_text_as_text_and_other_bytes_as_hex_within_its_bound() -> None:
     assert (preview(None, 4).kind, preview(None, 4).cut) == ("none", False)
     text = preview("été!".encode(), 4)

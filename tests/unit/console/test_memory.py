@@ -319,3 +319,23 @@ def test_the_pages_answer_503_when_the_topics_cannot_be_read(site: Console) -> N
     assert site.run(lambda c: _page(c, "/memory/signature", task="ner", signature="fever"))[0] == 503
     assert site.run(lambda c: _page(c, "/memory/candidate/c-3"))[0] == 503
     assert site.run(lambda c: _page(c, "/memory"))[0] == 200, "the lookup form reads nothing"
+
+
+def test_a_candidate_id_with_slashes_is_one_path_segment_from_the_lookup_and_the_signature_page(
+    site: Console,
+) -> None:
+    hour = timedelta(hours=1)
+    _gate(site, "fever", START + 6 * hour, "../../dead-letters")
+
+    async def scenario(client: Client) -> tuple[str, list[str], int]:
+        await sign_in(client, "ops")
+        candidate = {"candidate": "../../dead-letters"}
+        lookup = await client.get("/memory", params=candidate, allow_redirects=False)
+        fever = {"task": "ner", "signature": "fever"}
+        signature = await (await client.get("/memory/signature", params=fever)).text()
+        links = re.findall(r'href="(/memory/candidate/[^"]*dead[^"]*)"', signature)
+        return lookup.headers["Location"], links, (await client.get(links[0])).status
+
+    location, links, status = site.run(scenario)
+    assert location == "/memory/candidate/..%2F..%2Fdead-letters"
+    assert set(links) == {location} and status == 200

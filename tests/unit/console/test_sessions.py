@@ -1,12 +1,24 @@
-"""Sessions expire by lifetime and by idleness on an injected clock; each has its own CSRF token; the
-anonymous sessions are bounded; failed sign-ins are throttled per name."""
+"""Sessions expire by lifetime and by idleness on an injected clock, without a sweep of the table; each has
+its own CSRF token; the anonymous sessions are bounded without one in use being pushed out; failed sign-ins
+are throttled by name and address, by address, and more strictly under attack, with locks that double."""
 
 from __future__ import annotations
 
 import pytest
 
 from streams.console import sessions as sessions_module
-from streams.console.sessions import FAILURE_WINDOW_S, FAILURES_ALLOWED, Sessions, SignInThrottle
+from streams.console.sessions import (
+    ADDRESS_FAILURES,
+    FIRST_LOCK_S,
+    GLOBAL_ALERT,
+    NAME_ALERT,
+    OBSERVATION_WINDOW_S,
+    PAIR_FAILURES,
+    Budget,
+    Sessions,
+    SignInThrottle,
+    TooManySessions,
+)
 from streams.console.users import Role
 
 from .conftest import FakeClock
@@ -41,13 +53,47 @@ def test_a_session_ends_at_its_lifetime_however_active() -> None:
     assert sessions.get(session.id) is None
 
 
-def test_expired_sessions_are_swept_when_a_session_starts() -> None:
+def test_idle_sessions_are_forgotten_when_a_session_starts() -> None:
     sessions, clock = _sessions()
     sessions.start("ph", Role.PHARMACIST)
     sessions.start()
     clock.now += IDLE_S
-    kept = sessions.start("dr", Role.CLINICIAN)
-    assert len(sessions) == 1 and sessions.get(kept.id) is kept
+    kept, anonymous = sessions.start("dr", Role.CLINICIAN), sessions.start()
+    assert len(sessions) == 2 and sessions.get(kept.id) is kept and sessions.get(anonymous.id) is anonymous
+
+
+def test_starting_a_session_looks_at_the_idle_ones_only_not_the_whole_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sessions are kept least recently used first, so a new session stops at the first one in use: a
+    table of a thousand costs what a table of one does."""
+    sessions, clock = _sessions()
+    for _ in range(1000):
+        sessions.start()
+    sessions.start("ph", Role.PHARMACIST)
+    clock.now += 1
+    looked_at: list[str] = []
+    expired = Sessions._expired
+
+    def counting(self: Sessions, session: sessions_module.Session, now: float) -> bool:
+        looked_at.append(session.id)
+        return expired(self, session, now)
+
+    monkeypatch.setattr(Sessions, "_expired", counting)
+    sessions.start()
+    sessions.start("dr", Role.CLINICIAN)
+    assert len(looked_at) == 2, "one session looked at per table"
+    assert len(sessions) == 1003
+
+
+def test_using_a_session_puts_it_behind_the_idle_ones() -> None:
+    sessions, clock = _sessions()
+    first, second = sessions.start(), sessions.start()
+    clock.now += IDLE_S - 1
+    assert sessions.get(first.id) is first
+    clock.now += 1
+    sessions.start()  # forgets the second, idle since it started; stops at the first, used a second ago
+    assert sessions.get(second.id) is None and sessions.get(first.id) is first
 
 
 def test_ids_and_csrf_tokens_are_random_and_each_sessions_own() -> None:
@@ -62,45 +108,102 @@ def test_ids_and_csrf_tokens_are_random_and_each_sessions_own() -> None:
 def test_unknown_and_ended_sessions_are_none() -> None:
     sessions, _ = _sessions()
     session = sessions.start("ph", Role.PHARMACIST)
+    anonymous = sessions.start()
     assert sessions.get(None) is None and sessions.get("made-up") is None
     sessions.end(session.id)
-    assert sessions.get(session.id) is None
+    sessions.end(anonymous.id)
+    assert sessions.get(session.id) is None and sessions.get(anonymous.id) is None
 
 
-def test_the_oldest_anonymous_sessions_go_beyond_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_beyond_the_limit_a_new_anonymous_session_is_refused_and_none_in_use_is_pushed_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(sessions_module, "ANONYMOUS_LIMIT", 3)
-    sessions, _ = _sessions()
-    signed_in = sessions.start("ph", Role.PHARMACIST)
-    anonymous = [sessions.start() for _ in range(5)]
-    assert [sessions.get(s.id) is not None for s in anonymous] == [False, False, True, True, True]
-    assert sessions.get(signed_in.id) is signed_in, "a signed-in session is never pushed out"
+    sessions, clock = _sessions()
+    anonymous = [sessions.start() for _ in range(3)]
+    with pytest.raises(TooManySessions):
+        sessions.start()
+    assert all(sessions.get(s.id) is s for s in anonymous), "every open form still works"
+    assert sessions.start("ph", Role.PHARMACIST).user == "ph", "a sign-in is never refused for it"
+    clock.now += IDLE_S
+    assert sessions.start().user is None, "once the forms expired, a new one is made"
 
 
-def test_a_name_is_refused_after_its_allowed_failures_until_the_window_passes() -> None:
+def test_a_pair_is_locked_at_its_allowed_failures_and_each_next_lock_is_twice_as_long() -> None:
     clock = FakeClock()
-    throttle = SignInThrottle(clock=clock)
-    for count in range(1, FAILURES_ALLOWED + 1):
-        assert not throttle.refused("ph")
-        assert throttle.failed("ph") == count
-        clock.now += 1
-    assert throttle.refused("ph") and not throttle.refused("dr"), "per name"
-    clock.now += FAILURE_WINDOW_S - FAILURES_ALLOWED
-    assert not throttle.refused("ph"), "the oldest failure left the window"
+    throttle = SignInThrottle(clock)
+    for _ in range(PAIR_FAILURES - 1):
+        assert throttle.failed("#ph", "10.0.0.1") == 0
+        assert throttle.refused("#ph", "10.0.0.1") == 0
+    assert throttle.failed("#ph", "10.0.0.1") == FIRST_LOCK_S
+    assert throttle.refused("#ph", "10.0.0.1") == FIRST_LOCK_S
+    assert throttle.refused("#ph", "10.0.0.2") == 0, "the same name from another address"
+    assert throttle.refused("#dr", "10.0.0.1") == 0, "another name from the same address"
+    clock.now += FIRST_LOCK_S
+    assert throttle.refused("#ph", "10.0.0.1") == 0
+    assert throttle.failed("#ph", "10.0.0.1") == 2 * FIRST_LOCK_S, "backoff"
+    clock.now += 2 * FIRST_LOCK_S
+    assert throttle.failed("#ph", "10.0.0.1") == 4 * FIRST_LOCK_S
 
 
-def test_a_sign_in_clears_the_names_failures() -> None:
-    throttle = SignInThrottle(clock=FakeClock())
-    for _ in range(FAILURES_ALLOWED - 1):
-        throttle.failed("ph")
-    throttle.succeeded("ph")
-    assert throttle.failed("ph") == 1
-
-
-def test_names_whose_failures_left_the_window_are_forgotten() -> None:
+def test_a_lock_never_outlasts_the_observation_window_and_is_forgotten_with_its_failures() -> None:
     clock = FakeClock()
-    throttle = SignInThrottle(clock=clock)
+    budget: Budget[str] = Budget(clock)
+    locks = []
+    for _ in range(12):
+        locks.append(budget.fail("k", allowed=1))
+        clock.now += budget.locked_for("k")
+    assert locks[:4] == [FIRST_LOCK_S, 2 * FIRST_LOCK_S, 4 * FIRST_LOCK_S, 8 * FIRST_LOCK_S]
+    assert max(locks) == OBSERVATION_WINDOW_S
+    clock.now += OBSERVATION_WINDOW_S
+    assert len(budget) == 0 and budget.total() == 0 and budget.locked_for("k") == 0
+
+
+def test_an_address_is_locked_after_its_failures_whatever_the_names() -> None:
+    throttle = SignInThrottle(FakeClock())
+    for index in range(ADDRESS_FAILURES):
+        assert throttle.refused(f"#name-{index}", "10.0.0.9") == 0
+        throttle.failed(f"#name-{index}", "10.0.0.9")
+    assert throttle.refused("#a-new-name", "10.0.0.9") == FIRST_LOCK_S
+    assert throttle.refused("#a-new-name", "10.0.0.10") == 0
+
+
+def test_failures_of_a_name_from_many_addresses_never_lock_its_owner_out() -> None:
+    """The lockout campaign of the OWASP cheat sheet's warning: every address the attacker has gets one
+    try once the name is under attack, and the owner, at an address of their own, signs in."""
+    throttle = SignInThrottle(FakeClock())
+    for index in range(NAME_ALERT):
+        assert throttle.failed("#ph", f"10.1.0.{index}") == 0
+    assert throttle.failed("#ph", "10.1.1.1") == FIRST_LOCK_S, "under attack: one try per address"
+    assert throttle.refused("#ph", "10.1.1.1") and not throttle.refused("#ph", "192.168.7.7")
+
+
+def test_under_a_global_attack_an_address_with_a_failure_is_locked_at_once_unless_it_is_known() -> None:
+    throttle = SignInThrottle(FakeClock())
+    throttle.succeeded("#ph", "192.168.7.7")
+    for index in range(GLOBAL_ALERT):
+        throttle.failed(f"#name-{index}", f"10.2.{index // 250}.{index % 250}")
+    assert throttle.failed("#dr", "10.3.0.1") == FIRST_LOCK_S
+    assert throttle.failed("#ph", "192.168.7.7") == 0, "a pair that signed in keeps its allowed failures"
+    assert throttle.refused("#ph", "192.168.7.7") == 0
+
+
+def test_a_sign_in_clears_its_pairs_failures_and_its_address_lock_no_longer_stops_it() -> None:
+    throttle = SignInThrottle(FakeClock())
+    for _ in range(PAIR_FAILURES - 1):
+        throttle.failed("#ph", "10.0.0.1")
+    throttle.succeeded("#ph", "10.0.0.1")
+    assert throttle.failed("#ph", "10.0.0.1") == 0, "a fresh count of failures"
+    for index in range(ADDRESS_FAILURES):
+        throttle.failed(f"#name-{index}", "10.0.0.1")
+    assert throttle.refused("#other", "10.0.0.1") > 0 and throttle.refused("#ph", "10.0.0.1") == 0
+
+
+def test_failures_that_left_the_window_are_forgotten() -> None:
+    clock = FakeClock()
+    throttle = SignInThrottle(clock)
     for index in range(100):
-        throttle.failed(f"user-{index}")
-    clock.now += FAILURE_WINDOW_S
-    throttle.failed("ph")
-    assert len(throttle) == 1
+        throttle.failed(f"#user-{index}", "10.0.0.1")
+    clock.now += OBSERVATION_WINDOW_S
+    throttle.failed("#ph", "10.0.0.2")
+    assert (len(throttle.pairs), len(throttle.addresses), len(throttle.names)) == (1, 1, 1)

@@ -8,6 +8,7 @@ import html as html_module
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urljoin
 
 import pytest
 from aiohttp.test_utils import TestClient
@@ -266,3 +267,28 @@ def test_marked_splits_out_the_located_text_whatever_its_case() -> None:
 def test_reviews_are_the_records_the_arbiter_command_builds() -> None:
     review = make_review("doc", "sam", ReviewDecision.CORRECTS, corrected_type=DocumentType.OTHER, notes="n")
     assert isinstance(review, Review) and review.ts.tzinfo is UTC
+
+
+def test_a_packet_whose_id_climbs_out_of_its_page_is_linked_reached_and_decided(
+    site: Console, packets: dict[str, ReviewPacket]
+) -> None:
+    """A packet id ``../../dead-letters`` is one path segment in the queue's link and the forms' action,
+    as a browser resolves them, so the SME reaches that packet and decides it (not ``/dead-letters``)."""
+    hostile = packets["fabricated"].model_copy(update={"doc_id": "../../dead-letters"})
+    site.reviews.packets = {hostile.doc_id: hostile}
+
+    async def scenario(client: Client) -> tuple[str, str, int, int]:
+        await sign_in(client, "sam")
+        queue = await (await client.get("/sme")).text()
+        [href] = re.findall(r'href="(/sme/packet/[^"]+)"', queue)
+        page = await client.get(urljoin("/sme", href))
+        html = await page.text()
+        [action] = set(re.findall(r'action="(/sme/packet/[^"]+)"', html))
+        form = {"csrf_token": csrf_of(html), "decision": "AGREES"}
+        decided = await client.post(urljoin(href, action), data=form, allow_redirects=False)
+        return href, action, page.status, decided.status
+
+    href, action, status, decided = site.run(scenario)
+    assert href == action == "/sme/packet/..%2F..%2Fdead-letters"
+    assert status == 200 and decided == 303
+    assert [review.doc_id for review in site.publisher.published] == ["../../dead-letters"]

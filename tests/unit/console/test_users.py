@@ -15,11 +15,13 @@ from typer.testing import CliRunner
 
 from streams.cli import console as console_command
 from streams.console.users import (
+    COMMON_PASSWORDS,
     MIN_PASSWORD_LENGTH,
     Role,
     UserError,
     UserStore,
     check_password,
+    common_passwords,
     hash_password,
     verify_password,
 )
@@ -64,12 +66,39 @@ def test_anything_but_a_scrypt_hash_is_refused(stored: str) -> None:
 
 @pytest.mark.parametrize(
     ("password", "reason"),
-    [("", "empty"), ("x" * (MIN_PASSWORD_LENGTH - 1), f"at least {MIN_PASSWORD_LENGTH}")],
+    [
+        ("", "empty"),
+        ("a long one!"[: MIN_PASSWORD_LENGTH - 1], f"at least {MIN_PASSWORD_LENGTH}"),
+        ("aaaaaaaaaaaa", "1 different characters; at least 5"),
+        (" " * 12, "1 different characters"),
+        ("abababababab", "2 different characters"),
+        ("abcdeabcdeabcde", "one sequence of characters repeated"),
+        ("pharmacist-alice", "the user's name"),
+        ("PHARMACIST-ALICE", "the user's name"),
+        ("I am pharmacist-alice!", "the user's name"),
+        ("password1234", "a common one"),
+        ("Password1234!", "a common one"),
+        ("  Sunshine 2024  ", "a common one"),
+        ("qwertyuiop!!", "a common one"),
+        ("clingate2026!", "a common one"),
+    ],
 )
-def test_an_empty_or_short_password_is_refused(password: str, reason: str) -> None:
+def test_a_weak_password_is_refused_with_the_reason(password: str, reason: str) -> None:
     with pytest.raises(UserError, match=reason):
-        check_password(password)
-    check_password("x" * MIN_PASSWORD_LENGTH)
+        check_password(password, "pharmacist-alice")
+
+
+def test_a_short_name_may_be_part_of_a_password_but_not_all_of_it() -> None:
+    """A name of fewer than four characters is in many good passwords (``ph`` in ``graph``)."""
+    check_password("a graph of thirty nodes", "ph")
+    check_password(PASSWORD, "pharmacist-alice")
+
+
+def test_the_common_passwords_say_where_they_come_from() -> None:
+    document = json.loads(COMMON_PASSWORDS.read_text(encoding="utf-8"))
+    assert "SecLists" in document["source"] and "xato.net" in document["source"]
+    assert {"password", "qwertyuiop", "iloveyou", "clingate"} <= common_passwords()
+    assert all(p == p.casefold() for p in document["passwords"])
 
 
 def test_the_store_keeps_hashes_only_in_a_file_its_owner_alone_reads(tmp_path: Path) -> None:
@@ -134,8 +163,13 @@ def test_users_add_reads_the_password_from_standard_input_and_list_shows_no_hash
     assert "scrypt" not in out and PASSWORD not in out
 
 
-@pytest.mark.parametrize(("stdin", "reason"), [("", "empty"), ("\n", "empty"), ("short pw\n", "at least 12")])
-def test_users_add_refuses_an_empty_or_short_password_with_exit_2(
+@pytest.mark.parametrize(
+    ("stdin", "reason"),
+    [("", "empty"), ("\n", "empty"), ("short pw\n", "at least 12"), (" " * 12 + "\n", "different characters"),
+     ("aaaaaaaaaaaa\n", "different characters"), ("abcd-abcd-abcd-\n", "repeated"),
+     ("Password2026\n", "common")],
+)  # fmt: skip
+def test_users_add_refuses_a_weak_password_with_exit_2_and_the_reason(
     users_file: Path, stdin: str, reason: str
 ) -> None:
     code, _, err = _users("add", "ph", "--role", "pharmacist", stdin=stdin)

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from processors.dbpm import DBPMConfig
 from state import MemoryStore
+from streams.console.metrics import ConsoleMetrics
 from streams.runtime.metrics import AgentMetrics, ClinicalMetrics, DbpmMetrics, DocsMetrics, LlmGroupMetrics
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -27,6 +28,7 @@ _ROW = re.compile(r"^\| `(clingate_[a-z0-9_]+)` \| (\w+) \|", re.M)
 def every_metric() -> dict[str, str]:
     """Exposed name -> type of every clingate metric any worker registers."""
     worker, docs_worker, llm_group = CollectorRegistry(), CollectorRegistry(), CollectorRegistry()
+    console = ConsoleMetrics().registry
     DbpmMetrics(worker).watch(list, MemoryStore(), DBPMConfig())
     ClinicalMetrics(worker)
     DocsMetrics(docs_worker)
@@ -34,7 +36,7 @@ def every_metric() -> dict[str, str]:
     AgentMetrics(llm_group)
     return {
         family.name + _SUFFIX.get(family.type, ""): family.type
-        for registry in (worker, docs_worker, llm_group)
+        for registry in (worker, docs_worker, llm_group, console)
         for family in registry.collect()
         if family.name.startswith("clingate_")
     }

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from streams.testing import broker as broker_module
 from streams.testing.broker import BrokerError, LocalKafka, read_password_dir, sasl_local_kafka
 
 
@@ -49,3 +52,26 @@ def test_passwords_are_read_one_file_per_user_skipping_secret_metadata(tmp_path:
     assert read_password_dir(tmp_path) == {"clingate-admin": "s3cret"}
     with pytest.raises(BrokerError, match="no password files"):
         read_password_dir(tmp_path / "..data")
+
+
+def test_the_server_properties_with_the_administrators_password_are_readable_by_their_owner_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Written at every start, also over a file an earlier start left world-readable: the broker itself is
+    not started (no jars, no JVM), its start stops after writing them."""
+    broker = _broker(tmp_path / "broker", password="s3cret-admin")
+    broker.properties_file.parent.mkdir(parents=True)
+    broker.properties_file.write_text("left by an earlier start\n")
+    broker.properties_file.chmod(0o644)
+
+    def no_broker(*args: Any, **kwargs: Any) -> None:
+        raise BrokerError("no broker in this test")
+
+    monkeypatch.setattr(broker_module, "ensure_artifacts", lambda home, repository: tmp_path / "libs")
+    monkeypatch.setattr(LocalKafka, "_format", lambda self, libs, cluster_id: None)
+    monkeypatch.setattr(LocalKafka, "_start_native", lambda self, libs: lambda: False)
+    monkeypatch.setattr(broker_module, "wait_for_kafka", no_broker)
+    with pytest.raises(BrokerError, match="no broker in this test"):
+        broker.start(timeout=1)
+    assert broker.properties_file.read_text().count("s3cret-admin") == 3, "both JAAS configurations"
+    assert stat.S_IMODE(broker.properties_file.stat().st_mode) == 0o600
