@@ -1,12 +1,9 @@
-"""``report.html`` of ``clingate demo``: one page, charts drawn as inline SVG; the console's screenshots
-are the only other files it shows, written next to it.
+"""``report.html`` of ``clingate demo``: one page, its charts inline SVG (:mod:`streams.demo.charts`);
+the console's screenshots are the only other files it shows, written next to it.
 
-Inline SVG rather than a plotting library: the page must open offline (no network fonts or scripts),
-and the installed environment has no plotting library among the runtime dependencies (matplotlib
-arrives only with a test extra). The charts: the memory population over event time, the severity
-trajectories of the top signatures, the lift per QA category with its 95% CI, the traffic lights
-(final and per simulated week), and throughput and latency per stream. Every chart also lists its
-numbers in a table, so nothing depends on reading a plot.
+The charts: the memory population over event time, the severity trajectories of the top signatures
+(with their final values in a table), the lift per QA category with its 95% CI, the traffic lights
+(final and per simulated week), and throughput and latency per stream (with their table).
 
 Each series or bar carries its colour, chosen once where the page builds it, and a chart draws the
 mark and the legend entry of a series in that one colour: a traffic light is always in its own colour
@@ -18,151 +15,27 @@ order its series happen to come in.
 from __future__ import annotations
 
 import html
-import math
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import astuple, dataclass
-from itertools import cycle
+from collections.abc import Iterable, Sequence
+from dataclasses import astuple
+from itertools import accumulate, cycle
 from pathlib import Path
 
 from processors.dbpm.measurement import PopulationReport, SelectivityCounts
+from streams.demo.charts import Bar, Interval, Series, bar_chart, interval_chart, line_chart
 from streams.demo.gate_runs import OUTCOMES, table4
 from streams.demo.results import MemoryPoint, Results
 from streams.demo.summary import stream_rows, summary_rows
 
-_W, _H, _PAD = 640, 260, 48
 _COLOURS = ("#1f77b4", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f", "#e377c2")
 """Colours of series without one of their own: no red, yellow or green, which mean a traffic light."""
 _LIGHT_COLOURS = {"RED": "#d62728", "YELLOW": "#e6b800", "GREEN": "#2ca02c"}
 """Each traffic light's own colour, in the order the page lists the lights."""
 
 
-@dataclass(frozen=True)
-class Series:
-    """One line of a line chart: ``points`` are ``(x, y)``; its line and legend swatch are in ``colour``."""
-
-    name: str
-    points: Sequence[tuple[float, float]]
-    colour: str
-
-
-@dataclass(frozen=True)
-class Bar:
-    """One bar of a bar chart: ``value`` high, labelled ``label`` below it, filled with ``colour``."""
-
-    label: str
-    value: int
-    colour: str
-
-
-@dataclass(frozen=True)
-class Interval:
-    """One bar of an interval chart: a point estimate with its confidence interval (None: undefined)."""
-
-    label: str
-    value: float | None
-    low: float | None
-    high: float | None
-    text: str
-
-
 def _palette(names: Iterable[str]) -> dict[str, str]:
     """A colour per name, in order (repeating after seven): the one place series without a colour of
     their own get one, so charts that show the same names show them in the same colours."""
     return dict(zip(names, cycle(_COLOURS)))
-
-
-def _scale(lo: float, hi: float, a: float, b: float) -> Callable[[float], float]:
-    span = (hi - lo) or 1.0
-    return lambda v: a + (v - lo) / span * (b - a)
-
-
-def _frame(title: str, body: str, y_max: float, y_label: str, x_label: str) -> str:
-    ticks = "".join(
-        f'<text x="{_PAD - 6}" y="{_H - _PAD - k / 4 * (_H - 2 * _PAD) + 4:.1f}" text-anchor="end" '
-        f'font-size="10">{y_max * k / 4:.3g}</text>'
-        for k in range(5)
-    )
-    return (
-        f"<figure><figcaption>{html.escape(title)}</figcaption>"
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" '
-        f'font-family="sans-serif">'
-        f'<line x1="{_PAD}" y1="{_H - _PAD}" x2="{_W - _PAD}" y2="{_H - _PAD}" stroke="#333"/>'
-        f'<line x1="{_PAD}" y1="{_PAD / 2}" x2="{_PAD}" y2="{_H - _PAD}" stroke="#333"/>{ticks}'
-        f'<text x="{_W / 2}" y="{_H - 8}" text-anchor="middle" font-size="11">{html.escape(x_label)}</text>'
-        f'<text x="12" y="{_H / 2}" transform="rotate(-90 12 {_H / 2})" text-anchor="middle" '
-        f'font-size="11">{html.escape(y_label)}</text>{body}</svg></figure>'
-    )
-
-
-def line_chart(
-    title: str, series: Sequence[Series], y_label: str, x_label: str = "event time (hours)"
-) -> str:
-    """An SVG line chart with a legend; an empty ``series`` gives a chart that says so."""
-    xs = [x for s in series for x, _ in s.points] or [0.0, 1.0]
-    ys = [y for s in series for _, y in s.points] or [1.0]
-    y_max = max(max(ys), 1e-9) * 1.05
-    sx = _scale(min(xs), max(xs), _PAD, _W - _PAD - 120)
-    sy = _scale(0.0, y_max, _H - _PAD, _PAD / 2)
-    parts = []
-    for i, s in enumerate(series):
-        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s.points)
-        parts.append(f'<polyline fill="none" stroke="{s.colour}" stroke-width="1.8" points="{path}"/>')
-        parts.append(
-            f'<rect x="{_W - _PAD - 110}" y="{_PAD / 2 + 14 * i}" width="10" height="10" fill="{s.colour}"/>'
-            f'<text x="{_W - _PAD - 96}" y="{_PAD / 2 + 14 * i + 9}" font-size="10">'
-            f"{html.escape(s.name[:22])}</text>"
-        )
-    if not series:
-        parts.append(f'<text x="{_W / 2}" y="{_H / 2}" text-anchor="middle">no data</text>')
-    return _frame(title, "".join(parts), y_max, y_label, x_label)
-
-
-def interval_chart(title: str, bars: Sequence[Interval], y_label: str) -> str:
-    """Point estimates with CI whiskers; a dashed line at 1 (no selectivity); undefined ones are labelled."""
-    finite = [b.high for b in bars if b.high is not None and math.isfinite(b.high)]
-    y_max = max([*finite, 2.0]) * 1.1
-    sy = _scale(0.0, y_max, _H - _PAD, _PAD / 2)
-    step = (_W - 2 * _PAD) / max(len(bars), 1)
-    parts = [
-        f'<line x1="{_PAD}" x2="{_W - _PAD}" y1="{sy(1.0):.1f}" y2="{sy(1.0):.1f}" stroke="#999" '
-        'stroke-dasharray="4 3"/>'
-    ]
-    for i, b in enumerate(bars):
-        cx = _PAD + step * (i + 0.5)
-        parts.append(
-            f'<text x="{cx:.1f}" y="{_H - _PAD + 14}" text-anchor="middle" font-size="10">'
-            f"{html.escape(b.label[:14])}</text>"
-        )
-        if b.value is None or b.low is None or b.high is None:
-            parts.append(
-                f'<text x="{cx:.1f}" y="{sy(0.5):.1f}" text-anchor="middle" font-size="9">'
-                f"{html.escape(b.text[:18])}</text>"
-            )
-            continue
-        parts.append(
-            f'<line x1="{cx:.1f}" x2="{cx:.1f}" y1="{sy(b.low):.1f}" y2="{sy(b.high):.1f}" stroke="#333"/>'
-            f'<circle cx="{cx:.1f}" cy="{sy(b.value):.1f}" r="4" fill="{_COLOURS[0]}"/>'
-        )
-    return _frame(title, "".join(parts), y_max, y_label, "category")
-
-
-def bar_chart(title: str, bars: Sequence[Bar], y_label: str) -> str:
-    """Vertical bars with their values above them and their labels below (the labels are the legend)."""
-    y_max = max([*(b.value for b in bars), 1]) * 1.1
-    sy = _scale(0.0, y_max, _H - _PAD, _PAD / 2)
-    step = (_W - 2 * _PAD) / max(len(bars), 1)
-    parts = []
-    for i, b in enumerate(bars):
-        x = _PAD + step * i + step * 0.2
-        parts.append(
-            f'<rect x="{x:.1f}" y="{sy(b.value):.1f}" width="{step * 0.6:.1f}" '
-            f'height="{_H - _PAD - sy(b.value):.1f}" fill="{b.colour}"/>'
-            f'<text x="{x + step * 0.3:.1f}" y="{sy(b.value) - 4:.1f}" text-anchor="middle" font-size="11">'
-            f"{b.value}</text>"
-            f'<text x="{x + step * 0.3:.1f}" y="{_H - _PAD + 14}" text-anchor="middle" font-size="11">'
-            f"{html.escape(b.label)}</text>"
-        )
-    return _frame(title, "".join(parts), y_max, y_label, "")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -248,34 +121,55 @@ def _console(results: Results) -> str:
     return f"<p>Each page as the demo's browser saw it, signed in as the page's role.</p>{figures}"
 
 
-def _hours(snapshots: Sequence[MemoryPoint]) -> list[float]:
-    start = snapshots[0].time if snapshots else 0.0
-    return [(s.time - start) / 3600 for s in snapshots]
+def _clock(snapshots: Sequence[MemoryPoint]) -> list[float]:
+    """Each snapshot's place on an event-time axis: the latest event time of it and the snapshots
+    before it, which never goes back.
+
+    A snapshot's severities are effective at the memory's clock, the latest event time it has applied
+    (:meth:`processors.dbpm.DBPMEngine.snapshot`), which is at least this. The time of the event a
+    snapshot was taken after can be earlier than an earlier snapshot's: the in-process run applies the
+    loop's events narrative by narrative, and they carry the wall clock of the generator and the
+    verifier, which serve many narratives at once."""
+    return list(accumulate((s.time for s in snapshots), max))
+
+
+_CLOCK_NOTE = (
+    "<p>Each snapshot stands at the latest event time the in-process run had applied by then. That run "
+    "applies the loop's events narrative by narrative, timed by the generator and the verifier as they "
+    "served many narratives at once, so its clock can reach the end of the run early, and the later "
+    "snapshots then stand at that time, one above the other.</p>"
+)
 
 
 def _population(snapshots: Sequence[MemoryPoint]) -> str:
-    hours = _hours(snapshots)
+    clock = _clock(snapshots)
     colours = _palette(("ner", "re", "qa"))
     blocklist = [
         Series(
-            task,
-            [(h, len(s.blocklist.get(task, {}))) for h, s in zip(hours, snapshots, strict=True)],
-            colour,
+            task, [(t, len(s.blocklist.get(task, {}))) for t, s in zip(clock, snapshots, strict=True)], colour
         )
         for task, colour in colours.items()
     ]
     whitelist = [
-        Series(task, [(h, s.whitelist.get(task, 0)) for h, s in zip(hours, snapshots, strict=True)], colour)
+        Series(task, [(t, s.whitelist.get(task, 0)) for t, s in zip(clock, snapshots, strict=True)], colour)
         for task, colour in colours.items()
     ]
-    return line_chart("blocklist signatures held over event time", blocklist, "patterns") + line_chart(
-        "whitelist signatures held over event time", whitelist, "signatures"
+    return (
+        line_chart(
+            "blocklist signatures held over event time", blocklist, "patterns", "event time", time=True
+        )
+        + line_chart(
+            "whitelist signatures held over event time", whitelist, "signatures", "event time", time=True
+        )
+        + _CLOCK_NOTE
     )
 
 
 def _trajectories(snapshots: Sequence[MemoryPoint]) -> str:
-    """The severity of the five blocklist signatures with the largest severity x count at the end."""
-    hours = _hours(snapshots)
+    """The effective severity of the five blocklist signatures with the largest severity x count at the
+    end, over event time, and their values at the end (severities near 1 draw their lines on top of
+    one another)."""
+    clock = _clock(snapshots)
     final = snapshots[-1].blocklist if snapshots else {}
     ranked = sorted(
         (
@@ -290,14 +184,20 @@ def _trajectories(snapshots: Sequence[MemoryPoint]) -> str:
     for name, colour in _palette(top).items():
         task, signature = top[name]
         points = []
-        for h, s in zip(hours, snapshots, strict=True):
+        for t, s in zip(clock, snapshots, strict=True):
             found = s.blocklist.get(task, {}).get(signature)
             if found is not None:
-                points.append((h, found[0]))
+                points.append((t, found[0]))
         trajectories.append(Series(name, points, colour))
-    return line_chart(
-        "severity of the top 5 blocklist signatures (severity x count at the end)", trajectories, "severity"
+    chart = line_chart(
+        "severity of the top 5 blocklist signatures (severity x count at the end)",
+        trajectories,
+        "effective severity",
+        "event time",
+        time=True,
     )
+    ends = [(name, f"{final[task][sig][0]:.3f}", final[task][sig][1]) for name, (task, sig) in top.items()]
+    return chart + table(["signature", "severity at the end", "count"], ends)
 
 
 def _lifts(selectivity: SelectivityCounts) -> str:
@@ -306,9 +206,10 @@ def _lifts(selectivity: SelectivityCounts) -> str:
         if cell.task == "qa":
             lift = cell.counts.lift()
             bars.append(Interval(cell.category, lift.value, lift.ci_low, lift.ci_high, str(lift)))
-    return interval_chart("lift with 95% CI (dashed: 1, no selectivity)", bars, "lift") + table(
-        ["category", "lift [95% CI]"], [(b.label, b.text) for b in bars]
+    chart = interval_chart(
+        "lift with 95% CI (dashed: 1, no selectivity)", bars, "lift (log scale)", _COLOURS[0]
     )
+    return chart + table(["category", "lift [95% CI]"], [(b.label, b.text) for b in bars])
 
 
 def _channels(population: PopulationReport) -> str:
