@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import base64
 import re
-from pathlib import Path
-
-import pytest
 
 from processors.agent import prompts
 from processors.agent.schemas import RESPONSE_MODELS, TOOL_ARG_SCHEMAS
@@ -20,11 +17,9 @@ from streams.agent.llm import ask_model, call_type_of, chat_messages
 from streams.llm import CALL_PROFILES, CallType, LlmOk
 from streams.llm.lint import is_registered
 from streams.llm.serve.http import ChatRequest
+from tests.seeds import AGENT_SPEC, needs_agent_spec
 
 from .conftest import Harness
-
-SPEC = Path(__file__).resolve().parents[3].parent / "shared" / "seeds" / "docgemma-agent-graph-v3-spec.md"
-needs_spec = pytest.mark.skipif(not SPEC.exists(), reason=f"the seed spec is not beside the clone ({SPEC})")
 
 SECTION_6: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "IntentClassification": (("intent", "task_summary"), ("suggested_tool",)),
@@ -160,6 +155,6 @@ def _section_6_fields(text: str) -> dict[str, tuple[tuple[str, ...], tuple[str, 
     return {name: (tuple(req), tuple(opt)) for name, (req, opt) in fields.items()}
 
 
-@needs_spec
+@needs_agent_spec
 def test_the_section_6_field_lists_are_the_specs() -> None:
-    assert _section_6_fields(SPEC.read_text(encoding="utf-8")) == SECTION_6
+    assert _section_6_fields(AGENT_SPEC.read_text(encoding="utf-8")) == SECTION_6

@@ -8,7 +8,6 @@ with its text; elsewhere those two tests skip.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from pydantic import BaseModel, ValidationError
@@ -32,9 +31,7 @@ from processors.agent.tools import (
     validate_args,
 )
 from streams.llm.lint import lint_response_model
-
-SPEC = Path(__file__).resolve().parents[4].parent / "shared" / "seeds" / "docgemma-agent-graph-v3-spec.md"
-needs_spec = pytest.mark.skipif(not SPEC.exists(), reason=f"the seed spec is not beside the clone ({SPEC})")
+from tests.seeds import AGENT_SPEC, needs_agent_spec
 
 # ── §6 schemas (their field order against §6: tests/unit/llm/test_agent_llm.py) ──
 
@@ -104,12 +101,12 @@ def test_generation_settings_are_section_7s():
 
 
 def _section(title: str) -> str:
-    text = SPEC.read_text(encoding="utf-8")
+    text = AGENT_SPEC.read_text(encoding="utf-8")
     start = text.index(title)
     return text[start : text.index("\n## ", start + 1)]
 
 
-@needs_spec
+@needs_agent_spec
 def test_system_prompts_are_section_8_verbatim():
     blocks = re.findall(r"```\n(.*?)\n```", _section("## 8. Prompt Templates per Node"), re.DOTALL)
     intent, stage1, stage2, _hints, classify, synthesize, _assembly = blocks
@@ -121,7 +118,7 @@ def test_system_prompts_are_section_8_verbatim():
     assert (classify, synthesize) == (p.RESULT_CLASSIFY_SYSTEM, p.SYNTHESIZE_SYSTEM)
 
 
-@needs_spec
+@needs_agent_spec
 def test_full_desc_is_section_16_verbatim():
     block = re.findall(r"```\n(.*?)\n```", _section("## 16. Appendix"), re.DOTALL)[0]
     entries = block.removeprefix("Available tools:\n\n").split("\n\n")

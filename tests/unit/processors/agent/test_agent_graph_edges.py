@@ -11,9 +11,7 @@ edges are the ones written here.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-import pytest
 from agent_harness import (
     DOFETILIDE_SAFETY,
     assess,
@@ -30,9 +28,7 @@ from agent_harness import args as arguments
 
 from processors.agent.graph import EDGES
 from processors.agent.state import AgentState, Event, NodeName
-
-SPEC = Path(__file__).resolve().parents[4].parent / "shared" / "seeds" / "docgemma-agent-graph-v3-spec.md"
-needs_spec = pytest.mark.skipif(not SPEC.exists(), reason=f"the seed spec is not beside the clone ({SPEC})")
+from tests.seeds import AGENT_SPEC, needs_agent_spec
 
 SECTION_3: frozenset[tuple[NodeName, NodeName]] = frozenset(
     {
@@ -149,7 +145,7 @@ def _section_3_edges(text: str) -> set[tuple[str, str]]:
     return edges
 
 
-@needs_spec
+@needs_agent_spec
 def test_the_section_3_edges_are_the_specs() -> None:
     expected = {*SECTION_3, ("START", "INPUT_ASSEMBLY"), ("SYNTHESIZE", "END")}
-    assert _section_3_edges(SPEC.read_text(encoding="utf-8")) == expected
+    assert _section_3_edges(AGENT_SPEC.read_text(encoding="utf-8")) == expected
