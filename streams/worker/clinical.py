@@ -309,7 +309,7 @@ class ClinicalHandler:
         overlay = Overlay(table, partition)
         outputs: list[Output] = []
         dead_letters: list[DecodeFailed] = []
-        published_all: list[Published] = []
+        lights: Counter[str] = Counter()
         states: dict[bytes, tuple[bytes, ClinicalStreamState]] = {}
         last_offset: int | None = None
         for record in records:
@@ -326,10 +326,9 @@ class ClinicalHandler:
             if value is not None:
                 overlay.writes[key] = value
             outputs += [self._output(key, out) for out in published]
-            published_all += published
+            lights.update(o.traffic_light.light for o in published if isinstance(o, ClinicalAssessment))
         if last_offset is None:
             return TableBatch([], dead_letters, None, -1)
-        lights = Counter(o.traffic_light.light for o in published_all if isinstance(o, ClinicalAssessment))
         if lights:
             summary = ", ".join(f"{light} {n}" for light, n in sorted(lights.items()))
             log.info("%d assessments (%s)", lights.total(), summary, extra={"partition": partition})
