@@ -49,8 +49,9 @@ from streams.agent.patients import ChangelogPatients
 from streams.agent.runner import path_kind, run_turn
 from streams.agent.tools import ToolBox, TurnContext
 from streams.groups.llm import default_serde, new_metrics, run_loop
-from streams.groups.ordered import Handled, OrderedLoop, Output
+from streams.groups.ordered import Handled, OrderedLoop
 from streams.llm import LlmClient, given_or_built
+from streams.runtime.core import Output
 from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record
 from streams.runtime.kafka_clients import partitions, read_to_end, reader
 from streams.runtime.metrics import AgentMetrics, LlmGroupMetrics

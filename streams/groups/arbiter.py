@@ -76,7 +76,8 @@ from schemas.docs import (
 )
 from schemas.serde import Serde
 from streams.groups.arbiter_calls import LlmCall, arbitrate
-from streams.groups.ordered import Handled, OrderedLoop, Output, consumer_config, transactional_producer
+from streams.groups.ordered import Handled, OrderedLoop, consumer_config, transactional_producer
+from streams.runtime.core import BatchCore, Output
 from streams.runtime.dlq import PRODUCER_LIMITS, DecodeFailed, SourceRecord, decode_record
 from streams.runtime.kafka_clients import consume_batch
 from streams.runtime.kafka_config import client_config
@@ -394,16 +395,18 @@ async def run_worker(
         metrics: the worker's metrics (their lag gauge hooks into the consumer); None: a private registry.
     """
     metrics = metrics or DocsMetrics(CollectorRegistry())
-    config = consumer_config(bootstrap, group_id, session_timeout_s)
-    producer = transactional_producer(producer_config(bootstrap), group_id)
     inputs = [DOCS_CLASSIFICATIONS, DOCS_REVIEWS]
     progress = ProgressLog(bootstrap, group_id, inputs)
     packets = PacketFollower(bootstrap, serde)
     worker = DocsWorker(serde, packets, trap_rules, call, metrics)
-    loop = OrderedLoop(
-        {**config, **metrics.lag.client_config()}, producer, serde, inputs, worker, max_in_flight,
-        ClassificationRequest.avro_name, progress, on_in_flight=metrics.in_flight.set,
+    core = BatchCore(
+        group_id, {**consumer_config(bootstrap, group_id, session_timeout_s), **metrics.lag.client_config()},
+        transactional_producer(producer_config(bootstrap), group_id), serde, metrics.loops,
         on_dead_letter=worker.dead_lettered,
+    )  # fmt: skip
+    loop = OrderedLoop(
+        core, inputs, worker, max_in_flight, ClassificationRequest.avro_name, progress,
+        on_in_flight=metrics.in_flight.set,
     )  # fmt: skip
     if on_ready is not None:
         on_ready(worker)

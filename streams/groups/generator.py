@@ -39,9 +39,10 @@ from streams.groups.llm import (
     require_role,
     run_loop,
 )
-from streams.groups.ordered import Handled, OrderedLoop, Output
+from streams.groups.ordered import Handled, OrderedLoop
 from streams.llm import CallType, LlmClient, LlmFailed, LlmOk, Role, given_or_built
 from streams.llm.schemas import NerExtraction, QaExtraction, ReExtraction
+from streams.runtime.core import Output
 from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record
 from streams.runtime.metrics import LlmGroupMetrics
 from streams.runtime.settings import Settings

@@ -61,6 +61,7 @@ from schemas.serde import Serde, make_serde
 from streams.groups.ordered import Handler, OrderedLoop, consumer_config, transactional_producer
 from streams.llm import CallType, ChatMessage, LlmClient, LlmFailed, LlmOk, Role
 from streams.llm.config import resolve_role
+from streams.runtime.core import BatchCore
 from streams.runtime.dlq import PRODUCER_LIMITS, DecodeFailed, SourceRecord
 from streams.runtime.kafka_clients import ensure_catalog
 from streams.runtime.metrics import LlmGroupMetrics, serve
@@ -126,13 +127,15 @@ async def run_loop(
     stop: asyncio.Event,
 ) -> OrderedLoop:
     """Run one group member until ``stop`` is set; return its loop (counters) when it stopped."""
-    producer = transactional_producer(producer_config(bootstrap, **PRODUCER_LIMITS), group_id)
+    core = BatchCore(
+        group_id, consumer_config(bootstrap, group_id, session_timeout_s),
+        transactional_producer(producer_config(bootstrap, **PRODUCER_LIMITS), group_id), serde, metrics.loops,
+    )  # fmt: skip
     progress = ProgressLog(bootstrap, group_id, topics)
     gauge = metrics.in_flight.labels(group)
     loop = OrderedLoop(
-        consumer_config(bootstrap, group_id, session_timeout_s), producer, serde, topics, handler,
-        max_in_flight, expected_schema, progress, on_in_flight=gauge.set,
-    )  # fmt: skip
+        core, topics, handler, max_in_flight, expected_schema, progress, on_in_flight=gauge.set
+    )
     try:
         await loop.run(stop)
     finally:

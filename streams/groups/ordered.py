@@ -49,20 +49,13 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Message, TopicPartition
 
-from schemas.serde import Serde
-from streams.runtime.dlq import (
-    DecodeFailed,
-    SourceRecord,
-    dead_letter_record,
-    oversized_output,
-    processing_failed,
-)
-from streams.runtime.kafka_clients import GroupOffsets, positions, seek_owned
+from streams.runtime.core import BatchCore, Output, Step
+from streams.runtime.dlq import DecodeFailed, SourceRecord, oversized_output, processing_failed
 from streams.runtime.kafka_config import client_config, liveness_config
 from streams.runtime.progress import Progress, ProgressLog
-from streams.runtime.transactions import Batch, TransactionalProducer
+from streams.runtime.transactions import TransactionalProducer
 
 log = logging.getLogger(__name__)
 
@@ -111,16 +104,6 @@ def transactional_producer(config: dict[str, object], group_id: str) -> Transact
     return TransactionalProducer(
         {**config, "transactional.id": f"{group_id}-{uuid.uuid4().hex[:12]}"}, group_id
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Output:
-    """One record to produce (bytes already encoded)."""
-
-    topic: str
-    key: bytes
-    value: bytes
-    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 Handled = Sequence[Output | DecodeFailed]
@@ -188,78 +171,50 @@ def fitting(record: SourceRecord, handled: Handled, expected_schema: str) -> Han
 
 @dataclass
 class OrderedLoop:
-    """The loop (see the module docstring).
+    """The loop (see the module docstring), on a :class:`~streams.runtime.core.BatchCore`.
 
     Attributes:
-        consumer_config: the member's consumer settings (:func:`consumer_config`); :meth:`run` builds
-            the consumer, subscribes it and closes it.
-        transactions: the member's transactional producer (:func:`transactional_producer`).
-        serde: the process's serde (dead letters).
+        core: the member's batch core (its consumer from :func:`consumer_config`, its producer from
+            :func:`transactional_producer`); :meth:`run` subscribes it and closes it.
         topics: the input topics.
         handle: the per-record handler.
         max_in_flight: unfinished records at once (>= 1).
         expected_schema: Avro name of the input model, for dead letters of handler failures.
         progress: the group's progress log (where each input partition's outputs are committed to).
         on_in_flight: called with the number of unfinished records after every step (a gauge).
-        on_dead_letter: called with every dead letter the loop routes (a handler's or a handler
-            failure's), once its transaction committed (to log and count it).
     """
 
-    consumer_config: dict[str, object]
-    transactions: TransactionalProducer
-    serde: Serde
+    core: BatchCore
     topics: Sequence[str]
     handle: Handler
     max_in_flight: int
     expected_schema: str
     progress: ProgressLog
     on_in_flight: Callable[[int], None] | None = None
-    on_dead_letter: Callable[[DecodeFailed], None] | None = None
     queues: dict[tuple[str, int], deque[_Entry]] = field(default_factory=dict)
-    resume: dict[tuple[str, int], int] = field(default_factory=dict)
-    """Where each owned input partition's last committed progress resumes."""
-    offsets: GroupOffsets = field(default_factory=GroupOffsets)
-    """The group's offsets (lag and tools)."""
-    started: dict[tuple[str, int], int] = field(default_factory=dict)
-    """The first offset read from each owned input partition since it was assigned."""
     waiting: deque[_Entry] = field(default_factory=deque)
     processed: int = 0
     _paused: bool = False
-    consumer: Consumer = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.consumer = Consumer({**self.consumer_config, "on_commit": self.offsets.on_commit})
 
     def in_flight(self) -> list[asyncio.Task[Handled]]:
         """The unfinished records' tasks."""
         return [e.task for q in self.queues.values() for e in q if e.task is not None and not e.task.done()]
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _assigned(self, partitions: list[TopicPartition]) -> dict[tuple[str, int], int]:
         """Start each assigned partition where its last committed progress resumes."""
-        found = self.progress.assign(consumer, partitions)
-        self.resume.update((tp, done.resume) for tp, done in found.items())
+        return {tp: done.resume for tp, done in self.progress.assigned(partitions).items()}
 
-    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _revoked(self, partitions: list[TopicPartition]) -> None:
         revoked = {(tp.topic, tp.partition) for tp in partitions}
-        self.offsets.forget(partitions)
         for key in revoked:
-            self.resume.pop(key, None)
-            self.started.pop(key, None)
             for entry in self.queues.pop(key, deque()):
                 if entry.task is not None:
                     entry.task.cancel()
         self.waiting = deque(e for e in self.waiting if (e.record.topic, e.record.partition) not in revoked)
 
     def _accept(self, message: Message) -> None:
-        error = message.error()
-        if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
-                log.warning("consumer error %s", error)
-            return
-        record = SourceRecord.from_message(message)
-        entry = _Entry(record)
-        self.started.setdefault((record.topic, record.partition), record.offset)
-        self.queues.setdefault((record.topic, record.partition), deque()).append(entry)
+        entry = _Entry(SourceRecord.from_message(message))
+        self.queues.setdefault((entry.record.topic, entry.record.partition), deque()).append(entry)
         self.waiting.append(entry)
 
     def _start(self) -> None:
@@ -279,15 +234,16 @@ class OrderedLoop:
             entry.started = True
 
     async def _publish_ready(self) -> int:
-        """Publish every finished head of queue in order with the progress it makes, in one transaction;
-        return the partitions committed (0 also when the transaction was aborted and the member rewound).
+        """Publish every finished head of queue in order with the progress it makes, in one step;
+        return the partitions committed (0 also when the step was aborted and the member rewound).
 
-        The transaction runs in a worker thread so the calls in flight keep being served meanwhile; it
+        The step is committed in a worker thread so the calls in flight keep being served meanwhile; it
         only produces what was taken from the queues here, and nothing else produces meanwhile.
         """
         if not any(queue and queue[0].done for queue in self.queues.values()):
             return 0
-        items: list[Output | DecodeFailed] = []
+        outputs: list[Output] = []
+        dead_letters: list[DecodeFailed] = []
         commits: list[TopicPartition] = []
         drained: dict[tuple[str, int], int] = {}
         finished = 0
@@ -295,7 +251,8 @@ class OrderedLoop:
             last = None
             while queue and queue[0].done:
                 entry = queue.popleft()
-                items += entry.outputs(self.expected_schema)
+                for item in entry.outputs(self.expected_schema):
+                    (dead_letters if isinstance(item, DecodeFailed) else outputs).append(item)
                 finished += 1
                 last = entry.record.offset
             if last is None:
@@ -305,53 +262,26 @@ class OrderedLoop:
             else:  # everything read is done: up to the position, past any transaction marker read
                 drained[(topic, partition)] = last + 1
         if drained:
-            commits += positions(self.consumer, drained)
+            commits += self.core.positions(drained)
         progress = [
             self.progress.record(tp.topic, tp.partition, Progress(tp.offset, tp.offset)) for tp in commits
         ]
-
-        def fill(batch: Batch) -> None:
-            for item in items:
-                if isinstance(item, DecodeFailed):
-                    out = dead_letter_record(self.serde, item)
-                    batch.produce(out.topic, out.value, out.key, headers=out.headers)
-                else:
-                    batch.produce(item.topic, item.value, item.key, headers=list(item.headers))
-            for topic, key, value, partition in progress:
-                batch.produce(topic, value, key, partition=partition)
-
-        if await asyncio.to_thread(self.transactions.run, fill) is None:
-            self._rewind()
+        step = Step(dead_letters, outputs, progress, commits)
+        if not await asyncio.to_thread(self.core.commit, step):
+            self._rewound()
             return 0
-        if self.on_dead_letter is not None:
-            for item in items:
-                if isinstance(item, DecodeFailed):
-                    self.on_dead_letter(item)
         self.processed += finished
-        self._commit(commits)
         return len(commits)
 
-    def _rewind(self) -> None:
-        """After an aborted transaction: cancel every record in flight or waiting and read each owned
-        partition again from its last committed progress (or from where it was first read)."""
-        for key, queue in self.queues.items():
+    def _rewound(self) -> None:
+        """After an aborted step (the core sought every partition back to its last commit): cancel every
+        record in flight or waiting; they are read and their calls made again."""
+        for queue in self.queues.values():
             for entry in queue:
                 if entry.task is not None:
                     entry.task.cancel()
-            offset = self.resume.get(key, self.started.get(key))
-            if offset is not None:
-                seek_owned(self.consumer, TopicPartition(*key, offset))
         self.queues.clear()
         self.waiting.clear()
-
-    def _commit(self, offsets: list[TopicPartition]) -> None:
-        self.resume.update(((tp.topic, tp.partition), tp.offset) for tp in offsets)
-        self.offsets.commit(self.consumer, offsets)
-
-    def _commit_idle(self) -> None:
-        """When nothing is read or in flight, bring the group's offsets to where the member stands."""
-        if not self.waiting and not any(self.queues.values()):
-            self.offsets.idle(self.consumer, self.resume)
 
     @property
     def _buffer(self) -> int:
@@ -360,7 +290,8 @@ class OrderedLoop:
     def _backpressure(self) -> None:
         full = len(self.waiting) >= self._buffer
         if full != self._paused:
-            (self.consumer.pause if full else self.consumer.resume)(self.consumer.assignment())
+            consumer = self.core.consumer
+            (consumer.pause if full else consumer.resume)(consumer.assignment())
             self._paused = full
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -370,19 +301,17 @@ class OrderedLoop:
             streams.runtime.transactions.TransactionRefused: the cluster refuses the member's writes for
                 good (authorisation, a record too large for any broker); every other fault is ridden out.
         """
-        self.consumer.subscribe(list(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                on_lost=self._on_revoke)  # fmt: skip
+        self.core.subscribe(self.topics, self._assigned, self._revoked)
         loop = asyncio.get_running_loop()
         publish_at = 0.0
         # The transaction's waits (an outage) run in a worker thread: they end when ``stop`` is set.
-        halt = self.transactions.stop = threading.Event()
+        halt = self.core.transactions.stop = threading.Event()
         mirror = asyncio.ensure_future(stop.wait())
         mirror.add_done_callback(lambda _: halt.set())
         try:
             while not stop.is_set():
                 self._backpressure()
-                room = max(1, self._buffer - len(self.waiting))
-                for message in self.consumer.consume(num_messages=room, timeout=0):
+                for message in self.core.read(max(1, self._buffer - len(self.waiting)), 0):
                     self._accept(message)
                 self._start()
                 tasks = self.in_flight()
@@ -398,7 +327,8 @@ class OrderedLoop:
                     if tasks:
                         await asyncio.wait(tasks, timeout=IDLE_WAIT_S, return_when=asyncio.FIRST_COMPLETED)
                     else:
-                        self._commit_idle()
+                        if not self.waiting and not any(self.queues.values()):
+                            self.core.idle()
                         await asyncio.sleep(IDLE_WAIT_S)
         finally:
             mirror.cancel()
@@ -406,6 +336,4 @@ class OrderedLoop:
                 for entry in queue:
                     if entry.task is not None:
                         entry.task.cancel()
-            if stop.is_set():
-                self.offsets.close(self.consumer)
-            self.consumer.close()
+            self.core.close(durable=stop.is_set())

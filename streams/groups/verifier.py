@@ -77,9 +77,10 @@ from schemas.common import Stage
 from schemas.dbpm import GateAction, GateDecision, Narrative
 from schemas.serde import Serde
 from streams.groups.llm import MeteredLlm, default_serde, llm_failure, new_metrics, require_role, run_loop
-from streams.groups.ordered import Handled, OrderedLoop, Output
+from streams.groups.ordered import Handled, OrderedLoop
 from streams.llm import CallType, FailureKind, LlmClient, LlmFailed, LlmOk, Role, given_or_built
 from streams.llm.schemas import NerVerdict, QaVerdict, ReVerdict
+from streams.runtime.core import Output
 from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record
 from streams.runtime.kafka_config import client_config
 from streams.runtime.metrics import LlmGroupMetrics

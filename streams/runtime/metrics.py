@@ -308,8 +308,9 @@ class Selectivity(Collector):
 
 
 class LoopMetrics:
-    """Traffic of a worker's consumer loops (``loop``: memory, clinical, gate): records consumed and
-    produced per topic, partitions assigned and revoked, batches whose transaction was aborted.
+    """Traffic of a process's consumer loops (``loop``: memory, clinical, gate, or an LLM group's consumer
+    group): records consumed and produced per topic, partitions assigned and revoked, batches whose
+    transaction was aborted.
 
     Counted per batch, not per record: a batch adds its count per topic once."""
 
@@ -605,6 +606,7 @@ class DocsMetrics:
         )  # fmt: skip
         self.llm = LlmMetrics(registry)
         self.lag = LibrdkafkaLag(registry)
+        self.loops = LoopMetrics(registry)
 
     def decided(self, disposition: Disposition) -> None:
         """Count a decided disposition (the docs worker counts it when the document is decided)."""
@@ -682,6 +684,7 @@ class LlmGroupMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self.llm = LlmMetrics(registry)
+        self.loops = LoopMetrics(registry)
         self.in_flight = Gauge(
             "clingate_llm_in_flight", "Records being processed.", ["group"], registry=registry
         )

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from streams.runtime.core import StateRecord
 from streams.runtime.kafka_clients import consume_batch, partitions, watermark_offsets
 from streams.runtime.kafka_config import admin_client, client_config
 from topics.admin import ensure_topics
@@ -154,9 +155,11 @@ class ProgressLog:
         ensure_topics(admin_client(bootstrap), [spec])
         self._partitions = len(partitions(self._reader, self.topic))
 
-    def record(self, topic: str, partition: int, progress: Progress) -> tuple[str, bytes, bytes, int]:
-        """``(topic, key, value, partition)`` of the progress record of input ``topic``'s ``partition``."""
-        return self.topic, _key(topic, partition), progress.encode(), partition % self._partitions
+    def record(self, topic: str, partition: int, progress: Progress) -> StateRecord:
+        """The progress record of input ``topic``'s ``partition``."""
+        return StateRecord(
+            self.topic, partition % self._partitions, _key(topic, partition), progress.encode()
+        )
 
     def read(self, inputs: Iterable[Input], timeout_s: float = 60.0) -> dict[Input, Progress]:
         """The last committed progress of each input ``(topic, partition)`` (those with none are left out).
@@ -202,24 +205,17 @@ class ProgressLog:
             if (raw := found.get(_key(topic, partition))) is not None
         }
 
-    def assign(self, consumer: Consumer, assigned: list[TopicPartition]) -> dict[Input, Progress]:
-        """Assign ``consumer`` the partitions a rebalance gave it (a rebalance callback's job), each at
-        the offset where its last committed progress resumes, or at the group's committed offset where
-        it has none (a new group, or one that never committed a batch); returns the progress found.
+    def assigned(self, assigned: list[TopicPartition]) -> dict[Input, Progress]:
+        """The last committed progress of the partitions a rebalance gave the loop (a partition without
+        one, of a new group or one that never committed a batch, starts at the group's offset).
 
         A progress topic the cluster cannot serve now (an outage, a leader election) is read again until
         it can: the partitions cannot start anywhere else."""
         while True:
             try:
-                found = self.read((tp.topic, tp.partition) for tp in assigned)
-                break
+                return self.read((tp.topic, tp.partition) for tp in assigned)
             except (TimeoutError, KafkaException) as exc:
                 log.warning("%s not read (%s); read again", self.topic, exc)
-        for tp in assigned:
-            if (done := found.get((tp.topic, tp.partition))) is not None:
-                tp.offset = done.resume
-        consumer.assign(assigned)
-        return found
 
     def close(self) -> None:
         """Close the reader."""

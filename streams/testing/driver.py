@@ -69,11 +69,12 @@ from streams.groups.arbiter_calls import LlmCall
 from streams.groups.generator import GROUP as GENERATOR
 from streams.groups.generator import Generator
 from streams.groups.llm import MeteredLlm
-from streams.groups.ordered import Handler, Output, handle_record
+from streams.groups.ordered import Handler, handle_record
 from streams.groups.verifier import GROUP as VERIFIER
 from streams.groups.verifier import Verifier
 from streams.llm import LlmClient
 from streams.replay.kafka import KafkaReplayResult, changelog_state, decision_json, replay_runs
+from streams.runtime.core import Output
 from streams.runtime.dlq import (
     DecodeFailed,
     SourceRecord,

@@ -155,9 +155,9 @@ from schemas.serde import SINGLE_OBJECT_MAGIC, SchemaDecodeError, Serde, make_se
 from state.memory import MemoryStore
 from streams.demo.data import DOCS, DOCS_EXAMPLES
 from streams.demo.data.timeline import encounter, fhir_timeline
-from streams.groups.ordered import Output
 from streams.groups.verifier import CONFIDENCE_HEADER, GATE_HEADER, VERDICT_HEADER
 from streams.replay.kafka import CommitWatcher, ReplayTimeout, commit_end_offsets, read_state
+from streams.runtime.core import Output
 from streams.runtime.dlq import HEADER_PREFIX, PRODUCER_LIMITS, SourceRecord, fits
 from streams.runtime.kafka_clients import end_offsets, produce_waiting, read_to_end, reader
 from streams.runtime.kafka_config import admin_client, client_config

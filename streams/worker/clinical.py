@@ -86,7 +86,7 @@ from schemas.clinical import (
 from schemas.common import Stage
 from schemas.fhir import FhirUpdate
 from schemas.serde import Serde, make_serde
-from streams.groups.ordered import Output
+from streams.runtime.core import Output
 from streams.runtime.dlq import (
     RECORD_OVERHEAD_BYTES,
     DecodeFailed,

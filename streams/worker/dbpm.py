@@ -161,7 +161,7 @@ from schemas.dbpm import (
 from schemas.dbpm import Propagation as PropagationRecord
 from schemas.serde import SchemaDecodeError, Serde
 from state.base import Store, Transaction
-from streams.groups.ordered import Output
+from streams.runtime.core import Output
 from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record, processing_failed
 from streams.runtime.kafka_config import client_config
 from streams.runtime.logs import log_dead_letter

@@ -115,27 +115,21 @@ from schemas.dbpm import Candidate, Coverage, GateDecision
 from schemas.serde import Serde, make_serde
 from state.base import Store, Transaction
 from state.rocksdb import RocksDBStore
-from streams.groups.ordered import Output
+from streams.runtime.core import BATCH_MAX, Abandoned, BatchCore, Output, Step
 from streams.runtime.dlq import (
     PRODUCER_LIMITS,
     DecodeFailed,
     SourceRecord,
-    dead_letter_record,
     oversized_output,
     processing_failed,
 )
-from streams.runtime.kafka_clients import (
-    GroupOffsets,
-    consume_batch,
-    positions,
-    seek_owned,
-)
+from streams.runtime.kafka_clients import consume_batch
 from streams.runtime.kafka_config import client_config, liveness_config
 from streams.runtime.logs import log_dead_letter
 from streams.runtime.metrics import DbpmMetrics
 from streams.runtime.progress import Progress, ProgressLog, advanced
 from streams.runtime.settings import Settings
-from streams.runtime.transactions import Batch, TransactionalProducer
+from streams.runtime.transactions import TransactionalProducer
 from streams.worker.dbpm import (
     BARRIER_HEADER,
     CONFIG_KEY,
@@ -153,15 +147,6 @@ from streams.worker.tablestore import BOUNDARY_KEY, ChangelogFollower
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_TO_VERIFY, DBPM_VERDICTS
 
 log = logging.getLogger(__name__)
-
-#: Most records one ``consume`` call returns (candidates and changelog records alike).
-BATCH_MAX = 5000
-#: Longest wait for a batch's first candidate (:func:`~streams.runtime.kafka_clients.consume_batch`:
-#: the first record ends the wait).
-#: Fetches keep librdkafka's default long poll (``fetch.wait.max.ms`` 500): the broker answers as
-#: soon as a record arrives, so a short wait only adds idle fetch requests (measured: with 1-5 ms,
-#: the clients' broker threads cost ~50 us of CPU per candidate).
-POLL_S = 0.05
 
 
 def gate_group(app_id: str) -> str:
@@ -443,13 +428,10 @@ class Gate:
             self._metrics.dead_letters.labels(failed.record.topic).inc()
 
 
-class _Stopping(Exception):
-    """The loop was stopped while a candidate waited at its barrier: its batch is abandoned."""
-
-
 class GateLoop:
     """The gate consumer: candidates in; dispatches, decisions, to-verify records, the Filter's verdicts,
-    dead letters and the gate's progress out, in one Kafka transaction per batch.
+    dead letters and the gate's progress out, one step per batch on a
+    :class:`~streams.runtime.core.BatchCore`.
 
     Args:
         bootstrap: Kafka bootstrap servers.
@@ -479,38 +461,35 @@ class GateLoop:
         coverage_wait_s: float = 0.0,
     ) -> None:
         self._gate = Gate(engine, serde, follower.view, metrics)
-        self._serde = serde
         self._follower = follower
         self._join: CoverageJoin[Pending] | None = CoverageJoin(coverage_wait_s) if coverage_wait_s else None
         follower.track_judged = self._join is not None
         self._barrier_timeout_s = barrier_timeout_s
         self._metrics = metrics
-        self._name = gate_group(app_id)
-        self._progress_log = ProgressLog(bootstrap, self._name, [DBPM_CANDIDATES])
-        self._offsets = GroupOffsets()
-        self._consumer = Consumer(client_config(bootstrap, **{
-            "group.id": self._name, "enable.auto.commit": False,
-            "auto.offset.reset": "earliest", "enable.partition.eof": False,
-            "on_commit": self._offsets.on_commit,
-            **liveness_config(session_timeout_s),
-        }))  # fmt: skip
+        group = gate_group(app_id)
+        self._progress_log = ProgressLog(bootstrap, group, [DBPM_CANDIDATES])
         # Decisions leave in batches: 2 ms linger is enough to fill them, the commit sends at once. It
         # admits decisions as large as the decisions topic does (librdkafka's own limit is ~1 MB: a
         # 2 MB candidate's decision raised in produce() and stopped the gate).
-        self._transactions = TransactionalProducer(producer_config(bootstrap, **{
-            "transactional.id": transactional_id(directory, self._name),
-            "linger.ms": 2, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
-            **PRODUCER_LIMITS,
-        }), self._name)  # fmt: skip
-        self._lag: dict[int, int] = {}
+        self.core = BatchCore(
+            "gate",
+            client_config(bootstrap, **{
+                "group.id": group, "enable.auto.commit": False,
+                "auto.offset.reset": "earliest", "enable.partition.eof": False,
+                **liveness_config(session_timeout_s),
+            }),
+            TransactionalProducer(producer_config(bootstrap, **{
+                "transactional.id": transactional_id(directory, group),
+                "linger.ms": 2, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
+                **PRODUCER_LIMITS,
+            }), group),
+            serde, metrics.loops, on_dead_letter=self._gate.dead_lettered,
+        )  # fmt: skip
         self._progress: dict[int, Progress] = {}  # partition -> last committed progress (owned partitions)
         self._position: dict[int, int] = {}  # partition -> next offset to decide
-        self._started: dict[int, int] = {}  # partition -> first offset read since it was assigned
         self._config_watch = ConfigWatch(engine.config.fingerprint(), app_id, metrics.config_mismatch)
         self._stop = threading.Event()  # run()'s, once it runs
-        self._consumer.subscribe(
-            [DBPM_CANDIDATES], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
-        )
+        self.core.subscribe([DBPM_CANDIDATES], self.assigned, self.revoked)
 
     @property
     def view(self) -> MergedView:
@@ -524,37 +503,35 @@ class GateLoop:
 
     def lag(self) -> Iterator[tuple[str, int, int]]:
         """(topic, partition, high watermark - committed offset) of the assigned candidate partitions."""
-        for partition, value in list(self._lag.items()):
-            yield DBPM_CANDIDATES, partition, value
+        return self.core.lag()
 
     def run(self, stop: threading.Event) -> None:
         """Decide batches until ``stop`` is set; then leave the group and close the clients."""
-        self._stop = self._transactions.stop = stop
-        try:
-            while not stop.is_set():
-                batch = consume_batch(self._consumer, BATCH_MAX, POLL_S)
-                if self._follower.poll(0):  # after the wait: the batch is decided on the freshest view
-                    self.check_config()
-                if batch or (self._join is not None and len(self._join)):
-                    self.decide(batch)
-                else:
-                    self._commit_idle()
-            self._offsets.close(self._consumer)
-        finally:
-            self._consumer.close()
-            self._progress_log.close()
-            self._follower.close()
+        self._stop = stop
+        self.core.run(stop, self)
+
+    def prepare(self) -> None:
+        """Follow the memory changelog after the read: the batch is decided on the freshest view."""
+        if self._follower.poll(0):
+            self.check_config()
 
     def check_config(self) -> None:
         """Compare the memory writers' configurations with this gate's (:class:`ConfigWatch`)."""
         self._config_watch.observe(self._follower.configs())
 
-    def decide(self, messages: list[Message]) -> None:
-        """Decide one batch and what the coverage join releases, then commit the outputs, dead letters
-        and progress in one transaction (never resuming past a candidate the join may need read again).
+    def step(self, messages: list[Message]) -> Step | None:
+        """Decide one batch and what the coverage join releases: the outputs, dead letters and progress
+        of one step (never resuming past a candidate the join may need read again); None when there is
+        nothing to read or release.
 
         Candidates whose decisions an earlier transaction committed (read again after a restart, a
-        rebalance or an aborted batch) only rebuild the coverage join: nothing is sent for them."""
+        rebalance or an aborted batch) only rebuild the coverage join: nothing is sent for them.
+
+        Raises:
+            Abandoned: the loop was stopped while a candidate waited at its barrier (module docstring).
+        """
+        if not messages and (self._join is None or not len(self._join)):
+            return None
         started = time.perf_counter()
         decided: list[DecidedCandidate] = []
         failed: list[DecodeFailed] = []
@@ -562,38 +539,36 @@ class GateLoop:
         try:
             for out in self._decisions(messages, last):
                 (failed if isinstance(out, DecodeFailed) else decided).append(out)
-        except _Stopping:
+        except Abandoned:
             log.info("stopping at a barrier: %d candidates left to the group's next owner", len(messages))
-            return
+            raise
         if last:  # past the transaction markers after the batch's last records (a generator's commits)
             read = {(DBPM_CANDIDATES, p): self._position[p] for p in last}
-            self._position.update((tp.partition, tp.offset) for tp in positions(self._consumer, read))
+            self._position.update((tp.partition, tp.offset) for tp in self.core.positions(read))
         progress = self._next_progress()
-        if messages:
-            self._metrics.loops.consumed.labels("gate", DBPM_CANDIDATES).inc(len(messages))
-        if not self._commit(decided, failed, progress):
-            self._metrics.loops.aborted.labels("gate").inc()
-            self._rewind()
-            return
-        self._progress.update(progress)
-        self._commit_offsets(progress)
-        elapsed = time.perf_counter() - started
-        for out in failed:
-            self._gate.dead_lettered(out)
-        for (task, decision), count in Counter((out.task, out.decision) for out in decided).items():
-            self._metrics.decisions.labels(task, decision).inc(count)
-        for pair, count in Counter(out.violated_pair() for out in decided).items():
-            if pair is not None:
-                self._metrics.ontology_violations.labels(*pair).inc(count)
-        for out in decided:
-            self._metrics.gate_latency.observe(elapsed)
-            gate = out.event
-            self._metrics.selectivity.gate(gate.task, gate.patient_id, gate.payload, out.decision)
-        for partition, offset in last.items():
-            _, high = self._consumer.get_watermark_offsets(
-                TopicPartition(DBPM_CANDIDATES, partition), cached=True
-            )
-            self._lag[partition] = max(high - offset - 1, 0)
+        # Dispatches go first: a ``read_committed`` reader sees none of the batch before the commit, and
+        # then the dispatch of every candidate the batch sends to be verified.
+        outputs = [o for d in decided for o in d.dispatches] + [o for d in decided for o in d.outputs()]
+
+        def done(_tracked: Mapping[int, int]) -> None:
+            self._progress.update(progress)
+            elapsed = time.perf_counter() - started
+            for (task, decision), count in Counter((out.task, out.decision) for out in decided).items():
+                self._metrics.decisions.labels(task, decision).inc(count)
+            for pair, count in Counter(out.violated_pair() for out in decided).items():
+                if pair is not None:
+                    self._metrics.ontology_violations.labels(*pair).inc(count)
+            for out in decided:
+                self._metrics.gate_latency.observe(elapsed)
+                gate = out.event
+                self._metrics.selectivity.gate(gate.task, gate.patient_id, gate.payload, out.decision)
+
+        return Step(
+            failed, outputs,
+            [self._progress_log.record(DBPM_CANDIDATES, p, moved) for p, moved in progress.items()],
+            [TopicPartition(DBPM_CANDIDATES, p, moved.resume) for p, moved in progress.items()],
+            done=done, aborted=self._rewound,
+        )  # fmt: skip
 
     def _decisions(
         self, messages: list[Message], last: dict[int, int]
@@ -603,11 +578,7 @@ class GateLoop:
         the join releases now; ``last`` gets the last offset read per partition."""
         redelivered = 0
         for message in messages:
-            if message.error() is not None:
-                log.warning("candidates consumer: %s", message.error())
-                continue
             partition, offset = message.partition(), message.offset()
-            self._started.setdefault(partition, offset)
             last[partition] = offset
             self._position[partition] = offset + 1
             record = SourceRecord.from_message(message)
@@ -703,63 +674,45 @@ class GateLoop:
                 moved[partition] = progress
         return moved
 
-    def _commit(
-        self, decided: list[DecidedCandidate], failed: list[DecodeFailed], progress: dict[int, Progress]
-    ) -> bool:
-        """Produce the batch's records and commit them in one transaction; False if it was aborted.
-
-        Dispatches go first: a ``read_committed`` reader sees none of the batch before the commit, and
-        then the dispatch of every candidate the batch sends to be verified."""
-
-        def fill(batch: Batch) -> None:
-            for letter in failed:
-                out = dead_letter_record(self._serde, letter)
-                batch.produce(out.topic, out.value, out.key, headers=out.headers)
-            for decision in decided:
-                for output in decision.dispatches:
-                    batch.produce(output.topic, output.value, output.key)
-            for decision in decided:
-                for output in decision.outputs():
-                    batch.produce(output.topic, output.value, output.key)
-            for partition, done in progress.items():
-                topic, key, value, at = self._progress_log.record(DBPM_CANDIDATES, partition, done)
-                batch.produce(topic, value, key, partition=at)
-
-        committed = self._transactions.run(fill)
-        if committed is None:
-            return False
-        self._metrics.loops.count(self._metrics.loops.produced, "gate", committed.topics)
-        return True
-
-    def _commit_offsets(self, progress: dict[int, Progress]) -> None:
-        """Commit the group's offsets to the progress just committed (asynchronously: the progress
-        records already say where each partition resumes; these are for lag and tools)."""
-        self._offsets.commit(
-            self._consumer, [TopicPartition(DBPM_CANDIDATES, p, done.resume) for p, done in progress.items()]
-        )
-
-    def _commit_idle(self) -> None:
-        """When idle, bring the group's offsets to where the gate stands (:meth:`GroupOffsets.idle`)."""
-        resume = {(DBPM_CANDIDATES, p): done.resume for p, done in self._progress.items()}
-        self._offsets.idle(self._consumer, resume)
-
-    def _rewind(self) -> None:
-        """Seek every owned partition back to where its last committed progress resumes and forget the
-        join's state: what was not committed is decided again (the join rebuilds from it)."""
-        for partition, position in self._position.items():
-            done = self._progress.get(partition)
-            offset = done.resume if done is not None else self._started.get(partition, position)
-            seek_owned(self._consumer, TopicPartition(DBPM_CANDIDATES, partition, offset))
-            self._position[partition] = offset
+    def _rewound(self) -> None:
+        """After an aborted step (the core sought every partition back to its last commit): decide again
+        from there, and forget the join's state (it rebuilds from what is read again)."""
+        for partition in self._position:
+            key = (DBPM_CANDIDATES, partition)
+            self._position[partition] = self.core.resume.get(key, self.core.started.get(key, 0))
         if self._join is not None:
             self._join.drop(list(self._position))
+
+    def assigned(self, partitions: list[TopicPartition]) -> Mapping[tuple[str, int], int]:
+        """Start each assigned partition where its last committed progress resumes.
+
+        The group's offsets are not taken as the progress's resume: the previous owner's last
+        asynchronous commit may have been refused by the very rebalance that moved the partition, and
+        a gate with nothing left to decide would then never commit them (lag and replay barriers read
+        them). Unknown until this gate commits, they are committed once it is idle."""
+        found = self._progress_log.assigned(partitions)
+        self._progress.update((partition, done) for (_, partition), done in found.items())
+        return {key: done.resume for key, done in found.items()}
+
+    def revoked(self, partitions: list[TopicPartition]) -> None:
+        """Forget the revoked partitions' progress and the join's state on them."""
+        for tp in partitions:
+            self._progress.pop(tp.partition, None)
+            self._position.pop(tp.partition, None)
+        if self._join is not None:
+            self._join.drop(tp.partition for tp in partitions)
+
+    def close(self) -> None:
+        """Close the progress reader and the memory view."""
+        self._progress_log.close()
+        self._follower.close()
 
     def _barrier(self, ts: float, run: bytes) -> bool:
         """Follow the changelog until the view reached the barrier (:func:`barrier_reached`); True if
         timed out (counted).
 
         Raises:
-            _Stopping: the loop was stopped meanwhile (module docstring, "Stopping").
+            Abandoned: the loop was stopped meanwhile (module docstring, "Stopping").
         """
         if self._follower.reached(ts, run):
             return False
@@ -767,34 +720,12 @@ class GateLoop:
         with self._metrics.barrier_waiting.track_inprogress():
             while not self._follower.reached(ts, run):
                 if self._stop.is_set():
-                    raise _Stopping
+                    raise Abandoned
                 if time.monotonic() >= deadline:
                     self._metrics.barrier_timeouts.inc()
                     return True
                 self._follower.poll(0.001)
         return False
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Start each assigned partition where its last committed progress resumes."""
-        self._metrics.loops.rebalances.labels("gate", "assigned").inc(len(partitions))
-        # The group's offsets are not taken as the progress's resume: the previous owner's last
-        # asynchronous commit may have been refused by the very rebalance that moved the partition, and
-        # a gate with nothing left to decide would then never commit them (lag and replay barriers read
-        # them). Unknown until this gate commits, they are committed once it is idle.
-        for (_, partition), done in self._progress_log.assign(consumer, partitions).items():
-            self._progress[partition] = done
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # Each batch is committed or aborted before the next consume: no transaction is open here.
-        self._metrics.loops.rebalances.labels("gate", "revoked").inc(len(partitions))
-        self._offsets.forget(partitions)
-        for tp in partitions:
-            self._lag.pop(tp.partition, None)
-            self._progress.pop(tp.partition, None)
-            self._position.pop(tp.partition, None)
-            self._started.pop(tp.partition, None)
-        if self._join is not None:
-            self._join.drop(tp.partition for tp in partitions)
 
 
 def is_replayed(record: SourceRecord) -> bool:

@@ -51,7 +51,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from confluent_kafka import (
@@ -65,17 +65,13 @@ from confluent_kafka import (
 
 from schemas.serde import Serde
 from state.rocksdb import RocksDBStore
-from streams.runtime.dlq import PRODUCER_LIMITS, DecodeFailed, SourceRecord, dead_letter_record
-from streams.runtime.kafka_clients import (
-    GroupOffsets,
-    consume_batch,
-    positions,
-    seek_owned,
-)
+from streams.runtime.core import BATCH_MAX, BatchCore, Output, StateRecord, Step
+from streams.runtime.dlq import PRODUCER_LIMITS, DecodeFailed, SourceRecord
+from streams.runtime.kafka_clients import consume_batch
 from streams.runtime.kafka_config import admin_client, client_config, liveness_config
 from streams.runtime.metrics import LoopMetrics
 from streams.runtime.settings import Settings
-from streams.runtime.transactions import COMMIT_STEP_S, Batch, TransactionalProducer
+from streams.runtime.transactions import COMMIT_STEP_S, TransactionalProducer
 from streams.worker.dbpm import producer_config
 from streams.worker.tablestore import (
     BOUNDARY_KEY,
@@ -88,11 +84,6 @@ from topics.admin import ensure_topics
 from topics.catalog import DATA_MAX_MESSAGE_BYTES, TopicSpec
 
 log = logging.getLogger(__name__)
-
-#: Most records one ``consume`` call returns (one transaction at most this many inputs).
-BATCH_MAX = 5000
-#: Longest wait for a batch's first record (:func:`~streams.runtime.kafka_clients.consume_batch`).
-POLL_S = 0.05
 
 
 def transactional_id(directory: Path, prefix: str) -> str:
@@ -171,7 +162,8 @@ class LocalTable:
 
 
 class TableLoop:
-    """One member of a table writer's consumer group (module docstring).
+    """One member of a table writer's consumer group (module docstring): the table's job on a
+    :class:`~streams.runtime.core.BatchCore`.
 
     Args:
         bootstrap: Kafka bootstrap servers.
@@ -183,6 +175,7 @@ class TableLoop:
         directory: this member's local stores and transactional id (the process MUST own it).
         session_timeout_s: the group's session timeout.
         metrics: where its traffic is counted (label ``loop``: the directory's name).
+        cache_bytes: the read cache of each partition's store.
     """
 
     def __init__(
@@ -199,162 +192,95 @@ class TableLoop:
         cache_bytes: int,
     ) -> None:
         self.group = group
-        self._name = directory.name
-        self._metrics = metrics
         self.changelog = changelog
-        self._inputs = tuple(inputs)
         self._handler = handler
-        self._serde = serde
         self.table = LocalTable(directory / "partitions", cache_bytes)
-        self._offsets = GroupOffsets()
-        self._consumer = Consumer(client_config(bootstrap, **{
-            "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "on_commit": self._offsets.on_commit,
-            "enable.partition.eof": False, "isolation.level": "read_committed",
-            # Range: partition p of every input to one member (the handler's state is per partition).
-            "partition.assignment.strategy": "range",
-            **liveness_config(session_timeout_s),
-        }))  # fmt: skip
+        self.core = BatchCore(
+            directory.name,
+            client_config(bootstrap, **{
+                "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                "enable.partition.eof": False, "isolation.level": "read_committed",
+                # Range: partition p of every input to one member (the handler's state is per partition).
+                "partition.assignment.strategy": "range",
+                **liveness_config(session_timeout_s),
+            }),
+            TransactionalProducer(producer_config(bootstrap, **{
+                "transactional.id": transactional_id(directory, group),
+                "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
+                **PRODUCER_LIMITS,
+            }), group),
+            serde, metrics, on_dead_letter=handler.dead_lettered,
+        )  # fmt: skip
         self._restorer = Consumer(client_config(bootstrap, **{
             "group.id": f"{group}-restore",  # required by librdkafka; never joined (assign)
             "enable.auto.commit": False, "enable.partition.eof": True, "isolation.level": "read_committed",
         }))  # fmt: skip
-        self._transactions = TransactionalProducer(producer_config(bootstrap, **{
-            "transactional.id": transactional_id(directory, group),
-            "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
-            **PRODUCER_LIMITS,
-        }), group)  # fmt: skip
         self._restoring: set[int] = set()
-        self._lag: dict[tuple[str, int], int] = {}
-        self._consumer.subscribe(list(self._inputs), on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                 on_lost=self._on_revoke)  # fmt: skip
+        self.core.subscribe(inputs, self.assigned, self.revoked)
 
     def lag(self) -> Iterator[tuple[str, int, int]]:
-        """(topic, partition, high watermark - next offset) of the assigned input partitions."""
-        for (topic, partition), value in list(self._lag.items()):
-            yield topic, partition, value
+        """(topic, partition, high watermark - committed offset) of the assigned input partitions."""
+        return self.core.lag()
 
     def run(self, stop: threading.Event) -> None:
         """Apply batches until ``stop`` is set; then leave the group and close the clients and stores."""
-        self._transactions.stop = stop
-        try:
-            while not stop.is_set():
-                messages = consume_batch(self._consumer, BATCH_MAX, POLL_S)
-                if self._restoring:
-                    self._restore()
-                if messages:
-                    self.process(messages)
-                else:
-                    self._commit_idle()
-            self._offsets.close(self._consumer)
-        finally:
-            self._consumer.close()
-            self._restorer.close()
-            self.table.close_all()
+        self.core.run(stop, self)
 
-    def process(self, messages: list[Message]) -> None:
-        """Apply one batch and commit it with its outputs, dead letters, changelog groups and offsets."""
+    def step(self, messages: list[Message]) -> Step | None:
+        """One batch applied per partition by the handler (before any transaction begins: what a handler
+        asks the broker, the memory's dispatch end, is not asked with a transaction open), as one step:
+        its outputs, dead letters and one changelog group per partition that changed, the group written
+        to the local store once committed."""
+        if not messages:
+            return None
         by_partition: dict[int, list[SourceRecord]] = {}
-        first: dict[tuple[str, int], int] = {}
         read: dict[tuple[str, int], int] = {}
         for message in messages:
-            if message.error() is not None:
-                log.warning("%s consumer: %s", self.group, message.error())
-                continue
-            topic, partition, offset = message.topic(), message.partition(), message.offset()
-            first.setdefault((topic, partition), offset)
-            read[(topic, partition)] = offset + 1
-            by_partition.setdefault(partition, []).append(SourceRecord.from_message(message))
-        if not read:
-            return
-        self._metrics.count(self._metrics.consumed, self._name, (m.topic() for m in messages))
-        boundaries: dict[int, int] = {}
-        groups: dict[int, list[tuple[bytes, bytes | None]]] = {}
-        rereads: dict[tuple[str, int], int] = {}
+            read[(message.topic(), message.partition())] = message.offset() + 1
+            by_partition.setdefault(message.partition(), []).append(SourceRecord.from_message(message))
         dead_letters: list[DecodeFailed] = []
-
-        def report(error: KafkaError | None, message: Message) -> None:
-            # A boundary's delivery: where its group ends in the changelog (the local store's offset).
-            boundaries[message.partition()] = message.offset()
-
-        # The handlers run before the transaction begins: what they ask the broker (the memory's
-        # dispatch end) is not asked with a transaction open, and the transaction lasts as long as
-        # producing the batch takes, not as long as deciding it.
-        batches = {partition: self._handler.apply(self.table, partition, records)
-                   for partition, records in by_partition.items()}  # fmt: skip
-        for partition, applied in batches.items():
-            if applied.reread is not None:
-                rereads[(applied.reread[0], partition)] = applied.reread[1]
+        outputs: list[Output] = []
+        state: list[StateRecord] = []
+        reread: list[TopicPartition] = []
+        groups: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        for partition, records in by_partition.items():
+            applied = self._handler.apply(self.table, partition, records)
             dead_letters += applied.dead_letters
-            if applied.writes is not None:
-                groups[partition] = group_records(applied.writes.items(), applied.input_offset)
+            outputs += applied.outputs
+            if applied.reread is not None:
+                reread.append(TopicPartition(applied.reread[0], partition, applied.reread[1]))
+            if applied.writes is None:
+                continue
+            group = groups[partition] = group_records(applied.writes.items(), applied.input_offset)
+            state += [StateRecord(self.changelog, partition, key, value) for key, value in group[:-1]]
+            state.append(StateRecord(self.changelog, partition, BOUNDARY_KEY, group[-1][1], tracked=True))
 
-        def fill(batch: Batch) -> None:
-            for partition, applied in batches.items():
-                for failed in applied.dead_letters:
-                    out = dead_letter_record(self._serde, failed)
-                    batch.produce(out.topic, out.value, out.key, headers=out.headers)
-                for output in applied.outputs:
-                    batch.produce(output.topic, output.value, output.key, headers=list(output.headers))
-                if partition not in groups:
-                    continue
-                group = groups[partition]
-                for key, value in group[:-1]:
-                    batch.produce(self.changelog, value, key, partition=partition)
-                batch.produce(
-                    self.changelog, group[-1][1], BOUNDARY_KEY, partition=partition, on_delivery=report
-                )
+        def done(boundaries: Mapping[int, int]) -> None:
+            for partition, group in groups.items():
+                write_group(self.table.open(partition), group, boundaries[partition])
 
-        committed = self._transactions.run(fill)
-        if committed is None:
-            self._metrics.aborted.labels(self._name).inc()
-            for (topic, partition), offset in first.items():
-                seek_owned(self._consumer, TopicPartition(topic, partition, offset))
-            return
-        for failed in dead_letters:
-            self._handler.dead_lettered(failed)
-        self._metrics.count(self._metrics.produced, self._name, committed.topics)
-        for partition, group in groups.items():
-            write_group(self.table.open(partition), group, boundaries[partition])
-        offsets = positions(self._consumer, read)
-        for tp in offsets:
-            if (again := rereads.get((tp.topic, tp.partition))) is not None:
-                tp.offset = again
-                seek_owned(self._consumer, TopicPartition(tp.topic, tp.partition, again))
-        self._commit_offsets(offsets)
+        return Step(dead_letters, outputs, state, self.core.positions(read), reread, done)
 
     def read_to_end(self, topic: str, partition: int) -> bool:
         """This member has read input ``topic``'s ``partition`` up to its end as the broker has it now
         (one request to its leader); False when the broker cannot say (asked again later)."""
+        consumer = self.core.consumer
         tp = TopicPartition(topic, partition)
         try:
-            low, high = self._consumer.get_watermark_offsets(tp, timeout=COMMIT_STEP_S, cached=False)
-            position = self._consumer.position([tp])[0].offset
+            low, high = consumer.get_watermark_offsets(tp, timeout=COMMIT_STEP_S, cached=False)
+            position = consumer.position([tp])[0].offset
             if position < 0:  # nothing read from it since it was assigned: it starts where the group is
-                committed = self._consumer.committed([tp], timeout=COMMIT_STEP_S)[0].offset
+                committed = consumer.committed([tp], timeout=COMMIT_STEP_S)[0].offset
                 position = committed if committed >= 0 else low
         except KafkaException as exc:
             log.warning("%s: the end of %s[%d] is not known: %s", self.group, topic, partition, exc)
             return False
         return position >= high
 
-    def _commit_offsets(self, offsets: list[TopicPartition]) -> None:
-        """Commit input offsets (asynchronously: the boundaries already cover what they say) and
-        update the lag they leave."""
-        self._offsets.commit(self._consumer, offsets)
-        self._count_lag(offsets)
-
-    def _count_lag(self, offsets: list[TopicPartition]) -> None:
-        for tp in offsets:
-            _, high = self._consumer.get_watermark_offsets(tp, cached=True)
-            self._lag[(tp.topic, tp.partition)] = max(high - tp.offset, 0)
-
-    def _commit_idle(self) -> None:
-        """When idle, bring the group's offsets to where the loop stands (:meth:`GroupOffsets.idle`)."""
-        self._count_lag(self._offsets.idle(self._consumer, {}))
-
-    def _restore(self) -> None:
+    def prepare(self) -> None:
         """Bring every newly assigned partition's store up to its changelog's last stable offset."""
+        if not self._restoring:
+            return
         started = time.monotonic()
         partitions = sorted(self._restoring)
         followers = {p: ChangelogFollower(self.table.open(p)) for p in partitions}
@@ -390,15 +316,18 @@ class TableLoop:
             extra={"restored_records": read, "restore_s": round(elapsed, 6)},
         )  # fmt: skip
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._metrics.rebalances.labels(self._name, "assigned").inc(len(partitions))
+    def assigned(self, partitions: list[TopicPartition]) -> Mapping[tuple[str, int], int]:
+        """Partitions start at the group's offsets; their stores are restored before their first batch."""
         self._restoring.update(tp.partition for tp in partitions)
+        return {}
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._metrics.rebalances.labels(self._name, "revoked").inc(len(partitions))
-        self._offsets.forget(partitions)
-        # Each batch is committed or aborted before the next consume: no transaction is open here.
+    def revoked(self, partitions: list[TopicPartition]) -> None:
+        """Close the revoked partitions' stores (their next owner opens its own)."""
         for tp in partitions:
-            self._lag.pop((tp.topic, tp.partition), None)
             self._restoring.discard(tp.partition)
             self.table.close(tp.partition)
+
+    def close(self) -> None:
+        """Close the restore reader and the stores."""
+        self._restorer.close()
+        self.table.close_all()

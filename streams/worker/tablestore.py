@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from state.base import Store as StateStore
-from streams.groups.ordered import Output
+from streams.runtime.core import Output
 from streams.runtime.dlq import DecodeFailed, SourceRecord
 
 #: Key of the record that closes a group of changelog records (value: decimal input offset).

@@ -16,11 +16,11 @@ from schemas.dbpm import Candidate, GateDecision, Narrative, QaPayload, Verdict
 from schemas.serde import make_serde
 from streams.groups.generator import Generator
 from streams.groups.llm import MeteredLlm
-from streams.groups.ordered import Output
 from streams.groups.verifier import Verifier
 from streams.llm import ClientPolicy, Endpoint, LlmClient, Role
 from streams.llm.serve.http import ChatRequest, Fault
 from streams.llm.serve.testserver import DEFAULT_MODEL, OpenAiTestServer
+from streams.runtime.core import Output
 from streams.runtime.dlq import DecodeFailed, SourceRecord
 from streams.runtime.metrics import LlmGroupMetrics
 from topics.catalog import DBPM_DECISIONS, DBPM_NARRATIVES, DBPM_TO_VERIFY, DBPM_VERDICTS, DBPM_VERIFIED

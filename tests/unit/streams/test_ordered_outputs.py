@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from schemas.common import Stage
-from streams.groups.ordered import Output, fitting, handler_failed
+from streams.groups.ordered import fitting, handler_failed
+from streams.runtime.core import Output
 from streams.runtime.dlq import DecodeFailed, SourceRecord
 from topics.catalog import DATA_MAX_MESSAGE_BYTES, DBPM_CANDIDATES, DBPM_NARRATIVES
 
