@@ -252,6 +252,27 @@ class AuditReport(AvroModel):
     report: str
 
 
+class EvidenceRequest(AvroModel):
+    """A request to the retrieval step upstream (ESC-002): the run's evidence lacks must-retrieve sources.
+
+    The seed's pipeline injects the sources an NTI drug map names by exact filename when retrieval missed
+    them; clingate checks the run's evidence and asks for what is missing, and the retrieval step answers
+    with the run's next evidence bundle (which replaces the run's packets and is checked again).
+    """
+
+    avro_name = "clingate.clinical.EvidenceRequest"
+
+    patient_id: str
+    run_id: str
+    event_time: EventTime
+    revision: Count32 | None = None
+    """The draft revision checked; None for an evidence bundle checked before any draft."""
+    nti_severity: Severity
+    drugs: list[str]
+    must_retrieve: list[str]
+    missing: list[str]
+
+
 class LintTransform(_Part):
     rule: str
     before: str
@@ -306,6 +327,10 @@ class GatedDraft(AvroModel):
     lint: DraftLint
     citations: CitationCheck
     assertions: list[RunAssertion]
+    must_retrieve: list[str] = Field(default_factory=list)
+    """The patient's must-retrieve sources (ESC-002) when the draft was gated."""
+    must_retrieve_missing: list[str] = Field(default_factory=list)
+    """Those the run's evidence lacked then (a draft written without them cannot turn the light GREEN)."""
 
 
 class RoutedViolation(_Part):
@@ -364,6 +389,10 @@ class RunAudit(_Part):
     audit_verdict: str | None = None
     assertions: list[RunAssertion]
     revisions: list[RevisionTelemetry]
+    must_retrieve: list[str] = Field(default_factory=list)
+    """The patient's must-retrieve sources (ESC-002) at the run's last evidence check."""
+    must_retrieve_missing: list[str] = Field(default_factory=list)
+    """Those the run's evidence lacked at that check."""
 
 
 class TrackedItem(_Part):

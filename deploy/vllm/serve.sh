@@ -16,13 +16,19 @@
 #
 # The two 70B servers use the DBPM paper's Table 14 settings (max-model-len 8192, max-num-seqs 256,
 # gpu-memory-utilization 0.90, bfloat16, chunked prefill). Every role sets the same structured-outputs
-# engine config: xgrammar with compact JSON (xgrammar reads disable_any_whitespace from this engine
-# config, not from the request; see streams/llm/client.py), and --generation-config vllm stops the
-# model's generation_config.json from changing sampling defaults. Greedy decoding and per-stage
-# max_tokens are sent by clingate per call (streams/llm/calls.py).
+# engine config, chosen by STRUCTURED_OUTPUTS_BACKEND (docs/llm-serving.md says why xgrammar is the
+# default and when to choose Outlines):
+#   xgrammar (default)  {"backend": "xgrammar", "disable_any_whitespace": true}: compact JSON, which
+#                       xgrammar reads from this engine config, not from the request (streams/llm/client.py)
+#   outlines            {"backend": "outlines"}: vLLM refuses disable_any_whitespace for Outlines; its
+#                       JSON regex allows at most one space between tokens
+# (the same configs as streams.llm.serve.vllm_inprocess.structured_outputs_config). --generation-config
+# vllm stops the model's generation_config.json from changing sampling defaults. Greedy decoding and
+# per-stage max_tokens are sent by clingate per call (streams/llm/calls.py).
 #
 # Override with env: MODEL, SERVED_NAME, PORT, GPUS, TP (70B roles), MAX_MODEL_LEN (medgemma), API_KEY
-# (optional; clingate sends CLINGATE_LLM_API_KEY). deploy/vllm/clingate.env points clingate at the three.
+# (optional; clingate sends CLINGATE_LLM_API_KEY), STRUCTURED_OUTPUTS_BACKEND (xgrammar | outlines).
+# deploy/vllm/clingate.env points clingate at the three.
 set -euo pipefail
 
 role=${1:-}
@@ -49,6 +55,15 @@ case "$role" in
 esac
 SERVED_NAME=${SERVED_NAME:-$role}
 
+case "${STRUCTURED_OUTPUTS_BACKEND:=xgrammar}" in
+  xgrammar) structured_outputs='{"backend": "xgrammar", "disable_any_whitespace": true}' ;;
+  outlines) structured_outputs='{"backend": "outlines"}' ;;
+  *)
+    echo "STRUCTURED_OUTPUTS_BACKEND=$STRUCTURED_OUTPUTS_BACKEND: use xgrammar or outlines" >&2
+    exit 2
+    ;;
+esac
+
 if [ "$role" = medgemma ]; then
   role_flags=(--max-model-len "${MAX_MODEL_LEN:-8192}")
 else
@@ -67,5 +82,5 @@ exec env CUDA_VISIBLE_DEVICES="$GPUS" vllm serve "$MODEL" \
   "${role_flags[@]}" \
   --dtype bfloat16 \
   --generation-config vllm \
-  --structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}' \
+  --structured-outputs-config "$structured_outputs" \
   ${API_KEY:+--api-key "$API_KEY"}

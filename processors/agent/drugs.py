@@ -17,6 +17,14 @@ a substring of one of the drug's names (generic or alias), which is how the gate
 sulfamethoxazole-trimethoprim. Class maps (opioids, benzodiazepines) count like drug maps here: this is
 a fact lookup, not the Tier B gate their flag guards.
 
+The agent's drug dictionary (INPUT_ASSEMBLY, spec §4.1: about 5,000 generic and brand names) is wider
+than the facts: :func:`drug_dictionary` adds to every name of the drug data the FDA vocabulary of
+``data/drug_vocabulary.txt`` (the generic and brand names of FDA-approved active ingredients, from FDA's
+UNII Names list; :mod:`streams.agent.vocabulary` writes it and states its source and licence). A name
+the vocabulary knows and the drug data does not is recognised in a question and handed to TOOL_SELECT as
+a hint, and ``check_drug_safety`` still answers ``drug_not_in_database`` for it: the safety facts and
+interactions stay those of ``drug_safety.yaml``.
+
 Nothing here reads a clock or a file after loading; the same names, data and knowledge give the same
 dict, key order included, so tool results replay byte for byte.
 """
@@ -280,6 +288,46 @@ def load_drug_data(path: Path | None = None) -> DrugData:
 def default_drug_data() -> DrugData:
     """The packaged drug data, loaded once per process (immutable, so sharing is safe)."""
     return load_drug_data()
+
+
+VOCABULARY_KINDS: Final = ("generic", "brand")
+
+
+def parse_drug_vocabulary(text: str, origin: str = "drug_vocabulary.txt") -> Mapping[str, str]:
+    """``{name: kind}`` of a vocabulary file: ``#`` comment lines, then ``name<TAB>kind`` lines with a
+    lower-case, single-spaced name listed once and a kind of :data:`VOCABULARY_KINDS`.
+
+    Raises:
+        ValueError: naming ``origin`` and the line, on any other line.
+    """
+    vocabulary: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line or line.startswith("#"):
+            continue
+        where = f"{origin}:{number}"
+        name, _, kind = line.partition("\t")
+        if kind not in VOCABULARY_KINDS:
+            kinds = list(VOCABULARY_KINDS)
+            raise ValueError(f"{where}: expected name<TAB>kind with kind in {kinds}, got {line!r}")
+        _name(name, where)
+        if name in vocabulary:
+            raise ValueError(f"{where}: {name!r} is listed twice")
+        vocabulary[name] = kind
+    return MappingProxyType(vocabulary)
+
+
+@cache
+def drug_vocabulary() -> Mapping[str, str]:
+    """The packaged FDA vocabulary (``data/drug_vocabulary.txt``), loaded once per process."""
+    text = resources.files(__package__).joinpath("data", "drug_vocabulary.txt").read_text(encoding="utf-8")
+    return parse_drug_vocabulary(text)
+
+
+@cache
+def drug_dictionary() -> frozenset[str]:
+    """The agent's drug dictionary (spec §4.1): the FDA vocabulary's names and every name of the drug
+    data (its brand aliases and abbreviations such as ``bactrim ds`` are not all in the vocabulary)."""
+    return frozenset(drug_vocabulary()) | default_drug_data().names()
 
 
 def _maps_for(facts: DrugFacts, knowledge: ClinicalKnowledge) -> tuple[DrugMap, ...]:

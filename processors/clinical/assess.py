@@ -7,6 +7,11 @@
   (emit an immutable SCDA audit, with the patient's current run through the output gates) or an
   output-gate event (a run's evidence, draft or audit: a gated draft or a route, and a re-assessment
   after a route). ``now`` is the event time and is the as-of instant of the assessment.
+* A run's evidence bundle and each of its drafts are checked against the patient's must-retrieve
+  sources as the NTI gate lists them at that event (ESC-002): the gated draft names the sources the
+  evidence lacks, an :class:`~schemas.clinical.EvidenceRequest` asks the retrieval step for them (once
+  per distinct gap, :func:`processors.drafts.run.check_evidence`), and the patient is re-assessed when
+  the gap changed, since a gap keeps the light from GREEN.
 
 "Changed" compares a SHA-256 digest of the assessment without its ``as_of`` field, so a replay of the
 same events emits the same assessments and nothing more.
@@ -36,6 +41,7 @@ from processors.drafts.run import (
     apply_audit,
     apply_draft,
     apply_evidence,
+    check_evidence,
     new_run,
     review_outcome,
     run_assertions,
@@ -47,7 +53,9 @@ from schemas.clinical import (
     ClinicalDraft,
     Deliverable,
     EvidenceBundle,
+    EvidenceRequest,
     GatedDraft,
+    Nti,
     RevisionRoute,
     SafetyAudit,
 )
@@ -169,25 +177,45 @@ class ClinicalStreamState(BaseModel):
     """The patient's current run through the output gates (the last one started)."""
 
 
-Output = ClinicalAssessment | SafetyAudit | GatedDraft | RevisionRoute | ChangeOutcome
+Output = ClinicalAssessment | SafetyAudit | GatedDraft | RevisionRoute | EvidenceRequest | ChangeOutcome
 RunEvent = EvidenceBundle | ClinicalDraft | AuditReport
 """The output gates' inputs: a run's evidence, its drafts and the audits of its gated drafts."""
 
 
 def stream_review(state: ClinicalStreamState) -> ReviewInputs | None:
     """The traffic light's review inputs: the adversarial review's, with the revision count and audit
-    verdict of the current run's last route where there is one (Rule B follows the run itself)."""
+    verdict of the current run's last route where there is one (Rule B follows the run itself) and the
+    must-retrieve sources the run's evidence lacks (ESC-002)."""
     inputs = review_inputs(state.review)
-    outcome = review_outcome(state.run) if state.run is not None else None
-    if outcome is None:
-        return inputs
-    return replace(inputs or ReviewInputs(), revision_count=outcome.revision_count,
-                   audit_verdict=outcome.audit_verdict)  # fmt: skip
+    run = state.run
+    outcome = review_outcome(run) if run is not None else None
+    if outcome is not None:
+        inputs = replace(inputs or ReviewInputs(), revision_count=outcome.revision_count,
+                         audit_verdict=outcome.audit_verdict)  # fmt: skip
+    if run is not None and run.missing:
+        inputs = replace(inputs or ReviewInputs(), missing_evidence=run.missing)
+    return inputs
 
 
-def _run_event(state: ClinicalStreamState, event: RunEvent) -> tuple[DraftRun, list[Output]]:
+def _evidence_request(event: RunEvent, run: DraftRun, nti: Nti, request: tuple[str, ...]) -> EvidenceRequest:
+    """The request for the sources the run's evidence lacks, naming the maps that require them."""
+    return EvidenceRequest(
+        patient_id=event.patient_id,
+        run_id=run.run_id,
+        event_time=event.event_time,
+        revision=event.revision if isinstance(event, ClinicalDraft) else run.revision,
+        nti_severity=nti.severity,
+        drugs=[d.drug for d in nti.per_drug if d.severity != "NORMAL"],
+        must_retrieve=list(run.must_retrieve),
+        missing=list(request),
+    )
+
+
+def _run_event(state: ClinicalStreamState, event: RunEvent, nti: Nti | None) -> tuple[DraftRun, list[Output]]:
     """One output-gate event through the patient's current run (an event of another run starts it
     anew: a new run's evidence or first draft replaces the old run; anything else of it is refused).
+    ``nti`` is the patient's NTI gate output at an evidence bundle or a draft: its must-retrieve sources
+    are what the run's evidence is checked against.
 
     Raises:
         RunEventRejected: a draft or audit out of order.
@@ -196,12 +224,19 @@ def _run_event(state: ClinicalStreamState, event: RunEvent) -> tuple[DraftRun, l
     current = state.run
     run = current if current is not None and current.run_id == event.run_id else new_run(event.run_id)
     base = {"patient_id": event.patient_id, "run_id": event.run_id, "event_time": event.event_time}
-    if isinstance(event, EvidenceBundle):
-        return apply_evidence(run, [Evidence(p.source, p.text) for p in event.packets]), []
-    if isinstance(event, ClinicalDraft):
+    if isinstance(event, EvidenceBundle | ClinicalDraft):
+        assert nti is not None, "an evidence bundle or a draft is checked against the NTI gate's output"
+        if isinstance(event, EvidenceBundle):
+            packets = [Evidence(p.source, p.text) for p in event.packets]
+            run, request = check_evidence(apply_evidence(run, packets), nti.must_retrieve)
+            return run, [_evidence_request(event, run, nti, request)] if request else []
         run, result = apply_draft(run, event.revision, event.text)
-        assertions = [vars(a) for a in run_assertions(run)]
-        return run, [GatedDraft.model_validate({**base, **result.contract(), "assertions": assertions})]
+        run, request = check_evidence(run, nti.must_retrieve)
+        gated = GatedDraft.model_validate({
+            **base, **result.contract(), "assertions": [vars(a) for a in run_assertions(run)],
+            "must_retrieve": list(run.must_retrieve), "must_retrieve_missing": list(run.missing),
+        })  # fmt: skip
+        return run, [gated, *([_evidence_request(event, run, nti, request)] if request else [])]
     try:
         report = parse_audit(json.loads(event.report))
     except json.JSONDecodeError as error:
@@ -244,11 +279,14 @@ def process_event(
         assessment = assess_view(view, now, stream_review(current), flags)
         return current, [audit_deliverable(assessment, view, event, knowledge, current.run)]
     if isinstance(event, RunEvent):
-        run, published = _run_event(current, event)
+        checked = not isinstance(event, AuditReport)
+        nti = assess(current.patient, now, None, knowledge, flags).nti if checked else None
+        gap = current.run.missing if current.run is not None else ()
+        run, published = _run_event(current, event, nti)
         outputs.extend(published)
         current = current.model_copy(update={"run": run})
-        if not isinstance(event, AuditReport):
-            return current, outputs  # only a route changes what the traffic light sees
+        if not isinstance(event, AuditReport) and run.missing == gap:
+            return current, outputs  # only a route or a changed evidence gap changes the traffic light
     elif isinstance(event, PatientUpdate):
         patient, outcomes = reduce_update(current.patient, event, now)
         outputs.extend(outcomes)

@@ -89,6 +89,8 @@ def run_audit(run: DraftRun) -> RunAudit | None:
         audit_verdict=outcome.audit_verdict if outcome is not None else None,
         assertions=[vars(a) for a in run_assertions(run)],
         revisions=[r.model_dump(mode="json") for r in run.revisions],
+        must_retrieve=list(run.must_retrieve),
+        must_retrieve_missing=list(run.missing),
     )
 
 

@@ -18,7 +18,11 @@ Production light, in order, each step able only to escalate (Principle 5, "escal
 4. Rule B (revision count >= 2 and the audit verdict is not APPROVED -> RED).
 5. Rule C (NTI CRITICAL -> RED, recorded whenever it holds, even if already RED: provenance).
 6. Rule D (NTI ELEVATED and light GREEN -> YELLOW, recorded only when it escalates).
-7. ESC-032 / ESC-033 (beyond the seed, behind flags, ids used as source prefixes).
+7. ESC-002 (the run's evidence lacks a must-retrieve source -> at least YELLOW, recorded whenever it
+   holds): the seed injects a non-NORMAL NTI map's sources into the evidence before reasoning, so a
+   draft written without them is not the draft the seed's safety floor assumes, and it cannot leave
+   the light GREEN until the run's evidence has them (always on: it only escalates).
+8. ESC-032 / ESC-033 (beyond the seed, behind flags, ids used as source prefixes).
 
 Shadow light: the same rules over deterministic inputs only, i.e. without the adversarial reviewer
 (Agent E: disposition, subcategory, automation bias). As in the trace it starts from GREEN and keeps
@@ -58,6 +62,8 @@ class ReviewInputs:
     automation_bias_risk: str | None = None
     revision_count: int | None = None
     audit_verdict: str | None = None
+    missing_evidence: tuple[str, ...] = ()
+    """The must-retrieve sources the current run's evidence lacks (ESC-002)."""
 
 
 def _squash(value: str) -> str:
@@ -116,6 +122,13 @@ def _deterministic_rules(
         ladder.raise_to("RED", "Rule C: NTI CRITICAL", always_record=True)
     if nti.severity == "ELEVATED":
         ladder.raise_to("YELLOW", "Rule D: NTI ELEVATED")
+    if review.missing_evidence:
+        count = len(review.missing_evidence)
+        ladder.raise_to(
+            "YELLOW",
+            f"ESC-002: the run's evidence lacks {count} must-retrieve source{'s' * (count != 1)}",
+            always_record=True,
+        )
     if flags.esc032_staleness:
         stale = sorted(p for p, c in dependency_classes.items() if c in ("STALE", "PROFOUNDLY_STALE"))
         if any(dependency_classes[p] == "PROFOUNDLY_STALE" for p in stale):

@@ -8,6 +8,13 @@ evidence, and a :class:`RevisionRecord` per gated revision (its gate activations
 its route), which the SCDA assertions, Rule B and the patient's safety audit read.
 
 * :func:`apply_evidence` keeps a run's packets (a later bundle for the same run replaces them).
+* :func:`check_evidence` compares the run's packets with the patient's must-retrieve sources (ESC-002:
+  the files an NTI drug map names for a patient whose map is not NORMAL), by exact source name as the
+  seed injects them by exact filename. The run keeps what is missing, which its gated drafts, its
+  safety audit and the traffic light read (a run whose evidence lacks a must-retrieve source cannot
+  leave the light GREEN), and which sources are to be requested from the retrieval step: those missing
+  now, when they differ from the last request of the run (so a bundle or a draft that changes nothing
+  asks nothing again, and evidence that regresses after a complete bundle asks anew).
 * :func:`apply_draft` gates revision ``last + 1`` (0 for a new run) with the run's evidence.
 * :func:`apply_audit` routes the audit of the last gated revision; :func:`review_outcome` turns the
   route into the traffic light's Rule B inputs (revision count, audit verdict), so the light escalates
@@ -107,6 +114,12 @@ class DraftRun(BaseModel):
     """The last gated draft."""
     revisions: tuple[RevisionRecord, ...] = ()
     """Each gated revision, in order."""
+    must_retrieve: tuple[str, ...] = ()
+    """The patient's must-retrieve sources at the run's last evidence check."""
+    missing: tuple[str, ...] = ()
+    """The must-retrieve sources the run's evidence lacked at that check, in must-retrieve order."""
+    requested: tuple[str, ...] = ()
+    """The missing sources last requested from the retrieval step (empty once the evidence had them)."""
 
     @property
     def revision(self) -> int | None:
@@ -143,6 +156,21 @@ def new_run(run_id: str) -> DraftRun:
 def apply_evidence(run: DraftRun, packets: Sequence[Evidence]) -> DraftRun:
     """The run with these evidence packets (the gate of its next draft checks citations against them)."""
     return run.model_copy(update={"evidence": tuple(packets)})
+
+
+def missing_sources(evidence: Sequence[Evidence], must_retrieve: Sequence[str]) -> tuple[str, ...]:
+    """The must-retrieve sources no packet of ``evidence`` names, in ``must_retrieve``'s order."""
+    present = {packet.source for packet in evidence}
+    return tuple(dict.fromkeys(s for s in must_retrieve if s not in present))
+
+
+def check_evidence(run: DraftRun, must_retrieve: Sequence[str]) -> tuple[DraftRun, tuple[str, ...]]:
+    """The run with its evidence checked against ``must_retrieve``, and the sources to request now
+    (empty: none missing, or the same as the run's last request)."""
+    missing = missing_sources(run.evidence, must_retrieve)
+    request = missing if missing != run.requested else ()
+    checked = {"must_retrieve": tuple(must_retrieve), "missing": missing, "requested": missing}
+    return run.model_copy(update=checked), request
 
 
 def apply_draft(

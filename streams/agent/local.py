@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from processors.agent.drugs import default_drug_data
+from processors.agent.drugs import default_drug_data, drug_dictionary
 from processors.agent.proposals import Proposal
 from processors.agent.state import AgentState, Respond, default_config
 from processors.clinical.knowledge import default_knowledge
@@ -96,7 +96,7 @@ async def answer_locally(request: AgentRequest, settings: Settings, bundles: Seq
             drug_data=drug_data, client=client, http=http, pubmed_url=settings.pubmed_url,
             clinicaltrials_url=settings.clinicaltrials_url, sink=keep,
         )  # fmt: skip
-        result = await run_turn(request, client=client, tools=tools, config=default_config(drug_data.names()))
+        result = await run_turn(request, client=client, tools=tools, config=default_config(drug_dictionary()))
     return LocalTurn(result, made)
 
 
@@ -121,8 +121,7 @@ class Replayed:
 def replay(request: AgentRequest, traces: Sequence[AgentTrace], response: AgentResponse | None) -> Replayed:
     """Re-run ``request`` from ``traces``; compare the decisions with the trace and, when given, the
     answer, path and calls with ``response``."""
-    drug_data = default_drug_data()
-    state, respond = replay_turn(request, traces, default_config(drug_data.names()))
+    state, respond = replay_turn(request, traces, default_config(drug_dictionary()))
     differences = []
     recorded = [(t.node, t.decision) for t in sorted(traces, key=lambda t: t.step)]
     replayed = [(d.node, d.decision) for d in state.trace]

@@ -48,7 +48,10 @@ COMMANDS: dict[str, Entry] = {
     ),
     "demo": Entry("streams.demo.command", "Run clingate end to end on a Kafka broker and write report.html."),
     "generator": Entry("streams.cli.generator", "Run a generator group member (narratives -> candidates)."),
-    "llm": Entry("streams.cli.llm", "LLM serving: per-role status and a local OpenAI-compatible server."),
+    "llm": Entry(
+        "streams.cli.llm",
+        "LLM serving: per-role status, a local OpenAI-compatible server, the in-process vLLM check.",
+    ),
     "replay": Entry("streams.cli.replay", "Replay a DBPM event stream (JSON Lines) through the engine."),
     "schemas": Entry(
         "streams.cli.schemas", "The Avro schemas of clingate's topics, for clients in any language."

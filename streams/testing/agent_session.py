@@ -24,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from processors.agent.drugs import default_drug_data
+from processors.agent.drugs import default_drug_data, drug_dictionary
 from processors.agent.proposals import Proposal
 from processors.agent.state import AgentConfig, default_config
 from processors.clinical.knowledge import GateFlags, default_knowledge
@@ -123,4 +123,4 @@ async def scripted_agent(
                     drug_data=drug_data, client=client, http=http, pubmed_url=services.pubmed_url,
                     clinicaltrials_url=services.ctgov_url, sink=keep,
                 )  # fmt: skip
-                yield AgentSession(client, tools, default_config(drug_data.names()), model, made)
+                yield AgentSession(client, tools, default_config(drug_dictionary()), model, made)

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from processors.agent.drugs import default_drug_data
+from processors.agent.drugs import default_drug_data, drug_dictionary
 from processors.agent.proposals import Proposal
 from processors.agent.state import default_config
 from processors.clinical.knowledge import GateFlags, default_knowledge
@@ -56,7 +56,7 @@ def test_smollm2_completes_direct_single_and_multi_tool_questions_with_valid_ans
 
     async def main(base_url: str, model: str) -> list[Any]:
         drug_data = default_drug_data()
-        config = default_config(drug_data.names())
+        config = default_config(drug_dictionary())
         with FixtureServices() as services:
             endpoints = {role: Endpoint(base_url, model) for role in Role}
             async with LlmClient(endpoints) as client, aiohttp.ClientSession() as http:
@@ -82,7 +82,7 @@ def test_smollm2_completes_direct_single_and_multi_tool_questions_with_valid_ans
     for request, turn in turns:
         print(f"{request.query!r}: {' -> '.join(turn.state.path)} ({turn.state.llm_calls} calls)")
         assert turn.respond.answer.strip() and turn.state.path[-1] == "SYNTHESIZE"
-        state, respond = replay_turn(request, turn.traces, default_config(default_drug_data().names()))
+        state, respond = replay_turn(request, turn.traces, default_config(drug_dictionary()))
         assert state == turn.state and respond == turn.respond
     failed = [o for o in outcomes if not isinstance(o, LlmOk)]
     print(f"{len(outcomes)} model calls, {len(failed)} failed: {[f.kind.value for f in failed]}")

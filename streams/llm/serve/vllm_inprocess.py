@@ -16,7 +16,13 @@ decides what a call is stays shared with the HTTP client, so the two cannot drif
 
 Engine defaults follow the DBPM paper's serving set-up (Table 14: TP=2, ``max_model_len`` 8192,
 ``max_num_seqs`` 256, ``gpu_memory_utilization`` 0.90, bfloat16, chunked prefill) and the structured
-outputs engine config that ``deploy/vllm`` passes to ``vllm serve`` (xgrammar, no whitespace).
+outputs engine config that ``deploy/vllm`` passes to ``vllm serve``
+(:func:`structured_outputs_config`: xgrammar by default, Outlines selectable).
+
+``clingate llm vllm-check --model M`` loads the engine and runs :func:`self_check` (one constrained call
+of each verdict type, judged by the client's rule): what an operator runs on a GPU node before a
+consumer relies on the backend. Without a GPU the command, the engine arguments and the judging are
+tested with a stand-in engine; the engine itself is not.
 
 vllm is imported lazily (only :meth:`VllmInProcess.load` and :func:`sampling_params` import it), so
 this module imports, and its request building is unit-tested, on machines without vllm or a GPU.
@@ -31,7 +37,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, Literal, TypeVar, get_args
 
 from pydantic import BaseModel
 
@@ -39,10 +45,37 @@ from streams.llm.calls import CALL_PROFILES, CallType
 from streams.llm.client import AnswerRejected, ChatMessage, judge_answer, require_registered
 from streams.llm.lint import json_schema_of
 from streams.llm.result import FailureKind, LlmFailed, LlmOk, clinician_message
+from streams.llm.schemas import NerVerdict, QaVerdict, ReVerdict
 
 M = TypeVar("M", bound=BaseModel)
 
 INSTALL_HINT = "the in-process vLLM backend needs the gpu extra (pip install 'clingate[gpu]') on a GPU host"
+
+StructuredOutputsBackend = Literal["xgrammar", "outlines"]
+"""The grammar engines clingate serves with (vLLM's ``StructuredOutputsConfig.backend`` values it uses)."""
+STRUCTURED_OUTPUTS_BACKENDS: Final[tuple[StructuredOutputsBackend, ...]] = get_args(StructuredOutputsBackend)
+DEFAULT_STRUCTURED_OUTPUTS_BACKEND: Final[StructuredOutputsBackend] = "xgrammar"
+"""xgrammar: docs/llm-serving.md says why it is the default and when Outlines is the choice."""
+
+
+def structured_outputs_config(backend: StructuredOutputsBackend) -> dict[str, Any]:
+    """vLLM's engine-level structured-outputs config for ``backend``: what ``deploy/vllm/serve.sh`` passes
+    as ``--structured-outputs-config`` and :class:`EngineConfig` as ``structured_outputs_config``.
+
+    xgrammar gets ``disable_any_whitespace``: vLLM's xgrammar backend reads compact JSON from the engine
+    config, not from the request, and without it a constrained model can emit whitespace until its token
+    budget. vLLM refuses that flag for Outlines (its ``StructuredOutputsConfig`` accepts it for xgrammar
+    and guidance only), and needs none: the JSON regex Outlines builds allows at most one space between
+    tokens (outlines-core's whitespace pattern ``[ ]?``).
+
+    Raises:
+        ValueError: ``backend`` is not one of :data:`STRUCTURED_OUTPUTS_BACKENDS`.
+    """
+    if backend == "xgrammar":
+        return {"backend": "xgrammar", "disable_any_whitespace": True}
+    if backend == "outlines":
+        return {"backend": "outlines"}
+    raise ValueError(f"structured outputs backend {backend!r}: one of {list(STRUCTURED_OUTPUTS_BACKENDS)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +90,7 @@ class EngineConfig:
         max_num_seqs: sequences batched at once.
         gpu_memory_utilization: fraction of GPU memory vLLM may take.
         dtype: weight and activation precision.
-        structured_outputs_backend: the grammar engine.
-        disable_any_whitespace: compact JSON, set on the engine because xgrammar reads it there.
+        structured_outputs_backend: the grammar engine (:func:`structured_outputs_config`).
     """
 
     model: str
@@ -68,8 +100,15 @@ class EngineConfig:
     max_num_seqs: int = 256
     gpu_memory_utilization: float = 0.90
     dtype: str = "bfloat16"
-    structured_outputs_backend: str = "xgrammar"
-    disable_any_whitespace: bool = True
+    structured_outputs_backend: StructuredOutputsBackend = DEFAULT_STRUCTURED_OUTPUTS_BACKEND
+
+    def __post_init__(self) -> None:
+        structured_outputs_config(self.structured_outputs_backend)  # refuses an unknown backend here
+
+    @property
+    def disable_any_whitespace(self) -> bool:
+        """Whether the engine and the requests ask for compact JSON (xgrammar only)."""
+        return bool(structured_outputs_config(self.structured_outputs_backend).get("disable_any_whitespace"))
 
     def llm_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``vllm.LLM(**kwargs)``."""
@@ -81,10 +120,7 @@ class EngineConfig:
             "gpu_memory_utilization": self.gpu_memory_utilization,
             "dtype": self.dtype,
             "enable_chunked_prefill": True,
-            "structured_outputs_config": {
-                "backend": self.structured_outputs_backend,
-                "disable_any_whitespace": self.disable_any_whitespace,
-            },
+            "structured_outputs_config": structured_outputs_config(self.structured_outputs_backend),
         }
 
 
@@ -247,3 +283,30 @@ class VllmInProcess:
             attempts=1,
             latency_s=elapsed,
         )
+
+
+SELF_CHECK_NOTE = (
+    "Clinical note: the patient takes aspirin 100 mg daily for secondary prevention after a myocardial "
+    "infarction in 2019."
+)
+"""The note every self-check call asks about."""
+
+SELF_CHECK_CALLS: Final[tuple[tuple[CallType, type[BaseModel], str], ...]] = (
+    (CallType.NER_VERDICT, NerVerdict, "Is 'aspirin' a medication mentioned in the note?"),
+    (CallType.RE_VERDICT, ReVerdict, "Does the note support 'aspirin treats myocardial infarction'?"),
+    (CallType.QA_VERDICT, QaVerdict, "Is 'aspirin 100 mg daily' the dose the note states?"),
+)
+"""One call of each verdict type (the calls a verifier next to its consumer makes)."""
+
+
+def self_check(backend: VllmInProcess) -> list[LlmOk[Any] | LlmFailed]:
+    """One constrained call of each of :data:`SELF_CHECK_CALLS` on ``backend``, judged by the client's
+    rule; the results in that order (each ``LlmOk`` is a schema-valid answer, whatever it says)."""
+    results: list[LlmOk[Any] | LlmFailed] = []
+    for call_type, model, question in SELF_CHECK_CALLS:
+        messages: list[ChatMessage] = [
+            {"role": "system", "content": "Answer with the JSON object the schema describes."},
+            {"role": "user", "content": f"{SELF_CHECK_NOTE}\n\n{question}"},
+        ]
+        results += backend.call_batch(call_type, model, [messages])
+    return results

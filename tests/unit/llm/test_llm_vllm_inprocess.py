@@ -10,7 +10,7 @@ import asyncio
 import sys
 import types
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -18,7 +18,13 @@ from streams.llm import CALL_PROFILES, CallType, FailureKind, LlmFailed, LlmOk
 from streams.llm.client import UnregisteredResponseModelError
 from streams.llm.lint import json_schema_of
 from streams.llm.schemas import NerExtraction, NerVerdict, QaVerdict, ReVerdict
-from streams.llm.serve.vllm_inprocess import EngineConfig, VllmInProcess, sampling_kwargs, sampling_params
+from streams.llm.serve.vllm_inprocess import (
+    EngineConfig,
+    VllmInProcess,
+    sampling_kwargs,
+    sampling_params,
+    structured_outputs_config,
+)
 
 
 @dataclass
@@ -149,3 +155,66 @@ def test_load_without_vllm_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)
     with pytest.raises(RuntimeError, match="gpu extra"):
         VllmInProcess.load(EngineConfig("m"))
+
+
+def test_outlines_is_selectable_and_never_asked_for_compact_json(fake_vllm):
+    config = EngineConfig("google/medgemma-1.5-4b-it", structured_outputs_backend="outlines")
+    assert config.llm_kwargs()["structured_outputs_config"] == {"backend": "outlines"}
+    assert config.disable_any_whitespace is False
+    assert structured_outputs_config("xgrammar") == {"backend": "xgrammar", "disable_any_whitespace": True}
+    params = sampling_params(CallType.NER_VERDICT, NerVerdict, disable_any_whitespace=False)
+    assert params.structured_outputs == FakeStructuredOutputsParams(json_schema_of(NerVerdict), False)
+    with pytest.raises(ValueError, match="xgrammar"):
+        EngineConfig("m", structured_outputs_backend="guidance")  # type: ignore[arg-type]
+
+
+class FakeLLM:
+    """``vllm.LLM`` stand-in: records its arguments, answers every call with a valid verdict."""
+
+    made: ClassVar[list[dict[str, Any]]] = []
+    answer: ClassVar[str] = '{"verdict":"FAIL"}'
+
+    def __init__(self, **kwargs: Any) -> None:
+        FakeLLM.made.append(kwargs)
+
+    def chat(self, conversations, sampling_params, use_tqdm=True):
+        return [RequestOutput([Output(FakeLLM.answer, "stop")]) for _ in conversations]
+
+
+@pytest.fixture
+def fake_engine(fake_vllm, monkeypatch):
+    monkeypatch.setattr(sys.modules["vllm"], "LLM", FakeLLM, raising=False)
+    monkeypatch.setattr(FakeLLM, "made", [])
+    return FakeLLM
+
+
+def test_vllm_check_loads_the_engine_with_the_chosen_backend_and_checks_each_verdict_type(fake_engine):
+    from typer.testing import CliRunner
+
+    from streams.cli.llm import app
+
+    args = ["--model", "google/medgemma-1.5-4b-it", "--structured-outputs-backend", "outlines"]
+    result = CliRunner().invoke(app, ["vllm-check", *args, "--tensor-parallel-size", "1"])
+    assert result.exit_code == 0, result.output
+    [kwargs] = fake_engine.made
+    assert kwargs["structured_outputs_config"] == {"backend": "outlines"}
+    assert kwargs["model"] == "google/medgemma-1.5-4b-it" and kwargs["tensor_parallel_size"] == 1
+    lines = result.output.splitlines()
+    assert [line.split(":")[0] for line in lines[:3]] == ["ner_verdict", "re_verdict", "qa_verdict"]
+    assert all(": ok " in line for line in lines[:3])
+
+
+def test_vllm_check_fails_on_an_invalid_answer_and_without_vllm(fake_engine, monkeypatch):
+    from typer.testing import CliRunner
+
+    from streams.cli.llm import app
+
+    monkeypatch.setattr(fake_engine, "answer", '{"verdict":"MAYBE"}')
+    failed = CliRunner().invoke(app, ["vllm-check", "--model", "m"])
+    assert failed.exit_code == 1 and "invalid_output" in failed.output.lower()
+    assert fake_engine.made[0]["structured_outputs_config"]["backend"] == "xgrammar"
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    missing = CliRunner().invoke(app, ["vllm-check", "--model", "m"])
+    assert missing.exit_code == 2 and "gpu extra" in missing.output
+    unknown = CliRunner().invoke(app, ["vllm-check", "--model", "m", "--structured-outputs-backend", "x"])
+    assert unknown.exit_code == 2

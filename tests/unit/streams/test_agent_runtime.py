@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from processors.agent.drugs import default_drug_data
+from processors.agent.drugs import drug_dictionary
 from processors.agent.state import default_config
 from schemas.agent import AgentProposal, AgentRequest
 from streams.agent.patients import BundlePatients
@@ -78,7 +78,7 @@ def test_the_trace_replays_the_turn_exactly_with_no_call(query: str) -> None:
     [(turn, _)] = _turns([query])
     request = AgentRequest(conversation_id="session-0", request_id="request-0", event_time=AS_OF, query=query,
                            patient_id=QUESTIONS[query].patient_id)  # fmt: skip
-    state, respond = replay_turn(request, turn.traces, default_config(default_drug_data().names()))
+    state, respond = replay_turn(request, turn.traces, default_config(drug_dictionary()))
     assert state == turn.state and respond == turn.respond
     assert [t.step for t in turn.traces] == list(range(len(turn.traces)))
     assert sum(t.event is not None for t in turn.traces) == turn.state.llm_calls + len(turn.state.executed)

@@ -19,6 +19,7 @@ from schemas.clinical import (
     Deliverable,
     EvidenceBundle,
     EvidencePacket,
+    EvidenceRequest,
     GatedDraft,
     RevisionRoute,
     SafetyAudit,
@@ -32,6 +33,7 @@ from topics.catalog import (
     CLINICAL_DELIVERABLES,
     CLINICAL_DRAFTS,
     CLINICAL_EVIDENCE,
+    CLINICAL_EVIDENCE_REQUESTS,
     CLINICAL_GATED_DRAFTS,
     CLINICAL_REVISION_ROUTES,
     CLINICAL_SAFETY_AUDITS,
@@ -144,3 +146,24 @@ def test_out_of_order_and_malformed_run_records_are_dead_letters_with_their_reas
     [not_json] = audits
     assert "not JSON" in not_json.headers["message"]
     assert [r.route for r in routes] == ["CLL_REVISION"], "the loop went on"
+
+
+def test_missing_must_retrieve_sources_are_requested_on_their_topic_and_named_on_the_gated_draft() -> None:
+    """PT-TEST-010 is digoxin CRITICAL: its seven must-retrieve sources are checked against the run's
+    evidence, which has none of them under their exact names; the loop publishes one evidence request
+    (keyed by patient) and names the seven on the gated draft."""
+    updates, _, _ = scenario()
+    evidence = EvidenceBundle(patient_id=PATIENT, run_id=RUN, event_time=AS_OF,
+                              packets=[EvidencePacket(source="digoxin label", text=LABEL)])  # fmt: skip
+    with TopologyDriver(Settings()) as driver:
+        for update in updates:
+            driver.pipe(FHIR_UPDATES, KEY, update)
+        driver.pipe(CLINICAL_EVIDENCE, KEY, evidence)
+        driver.pipe(CLINICAL_DRAFTS, KEY, _draft(0, PLAN))
+        [request] = driver.values(CLINICAL_EVIDENCE_REQUESTS, EvidenceRequest)
+        [gated] = driver.values(CLINICAL_GATED_DRAFTS, GatedDraft)
+        light = driver.values(CLINICAL_ASSESSMENTS, ClinicalAssessment)[-1].traffic_light
+    assert (request.patient_id, request.run_id, request.nti_severity) == (PATIENT, RUN, "CRITICAL")
+    assert request.missing == request.must_retrieve and len(request.missing) == 7
+    assert gated.must_retrieve_missing == request.missing
+    assert "ESC-002: the run's evidence lacks 7 must-retrieve sources" in light.sources
