@@ -52,7 +52,17 @@ run in stream order (each gate event with the decision it got, each verdict) and
 7. ``anti-selective``: lift below 1/1.5 (zero included): the gate tags PASS pairs more than FAIL
    pairs, the paper's word for its first signal sources (§6.3).
 
-Applied to Table 8's own rows these rules give its regime column.
+Applied to Table 8's own rows these rules give its regime column. An arm whose QA gate reads another
+signal source than NER coverage has no Eq. 9 branch to speak of: its categories are classified by
+their lift alone (rules 2, 3, 5-7).
+
+**The five QA signal sources side by side** (§4.8, §6.3, Figure 4, Table 11). One arm per source
+(:data:`~processors.dbpm.config.QA_SIGNALS`), all over the same stream; :func:`qa_sources_table` puts
+each source's lift over all QA categories (Eq. 10, 95% CI) and over the nine mapped categories beside
+the paper's figure for it (:data:`PAPER_QA_SOURCES`, quoted from §6.3 and Table 11), with what the
+stream gave the source to read (:class:`QaSignalStats`): how many pairs carried the parse-failure
+flag, the patient difficulty of PASS and FAIL pairs (the quantiles §6.3 compares) and the spread of
+the category fail rates (§6.3: 0.52 held out).
 """
 
 from __future__ import annotations
@@ -63,7 +73,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from processors.dbpm.config import DEFAULT_QA_NER_BUCKETS, QA, DBPMConfig
+from processors.dbpm.config import (
+    DEFAULT_QA_NER_BUCKETS,
+    QA,
+    QA_SIGNAL_DIFFICULTY,
+    QA_SIGNAL_FAIL_MASS,
+    QA_SIGNAL_FAIL_RATE,
+    QA_SIGNAL_NER_COVERAGE,
+    QA_SIGNAL_PARSE_FAILURE,
+    DBPMConfig,
+)
 from processors.dbpm.events import GateEvent, VerdictEvent
 from processors.dbpm.gates import ALLOW, BLOCK, DOWNGRADE
 from processors.dbpm.measurement import (
@@ -72,6 +91,8 @@ from processors.dbpm.measurement import (
     SelectivityCounts,
     SelectivityTracker,
     TagCounts,
+    VerdictOutcome,
+    verdict_outcome,
 )
 from processors.dbpm.signatures import qa_category
 
@@ -115,6 +136,7 @@ class ArmResult:
         coverage: per QA category, PASS/FAIL pairs with "tagged" meaning covered.
         population: the memory's channel population at the end of the run (None when not measured).
         seconds: wall-clock seconds the arm took to run (None when not measured).
+        qa_signal: the signal source the arm's QA gate read (§4.8).
     """
 
     name: str
@@ -129,6 +151,7 @@ class ArmResult:
     coverage: SelectivityCounts
     population: PopulationReport | None = None
     seconds: float | None = None
+    qa_signal: str = QA_SIGNAL_NER_COVERAGE
 
     def decision_counts(self) -> dict[str, dict[str, int]]:
         """task -> decision -> count (every decision listed, zeros included)."""
@@ -192,6 +215,7 @@ class ArmRecorder:
             coverage=self._coverage.counts(),
             population=population,
             seconds=seconds,
+            qa_signal=self.config.qa_signal,
         )
 
 
@@ -243,7 +267,8 @@ def qa_categories(arm: ArmResult) -> list[dict[str, Any]]:
             continue
         covered = arm.coverage.cell(QA, cell.category)
         coverage = covered.pass_tagged / covered.pass_total if covered.pass_total else None
-        has_bucket = cell.category in arm.gate_buckets
+        by_coverage = arm.qa_signal == QA_SIGNAL_NER_COVERAGE
+        has_bucket = cell.category in arm.gate_buckets or not by_coverage
         lift = cell.counts.lift()
         rows.append({
             "category": cell.category,
@@ -254,7 +279,7 @@ def qa_categories(arm: ArmResult) -> list[dict[str, Any]]:
             "p_tag_pass": lift.p_tag_pass,
             "p_tag_fail": lift.p_tag_fail,
             "lift": lift.to_json(),
-            "regime": regime(cell.counts, has_bucket, coverage),
+            "regime": regime(cell.counts, has_bucket, coverage if by_coverage else None),
         })  # fmt: skip
     return rows
 
@@ -339,6 +364,7 @@ def arm_json(arm: ArmResult) -> dict[str, Any]:
         "provenance": provenance_shares(arm),
         "population": arm.population.to_json() if arm.population is not None else None,
         "selectivity": arm.selectivity.to_json(),
+        "qa_signal": arm.qa_signal,
     }
 
 
@@ -357,3 +383,167 @@ def ablation_report(arms: Sequence[ArmResult], reference: str = "full") -> dict[
         "arms": [arm_json(arm) for arm in arms],
         "paired": [paired_deltas(base, arm) for arm in arms if arm.name != reference],
     }
+
+
+# --- the five QA signal sources (§4.8, §6.3, Figure 4, Table 11) ----------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PaperQaSource:
+    """What the paper reports for one QA signal source.
+
+    Attributes:
+        signal: the source (:data:`~processors.dbpm.config.QA_SIGNALS`).
+        name: Table 11's name of the source.
+        figure: the paper's figure for it, as printed (Table 11's outcome column).
+        failure_mode: Table 11's failure mode (``working design`` for the fifth).
+        basis: where the figure comes from (section, cohort, pairs).
+        path: the figure is a path lift (over the nine mapped categories, §6.3), not a lift over all
+            QA pairs; the measured outcome is then read from the path lift too.
+    """
+
+    signal: str
+    name: str
+    figure: str
+    failure_mode: str
+    basis: str
+    path: bool = False
+
+
+PAPER_QA_SOURCES: tuple[PaperQaSource, ...] = (
+    PaperQaSource(
+        QA_SIGNAL_FAIL_MASS, "Category-aggregate fail-mass", "anti-selective (lift 0.006)",
+        "aggregation-level mismatch", "§6.3, development cohort, N = 2,000 pairs; Table 11",
+    ),
+    PaperQaSource(
+        QA_SIGNAL_PARSE_FAILURE, "Verifier uncertainty", "signal absent", "signal absence",
+        "§6.3, no flag on 1,283 development-cohort pairs; Table 11",
+    ),
+    PaperQaSource(
+        QA_SIGNAL_FAIL_RATE, "Per-category fail-rate", "anti-selective (lift 0.05)", "counting asymmetry",
+        "§6.3, category fail-rate spread 0.52 held out; Table 11",
+    ),
+    PaperQaSource(
+        QA_SIGNAL_DIFFICULTY, "Per-patient difficulty", "no signal (lift 0.00)", "cross-task orthogonality",
+        "§6.3, difficulty PASS / FAIL: medians 0.179 / 0.174, means 0.188 / 0.191, Q3 0.290 / 0.294; "
+        "Table 11",
+    ),
+    PaperQaSource(
+        QA_SIGNAL_NER_COVERAGE, "NER-coverage intersection",
+        "selective (path lift 1.52–1.84 across four replications)", "working design",
+        "§6.3, §8.3: held out 1.84 [1.75, 1.93] over the nine mapped categories, 1.52 over all eleven; "
+        "Table 11, Figure 4", path=True,
+    ),
+)  # fmt: skip
+"""Table 11's rows in the paper's order, with §6.3's figures."""
+
+
+def _quantiles(values: Sequence[float]) -> dict[str, float | None]:
+    """Median, mean and third quartile (nearest rank) of ``values``; None when empty."""
+    if not values:
+        return {"median": None, "mean": None, "q3": None}
+    ordered = sorted(values)
+    n = len(ordered)
+    middle = n // 2
+    median = ordered[middle] if n % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return {"median": median, "mean": sum(ordered) / n, "q3": ordered[min(n - 1, (3 * n) // 4)]}
+
+
+@dataclass
+class QaSignalStats:
+    """What a stream's QA pairs gave the signal sources to read, fed pair by pair. Pure; no I/O.
+
+    Only verifier verdicts count (:func:`~processors.dbpm.measurement.verdict_outcome`). Difficulty is
+    the gate event's ``difficulty`` (pairs without one are not counted for it), with the share of each
+    side above the fourth source's threshold; a category's fail rate is its FAIL pairs over its pairs.
+    """
+
+    pairs: int = 0
+    parse_flagged: int = 0
+    difficulty: dict[str, list[float]] = field(
+        default_factory=lambda: {VerdictOutcome.PASS.value: [], VerdictOutcome.FAIL.value: []}
+    )
+    categories: Counter[tuple[str, str]] = field(default_factory=Counter)
+    difficulty_threshold: float = field(default_factory=lambda: DBPMConfig().qa_difficulty_threshold)
+
+    def pair(self, gate: GateEvent, verdict: VerdictEvent) -> None:
+        """Count one QA gate event with its own verdict (other tasks and sources are ignored)."""
+        outcome = verdict_outcome(verdict.verdict, verdict.source)
+        if gate.task != QA or outcome is None:
+            return
+        self.pairs += 1
+        self.parse_flagged += int(gate.payload.get("parse_failed") is True)
+        given = gate.payload.get("difficulty")
+        if given is not None:
+            self.difficulty[outcome.value].append(float(given))  # type: ignore[arg-type]
+        self.categories[(qa_category(str(gate.payload.get("category", ""))), outcome.value)] += 1
+
+    def to_json(self) -> dict[str, Any]:
+        """The counts, the difficulty quantiles per side and the category fail rates with their spread."""
+        names = sorted({category for category, _ in self.categories})
+        rates = {}
+        for category in names:
+            fails = self.categories[(category, VerdictOutcome.FAIL.value)]
+            total = fails + self.categories[(category, VerdictOutcome.PASS.value)]
+            rates[category] = fails / total
+        return {
+            "qa_pairs": self.pairs,
+            "parse_flagged": self.parse_flagged,
+            "difficulty": {side: _quantiles(values) for side, values in self.difficulty.items()},
+            "difficulty_above_threshold": {
+                side: (sum(v > self.difficulty_threshold for v in values) / len(values) if values else None)
+                for side, values in self.difficulty.items()
+            },
+            "category_fail_rates": rates,
+            "category_fail_rate_spread": (max(rates.values()) - min(rates.values())) if rates else None,
+        }
+
+
+def qa_sources_table(arms: Sequence[ArmResult], stats: QaSignalStats) -> list[dict[str, Any]]:
+    """One row per QA signal source in Table 11's order: the paper's figure beside the arm's lifts.
+
+    Each row holds ``signal``, ``name``, ``paper`` (figure, failure mode, basis), ``arm``, ``lift``
+    (all QA categories) and ``path_lift`` (the nine mapped categories), each the :class:`Lift` JSON
+    with its 95% CI, ``tagged`` (FAIL and PASS pairs tagged of each side's total), ``outcome`` (the
+    lift the paper quotes for the source, all pairs or path, classified by :func:`regime`'s lift
+    rules) and ``evidence`` (the part of ``stats`` the source reads). A source without an arm is left
+    out.
+
+    Raises:
+        ValueError: two arms read the same source.
+    """
+    by_signal: dict[str, ArmResult] = {}
+    for arm in arms:
+        if arm.qa_signal in by_signal:
+            raise ValueError(f"arms {by_signal[arm.qa_signal].name!r} and {arm.name!r} read one QA source")
+        by_signal[arm.qa_signal] = arm
+    measured = stats.to_json()
+    evidence = {
+        QA_SIGNAL_FAIL_MASS: {"category_fail_rates": measured["category_fail_rates"]},
+        QA_SIGNAL_PARSE_FAILURE: {k: measured[k] for k in ("qa_pairs", "parse_flagged")},
+        QA_SIGNAL_FAIL_RATE: {"category_fail_rate_spread": measured["category_fail_rate_spread"]},
+        QA_SIGNAL_DIFFICULTY: {k: measured[k] for k in ("difficulty", "difficulty_above_threshold")},
+        QA_SIGNAL_NER_COVERAGE: {},
+    }
+    rows = []
+    for paper in PAPER_QA_SOURCES:
+        arm = by_signal.get(paper.signal)
+        if arm is None:
+            continue
+        counts = arm.selectivity.task_total(QA)
+        mapped = path_lift(arm)
+        rows.append({
+            "signal": paper.signal,
+            "name": paper.name,
+            "paper": {"figure": paper.figure, "failure_mode": paper.failure_mode, "basis": paper.basis},
+            "arm": arm.name,
+            "lift": counts.lift().to_json(),
+            "path_lift": mapped.lift().to_json(),
+            "tagged": {
+                "fail": counts.fail_tagged, "fail_total": counts.fail_total,
+                "pass": counts.pass_tagged, "pass_total": counts.pass_total,
+            },
+            "outcome": regime(mapped if paper.path else counts, True, None),
+            "evidence": evidence[paper.signal],
+        })  # fmt: skip
+    return rows

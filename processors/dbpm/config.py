@@ -28,6 +28,11 @@ Choices recorded here (the paper is silent or ambiguous):
   verdict, the stream's ambiguous QA verdict, is applied as a ``success``.
 * **Cross-task OFF** disables all three directions of §4.4: no RE/QA -> NER propagation, no new
   preemptions and no preemption check in the relation gate.
+* **QA signal source** (§4.8, §6.3, Table 11): the QA gate reads one of the five signals the paper
+  tested; the fifth, NER coverage with its fail-rate x difficulty fallback, is the default and the
+  deployed design. The other four are selectable for their measurement (``clingate bench ablation
+  --qa-sources``); :mod:`.gates` states each rule. The fail-mass threshold is this implementation's
+  (the paper names none): more rejection mass than one saturated pattern holds.
 """
 
 from __future__ import annotations
@@ -131,6 +136,20 @@ DEFAULT_TASKS: Mapping[str, TaskParams] = _frozen(
     }
 )
 
+QA_SIGNAL_FAIL_MASS = "fail_mass"
+QA_SIGNAL_PARSE_FAILURE = "parse_failure"
+QA_SIGNAL_FAIL_RATE = "fail_rate"
+QA_SIGNAL_DIFFICULTY = "difficulty"
+QA_SIGNAL_NER_COVERAGE = "ner_coverage"
+QA_SIGNALS: tuple[str, ...] = (
+    QA_SIGNAL_FAIL_MASS,
+    QA_SIGNAL_PARSE_FAILURE,
+    QA_SIGNAL_FAIL_RATE,
+    QA_SIGNAL_DIFFICULTY,
+    QA_SIGNAL_NER_COVERAGE,
+)
+"""The five QA gate signal sources of §4.8, in the order the paper tried them (Table 11's rows)."""
+
 #: Table 4. ``verifier_self`` is reserved and inactive in the paper; its weight is kept for completeness.
 DEFAULT_SOURCE_WEIGHTS: Mapping[str, float] = _frozen(
     {
@@ -208,6 +227,10 @@ class DBPMConfig:
         qa_difficulty_threshold: Eq. 8 threshold, M1V6_DIFFICULTY_THRESHOLD = 0.30 (A.1).
         qa_min_observations: observations a category needs before it has a fail rate (10).
         qa_ner_buckets: QA category -> NER bucket of the NER-coverage gate (Eq. 9).
+        qa_signal: the signal source the QA gate reads (:data:`QA_SIGNALS`); default the fifth,
+            NER coverage (§4.8), the others only for their measurement (§6.3, Table 11).
+        qa_fail_mass_threshold: the category-aggregate fail mass above which the first source tags
+            (this implementation: 1.0, one saturated pattern's severity; the paper gives no value).
     """
 
     flags: Flags = field(default_factory=Flags)
@@ -239,6 +262,8 @@ class DBPMConfig:
     qa_difficulty_threshold: float = 0.30
     qa_min_observations: int = 10
     qa_ner_buckets: Mapping[str, str] = field(default_factory=lambda: DEFAULT_QA_NER_BUCKETS)
+    qa_signal: str = QA_SIGNAL_NER_COVERAGE
+    qa_fail_mass_threshold: float = 1.0
 
     def __post_init__(self) -> None:
         # Freeze caller-supplied dicts so a config can never change under a running engine.
@@ -253,6 +278,8 @@ class DBPMConfig:
             raise ValueError("maintenance_interval_s must be positive")
         if self.cap_partitions < 1:
             raise ValueError("cap_partitions must be at least 1")
+        if self.qa_signal not in QA_SIGNALS:
+            raise ValueError(f"qa_signal {self.qa_signal!r} is not one of {', '.join(QA_SIGNALS)}")
         for name in (
             "verdict_dedupe_horizon_s",
             "whitelist_retention_s",

@@ -15,9 +15,10 @@ another source, or that source without one, is bad input. (This is clingate's ex
 stream; docs/dbpm.md describes it.)
 
 Choices: a timestamp must carry a zone (``Z`` or an offset); naive times are rejected rather than
-guessed. Payload values must be strings; QA gates may add ``ner_categories`` (list of strings) and
-``difficulty`` (a number in [0, 1]); QA verdicts may add ``error_class`` (a string). Extra payload
-fields are kept and ignored.
+guessed. Payload values must be strings; QA gates may add ``ner_categories`` (list of strings),
+``difficulty`` (a number in [0, 1]) and ``parse_failed`` (a boolean: the verifier's parse-failure flag
+of the pair, read by the second QA signal source, :mod:`.gates`); QA verdicts may add ``error_class``
+(a string). Extra payload fields are kept and ignored.
 """
 
 from __future__ import annotations
@@ -154,6 +155,9 @@ def _check_payload(task: str, kind: str, payload: Mapping[str, object]) -> None:
             or not 0 <= difficulty <= 1
         ):
             raise BadEvent("field payload.'difficulty' must be a number in [0, 1]")
+        parse_failed = payload.get("parse_failed")
+        if parse_failed is not None and not isinstance(parse_failed, bool):
+            raise BadEvent("field payload.'parse_failed' must be a boolean")
 
 
 def check_task(task: str, tasks: Collection[str] = (NER, RE, QA)) -> None:

@@ -343,10 +343,11 @@ class Memory:
             order = first[1]
         self.kv.set(b"L" + _tag(task), order)
 
-    def patterns(self, task: str) -> Iterator[tuple[str, Pattern]]:
-        """All patterns of ``task`` in signature order (reports and exports)."""
+    def patterns(self, task: str, starting: str = "") -> Iterator[tuple[str, Pattern]]:
+        """The patterns of ``task`` whose signature starts with ``starting`` (default: all), in
+        signature order (reports, exports, and a QA category's error-class patterns)."""
         prefix = b"B" + _tag(task)
-        for key, raw in self.kv.iter_prefix(prefix):
+        for key, raw in self.kv.iter_prefix(prefix + starting.encode()):
             yield key[len(prefix) :].decode(), Pattern(*_BLOCK.unpack_from(raw), raw[_BLOCK.size :].decode())
 
     # -- whitelist ---------------------------------------------------------------------------

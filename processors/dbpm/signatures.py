@@ -41,10 +41,15 @@ def qa_category(category: str) -> str:
     return category.strip().lower() or "other"
 
 
+def qa_class_prefix(category: str) -> str:
+    """``qa::<category>|``: what every error-class signature of the (normalised) category starts with."""
+    return f"{QA_CLASS_PREFIX}{qa_category(category)}|"
+
+
 def qa_signature(question: str, category: str, error_class: str | None) -> str:
     """The QA signature: ``qa::<category>|<error_class>`` for classified fails, else the question."""
     if error_class and error_class.strip():
-        return f"{QA_CLASS_PREFIX}{qa_category(category)}|{error_class.strip().lower()}"
+        return qa_class_prefix(category) + error_class.strip().lower()
     return question.strip().lower()
 
 

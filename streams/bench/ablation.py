@@ -32,6 +32,14 @@ candidate-aligned:
    Table 10 tag confusion, Table 8 per-category lift with 95% CI, coverage and regime, provenance
    shares, BLOCKs per arm (verifier calls saved) and the channel population of each arm's memory.
    Written as JSON (``--json``) and as a self-contained HTML page (``--html``).
+
+``--qa-sources`` runs the five QA signal sources instead (§4.8, §6.3, Table 11): one arm per source
+(:data:`QA_SOURCE_ARMS`, ``CLINGATE_DBPM_QA_SIGNAL``), the NER-coverage arm (the deployed design) the
+reference, in process or through Kafka as above. Their stream carries what the first four sources read
+and the default stream lacks (:data:`QA_SOURCES_DISPERSION`: a per-patient extraction difficulty whose
+spread matches §6.3's; the parse-failure flag at the rate of a schema-constrained verifier, zero), and
+the report adds ``qa_sources`` (:func:`processors.dbpm.ablation.qa_sources_table`): each source's lift
+with its 95% CI beside the paper's figure.
 """
 
 from __future__ import annotations
@@ -49,11 +57,19 @@ from typing import Annotated, Any
 import typer
 
 from processors.dbpm import DBPMConfig, DBPMEngine, GateEvent, VerdictEvent, load_ontology, parse_event
-from processors.dbpm.ablation import ArmRecorder, ArmResult, ablation_report
+from processors.dbpm.ablation import (
+    ArmRecorder,
+    ArmResult,
+    QaSignalStats,
+    ablation_report,
+    qa_sources_table,
+)
 from processors.dbpm.cohort import Cohort, PatientAttributes, stratified_cohort
+from processors.dbpm.config import QA_SIGNAL_NER_COVERAGE, QA_SIGNALS
 from processors.dbpm.events import format_time, parse_time
 from processors.dbpm.measurement import PopulationReport, channel_population
 from state import MemoryStore
+from streams.cli.paths import output_file
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.dbpm_stream import StreamEvent, StreamShape, generate_patients
 from streams.worker.dbpm import dbpm_config
@@ -91,6 +107,17 @@ ARMS: tuple[Arm, ...] = (
         {"CLINGATE_DBPM_CROSS_TASK": False}),
 )  # fmt: skip
 """The arms, the reference (``full``) first."""
+
+QA_SOURCE_ARMS: tuple[Arm, ...] = tuple(
+    Arm(signal, f"the QA gate reads signal source {signal!r} (§4.8)", {"CLINGATE_DBPM_QA_SIGNAL": signal})
+    for signal in sorted(QA_SIGNALS, key=lambda signal: signal != QA_SIGNAL_NER_COVERAGE)
+)
+"""One arm per QA signal source (``--qa-sources``), the NER-coverage arm (the deployed design) first."""
+
+QA_SOURCES_DISPERSION = 1.0
+"""``re_fail_dispersion`` of the ``--qa-sources`` stream: with it the patient difficulty of QA pairs has
+median 0.16, mean 0.19 and third quartile 0.28 on either side (seed 42), against §6.3's 0.179 / 0.174,
+0.188 / 0.191 and 0.290 / 0.294; RE verifier rejections rise from 16% to 24% of relations."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,14 +206,28 @@ def cohort_stream(
     return CohortStream(cohort, tuple(stages))
 
 
-def _record(recorder: ArmRecorder, stream: CohortStream, rulings: Iterator[tuple[str, str]]) -> None:
-    """Feed ``recorder`` each gate with its (decision, rule), then its own verdict, pair by pair."""
+def _pairs(stream: CohortStream) -> Iterator[tuple[GateEvent, VerdictEvent]]:
+    """Each gate event of the stream with its own verdict, parsed, stage by stage."""
     for stage in stream.stages:
         for gate, verdict in zip(stage.gates, stage.verdicts, strict=True):
             gate_event, verdict_event = parse_event(gate), parse_event(verdict)
             assert isinstance(gate_event, GateEvent) and isinstance(verdict_event, VerdictEvent)
-            recorder.gate(gate_event, *next(rulings))
-            recorder.verdict(verdict_event)
+            yield gate_event, verdict_event
+
+
+def _record(recorder: ArmRecorder, stream: CohortStream, rulings: Iterator[tuple[str, str]]) -> None:
+    """Feed ``recorder`` each gate with its (decision, rule), then its own verdict, pair by pair."""
+    for gate_event, verdict_event in _pairs(stream):
+        recorder.gate(gate_event, *next(rulings))
+        recorder.verdict(verdict_event)
+
+
+def qa_signal_stats(stream: CohortStream) -> QaSignalStats:
+    """What the stream's QA pairs give the signal sources to read (:class:`QaSignalStats`)."""
+    stats = QaSignalStats()
+    for gate_event, verdict_event in _pairs(stream):
+        stats.pair(gate_event, verdict_event)
+    return stats
 
 
 def run_in_process(arm: Arm, stream: CohortStream, commit_every: int = 1000) -> ArmResult:
@@ -265,13 +306,20 @@ Runner = Callable[[Arm, CohortStream], ArmResult]
 
 
 def run_ablation(
-    stream: CohortStream, runner: Runner = run_in_process, arms: Sequence[Arm] = ARMS
+    stream: CohortStream,
+    runner: Runner = run_in_process,
+    arms: Sequence[Arm] = ARMS,
+    qa_sources: bool = False,
 ) -> dict[str, Any]:
     """Run every arm over ``stream`` and return the report (:func:`processors.dbpm.ablation.ablation_report`)
     with the cohort's allocation table (without its id list, which ``--json`` writes) and the arms'
-    settings."""
+    settings; with ``qa_sources``, also the side-by-side of the arms' QA signal sources
+    (:func:`processors.dbpm.ablation.qa_sources_table`) under ``qa_sources``."""
     results = [runner(arm, stream) for arm in arms]
     report = ablation_report(results, reference=arms[0].name)
+    if qa_sources:
+        stats = qa_signal_stats(stream)
+        report["qa_sources"] = {"stream": stats.to_json(), "sources": qa_sources_table(results, stats)}
     cohort = stream.cohort.to_json()
     report["cohort"] = {**{k: v for k, v in cohort.items() if k != "ids"}, "patients": len(cohort["ids"])}
     report["candidates"] = stream.candidates
@@ -324,6 +372,47 @@ def render_text(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _sides(by_side: Mapping[str, float | None]) -> str:
+    """``PASS / FAIL`` values to three decimals (``-`` when a side has none)."""
+    pass_value, fail_value = by_side["PASS"], by_side["FAIL"]
+    if pass_value is None or fail_value is None:
+        return "-"
+    return f"{pass_value:.3f} / {fail_value:.3f}"
+
+
+def render_qa_sources(report: Mapping[str, Any]) -> str:
+    """The five QA signal sources side by side, the paper's figure beside each (plain text)."""
+    part = report["qa_sources"]
+    stream = part["stream"]
+    lines = [
+        f"QA signal sources (paper §4.8, §6.3, Figure 4, Table 11), {stream['qa_pairs']:,} QA pairs, "
+        "one stream:",
+        f"  {'source':<14} {'lift, all categories [95% CI]':<34} {'path lift [95% CI]':<34} "
+        f"{'FAIL tagged':>13} {'PASS tagged':>15}  {'outcome':<15} paper",
+    ]
+    for row in part["sources"]:
+        tagged = row["tagged"]
+        lines.append(
+            f"  {row['signal']:<14} {_lift_text(row['lift']):<34} {_lift_text(row['path_lift']):<34} "
+            f"{tagged['fail']:>5,} / {tagged['fail_total']:>5,} {tagged['pass']:>6,} / "
+            f"{tagged['pass_total']:>6,}  {row['outcome']:<15} {row['paper']['figure']}"
+        )
+    difficulty = {
+        stat: _sides({side: values[stat] for side, values in stream["difficulty"].items()})
+        for stat in ("median", "mean", "q3")
+    }
+    spread = stream["category_fail_rate_spread"]
+    lines += [
+        f"  parse_failure: flag set on {stream['parse_flagged']:,} of {stream['qa_pairs']:,} pairs "
+        "(paper: on none of 1,283 development pairs)",
+        f"  difficulty PASS / FAIL: median {difficulty['median']}, mean {difficulty['mean']}, "
+        f"Q3 {difficulty['q3']} (paper: 0.179 / 0.174, 0.188 / 0.191, 0.290 / 0.294); share above "
+        f"the threshold {_sides(stream['difficulty_above_threshold'])}",
+        f"  category fail rates: spread {'-' if spread is None else f'{spread:.2f}'} (paper: 0.52 held out)",
+    ]
+    return "\n".join(lines)
+
+
 @contextlib.contextmanager
 def _broker(bootstrap: str | None, workdir: Path) -> Iterator[str]:
     """``bootstrap`` if given, else the configured cluster, else a broker started for the run."""
@@ -347,10 +436,13 @@ def ablation(
     ] = 10_000,
     seed: Annotated[int, typer.Option("--seed", help="Seeds the synthetic stream and the cohort draw.")] = 42,
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Write the full report as JSON here.")
+        Path | None, typer.Option("--json", callback=output_file, help="Write the full report as JSON here.")
     ] = None,
     html_out: Annotated[
-        Path | None, typer.Option("--html", help="Write the report as a self-contained HTML page here.")
+        Path | None,
+        typer.Option(
+            "--html", callback=output_file, help="Write the report as a self-contained HTML page here."
+        ),
     ] = None,
     via_kafka: Annotated[
         bool, typer.Option("--via-kafka", help="Run each arm through the broker and a worker of its own.")
@@ -366,6 +458,14 @@ def ablation(
     timeout: Annotated[
         float, typer.Option(help="--via-kafka: longest wait for one batch's decisions (s).")
     ] = 300.0,
+    qa_sources: Annotated[
+        bool,
+        typer.Option(
+            "--qa-sources",
+            help="Measure the five QA signal sources (paper §6.3, Table 11) side by side instead, one arm "
+            "each, on a stream that carries what each reads.",
+        ),
+    ] = False,
 ) -> None:
     """Run the paper's paired ablations (full, memory off, no ontology filter, no NER coverage, no
     cross-task) on one stratified synthetic cohort; print the headline figures, write JSON and HTML.
@@ -375,7 +475,8 @@ def ablation(
     if patients > population:
         raise typer.BadParameter(f"--patients {patients} exceeds --population {population}")
     started = time.perf_counter()
-    stream = cohort_stream(patients, population, seed)
+    shape = StreamShape(seed=seed, re_fail_dispersion=QA_SOURCES_DISPERSION) if qa_sources else None
+    stream = cohort_stream(patients, population, seed, shape)
     typer.echo(
         f"cohort drawn in {time.perf_counter() - started:.1f} s: {patients:,} patients, "
         f"{stream.candidates:,} candidates",
@@ -390,10 +491,12 @@ def ablation(
             def runner(arm: Arm, stream: CohortStream) -> ArmResult:
                 return run_via_kafka(arm, stream, address, scratch / "workers", timeout)
 
-        report = run_ablation(stream, runner)
+        report = run_ablation(stream, runner, QA_SOURCE_ARMS if qa_sources else ARMS, qa_sources)
     report["runtime"] = "kafka" if via_kafka else "in-process"
     report["seconds"] = time.perf_counter() - started
     typer.echo(render_text(report))
+    if qa_sources:
+        typer.echo(render_qa_sources(report))
     if json_out is not None:
         full = {**report, "cohort": stream.cohort.to_json()}
         json_out.write_text(json.dumps(full, indent=1) + "\n", encoding="utf-8")

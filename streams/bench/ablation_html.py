@@ -173,6 +173,23 @@ def _population(arm: Mapping[str, Any]) -> str:
     )
 
 
+def _qa_sources(part: Mapping[str, Any]) -> str:
+    rows = [
+        [
+            row["signal"], row["name"], _lift(row["lift"]), _lift(row["path_lift"]),
+            f"{row['tagged']['fail']:,} / {row['tagged']['fail_total']:,}",
+            f"{row['tagged']['pass']:,} / {row['tagged']['pass_total']:,}",
+            row["outcome"], row["paper"]["figure"], row["paper"]["failure_mode"], row["paper"]["basis"],
+        ]
+        for row in part["sources"]
+    ]  # fmt: skip
+    return _table(
+        ["source", "Table 11", "lift, all QA pairs [95% CI]", "path lift [95% CI]", "FAIL tagged",
+         "PASS tagged", "outcome", "paper", "paper's failure mode", "paper's basis"],
+        rows,
+    )  # fmt: skip
+
+
 def _cohort(cohort: Mapping[str, Any]) -> str:
     rows = [
         [s["age_bucket"], s["gender"], s["length_tertile"], s["population"], s["floor"], s["allocated"]]
@@ -198,6 +215,14 @@ def render_html(report: Mapping[str, Any]) -> str:
         "P(tag | PASS) (Eq. 10) with the delta-method 95% CI; a BLOCK is a verifier call saved.</p>",
         "<h2>Arms</h2>",
         _arms(report),
+    ]
+    if "qa_sources" in report:
+        sections += [
+            "<h2>The five QA signal sources (§4.8, §6.3, Figure 4, Table 11)</h2>",
+            "<p class=note>One arm per source over the same stream; the paper's figure beside each.</p>",
+            _qa_sources(report["qa_sources"]),
+        ]
+    sections += [
         f"<h2>Pair-count deltas against {escape(report['reference'])} (Table 9)</h2>",
         "<p class=note>Pairs are candidates not BLOCKed; a DOWNGRADE tags without removing, so a gate that "
         "only tags moves no pair count however many candidates it tags (§6.5).</p>",

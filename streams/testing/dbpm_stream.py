@@ -24,13 +24,28 @@ paper's production run, so that the memory sees the same kind of traffic it woul
   failing answer is what :func:`processors.dbpm.qa_classifier.classify_qa_error` says about it against
   the patient's synthetic narrative (never emitted), so stream and classifier agree by construction.
   QA gate events carry the patient's accepted NER categories and the difficulty of Eq. (8).
+* **The other QA signals** (§4.8, §6.3: what the first four QA gate sources read), off by default so
+  the default stream is unchanged, both drawn from a generator of the patient's own (seeded by the
+  stream seed and the patient id), so they draw nothing from the stream's generator:
+  - ``re_fail_dispersion`` gives each patient an extraction difficulty: its RE verifier rejection
+    rate is ``re_fail_rate`` times a log-normal factor of median 1 and this log-scale spread (capped
+    so the other outcomes keep their rates). Upstream rejections then vary from patient to patient as
+    the paper's did (§6.3: difficulty medians 0.179 / 0.174, third quartiles 0.290 / 0.294 for PASS /
+    FAIL pairs); without it every patient draws from one rate and difficulty barely varies (median
+    0.16, third quartile 0.20, 1.5% of pairs above the 0.30 threshold). QA verdicts do not depend on
+    it: the cross-task orthogonality the paper measured.
+  - ``qa_parse_failure_rate`` is the share of QA pairs whose verifier output did not parse; such a
+    pair's gate event carries ``parse_failed: true`` (the flag is otherwise absent, unset as §6.3
+    found it), independently of the verdict (A.2: the ensemble then decides it). The verifier of
+    this stream is schema-constrained like clingate's, so the default is 0, which is also what the
+    paper observed (no flag on 1,283 pairs).
 * **Time**: event time starts 2026-05-04T00:00:00Z (the paper run's first day); patients arrive one
   after another at ``patients_per_day`` (default 500, so a 1M-event stream spans ~16 days, beyond
   every half-life); within a patient the NER, RE and QA stages take the Table 5 stage means (24.6 s,
   14.7 s, 43.1 s), compressed when patients arrive faster than that. Each gate event is followed
   by its verdict; timestamps never decrease.
 
-Everything is drawn from one ``random.Random(seed)``, patient by patient, so a stream is a pure
+Everything else is drawn from one ``random.Random(seed)``, patient by patient, so a stream is a pure
 function of (``n_events``, :class:`StreamShape`) and a shorter stream is a prefix of a longer one.
 The vocabulary is our own; the six violating type-triples are the paper's (§6.2).
 
@@ -85,6 +100,8 @@ class StreamShape:
     re_ontology_rate: float = 0.03
     qa_fail_rate_covered: float = 0.05
     qa_fail_rate_uncovered: float = 0.16
+    re_fail_dispersion: float = 0.0
+    qa_parse_failure_rate: float = 0.0
 
 
 # --- vocabulary -------------------------------------------------------------------------------
@@ -444,6 +461,11 @@ class _Patient:
         self.accepted: set[str] = set()
         self.verifier_rejections = 0
         self.ner_yield = 0
+        self.signals = random.Random(f"signals:{shape.seed}:{self.pid}")
+        spread = shape.re_fail_dispersion
+        factor = self.signals.lognormvariate(0.0, spread) if spread > 0 else 1.0
+        ceiling = 1.0 - shape.re_ontology_rate - shape.re_soft_rate
+        self.re_fail_rate = min(shape.re_fail_rate * factor, ceiling)
 
     def _mentions(self, term: str) -> bool:
         return any(term in e.text for entities in self.pool.values() for e in entities)
@@ -497,14 +519,14 @@ class _Patient:
                 head_type, relation, tail_type = rng.choices(_VIOLATIONS, _VIOLATION_WEIGHTS)[0]
                 head, tail = self._of(head_type), self._of(tail_type)
                 verdict, source = "hard_fail", "rule_based"
-            elif roll < shape.re_ontology_rate + shape.re_fail_rate:
+            elif roll < shape.re_ontology_rate + self.re_fail_rate:
                 head, tail = rng.choice(entities), rng.choice(entities)
                 relation, verdict = _relation_label(rng), "hard_fail"
             else:
                 head_type, tail_type = rng.choice(pairs)
                 head, tail = self._of(head_type), self._of(tail_type)
                 relation = rng.choice(_ADMISSIBLE[(head_type, tail_type)])
-                soft = roll < shape.re_ontology_rate + shape.re_fail_rate + shape.re_soft_rate
+                soft = roll < shape.re_ontology_rate + self.re_fail_rate + shape.re_soft_rate
                 verdict = "soft_downgrade" if soft else "success"
             payload = {
                 "head": head.text,
@@ -549,6 +571,8 @@ class _Patient:
             answer = self._answer(bucket, fails)
             payload: dict[str, Any] = {"question": question, "answer": answer, "category": category}
             gate_payload = {**payload, "ner_categories": ner_categories, "difficulty": difficulty}
+            if shape.qa_parse_failure_rate > 0 and self.signals.random() < shape.qa_parse_failure_rate:
+                gate_payload["parse_failed"] = True
             yield _gate(gate_ts, "qa", self.pid, self._candidate("qa", k), gate_payload)
             verdict_payload = dict(payload)
             if fails:
