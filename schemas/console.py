@@ -1,13 +1,21 @@
-"""Events of the web console (``clingate console``): the audit trail of what the people in the loop did.
+"""Events of the web console (``clingate console``): the audit trail of what the people in the loop did,
+and what they ask to be written where the console's principal may not write.
 
 Every action the console takes for a person (a sign-in, a failed one, a sign-out, a refused request, a
 posted form) is one :class:`ConsoleAction` on ``clingate.console.audit``, keyed by the user, so one
 person's actions are in one partition, in order.
+
+A re-drive of a dead letter and an operator's pin write input topics of the workers, which the console's
+principal may not write: each is a :class:`ConsoleRequest` on ``clingate.console.requests`` that the
+request runtime (``clingate worker --role requests``, :mod:`streams.requests`) checks and carries out, and
+what it did is a :class:`ConsoleRequestOutcome` on ``clingate.console.request-outcomes``.
 """
 
 from __future__ import annotations
 
-from schemas.base import AvroModel, EventTime, JsonText
+from pydantic import Field
+
+from schemas.base import AvroModel, EventTime, JsonText, RawBytes
 
 
 class ConsoleAction(AvroModel):
@@ -23,3 +31,36 @@ class ConsoleAction(AvroModel):
     target: str
     detail: JsonText
     outcome: str
+
+
+class ConsoleRequest(AvroModel):
+    """A write a person asked for through the console, carried out only once the runtime checked it."""
+
+    avro_name = "clingate.console.ConsoleRequest"
+
+    request_id: str
+    event_time: EventTime
+    user: str
+    role: str
+    action: str
+    target: str
+    topic: str
+    key: RawBytes | None = None
+    value: RawBytes | None = None
+    note: str
+
+
+class ConsoleRequestOutcome(AvroModel):
+    """What the request runtime did with one :class:`ConsoleRequest`."""
+
+    avro_name = "clingate.console.ConsoleRequestOutcome"
+
+    request_id: str
+    event_time: EventTime
+    user: str
+    action: str
+    target: str
+    topic: str
+    partition: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    outcome: str
+    reason: str

@@ -17,7 +17,8 @@ Choices where the source left room (revisit with the pipeline owners):
   gate), verdicts and propagations (DBPM learner), to-verify (verifier group), fhir.updates,
   clinical.reviews, clinical.deliverables, and the output gates' clinical.evidence, clinical.drafts and
   clinical.audit-reports (clinical gates), docs.classifications, docs.reviews and
-  docs.ground-truth (arbiter). The others are outputs for downstream systems.
+  docs.ground-truth (arbiter), and the console's requests (the request runtime). The others are outputs
+  for downstream systems.
 - Partitions: every data topic gets the same count so that topics keyed by patient or document
   are co-partitioned (a join or a table lookup across them stays on one worker). DLQs get 1
   partition: they are low volume, and each dead letter carries its source partition and offset.
@@ -27,12 +28,14 @@ Choices where the source left room (revisit with the pipeline owners):
   until replaced, and a packet until its reviewed version replaces the pending one (the packet topic
   is the review queue that ``clingate arbiter reviews`` reads).
   Everything else is an event log, ``delete``.
-- Retention: event logs 7 days (enough to rebuild state by replay after an incident of a long
-  weekend); verdicts and decisions 30 days, since DBPM memory is learnt from verdicts and decisions
-  are the replay comparison target; safety audits, gated drafts, revision routes, the agent's
-  proposals and the console's audit trail 365 days (audit trail); dead letters 30 days for
-  an operator to inspect and re-drive; latest-value topics 30 days, i.e. an entity not updated in
-  30 days drops out (its last value is then in the downstream store).
+- Retention: event logs 7 days (enough to rebuild state by replay after an incident of a long weekend),
+  evidence requests among them (the retrieval step answers a run within minutes, and the gap itself stays
+  on the run's gated drafts and safety audits); verdicts and decisions 30 days, since DBPM memory is
+  learnt from verdicts and decisions are the replay comparison target, and the console's requests (a
+  re-drive asked for is carried out within the dead letters' own 30 days); safety audits, gated drafts,
+  revision routes, the agent's proposals, the console's audit trail and its requests' outcomes 365 days
+  (audit trail); dead letters 30 days for an operator to inspect and re-drive; latest-value topics 30
+  days, i.e. an entity not updated in 30 days drops out (its last value is then in the downstream store).
 - ``min.insync.replicas`` is 2 from replication 3 on (so ``acks=all`` survives one broker loss),
   else 1.
 - Record size: every declared topic sets ``max.message.bytes`` to :data:`DATA_MAX_MESSAGE_BYTES`
@@ -97,6 +100,7 @@ CLINICAL_DRAFTS = "clingate.clinical.drafts"
 CLINICAL_AUDIT_REPORTS = "clingate.clinical.audit-reports"
 CLINICAL_GATED_DRAFTS = "clingate.clinical.gated-drafts"
 CLINICAL_REVISION_ROUTES = "clingate.clinical.revision-routes"
+CLINICAL_EVIDENCE_REQUESTS = "clingate.clinical.evidence-requests"
 DOCS_CLASSIFICATIONS = "clingate.docs.classifications"
 DOCS_DISPOSITIONS = "clingate.docs.dispositions"
 DOCS_REVIEW_PACKETS = "clingate.docs.review-packets"
@@ -107,6 +111,8 @@ AGENT_RESPONSES = "clingate.agent.responses"
 AGENT_TRACES = "clingate.agent.traces"
 AGENT_PROPOSALS = "clingate.agent.proposals"
 CONSOLE_AUDIT = "clingate.console.audit"
+CONSOLE_REQUESTS = "clingate.console.requests"
+CONSOLE_REQUEST_OUTCOMES = "clingate.console.request-outcomes"
 
 
 def dlq_name(topic: str) -> str:
@@ -215,6 +221,7 @@ _DECLARED: tuple[TopicSpec, ...] = (
     TopicSpec(
         CLINICAL_REVISION_ROUTES, "patient_id", "clingate.clinical.RevisionRoute", retention_ms=365 * DAY_MS
     ),
+    TopicSpec(CLINICAL_EVIDENCE_REQUESTS, "patient_id", "clingate.clinical.EvidenceRequest"),
     TopicSpec(DOCS_CLASSIFICATIONS, "document_id", "clingate.docs.ClassificationRequest", consumed=True),
     TopicSpec(
         DOCS_DISPOSITIONS, "document_id (latest disposition per document)", "clingate.docs.Disposition",
@@ -234,6 +241,14 @@ _DECLARED: tuple[TopicSpec, ...] = (
     TopicSpec(AGENT_TRACES, "conversation_id", "clingate.agent.AgentTrace", retention_ms=30 * DAY_MS),
     TopicSpec(AGENT_PROPOSALS, "patient_id", "clingate.agent.AgentProposal", retention_ms=365 * DAY_MS),
     TopicSpec(CONSOLE_AUDIT, "user", "clingate.console.ConsoleAction", retention_ms=365 * DAY_MS),
+    TopicSpec(
+        CONSOLE_REQUESTS, "target (dead-letter coordinates or task|signature)",
+        "clingate.console.ConsoleRequest", retention_ms=30 * DAY_MS, consumed=True,
+    ),
+    TopicSpec(
+        CONSOLE_REQUEST_OUTCOMES, "target (as the request)", "clingate.console.ConsoleRequestOutcome",
+        retention_ms=365 * DAY_MS,
+    ),
 )  # fmt: skip
 
 

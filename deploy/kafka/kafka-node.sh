@@ -48,6 +48,9 @@ if [ ! -s "${users_dir}/${super_user}" ]; then
 fi
 admin_password=$(cat "${users_dir}/${super_user}")
 
+# The properties hold the super user's password: readable by this user only, from before it is written.
+rm -f "$config"
+install -m 600 /dev/null "$config"
 cat > "$config" <<PROPERTIES
 process.roles=broker,controller
 node.id=${node_id}

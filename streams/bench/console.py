@@ -1,4 +1,5 @@
-"""``clingate bench console``: what the console's reads of a full topic cost, each way it can read them.
+"""``clingate bench console``: what the console's reads of a full topic cost, each way it can read them;
+with ``--hostile``, a scripted hostile client against a console instead (:mod:`streams.bench.hostile`).
 
 On topics of their own (copies of the catalog's specs under bench names, created, filled and deleted):
 
@@ -26,11 +27,13 @@ go to docs/performance.md.
 from __future__ import annotations
 
 import dataclasses
+import json
 import statistics
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -42,6 +45,7 @@ from schemas.docs import ReviewPacket
 from schemas.serde import Serde, make_serde
 from state import MemoryStore
 from streams.cli.common import require_bootstrap
+from streams.cli.paths import output_file
 from streams.console.records import TopicFollower, read_records
 from streams.demo.plan import verify_example
 from streams.groups.arbiter import ONE_READ_FETCH_WAIT_MS, PacketFollower
@@ -206,12 +210,30 @@ def console(
     signatures: Annotated[int, typer.Option(min=1, help="NER signatures the decisions share.")] = 1_000,
     packet_count: Annotated[int, typer.Option("--packets", min=1, help="Review packets.")] = 200,
     repeat: Annotated[int, typer.Option(min=1, help="Reads each way.")] = 5,
+    hostile: Annotated[
+        bool,
+        typer.Option(
+            "--hostile",
+            help="Instead: replay the attacks on a console (a console of its own on this broker; it writes "
+            "a hostile review packet there) and report each as held or not; exit 1 if one did not hold.",
+        ),
+    ] = False,
+    json_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--json", callback=output_file, help="With --hostile: also write the reports as JSON here."
+        ),
+    ] = None,
 ) -> None:
-    """The console's reads of full topics, each way it can read them (module docstring).
+    """The console's reads of full topics, each way it can read them; with --hostile, a scripted hostile
+    client against a console instead (module docstring).
 
     Needs a broker (KAFKA_BOOTSTRAP_SERVERS or `clingate broker start`); its topics are its own.
     """
     bootstrap = require_bootstrap(get_settings())
+    if hostile:
+        _hostile(bootstrap, json_path)
+        return
     compared = bench_console(
         bootstrap,
         decision_count=decision_count,
@@ -229,3 +251,20 @@ def console(
             f"  {c.name:<28} {a} {seconds_a * 1000:,.0f} ms, {b} {seconds_b * 1000:,.0f} ms, "
             f"ratio {c.ratio:.1f} ({c.found:,} found)"
         )
+
+
+def _hostile(bootstrap: str, json_path: Path | None) -> None:
+    """``--hostile``: every attack on a console of its own, as a table (and JSON); exit 1 if one did not
+    hold."""
+    from streams.bench.hostile import run_hostile
+
+    attacks = run_hostile(bootstrap)
+    width = max(len(a.name) for a in attacks)
+    typer.echo(f"clingate bench console --hostile: {len(attacks)} attacks on a console on {bootstrap}")
+    for attack in attacks:
+        typer.echo(f"  {attack.name:<{width}}  {attack.verdict:<8}  {attack.detail}")
+    if json_path is not None:
+        report = [{"attack": a.name, "held": a.held, "detail": a.detail} for a in attacks]
+        json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if any(attack.held is False for attack in attacks):
+        raise typer.Exit(1)

@@ -5,7 +5,8 @@
   given; ``--port 0`` picks a free port) against the cluster of ``KAFKA_BOOTSTRAP_SERVERS``, and prints
   ``listening http://H:P`` once it is up;
 * ``clingate console users add NAME --role ROLE`` adds a user, reading the password from standard input
-  (a terminal does not echo it), and refuses an empty or short one with exit status 2;
+  (a terminal does not echo it), and refuses a weak one (:data:`~streams.console.users.PASSWORD_RULE`,
+  which its help states) with exit status 2 and the reason;
 * ``clingate console users list`` prints each user's name and role, never a hash.
 
 The users file is ``CLINGATE_CONSOLE_USERS`` (default ``<CLINGATE_HOME>/console/users.json``). The web
@@ -21,11 +22,13 @@ from typing import Annotated
 
 import typer
 
-from streams.console.users import Role, UserError, UserStore
+from streams.console.users import PASSWORD_RULE, Role, UserError, UserStore
 from streams.runtime.settings import get_settings
 
 app = typer.Typer(help="The web console of the people in the loop: sign-in with roles, the pharmacist board.")
-users_app = typer.Typer(help="The console's users: add one (password from standard input), list them.")
+users_app = typer.Typer(
+    help=f"The console's users: add one (password from standard input; {PASSWORD_RULE}), list them."
+)
 app.add_typer(users_app, name="users")
 
 
@@ -73,12 +76,12 @@ def _read_password() -> str:
     return sys.stdin.readline().removesuffix("\n").removesuffix("\r")
 
 
-@users_app.command("add")
+@users_app.command("add", help=f"Add a user; the password is read from standard input: {PASSWORD_RULE}.")
 def add(
     name: Annotated[str, typer.Argument(help="The user's name (letters, digits and . _ @ -).")],
     role: Annotated[Role, typer.Option(help="What the user does in the console.")],
 ) -> None:
-    """Add a user; the password is read from standard input (at least 12 characters)."""
+    """Add a user; the password is read from standard input and must follow the rule the help states."""
     store = _store()
     try:
         store.add(name, role, _read_password())

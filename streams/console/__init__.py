@@ -18,11 +18,14 @@ One module per concern:
 * :mod:`~streams.console.corrections`: an SME's correction of segments and mixture, read from the form;
 * :mod:`~streams.console.sme`: the SME's review queue, packet page and decision;
 * :mod:`~streams.console.memorylog`: the DBPM topics and memory changelog read from Kafka, and the
-  operators' pins published;
+  operators' pins asked for;
 * :mod:`~streams.console.memory`: the operator's memory explorer and pins;
-* :mod:`~streams.console.dead_letter_queues`: the ``.dlq`` topics read from Kafka, and re-drives produced;
+* :mod:`~streams.console.dead_letter_queues`: the ``.dlq`` topics read from Kafka;
 * :mod:`~streams.console.dead_letters`: the operator's dead-letter pages and re-drive;
-* :mod:`~streams.console.history`: the re-drives done and questions asked, read back from the audit trail;
+* :mod:`~streams.console.requests`: the writes the console's principal may not make (a re-drive, a pin),
+  published as requests for the request runtime (:mod:`streams.requests`);
+* :mod:`~streams.console.history`: the re-drives and questions asked, read back from the audit trail, and
+  what the request runtime did with each request;
 * :mod:`~streams.console.agent_topics`: the agent's topics (a question published, a turn read back);
 * :mod:`~streams.console.agent`: the clinician's agent pages;
 * :mod:`~streams.console.delivery`: a person's record produced and awaited until Kafka acknowledged it;

@@ -8,9 +8,12 @@ around the real ones).
 What holds for every response: a Content-Security-Policy that lets a page load only this site's stylesheet
 and images and post forms only to this site (no script at all, no frame), ``X-Content-Type-Options:
 nosniff``, no referrer, a ``Server`` header that names no software version, and, for the pages (which show
-patients), ``Cache-Control: no-store``. A page whose data Kafka did not give in time answers 503 with what
-failed, never a partial page; an unreadable users file answers 503 too (and is logged), rather than
-letting anyone in or out silently.
+patients), ``Cache-Control: no-store``. The ``Server`` header holds for aiohttp's own answers too (a 400 to a
+request line it cannot parse, given before any route or middleware runs): aiohttp fills a response's
+missing ``Server`` header from its module's default, which :func:`build_app` sets to the console's.
+
+A page whose data Kafka did not give in time answers 503 with what failed, never a partial page; an
+unreadable users file answers 503 too (and is logged), rather than letting anyone in or out silently.
 
 What is logged of a request (the access log, :class:`AccessLogger`, and the failures above) names its
 route, never its path: ``/pharmacist/patient/{patient_id}``, not the patient.
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import logging
 
-from aiohttp import web
+from aiohttp import web, web_response
 from aiohttp.abc import AbstractAccessLogger
 
 from streams.console import agent, dead_letters, memory, pharmacist, sme
@@ -28,12 +31,13 @@ from streams.console.agent_topics import AGENT, AgentDesk
 from streams.console.assessments import ASSESSMENTS, AssessmentSource
 from streams.console.audit import AUDIT, AuditTrail, AuditUnavailable
 from streams.console.auth import ACCESS, Access, Handler, guard, requires, sign_in, sign_in_page, sign_out
-from streams.console.dead_letter_queues import DEAD_LETTERS, REDRIVER, DeadLetterSource, Redriver
+from streams.console.dead_letter_queues import DEAD_LETTERS, DeadLetterSource
 from streams.console.delivery import NotAcknowledged
 from streams.console.drafts import DRAFTS, DraftSource
 from streams.console.history import HISTORY, History
 from streams.console.metrics import METRICS, ConsoleMetrics, metrics_page
 from streams.console.pages import NAVIGATION, STATIC, Unavailable, render
+from streams.console.requests import REQUESTS, Requests
 from streams.console.reviews import PUBLISHER, REVIEWS, ReviewPublisher, ReviewSource
 from streams.console.users import Role, UserError
 
@@ -63,7 +67,10 @@ UNAVAILABLE: dict[type[Exception], str] = {
 def route_of(request: web.BaseRequest) -> str:
     """The route ``request`` took, as declared (``/pharmacist/patient/{patient_id}``), never the path
     with its ids; ``-`` when it took none (a path no route has, a request that could not be read)."""
-    match_info = getattr(request, "match_info", None)
+    try:
+        match_info = getattr(request, "match_info", None)
+    except AssertionError:  # aiohttp's own answer to a request it could not parse: no route was matched
+        match_info = None
     resource = None if match_info is None else match_info.route.resource
     return "-" if resource is None else resource.canonical
 
@@ -112,15 +119,19 @@ def build_app(
     *,
     history: History,
     dead_letter_source: DeadLetterSource,
-    redriver: Redriver,
+    requests: Requests,
     agent_desk: AgentDesk,
     drafts: DraftSource,
     explorer: memory.Explorer,
 ) -> web.Application:
     """The console's application around its users and sessions, audit trail (and its read-back),
     assessments, review packets and reviews, the publisher of the SME's decisions, the dead letters and
-    where they are re-driven, the agent's topics, the gated drafts and routes, and the memory explorer's
-    sources. Serve it with :class:`AccessLogger` as the runner's ``access_log_class``."""
+    where their re-drives are asked for (the requests), the agent's topics, the gated drafts and routes,
+    and the memory explorer's sources. Serve it with :class:`AccessLogger` as the runner's
+    ``access_log_class``."""
+    # aiohttp's answers to what it cannot parse skip the application's hooks; their Server header comes
+    # from this default (``Python/<v> aiohttp/<v>`` otherwise).
+    web_response.SERVER_SOFTWARE = HEADERS["Server"]
     app = web.Application(middlewares=[unavailable, guard], client_max_size=MAX_REQUEST_BYTES)
     app[ACCESS] = access
     app[METRICS] = ConsoleMetrics()
@@ -131,7 +142,7 @@ def build_app(
     app[DRAFTS] = drafts
     app[HISTORY] = history
     app[DEAD_LETTERS] = dead_letter_source
-    app[REDRIVER] = redriver
+    app[REQUESTS] = requests
     app[AGENT] = agent_desk
     app[NAVIGATION] = (pharmacist.PAGE, sme.PAGE, memory.PAGE, dead_letters.PAGE, agent.PAGE)
     app.router.add_get("/", home)

@@ -17,7 +17,8 @@ Sign-in (:func:`sign_in`) checks the password on the pool of password checks (:c
 never the pool the pages read Kafka on; 429 when too many checks are under way), refuses a name and
 address whose failures locked them without checking the password (:class:`SignInThrottle`), and records a
 sign-in on the audit trail (:mod:`streams.console.audit`) before its session is made. A refused sign-in
-is logged with the client's address and, for the name, its keyed hash (:meth:`Access.tag`: the same name
+is logged with the client's address (:func:`client_address`: the peer's, or behind trusted proxies the
+one ``X-Forwarded-For`` names) and, for the name, its keyed hash (:meth:`Access.tag`: the same name
 gives the same tag while the console runs, and nobody without the process's key can tell which name it
 is), since a name typed may be a password typed in the wrong field; it is never recorded on the audit
 trail, only counted (:mod:`streams.console.metrics`), as is every request refused before sign-in.
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -61,6 +63,8 @@ class Access:
     throttle: SignInThrottle
     checks: PasswordChecks
     secure_cookies: bool
+    trusted_proxies: int = 0
+    """Reverse proxies in front of the console that append to ``X-Forwarded-For`` (:func:`client_address`)."""
     name_key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
     """The key of :meth:`tag`: this process's own, never written anywhere."""
 
@@ -71,6 +75,31 @@ class Access:
 
 
 ACCESS = web.AppKey("access", Access)
+
+
+def client_address(request: web.Request) -> str:
+    """The address a sign-in is throttled and logged under: the peer's, or behind ``trusted_proxies``
+    reverse proxies (``CLINGATE_CONSOLE_TRUSTED_PROXIES``) the one the outermost of them saw.
+
+    Each proxy appends the address it received the request from to ``X-Forwarded-For``, so with N
+    trusted proxies the entries a client can forge are all left of the N-th from the right, which the
+    outermost trusted proxy wrote. That entry is the client's; with no trusted proxy (the default) the
+    header is anyone's text and is ignored. A request that carries fewer entries than the proxies, or an
+    entry that is not an IP address, did not come through all of them as configured: its peer's address
+    counts.
+    """
+    peer = request.remote or "-"
+    proxies = request.app[ACCESS].trusted_proxies
+    if not proxies:
+        return peer
+    forwarded = request.headers.getall("X-Forwarded-For", ())
+    hops = [hop.strip() for value in forwarded for hop in value.split(",")]
+    if len(hops) < proxies:
+        return peer
+    try:
+        return str(ipaddress.ip_address(hops[-proxies]))
+    except ValueError:
+        return peer
 
 
 def requires(*roles: Role) -> Callable[[Handler], Handler]:
@@ -172,7 +201,7 @@ async def sign_in_page(request: web.Request) -> web.StreamResponse:
     try:
         request[SESSION] = session = request.app[ACCESS].sessions.start()
     except TooManySessions as exc:
-        log.warning("console: sign-in page refused to %s: %s", request.remote, exc)
+        log.warning("console: sign-in page refused to %s: %s", client_address(request), exc)
         refused(request, Refusal.FORMS_FULL)
         response = render(request, "error.html", status=503, title="Unavailable",
                           message="Too many sign-in forms are open: try again in a few minutes.")  # fmt: skip
@@ -195,7 +224,7 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
     form = await request.post()
     name, password = str(form.get("name", "")).strip(), str(form.get("password", ""))
     target = safe_next(form.get("next"))
-    address = request.remote or "-"
+    address = client_address(request)
     if NAME_PATTERN.fullmatch(name) is None:
         # Never a user's name (users.NAME_PATTERN), so no password is checked for it.
         log.warning("console: sign-in from %s refused: not a user name", address)

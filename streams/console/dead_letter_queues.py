@@ -1,5 +1,4 @@
-"""Where the operator's dead-letter pages read the ``.dlq`` topics, and how a re-drive reaches a source
-topic.
+"""Where the operator's dead-letter pages read the ``.dlq`` topics.
 
 :class:`KafkaDeadLetters` reads with ``read_committed`` readers of its own (a transactional stage writes
 its dead letters in its batch's transaction: an aborted one is never shown):
@@ -16,16 +15,13 @@ its dead letters in its batch's transaction: an aborted one is never shown):
 
 A record that is not a ``DeadLetter`` is shown as unreadable with the reason, never skipped silently.
 
-:class:`KafkaRedriver` produces a re-driven record with an idempotent producer that admits the largest
-record of any catalog topic, to the partition the record came from, and waits for its delivery report
-(:func:`streams.console.delivery.deliver`): acknowledged, or given up by librdkafka after
-:data:`~streams.console.delivery.ACK_TIMEOUT_S` (:class:`~streams.console.delivery.NotAcknowledged`).
+A re-drive is not produced here: the console's principal may not write a source topic, so it is a
+request (:mod:`streams.console.requests`) the request runtime carries out.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -35,23 +31,18 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, Message
 
 from schemas.common import DeadLetter
 from schemas.serde import SchemaDecodeError, Serde
-from streams.console.delivery import Outbox
 from streams.console.pages import read_in_thread
 from streams.console.records import READ_TIMEOUT_S
-from streams.runtime.dlq import PRODUCER_LIMITS
+from streams.requests.check import DEAD_LETTER_QUEUES
 from streams.runtime.kafka_clients import (
     partitions,
-    producer_settings,
     read_to_end,
     reader,
     watermark_offsets,
 )
-from topics.catalog import CATALOG
 
 log = logging.getLogger(__name__)
 
-DEAD_LETTER_QUEUES: dict[str, str] = {spec.dlq.name: spec.name for spec in CATALOG if spec.dlq is not None}
-"""Every dead-letter topic of the catalog and the source topic it is the dead-letter topic of."""
 
 PAGE_OFFSETS = 50
 """Offsets of one partition a list page reads (module docstring)."""
@@ -123,25 +114,6 @@ class DeadLetterSource(Protocol):
 
         Raises:
             Unavailable: the topic could not be read.
-        """
-        ...
-
-
-class Redriver(Protocol):
-    """Where a re-driven record goes."""
-
-    async def redrive(
-        self,
-        topic: str,
-        partition: int,
-        key: bytes | None,
-        value: bytes,
-        headers: Sequence[tuple[str, bytes | None]],
-    ) -> None:
-        """Produce the record to ``topic``'s ``partition``; returns once Kafka acknowledged it.
-
-        Raises:
-            NotAcknowledged: it was not acknowledged.
         """
         ...
 
@@ -241,29 +213,5 @@ class KafkaDeadLetters:
         return Letter(topic, partition, offset, _written(message), letter)
 
 
-class KafkaRedriver:
-    """Re-driven records through one idempotent producer, each awaited until acknowledged."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self._outbox = Outbox(producer_settings(bootstrap, **PRODUCER_LIMITS), "re-driven records")
-
-    async def redrive(
-        self,
-        topic: str,
-        partition: int,
-        key: bytes | None,
-        value: bytes,
-        headers: Sequence[tuple[str, bytes | None]],
-    ) -> None:
-        """Produce the record and wait for its delivery report (module docstring)."""
-        await self._outbox.send(topic, partition=partition, key=key, value=value, headers=list(headers))
-
-    def close(self) -> None:
-        """Wait for the records still in flight (:meth:`Outbox.close`)."""
-        self._outbox.close()
-
-
 DEAD_LETTERS = web.AppKey("dead_letters", DeadLetterSource)
 """The application's source of dead letters."""
-REDRIVER = web.AppKey("redriver", Redriver)
-"""Where the application re-drives dead letters."""

@@ -8,22 +8,27 @@ What holds:
   headers as a safe preview (:func:`preview`: UTF-8 text when the bytes are text, else hex, cut to a
   bound that says how much it left out), and every cut the dead-letter route made to fit its topic
   (``truncations``). Everything is text to the templates: a hostile value or reason is escaped.
-* **A re-drive** is one dead letter produced again to the partition of its source topic it came from
-  (keyed as it was, with its value and its headers), after its cause was fixed; the operator says what
-  was fixed (a note, required). It is recorded on the audit trail first (action ``redrive``, the target
-  the dead letter's coordinates, the source coordinates and the note in ``detail``); the record is
-  produced only once that is acknowledged. Its headers are the original ones, without the re-drive
-  headers of an earlier re-drive, plus :data:`REDRIVE_PREFIX` headers naming the dead letter, the
-  operator, the time and the audit record (:func:`redrive_headers`). A re-drive Kafka does not
-  acknowledge answers 503 and is recorded again as ``refused``. Downstream, the record is processed as
-  any other: one that is still bad is dead-lettered again, under new coordinates.
+* **A re-drive** asks for one dead letter to be produced again to the partition of its source topic it
+  came from (keyed as it was, with its value and its headers), after its cause was fixed; the operator
+  says what was fixed (a note, required). It is recorded on the audit trail first (action ``redrive``, the
+  target the dead letter's coordinates, the source coordinates and the note in ``detail``); only once that
+  is acknowledged is the request published (:mod:`streams.console.requests`, with the audit record's id):
+  the console's principal may not write the source topic. The request runtime checks it again (the dead
+  letter, the operator's role, the record's schema, its source record) and produces it with the
+  :data:`~streams.requests.check.REDRIVE_PREFIX` headers naming the dead letter, the operator, the time
+  and the audit record, or refuses it, and records the outcome on ``clingate.console.request-outcomes``.
+  A request Kafka does not acknowledge answers 503 and is recorded again as ``refused``. Downstream, the
+  record is processed as any other: one that is still bad is dead-lettered again, under new coordinates.
 * **Refused re-drives** (nothing produced, nothing recorded): a dead letter that is not whole (a field was
   cut to fit: the original is only at its source coordinates, until the source topic's retention), one
   without a value (a tombstone), one whose source is not the topic its dead-letter topic belongs to, one
-  already re-driven (409); a missing note (400). "Already re-driven" is read from the audit trail
-  (:func:`redrives`): a dead letter is re-driven when the last ``redrive`` record of some person on it is
-  ``ok``. One console re-drives one dead letter at a time (a lock around the check and the re-drive), so
-  two operators' clicks cannot both pass the check.
+  already re-driven (409); a missing note (400). "Already re-driven" is read from the audit trail and the
+  request runtime's outcomes (:func:`redrives`): a dead letter's re-drive was asked for when the last
+  ``redrive`` record of some person on it is ``ok``, unless the runtime refused that request (then it may
+  be asked for again once what the refusal names is fixed; the record's page shows the refusal). One
+  console asks for one re-drive at a time (a lock around the check and the request), so two operators'
+  clicks cannot both pass the check; the runtime refuses a second re-drive of a dead letter whatever asks
+  for it.
 * **Coordinates are Kafka's numbers**: a partition and an offset are ASCII digits below Kafka's bounds
   (:data:`PARTITION_BOUND`, :data:`OFFSET_BOUND`), in the path (else 404: no such dead letter) as in the
   query (``?partition=``, ``?before=``: else 400), so that no request reaches Kafka with a number it cannot
@@ -34,25 +39,24 @@ from __future__ import annotations
 
 import asyncio
 import binascii
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
 
-from schemas.common import DeadLetter
-from schemas.console import ConsoleAction
+from schemas.console import ConsoleAction, ConsoleRequest, ConsoleRequestOutcome
 from streams.console.audit import Action, Outcome, audit, record_refusal
 from streams.console.auth import requires
-from streams.console.dead_letter_queues import DEAD_LETTER_QUEUES, DEAD_LETTERS, REDRIVER, Letter
+from streams.console.dead_letter_queues import DEAD_LETTERS, Letter
 from streams.console.delivery import NotAcknowledged
 from streams.console.history import HISTORY
 from streams.console.pages import PageLink, render
+from streams.console.requests import REQUESTS
 from streams.console.users import Role
+from streams.requests.check import DEAD_LETTER_QUEUES, REDRIVE_PREFIX, REFUSED, RequestAction
 
 PAGE = PageLink("/dead-letters", "Dead letters", frozenset({Role.OPERATOR}))
 
-REDRIVE_PREFIX = "__clingate.redrive."
-"""Prefix of the headers a re-drive adds (beside the dead-letter route's ``__clingate.errors.``)."""
 NOTE_MAX = 2000
 """The longest note a re-drive takes."""
 LIST_PREVIEW_BYTES = 256
@@ -98,14 +102,31 @@ def preview(data: bytes | None, limit: int) -> Preview:
     return Preview("text", head.decode("utf-8", "ignore"), len(data), limit)
 
 
-def redrives(actions: Iterable[ConsoleAction]) -> dict[str, ConsoleAction]:
-    """The dead letters re-driven, by coordinates, with the record of the re-drive (module docstring);
-    ``actions`` in the order each person's were recorded."""
+def redrives(
+    actions: Iterable[ConsoleAction], outcomes: Mapping[str, ConsoleRequestOutcome]
+) -> dict[str, ConsoleAction]:
+    """The dead letters whose re-drive was asked for and not refused by the request runtime, by
+    coordinates, with the record of the re-drive (module docstring); ``actions`` in the order each
+    person's were recorded, ``outcomes`` by request id."""
     last: dict[tuple[str, str], ConsoleAction] = {}
     for action in actions:
         if action.action == Action.REDRIVE:
             last[(action.target, action.user)] = action
-    return {target: action for (target, _), action in last.items() if action.outcome == Outcome.OK}
+    return {
+        target: action
+        for (target, _), action in last.items()
+        if action.outcome == Outcome.OK
+        and getattr(outcomes.get(action.action_id), "outcome", None) != REFUSED
+    }
+
+
+async def _redriven(
+    request: web.Request,
+) -> tuple[dict[str, ConsoleAction], dict[str, ConsoleRequestOutcome]]:
+    """The re-drives asked for and not refused (:func:`redrives`), and the runtime's outcomes by id."""
+    history = request.app[HISTORY]
+    outcomes = await history.outcomes()
+    return redrives(await history.actions({Action.REDRIVE}), outcomes), outcomes
 
 
 def refusal(item: Letter, redriven: ConsoleAction | None) -> str | None:
@@ -127,16 +148,6 @@ def refusal(item: Letter, redriven: ConsoleAction | None) -> str | None:
     if redriven is not None:
         return f"Already re-driven by {redriven.user} at {redriven.event_time.isoformat()}."
     return None
-
-
-def redrive_headers(
-    letter: DeadLetter, coordinates: str, action: ConsoleAction
-) -> list[tuple[str, bytes | None]]:
-    """The headers of ``letter`` re-driven by ``action`` from ``coordinates`` (module docstring)."""
-    kept = [(h.key, h.value) for h in letter.headers if not h.key.startswith(REDRIVE_PREFIX)]
-    added = {"dead-letter": coordinates, "by": action.user, "at": action.event_time.isoformat(),
-             "action-id": action.action_id}  # fmt: skip
-    return kept + [(REDRIVE_PREFIX + name, value.encode()) for name, value in added.items()]
 
 
 def number(text: str, bound: int) -> int | None:
@@ -186,7 +197,7 @@ async def queue_page(request: web.Request) -> web.StreamResponse:
         return render(request, "error.html", status=400, title="Bad request",
                       message="partition and before are a partition number and an offset.")  # fmt: skip
     page = await request.app[DEAD_LETTERS].page(topic, partition, end)
-    redriven = redrives(await request.app[HISTORY].actions({Action.REDRIVE}))
+    redriven, _ = await _redriven(request)
     return render(
         request, "dead_letter_queue.html", title=topic, page=page, source=DEAD_LETTER_QUEUES[topic],
         redriven=redriven, preview=preview, limit=LIST_PREVIEW_BYTES,
@@ -212,19 +223,23 @@ async def _letter(
     item = await request.app[DEAD_LETTERS].letter(topic, partition, offset)
     if item is None:
         return _no_letter(request, f"{topic}[{partition}]@{offset}")
-    redriven = redrives(await request.app[HISTORY].actions({Action.REDRIVE})).get(item.coordinates)
+    asked, outcomes = await _redriven(request)
+    redriven = asked.get(item.coordinates)
+    outcome = None if redriven is None else outcomes.get(redriven.action_id)
+    declined = [o for o in outcomes.values() if o.target == item.coordinates and o.outcome == REFUSED]
     return render(
         request, "dead_letter.html", status=status, title=item.coordinates, item=item,
-        source=DEAD_LETTER_QUEUES[topic], redriven=redriven, refused=refusal(item, redriven), error=error,
-        note=note, preview=preview, limit=RECORD_PREVIEW_BYTES, note_max=NOTE_MAX,
+        source=DEAD_LETTER_QUEUES[topic], redriven=redriven, outcome=outcome, declined=declined[-1:],
+        refused=refusal(item, redriven),
+        error=error, note=note, preview=preview, limit=RECORD_PREVIEW_BYTES, note_max=NOTE_MAX,
         redrive_prefix=REDRIVE_PREFIX,
     )  # fmt: skip
 
 
 @requires(*PAGE.roles)
 async def redrive(request: web.Request) -> web.StreamResponse:
-    """``POST /dead-letters/{topic}/{partition}/{offset}``: re-drive the dead letter (module docstring),
-    then back to its page."""
+    """``POST /dead-letters/{topic}/{partition}/{offset}``: ask for the dead letter's re-drive (module
+    docstring), then back to its page."""
     topic = request.match_info["topic"]
     coordinates = _coordinates(request)
     if topic not in DEAD_LETTER_QUEUES or coordinates is None:
@@ -242,7 +257,7 @@ async def redrive(request: web.Request) -> web.StreamResponse:
         item = await request.app[DEAD_LETTERS].letter(topic, partition, offset)
         if item is None:
             return await _letter(request)
-        redriven = redrives(await request.app[HISTORY].actions({Action.REDRIVE})).get(item.coordinates)
+        redriven = (await _redriven(request))[0].get(item.coordinates)
         refused = refusal(item, redriven)
         if refused is not None:
             return await _letter(request, status=409, error=refused, note=note)
@@ -252,11 +267,13 @@ async def redrive(request: web.Request) -> web.StreamResponse:
         action = await audit(
             request, Action.REDRIVE, Outcome.OK, target=item.coordinates, note=note, **source
         )
+        ask = ConsoleRequest(
+            request_id=action.action_id, event_time=action.event_time, user=action.user,
+            role=action.role or "", action=RequestAction.REDRIVE, target=item.coordinates,
+            topic=letter.topic, note=note,
+        )  # fmt: skip
         try:
-            await request.app[REDRIVER].redrive(
-                letter.topic, letter.partition, letter.key, letter.value,
-                redrive_headers(letter, item.coordinates, action),
-            )  # fmt: skip
+            await request.app[REQUESTS].send(ask)
         except NotAcknowledged:
             await record_refusal(
                 request, Action.REDRIVE, target=item.coordinates, reason="not acknowledged", **source

@@ -1,4 +1,5 @@
-"""What the console reads back of its own audit trail: the re-drives done and the questions asked.
+"""What the console reads back of its own audit trail (the re-drives asked for and the questions asked)
+and of its requests' outcomes (what the request runtime did with each re-drive and pin).
 
 :class:`KafkaHistory` follows ``clingate.console.audit`` (a
 :class:`~streams.console.records.TopicFollower`): its first call reads the retained trail (365 days), and
@@ -8,6 +9,9 @@ a few per person and day) and returns those asked for. The topic is keyed by use
 records are one partition's, in the order they were recorded: a ``refused`` record that follows an
 ``ok`` one of the same person on the same target (an action Kafka then did not take) comes after it.
 Records retention deletes stay kept until the console restarts.
+
+The request runtime's outcomes (``clingate.console.request-outcomes``) are followed the same way, every
+outcome kept by its request's id (the audit record's ``action_id``).
 
 A record that cannot be decoded is skipped and logged: the trail's records are the console's own.
 """
@@ -19,12 +23,12 @@ from typing import Protocol
 
 from aiohttp import web
 
-from schemas.console import ConsoleAction
+from schemas.console import ConsoleAction, ConsoleRequestOutcome
 from schemas.serde import Serde
 from streams.console.audit import Action
 from streams.console.pages import read_in_thread
 from streams.console.records import TopicFollower
-from topics.catalog import CONSOLE_AUDIT
+from topics.catalog import CONSOLE_AUDIT, CONSOLE_REQUEST_OUTCOMES
 
 READ_BACK = frozenset({Action.REDRIVE, Action.ASK})
 """The actions the console reads back of its trail (the others are written, never looked up)."""
@@ -42,6 +46,14 @@ class History(Protocol):
         """
         ...
 
+    async def outcomes(self) -> dict[str, ConsoleRequestOutcome]:
+        """What the request runtime did with each request so far, by the request's id.
+
+        Raises:
+            Unavailable: the outcome topic could not be read.
+        """
+        ...
+
 
 class KafkaHistory:
     """``clingate.console.audit`` followed to its end on each call (module docstring)."""
@@ -50,6 +62,7 @@ class KafkaHistory:
         self._trail = TopicFollower(
             bootstrap, serde, CONSOLE_AUDIT, ConsoleAction, keep=lambda action: action.action in READ_BACK
         )
+        self._outcomes = TopicFollower(bootstrap, serde, CONSOLE_REQUEST_OUTCOMES, ConsoleRequestOutcome)
 
     async def actions(self, kinds: Collection[Action]) -> list[ConsoleAction]:
         """The committed records of ``kinds`` now on the topic (read in a thread: the event loop goes on)."""
@@ -59,6 +72,13 @@ class KafkaHistory:
 
     def _read(self, kinds: frozenset[str]) -> list[ConsoleAction]:
         return [action for action in self._trail.read().values() if action.action in kinds]
+
+    async def outcomes(self) -> dict[str, ConsoleRequestOutcome]:
+        """The committed outcomes now on the topic, by request id (read in a thread)."""
+        return await read_in_thread(CONSOLE_REQUEST_OUTCOMES, self._read_outcomes)
+
+    def _read_outcomes(self) -> dict[str, ConsoleRequestOutcome]:
+        return {outcome.request_id: outcome for outcome in self._outcomes.read().values()}
 
 
 HISTORY = web.AppKey("history", History)

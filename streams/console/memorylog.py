@@ -20,10 +20,13 @@ tables of them up to date from the topics instead. Before the workers of ``CLING
 their changelog there is no memory record to read, and the page says the memory holds nothing about the
 signature.
 
-:class:`KafkaPinPublisher` publishes a pin as a verdict record (:func:`streams.worker.dbpm.pin_record`)
-keyed by :func:`~streams.worker.dbpm.verdict_key`, through an idempotent producer with Java's murmur2
-partitioner (:func:`~streams.worker.dbpm.producer_config`) in an :class:`~streams.console.delivery.Outbox`:
-a pin the page reports as not recorded is never delivered later.
+:class:`KafkaPinPublisher` asks for a pin: the console's principal may not write
+``clingate.dbpm.verdicts`` (it could otherwise write any verdict, a verifier's included), so the pin's
+verdict record (:func:`streams.worker.dbpm.pin_record`), encoded and keyed by
+:func:`~streams.worker.dbpm.verdict_key`, travels in a request (:mod:`streams.console.requests`, the pin's
+id as the request's) that the request runtime checks (an operator's pin by the requesting user, keyed for
+its signature) and produces with Java's murmur2 partitioner, so it lands on the memory partition of its
+signature. A request the page reports as not sent is never delivered later.
 
 A record that cannot be decoded is skipped and counted (``unreadable``; of the decisions, only those the
 pre-filter let through).
@@ -36,14 +39,17 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from processors.dbpm import DBPMEngine
+from schemas.console import ConsoleRequest
 from schemas.dbpm import GateDecision, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
 from schemas.serde import Serde
-from streams.console.delivery import Outbox
 from streams.console.pages import read_in_thread
 from streams.console.records import READ_TIMEOUT_S, decoded, read_records
+from streams.console.requests import Requests
+from streams.console.users import Role
+from streams.requests.check import RequestAction
 from streams.runtime.kafka_clients import partitions, read_to_end, reader
-from streams.worker.dbpm import contract_event, memory_changelog, memory_key, producer_config, verdict_key
+from streams.worker.dbpm import contract_event, memory_changelog, memory_key, verdict_key
 from topics.catalog import DBPM_DECISIONS, DBPM_PROPAGATIONS, DBPM_VERDICTS
 from topics.partitioner import partition_for
 
@@ -165,20 +171,24 @@ class KafkaMemory:
 
 
 class KafkaPinPublisher:
-    """``clingate.dbpm.verdicts`` through one idempotent murmur2 producer; each pin awaited until
-    acknowledged (module docstring)."""
+    """An operator's pins, each a request awaited until acknowledged (module docstring)."""
 
-    def __init__(self, bootstrap: str, serde: Serde, engine: DBPMEngine) -> None:
-        self._outbox = Outbox(producer_config(bootstrap), "pins")
+    def __init__(self, requests: Requests, serde: Serde, engine: DBPMEngine) -> None:
+        self._requests = requests
         self._serde = serde
         self._engine = engine
 
     async def publish(self, pin: Verdict) -> None:
-        """Produce ``pin`` keyed for the memory partition of its signature and wait until Kafka
-        acknowledged it (module docstring)."""
-        key = verdict_key(self._engine, contract_event(pin))  # type: ignore[arg-type]
-        await self._outbox.send(DBPM_VERDICTS, key=key, value=self._serde.encode(pin, topic=DBPM_VERDICTS))
+        """Ask for ``pin`` keyed for the memory partition of its signature; returns once Kafka
+        acknowledged the request (module docstring).
 
-    def close(self) -> None:
-        """Wait for the pins still in flight (:meth:`Outbox.close`)."""
-        self._outbox.close()
+        Raises:
+            NotAcknowledged: the request was not acknowledged.
+        """
+        assert pin.pin is not None  # pin_record() made it
+        key = verdict_key(self._engine, contract_event(pin))  # type: ignore[arg-type]
+        await self._requests.send(ConsoleRequest(
+            request_id=pin.pin.pin_id, event_time=pin.ts, user=pin.pin.operator, role=Role.OPERATOR,
+            action=RequestAction.PIN, target=key.decode(), topic=DBPM_VERDICTS, key=key,
+            value=self._serde.encode(pin, topic=DBPM_VERDICTS), note=pin.pin.reason,
+        ))  # fmt: skip

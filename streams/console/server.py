@@ -4,8 +4,8 @@ What holds: the site is up (its socket listening) before ``listening http://HOST
 the port actually bound (``--port 0`` picks a free one), so a script or a test may connect as soon as it
 reads that line. It serves plain HTTP on the host it is given, 127.0.0.1 unless told otherwise: people on
 other machines reach it through a TLS reverse proxy (docs/console.md). On a stop signal it stops taking
-requests, lets those under way finish, and sends the audit records, reviews, pins, re-driven records and
-questions still queued.
+requests, lets those under way finish, and sends the audit records, reviews, re-drive and pin requests
+and questions still queued.
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ from streams.console.app import AccessLogger, build_app
 from streams.console.assessments import KafkaAssessments
 from streams.console.audit import KafkaAuditTrail
 from streams.console.auth import Access
-from streams.console.dead_letter_queues import KafkaDeadLetters, KafkaRedriver
+from streams.console.dead_letter_queues import KafkaDeadLetters
 from streams.console.drafts import KafkaDrafts
 from streams.console.history import KafkaHistory
 from streams.console.memory import Explorer
 from streams.console.memorylog import KafkaMemory, KafkaPinPublisher
+from streams.console.requests import KafkaRequests
 from streams.console.reviews import KafkaReviewPublisher, KafkaReviews
 from streams.console.sessions import Sessions, SignInThrottle
 from streams.console.users import PasswordChecks, UserStore, decoy_hash
@@ -51,13 +52,14 @@ async def serve(
         throttle=SignInThrottle(),
         checks=PasswordChecks(),
         secure_cookies=settings.console_secure_cookies,
+        trusted_proxies=settings.console_trusted_proxies,
     )
     trail = KafkaAuditTrail(bootstrap, serde)
     publisher = KafkaReviewPublisher(bootstrap, serde)
-    redriver = KafkaRedriver(bootstrap)
+    requests = KafkaRequests(bootstrap, serde)
     agent_desk = KafkaAgent(bootstrap, serde)
     config = dbpm_config(settings)  # the workers' (CLINGATE_DBPM_*): decay, weights, thresholds
-    pins = KafkaPinPublisher(bootstrap, serde, DBPMEngine(config, load_ontology()))
+    pins = KafkaPinPublisher(requests, serde, DBPMEngine(config, load_ontology()))
     explorer = Explorer(KafkaMemory(bootstrap, serde, settings.app_id), pins, config)
     reviews = KafkaReviews(bootstrap, serde)
     app = build_app(
@@ -68,7 +70,7 @@ async def serve(
         publisher,
         history=KafkaHistory(bootstrap, serde),
         dead_letter_source=KafkaDeadLetters(bootstrap, serde),
-        redriver=redriver,
+        requests=requests,
         agent_desk=agent_desk,
         drafts=KafkaDrafts(bootstrap, serde),
         explorer=explorer,
@@ -91,7 +93,6 @@ async def serve(
         trail.close()
         reviews.close()
         publisher.close()
-        redriver.close()
+        requests.close()
         agent_desk.close()
-        pins.close()
         access.checks.close()

@@ -75,6 +75,12 @@ MIN_DISTINCT_CHARACTERS = 5
 """Different characters a password needs at least."""
 MIN_NAME_IN_PASSWORD = 4
 """A name this long or longer may not be part of its user's password (any name may not be all of it)."""
+PASSWORD_RULE = (
+    f"at least {MIN_PASSWORD_LENGTH} characters, at least {MIN_DISTINCT_CHARACTERS} of them different, "
+    f"not one sequence repeated, neither the user's name nor containing a name of {MIN_NAME_IN_PASSWORD} "
+    "characters or more, and not a common password (alone or with digits, spaces or punctuation around it)"
+)
+"""What :func:`check_password` asks of a password, in words (the ``users add`` help says it)."""
 COMMON_PASSWORDS = Path(__file__).parent / "common-passwords.json"
 """Common passwords (:func:`common_passwords`), with where they come from."""
 _AROUND = string.digits + string.punctuation + string.whitespace

@@ -3,8 +3,9 @@ driven by Playwright, against ``clingate console`` as the command line runs it o
 
 Real parts: the broker; ``clingate agent worker`` as the command line runs it (its group started at the
 end of the requests topic), answering from the local OpenAI-compatible server in its own process with
-scripted answers (``clingate llm serve --backend test --agent-script``); users made by ``clingate console
-users add``; ``clingate console --port 0``; Chromium.
+scripted answers (``clingate llm serve --backend test --agent-script``); the request runtime
+(``clingate worker --role requests``); users made by ``clingate console users add``; ``clingate console
+--port 0``; Chromium.
 
 What it shows:
 
@@ -12,11 +13,12 @@ What it shows:
   ``clingate.agent.requests`` is dead-lettered by the agent worker's decode step. An operator opens the
   dead-letter topics, the agent requests' one, and sees the record with its stage, error type and
   original coordinates, its content escaped (no script runs: a dialog would fail the test); on its page
-  they re-drive it with a note. The record is on ``clingate.agent.requests`` again, at its partition, key,
-  value and original headers unchanged, with the re-drive headers naming the dead letter and the
-  operator; the ``redrive`` record is on the audit topic with the note; the page says who re-drove it.
-  The worker, given the same bad record, dead-letters it again, with the re-drive headers: nothing is
-  lost. A clinician gets 403 on the dead-letter pages.
+  they ask for its re-drive with a note. The ``redrive`` record is on the audit topic with the note, the
+  page says who asked, and the request runtime refuses the request, since the record is still not an
+  ``AgentRequest`` (it would only be dead-lettered again): its outcome says so and names the audit
+  record, and nothing is written to ``clingate.agent.requests``. (A re-drive carried out, with its
+  headers, is in ``tests/integration/test_security_acls.py``.) A clinician gets 403 on the dead-letter
+  pages.
 * **The agent.** A clinician asks "Check FDA warnings for dofetilide"; the turn page reloads itself until
   the worker answered, then shows the scripted answer, the path, each node's decision in order and the
   ``check_drug_safety`` call; the ``ask`` record is on the audit topic.
@@ -35,9 +37,10 @@ import pytest
 from confluent_kafka import Message, Producer
 
 from schemas.common import DeadLetter
+from schemas.console import ConsoleRequestOutcome
 from schemas.serde import make_serde
-from streams.console.dead_letters import REDRIVE_PREFIX
 from streams.replay.kafka import commit_end_offsets
+from streams.requests.runtime import group_id
 from streams.runtime.kafka_clients import read_to_end, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
@@ -53,9 +56,10 @@ from streams.testing.console import (
 )
 from streams.testing.llm_server import ServerProcess
 from streams.testing.process import SOURCE_ROOT, ProcessHandle, eventually, python_module
+from streams.testing.worker import WorkerProcess
 from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
-from topics.catalog import AGENT_REQUESTS, build_catalog, dlq_name
+from topics.catalog import AGENT_REQUESTS, CONSOLE_REQUEST_OUTCOMES, CONSOLE_REQUESTS, build_catalog, dlq_name
 
 pytestmark = pytest.mark.integration
 
@@ -90,6 +94,11 @@ def site(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     }  # fmt: skip
     argv = python_module("streams.cli", "agent", "worker", "--metrics-port", "0")
     agent = ProcessHandle("agent", argv, env=agent_env, cwd=SOURCE_ROOT, log=directory / "agent.log").start()
+    commit_end_offsets(kafka_bootstrap, group_id(agent_env["CLINGATE_APP_ID"]), [CONSOLE_REQUESTS])
+    requests = WorkerProcess(
+        kafka_bootstrap, agent_env["CLINGATE_APP_ID"], directory / "requests", {}, role="requests"
+    )
+    requests.start()
     try:
         env = console_env(kafka_bootstrap, directory / "users.json")
         operator, clinician = f"op-{run}", f"dr-{run}"
@@ -98,6 +107,7 @@ def site(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         with running_console(env, directory / "console.log") as url:
             yield Site(url, operator, clinician)
     finally:
+        requests.stop()
         agent.stop(grace_s=30)
         server.stop()
 
@@ -155,28 +165,23 @@ def test_an_operator_redrives_a_dead_letter_the_agent_worker_made_and_a_clinicia
         finally:
             browser.close()
 
-    again = [m for m in _records(kafka_bootstrap, AGENT_REQUESTS, key) if m.offset() != letter.offset]
-    [redriven] = again
-    headers = dict(redriven.headers() or [])
-    assert (redriven.partition(), redriven.value()) == (letter.partition, value)
-    assert headers["origin"] == b"browser-test"
-    assert headers[REDRIVE_PREFIX + "dead-letter"] == coordinates.encode()
-    assert headers[REDRIVE_PREFIX + "by"] == site.operator.encode()
     [action] = [
         a for a in audit_trail(kafka_bootstrap, {site.operator})[site.operator] if a.action == "redrive"
     ]
     assert (action.target, action.outcome) == (coordinates, "ok")
     assert json.loads(action.detail)["note"] == "the requests' producer fixed"
-    assert headers[REDRIVE_PREFIX + "action-id"] == action.action_id.encode()
-
-    letters = eventually(
-        "the re-driven record dead-lettered again",
-        lambda: _records(kafka_bootstrap, DLQ, key)[1:],
+    [outcome] = eventually(
+        "the request runtime's outcome",
+        lambda: [
+            o for m in _records(kafka_bootstrap, CONSOLE_REQUEST_OUTCOMES, coordinates.encode())
+            if (o := serde.decode(m.value(), ConsoleRequestOutcome, topic=CONSOLE_REQUEST_OUTCOMES))
+            .request_id == action.action_id
+        ],
         poll_s=0.5,
-    )
-    repeated = serde.decode(letters[0].value(), DeadLetter, topic=DLQ)
-    assert repeated.offset == redriven.offset() and repeated.value == value
-    assert {h.key: h.value for h in repeated.headers}[REDRIVE_PREFIX + "by"] == site.operator.encode()
+    )  # fmt: skip
+    assert (outcome.outcome, outcome.user, outcome.topic) == ("refused", site.operator, AGENT_REQUESTS)
+    assert "not a clingate.agent.AgentRequest" in outcome.reason
+    assert [m.offset() for m in _records(kafka_bootstrap, AGENT_REQUESTS, key)] == [letter.offset]
 
 
 def test_a_clinician_asks_the_agent_and_sees_the_answer_the_path_and_each_decision(

@@ -1,5 +1,5 @@
 """SASL/SCRAM over TLS and ACLs on a dedicated local broker: principals stay inside their grants,
-workers still work.
+workers still work, and the console's writes of input topics go through the request runtime.
 
 The broker is :func:`streams.testing.broker.sasl_local_kafka` serving SASL_SSL with certificates from
 ``deploy/security/make-certs.sh`` (its own, not the session broker: the session broker has no
@@ -13,20 +13,29 @@ about a minute on a loaded 2-core VM.)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from schemas.console import ConsoleRequest
+from schemas.console import ConsoleRequestOutcome as Outcome
+from schemas.dbpm import Verdict
 from schemas.serde import make_serde
 from streams.replay.kafka import replay_via_kafka
+from streams.runtime.dlq import SourceRecord, dead_letter_record, processing_failed
+from streams.runtime.kafka_clients import read_to_end
 from streams.runtime.kafka_config import client_config
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.broker import (
@@ -37,18 +46,30 @@ from streams.testing.broker import (
     write_start_scripts,
 )
 from streams.testing.jars import ensure_artifacts
+from streams.testing.schema_samples import samples
 from streams.testing.worker import WorkerProcess, comparison_engine
 from tests.integration.test_dbpm_worker import COMPARISON_FLAGS, _contract, _events, _in_process
 from topics.acls import DEFAULT_PLAN, AclOutcome, AclPlan, ensure_acls, load_plan
 from topics.admin import ensure_topics
-from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, build_catalog
+from topics.catalog import (
+    CONSOLE_REQUEST_OUTCOMES,
+    CONSOLE_REQUESTS,
+    DBPM_CANDIDATES,
+    DBPM_DECISIONS,
+    DBPM_VERDICTS,
+    DOCS_GROUND_TRUTH,
+    FHIR_UPDATES,
+    build_catalog,
+    dlq_name,
+)
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 
 ADMIN = "clingate-admin"
-USERS = (ADMIN, "clingate-worker", "clingate-generator", "clingate-verifier", "clingate-downstream")
+USERS = (ADMIN, "clingate-worker", "clingate-generator", "clingate-verifier", "clingate-downstream",
+         "clingate-console", "clingate-requests")  # fmt: skip
 PASSWORDS = {name: f"{name}-{uuid.uuid4().hex[:8]}" for name in USERS}
 APP_ID = "clingate-secured"
 PARTITIONS = 2
@@ -102,11 +123,11 @@ def secured(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator[S
         broker.stop()
 
 
-def _produce_error(bootstrap: str, principal: Settings, topic: str) -> int | None:
+def _produce_error(bootstrap: str, principal: Settings, topic: str, value: bytes = b"x") -> int | None:
     """The delivery error code of one record ``principal`` writes to ``topic`` (None: delivered)."""
     producer = Producer(client_config(bootstrap, settings=principal, **{"message.timeout.ms": 15000}))
     outcome: list[KafkaError | None] = []
-    producer.produce(topic, key=b"PT-1", value=b"x", on_delivery=lambda error, _: outcome.append(error))
+    producer.produce(topic, key=b"PT-1", value=value, on_delivery=lambda error, _: outcome.append(error))
     producer.flush(20)
     assert outcome, "no delivery report"
     return outcome[0].code() if outcome[0] is not None else None
@@ -269,7 +290,8 @@ def test_the_deployment_broker_script_runs_a_secured_node(tmp_path: Path, certs:
     """Scenario: deploy/kafka/kafka-node.sh (the compose and Kubernetes brokers) runs one node here.
 
     With the generated certificates and one password file per principal it formats the storage
-    with their SCRAM credentials and serves SASL_SSL with the authorizer on: the super user
+    with their SCRAM credentials (its server.properties, which holds the super user's password, readable
+    by its user only) and serves SASL_SSL with the authorizer on: the super user
     creates a topic and writes to it, another principal without a grant is refused.
     """
     users = tmp_path / "users"
@@ -296,6 +318,8 @@ def test_the_deployment_broker_script_runs_a_secured_node(tmp_path: Path, certs:
 
     try:
         wait_for_kafka(bootstrap, 120, tls(ADMIN), alive=lambda: node.poll() is None)
+        properties = tmp_path / "server.properties"
+        assert properties.stat().st_mode & 0o777 == 0o600, "it holds the super user's password"
         admin = AdminClient(client_config(bootstrap, settings=tls(ADMIN)))
         admin.create_topics([NewTopic("node-check", 1, 1)])["node-check"].result(timeout=30)
         assert _produce_error(bootstrap, tls(ADMIN), "node-check") is None
@@ -309,3 +333,125 @@ def test_the_deployment_broker_script_runs_a_secured_node(tmp_path: Path, certs:
         except subprocess.TimeoutExpired:
             os.killpg(node.pid, signal.SIGKILL)
             node.wait()
+
+
+def _secured_env(secured: Secured, user: str) -> dict[str, str]:
+    """The environment of a clingate process authenticated as ``user`` on the module's broker."""
+    return {
+        "CLINGATE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "CLINGATE_KAFKA_SSL_CA_FILE": str(secured.certs / "ca.pem"),
+        "CLINGATE_KAFKA_USERNAME": user,
+        "CLINGATE_KAFKA_PASSWORD": PASSWORDS[user],
+        "CLINGATE_ENSURE_TOPICS": "false",
+        "CLINGATE_TOPIC_PARTITIONS": str(PARTITIONS),
+    }
+
+
+def _produce(secured: Secured, user: str, topic: str, value: bytes, key: bytes, **record: Any) -> Message:
+    """One record ``user`` writes; its delivery report (an error raises)."""
+    producer = Producer(client_config(secured.bootstrap, settings=secured.as_(user)))
+    reports: list[Message] = []
+    producer.produce(topic, key=key, value=value, on_delivery=lambda error, m: reports.append(m), **record)
+    producer.flush(30)
+    [report] = reports
+    assert report.error() is None, report.error()
+    return report
+
+
+def _outcomes(secured: Secured, wanted: set[str], timeout_s: float = 60.0) -> dict[str, Outcome]:
+    """The outcomes of the requests ``wanted``, read as the console reads them."""
+    serde = make_serde(None)
+    found: dict[str, Outcome] = {}
+    consumer = Consumer(client_config(secured.bootstrap, settings=secured.as_("clingate-console"), **{
+        "group.id": f"clingate-console-outcomes-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed", "enable.auto.commit": False,
+    }))  # fmt: skip
+    consumer.subscribe([CONSOLE_REQUEST_OUTCOMES])
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not wanted <= found.keys() and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error() is not None:
+                continue
+            outcome = serde.decode(message.value(), Outcome, topic=CONSOLE_REQUEST_OUTCOMES)
+            found[outcome.request_id] = outcome
+    finally:
+        consumer.close()
+    return found
+
+
+def test_the_console_cannot_write_an_input_topic_and_its_redrive_is_carried_out_by_the_request_runtime(
+    secured: Secured, tmp_path: Path
+) -> None:
+    """Scenario: with the console's credentials, a forged verifier verdict, a FHIR update, a ground truth
+    and a dead letter are refused by the broker; a re-drive it asks for is carried out by
+    ``clingate worker --role requests`` running as clingate-requests, and a pin request carrying a
+    forged verdict is refused by that runtime.
+
+    The FHIR worker's stage is played by the super user: it writes a FHIR update and its dead letter.
+    """
+    ensure_acls(secured.admin(), secured.plan)
+    serde = make_serde(None)
+    denied = KafkaError.TOPIC_AUTHORIZATION_FAILED
+    console = secured.as_("clingate-console")
+    forged = next(s for s in samples() if isinstance(s, Verdict))
+    assert forged.source == "verifier_mmed"
+    verdict = serde.encode(forged, topic=DBPM_VERDICTS)
+    assert _produce_error(secured.bootstrap, console, DBPM_VERDICTS, verdict) == denied
+    for topic in (FHIR_UPDATES, DOCS_GROUND_TRUTH, dlq_name(FHIR_UPDATES)):
+        assert _produce_error(secured.bootstrap, console, topic) == denied, topic
+
+    update = next(s for s in samples() if type(s).__name__ == "FhirUpdate")
+    original = _produce(secured, ADMIN, FHIR_UPDATES, serde.encode(update, topic=FHIR_UPDATES), b"p-000123",
+                        partition=1, headers=[("traceparent", b"00-abc-01")])  # fmt: skip
+    # A delivery report carries no headers: the stage read the record with them.
+    traced = (("traceparent", b"00-abc-01"),)
+    source = dataclasses.replace(SourceRecord.from_message(original), headers=traced)
+    dead = dead_letter_record(
+        serde, processing_failed(source, KeyError("a bug since fixed"), "clingate.fhir.FhirUpdate")
+    )
+    letter = _produce(secured, ADMIN, dead.topic, dead.value, dead.key or b"", headers=dead.headers)
+    target = f"{dead.topic}[{letter.partition()}]@{letter.offset()}"
+    now = datetime.now(UTC)
+    redrive = ConsoleRequest(
+        request_id=f"redrive-{uuid.uuid4().hex[:8]}", event_time=now, user="op", role="operator",
+        action="redrive", target=target, topic=FHIR_UPDATES, note="fixed",
+    )  # fmt: skip
+    forged_pin = ConsoleRequest(
+        request_id=f"pin-{uuid.uuid4().hex[:8]}", event_time=now, user="op", role="operator", action="pin",
+        target="ner|patient", topic=DBPM_VERDICTS, key=b"ner|patient",
+        value=serde.encode(forged, topic=DBPM_VERDICTS), note="forged",
+    )  # fmt: skip
+    for request in (redrive, forged_pin):
+        value = serde.encode(request, topic=CONSOLE_REQUESTS)
+        _produce(secured, "clingate-console", CONSOLE_REQUESTS, value, request.target.encode())
+
+    runtime = WorkerProcess(secured.bootstrap, APP_ID, tmp_path / "requests",
+                            _secured_env(secured, "clingate-requests"), role="requests")  # fmt: skip
+    runtime.start()
+    try:
+        outcomes = _outcomes(secured, {redrive.request_id, forged_pin.request_id})
+    finally:
+        runtime.stop()
+    assert {redrive.request_id, forged_pin.request_id} <= outcomes.keys(), runtime.log.read_text()[-4000:]
+    assert outcomes[redrive.request_id].outcome == "ok", outcomes[redrive.request_id].reason
+    assert outcomes[redrive.request_id].partition == 1
+    assert outcomes[forged_pin.request_id].outcome == "refused"
+    assert "not an operator's pin" in outcomes[forged_pin.request_id].reason
+
+    reader = Consumer(client_config(secured.bootstrap, settings=secured.as_(ADMIN), **{
+        "group.id": f"check-{uuid.uuid4().hex[:8]}", "isolation.level": "read_committed",
+    }))  # fmt: skip
+    try:
+        copies = [
+            m for m in read_to_end(reader, {FHIR_UPDATES: {1: original.offset()}}, 30, named_only=True)
+            if m.offset() != original.offset()
+        ]  # fmt: skip
+    finally:
+        reader.close()
+    [copy] = copies
+    assert (copy.key(), copy.value()) == (original.key(), original.value())
+    headers = dict(copy.headers() or [])
+    assert headers["traceparent"] == b"00-abc-01"
+    assert headers["__clingate.redrive.dead-letter"] == target.encode()
+    assert headers["__clingate.redrive.action-id"] == redrive.request_id.encode()

@@ -5,8 +5,8 @@ sessions, sign-in and pages) with a users file in the test's directory, a clock 
 (:class:`FakeClock`), an audit trail that keeps its records in a list and reads them back
 (:class:`MemoryTrail`), a fixed list of assessments (:class:`FakeAssessments`), fixed review packets and
 reviews (:class:`FakeReviews`), a review publisher that keeps what it publishes (:class:`MemoryPublisher`),
-fixed dead letters (:class:`FakeDeadLetters`), a re-driver that keeps what it produces
-(:class:`MemoryRedriver`), the agent's topics in memory (:class:`MemoryAgent`), fixed gated drafts and
+fixed dead letters (:class:`FakeDeadLetters`), a request sink that keeps the requests sent
+(:class:`MemoryRequests`), the agent's topics in memory (:class:`MemoryAgent`), fixed gated drafts and
 routes (:class:`FakeDrafts`), a DBPM memory the test fills through the real engine (:class:`FakeMemory`)
 and a pin publisher that keeps what it publishes (:class:`MemoryPins`), and runs a scenario against it
 with aiohttp's test client on a loopback port, served as ``clingate console`` serves it (its access
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,7 +31,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
 from schemas.agent import AgentRequest
 from schemas.clinical import ClinicalAssessment, GatedDraft, RevisionRoute
-from schemas.console import ConsoleAction
+from schemas.console import ConsoleAction, ConsoleRequest, ConsoleRequestOutcome
 from schemas.dbpm import GateDecision, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
 from schemas.docs import Review, ReviewPacket
@@ -76,6 +76,8 @@ class MemoryTrail:
     records: list[ConsoleAction] = field(default_factory=list)
     down: bool = False
     unreadable: bool = False
+    request_outcomes: list[ConsoleRequestOutcome] = field(default_factory=list)
+    """What the request runtime did with the console's requests, in order."""
 
     async def record(self, action: ConsoleAction) -> None:
         if self.down:
@@ -86,6 +88,9 @@ class MemoryTrail:
         if self.unreadable:
             raise Unavailable("clingate.console.audit could not be read: timed out")
         return [record for record in self.records if record.action in kinds]
+
+    async def outcomes(self) -> dict[str, ConsoleRequestOutcome]:
+        return {outcome.request_id: outcome for outcome in self.request_outcomes}
 
 
 @dataclass
@@ -179,37 +184,26 @@ class FakeDeadLetters:
 
 
 @dataclass(frozen=True)
-class Redriven:
-    """A record the re-driver produced, and the audit records there were when it was produced."""
+class Sent:
+    """A request the console sent, and the audit records there were when it was sent."""
 
-    topic: str
-    partition: int
-    key: bytes | None
-    value: bytes
-    headers: list[tuple[str, bytes | None]]
+    request: ConsoleRequest
     audited: tuple[ConsoleAction, ...]
 
 
 @dataclass
-class MemoryRedriver:
-    """A re-driver that keeps what it produces (with the audit trail of that moment); ``down`` makes a
-    re-drive fail as Kafka's would."""
+class MemoryRequests:
+    """Where the console's requests go, kept with the audit trail of that moment; ``down`` makes a
+    request fail as Kafka's would."""
 
     trail: MemoryTrail
-    produced: list[Redriven] = field(default_factory=list)
+    produced: list[Sent] = field(default_factory=list)
     down: bool = False
 
-    async def redrive(
-        self,
-        topic: str,
-        partition: int,
-        key: bytes | None,
-        value: bytes,
-        headers: Sequence[tuple[str, bytes | None]],
-    ) -> None:
+    async def send(self, request: ConsoleRequest) -> None:
         if self.down:
-            raise NotAcknowledged(f"{topic}[{partition}]: not acknowledged: broker down")
-        self.produced.append(Redriven(topic, partition, key, value, list(headers), tuple(self.trail.records)))
+            raise NotAcknowledged("clingate.console.requests: not acknowledged: broker down")
+        self.produced.append(Sent(request, tuple(self.trail.records)))
 
 
 @dataclass
@@ -299,7 +293,7 @@ def csrf_of(html: str) -> str:
 class Console:
     """The application with a users file, a fake clock, trail and assessments (module docstring)."""
 
-    def __init__(self, directory: Path, *, secure_cookies: bool = False) -> None:
+    def __init__(self, directory: Path, *, secure_cookies: bool = False, trusted_proxies: int = 0) -> None:
         self.clock = FakeClock()
         self.users = UserStore(directory / "users.json")
         self.trail = MemoryTrail()
@@ -307,7 +301,7 @@ class Console:
         self.reviews = FakeReviews()
         self.publisher = MemoryPublisher()
         self.dead_letters = FakeDeadLetters()
-        self.redriver = MemoryRedriver(self.trail)
+        self.redriver = MemoryRequests(self.trail)
         self.agent = MemoryAgent(self.trail)
         self.drafts = FakeDrafts()
         self.dbpm = DBPMConfig()
@@ -317,14 +311,16 @@ class Console:
         self.throttle = SignInThrottle(clock=self.clock)
         self.checks = PasswordChecks()
         self.secure_cookies = secure_cookies
+        self.trusted_proxies = trusted_proxies
 
     def run(self, scenario: Callable[[TestClient[Any, Any]], Awaitable[Any]]) -> Any:
         """Run ``scenario`` with a client of a fresh server of the application (cookies kept per client)."""
         self.checks = PasswordChecks()
-        access = Access(self.users, self.sessions, self.throttle, self.checks, self.secure_cookies)
+        access = Access(self.users, self.sessions, self.throttle, self.checks, self.secure_cookies,
+                        self.trusted_proxies)  # fmt: skip
         app = build_app(
             access, self.trail, self.assessments, self.reviews, self.publisher, history=self.trail,
-            dead_letter_source=self.dead_letters, redriver=self.redriver, agent_desk=self.agent,
+            dead_letter_source=self.dead_letters, requests=self.redriver, agent_desk=self.agent,
             drafts=self.drafts, explorer=Explorer(self.memory, self.pins, self.dbpm),
         )  # fmt: skip
 

@@ -1,9 +1,10 @@
 """The operator's dead-letter pages through HTTP (aiohttp's test client, fakes for the dead-letter topics
-and the re-driver): every dead-letter topic with its count, a topic's records newest first with the reason
-and the coordinates, hostile content escaped, the re-drive of one record (audited first, the original key,
-value and headers back to its source partition with the re-drive headers), and every refusal: no note, a
-dead letter cut to fit, one without a value, one already re-driven, no CSRF token, another role, and a
-re-drive Kafka does not acknowledge."""
+and the request topic): every dead-letter topic with its count, a topic's records newest first with the
+reason and the coordinates, hostile content escaped, the re-drive of one record (audited first, then asked
+for as a request naming the dead letter, its source topic, the operator and the audit record), and every
+refusal: no note, a dead letter cut to fit, one without a value, one already re-driven, no CSRF token,
+another role, and a request Kafka does not acknowledge. What the request runtime produces of a request
+is in ``tests/unit/streams/test_console_requests.py``."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from schemas.common import DeadLetter, Header, Truncation
+from schemas.console import ConsoleRequestOutcome
 from schemas.fhir import FhirUpdate
 from schemas.serde import make_serde
 from streams.console.dead_letter_queues import PAGE_OFFSETS, Letter
-from streams.console.dead_letters import REDRIVE_PREFIX, preview, redrive_headers, redrives
+from streams.console.dead_letters import preview, redrives
 from streams.console.users import Role
 from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record
 from topics.catalog import CLINICAL_DRAFTS, FHIR_UPDATES, dlq_name
@@ -139,17 +141,14 @@ def _redrive(path: str, note: str | None = "schema fixed upstream", *, twice: bo
     return scenario
 
 
-def test_a_redrive_is_audited_first_then_produced_to_its_source_partition_with_the_redrive_headers(
+def test_a_redrive_is_audited_first_then_asked_for_as_a_request_naming_the_dead_letter(
     site: Console,
 ) -> None:
     [(status, location, _)] = site.run(_redrive(f"/dead-letters/{DLQ}/0/1", " schema fixed upstream "))
     assert status == 303 and location == f"/dead-letters/{DLQ}/0/1"
-    [redriven] = site.redriver.produced
-    assert (redriven.topic, redriven.partition, redriven.key, redriven.value) == (
-        FHIR_UPDATES, 2, b"PT-TEST-010", BAD_VALUE,
-    )  # fmt: skip
+    [sent] = site.redriver.produced
     [action] = [a for a in site.trail.records if a.action == "redrive"]
-    assert action in redriven.audited, "recorded before it was produced"
+    assert action in sent.audited, "recorded before it was asked for"
     assert (action.user, action.role, action.target, action.outcome) == (
         "op",
         "operator",
@@ -159,19 +158,21 @@ def test_a_redrive_is_audited_first_then_produced_to_its_source_partition_with_t
     assert json.loads(action.detail) == {
         "topic": FHIR_UPDATES, "partition": 2, "offset": 101, "note": "schema fixed upstream",
     }  # fmt: skip
-    headers = dict(redriven.headers)
-    assert headers["traceparent"] == b"00-abc-01" and headers["empty"] is None, "the original headers kept"
-    assert headers[REDRIVE_PREFIX + "dead-letter"] == f"{DLQ}[0]@1".encode()
-    assert headers[REDRIVE_PREFIX + "by"] == b"op"
-    assert headers[REDRIVE_PREFIX + "action-id"] == action.action_id.encode()
-    assert headers[REDRIVE_PREFIX + "at"] == action.event_time.isoformat().encode()
+    request = sent.request
+    assert (request.request_id, request.user, request.role, request.action) == (
+        action.action_id, "op", "operator", "redrive",
+    )  # fmt: skip
+    assert (request.target, request.topic) == (f"{DLQ}[0]@1", FHIR_UPDATES)
+    assert request.note == "schema fixed upstream"
+    assert request.key is None and request.value is None, "the runtime produces the dead letter's own bytes"
+    assert request.event_time == action.event_time
 
     _, html = site.run(_page(f"/dead-letters/{DLQ}/0/1"))
-    assert f"Re-driven to {FHIR_UPDATES} by op at {action.event_time.isoformat()}." in html
+    assert f"Re-drive to {FHIR_UPDATES} asked by op at {action.event_time.isoformat()}" in html
     assert 'name="note"' not in html, "no second re-drive offered"
     _, listing = site.run(_page(f"/dead-letters/{DLQ}"))
     row = listing[listing.index('data-offset="1"') :].split("</tr>")[0]
-    assert "re-driven by op at" in row
+    assert "re-drive asked by op at" in row
 
 
 def test_a_dead_letter_already_redriven_is_refused_and_not_produced_again(site: Console) -> None:
@@ -217,7 +218,7 @@ def test_a_redrive_kafka_does_not_acknowledge_is_a_503_audited_as_refused_and_ma
     assert [(a.action, a.outcome) for a in site.trail.records if a.action == "redrive"] == [
         ("redrive", "ok"), ("redrive", "refused"),
     ]  # fmt: skip
-    assert redrives(site.trail.records) == {}
+    assert redrives(site.trail.records, {}) == {}
     site.redriver.down = False
     [(status, _, _)] = site.run(_redrive(f"/dead-letters/{DLQ}/0/1"))
     assert status == 303 and len(site.redriver.produced) == 1
@@ -310,20 +311,6 @@ def test_preview_shows_text_as_text_and_other_bytes_as_hex_within_its_bound() ->
     assert (raw.kind, raw.shown, raw.size, raw.cut) == ("hex", "ff 00 61", 4, True)
 
 
-def test_a_redrive_replaces_the_headers_of_an_earlier_redrive() -> None:
-    letter = dead_letter(0).letter
-    assert letter is not None
-    earlier = letter.model_copy(update={"headers": (
-        Header(key="traceparent", value=b"t"), Header(key=REDRIVE_PREFIX + "by", value=b"someone"),
-    )})  # fmt: skip
-    site_action = _action("op")
-    headers = redrive_headers(earlier, f"{DLQ}[0]@0", site_action)
-    assert [k for k, _ in headers] == ["traceparent"] + [
-        REDRIVE_PREFIX + name for name in ("dead-letter", "by", "at", "action-id")
-    ]
-    assert dict(headers)[REDRIVE_PREFIX + "by"] == b"op"
-
-
 def _action(user: str, outcome: str = "ok", target: str = f"{DLQ}[0]@0") -> Any:
     from schemas.console import ConsoleAction
 
@@ -334,11 +321,35 @@ def _action(user: str, outcome: str = "ok", target: str = f"{DLQ}[0]@0") -> Any:
 
 
 def test_a_dead_letter_is_redriven_when_some_persons_last_redrive_of_it_is_ok() -> None:
-    assert set(redrives([_action("a"), _action("a", "refused")])) == set()
-    assert set(redrives([_action("a"), _action("a", "refused"), _action("b")])) == {f"{DLQ}[0]@0"}
-    assert set(redrives([_action("a", "refused"), _action("a")])) == {f"{DLQ}[0]@0"}
+    assert set(redrives([_action("a"), _action("a", "refused")], {})) == set()
+    assert set(redrives([_action("a"), _action("a", "refused"), _action("b")], {})) == {f"{DLQ}[0]@0"}
+    assert set(redrives([_action("a", "refused"), _action("a")], {})) == {f"{DLQ}[0]@0"}
 
 
 def test_dead_letters_are_the_decode_steps() -> None:
     letter = dead_letter(0).letter
     assert isinstance(letter, DeadLetter) and letter.stage.value == "decode" and letter.key == b"PT-TEST-010"
+
+
+def _outcome(request_id: str, outcome: str, reason: str = "") -> ConsoleRequestOutcome:
+    return ConsoleRequestOutcome(
+        request_id=request_id, event_time=WRITTEN, user="op", action="redrive", target=f"{DLQ}[0]@1",
+        topic=FHIR_UPDATES, partition=2 if outcome == "ok" else None, outcome=outcome, reason=reason,
+    )  # fmt: skip
+
+
+def test_the_page_shows_what_the_request_runtime_did_and_a_refused_redrive_may_be_asked_again(
+    site: Console,
+) -> None:
+    [(status, _, _)] = site.run(_redrive(f"/dead-letters/{DLQ}/0/1"))
+    [first] = [a for a in site.trail.records if a.action == "redrive"]
+    site.trail.request_outcomes.append(_outcome(first.action_id, "refused", "its value is not a FhirUpdate"))
+    _, page = site.run(_page(f"/dead-letters/{DLQ}/0/1"))
+    assert "refused the re-drive op asked for" in page and "its value is not a FhirUpdate" in page
+    assert 'name="note"' in page, "a refused re-drive may be asked for again"
+    [(status, _, _)] = site.run(_redrive(f"/dead-letters/{DLQ}/0/1"))
+    assert status == 303 and len(site.redriver.produced) == 2
+    second = site.redriver.produced[1].request
+    site.trail.request_outcomes.append(_outcome(second.request_id, "ok"))
+    _, page = site.run(_page(f"/dead-letters/{DLQ}/0/1"))
+    assert f"re-drove it to {FHIR_UPDATES}[2]" in page and 'name="note"' not in page

@@ -128,6 +128,42 @@ def test_an_address_trying_many_names_is_refused_and_others_are_not(console: Con
     console.run(scenario)
 
 
+async def _sign_in_via(client: Client, forwarded: str, password: str) -> int:
+    """Sign ``ph`` in with ``password`` through a proxy that says the client is ``forwarded``."""
+    headers = {"X-Forwarded-For": forwarded}
+    page = await client.get("/login", headers=headers)
+    form = {"csrf_token": csrf_of(await page.text()), "name": "ph", "password": password, "next": "/"}
+    return (await client.post("/login", data=form, headers=headers, allow_redirects=False)).status
+
+
+@pytest.mark.parametrize("proxies", [0, 1, 2])
+def test_x_forwarded_for_names_the_client_only_behind_trusted_proxies(console: Console, proxies: int) -> None:
+    """Behind N trusted proxies the throttle counts the N-th X-Forwarded-For entry from the right, so a
+    client locked out there does not lock out another client of the same proxy; with none (the default)
+    the header is anyone's text and changes nothing, and an entry that is not an address does not count."""
+    console.trusted_proxies = proxies
+    chain = ", ".join(["198.51.100.7"] + ["10.0.0.1"] * (proxies - 1))  # what the proxies appended
+
+    async def scenario(client: Client) -> tuple[list[int], int, int]:
+        wrong = [
+            await _sign_in_via(client, f"203.0.113.9, {chain}", "not the password")
+            for _ in range(PAIR_FAILURES)
+        ]
+        other = await _sign_in_via(
+            client, f"203.0.113.9, {chain}".replace("198.51.100.7", "198.51.100.8"), PASSWORD
+        )
+        forged = await _sign_in_via(client, "not-an-address", PASSWORD)
+        return wrong, other, forged
+
+    wrong, other, forged = console.run(scenario)
+    assert wrong == [401] * PAIR_FAILURES
+    if proxies:
+        assert other == 303, "another client of the proxies is not the locked one"
+    else:
+        assert other == 429, "without trusted proxies every client is the peer: the header changes nothing"
+    assert forged == (303 if proxies else 429), "a malformed entry is the peer's address"
+
+
 def test_posts_refused_before_sign_in_are_counted_never_audited(console: Console) -> None:
     """A sign-in form without its token, a forged token, a post with no session at all, to any path: 403,
     counted at ``/metrics``; only the signed-in person's refused post is on the audit trail."""
@@ -229,6 +265,30 @@ def test_no_response_names_a_software_version(console: Console) -> None:
         assert {r.headers["Server"] for r in responses} == {"clingate"}
 
     console.run(scenario)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"NOT HTTP AT ALL\r\n\r\n", b"GET /login HTTP/9.9\r\n\r\n", b"GET /\x00 HTTP/1.1\r\nHost: x\r\n\r\n",
+     b"GET /login HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n"],
+)  # fmt: skip
+def test_aiohttps_own_answer_to_an_unparsable_request_names_no_version(console: Console, raw: bytes) -> None:
+    """A request aiohttp cannot parse is answered (400) before any route or middleware runs; its
+    ``Server`` header is still the console's, read here from the raw socket."""
+
+    async def scenario(client: Client) -> bytes:
+        reader, writer = await asyncio.open_connection(client.host, client.port)
+        writer.write(raw)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(65536), DEADLINE_S)
+        writer.close()
+        return answer
+
+    answer = console.run(scenario)
+    head = answer.split(b"\r\n\r\n")[0].decode("latin-1")
+    assert re.match(r"HTTP/1\.[01] 400 ", head), head
+    assert re.search(r"(?im)^server: clingate$", head), head
+    assert "aiohttp" not in answer.decode("latin-1") and "Python" not in answer.decode("latin-1")
 
 
 def test_the_access_log_and_the_errors_name_a_pages_route_never_a_patient(

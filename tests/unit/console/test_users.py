@@ -17,6 +17,7 @@ from streams.cli import console as console_command
 from streams.console.users import (
     COMMON_PASSWORDS,
     MIN_PASSWORD_LENGTH,
+    PASSWORD_RULE,
     Role,
     UserError,
     UserStore,
@@ -180,3 +181,13 @@ def test_users_add_refuses_a_weak_password_with_exit_2_and_the_reason(
 def test_users_add_refuses_an_unknown_role(users_file: Path) -> None:
     code, _, _ = _users("add", "ph", "--role", "admin", stdin=PASSWORD + "\n")
     assert code == 2 and not users_file.exists()
+
+
+def test_the_help_of_users_add_states_the_password_rule() -> None:
+    """Whoever creates a user learns the rule before a password is refused."""
+    code, out, _ = _users("add", "--help")
+    assert code == 0
+    text = " ".join(out.split())
+    assert PASSWORD_RULE in text, text
+    assert f"at least {MIN_PASSWORD_LENGTH} characters" in PASSWORD_RULE
+    assert "common password" in PASSWORD_RULE

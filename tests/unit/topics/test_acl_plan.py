@@ -13,14 +13,37 @@ from streams.cli import topics as topics_command
 from topics.acls import DEFAULT_PLAN, AclPlanError, load_plan, plan_bindings, principal_bindings
 from topics.catalog import (
     AGENT_PROPOSALS,
+    AGENT_REQUESTS,
     AGENT_RESPONSES,
     AGENT_TRACES,
     CATALOG,
+    CLINICAL_ASSESSMENTS,
+    CLINICAL_AUDIT_REPORTS,
+    CLINICAL_DELIVERABLES,
+    CLINICAL_DRAFTS,
+    CLINICAL_EVIDENCE,
+    CLINICAL_EVIDENCE_REQUESTS,
+    CLINICAL_GATED_DRAFTS,
+    CLINICAL_REVIEWS,
+    CLINICAL_REVISION_ROUTES,
+    CLINICAL_SAFETY_AUDITS,
     CONSOLE_AUDIT,
+    CONSOLE_REQUEST_OUTCOMES,
+    CONSOLE_REQUESTS,
     DBPM_CANDIDATES,
     DBPM_DECISIONS,
+    DBPM_DISPATCHES,
+    DBPM_NARRATIVES,
+    DBPM_PROPAGATIONS,
+    DBPM_TO_VERIFY,
     DBPM_VERDICTS,
+    DBPM_VERIFIED,
+    DOCS_CLASSIFICATIONS,
+    DOCS_DISPOSITIONS,
+    DOCS_GROUND_TRUTH,
+    DOCS_REVIEW_PACKETS,
     DOCS_REVIEWS,
+    FHIR_UPDATES,
     dlq_name,
 )
 
@@ -47,28 +70,94 @@ def test_downstream_consumers_only_read_decisions() -> None:
     assert DBPM_DECISIONS in downstream.read
 
 
+WRITES = {
+    "clingate-worker": {
+        DBPM_DECISIONS, DBPM_TO_VERIFY, DBPM_VERDICTS, DBPM_PROPAGATIONS, DBPM_DISPATCHES,
+        CLINICAL_ASSESSMENTS, CLINICAL_SAFETY_AUDITS, CLINICAL_GATED_DRAFTS, CLINICAL_REVISION_ROUTES,
+        CLINICAL_EVIDENCE_REQUESTS,
+        *(dlq_name(t) for t in (DBPM_CANDIDATES, DBPM_VERDICTS, DBPM_PROPAGATIONS, DBPM_DISPATCHES,
+                                FHIR_UPDATES, CLINICAL_REVIEWS, CLINICAL_DELIVERABLES, CLINICAL_EVIDENCE,
+                                CLINICAL_DRAFTS, CLINICAL_AUDIT_REPORTS)),
+    },
+    "clingate-docs": {
+        DOCS_DISPOSITIONS, DOCS_REVIEW_PACKETS, DOCS_GROUND_TRUTH, dlq_name(DOCS_CLASSIFICATIONS),
+        dlq_name(DOCS_REVIEWS),
+    },
+    "clingate-generator": {DBPM_CANDIDATES, dlq_name(DBPM_NARRATIVES)},
+    "clingate-verifier": {DBPM_VERDICTS, DBPM_VERIFIED, dlq_name(DBPM_TO_VERIFY)},
+    "clingate-agent": {AGENT_RESPONSES, AGENT_TRACES, AGENT_PROPOSALS, dlq_name(AGENT_REQUESTS)},
+    "clingate-console": {CONSOLE_AUDIT, CONSOLE_REQUESTS, DOCS_REVIEWS, AGENT_REQUESTS},
+    "clingate-requests": {
+        *(spec.name for spec in CATALOG if spec.dlq is not None and spec.name != CONSOLE_REQUESTS),
+        CONSOLE_REQUEST_OUTCOMES, dlq_name(CONSOLE_REQUESTS),
+    },
+    "clingate-downstream": set(),
+    "clingate-upstream": {
+        DBPM_NARRATIVES, FHIR_UPDATES, CLINICAL_REVIEWS, CLINICAL_DELIVERABLES, CLINICAL_EVIDENCE,
+        CLINICAL_DRAFTS, CLINICAL_AUDIT_REPORTS, DOCS_CLASSIFICATIONS, AGENT_REQUESTS,
+    },
+}  # fmt: skip
+"""What each principal may write: the plan states it, this test states it again."""
+
+
+def test_each_principal_writes_exactly_what_its_role_needs() -> None:
+    assert {p.name: set(p.write) for p in PLAN.principals} == WRITES
+
+
+def test_the_console_writes_no_input_topic_of_the_workers_nor_any_verdict() -> None:
+    """A forged verdict, FHIR update or ground truth cannot come from the console: it writes its audit
+    trail, its requests, and only the two topics whose records originate with its people (the SME's
+    reviews, the clinicians' questions)."""
+    written = _written("clingate-console")
+    assert DBPM_VERDICTS not in written
+    assert written - {DOCS_REVIEWS, AGENT_REQUESTS} == {CONSOLE_AUDIT, CONSOLE_REQUESTS}
+    assert not written & {spec.name for spec in CATALOG if spec.name.endswith(".dlq")}
+
+
+def test_only_the_request_runtime_redrives_and_no_principal_writes_another_principals_dlq() -> None:
+    """A dead-letter topic is written by the principal that consumes its source only (the stage that
+    dead-letters), so no principal can put a record on another's DLQ for a re-drive to publish; the
+    request runtime may write every re-drive target but its own input, and no DLQ but its own."""
+    readers = {p.name: set(p.read) for p in PLAN.principals}
+    for spec in CATALOG:
+        if spec.dlq is None:
+            continue
+        writers = {p.name for p in PLAN.principals if spec.dlq.name in p.write}
+        consumers = {
+            name for name, read in readers.items() if spec.name in read and name != "clingate-requests"
+        } | ({"clingate-requests"} if spec.name == CONSOLE_REQUESTS else set())
+        assert writers <= consumers, (spec.dlq.name, writers)
+        assert len(writers) <= 1, (spec.dlq.name, writers)
+    requests = PLAN.principal("clingate-requests")
+    redriven = {spec.name for spec in CATALOG if spec.dlq is not None} - {CONSOLE_REQUESTS}
+    assert {dlq_name(topic) for topic in redriven} | redriven <= set(requests.read)
+    assert CONSOLE_REQUESTS not in requests.write
+
+
 def test_every_topic_has_exactly_one_writing_principal_but_verdicts_and_the_redrive_targets() -> None:
     """Verdicts come from the verifiers, from the workers' gate (the Ontology-Violation Filter) and from
-    the console (the operators' pins); the console also re-drives dead letters to every topic that has a
-    DLQ, beside that topic's own writer (the SME's reviews are the console's alone)."""
+    the request runtime (the operators' pins, and re-drives); the request runtime also re-drives dead
+    letters to every topic that has a DLQ, beside that topic's own writer; the clinicians' questions
+    come from upstream and from the console."""
     writers = Counter(topic for principal in PLAN.principals for topic in principal.write)
     outputs = [spec.name for spec in CATALOG if not spec.name.endswith(".dlq")]
-    redriven = {spec.name for spec in CATALOG if spec.dlq is not None} - {DOCS_REVIEWS}
-    expected = {topic: 1 + (topic in redriven) for topic in outputs} | {DBPM_VERDICTS: 3}
+    redriven = {spec.name for spec in CATALOG if spec.dlq is not None} - {CONSOLE_REQUESTS}
+    expected = {topic: 1 + (topic in redriven) for topic in outputs} | {DBPM_VERDICTS: 3, AGENT_REQUESTS: 3}
     assert {topic: writers[topic] for topic in outputs} == expected
     assert {p.name for p in PLAN.principals if DBPM_VERDICTS in p.write} == {
-        "clingate-console",
+        "clingate-requests",
         "clingate-verifier",
         "clingate-worker",
     }
 
 
-def test_the_console_reads_every_dlq_and_writes_exactly_the_redrive_targets_and_its_trail() -> None:
+def test_the_console_reads_every_dlq_and_its_requests_outcomes() -> None:
     console = PLAN.principal("clingate-console")
     consumed = {spec.name for spec in CATALOG if spec.dlq is not None}
-    assert set(console.write) == consumed | {CONSOLE_AUDIT}
     assert {dlq_name(topic) for topic in consumed} <= set(console.read)
-    assert {CONSOLE_AUDIT, AGENT_RESPONSES, AGENT_TRACES, AGENT_PROPOSALS} <= set(console.read)
+    assert {CONSOLE_AUDIT, CONSOLE_REQUEST_OUTCOMES, AGENT_RESPONSES, AGENT_TRACES, AGENT_PROPOSALS} <= set(
+        console.read
+    )
 
 
 def test_the_console_reads_what_the_memory_explorer_shows() -> None:
@@ -115,6 +204,8 @@ def test_each_transactional_loop_may_write_only_as_its_own_transactional_produce
         ("clingate-verifier", "clingate-verifier-", AclOperation.DESCRIBE),
         ("clingate-agent", "clingate-agent-", AclOperation.WRITE),
         ("clingate-agent", "clingate-agent-", AclOperation.DESCRIBE),
+        ("clingate-requests", "ward-7-requests-", AclOperation.WRITE),
+        ("clingate-requests", "ward-7-requests-", AclOperation.DESCRIBE),
     }
 
 
