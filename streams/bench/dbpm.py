@@ -39,6 +39,7 @@ from processors.dbpm.memory import Memory
 from state import MemoryStore, Store, Transaction
 from state.kinds import StoreKind
 from streams.bench.stats import percentile
+from streams.cli.paths import output_file
 from streams.testing.dbpm_stream import PATIENTS_PER_DAY, StreamShape, generate_events, write_stream
 
 
@@ -337,6 +338,7 @@ def dbpm(
         Path | None,
         typer.Option(
             "--write-stream",
+            callback=output_file,
             help="Only write the synthetic stream (the largest --events size; smaller sizes are its "
             "prefixes) to this JSON Lines file, and benchmark nothing.",
         ),

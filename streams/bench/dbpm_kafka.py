@@ -49,6 +49,7 @@ from schemas.serde import Serde, make_serde
 from state.memory import MemoryStore
 from streams.bench.stats import percentile
 from streams.cli.common import require_bootstrap
+from streams.cli.paths import output_file
 from streams.runtime.dlq import DecodeFailed, SourceRecord
 from streams.runtime.kafka_clients import assign_at_ends, reader
 from streams.runtime.settings import get_settings
@@ -250,7 +251,9 @@ def dbpm_kafka(
     load_memory: Annotated[
         bool, typer.Option(help="Publish the stream's verdicts first (once per deployment).")
     ] = True,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the result as JSON.")] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", callback=output_file, help="Also write the result as JSON.")
+    ] = None,
     worker_pid: Annotated[
         list[int] | None, typer.Option(help="A worker process to charge CPU to (repeatable; Linux).")
     ] = None,

@@ -109,10 +109,12 @@ def docs(
     llm_documents: Annotated[int, typer.Option(help="Documents for the stub-LLM measurement.")] = 200,
     llm_latency_ms: Annotated[float, typer.Option(help="Fixed latency of each stub LLM call.")] = 50.0,
     concurrency: Annotated[int, typer.Option(help="LLM calls allowed in flight at once.")] = 16,
-    classification: Annotated[Path, typer.Option(help="ClassificationOutput JSON.")] = _EXAMPLES
-    / "classification_doc2_6_clean.json",
-    bundle: Annotated[Path, typer.Option(help="DocumentBundle JSON (8 pages by default).")] = _EXAMPLES
-    / "bundle_doc2_6.json",
+    classification: Annotated[
+        Path, typer.Option(exists=True, dir_okay=False, help="ClassificationOutput JSON.")
+    ] = _EXAMPLES / "classification_doc2_6_clean.json",
+    bundle: Annotated[
+        Path, typer.Option(exists=True, dir_okay=False, help="DocumentBundle JSON (8 pages by default).")
+    ] = _EXAMPLES / "bundle_doc2_6.json",
 ) -> None:
     """Measure arbiter throughput rules-only and with a stub LLM at a configured concurrency."""
     request = load_request(classification, bundle)

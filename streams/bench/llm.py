@@ -43,6 +43,7 @@ from schemas.dbpm import Candidate, GateDecision, Narrative, NerPayload
 from schemas.serde import Serde, make_serde
 from streams.bench.stats import percentile
 from streams.cli.common import require_bootstrap
+from streams.cli.paths import output_file
 from streams.groups.llm import new_metrics
 from streams.groups.verifier import run_verifier
 from streams.llm import CallType, ClientPolicy, Endpoint, LlmClient, LlmOk, Role
@@ -292,7 +293,9 @@ def llm(
     latency_ms: Annotated[
         list[float] | None, typer.Option("--latency-ms", help="Server latency L in ms (repeatable).")
     ] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the points as JSON.")] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", callback=output_file, help="Also write the points as JSON.")
+    ] = None,
     groups: Annotated[
         bool,
         typer.Option(

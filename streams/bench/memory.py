@@ -37,6 +37,7 @@ from schemas.serde import make_serde
 from streams.bench.dbpm_kafka import cpu_seconds
 from streams.bench.restart import restore_figures
 from streams.cli.common import require_bootstrap
+from streams.cli.paths import output_folder
 from streams.replay.kafka import CommitWatcher, ReplayRecord, commit_end_offsets, verdict_record
 from streams.runtime.kafka_clients import produce_waiting
 from streams.runtime.kafka_config import admin_client
@@ -151,7 +152,8 @@ def memory(
         int, typer.Option(min=1, help="Memory worker processes sharing the partitions (restore: one only).")
     ] = 1,
     workdir: Annotated[
-        Path | None, typer.Option(help="Worker data directory and log [default: temporary].")
+        Path | None,
+        typer.Option(callback=output_folder, help="Worker data directory and log [default: temporary]."),
     ] = None,
 ) -> None:
     """The memory agent's verdicts/s and CPU per verdict on a backlog, and its changelog restore rate.

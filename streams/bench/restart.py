@@ -49,6 +49,7 @@ from state.base import Transaction
 from state.memory import MemoryStore
 from state.rocksdb import RocksDBStore
 from streams.cli.common import require_bootstrap
+from streams.cli.paths import output_folder
 from streams.replay.kafka import commit_end_offsets
 from streams.runtime.kafka_clients import produce_waiting
 from streams.runtime.kafka_config import admin_client
@@ -215,7 +216,10 @@ def restart(
     group: Annotated[int, typer.Option(help="Verdicts per changelog group and partition.")] = 500,
     full: Annotated[bool, typer.Option(help="Also restart on a wiped local store (full replay).")] = True,
     workdir: Annotated[
-        Path | None, typer.Option(help="Worker data directory and log [default: a temporary one].")
+        Path | None,
+        typer.Option(
+            callback=output_folder, help="Worker data directory and log [default: a temporary one]."
+        ),
     ] = None,
 ) -> None:
     """Restart time of a worker over a large memory: local store + changelog tail vs full replay.

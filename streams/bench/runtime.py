@@ -64,6 +64,7 @@ from confluent_kafka.admin import NewTopic
 from schemas.serde import make_serde
 from streams.bench import clinical, dbpm_kafka, llm, memory, quix
 from streams.cli.common import require_bootstrap
+from streams.cli.paths import output_file, output_folder
 from streams.replay.kafka import CommitWatcher, commit_worker_end_offsets, replay_via_kafka
 from streams.runtime.kafka_clients import produce_waiting
 from streams.runtime.kafka_config import admin_client, client_config
@@ -479,16 +480,18 @@ def table(figures: dict[str, float]) -> list[str]:
 
 def runtime(
     quick: Annotated[bool, typer.Option("--quick", help="Every part small: a few minutes in all.")] = False,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the figures as JSON.")] = None,
-    workdir: Annotated[Path | None, typer.Option(help="Workers' data and logs [default: temporary].")] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", callback=output_file, help="Also write the figures as JSON.")
+    ] = None,
+    workdir: Annotated[
+        Path | None, typer.Option(callback=output_folder, help="Workers' data and logs [default: temporary].")
+    ] = None,
 ) -> None:
     """Every runtime side by side with Kafka's own perf tools and a minimal Python loop, one broker.
 
     Needs a scratch broker (KAFKA_BOOTSTRAP_SERVERS or `clingate broker start`); starts its own workers.
     """
     bootstrap = require_bootstrap(get_settings())
-    if workdir is not None:
-        workdir.mkdir(parents=True, exist_ok=True)  # before minutes of measuring, not after
     with tempfile.TemporaryDirectory(prefix="clingate-runtimebench-") as scratch:
         try:
             size = {part: small if quick else full for part, (full, small) in SIZES.items()}

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from streams.cli.common import require_bootstrap
+from streams.cli.paths import output_file
 from streams.runtime.settings import get_settings
 
 app = typer.Typer(
@@ -50,13 +51,23 @@ def ask(
     question: Annotated[str, typer.Argument(help="The clinician's question.")],
     patient_bundle: Annotated[
         list[Path] | None,
-        typer.Option("--patient-bundle", help="A FHIR R4 Bundle (or resource) JSON file; repeatable."),
+        typer.Option(
+            "--patient-bundle",
+            exists=True,
+            dir_okay=False,
+            help="A FHIR R4 Bundle (or resource) JSON file; repeatable.",
+        ),
     ] = None,
     patient: Annotated[str | None, typer.Option(help="The patient in context (an id).")] = None,
-    image: Annotated[Path | None, typer.Option(help="An image attached to the question.")] = None,
+    image: Annotated[
+        Path | None, typer.Option(exists=True, dir_okay=False, help="An image attached to the question.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the turn as JSON.")] = False,
     record: Annotated[
-        Path | None, typer.Option(help="Write the request and its trace here (for `clingate agent replay`).")
+        Path | None,
+        typer.Option(
+            callback=output_file, help="Write the request and its trace here (for `clingate agent replay`)."
+        ),
     ] = None,
 ) -> None:
     """Run the graph once in this process against CLINGATE_LLM_URL and print the answer, the path and each
@@ -91,7 +102,10 @@ def ask(
 @app.command()
 def replay(
     recording: Annotated[
-        Path | None, typer.Argument(help="A recording written by `clingate agent ask --record`.")
+        Path | None,
+        typer.Argument(
+            exists=True, dir_okay=False, help="A recording written by `clingate agent ask --record`."
+        ),
     ] = None,
     conversation: Annotated[str | None, typer.Option(help="Conversation id (replay from Kafka).")] = None,
     request_id: Annotated[

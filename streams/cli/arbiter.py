@@ -53,6 +53,7 @@ from schemas.docs import (
 )
 from schemas.serde import make_serde
 from streams.cli.common import require_bootstrap
+from streams.cli.paths import output_file
 from streams.groups.arbiter import (
     ONE_READ_FETCH_WAIT_MS,
     PacketFollower,
@@ -107,8 +108,10 @@ def _load(model: type[M], path: Path) -> M:
 
 @app.command()
 def verify(
-    classification: Annotated[Path, typer.Option(help="ClassificationOutput JSON.")],
-    bundle: Annotated[Path, typer.Option(help="DocumentBundle JSON.")],
+    classification: Annotated[
+        Path, typer.Option(exists=True, dir_okay=False, help="ClassificationOutput JSON.")
+    ],
+    bundle: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="DocumentBundle JSON.")],
     no_llm: Annotated[
         bool, typer.Option("--no-llm", help="Run rules-only even if an LLM is configured.")
     ] = False,
@@ -116,7 +119,7 @@ def verify(
         DocumentType | None, typer.Option(help="The production classifier's dominant type, for comparison.")
     ] = None,
     packet_out: Annotated[
-        Path | None, typer.Option(help="Write the review packet here when escalated.")
+        Path | None, typer.Option(callback=output_file, help="Write the review packet here when escalated.")
     ] = None,
 ) -> None:
     """Verify a classification against its bundle and print the disposition JSON."""
@@ -264,10 +267,14 @@ def review(
         DocumentType | None, typer.Option(help="The correct dominant type (CORRECTS only).")
     ] = None,
     corrected_segments: Annotated[
-        Path | None, typer.Option(help="JSON list of corrected segments (CORRECTS only).")
+        Path | None,
+        typer.Option(exists=True, dir_okay=False, help="JSON list of corrected segments (CORRECTS only)."),
     ] = None,
     corrected_mixture: Annotated[
-        Path | None, typer.Option(help="JSON list of the corrected document mixture (CORRECTS only).")
+        Path | None,
+        typer.Option(
+            exists=True, dir_okay=False, help="JSON list of the corrected document mixture (CORRECTS only)."
+        ),
     ] = None,
     notes: Annotated[str, typer.Option(help="Notes for the ground-truth record.")] = "",
 ) -> None:
@@ -316,6 +323,8 @@ def _load_list(model: type[M], path: Path | None) -> list[M] | None:
 
 
 @app.command("show-packet")
-def show_packet(packet: Annotated[Path, typer.Option(help="ReviewPacket JSON.")]) -> None:
+def show_packet(
+    packet: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="ReviewPacket JSON.")],
+) -> None:
     """Render a review packet in the terminal."""
     Console(file=sys.stdout).print(render_packet(_load(ReviewPacket, packet)))

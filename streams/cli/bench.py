@@ -26,6 +26,7 @@ from streams.bench import (
     restart,
     runtime,
 )
+from streams.cli.paths import output_folder
 
 app = typer.Typer(help="Benchmarks of each area: throughput, per-event cost, size.", no_args_is_help=True)
 app.add_typer(dbpm.app, name="dbpm")
@@ -59,7 +60,10 @@ def poison(
     seed: Annotated[int, typer.Option(help="Seeds the good and the bad records.")] = 7,
     timeout: Annotated[float, typer.Option(help="Longest wait for one phase's commits (s).")] = 600.0,
     workdir: Annotated[
-        Path | None, typer.Option(help="The runtimes' data directories and logs [default: a temporary one].")
+        Path | None,
+        typer.Option(
+            callback=output_folder, help="The runtimes' data directories and logs [default: a temporary one]."
+        ),
     ] = None,
 ) -> None:
     """Feed good and bad records to every consumed topic through every runtime; check and count them.

@@ -29,6 +29,7 @@ from typing import Annotated
 import typer
 
 from state.kinds import StoreKind
+from streams.cli.paths import new_folder, output_file
 
 app = typer.Typer(help="Replay a DBPM event stream (JSON Lines) through the engine.", no_args_is_help=True)
 
@@ -38,9 +39,15 @@ def replay(
     in_: Annotated[
         Path, typer.Option("--in", help="Input events, JSON Lines (replay contract).", exists=True)
     ],
-    out: Annotated[Path, typer.Option("--out", help="Output decisions, one JSON line per gate event.")],
+    out: Annotated[
+        Path,
+        typer.Option("--out", callback=output_file, help="Output decisions, one JSON line per gate event."),
+    ],
     state_out: Annotated[
-        Path | None, typer.Option("--state-out", help="Write the final memory state (contract format) here.")
+        Path | None,
+        typer.Option(
+            "--state-out", callback=output_file, help="Write the final memory state (contract format) here."
+        ),
     ] = None,
     store: Annotated[StoreKind, typer.Option("--store", help="Keep the memory in memory or in RocksDB.")] = (
         StoreKind.memory
@@ -54,14 +61,20 @@ def replay(
     ] = False,
     dlq: Annotated[
         Path | None,
-        typer.Option("--dlq", help="Dead-letter output for bad lines (default: <out>.dlq.jsonl)."),
+        typer.Option(
+            "--dlq", callback=output_file, help="Dead-letter output for bad lines (default: <out>.dlq.jsonl)."
+        ),
     ] = None,
     provenance: Annotated[
         bool, typer.Option("--provenance", help="Add rule, severity, support and sources to each decision.")
     ] = False,
     store_path: Annotated[
         Path | None,
-        typer.Option("--store-path", help="RocksDB directory to create and keep (default: a temporary one)."),
+        typer.Option(
+            "--store-path",
+            callback=new_folder,
+            help="RocksDB directory to create and keep (default: a temporary one).",
+        ),
     ] = None,
     commit_every: Annotated[
         int, typer.Option("--commit-every", min=1, help="Events per committed batch.")
@@ -102,8 +115,6 @@ def replay(
     if via_kafka:
         _replay_via_kafka(in_, out, state_out, dlq_path, no_maintenance, provenance, wait)
         return
-    if store_path is not None and store_path.exists():
-        raise typer.BadParameter(f"{store_path} exists; a replay starts from an empty store, pick a new path")
     with (
         open_store(store, store_path) as kv,
         in_.open("rb") as events,

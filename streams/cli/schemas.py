@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from streams.cli.paths import output_folder
+
 if TYPE_CHECKING:
     from schemas.registry import SchemaRegistry
     from topics.catalog import Catalog
@@ -108,7 +110,11 @@ def write_export(directory: Path, registry: SchemaRegistry, catalog: Catalog) ->
 def export(
     directory: Annotated[
         Path,
-        typer.Argument(file_okay=False, help="Directory to write the schemas into (created if missing)."),
+        typer.Argument(
+            file_okay=False,
+            callback=output_folder,
+            help="Directory to write the schemas into (created if missing).",
+        ),
     ],
 ) -> None:
     """Write every current schema in dependency order, and one self-contained schema per topic value."""

@@ -191,7 +191,9 @@ def _acl_table(reports: list[AclReport], title: str) -> Table:
 @app.command()
 def acls(
     bootstrap: Bootstrap = None,
-    plan: Annotated[Path, typer.Option(help="The ACL plan (YAML).")] = DEFAULT_PLAN,
+    plan: Annotated[
+        Path, typer.Option(exists=True, dir_okay=False, help="The ACL plan (YAML).")
+    ] = DEFAULT_PLAN,
     dry_run: Annotated[bool, typer.Option(help="Only compare the cluster with the plan.")] = False,
     timeout: Timeout = 30.0,
 ) -> None:

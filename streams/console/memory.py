@@ -13,7 +13,12 @@ What holds:
   The trajectory lists every verdict, pin and propagated evidence of the signature still on the topics in
   event-time order, each with its source, its verdict, its Table 4 weight (``DBPMConfig.weight``) and the
   severity the next decision of the signature saw after it (the decision's own ``severity``: what the gate
-  read, not a recomputation): the latest :data:`TRAJECTORY_SHOWN` of them, with the total. The decisions
+  read, not a recomputation): the latest :data:`TRAJECTORY_SHOWN` of them, with the total. Above that
+  table, the same severity as a chart over event time (:func:`severity_chart`): the severity each decision
+  of the signature read, the latest :data:`SEVERITY_DRAWN` decisions that read one, with the task's BLOCK
+  and DOWNGRADE thresholds across them, drawn as the demo's report draws its charts
+  (:mod:`streams.demo.charts`: inline SVG, nothing the page's Content-Security-Policy would have to
+  allow). The decisions
   of the signature follow, newest first, the first :data:`DECISIONS_SHOWN` of them with the total count
   by decision.
 * **Candidate page** (``/memory/candidate/<id>``): its decision, rule, severity, multiplier, provenance,
@@ -39,6 +44,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from aiohttp import web
+from markupsafe import Markup
 
 from processors.dbpm import DBPMConfig
 from processors.dbpm.config import OPERATOR_PIN
@@ -55,6 +61,7 @@ from streams.console.memorylog import MemorySource, PinPublisher, SignatureLog, 
 from streams.console.pages import PageLink, render, segment
 from streams.console.sessions import SESSION
 from streams.console.users import Role
+from streams.demo.charts import Series, line_chart
 from streams.worker.dbpm import pin_record
 
 PAGE = PageLink("/memory", "Memory explorer", frozenset({Role.OPERATOR}))
@@ -66,6 +73,9 @@ DECISIONS_SHOWN = 50
 TRAJECTORY_SHOWN = 50
 """The most trajectory events a signature page lists (the latest, in event-time order); the total is
 counted. A signature the verifier keeps failing has thousands in 30 days of topic."""
+SEVERITY_DRAWN = 500
+"""The most decisions the severity chart draws (the latest): enough to see the signature's course, few
+enough for a page that loads at once."""
 REASON_MAX = 500
 """The longest reason a pin takes."""
 _ACTIONS = frozenset(a.value for a in PinAction)
@@ -123,6 +133,9 @@ class SignatureView:
     """How many events of the signature are on the topics."""
     decisions: list[GateDecision]
     """The newest :data:`DECISIONS_SHOWN` decisions, newest first."""
+    severities: list[tuple[float, float]]
+    """(event time, severity read) of the latest :data:`SEVERITY_DRAWN` decisions that read a severity,
+    in event-time order."""
     decision_counts: dict[str, int]
     unreadable: int
 
@@ -182,13 +195,37 @@ def signature_view(
         (s.source, s.verdict) for s in (_step(e, config) for e in log_.events) if s.kind != "pin"
     )
     newest = sorted(log_.decisions, key=lambda d: d.ts, reverse=True)
+    read = [(d.ts.timestamp(), d.severity) for d in reversed(newest) if d.severity is not None]
     return SignatureView(
         task, sig, now, pattern, mem.severity(task, pattern, at), mem.kappa(pattern, at),
         mem.white(task, sig), mem.pin(task, sig), source_names(pattern.sources) if pattern else (),
         [(source, verdict, n) for (source, verdict), n in sorted(counts.items())],
         trajectory(log_, config)[-TRAJECTORY_SHOWN:], len(log_.events), newest[:DECISIONS_SHOWN],
-        dict(sorted(Counter(d.decision.value for d in log_.decisions).items())), log_.unreadable,
+        read[-SEVERITY_DRAWN:], dict(sorted(Counter(d.decision.value for d in log_.decisions).items())),
+        log_.unreadable,
     )  # fmt: skip
+
+
+SEVERITY_COLOURS = {"severity": "#1f77b4", "block": "#d62728", "downgrade": "#ff7f0e"}
+"""The chart's line colours: the severity, and the BLOCK and DOWNGRADE thresholds."""
+
+
+def severity_chart(view: SignatureView, config: DBPMConfig) -> Markup:
+    """The severity each decision of ``view``'s signature read, over event time, with the task's BLOCK
+    and DOWNGRADE thresholds as lines across the same span (a chart that says "no data" when no decision
+    read a severity)."""
+    points = view.severities
+    series = [Series("severity a decision read", points, SEVERITY_COLOURS["severity"])]
+    if points:
+        span = (points[0][0], points[-1][0])
+        block, down = config.tasks[view.task].block_threshold, config.downgrade_threshold
+        series += [
+            Series(f"BLOCK threshold {block}", [(t, block) for t in span], SEVERITY_COLOURS["block"]),
+            Series(f"DOWNGRADE threshold {down}", [(t, down) for t in span], SEVERITY_COLOURS["downgrade"]),
+        ]
+    title = f"severity of {view.task} {view.signature} at each decision"
+    # Markup: the SVG goes into the page as it is; line_chart escapes every text it draws.
+    return Markup(line_chart(title, series, "severity", "event time", time=True))
 
 
 _RULES = {
@@ -302,6 +339,7 @@ async def _signature(
     confirmation = f"Pin {pinned} recorded." if pinned in _ACTIONS else ""
     return render(
         request, "memory_signature.html", status=status, title=f"{task} signature {sig}", view=view,
+        severity_chart=severity_chart(view, explorer.config),
         params=explorer.config.tasks[task], config=explorer.config, actions=list(PinAction),
         reason_max=REASON_MAX, error=error, confirmation=confirmation, unpinnable=unpinnable(task, sig),
     )  # fmt: skip

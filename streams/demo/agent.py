@@ -20,16 +20,21 @@ import json
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Consumer, Producer
 from rich.console import Console
 from rich.table import Table
 
+from processors.agent.patients import patient_resource, search_patients
 from schemas.agent import AgentProposal, AgentRequest, AgentResponse, AgentTrace
+from schemas.fhir import FhirUpdate
 from schemas.serde import Serde
 from streams.agent.local import replay
+from streams.agent.patients import BundlePatients
+from streams.agent.tools import PatientSource
 from streams.bench.agent import two_stage_budget
 from streams.demo.errors import DemoError
 from streams.demo.results import AgentRow, Results
@@ -46,6 +51,10 @@ ANSWER_TIMEOUT_S = 120.0
 """Longest wait for every question's response (the worker joins its group, then ~15 calls each)."""
 
 
+GATED_TOOLS = ("prescribe_medication",)
+"""The write tools whose proposal carries the clinical gates' light (``agent_gates``)."""
+
+
 @dataclass(frozen=True)
 class Asked:
     """A question as the demo sent it."""
@@ -60,11 +69,16 @@ def step_agent(
     serde: Serde,
     app_id: str,
     workdir: Path,
+    fhir: list[FhirUpdate],
     as_of: datetime,
     results: Results,
 ) -> None:
-    """Ask the demo's questions through ``clingate agent worker`` and show and check the turns."""
-    questions = demo_questions()
+    """Ask the demo's questions through ``clingate agent worker`` and show and check the turns; ``fhir``
+    is every FHIR update the run gave the clinical worker (what the agent's patient tools find)."""
+    questions, left_out = askable(run_patients(fhir, as_of))
+    for query, why in left_out.items():
+        results.not_run[f"agent: {query}"] = why
+        console.print(f"  not asked: {query!r}: {why}")
     script = workdir / "agent-script.json"
     script.write_text(json.dumps({q.query: q.answers for q in questions}), encoding="utf-8")
     group = f"{app_id}-agent"
@@ -103,9 +117,66 @@ def step_agent(
             made = _records(consumer, serde, AGENT_PROPOSALS, AgentProposal, starts[AGENT_PROPOSALS])
         finally:
             consumer.close()
-    rows = [_row(a, responses[a.request.conversation_id], traces, made) for a in asked]
+    rows = [agent_row(a, responses[a.request.conversation_id], traces, made) for a in asked]
     results.agent = rows
     _print(console, rows)
+    check_agent(results, [a.question for a in asked], rows)
+
+
+def run_patients(fhir: list[FhirUpdate], as_of: datetime) -> BundlePatients:
+    """The patients the run's clinical worker holds once ``fhir`` is applied, as the agent's tools read
+    them (ids and names are what a question's inputs need; the updates' times do not change them)."""
+    return BundlePatients([json.loads(u.resource) for u in fhir], as_of)
+
+
+def askable(patients: PatientSource) -> tuple[list[Question], dict[str, str]]:
+    """The demo's questions whose inputs ``patients`` hold, in order, and why each other one is not
+    asked, by its query (:func:`missing_inputs`)."""
+    asked, left_out = [], {}
+    for question in demo_questions():
+        missing = missing_inputs(question, patients)
+        if missing is None:
+            asked.append(question)
+        else:
+            left_out[question.query] = missing
+    return asked, left_out
+
+
+def _tool_calls(question: Question) -> list[tuple[str, dict[str, Any]]]:
+    """The tool calls ``question``'s script makes: each ``{"tool_name": ...}`` answer with the arguments
+    the model gives next."""
+    answers = question.answers
+    return [
+        (str(chosen["tool_name"]), cast(dict[str, Any], args))
+        for chosen, args in pairwise(answers)
+        if isinstance(chosen, dict) and set(chosen) == {"tool_name"} and isinstance(args, dict)
+    ]
+
+
+def missing_inputs(question: Question, patients: PatientSource) -> str | None:
+    """What ``question``'s script needs that ``patients`` lack (None: it can be asked): every patient id
+    its tool calls name, and for each name search at least one match, two when the turn ends in a question
+    back (it asks which of several patients was meant)."""
+    wanted = 2 if question.path == "clarification" else 1
+    for tool, args in _tool_calls(question):
+        patient = args.get("patient_id")
+        if isinstance(patient, str) and patients.state(patient) is None:
+            return f"patient {patient} is not among this run's patients (--clinical-patients)"
+        if tool == "search_patient":
+            found = search_patients((patient_resource(s) for s in patients.states()), str(args["name"]))
+            matches = len(found["matches"]) + int(found.get("omitted", 0))
+            if matches < wanted:
+                return (
+                    f"its search for {args['name']!r} needs {wanted} matching patients, this run has "
+                    f"{matches} (--clinical-patients)"
+                )
+    return None
+
+
+def check_agent(results: Results, questions: list[Question], rows: list[AgentRow]) -> None:
+    """The step's checks over the turns of ``questions`` (one row each, in order): within the call
+    budget, the scripted path and answer, replayed from the trace, and a proposal with the clinical
+    gates' light for every turn whose script calls a tool of :data:`GATED_TOOLS`."""
     results.check(
         "agent_budget", all(r.llm_calls == r.budget for r in rows), "an agent turn is over its call budget"
     )
@@ -115,10 +186,12 @@ def step_agent(
     results.check(
         "agent_replay", all(r.replayed for r in rows), "an agent turn does not replay from its trace"
     )
-    gated = [r for r in rows if r.tools and r.tools[0].startswith("prescribe_medication")]
-    results.check(
-        "agent_gates", all(r.lights for r in gated) and bool(gated), "a prescription carries no gates"
-    )
+    writes = [
+        row
+        for question, row in zip(questions, rows, strict=True)
+        if any(tool in GATED_TOOLS for tool, _ in _tool_calls(question))
+    ]
+    results.check("agent_gates", all(r.lights for r in writes), "a prescription carries no gates")
 
 
 def _ask(
@@ -169,9 +242,10 @@ def _responses(
         time.sleep(0.5)
 
 
-def _row(
+def agent_row(
     asked: Asked, response: AgentResponse, traces: list[AgentTrace], made: list[AgentProposal]
 ) -> AgentRow:
+    """The row of ``asked``'s turn from its response, the trace records and the proposals made."""
     question, request = asked.question, asked.request
     executed = len(response.tool_calls)
     kind = "clarification" if response.clarification is not None else question.path

@@ -28,7 +28,14 @@ from streams.bench.stats import percentile
 from streams.demo.data.timeline import week_of
 from streams.demo.feed import emitted_candidates, published_candidates, published_verdicts
 from streams.demo.llm import LoopPlan
-from streams.demo.plan import Plan, engine_run, last_per_patient, last_time, loop_reference
+from streams.demo.plan import (
+    Plan,
+    engine_run,
+    last_per_patient,
+    last_time,
+    loop_reference,
+    memory_over_time,
+)
 from streams.demo.results import (
     BulkFigures,
     DbpmResults,
@@ -76,6 +83,7 @@ def step_dbpm(
     mark = len(loop_reference(LoopPlan(narratives=loop.narratives[: plan.lockstep]), emitted, verdicts))
     with console.status("in-process reference run"):
         reference = engine_run(engine, events, mark)
+        snapshots = memory_over_time(engine, events)
     differing = _differing(reference.decisions, decisions, lambda cid: cid in lockstep_ids)
     bulk_differing = _differing(reference.decisions, decisions, lambda cid: cid not in lockstep_ids)
     lockstep_memory = memory_differences(reference.marked, run.lockstep_state) if plan.lockstep else []
@@ -91,7 +99,7 @@ def step_dbpm(
         per_task=per_task,
         population=channel_population(state, engine.config, fail_events),
         selectivity=selectivity,
-        snapshots=reference.snapshots,
+        snapshots=snapshots,
         differing=sum(differing.values()),
         lockstep=plan.lockstep,
         lockstep_gates=len(lockstep_ids),

@@ -30,6 +30,7 @@ import typer
 from rich.console import Console
 
 from schemas.serde import Serde, make_serde
+from streams.cli.paths import output_file
 from streams.console.users import Role
 from streams.demo.agent import step_agent
 from streams.demo.broker import start_broker, step_topics
@@ -79,6 +80,7 @@ ReportPath = Annotated[
     Path,
     typer.Option(
         "--report",
+        callback=output_file,
         help="Where to write the HTML report; the console's screenshots go beside it (the default's "
         "directory, out/, is git-ignored, so a run leaves the checkout clean).",
     ),
@@ -93,7 +95,11 @@ Serve = Annotated[
 ]
 JsonPath = Annotated[
     Path | None,
-    typer.Option("--json", help="Also write the summary as JSON (checks by name, the DBPM loop's figures)."),
+    typer.Option(
+        "--json",
+        callback=output_file,
+        help="Also write the summary as JSON (checks by name, the DBPM loop's figures).",
+    ),
 ]
 
 
@@ -130,7 +136,6 @@ def demo(
             console.print(f"summary written to {json_path}")
 
     steps = (console, settings, serde, catalog, results, plan, (fhir_rate, docs_rate), model_narratives)
-    report_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         _run_steps(*steps, report_path.resolve().parent, finish, serve)
     except KeyboardInterrupt:
@@ -175,7 +180,9 @@ def _run_steps(
             with _step(console, results, 6, "classification arbiter"):
                 step_docs(console, plan, results)
             with _step(console, results, 7, "the clinician's agent through its worker"):
-                step_agent(console, bootstrap, serde, app_id, workdir, golden_time(), results)
+                step_agent(
+                    console, bootstrap, serde, app_id, workdir, plan.clinical_updates, golden_time(), results
+                )
             with _step(console, results, 8, "dead letters"):
                 step_dead_letters(console, bootstrap, serde, catalog, results)
             with _step(console, results, 9, "the console"):

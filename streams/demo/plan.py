@@ -8,14 +8,14 @@ processors make of them; the run's outputs are compared with these (:mod:`stream
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
 
 from rich.console import Console
 
-from processors.dbpm import DBPMEngine
+from processors.dbpm import DBPMEngine, GateRuling
 from processors.dbpm.events import Event
 from processors.dbpm.ontology import FILTER_ID_SUFFIX
 from processors.docs.arbiter import ArbiterConfig, Finished, run
@@ -102,6 +102,12 @@ class Plan:
     """Per golden case, its assessment under its published run's review inputs (Rule B's included)."""
     documents: list[Document]
     docs_rules_only: bool
+
+    @property
+    def clinical_updates(self) -> list[FhirUpdate]:
+        """Every FHIR update the run gives the clinical worker: the generated timeline, then the golden
+        cases' bundles."""
+        return [*self.fhir, *(update for update, _ in self.golden)]
 
     @property
     def gates(self) -> int:
@@ -288,25 +294,48 @@ class EngineRun:
     """Decision by candidate id."""
     state: State
     """The final memory."""
-    snapshots: list[MemoryPoint]
-    """The memory at :data:`SNAPSHOTS` points along the way."""
     marked: State | None
     """The memory after the first ``mark`` events (as of the last of them)."""
+
+
+def _apply(engine: DBPMEngine, store: MemoryStore, events: Iterable[Event]) -> Iterator[list[GateRuling]]:
+    """Apply ``events`` one by one to ``store``, each at its own event time; yields each one's decisions
+    once it is applied."""
+    for event in events:
+        with store.transaction() as txn:
+            _, out = engine.process(txn, event, event.time)
+        yield out
 
 
 def engine_run(engine: DBPMEngine, events: list[Event], mark: int) -> EngineRun:
     """Run ``engine`` over ``events`` on a fresh in-memory store (see :class:`EngineRun`)."""
     store = MemoryStore()
     decisions: dict[str, str] = {}
-    snapshots: list[MemoryPoint] = []
     marked = engine.snapshot(store.transaction()) if mark == 0 else None
-    every = max(1, len(events) // SNAPSHOTS)
-    for index, event in enumerate(events, start=1):
-        with store.transaction() as txn:
-            _, out = engine.process(txn, event, event.time)
+    for index, out in enumerate(_apply(engine, store, events), start=1):
         decisions.update((d.candidate_id, d.decision) for d in out)
-        if index % every == 0 or index == len(events):
-            snapshots.append(MemoryPoint.of(event.time, engine.snapshot(store.transaction())))
         if index == mark:
             marked = engine.snapshot(store.transaction())
-    return EngineRun(decisions, engine.snapshot(store.transaction()), snapshots, marked)
+    return EngineRun(decisions, engine.snapshot(store.transaction()), marked)
+
+
+def memory_over_time(engine: DBPMEngine, events: Sequence[Event]) -> list[MemoryPoint]:
+    """The memory at about :data:`SNAPSHOTS` points along event time, in time order: ``events`` applied
+    in event-time order on a fresh in-memory store (events of the same time keep their order), a
+    snapshot after every ``len(events) // SNAPSHOTS`` of them and after the last, each at the time of
+    the event it follows.
+
+    Not the reference run's order (:func:`loop_reference`): that one applies the loop's events narrative
+    by narrative, as the lockstep slice is compared, and their times, stamped by the generator and the
+    verifier while they serve many narratives at once, go back and forth in it; a snapshot taken in that
+    order can hold verdicts later than the snapshot after it. In event-time order each snapshot holds
+    what happened up to its time, so a chart of them over event time is a line forward in time.
+    """
+    ordered = sorted(events, key=lambda e: e.time)
+    store = MemoryStore()
+    every = max(1, len(ordered) // SNAPSHOTS)
+    snapshots = []
+    for index, (event, _) in enumerate(zip(ordered, _apply(engine, store, ordered), strict=True), start=1):
+        if index % every == 0 or index == len(ordered):
+            snapshots.append(MemoryPoint.of(event.time, engine.snapshot(store.transaction())))
+    return snapshots

@@ -17,7 +17,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 from dataclasses import astuple
-from itertools import accumulate, cycle
+from itertools import cycle
 from pathlib import Path
 
 from processors.dbpm.measurement import PopulationReport, SelectivityCounts
@@ -121,47 +121,21 @@ def _console(results: Results) -> str:
     return f"<p>Each page as the demo's browser saw it, signed in as the page's role.</p>{figures}"
 
 
-def _clock(snapshots: Sequence[MemoryPoint]) -> list[float]:
-    """Each snapshot's place on an event-time axis: the latest event time of it and the snapshots
-    before it, which never goes back.
-
-    A snapshot's severities are effective at the memory's clock, the latest event time it has applied
-    (:meth:`processors.dbpm.DBPMEngine.snapshot`), which is at least this. The time of the event a
-    snapshot was taken after can be earlier than an earlier snapshot's: the in-process run applies the
-    loop's events narrative by narrative, and they carry the wall clock of the generator and the
-    verifier, which serve many narratives at once."""
-    return list(accumulate((s.time for s in snapshots), max))
-
-
-_CLOCK_NOTE = (
-    "<p>Each snapshot stands at the latest event time the in-process run had applied by then. That run "
-    "applies the loop's events narrative by narrative, timed by the generator and the verifier as they "
-    "served many narratives at once, so its clock can reach the end of the run early, and the later "
-    "snapshots then stand at that time, one above the other.</p>"
-)
-
-
 def _population(snapshots: Sequence[MemoryPoint]) -> str:
-    clock = _clock(snapshots)
+    """The signatures each task's blocklist and whitelist hold at each snapshot, over event time."""
     colours = _palette(("ner", "re", "qa"))
     blocklist = [
-        Series(
-            task, [(t, len(s.blocklist.get(task, {}))) for t, s in zip(clock, snapshots, strict=True)], colour
-        )
+        Series(task, [(s.time, len(s.blocklist.get(task, {}))) for s in snapshots], colour)
         for task, colour in colours.items()
     ]
     whitelist = [
-        Series(task, [(t, s.whitelist.get(task, 0)) for t, s in zip(clock, snapshots, strict=True)], colour)
+        Series(task, [(s.time, s.whitelist.get(task, 0)) for s in snapshots], colour)
         for task, colour in colours.items()
     ]
-    return (
-        line_chart(
-            "blocklist signatures held over event time", blocklist, "patterns", "event time", time=True
-        )
-        + line_chart(
-            "whitelist signatures held over event time", whitelist, "signatures", "event time", time=True
-        )
-        + _CLOCK_NOTE
+    return line_chart(
+        "blocklist signatures held over event time", blocklist, "patterns", "event time", time=True
+    ) + line_chart(
+        "whitelist signatures held over event time", whitelist, "signatures", "event time", time=True
     )
 
 
@@ -169,7 +143,6 @@ def _trajectories(snapshots: Sequence[MemoryPoint]) -> str:
     """The effective severity of the five blocklist signatures with the largest severity x count at the
     end, over event time, and their values at the end (severities near 1 draw their lines on top of
     one another)."""
-    clock = _clock(snapshots)
     final = snapshots[-1].blocklist if snapshots else {}
     ranked = sorted(
         (
@@ -184,10 +157,10 @@ def _trajectories(snapshots: Sequence[MemoryPoint]) -> str:
     for name, colour in _palette(top).items():
         task, signature = top[name]
         points = []
-        for t, s in zip(clock, snapshots, strict=True):
+        for s in snapshots:
             found = s.blocklist.get(task, {}).get(signature)
             if found is not None:
-                points.append((t, found[0]))
+                points.append((s.time, found[0]))
         trajectories.append(Series(name, points, colour))
     chart = line_chart(
         "severity of the top 5 blocklist signatures (severity x count at the end)",

@@ -99,7 +99,8 @@ class DbpmResults:
     population: PopulationReport
     selectivity: SelectivityCounts
     snapshots: list[MemoryPoint]
-    """The in-process memory along the stream (the report's charts)."""
+    """The in-process memory along the stream, in event-time order (the report's charts;
+    :func:`streams.demo.plan.memory_over_time`)."""
     differing: int
     """Lockstep decisions that differ from the in-process engine's."""
     lockstep: int
@@ -272,6 +273,9 @@ class Results:
     loop: LoopRun | None = None
     dead: DeadLettered | None = None
     model_calls: list[ProbeCall] = field(default_factory=list)
+    not_run: dict[str, str] = field(default_factory=dict)
+    """What a step left out because the run's options removed its inputs, and why; the step checks the
+    rest (a check of nothing passes, and this says so)."""
     checks: dict[str, bool] = field(default_factory=dict)
     """Every check by name, passed or not (``--json``)."""
     failed: list[str] = field(default_factory=list)

@@ -30,11 +30,12 @@ from schemas.clinical import (
     Deliverable,
     EvidenceBundle,
     EvidencePacket,
+    EvidenceRequest,
     GatedDraft,
     RevisionRoute,
     SafetyAudit,
 )
-from schemas.console import ConsoleAction
+from schemas.console import ConsoleAction, ConsoleRequest, ConsoleRequestOutcome
 from schemas.dbpm import Dispatch, Narrative, Propagation
 from schemas.docs import ClassificationRequest, GroundTruth, GroundTruthSource, Review, ReviewDecision
 from schemas.registry import load_registry
@@ -145,6 +146,37 @@ def schema_samples(
             target="/login",
             detail="{}",
             outcome="ok",
+        ),
+        ConsoleRequest(
+            request_id="demo-action-2",
+            event_time=TS,
+            user="operator-demo",
+            role="operator",
+            action="redrive",
+            target="clingate.dbpm.candidates.dlq[0]@42",
+            topic="clingate.dbpm.candidates",
+            note="fixed upstream",
+        ),
+        ConsoleRequestOutcome(
+            request_id="demo-action-2",
+            event_time=TS,
+            user="operator-demo",
+            action="redrive",
+            target="clingate.dbpm.candidates.dlq[0]@42",
+            topic="clingate.dbpm.candidates",
+            partition=0,
+            outcome="ok",
+            reason="",
+        ),
+        EvidenceRequest(
+            patient_id=pid,
+            run_id=f"{pid}-run-1",
+            event_time=TS.isoformat(),
+            revision=1,
+            nti_severity="CRITICAL",
+            drugs=["digoxin"],
+            must_retrieve=["digoxin_tdm.md", "potassium_interaction.md"],
+            missing=["potassium_interaction.md"],
         ),
         request,
         disposition,

@@ -111,6 +111,7 @@ def summary_rows(results: Results) -> list[tuple[str, str]]:
             )
             for r in results.agent
         ),
+        *((f"not run: {what}", why) for what, why in results.not_run.items()),
         ("docs dispositions", str(sum(d.documents for d in results.dispositions))),
         ("dead letters added", str(sum(results.dead_letters.added.values()))),
         *(
@@ -258,6 +259,7 @@ def summary_json(results: Results) -> dict[str, object]:
             }
             for r in results.agent
         ],
+        "not_run": dict(results.not_run),
         "timings_s": dict(results.timings),
     }
 

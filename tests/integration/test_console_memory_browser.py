@@ -4,10 +4,13 @@
 What it shows: the worker's memory learns from live verdicts of an entity (three of the verifier's hard
 fails and one of the Filter's) until the gate BLOCKs a candidate of it; an operator pastes that candidate's
 id into the explorer and sees why (rule ``block``, the severity, the sources) and, through its link, the
-signature's page (the severity decayed to now, the four verdicts in its trajectory, the decision); a
-clinician signed in gets 403 on the explorer; the operator pins the signature ALLOW with a reason, and the
+signature's page (the severity decayed to now, a chart of the severity its decisions read over event time
+with the trajectory's table below it, the four verdicts in its trajectory, the decision); a clinician
+signed in gets 403 on the explorer; the operator pins the signature ALLOW with a reason, and the
 next candidate the gate decides is ALLOWed by rule ``operator_pin`` with the operator's name and the pin's
-id (the audit record's) in its provenance. Each action is on the audit topic.
+id (the audit record's) in its provenance: the pin travels as a request the request runtime
+(``clingate worker --role requests`` of the same app id) checks and publishes. Each action is on the audit
+topic.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from streams.replay.kafka import commit_end_offsets
+from streams.requests.runtime import group_id
 from streams.testing.console import (
     add_user,
     audit_trail,
@@ -28,7 +33,8 @@ from streams.testing.console import (
     sign_in,
     sync_playwright,
 )
-from streams.testing.worker import COMPARISON_ENV, LiveGate
+from streams.testing.worker import COMPARISON_ENV, LiveGate, WorkerProcess
+from topics.catalog import CONSOLE_REQUESTS
 
 pytestmark = pytest.mark.integration
 
@@ -40,6 +46,9 @@ def test_an_operator_finds_why_a_candidate_was_blocked_and_pins_it_and_a_clinici
 ) -> None:
     playwright_of = sync_playwright()
     app_id, _ = start_workers(1, **COMPARISON_ENV)
+    commit_end_offsets(kafka_bootstrap, group_id(app_id), [CONSOLE_REQUESTS])  # not other tests' requests
+    requests = WorkerProcess(kafka_bootstrap, app_id, tmp_path / "requests", {}, role="requests")
+    requests.start()
     run = uuid.uuid4().hex[:8]
     operator, clinician = f"ops-{run}", f"dr-{run}"
     env = {**console_env(kafka_bootstrap, tmp_path / "users.json"), "CLINGATE_APP_ID": app_id}
@@ -69,6 +78,17 @@ def test_an_operator_finds_why_a_candidate_was_blocked_and_pins_it_and_a_clinici
 
                 page.click("a.signature")
                 assert page.locator("dd.count").inner_text() == "4"
+                severity = page.locator("div.severity-chart svg polyline").first
+                drawn = [
+                    tuple(map(float, p.split(","))) for p in (severity.get_attribute("points") or "").split()
+                ]
+                assert drawn and [x for x, _ in drawn] == sorted(x for x, _ in drawn), "in event-time order"
+                chart_box = page.locator("div.severity-chart svg").bounding_box()
+                table_box = page.locator("table.trajectory").bounding_box()
+                assert chart_box and table_box and chart_box["height"] > 100
+                assert chart_box["y"] + chart_box["height"] <= table_box["y"], (
+                    "the table stays below the chart"
+                )
                 assert page.locator("table.trajectory tr[data-kind=verdict]").count() == 4
                 assert page.locator(f"tr[data-candidate='{blocked.candidate_id}']").count() == 1
                 page.select_option("select[name=action]", "ALLOW")
@@ -89,6 +109,7 @@ def test_an_operator_finds_why_a_candidate_was_blocked_and_pins_it_and_a_clinici
         *_, pinned = gate.until(lambda d: d.rule == "operator_pin")
     finally:
         gate.close()
+        requests.stop()
 
     records = audit_trail(kafka_bootstrap, {operator, clinician})
     [pin] = [a for a in records[operator] if a.action == "pin"]

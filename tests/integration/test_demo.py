@@ -93,3 +93,34 @@ def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_pat
         )
         assert 'src="console-pharmacist-board.png"' in html
     assert _processes_with(f"DEMO_TEST_RUN={run}".encode()) == []
+
+
+@pytest.mark.timeout(320)
+def test_demo_with_every_optional_part_off_says_what_it_left_out_and_passes(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Scenario: the demo runs with no generated clinical patients, no lockstep slice and no real model.
+
+    It exits 0 with every check passed; the agent's questions about generated patients (the
+    prescription for PT-DEMO-0003, the search for the Smiths) are not asked and the summary says why,
+    naming the option; the other questions are asked and checked.
+    """
+    summary_path = tmp_path / "summary.json"
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-m", "streams.cli", "demo", "--patients", "2", "--lockstep", "0",
+         "--clinical-patients", "0", "--documents", "1", "--model-narratives", "0", "--fhir-rate", "0",
+         "--docs-rate", "0", "--report", str(tmp_path / "report.html"), "--json", str(summary_path)],
+        cwd=REPO, env={**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+    failures = json.loads(summary_path.read_text("utf-8"))["failures"] if summary_path.exists() else []
+    assert done.returncode == 0, f"{failures}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    assert summary["passed"] and summary["checks"]["agent_gates"] and summary["checks"]["agent_budget"]
+    assert set(summary["not_run"]) == {
+        "agent: Prescribe warfarin 5 mg daily for PT-DEMO-0003",
+        "agent: Find patient Smith and review the chart",
+    }
+    assert all("--clinical-patients" in why for why in summary["not_run"].values())
+    assert {a["path"] for a in summary["agent"]} == {"direct", "single_tool", "multi_tool"}
+    assert "not asked: 'Prescribe warfarin" in done.stdout

@@ -101,7 +101,10 @@ def serve(
         bool, typer.Option(help="test backend: choose answers by a hash of the prompt.")
     ] = False,
     agent_script: Annotated[
-        Path | None, typer.Option(help="test backend: answer the agent's calls from this JSON script.")
+        Path | None,
+        typer.Option(
+            exists=True, dir_okay=False, help="test backend: answer the agent's calls from this JSON script."
+        ),
     ] = None,
     threads: Annotated[int, typer.Option(help="smollm2 backend: llama.cpp threads.")] = 1,
 ) -> None:

@@ -9,7 +9,8 @@ token the schema forbids. The model's judgement is poor; nothing may depend on i
 Choices and the facts behind them (probed on the 2-core development VM):
 
 * ``llama-cpp-python`` is source-only on PyPI and its default ``-march=native`` build segfaults here
-  (AMX): ``make smollm2`` builds it once with ``CMAKE_ARGS=-DGGML_NATIVE=OFF`` into a wheel cache.
+  (AMX): ``make smollm2`` builds it once, CPU-portable and with only what a text model loads
+  (``deploy/llama-cpp/build-wheel.sh``), into a wheel cache.
 * ``n_threads=1``, the fastest on a shared 2-core machine.
 * One Outlines generator per (schema, whitespace) is compiled once and reused; the cache is bounded
   (:data:`GENERATOR_CACHE_SIZE`, least recently used out) because a server may see arbitrary schemas.

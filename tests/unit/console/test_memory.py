@@ -8,6 +8,7 @@ from __future__ import annotations
 import html as html_module
 import json
 import re
+import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -127,6 +128,34 @@ def test_the_signature_page_shows_the_severity_decayed_to_now_the_trajectory_and
     ]  # fmt: skip
     assert re.findall(r'<tr data-candidate="([\w-]+)">', html) == ["c-3", "c-2", "c-1"], "newest first"
     assert "3 decision(s)" in html
+
+
+def test_the_signature_page_charts_the_severity_each_decision_read_over_time_above_the_trajectory(
+    site: Console,
+) -> None:
+    status, html = site.run(lambda c: _page(c, "/memory/signature", task="ner", signature="fever"))
+    assert status == 200
+    chart = re.search(r'<div class="chart severity-chart">.*?(<svg .*?</svg>)', html, flags=re.S)
+    assert chart is not None and html.index("severity-chart") < html.index('class="board trajectory"')
+    svg = ET.fromstring(chart.group(1))
+    lines = [e for e in svg.iter() if e.tag.endswith("polyline")]
+    assert [e.attrib["stroke"] for e in lines] == list(memory.SEVERITY_COLOURS.values())
+    points = [tuple(map(float, p.split(","))) for p in lines[0].attrib["points"].split()]
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    assert len(points) == 3 and xs == sorted(xs), "one point per decision (c-1, c-2, c-3), in time order"
+    severities = [d.severity for d in sorted(site.memory.decisions, key=lambda d: d.ts)]
+    # a higher severity is drawn higher up (smaller y)
+    assert sorted(range(3), key=lambda i: ys[i]) == sorted(range(3), key=lambda i: -(severities[i] or 0.0))
+    block = [tuple(map(float, p.split(","))) for p in lines[1].attrib["points"].split()]
+    assert [x for x, _ in block] == [xs[0], xs[-1]] and block[0][1] == block[1][1], "the threshold's span"
+    labels = [t.text for t in svg.iter() if t.tag.endswith("text")]
+    assert f"BLOCK threshold {site.dbpm.tasks['ner'].block_threshold}" in labels
+
+
+def test_a_signature_no_decision_read_a_severity_of_shows_a_chart_that_says_so(site: Console) -> None:
+    site.memory.decisions.clear()
+    status, html = site.run(lambda c: _page(c, "/memory/signature", task="ner", signature="fever"))
+    assert status == 200 and re.search(r'severity-chart">.*?>no data</text>', html, flags=re.S)
 
 
 def test_a_long_trajectory_lists_its_latest_events_and_counts_them_all(

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology, parse_event
 from processors.dbpm.extraction import QA_TEMPLATES
 from processors.dbpm.measurement import (
     ChannelPopulation,
@@ -24,7 +25,7 @@ from processors.dbpm.measurement import (
     TagCounts,
 )
 from streams.demo import charts, report
-from streams.demo.plan import demo_stream
+from streams.demo.plan import SNAPSHOTS, demo_stream, memory_over_time
 from streams.demo.results import DbpmResults, MemoryPoint, PatientRow, Results, WeekLights
 from streams.demo.streams import FLOWS
 from streams.demo.tap import Flow
@@ -47,6 +48,23 @@ def test_demo_stream_keeps_every_candidate_and_verdict_of_its_patients():
     gates = [e for e in stream if e["kind"] == "gate"]
     assert len({e["candidate_id"] for e in gates}) == len(gates)
     assert sum(1 for e in stream if e["kind"] == "verdict") > 0
+
+
+def test_memory_snapshots_follow_event_time_when_the_events_come_narrative_by_narrative():
+    """The reference run's order (patient by patient, a later patient's events stamped before an earlier
+    one's) goes back in time; the snapshots are in time order and hold what happened up to their time:
+    the last one is the memory after every event, however they came."""
+    stream = demo_stream(12)
+    by_patient = [list(events) for _, events in groupby(stream, key=lambda e: e["patient_id"])]
+    arrived = [parse_event(e) for patient in reversed(by_patient) for e in patient]
+    assert any(b.time < a.time for a, b in pairwise(arrived)), "the input goes back in time"
+    engine = DBPMEngine(DBPMConfig(), load_ontology())
+    snapshots = memory_over_time(engine, arrived)
+    times = [s.time for s in snapshots]
+    assert times == sorted(times) and len(snapshots) >= SNAPSHOTS
+    assert times[-1] == max(e.time for e in arrived)
+    assert snapshots == memory_over_time(engine, [parse_event(e) for e in stream]), "as if in time order"
+    assert any(s.blocklist.get("ner") or s.whitelist.get("ner") for s in snapshots), "the memory fills"
 
 
 def test_report_page_is_self_contained():
@@ -73,10 +91,8 @@ def test_report_page_is_self_contained():
 _TASKS = ("ner", "re", "qa")
 _SIGNATURES = {"ner": ("n1", "n2"), "re": ("r1", "r2"), "qa": ("q1", "q2")}
 """Six blocklist signatures, so the trajectory chart leaves one out (``ner n1``, the smallest)."""
-_SNAPSHOT_HOURS = (0, 2, 1, 3)
-"""The event times of the snapshots, in hours: the third's is earlier than the second's, as the loop's
-are (the in-process run applies its events narrative by narrative, stamped when the LLM groups, serving
-many narratives at once, produced them)."""
+_SNAPSHOT_HOURS = (0, 1, 2, 3)
+"""The event times of the snapshots, in hours (in time order, as :func:`memory_over_time` takes them)."""
 _CATEGORIES = tuple(QA_TEMPLATES)
 """The QA categories of the lift chart: eleven, some with long names."""
 
@@ -292,9 +308,8 @@ def _boxes(svg: ET.Element) -> list[tuple[str, tuple[float, float, float, float]
 
 
 def test_each_series_is_one_line_through_its_points_in_event_time_order(tmp_path):
-    """One polyline per legend entry, its x never going back. On the event-time charts a snapshot
-    stands at the memory's clock: the third snapshot, stamped before the second, at the second's time,
-    where the axis labels 02:00."""
+    """One polyline per legend entry, its x never going back. On the event-time charts each snapshot
+    stands at its own time: the third where the axis labels 02:00."""
     drawn = _charts(tmp_path)
     for caption, svg in drawn.items():
         lines = _lines(svg)
@@ -306,8 +321,8 @@ def test_each_series_is_one_line_through_its_points_in_event_time_order(tmp_path
         ticks = {label: x for x, label in _axis(drawn[caption], "x")[0]}
         for line in _lines(drawn[caption]):
             xs = [x for x, _ in line]
-            assert len(xs) == len(_SNAPSHOT_HOURS) and xs[0] < xs[1] == xs[2] < xs[3], (caption, xs)
-            assert math.isclose(xs[1], ticks["02:00"], abs_tol=0.2), (caption, xs, ticks)
+            assert len(xs) == len(_SNAPSHOT_HOURS) and xs[0] < xs[1] < xs[2] < xs[3], (caption, xs)
+            assert math.isclose(xs[2], ticks["02:00"], abs_tol=0.2), (caption, xs, ticks)
 
 
 def test_value_ticks_are_round_steps_in_plain_notation(tmp_path):
