@@ -37,7 +37,7 @@ from typing import TypeVar
 import aiohttp
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from processors.agent.drugs import default_drug_data
+from processors.agent.drugs import default_drug_data, drug_dictionary
 from processors.agent.proposals import Proposal
 from processors.agent.state import AgentConfig, default_config
 from processors.clinical.knowledge import default_knowledge
@@ -232,7 +232,7 @@ async def run_agent(
                 clinicaltrials_url=settings.clinicaltrials_url, sink=sink,
             )  # fmt: skip
             handler = AgentHandler(
-                llm_client, tools, traces, default_config(drug_data.names()), serde, agent_metrics, meters
+                llm_client, tools, traces, default_config(drug_dictionary()), serde, agent_metrics, meters
             )
             return await run_loop(
                 bootstrap, group_id=settings.agent_group_id, topics=[AGENT_REQUESTS], handler=handler,

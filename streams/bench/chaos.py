@@ -45,6 +45,7 @@ Choices where the brief left room:
 from __future__ import annotations
 
 import random
+import signal
 import threading
 import time
 import uuid
@@ -59,6 +60,7 @@ import typer
 from schemas.dbpm import GateDecision
 from schemas.serde import Serde, make_serde
 from streams.cli.common import require_bootstrap
+from streams.cli.paths import output_folder
 from streams.replay.kafka import ReplayTimeout, commit_worker_end_offsets, replay_via_kafka
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
@@ -178,6 +180,24 @@ def pause_broker(broker: LocalKafka, pause_s: float) -> Disruption:
             return f"broker resumed after {pause_s:g} s"
 
         return "broker SIGSTOPped", resume
+
+    return disrupt
+
+
+def pause_worker(index: int, pause_s: float) -> Disruption:
+    """SIGSTOP worker ``index`` for ``pause_s`` (longer than the session and transaction timeouts: its
+    partitions move to the others and the coordinator ends its open transaction's epoch), then SIGCONT:
+    it must notice it was frozen, commit nothing it made before, and rejoin."""
+
+    def disrupt(workers: list[WorkerProcess], rng: random.Random) -> tuple[str, Recovery]:
+        workers[index].signal(signal.SIGSTOP)
+
+        def resume() -> str:
+            time.sleep(pause_s)
+            workers[index].signal(signal.SIGCONT)
+            return f"worker {index} resumed after {pause_s:g} s"
+
+        return f"worker {index} SIGSTOPped", resume
 
     return disrupt
 
@@ -423,7 +443,10 @@ def chaos(
     workers: Annotated[int, typer.Option(help="Workers of the app; each kill picks one.")] = 1,
     timeout: Annotated[float, typer.Option(help="Longest wait for an epoch's decisions (s).")] = 300.0,
     workdir: Annotated[
-        Path | None, typer.Option(help="Workers' data directories and logs [default: a temporary one].")
+        Path | None,
+        typer.Option(
+            callback=output_folder, help="Workers' data directories and logs [default: a temporary one]."
+        ),
     ] = None,
 ) -> None:
     """Replay a synthetic stream through workers while SIGKILLing them; check exactly-once.

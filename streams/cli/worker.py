@@ -10,6 +10,9 @@ with ``/metrics`` on the web port:
   (:mod:`streams.worker.gate`). One command, one PID: a SIGKILL of the worker kills all three.
 * ``memory``: the memory writer and the clinical patients. ``gate``: the gate only. Run gates and
   memory workers as separate processes to give each its own core.
+* ``requests``: only the request runtime (:mod:`streams.requests.runtime`), which carries out the
+  console's re-drives and pins after checking them. Never part of ``all``: it runs as a principal of its
+  own (``clingate-requests``), the one that may write every re-drive target.
 
 SIGTERM/SIGINT stop every loop cleanly (each finishes its batch, commits, leaves its group). If a
 loop dies, the others are stopped and the worker exits with :data:`LOOP_FAILED_EXIT`: a worker that
@@ -35,6 +38,7 @@ from typing import Annotated, Protocol
 import typer
 
 from streams.cli.common import require_bootstrap
+from streams.cli.paths import output_folder
 from streams.runtime.kafka_clients import ensure_catalog
 from streams.runtime.logs import configure
 from streams.runtime.settings import get_settings
@@ -53,6 +57,7 @@ class Role(StrEnum):
     ALL = "all"
     MEMORY = "memory"
     GATE = "gate"
+    REQUESTS = "requests"
 
 
 @app.callback(invoke_without_command=True)
@@ -64,10 +69,15 @@ def worker(
         int | None, typer.Option(help="Web endpoint port [env CLINGATE_WEB_PORT, default 6066].")
     ] = None,
     datadir: Annotated[
-        Path | None, typer.Option(help="Worker state directory [env CLINGATE_WORKER_DATADIR].")
+        Path | None,
+        typer.Option(callback=output_folder, help="Worker state directory [env CLINGATE_WORKER_DATADIR]."),
     ] = None,
     role: Annotated[
-        Role, typer.Option(help="all: the memory writer, the clinical patients and the DBPM gate; or a part.")
+        Role,
+        typer.Option(
+            help="all: the memory writer, the clinical patients and the DBPM gate; or a part; requests: "
+            "the console's re-drives and pins (its own principal, never in all)."
+        ),
     ] = Role.ALL,
 ) -> None:
     """Start a worker: the DBPM memory writer, the clinical patients and the DBPM gate, until stopped."""
@@ -89,19 +99,26 @@ def worker(
     ensure_catalog(settings, bootstrap)
     metrics = DbpmMetrics(CollectorRegistry())
     loops: dict[str, Loop] = {}
-    if role is not Role.GATE:
+    if role is Role.REQUESTS:
+        from streams.requests.runtime import build_requests
+        from streams.runtime.metrics import ConsumerLag
+
+        loops["requests"] = requests = build_requests(settings, bootstrap, metrics.loops)
+        metrics.registry.register(ConsumerLag(requests.lag))
+    elif role is not Role.GATE:
         engine = dbpm_engine(settings)
         memory = loops["memory"] = build_memory(settings, bootstrap, metrics, engine)
         loops["clinical"] = build_clinical(settings, bootstrap, metrics)
         # The population gauges of the partitions this process writes, unless a gate sees them all.
         view, config = MergedView(memory.table.partitions), engine.config
-    if role is not Role.MEMORY:
+    if role in (Role.ALL, Role.GATE):
         gate = loops["gate"] = build_gate(settings, bootstrap, metrics)
         view, config = gate.view, gate.config
-    first, *others = loops.values()
-    metrics.watch(first.lag, view, config)
-    for loop in others:
-        metrics.add_lag(loop.lag)
+    if role is not Role.REQUESTS:
+        first, *others = loops.values()
+        metrics.watch(first.lag, view, config)
+        for loop in others:
+            metrics.add_lag(loop.lag)
     endpoint = serve(metrics.registry, settings.web_port, settings.metrics_host)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -67,17 +67,18 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from schemas.serde import Serde
 from streams.runtime.dlq import DecodeFailed, dead_letter_record
 from streams.runtime.kafka_clients import GroupOffsets, Key, consume_batch, positions, seek_owned
 from streams.runtime.metrics import LoopMetrics
-from streams.runtime.transactions import Batch, TransactionalProducer
+from streams.runtime.transactions import COMMIT_STEP_S, Batch, TransactionalProducer
 
 log = logging.getLogger(__name__)
 
@@ -92,12 +93,18 @@ POLL_S = 0.05
 
 @dataclass(frozen=True, slots=True)
 class Output:
-    """One record to produce (bytes already encoded)."""
+    """One record to produce (bytes already encoded).
+
+    Attributes:
+        partition: the partition to write (a re-drive: its source's); None: the key's, by the
+            producer's partitioner.
+    """
 
     topic: str
-    key: bytes
+    key: bytes | None
     value: bytes
-    headers: tuple[tuple[str, bytes], ...] = ()
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    partition: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +180,55 @@ class Job(Protocol):
         ...
 
 
+class FreezeWatch:
+    """Notices this process being frozen (SIGSTOP, a paused VM or container, a host that stopped
+    scheduling it): a thread that ticks every :attr:`TICK_S` and remembers every gap between two
+    ticks longer than a second.
+
+    A member frozen longer than its session timeout stops heartbeating (librdkafka heartbeats from a
+    thread of its own, which a freeze stops too), so its partitions move; a long step of a running
+    process does not (the heartbeats go on). Only a freeze is therefore a reason to doubt membership.
+    """
+
+    TICK_S = 0.1
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+        self._gaps: list[tuple[float, float]] = []  # (end, length) of the gaps longer than a second
+        self._lock = threading.Lock()
+        threading.Thread(target=self._run, name="freeze-watch", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.TICK_S)
+            now = time.monotonic()
+            with self._lock:
+                if now - self._last > 1.0:
+                    self._gaps = [*self._gaps[-15:], (now, now - self._last)]
+                self._last = now
+
+    def frozen_since(self, since: float, limit_s: float) -> bool:
+        """The process was frozen for more than ``limit_s`` at some time after ``since`` (monotonic),
+        or is just coming out of such a freeze (the watch has not ticked since)."""
+        with self._lock:
+            if time.monotonic() - self._last > limit_s:
+                return True
+            return any(end > since and length > limit_s for end, length in self._gaps)
+
+
+_WATCH: FreezeWatch | None = None
+_WATCH_LOCK = threading.Lock()
+
+
+def freeze_watch() -> FreezeWatch:
+    """The process's freeze watch (started on first use)."""
+    global _WATCH
+    with _WATCH_LOCK:
+        if _WATCH is None:
+            _WATCH = FreezeWatch()
+        return _WATCH
+
+
 class BatchCore:
     """One member of a loop's consumer group with its transactional producer (module docstring).
 
@@ -207,8 +263,14 @@ class BatchCore:
         self.started: dict[Key, int] = {}
         """The first offset read from each owned partition since it was assigned."""
         self._lag: dict[Key, int] = {}
-        self._job: Job | None = None
-        self._on_revoke: Callable[[list[TopicPartition]], None] | None = None
+        session_ms = float(consumer_config.get("session.timeout.ms", 45_000))  # type: ignore[arg-type]
+        heartbeat_ms = float(consumer_config.get("heartbeat.interval.ms", session_ms / 10))  # type: ignore[arg-type]
+        self._freeze_limit_s = (session_ms - 2 * heartbeat_ms) / 1000
+        """A freeze this long may have cost the member its partitions (a heartbeat sent just before it,
+        the next one missed by a margin)."""
+        self._member_at = time.monotonic()
+        """When the member last knew its partitions were its own (assigned, or a membership check)."""
+        self._watch = freeze_watch()
 
     def subscribe(
         self,
@@ -220,6 +282,7 @@ class BatchCore:
         (:meth:`Job.assigned`, :meth:`Job.revoked`)."""
 
         def on_assign(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            self._member_at = time.monotonic()
             self._metrics.rebalances.labels(self.name, "assigned").inc(len(partitions))
             starts = assigned(partitions)
             self.resume.update(starts)
@@ -268,6 +331,14 @@ class BatchCore:
         Raises:
             streams.runtime.transactions.TransactionRefused: the cluster refuses the writes for good.
         """
+        if self._watch.frozen_since(self._member_at, self._freeze_limit_s) and not self._still_member():
+            # Frozen past the session timeout: the partitions may have moved and a successor may have
+            # made this step already. Not committed; the next read learns what is still owned.
+            self._metrics.aborted.labels(self.name).inc()
+            self.rewind()
+            if step.aborted is not None:
+                step.aborted()
+            return False
         tracked: dict[int, int] = {}
         produced: list[str] = []
         if step.dead_letters or step.outputs or step.state:
@@ -280,7 +351,8 @@ class BatchCore:
                     out = dead_letter_record(self._serde, failed)
                     batch.produce(out.topic, out.value, out.key, headers=out.headers)
                 for output in step.outputs:
-                    batch.produce(output.topic, output.value, output.key, headers=list(output.headers))
+                    batch.produce(output.topic, output.value, output.key, partition=output.partition,
+                                  headers=list(output.headers))  # fmt: skip
                 for record in step.state:
                     batch.produce(record.topic, record.value, record.key, partition=record.partition,
                                   on_delivery=report if record.tracked else None)  # fmt: skip
@@ -310,6 +382,30 @@ class BatchCore:
         self.resume.update(((tp.topic, tp.partition), tp.offset) for tp in offsets)
         self.offsets.commit(self.consumer, offsets)
         self._count_lag(offsets)
+        return True
+
+    def _still_member(self) -> bool:
+        """After a freeze: whether the group still counts this member in the generation its partitions
+        were assigned in, proven by a synchronous offset commit (the group refuses one from a member it
+        removed) of the offsets last sent to it (or those it holds), so nothing moves. True where there
+        is nothing to prove it with (no offset committed yet)."""
+        owned = self.consumer.assignment()
+        sent = self.offsets.sent
+        offsets = [TopicPartition(tp.topic, tp.partition, sent[(tp.topic, tp.partition)])
+                   for tp in owned if (tp.topic, tp.partition) in sent]  # fmt: skip
+        try:
+            if not offsets:
+                offsets = [
+                    tp for tp in self.consumer.committed(owned, timeout=COMMIT_STEP_S) if tp.offset >= 0
+                ]
+            if offsets:
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            log.warning("%s: after a freeze this member may no longer own its partitions (%s); its "
+                        "batch is not committed and is read again", self.name, exc)  # fmt: skip
+            return False
+        log.info("%s: still a member of its group after a freeze", self.name)
+        self._member_at = time.monotonic()
         return True
 
     def rewind(self) -> None:

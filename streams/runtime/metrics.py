@@ -62,6 +62,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from processors.dbpm.config import DBPMConfig
+from processors.dbpm.events import VerdictEvent
 from processors.dbpm.measurement import LiftStatus, SelectivityTracker, TagCounts, memory_population
 from processors.dbpm.memory import KIND_PATIENT, KIND_PREEMPTED, KIND_WHITE, Memory
 from schemas.clinical import ClinicalAssessment, GatedDraft, RevisionRoute, SafetyAudit
@@ -246,12 +247,13 @@ class Selectivity(Collector):
         with self._lock:
             self._tracker.gate(task, patient_id, payload, decision)
 
-    def verdict(
-        self, task: str, patient_id: str, payload: Mapping[str, Any], verdict: str, source: str
-    ) -> None:
-        """Record a verdict applied to the memory (see :meth:`SelectivityTracker.verdict`)."""
+    def verdicts(self, applied: Sequence[VerdictEvent]) -> None:
+        """Record verdicts applied to the memory, in order (see :meth:`SelectivityTracker.verdict`)."""
+        if not applied:
+            return
         with self._lock:
-            self._tracker.verdict(task, patient_id, payload, verdict, source)
+            for v in applied:
+                self._tracker.verdict(v.task, v.patient_id, v.payload, v.verdict, v.source)
 
     def fail_events(self) -> dict[str, int]:
         """Fail verdicts (not ``success``) applied per task by this process."""
@@ -422,11 +424,14 @@ class DbpmMetrics:
         self.selectivity = Selectivity()
         registry.register(self.selectivity)
 
-    def verdict_applied(self, task: str, patient_id: str, payload: Mapping[str, Any], verdict: str,
-                        source: str) -> None:  # fmt: skip
-        """Count a verdict the memory agent applied and offer it to the selectivity pairing."""
-        self.verdicts.labels(task, verdict, source).inc()
-        self.selectivity.verdict(task, patient_id, payload, verdict, source)
+    def verdicts_applied(self, applied: Sequence[VerdictEvent]) -> None:
+        """Count the verdicts a batch of the memory agent applied (once per label set) and offer them
+        to the selectivity pairing (in their order)."""
+        for (task, verdict, source), count in collections.Counter(
+            (v.task, v.verdict, v.source) for v in applied
+        ).items():
+            self.verdicts.labels(task, verdict, source).inc(count)
+        self.selectivity.verdicts(applied)
 
     def watch(self, lag: LagSource, view: Store, config: DBPMConfig) -> None:
         """Register the scrape-time gauges: consumer lag and the memory channel population."""

@@ -15,8 +15,8 @@ Zombies: a member's transactional producer fences an open transaction of an earl
 the same transactional id (the gate keeps its id in the worker's data directory); a SIGKILLed
 member's open transaction is otherwise aborted by the coordinator after its timeout
 (:data:`~streams.runtime.transactions.TRANSACTION_TIMEOUT_MS`), and ``read_committed`` readers wait
-for it meanwhile. What stays unfenced is a member that stalls past its session timeout inside one
-batch and then commits it after its successor read the progress (as in the memory loop).
+for it meanwhile. A member frozen past its session timeout proves its membership before it commits
+(:class:`~streams.runtime.core.FreezeWatch`, as in the memory loop).
 
 The position is more than an offset because a loop may hold records back (the gate's NER-coverage
 join holds QA candidates for their narrative): ``resume`` is where reading starts again (the first

@@ -361,6 +361,15 @@ class Settings(BaseSettings):
         description="Mark the console's session cookie Secure (sent over HTTPS only): true when people "
         "reach the console through a TLS reverse proxy, as they must from another machine.",
     )
+    console_trusted_proxies: int = Field(
+        default=0,
+        ge=0,
+        le=16,
+        validation_alias="CLINGATE_CONSOLE_TRUSTED_PROXIES",
+        description="How many reverse proxies in front of the console append the client's address to "
+        "X-Forwarded-For (0: the header is ignored). With N, the sign-in throttle counts the address the "
+        "outermost of them saw: the N-th X-Forwarded-For entry from the right.",
+    )
 
     @field_validator(
         "llm_url",
@@ -534,6 +543,13 @@ class Settings(BaseSettings):
         description="M1V7_ENABLE, the QA gate's NER-coverage signal (paper Eq. 9, Table 6 row 2); off: "
         "no category has a NER bucket, so every QA candidate takes the fail-rate x difficulty fallback "
         "(Eq. 7-8).",
+    )
+    dbpm_qa_signal: Literal["ner_coverage", "fail_mass", "parse_failure", "fail_rate", "difficulty"] = Field(
+        default="ner_coverage",
+        validation_alias="CLINGATE_DBPM_QA_SIGNAL",
+        description="The signal source the QA gate reads (paper §4.8, Table 11): ner_coverage (the fifth "
+        "source, the deployed design); fail_mass, parse_failure, fail_rate or difficulty (the first four, "
+        "for their measurement: `clingate bench ablation --qa-sources`).",
     )
     dbpm_qa_fail_threshold: float = Field(
         default=0.30,

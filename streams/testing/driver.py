@@ -7,14 +7,15 @@ nothing reads the clock, so the same pipes give the same bytes on every run.
 
 What is the deployed code, unchanged:
 
-* the per-record logic of every runtime: :class:`~streams.worker.dbpm.MemoryHandler` (the memory
-  writer), :class:`~streams.worker.gate.Gate` (the gate loop),
-  :class:`~streams.worker.clinical.ClinicalHandler` (the clinical patients),
-  :class:`~streams.groups.arbiter.DocsWorker` (the arbiter group) and any
+* the logic of every runtime: :class:`~streams.worker.dbpm.MemoryHandler` (the memory writer),
+  :class:`~streams.worker.gate.GateSteps` (the gate loop, its NER-coverage join included, on the
+  driver's own clock: :meth:`TopologyDriver.advance`), :class:`~streams.worker.clinical.ClinicalHandler`
+  (the clinical patients), :class:`~streams.groups.arbiter.DocsWorker` (the arbiter group) and any
   :data:`~streams.groups.ordered.Handler` of an LLM group (:meth:`TopologyDriver.add_group`), run
-  under the rules of their loops (:class:`~streams.worker.tableloop.TableLoop`: a batch's dead
-  letters, outputs and changelog group together; :func:`~streams.groups.ordered.handle_record`: a
-  handler's exception or an oversized output is a dead letter);
+  under the rules of their loops (:func:`~streams.worker.tablestore.apply_batch`: re-delivered input
+  skipped, a batch's dead letters, outputs and changelog group together;
+  :func:`~streams.groups.ordered.handle_record`: a handler's exception or an oversized output is a
+  dead letter);
 * the serde (:func:`schemas.serde.make_serde`), keys (the handlers' own), partitions (the catalog's
   counts, :func:`topics.catalog.build_catalog`; Java's murmur2 partitioner,
   :func:`topics.partitioner.partition_for`), headers, and dead-letter routing
@@ -97,8 +98,8 @@ from streams.worker.dbpm import (
     memory_changelog,
     min_watermark,
 )
-from streams.worker.gate import Gate
-from streams.worker.tablestore import ChangelogFollower, TableHandler, group_records
+from streams.worker.gate import Gate, GateSteps, JudgedTracker
+from streams.worker.tablestore import ChangelogFollower, TableHandler, apply_batch
 from topics.catalog import (
     DBPM_CANDIDATES,
     DBPM_DECISIONS,
@@ -189,9 +190,12 @@ class ChangelogTable:
         changelog: the table's changelog topic (one partition per table partition).
     """
 
-    def __init__(self, changelog: Topic) -> None:
+    def __init__(
+        self, changelog: Topic, observe: Callable[[int, bytes, bytes | None], None] | None = None
+    ) -> None:
         self.changelog = changelog
         self._followers = [ChangelogFollower(MemoryStore()) for _ in changelog.partitions]
+        self._observe = observe
 
     def get(self, partition: int, key: bytes) -> bytes | None:
         """The value of ``key`` in ``partition``, or None."""
@@ -201,12 +205,14 @@ class ChangelogTable:
         """``(key, value)`` of ``partition`` in ``[start, end)``, ascending."""
         return self._followers[partition].store.iter_range(start, end)
 
-    def stage(self, partition: int, writes: Iterable[tuple[bytes, bytes | None]], input_offset: int) -> None:
-        """Write one group of ``partition`` to the changelog and apply it."""
+    def stage(self, partition: int, group: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Write one group of ``partition`` (closed by its boundary) to the changelog and apply it."""
         follower = self._followers[partition]
-        for key, value in group_records(writes, input_offset):
+        for key, value in group:
             record = self.changelog.append(key, value, partition=partition)
             follower.add(key, value, record.offset)
+            if self._observe is not None:
+                self._observe(partition, key, value)
 
     def stores(self) -> list[Store]:
         """Every partition's store, in partition order."""
@@ -314,11 +320,19 @@ class TopologyDriver:
 
         self.engine = dbpm_engine(settings)
         self.dbpm_metrics = DbpmMetrics(CollectorRegistry())
-        self.memory = ChangelogTable(self._topic(memory_changelog(app_id), partitions))
+        judged = JudgedTracker(partitions)
+        judged.on = bool(settings.dbpm_coverage_wait_s)
+        self.memory = ChangelogTable(self._topic(memory_changelog(app_id), partitions), judged.observe)
         self.memory_view = MergedView(self.memory.stores)
         memory = MemoryHandler(self.engine, self.serde, self.dbpm_metrics)
         self._subscribe(MEMORY_INPUTS, self._table_runtime(memory, self.memory))
         self.gate = Gate(self.engine, self.serde, self.memory_view, self.dbpm_metrics)
+        self.gate_steps = GateSteps(
+            self.gate, settings.dbpm_coverage_wait_s, self._barrier, judged.take, self.dbpm_metrics
+        )
+        self.clock = 0.0
+        """The gate's clock in seconds (production's monotonic clock): the coverage join's waits run on
+        it; :meth:`advance` moves it."""
         self._subscribe([DBPM_CANDIDATES], self._gate_runtime)
 
         self.clinical_metrics = ClinicalMetrics(self.dbpm_metrics.registry)
@@ -361,7 +375,7 @@ class TopologyDriver:
 
         def process(record: SourceRecord) -> None:
             handled = self.run(handle_record(handler, record, expected_schema))
-            self._route(record, handled, dead_lettered)
+            self._route(record.timestamp_ms, handled, dead_lettered)
 
         self._subscribe(topics, process)
 
@@ -447,6 +461,12 @@ class TopologyDriver:
         self._queue.append(record)
         self._drain()
 
+    def advance(self, seconds: float) -> None:
+        """Move the gate's clock on by ``seconds`` and process what that releases (QA candidates whose
+        coverage wait ran out)."""
+        self.clock += seconds
+        self._drain()
+
     def replay(self, events: Sequence[dict[str, Any]]) -> KafkaReplayResult:
         """Pipe a DBPM replay stream as ``replay --via-kafka`` publishes it; its decisions and state.
 
@@ -530,22 +550,30 @@ class TopologyDriver:
         return record
 
     def _drain(self) -> None:
-        """Hand every queued record to its subscribers, oldest first, until nothing is left."""
-        while self._queue:
-            record = self._queue.popleft()
-            for process in self._subscribers[record.topic]:
-                process(record)
+        """Hand every queued record to its subscribers, oldest first, until nothing is left; then let the
+        gate release what the coverage join holds and can let go (as the gate loop does while the join
+        holds candidates), and go on until neither sends anything."""
+        while True:
+            while self._queue:
+                record = self._queue.popleft()
+                for process in self._subscribers[record.topic]:
+                    process(record)
+            if not (self.gate_steps.pending() and self._gate_step([], None)):
+                return
 
     def _route(
-        self, source: SourceRecord, items: Iterable[Output | DecodeFailed], dead_lettered: DeadLettered | None
+        self,
+        timestamp_ms: int | None,
+        items: Iterable[Output | DecodeFailed],
+        dead_lettered: DeadLettered | None,
     ) -> None:
-        """Produce a runtime's outputs and dead letters for ``source``, in order, with its timestamp."""
+        """Produce a runtime's outputs and dead letters, in order, with the timestamp of their input."""
         for item in items:
             if isinstance(item, Output):
-                self._append(item.topic, item.key, item.value, item.headers, source.timestamp_ms)
+                self._append(item.topic, item.key, item.value, item.headers, timestamp_ms)
                 continue
             out = dead_letter_record(self.serde, item)
-            self._append(out.topic, out.key, out.value, out.headers, source.timestamp_ms)
+            self._append(out.topic, out.key, out.value, out.headers, timestamp_ms)
             if dead_lettered is not None:
                 dead_lettered(item)
 
@@ -553,10 +581,10 @@ class TopologyDriver:
         """A table writer over ``handler`` and ``table``, one record per batch."""
 
         def process(record: SourceRecord) -> None:
-            batch = handler.apply(table, record.partition, [record])
-            self._route(record, [*batch.dead_letters, *batch.outputs], handler.dead_lettered)
-            if batch.writes is not None:
-                table.stage(record.partition, batch.writes.items(), batch.input_offset)
+            applied = apply_batch(handler, table, record.partition, [record])
+            self._route(record.timestamp_ms, [*applied.dead_letters, *applied.outputs], handler.dead_lettered)
+            if applied.group is not None:
+                table.stage(record.partition, applied.group)
 
         return process
 
@@ -569,6 +597,17 @@ class TopologyDriver:
 
     def _gate_runtime(self, record: SourceRecord) -> None:
         """The gate loop on one candidate."""
-        outcome = self.gate.handle(record, self._barrier)
-        items = [outcome] if isinstance(outcome, DecodeFailed) else [*outcome.dispatches, *outcome.outputs()]
-        self._route(record, items, self.gate.dead_lettered)
+        self._gate_step([record], record.timestamp_ms)
+
+    def _gate_step(self, records: Sequence[SourceRecord], timestamp_ms: int | None) -> bool:
+        """One step of the gate loop (:class:`~streams.worker.gate.GateSteps`, committed at once): what
+        ``records`` and the coverage join's releases at :attr:`clock` send; True if it sent anything."""
+        steps = self.gate_steps
+        batch = steps.decide(records, self.clock)
+        steps.committed(steps.next_progress(), batch.decided)
+        items: list[Output | DecodeFailed] = [*batch.failed]
+        items += [o for d in batch.decided for o in d.dispatches] + [
+            o for d in batch.decided for o in d.outputs()
+        ]
+        self._route(timestamp_ms, items, self.gate.dead_lettered)
+        return bool(items)

@@ -18,10 +18,10 @@ checks four things:
    compared record by record (key, value bytes, headers), keyed by the outputs' ids: the gate's
    decisions and to-verify copies (:class:`streams.worker.gate.Gate` on an in-process memory holding the good
    verdicts), the memory itself (the state rebuilt from the workers' changelog against the in-process
-   engine's), the clinical assessments, safety audits, gated drafts and revision routes
-   (:func:`processors.clinical.assess.process_event` per patient), the arbiter's dispositions, packets
-   and ground truth (:func:`processors.docs.arbiter.run`, :func:`processors.docs.packet.ground_truth`),
-   and the generator's candidates and the verifier's
+   engine's), the clinical assessments, safety audits, gated drafts, revision routes and evidence
+   requests (:func:`processors.clinical.assess.process_event` per patient), the arbiter's dispositions,
+   packets and ground truth (:func:`processors.docs.arbiter.run`,
+   :func:`processors.docs.packet.ground_truth`), and the generator's candidates and the verifier's
    verdicts and verified candidates (their record handlers, :class:`streams.groups.generator.Generator` and
    :class:`streams.groups.verifier.Verifier`, calling the same deterministic test server). A missing, changed
    or repeated output fails, as does a good record on a dead-letter topic.
@@ -192,10 +192,12 @@ from topics.catalog import (
     CLINICAL_DELIVERABLES,
     CLINICAL_DRAFTS,
     CLINICAL_EVIDENCE,
+    CLINICAL_EVIDENCE_REQUESTS,
     CLINICAL_GATED_DRAFTS,
     CLINICAL_REVIEWS,
     CLINICAL_REVISION_ROUTES,
     CLINICAL_SAFETY_AUDITS,
+    CONSOLE_REQUESTS,
     DATA_MAX_MESSAGE_BYTES,
     DBPM_CANDIDATES,
     DBPM_DECISIONS,
@@ -271,6 +273,8 @@ UNFED: dict[str, str] = {
     DOCS_GROUND_TRUTH: "declared consumed, but no runtime consumes it",
     AGENT_REQUESTS: "the agent worker answers with a model and tools; its dead letters (not the schema, a "
     "key that is not the conversation, an empty query) are tests/integration/test_agent_worker.py's",
+    CONSOLE_REQUESTS: "the request runtime runs as a principal of its own (worker --role requests), which "
+    "the suite's workers do not start; a record that is not a ConsoleRequest is dead-lettered in its step",
 }
 """Consumed topics the suite does not feed, and why."""
 
@@ -1942,6 +1946,7 @@ OUTPUTS = (
     CLINICAL_SAFETY_AUDITS,
     CLINICAL_GATED_DRAFTS,
     CLINICAL_REVISION_ROUTES,
+    CLINICAL_EVIDENCE_REQUESTS,
     DOCS_DISPOSITIONS,
     DOCS_REVIEW_PACKETS,
     DOCS_GROUND_TRUTH,
@@ -1955,6 +1960,7 @@ ORDERED_OUTPUTS = frozenset(
         CLINICAL_SAFETY_AUDITS,
         CLINICAL_GATED_DRAFTS,
         CLINICAL_REVISION_ROUTES,
+        CLINICAL_EVIDENCE_REQUESTS,
         DOCS_DISPOSITIONS,
         DOCS_REVIEW_PACKETS,
     }
@@ -1971,6 +1977,7 @@ _OUTPUT_SOURCE = {
     CLINICAL_SAFETY_AUDITS: CLINICAL_DELIVERABLES,
     CLINICAL_GATED_DRAFTS: CLINICAL_DRAFTS,
     CLINICAL_REVISION_ROUTES: CLINICAL_AUDIT_REPORTS,
+    CLINICAL_EVIDENCE_REQUESTS: CLINICAL_EVIDENCE,
     DOCS_DISPOSITIONS: DOCS_CLASSIFICATIONS,
     DOCS_REVIEW_PACKETS: DOCS_CLASSIFICATIONS,
     DOCS_GROUND_TRUTH: DOCS_REVIEWS,
@@ -2014,6 +2021,7 @@ def _ours(plan: Plan, read: Read, serde: Serde) -> bool:
         CLINICAL_SAFETY_AUDITS,
         CLINICAL_GATED_DRAFTS,
         CLINICAL_REVISION_ROUTES,
+        CLINICAL_EVIDENCE_REQUESTS,
     ):
         return key.startswith(plan.prefix("pt-"))
     return key.startswith(plan.prefix("doc-"))

@@ -25,13 +25,13 @@ Choices:
   (docs/table-runtime.md).
 * **Exactly once**: a batch's assessments, audits, dead letters and changelog group are one Kafka
   transaction, so a ``read_committed`` consumer sees each assessment once, through crashes. The group
-  also records, per input topic, the last input offset applied (``OFFSET_PREFIX + topic``); a record
-  re-delivered after a crash between the transaction and the offset commit is at or below it and is
-  skipped, sending nothing. The store's own boundary offset cannot serve: it holds one offset, and
-  three topics share the partition.
+  also records, per input topic, the last input offset applied
+  (:func:`streams.worker.tablestore.apply_batch`, for every table); a record re-delivered after a
+  crash between the transaction and the offset commit is at or below it and is skipped, sending
+  nothing.
 * **Time**: ``now`` is the record's event time (``FhirUpdate.ts``, ``event_time`` of reviews and
   deliverables), never the wall clock; replaying the topics gives the same outputs.
-* **Dead letters** (:mod:`streams.runtime.dlq`, awaited before the offset can be committed):
+* **Dead letters** (:mod:`streams.runtime.dlq`, in the batch's transaction):
   undecodable records;
   a record the processor raised on (stage ``process``; the patient's state is left as it was);
   a record whose key is not its ``patient_id`` (its state would live on the wrong partition); a FHIR
@@ -79,6 +79,7 @@ from schemas.clinical import (
     ClinicalDraft,
     Deliverable,
     EvidenceBundle,
+    EvidenceRequest,
     GatedDraft,
     RevisionRoute,
     SafetyAudit,
@@ -98,13 +99,14 @@ from streams.runtime.logs import log_dead_letter
 from streams.runtime.metrics import ClinicalMetrics, DbpmMetrics
 from streams.runtime.settings import Settings
 from streams.worker.tableloop import TableLoop, build_table_loop
-from streams.worker.tablestore import PartitionedTable, TableBatch, table_changelog
+from streams.worker.tablestore import StagedPartition, TableBatch, table_changelog
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
     CLINICAL_AUDIT_REPORTS,
     CLINICAL_DELIVERABLES,
     CLINICAL_DRAFTS,
     CLINICAL_EVIDENCE,
+    CLINICAL_EVIDENCE_REQUESTS,
     CLINICAL_GATED_DRAFTS,
     CLINICAL_REVIEWS,
     CLINICAL_REVISION_ROUTES,
@@ -127,8 +129,6 @@ INPUTS: dict[str, type[AvroModel]] = {
     CLINICAL_DRAFTS: ClinicalDraft,
     CLINICAL_AUDIT_REPORTS: AuditReport,
 }
-#: Table key prefix of the last input offset applied per topic (outside the UTF-8 patient-id key space).
-OFFSET_PREFIX = b"\xfe\xfeoffset|"
 #: Table key prefix of a patient's last-seen event time (value: 8-byte big-endian milliseconds).
 LAST_SEEN_PREFIX = b"\xfe\xfelast-seen|"
 #: Table key prefix of the retention index: ``prefix + last-seen ms (8 bytes, big-endian) + patient id``.
@@ -142,7 +142,7 @@ RETENTION_STEP_MS = 3_600_000
 _MS = struct.Struct(">Q")
 
 ClinicalInput = PatientUpdate | AdversarialReview | Deliverable | RunEvent
-Published = ClinicalAssessment | SafetyAudit | GatedDraft | RevisionRoute
+Published = ClinicalAssessment | SafetyAudit | GatedDraft | RevisionRoute | EvidenceRequest
 """What the clinical loop publishes."""
 #: The topic of each published record type.
 OUTPUT_TOPICS: dict[type[AvroModel], str] = {
@@ -150,6 +150,7 @@ OUTPUT_TOPICS: dict[type[AvroModel], str] = {
     SafetyAudit: CLINICAL_SAFETY_AUDITS,
     GatedDraft: CLINICAL_GATED_DRAFTS,
     RevisionRoute: CLINICAL_REVISION_ROUTES,
+    EvidenceRequest: CLINICAL_EVIDENCE_REQUESTS,
 }
 Change = tuple[bytes, bytes | None, list[Published]]
 """What one record changes: its patient key, the new state's table value (None: unchanged) and the outputs
@@ -195,25 +196,6 @@ def fhir_input(update: FhirUpdate) -> tuple[PatientUpdate | None, list[str]]:
     return (PatientUpdate(patient_id=update.patient_id, changes=changes) if changes else None), errors
 
 
-class Overlay:
-    """One partition of the patient table with a batch's writes on top (``None``: deleted)."""
-
-    def __init__(self, table: PartitionedTable, partition: int) -> None:
-        self.table = table
-        self.partition = partition
-        self.writes: dict[bytes, bytes | None] = {}
-
-    def get(self, key: bytes) -> bytes | None:
-        """The value of ``key`` as the batch left it."""
-        return self.writes[key] if key in self.writes else self.table.get(self.partition, key)
-
-    def range(self, start: bytes, end: bytes) -> list[bytes]:
-        """The keys in ``[start, end)`` as the batch left them, ascending."""
-        stored = (k for k, _ in self.table.iter_range(self.partition, start, end) if k not in self.writes)
-        written = (k for k, v in self.writes.items() if v is not None and start <= k < end)
-        return sorted({*stored, *written})
-
-
 class PatientRetention:
     """Deletes the state of patients with no record for ``retention_ms`` of event time (module docstring).
 
@@ -225,29 +207,30 @@ class PatientRetention:
         self._retention_ms = retention_ms
         self._metrics = metrics
 
-    def advance(self, table: Overlay, now_ms: int) -> None:
+    def advance(self, table: StagedPartition, now_ms: int) -> None:
         """Move the partition's clock to ``now_ms``; at a new hour of event time, expire every patient last
         seen before that hour minus the retention."""
         raw = table.get(CLOCK_KEY)
         clock = None if raw is None else _MS.unpack(raw)[0]
         if clock is not None and now_ms <= clock:
             return
-        table.writes[CLOCK_KEY] = _MS.pack(now_ms)
+        table.put(CLOCK_KEY, _MS.pack(now_ms))
         step = math.floor(now_ms / RETENTION_STEP_MS)
         if clock is not None and step <= math.floor(clock / RETENTION_STEP_MS):
             return
         cutoff = step * RETENTION_STEP_MS - self._retention_ms
         if cutoff <= 0:
             return
-        expired = table.range(SEEN_INDEX_PREFIX, SEEN_INDEX_PREFIX + _MS.pack(cutoff))
+        expired = table.keys(SEEN_INDEX_PREFIX, SEEN_INDEX_PREFIX + _MS.pack(cutoff))
         for entry in expired:
             patient = entry[len(SEEN_INDEX_PREFIX) + _MS.size :]
-            table.writes.update({entry: None, LAST_SEEN_PREFIX + patient: None, patient: None})
+            for key in (entry, LAST_SEEN_PREFIX + patient, patient):
+                table.put(key, None)
         if expired:
             self._count(table, -len(expired))
             self._metrics.expired.inc(len(expired))
 
-    def seen(self, table: Overlay, patient: bytes, now_ms: int, new: bool) -> None:
+    def seen(self, table: StagedPartition, patient: bytes, now_ms: int, new: bool) -> None:
         """Record that ``patient`` (whose state the table holds; ``new``: from this record on) was seen at
         ``now_ms`` (a record older than the last one leaves the time as it was)."""
         last = table.get(LAST_SEEN_PREFIX + patient)
@@ -255,15 +238,15 @@ class PatientRetention:
             previous = _MS.unpack(last)[0]
             if now_ms <= previous:
                 return
-            table.writes[SEEN_INDEX_PREFIX + last + patient] = None
-        table.writes[LAST_SEEN_PREFIX + patient] = _MS.pack(now_ms)
-        table.writes[SEEN_INDEX_PREFIX + _MS.pack(now_ms) + patient] = b""
+            table.put(SEEN_INDEX_PREFIX + last + patient, None)
+        table.put(LAST_SEEN_PREFIX + patient, _MS.pack(now_ms))
+        table.put(SEEN_INDEX_PREFIX + _MS.pack(now_ms) + patient, b"")
         if new:
             self._count(table, 1)
 
-    def _count(self, table: Overlay, delta: int) -> None:
+    def _count(self, table: StagedPartition, delta: int) -> None:
         count = int(table.get(PATIENTS_KEY) or b"0") + delta
-        table.writes[PATIENTS_KEY] = str(count).encode()
+        table.put(PATIENTS_KEY, str(count).encode())
         self._metrics.patients.labels(str(table.partition)).set(count)
 
 
@@ -298,44 +281,33 @@ class ClinicalHandler:
         self._flags = flags
         self._retention = PatientRetention(round(retention_days * 86_400_000), metrics)
 
-    def apply(self, table: PartitionedTable, partition: int, records: Sequence[SourceRecord]) -> TableBatch:
-        """Apply one batch of ``partition``'s records as one changelog group.
-
-        A record at or below the last offset applied from its topic (``OFFSET_PREFIX + topic`` in the
-        partition) was applied before a crash and is skipped. The group holds the changed patient
-        states and the new offset markers and covers the batch's last applied offset; no group when
-        every record was skipped.
-        """
-        overlay = Overlay(table, partition)
+    def apply(self, staged: StagedPartition, records: Sequence[SourceRecord]) -> TableBatch:
+        """Apply one batch of a partition's records, staging the changed patient states in ``staged``
+        (re-delivered input the runtime skips before: :func:`~streams.worker.tablestore.apply_batch`)."""
         outputs: list[Output] = []
         dead_letters: list[DecodeFailed] = []
         lights: Counter[str] = Counter()
         states: dict[bytes, tuple[bytes, ClinicalStreamState]] = {}
-        last_offset: int | None = None
         for record in records:
-            marker = OFFSET_PREFIX + record.topic.encode()
-            done = overlay.get(marker)
-            if done is not None and record.offset <= int(done):
-                continue  # re-delivered after a crash: already applied
-            overlay.writes[marker], last_offset = str(record.offset).encode(), record.offset
-            failures, change = self._step(overlay, record, states)
+            failures, change = self._step(staged, record, states)
             dead_letters += failures
             if change is None:
                 continue
             key, value, published = change
             if value is not None:
-                overlay.writes[key] = value
+                staged.put(key, value)
             outputs += [self._output(key, out) for out in published]
             lights.update(o.traffic_light.light for o in published if isinstance(o, ClinicalAssessment))
-        if last_offset is None:
-            return TableBatch([], dead_letters, None, -1)
         if lights:
             summary = ", ".join(f"{light} {n}" for light, n in sorted(lights.items()))
-            log.info("%d assessments (%s)", lights.total(), summary, extra={"partition": partition})
-        return TableBatch(outputs, dead_letters, overlay.writes, last_offset)
+            log.info("%d assessments (%s)", lights.total(), summary, extra={"partition": staged.partition})
+        return TableBatch(outputs, dead_letters)
 
     def _step(
-        self, table: Overlay, record: SourceRecord, states: dict[bytes, tuple[bytes, ClinicalStreamState]]
+        self,
+        table: StagedPartition,
+        record: SourceRecord,
+        states: dict[bytes, tuple[bytes, ClinicalStreamState]],
     ) -> tuple[list[DecodeFailed], Change | None]:
         """One record through retention and the gates: its dead letters, and what it changes (None:
         nothing). A patient whose state the record leaves in the table is seen at its event time.
@@ -387,8 +359,8 @@ class ClinicalHandler:
         return failures, (key, value, published)
 
     def _output(self, key: bytes, out: Published) -> Output:
-        """The record of an assessment (counted and logged), an audit, a gated draft or a route, keyed by
-        patient."""
+        """The record of an assessment (counted and logged), an audit, a gated draft, a route or an
+        evidence request, keyed by patient."""
         name = OUTPUT_TOPICS[type(out)]
         if isinstance(out, GatedDraft):
             self._metrics.gated(out)

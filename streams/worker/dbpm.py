@@ -68,14 +68,12 @@ Consistency model.
   written only after the commit; so a crash either loses the whole batch (it is applied again from
   the committed offsets, on the state the changelog holds) or none of it, and ``read_committed``
   readers (the gates' view, the target partitions of propagations) never see a batch twice. The
-  group's boundary offset and the propagation identities below still skip what a crashed writer's
-  successor reads again, for stores that predate transactions and for the topology driver. The gate
-  commits a candidate's offset only after its outputs were acknowledged; a re-delivered candidate
-  (decided before the crash, not yet committed) is decided again on the view as it is *then*: byte
-  for byte the same record only if no verdict changed its pattern in between. Consumers dedupe by
-  ``candidate_id`` and keep the first. ``replay --via-kafka`` publishes no verdict before the
-  candidates before it are committed, so replayed duplicates are identical (chaos soak:
-  ``clingate bench chaos``).
+  input offsets each group records (:func:`streams.worker.tablestore.apply_batch`) and the
+  propagation identities below skip what a crashed writer's successor reads again. The gate
+  commits a batch's outputs with its progress in one transaction (:mod:`streams.worker.gate`): a
+  candidate its committed progress covers sends nothing when read again, and one whose batch was
+  aborted is decided again on the view as it is *then*, its earlier outputs never visible to a
+  ``read_committed`` reader.
 * Duplicate verdicts from at-least-once producers (the verifier re-issues its in-flight calls after
   a crash; a candidate re-published by the generator is verified again): a verdict that names its
   candidate is a new record at a later offset, so the offset skip above does not see it. The engine
@@ -91,9 +89,9 @@ Consistency model.
 * Verdicts of unknown candidates: a live verdict that names a candidate must judge one a gate
   decided. For every candidate it decides (live, not replayed) the gate sends a dispatch record to
   each memory partition a verdict of that candidate can update (:func:`dispatch_keys`: the
-  candidate's signature, and for QA also the class pattern of each error class), and waits for
-  their acknowledgement before it sends the decision and the to-verify record; so a candidate's
-  dispatches are in the log before anything can judge it. The memory records them
+  candidate's signature, and for QA also the class pattern of each error class), in the
+  transaction of the decision and the to-verify record, ahead of them; so a ``read_committed``
+  reader sees a candidate's dispatches no later than anything that can judge it. The memory records them
   (:meth:`processors.dbpm.DBPMEngine.dispatch`, kept for ``verdict_dedupe_horizon_s``). A verdict
   whose candidate is not recorded is deferred while this member has not read the partition's
   dispatches to their end (the verdict partition is read again from it, counted in
@@ -121,7 +119,6 @@ import logging
 import math
 import re
 import struct
-from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -167,7 +164,7 @@ from streams.runtime.kafka_config import client_config
 from streams.runtime.logs import log_dead_letter
 from streams.runtime.metrics import DbpmMetrics
 from streams.runtime.settings import Settings
-from streams.worker.tablestore import PartitionedTable, TableBatch, input_offset, table_changelog
+from streams.worker.tablestore import StagedPartition, TableBatch, table_changelog
 from topics.catalog import DBPM_DISPATCHES, DBPM_PROPAGATIONS, DBPM_VERDICTS
 
 log = logging.getLogger(__name__)
@@ -371,12 +368,13 @@ def producer_config(bootstrap: str, **overrides: object) -> dict[str, object]:
 
 def dbpm_config(settings: Settings) -> DBPMConfig:
     """The engine configuration the ``CLINGATE_DBPM_*`` settings describe: the paper's deployed values
-    (:class:`~processors.dbpm.DBPMConfig` defaults) with the flags, the QA fail-rate threshold, the
-    maintenance grid and the retentions set.
+    (:class:`~processors.dbpm.DBPMConfig` defaults) with the flags, the QA signal source and fail-rate
+    threshold, the maintenance grid and the retentions set.
     NER coverage off is an empty Eq. 9 bucket table: the QA gate then has no bucket to look up for any
     category and decides each by its fallback, which is what M1V7_ENABLE=0 leaves."""
     config = DBPMConfig(
         qa_fail_rate_threshold=settings.dbpm_qa_fail_threshold,
+        qa_signal=settings.dbpm_qa_signal,
         maintenance_interval_s=settings.dbpm_maintenance_interval_s,
         whitelist_retention_s=settings.dbpm_whitelist_retention_days * _DAY_S,
         preempt_retention_s=settings.dbpm_preempt_retention_days * _DAY_S,
@@ -434,49 +432,6 @@ def contract_event(model: Candidate | Verdict) -> GateEvent | VerdictEvent | Pin
     obj = model.model_dump(mode="json", exclude_none=True)
     obj["kind"] = "verdict" if isinstance(model, Verdict) else "gate"
     return parse_event(obj)
-
-
-class PartitionWriter(Store):
-    """The engine's store for one memory partition: reads see staged writes, commits are collected.
-
-    A transaction's commit appends its writes to :attr:`writes`; the runtime stages them as one
-    changelog group when its batch is done. ``tables`` is any per-partition store: the worker's
-    :class:`~streams.worker.tablestore.ChangelogStore`, or the topology driver's in-memory table.
-    """
-
-    def __init__(self, tables: PartitionedTable, partition: int) -> None:
-        self._tables = tables
-        self._partition = partition
-        self.writes: dict[bytes, bytes | None] = {}
-        # The keys of :attr:`writes`, ascending: a range read slices them instead of scanning the
-        # batch's writes (maintenance walks its indexes in every event-time step a batch crosses).
-        self._keys: list[bytes] = []
-
-    def get(self, key: bytes) -> bytes | None:
-        """Latest value of ``key`` in this partition (this batch's commits first)."""
-        if key in self.writes:
-            return self.writes[key]
-        return self._tables.get(self._partition, key)
-
-    def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-        """The partition's pairs in ``[start, end)``, this batch's commits merged, ascending."""
-        keys = self._keys
-        staged = keys[bisect_left(keys, start) : len(keys) if end is None else bisect_left(keys, end)]
-        mine = {k: self.writes[k] for k in staged}
-        older = ((k, v) for k, v in self._tables.iter_range(self._partition, start, end) if k not in mine)
-        newer = ((k, v) for k, v in mine.items() if v is not None)
-        return merge(older, newer)  # type: ignore[arg-type]
-
-    def put(self, key: bytes, value: bytes | None) -> None:
-        """Stage ``key`` (``None``: deleted) in this batch's writes."""
-        if key not in self.writes:
-            insort(self._keys, key)
-        self.writes[key] = value
-
-    def _apply(self, writes: dict[bytes, object]) -> None:
-        # The transaction's deletions are its non-bytes sentinel.
-        for key, value in writes.items():
-            self.put(key, value if isinstance(value, bytes) else None)
 
 
 class MergedView(Store):
@@ -621,7 +576,7 @@ class MemoryHandler:
     """The memory agent's per-partition logic: verdicts and propagations in, changelog group and outputs out.
 
     No Kafka, no clock: a batch of one memory partition's records (dispatches, verdicts
-    and propagations, offset order) is applied to a :class:`PartitionWriter` over the partition's state,
+    and propagations, offset order) is applied to a :class:`~streams.worker.tablestore.StagedPartition`,
     and :meth:`apply` returns what the runtime must do, as data
     (:class:`~streams.worker.tablestore.TableBatch`): the propagation records to produce, the dead
     letters, and the changelog group closed by the last verdict offset it covers. The table loop
@@ -643,56 +598,45 @@ class MemoryHandler:
         """Whether this process has read a memory partition's dispatches to their end (set by the
         runtime; a verdict whose candidate is unknown until then is dead-lettered). The topology
         driver delivers every record in order, so there they always are."""
+        self._applied: list[VerdictEvent] = []
+        """The verdicts learnt in the batch being applied (counted once, at its end)."""
         self._read_to_end: set[int] = set()
         """The partitions whose dispatches :attr:`dispatches_read` said were read to their end during
         the batch being applied (asked at most once per partition and batch: module docstring)."""
 
-    def apply(self, table: PartitionedTable, partition: int, records: Sequence[SourceRecord]) -> TableBatch:
-        """Apply one batch of ``partition``'s dispatches, verdicts and propagations as one changelog group.
+    def apply(self, staged: StagedPartition, records: Sequence[SourceRecord]) -> TableBatch:
+        """Apply one batch of a partition's dispatches, verdicts and propagations, staged in ``staged``.
 
         The batch's dispatches are recorded first (a verdict's candidate may be dispatched later in
-        the same batch). A verdict at or below the partition's boundary offset is already in the
-        memory (re-delivered after a crash) and is skipped; a propagation is skipped by its identity
-        instead (:meth:`propagate`). A live verdict whose candidate is not dispatched while
+        the same batch). A live verdict whose candidate is not dispatched while
         :attr:`dispatches_read` says the partition's dispatches are not read to their end is
         deferred: it and the verdicts after it are left out and the batch says to read them again
-        (``reread``). The group records the partition's watermark, the latest verdict or tick event
-        time applied, and, when it changed, the writer's configuration fingerprint
-        (:data:`CONFIG_KEY`); it covers the last verdict offset applied, dead-lettered ones included
-        (their dead letter is written before the group is staged).
+        (``reread``). A propagation applied before is skipped by its identity (:meth:`propagate`);
+        re-delivered input the runtime skips before (:func:`~streams.worker.tablestore.apply_batch`).
+        The partition records its watermark, the latest verdict or tick event time applied, and, when
+        it changed, the writer's configuration fingerprint (:data:`CONFIG_KEY`).
         """
-        done = input_offset(table, partition)
-        writer = PartitionWriter(table, partition)
+        partition = staged.partition
         self._read_to_end.discard(partition)
-        watermark = decode_watermark(writer.get(WATERMARK_KEY))
-        covered, changed, reread = done, False, None
+        self._applied.clear()
+        watermark = decode_watermark(staged.get(WATERMARK_KEY))
+        reread = None
         outputs: list[Output] = []
         dead_letters: list[DecodeFailed] = []
         for record in records:
-            if record.topic == DBPM_DISPATCHES:
-                registered = self.register(writer, record)
-                if registered is not None:
-                    dead_letters.append(registered)
-                else:
-                    changed = True
+            if record.topic == DBPM_DISPATCHES and (failed := self.register(staged, record)) is not None:
+                dead_letters.append(failed)
         for record in records:
             if record.topic == DBPM_PROPAGATIONS:
-                applied = self.propagate(writer, record)
-                if isinstance(applied, DecodeFailed):
-                    dead_letters.append(applied)
-                else:
-                    changed |= applied
+                if (failed := self.propagate(staged, record)) is not None:
+                    dead_letters.append(failed)
                 continue
             if record.topic != DBPM_VERDICTS or reread is not None:
                 continue
-            if done is not None and record.offset <= done:
-                continue  # re-delivered after a crash: already in the memory
-            result = self.learn(writer, record, partition)
+            result = self.learn(staged, record, partition)
             if result is None:
                 reread = record.offset
-                continue
-            covered, changed = record.offset, True
-            if isinstance(result, DecodeFailed):
+            elif isinstance(result, DecodeFailed):
                 dead_letters.append(result)
             elif isinstance(result, float):
                 watermark = max(watermark, result)
@@ -703,15 +647,14 @@ class MemoryHandler:
                     self._propagation_output(propagation, partition, record.offset, index)
                     for index, propagation in enumerate(propagations)
                 ]
-        again = None if reread is None else (DBPM_VERDICTS, reread)
-        if not changed:
-            return TableBatch([], dead_letters, None, -1, again)
-        writer.put(WATERMARK_KEY, _TIME.pack(watermark))
-        if writer.get(CONFIG_KEY) != self._fingerprint:
-            writer.put(CONFIG_KEY, self._fingerprint)
-        return TableBatch(outputs, dead_letters, writer.writes, -1 if covered is None else covered, again)
+        self._metrics.verdicts_applied(self._applied)
+        if staged.writes:
+            staged.put(WATERMARK_KEY, _TIME.pack(watermark))
+            if staged.get(CONFIG_KEY) != self._fingerprint:
+                staged.put(CONFIG_KEY, self._fingerprint)
+        return TableBatch(outputs, dead_letters, None if reread is None else (DBPM_VERDICTS, reread))
 
-    def register(self, writer: PartitionWriter, record: SourceRecord) -> DecodeFailed | None:
+    def register(self, writer: StagedPartition, record: SourceRecord) -> DecodeFailed | None:
         """Record a ``clingate.dbpm.dispatches`` record's candidate as decided, or say why the record
         goes to the dead-letter topic.
 
@@ -737,9 +680,9 @@ class MemoryHandler:
         self._metrics.propagations.labels("sent").inc()
         return Output(DBPM_PROPAGATIONS, propagation_key(propagation), value)
 
-    def propagate(self, writer: PartitionWriter, record: SourceRecord) -> DecodeFailed | bool:
-        """One ``clingate.dbpm.propagations`` record applied to ``writer`` (True if state changed), or
-        why it goes to the dead-letter topic (the memory unchanged by it).
+    def propagate(self, writer: StagedPartition, record: SourceRecord) -> DecodeFailed | None:
+        """One ``clingate.dbpm.propagations`` record applied to ``writer``, or why it goes to the
+        dead-letter topic (the memory unchanged by it).
 
         Applied unless its identity was applied before. Each origin partition's events reach a target
         partition in the order of their identity ``(origin offset, index)`` (one producer per origin
@@ -760,17 +703,17 @@ class MemoryHandler:
             last = writer.get(mark)
             if last is not None and _ORIGIN.unpack(last) >= _ORIGIN.unpack(identity):
                 self._metrics.propagations.labels("duplicate").inc()
-                return False
+                return None
             with Transaction(writer) as txn:
                 _, applied = self._engine.propagate(txn, propagation)
         except Exception as exc:  # a poison record must not stop the partition: DLQ, memory unchanged
             return processing_failed(record, exc, PropagationRecord.avro_name)
         writer.put(mark, identity)
         self._metrics.propagations.labels("applied" if applied else "stopped").inc()
-        return True
+        return None
 
     def learn(
-        self, writer: PartitionWriter, record: SourceRecord, partition: int
+        self, writer: StagedPartition, record: SourceRecord, partition: int
     ) -> DecodeFailed | float | tuple[VerdictEvent, list[Propagation]] | None:
         """One ``clingate.dbpm.verdicts`` record applied to ``writer``: a watermark tick's event time
         (the memory's clock moved to it, :meth:`processors.dbpm.DBPMEngine.advance`) or an operator's
@@ -826,13 +769,11 @@ class MemoryHandler:
         if propagations is None:
             self._metrics.verdicts_duplicate.labels(verdict.task).inc()
             return verdict, []
-        self._metrics.verdict_applied(
-            verdict.task, verdict.patient_id, verdict.payload, verdict.verdict, verdict.source
-        )
+        self._applied.append(verdict)
         return verdict, propagations
 
     def unknown_candidate(
-        self, writer: PartitionWriter, record: SourceRecord, verdict: VerdictEvent
+        self, writer: StagedPartition, record: SourceRecord, verdict: VerdictEvent
     ) -> str | None:
         """Why ``verdict`` names a candidate no gate decided, or None.
 

@@ -93,7 +93,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,6 +154,37 @@ def gate_group(app_id: str) -> str:
     return f"{app_id}-gate"
 
 
+class JudgedTracker:
+    """The candidates whose verdicts a replica of the memory applied, read off its changelog: a verdict
+    is applied when the group that records it (its ledger key) is complete (its boundary read).
+
+    Args:
+        partitions: the memory's partitions.
+    """
+
+    def __init__(self, partitions: int) -> None:
+        self.on = False
+        """Follow the changelog (off: nothing is kept)."""
+        self._judging: list[list[str]] = [[] for _ in range(partitions)]
+        self._judged: list[str] = []
+
+    def observe(self, partition: int, key: bytes, value: bytes | None) -> None:
+        """Take the next changelog record of ``partition``."""
+        if not self.on:
+            return
+        judging = self._judging[partition]
+        if key == BOUNDARY_KEY:  # the group is applied: its verdicts are in the view
+            self._judged += judging
+            judging.clear()
+        elif value is not None and (candidate_id := judged_candidate(key)) is not None:
+            judging.append(candidate_id)
+
+    def take(self) -> list[str]:
+        """The candidates judged since the last call."""
+        judged, self._judged = self._judged, []
+        return judged
+
+
 class MemoryFollower:
     """The gate's replicated view of the memory: every changelog partition, whole groups only.
 
@@ -183,10 +214,9 @@ class MemoryFollower:
             TopicPartition(self.topic, p, OFFSET_BEGINNING if (o := f.next_offset()) is None else o)
             for p, f in enumerate(self._followers)
         ])  # fmt: skip
-        self.track_judged = False
-        """Collect the candidates whose verdict a group applies (:meth:`judged`; the coverage join's)."""
-        self._judging: list[list[str]] = [[] for _ in range(partitions)]
-        self._judged: list[str] = []
+        self.judged = JudgedTracker(partitions)
+        """The candidates whose verdicts the view applied (followed with ``judged.on``: the coverage
+        join's)."""
 
     def poll(self, timeout_s: float) -> int:
         """Apply the changelog records available within ``timeout_s``; returns how many were read."""
@@ -199,28 +229,10 @@ class MemoryFollower:
                 continue
             partition, key, value = message.partition(), message.key(), message.value()
             batch.setdefault(partition, []).append((key, value, message.offset()))
-            if self.track_judged:
-                self._track(partition, key, value)
+            self.judged.observe(partition, key, value)
         for partition, records in batch.items():
             self._followers[partition].extend(records)
         return len(messages)
-
-    def _track(self, partition: int, key: bytes, value: bytes | None) -> None:
-        judging = self._judging[partition]
-        if key == BOUNDARY_KEY:  # the group is applied: its verdicts are in the view
-            self._judged += judging
-            judging.clear()
-        elif value is not None and (candidate_id := judged_candidate(key)) is not None:
-            judging.append(candidate_id)
-
-    def judged(self) -> list[str]:
-        """The candidates whose verdict the view applied since the last call (``track_judged`` on)."""
-        judged, self._judged = self._judged, []
-        return judged
-
-    def was_judged(self, candidate_id: str) -> bool:
-        """A verdict of ``candidate_id`` is in the view."""
-        return self.view.get(seen_key(candidate_id)) is not None
 
     def reached(self, ts: float, run: bytes) -> bool:
         """This view reached a candidate's barrier (:func:`~streams.worker.dbpm.barrier_reached`)."""
@@ -322,8 +334,8 @@ gave up (the gate then decides on the view it has and says ``barrier_timeout``).
 class Gate:
     """The gate's per-candidate work, without Kafka: decode, decide on a view, encode.
 
-    :meth:`handle` is the whole per-record handler: the :class:`GateLoop` and the topology test driver
-    (:mod:`streams.testing.driver`) run it and differ only in how they wait at a barrier.
+    :meth:`decode` and :meth:`judge` are the per-record work :class:`GateSteps` does for the
+    :class:`GateLoop` and the topology test driver (:mod:`streams.testing.driver`).
 
     Args:
         engine: the worker's engine (:func:`~streams.worker.dbpm.dbpm_engine`; the gate only decides with
@@ -387,18 +399,9 @@ class Gate:
             candidate.patient_id.encode(), value, event, decision.decision, violation, dispatches
         )
 
-    def handle(self, record: SourceRecord, barrier: Barrier) -> DecidedCandidate | DecodeFailed:
-        """One ``clingate.dbpm.candidates`` record: its decision, or why it goes to the dead-letter topic.
-
-        A candidate with the :data:`~streams.worker.dbpm.BARRIER_HEADER` waits at ``barrier`` for its
-        event time first. Never raises for a record (the engine raising on it is a dead letter of stage
-        ``process``, a decision larger than its topic admits one of stage ``produce``); what ``barrier``
-        raises propagates.
-        """
-        decoded = self.decode(record)
-        if isinstance(decoded, DecodeFailed):
-            return decoded
-        return self.judge(record, *decoded, barrier)
+    def was_judged(self, candidate_id: str) -> bool:
+        """A verdict of ``candidate_id`` is in the view."""
+        return self._view.get(seen_key(candidate_id)) is not None
 
     def judge(
         self,
@@ -408,7 +411,14 @@ class Gate:
         barrier: Barrier,
         coverage: Release[Pending] | None = None,
     ) -> DecidedCandidate | DecodeFailed:
-        """:meth:`handle` of a decoded record (``coverage``: how the coverage join released it)."""
+        """A decoded ``clingate.dbpm.candidates`` record's decision, or why it goes to the dead-letter
+        topic (``coverage``: how the coverage join released it).
+
+        A candidate with the :data:`~streams.worker.dbpm.BARRIER_HEADER` waits at ``barrier`` for its
+        event time first. Never raises for a record (the engine raising on it is a dead letter of stage
+        ``process``, a decision larger than its topic admits one of stage ``produce``); what ``barrier``
+        raises propagates.
+        """
         replayed = is_replayed(record)
         waited_out = replayed and barrier(event.time, record.header(BARRIER_HEADER) or b"")
         try:
@@ -428,10 +438,195 @@ class Gate:
             self._metrics.dead_letters.labels(failed.record.topic).inc()
 
 
+@dataclass(frozen=True, slots=True)
+class GateBatch:
+    """What :meth:`GateSteps.decide` made of a batch: its decisions, its dead letters and the partitions
+    it read (their positions moved)."""
+
+    decided: list[DecidedCandidate]
+    failed: list[DecodeFailed]
+    read: set[int]
+
+
+class GateSteps:
+    """The gate's logic on batches of candidates, without Kafka or a clock: the coverage join, the
+    barrier, what a partition's committed progress already covers, and the progress a batch reaches.
+
+    The gate loop (:class:`GateLoop`) and the topology test driver (:mod:`streams.testing.driver`) both
+    run it; they differ in how they wait at a barrier and in their clock (``now``: the loop's monotonic
+    clock, the driver's own), so a decision the driver makes is the one production makes on the same
+    records, coverage join included.
+
+    Args:
+        gate: the per-candidate work.
+        coverage_wait_s: see :attr:`streams.runtime.settings.Settings.dbpm_coverage_wait_s` (0: the
+            coverage join is off).
+        barrier: how a replayed candidate waits for the view (:data:`Barrier`).
+        judged: the candidates whose verdicts the view applied since it was last asked
+            (:class:`JudgedTracker`).
+        metrics: where redeliveries, the join's traffic and decisions are counted.
+    """
+
+    def __init__(
+        self,
+        gate: Gate,
+        coverage_wait_s: float,
+        barrier: Barrier,
+        judged: Callable[[], list[str]],
+        metrics: DbpmMetrics,
+    ) -> None:
+        self.gate = gate
+        self.join: CoverageJoin[Pending] | None = CoverageJoin(coverage_wait_s) if coverage_wait_s else None
+        self._barrier = barrier
+        self._judged = judged
+        self._metrics = metrics
+        self.progress: dict[int, Progress] = {}
+        """Partition -> its last committed progress (the owned partitions)."""
+        self.position: dict[int, int] = {}
+        """Partition -> the next offset to decide."""
+
+    def pending(self) -> bool:
+        """The join holds candidates: a step without input may release some."""
+        return self.join is not None and len(self.join) > 0
+
+    def decide(self, records: Sequence[SourceRecord], now: float) -> GateBatch:
+        """The decisions of a batch's candidates (QA candidates held by the coverage join yield nothing
+        yet, candidates whose progress is committed only rebuild the join), then those of the held
+        candidates the join releases at ``now``.
+
+        Raises:
+            Abandoned: the barrier gave up because the loop is stopping (:class:`GateLoop`).
+        """
+        decided: list[DecidedCandidate] = []
+        failed: list[DecodeFailed] = []
+        read: set[int] = set()
+        redelivered = 0
+
+        def add(out: DecidedCandidate | DecodeFailed | None) -> None:
+            if out is not None:
+                (failed if isinstance(out, DecodeFailed) else decided).append(out)
+
+        for record in records:
+            read.add(record.partition)
+            self.position[record.partition] = record.offset + 1
+            done = self.progress.get(record.partition)
+            if done is not None and done.done(record.offset):
+                redelivered += 1
+                self._rebuild(record, now)
+            else:
+                add(self._take(record, now))
+        if redelivered:
+            self._metrics.gate_redelivered.inc(redelivered)
+        if self.join is not None:
+            for candidate_id in self._judged():
+                self.join.settle(candidate_id)
+            for release in self.join.due(now):
+                add(self._judge_released(release))
+            self._metrics.coverage_held.set(self.join.held())
+        return GateBatch(decided, failed, read)
+
+    def next_progress(self) -> dict[int, Progress]:
+        """The progress of every owned partition that moved: resumed no later than the first candidate of
+        a narrative the coverage join still has open, its held QA candidates named (:func:`advanced`)."""
+        moved: dict[int, Progress] = {}
+        join = self.join
+        for partition, position in self.position.items():
+            low = None if join is None else join.low_watermark(partition)
+            held = () if join is None or low is None else join.held_offsets(partition)
+            last = self.progress.get(partition)
+            progress = advanced(last, position, low, held)
+            if last != progress:
+                moved[partition] = progress
+        return moved
+
+    def committed(self, progress: Mapping[int, Progress], decided: Sequence[DecidedCandidate]) -> None:
+        """A batch's outputs and ``progress`` are committed: take the progress, count the decisions."""
+        self.progress.update(progress)
+        for (task, decision), count in Counter((out.task, out.decision) for out in decided).items():
+            self._metrics.decisions.labels(task, decision).inc(count)
+        for pair, count in Counter(out.violated_pair() for out in decided).items():
+            if pair is not None:
+                self._metrics.ontology_violations.labels(*pair).inc(count)
+        for out in decided:
+            gate = out.event
+            self._metrics.selectivity.gate(gate.task, gate.patient_id, gate.payload, out.decision)
+
+    def rewound(self, resume: Mapping[int, int]) -> None:
+        """A batch was not committed: decide again from ``resume`` (per partition read) and forget the
+        join's state (it rebuilds from what is read again)."""
+        self.position.update(resume)
+        self.drop(list(self.position))
+
+    def drop(self, partitions: Iterable[int]) -> None:
+        """Forget what the join holds of ``partitions`` (revoked, or read again)."""
+        if self.join is not None:
+            self.join.drop(partitions)
+
+    def _judge_released(self, release: Release[Pending]) -> DecidedCandidate | DecodeFailed:
+        """A QA candidate the coverage join released: counted by how its coverage was settled, decided."""
+        record, candidate, event = release.record
+        self._metrics.coverage_released.labels(release.coverage.value).inc()
+        return self.gate.judge(record, candidate, event, self._barrier, release)
+
+    def _take(self, record: SourceRecord, now: float) -> DecidedCandidate | DecodeFailed | None:
+        """One candidate through the coverage join (when it is on) and the gate; None: held."""
+        decoded = self.gate.decode(record)
+        if isinstance(decoded, DecodeFailed):
+            return decoded
+        candidate, event = decoded
+        join = self.join
+        if join is None or candidate.document_ts is None or is_replayed(record):
+            return self.gate.judge(record, candidate, event, self._barrier)
+        key = (candidate.patient_id, candidate.document_ts.timestamp())
+        if candidate.task == QA:
+            release = join.qa(key, record.partition, record.offset, (record, candidate, event), now)
+            return None if release is None else self._judge_released(release)
+        out = self.gate.judge(record, candidate, event, self._barrier)
+        if candidate.task != NER or not isinstance(out, DecidedCandidate):
+            join.other(key, record.partition, record.offset, now)
+            return out
+        self._joined_ner(key, record, candidate, out.decision != BLOCK, now)
+        return out
+
+    def _rebuild(self, record: SourceRecord, now: float) -> None:
+        """A candidate whose decision is committed, read again: what it told the coverage join, told again
+        (an NER candidate decided again on the view to know whether it is pending; QA candidates, whose
+        release is committed, and dead letters tell nothing)."""
+        join = self.join
+        if join is None or is_replayed(record):
+            return
+        decoded = self.gate.decode(record)
+        if isinstance(decoded, DecodeFailed):
+            return
+        candidate, event = decoded
+        if candidate.document_ts is None or candidate.task == QA:
+            return
+        key = (candidate.patient_id, candidate.document_ts.timestamp())
+        if candidate.task != NER:
+            join.other(key, record.partition, record.offset, now)
+            return
+        try:
+            let_through = self.gate.decide(candidate, event).decision != BLOCK
+        except Exception:  # dead-lettered when it was first read: it opens the narrative, nothing pending
+            join.other(key, record.partition, record.offset, now)
+            return
+        self._joined_ner(key, record, candidate, let_through, now)
+
+    def _joined_ner(
+        self, key: NarrativeKey, record: SourceRecord, candidate: Candidate, let_through: bool, now: float
+    ) -> None:
+        """Tell the join an NER candidate was decided (pending unless BLOCKed or judged already)."""
+        join = self.join
+        assert join is not None
+        join.ner(key, record.partition, record.offset, candidate.candidate_id, let_through, now)
+        if let_through and self.gate.was_judged(candidate.candidate_id):
+            join.settle(candidate.candidate_id)  # read again after a restart: its verdict is applied
+
+
 class GateLoop:
     """The gate consumer: candidates in; dispatches, decisions, to-verify records, the Filter's verdicts,
     dead letters and the gate's progress out, one step per batch on a
-    :class:`~streams.runtime.core.BatchCore`.
+    :class:`~streams.runtime.core.BatchCore`, decided by :class:`GateSteps`.
 
     Args:
         bootstrap: Kafka bootstrap servers.
@@ -460,10 +655,10 @@ class GateLoop:
         metrics: DbpmMetrics,
         coverage_wait_s: float = 0.0,
     ) -> None:
-        self._gate = Gate(engine, serde, follower.view, metrics)
+        gate = Gate(engine, serde, follower.view, metrics)
         self._follower = follower
-        self._join: CoverageJoin[Pending] | None = CoverageJoin(coverage_wait_s) if coverage_wait_s else None
-        follower.track_judged = self._join is not None
+        follower.judged.on = bool(coverage_wait_s)
+        self._steps = GateSteps(gate, coverage_wait_s, self._barrier, follower.judged.take, metrics)
         self._barrier_timeout_s = barrier_timeout_s
         self._metrics = metrics
         group = gate_group(app_id)
@@ -483,10 +678,8 @@ class GateLoop:
                 "linger.ms": 2, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
                 **PRODUCER_LIMITS,
             }), group),
-            serde, metrics.loops, on_dead_letter=self._gate.dead_lettered,
+            serde, metrics.loops, on_dead_letter=gate.dead_lettered,
         )  # fmt: skip
-        self._progress: dict[int, Progress] = {}  # partition -> last committed progress (owned partitions)
-        self._position: dict[int, int] = {}  # partition -> next offset to decide
         self._config_watch = ConfigWatch(engine.config.fingerprint(), app_id, metrics.config_mismatch)
         self._stop = threading.Event()  # run()'s, once it runs
         self.core.subscribe([DBPM_CANDIDATES], self.assigned, self.revoked)
@@ -499,7 +692,7 @@ class GateLoop:
     @property
     def config(self) -> DBPMConfig:
         """The configuration the gate decides with (:func:`~streams.worker.dbpm.dbpm_engine`'s)."""
-        return self._gate.engine.config
+        return self._steps.gate.engine.config
 
     def lag(self) -> Iterator[tuple[str, int, int]]:
         """(topic, partition, high watermark - committed offset) of the assigned candidate partitions."""
@@ -524,164 +717,49 @@ class GateLoop:
         of one step (never resuming past a candidate the join may need read again); None when there is
         nothing to read or release.
 
-        Candidates whose decisions an earlier transaction committed (read again after a restart, a
-        rebalance or an aborted batch) only rebuild the coverage join: nothing is sent for them.
-
         Raises:
             Abandoned: the loop was stopped while a candidate waited at its barrier (module docstring).
         """
-        if not messages and (self._join is None or not len(self._join)):
+        steps = self._steps
+        if not messages and not steps.pending():
             return None
         started = time.perf_counter()
-        decided: list[DecidedCandidate] = []
-        failed: list[DecodeFailed] = []
-        last: dict[int, int] = {}
         try:
-            for out in self._decisions(messages, last):
-                (failed if isinstance(out, DecodeFailed) else decided).append(out)
+            batch = steps.decide([SourceRecord.from_message(m) for m in messages], time.monotonic())
         except Abandoned:
             log.info("stopping at a barrier: %d candidates left to the group's next owner", len(messages))
             raise
-        if last:  # past the transaction markers after the batch's last records (a generator's commits)
-            read = {(DBPM_CANDIDATES, p): self._position[p] for p in last}
-            self._position.update((tp.partition, tp.offset) for tp in self.core.positions(read))
-        progress = self._next_progress()
+        if batch.read:  # past the transaction markers after the batch's last records (a generator's commits)
+            read = {(DBPM_CANDIDATES, p): steps.position[p] for p in batch.read}
+            steps.position.update((tp.partition, tp.offset) for tp in self.core.positions(read))
+        progress = steps.next_progress()
+        decided = batch.decided
         # Dispatches go first: a ``read_committed`` reader sees none of the batch before the commit, and
         # then the dispatch of every candidate the batch sends to be verified.
         outputs = [o for d in decided for o in d.dispatches] + [o for d in decided for o in d.outputs()]
 
         def done(_tracked: Mapping[int, int]) -> None:
-            self._progress.update(progress)
+            steps.committed(progress, decided)
             elapsed = time.perf_counter() - started
-            for (task, decision), count in Counter((out.task, out.decision) for out in decided).items():
-                self._metrics.decisions.labels(task, decision).inc(count)
-            for pair, count in Counter(out.violated_pair() for out in decided).items():
-                if pair is not None:
-                    self._metrics.ontology_violations.labels(*pair).inc(count)
-            for out in decided:
+            for _ in decided:
                 self._metrics.gate_latency.observe(elapsed)
-                gate = out.event
-                self._metrics.selectivity.gate(gate.task, gate.patient_id, gate.payload, out.decision)
 
         return Step(
-            failed, outputs,
+            batch.failed, outputs,
             [self._progress_log.record(DBPM_CANDIDATES, p, moved) for p, moved in progress.items()],
             [TopicPartition(DBPM_CANDIDATES, p, moved.resume) for p, moved in progress.items()],
             done=done, aborted=self._rewound,
         )  # fmt: skip
 
-    def _decisions(
-        self, messages: list[Message], last: dict[int, int]
-    ) -> Iterator[DecidedCandidate | DecodeFailed]:
-        """The decisions of a batch's candidates (QA candidates held by the coverage join yield
-        nothing yet, candidates decided before only rebuild the join), then those of the held candidates
-        the join releases now; ``last`` gets the last offset read per partition."""
-        redelivered = 0
-        for message in messages:
-            partition, offset = message.partition(), message.offset()
-            last[partition] = offset
-            self._position[partition] = offset + 1
-            record = SourceRecord.from_message(message)
-            done = self._progress.get(partition)
-            if done is not None and done.done(offset):
-                redelivered += 1
-                self._rebuild(record)
-            elif (out := self._take(record)) is not None:
-                yield out
-        if redelivered:
-            self._metrics.gate_redelivered.inc(redelivered)
-        if self._join is None:
-            return
-        for candidate_id in self._follower.judged():
-            self._join.settle(candidate_id)
-        for release in self._join.due(time.monotonic()):
-            yield self._judge_released(release)
-        self._metrics.coverage_held.set(self._join.held())
-
-    def _judge_released(self, release: Release[Pending]) -> DecidedCandidate | DecodeFailed:
-        """A QA candidate the coverage join released: counted by how its coverage was settled, decided."""
-        record, candidate, event = release.record
-        self._metrics.coverage_released.labels(release.coverage.value).inc()
-        return self._gate.judge(record, candidate, event, self._barrier, release)
-
-    def _take(self, record: SourceRecord) -> DecidedCandidate | DecodeFailed | None:
-        """One candidate through the coverage join (when it is on) and the gate; None: held."""
-        decoded = self._gate.decode(record)
-        if isinstance(decoded, DecodeFailed):
-            return decoded
-        candidate, event = decoded
-        join = self._join
-        if join is None or candidate.document_ts is None or is_replayed(record):
-            return self._gate.judge(record, candidate, event, self._barrier)
-        key = (candidate.patient_id, candidate.document_ts.timestamp())
-        now = time.monotonic()
-        if candidate.task == QA:
-            release = join.qa(key, record.partition, record.offset, (record, candidate, event), now)
-            return None if release is None else self._judge_released(release)
-        out = self._gate.judge(record, candidate, event, self._barrier)
-        if candidate.task != NER or not isinstance(out, DecidedCandidate):
-            join.other(key, record.partition, record.offset, now)
-            return out
-        self._joined_ner(key, record, candidate, out.decision != BLOCK, now)
-        return out
-
-    def _rebuild(self, record: SourceRecord) -> None:
-        """A candidate whose decision is committed, read again: what it told the coverage join, told again
-        (an NER candidate decided again on the view to know whether it is pending; QA candidates, whose
-        release is committed, and dead letters tell nothing)."""
-        join = self._join
-        if join is None or is_replayed(record):
-            return
-        decoded = self._gate.decode(record)
-        if isinstance(decoded, DecodeFailed):
-            return
-        candidate, event = decoded
-        if candidate.document_ts is None or candidate.task == QA:
-            return
-        key = (candidate.patient_id, candidate.document_ts.timestamp())
-        now = time.monotonic()
-        if candidate.task != NER:
-            join.other(key, record.partition, record.offset, now)
-            return
-        try:
-            let_through = self._gate.decide(candidate, event).decision != BLOCK
-        except Exception:  # dead-lettered when it was first read: it opens the narrative, nothing pending
-            join.other(key, record.partition, record.offset, now)
-            return
-        self._joined_ner(key, record, candidate, let_through, now)
-
-    def _joined_ner(
-        self, key: NarrativeKey, record: SourceRecord, candidate: Candidate, let_through: bool, now: float
-    ) -> None:
-        """Tell the join an NER candidate was decided (pending unless BLOCKed or judged already)."""
-        join = self._join
-        assert join is not None
-        join.ner(key, record.partition, record.offset, candidate.candidate_id, let_through, now)
-        if let_through and self._follower.was_judged(candidate.candidate_id):
-            join.settle(candidate.candidate_id)  # read again after a restart: its verdict is applied
-
-    def _next_progress(self) -> dict[int, Progress]:
-        """The progress of every owned partition that moved: resumed no later than the first candidate of
-        a narrative the coverage join still has open, its held QA candidates named (:func:`advanced`)."""
-        moved: dict[int, Progress] = {}
-        join = self._join
-        for partition, position in self._position.items():
-            low = None if join is None else join.low_watermark(partition)
-            held = () if join is None or low is None else join.held_offsets(partition)
-            last = self._progress.get(partition)
-            progress = advanced(last, position, low, held)
-            if last != progress:
-                moved[partition] = progress
-        return moved
-
     def _rewound(self) -> None:
         """After an aborted step (the core sought every partition back to its last commit): decide again
-        from there, and forget the join's state (it rebuilds from what is read again)."""
-        for partition in self._position:
-            key = (DBPM_CANDIDATES, partition)
-            self._position[partition] = self.core.resume.get(key, self.core.started.get(key, 0))
-        if self._join is not None:
-            self._join.drop(list(self._position))
+        from there."""
+        core = self.core
+        steps = self._steps
+        steps.rewound({
+            p: core.resume.get((DBPM_CANDIDATES, p), core.started.get((DBPM_CANDIDATES, p), 0))
+            for p in steps.position
+        })  # fmt: skip
 
     def assigned(self, partitions: list[TopicPartition]) -> Mapping[tuple[str, int], int]:
         """Start each assigned partition where its last committed progress resumes.
@@ -691,16 +769,15 @@ class GateLoop:
         a gate with nothing left to decide would then never commit them (lag and replay barriers read
         them). Unknown until this gate commits, they are committed once it is idle."""
         found = self._progress_log.assigned(partitions)
-        self._progress.update((partition, done) for (_, partition), done in found.items())
+        self._steps.progress.update((partition, done) for (_, partition), done in found.items())
         return {key: done.resume for key, done in found.items()}
 
     def revoked(self, partitions: list[TopicPartition]) -> None:
         """Forget the revoked partitions' progress and the join's state on them."""
         for tp in partitions:
-            self._progress.pop(tp.partition, None)
-            self._position.pop(tp.partition, None)
-        if self._join is not None:
-            self._join.drop(tp.partition for tp in partitions)
+            self._steps.progress.pop(tp.partition, None)
+            self._steps.position.pop(tp.partition, None)
+        self._steps.drop(tp.partition for tp in partitions)
 
     def close(self) -> None:
         """Close the progress reader and the memory view."""

@@ -3,12 +3,13 @@
 A table handler (:class:`~streams.worker.tablestore.TableHandler`: the DBPM memory) decides what a
 batch of one partition's records means; this loop does the rest:
 
-* **Consume** a batch (up to :data:`BATCH_MAX` records) from the co-partitioned input topics with
-  ``isolation.level=read_committed``; the range assignor hands partition p of every input to the same
-  member (the inputs have one partition count).
-* **Apply** it per partition: the handler reads the partition's local RocksDB store
-  (:class:`LocalTable`) and returns outputs, dead letters and one changelog group, closed by a
-  boundary record that holds the last input offset the group covers.
+* **Consume** a batch (up to :data:`~streams.runtime.core.BATCH_MAX` records) from the
+  co-partitioned input topics with ``isolation.level=read_committed``; the range assignor hands
+  partition p of every input to the same member (the inputs have one partition count).
+* **Apply** it per partition (:func:`~streams.worker.tablestore.apply_batch`): the handler reads the
+  partition's local RocksDB store (:class:`LocalTable`) through a staged view and returns outputs and
+  dead letters; its writes and the last input offset applied per topic make one changelog group,
+  closed by a boundary record.
 * **Commit** the dead letters, the outputs and the changelog group (to changelog partition p) in one
   transaction. A ``read_committed`` reader sees a batch's outputs and state all or not at all:
   downstream consumers of the outputs see each exactly once, and so do the changelog's readers (the
@@ -17,9 +18,9 @@ batch of one partition's records means; this loop does the rest:
   ``WriteBatch`` (the local store is never ahead of the changelog; a crash between the commit and the
   local write is repaired by the restore), and commit the input offsets.
 
-Input offsets are committed after the transaction, not in it. The transaction's boundary record
-already says which input the state covers, and the handler skips re-delivered records at or below it
-(and propagations by their identity), so a crash between the transaction and the offset commit
+Input offsets are committed after the transaction, not in it. The transaction's changelog group
+already says which input the state covers, and re-delivered records at or below it are skipped, so
+a crash between the transaction and the offset commit
 re-delivers records that change nothing and send nothing. Sending the offsets to the transaction
 (KIP-447) would add zombie fencing by group generation, but librdkafka's
 ``send_offsets_to_transaction`` blocks forever, its timeout unchecked, when the group coordinator's
@@ -27,8 +28,10 @@ connection goes down and up again, as in a broker restart (librdkafka#5456, #551
 Zombies are fenced instead by the stable transactional id
 (:func:`transactional_id`: a restarted member fences its predecessor's open transaction at once)
 and by the group: a member that lost its partitions learns it at its next ``consume``, before its next
-batch. What remains unfenced is a member that stalls longer than the session timeout inside one
-batch (milliseconds of work) and then commits it after its successor restored.
+batch; and one frozen longer than its session timeout (whose heartbeats stopped with it, so its
+partitions may have moved) proves its membership before it commits the batch it was making
+(:class:`~streams.runtime.core.FreezeWatch`). A member that merely runs long keeps heartbeating and
+its partitions.
 
 Restore. When a partition is assigned, before any of its records is applied, the loop reads its
 changelog from the local store's offset to the last stable offset (librdkafka's partition EOF under
@@ -38,11 +41,12 @@ dead member are past the last stable offset: they are aborted when the transacti
 (:data:`~streams.runtime.transactions.TRANSACTION_TIMEOUT_MS`) or a restart of that member fences
 it, and never applied.
 
-Failures follow the one abort policy of :mod:`streams.runtime.transactions`: a batch whose transaction
-cannot commit (a broker outage or freeze, a coordinator move, a fenced producer) is aborted and its
-partitions rewound to their first offsets: nothing of the batch happened, the local store is untouched
-and the records are applied again. Only what no restart fixes (the cluster refusing the writes for
-good, a full disk, a handler bug) raises out of :meth:`TableLoop.run`, and the worker stops.
+The loop is a job on the batch core (:mod:`streams.runtime.core`), so failures follow its one abort
+policy: a batch whose transaction cannot commit (a broker outage or freeze, a coordinator move, a
+fenced producer) is aborted and its partitions rewound to their last commit: nothing of the batch
+happened, the local store is untouched and the records are applied again. Only what no restart fixes
+(the cluster refusing the writes for good, a full disk, a handler bug) raises out of
+:meth:`TableLoop.run`, and the worker stops.
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ from streams.worker.tablestore import (
     BOUNDARY_KEY,
     ChangelogFollower,
     TableHandler,
-    group_records,
+    apply_batch,
     write_group,
 )
 from topics.admin import ensure_topics
@@ -244,14 +248,14 @@ class TableLoop:
         reread: list[TopicPartition] = []
         groups: dict[int, list[tuple[bytes, bytes | None]]] = {}
         for partition, records in by_partition.items():
-            applied = self._handler.apply(self.table, partition, records)
+            applied = apply_batch(self._handler, self.table, partition, records)
             dead_letters += applied.dead_letters
             outputs += applied.outputs
             if applied.reread is not None:
                 reread.append(TopicPartition(applied.reread[0], partition, applied.reread[1]))
-            if applied.writes is None:
+            if applied.group is None:
                 continue
-            group = groups[partition] = group_records(applied.writes.items(), applied.input_offset)
+            group = groups[partition] = applied.group
             state += [StateRecord(self.changelog, partition, key, value) for key, value in group[:-1]]
             state.append(StateRecord(self.changelog, partition, BOUNDARY_KEY, group[-1][1], tracked=True))
 

@@ -5,36 +5,43 @@ and writes every change to the table's compacted changelog topic first. Two rule
 (docs/table-runtime.md):
 
 * Writers group the records of one batch of input and close the group with a *boundary* record
-  (:data:`BOUNDARY_KEY`, value: the input offset the group covers). Only complete groups are applied,
-  locally and when the changelog is read back (a restore, another host, the gates' replicated view),
-  so a crash between two records of one batch never leaves half a batch applied anywhere. A
-  re-delivered input at or below the boundary is recognised and skipped (idempotent re-processing).
+  (:data:`BOUNDARY_KEY`). Only complete groups are applied, locally and when the changelog is read
+  back (a restore, another host, the gates' replicated view), so a crash between two records of one
+  batch never leaves half a batch applied anywhere. Each group records, per input topic, the last
+  offset it applied (:func:`input_offset_key`), so a re-delivered input at or below it is recognised
+  and skipped, for every table alike (:func:`apply_batch`: idempotent re-processing).
 * A group reaches the local store only after its changelog records are committed, in one
   ``WriteBatch`` with the changelog offset it ends at (:func:`write_group`; ``state.rocksdb``
   transactions). The local store is therefore always a prefix of the changelog, and a restore (the
   local store plus the changelog from its offset on, :class:`ChangelogFollower`) is exact.
 
-What a writer computes does not depend on where the table lives: a table handler reads a
-:class:`PartitionedTable` and returns a :class:`TableBatch`, its outputs and its changelog group as
-data. The transactional loop (:mod:`streams.worker.tableloop`) commits them in one Kafka transaction;
-the topology test driver (:mod:`streams.testing.driver`) applies them to an in-memory changelog. Both
-run the same per-record code, and the changelog format is the same for both.
+What a writer computes does not depend on where the table lives: a table handler reads and writes a
+:class:`StagedPartition` (the partition as its batch leaves it) and returns a :class:`TableBatch`, its
+outputs and dead letters as data; :func:`apply_batch` skips re-delivered input, stages the input
+offsets and closes the group. The transactional loop (:mod:`streams.worker.tableloop`) commits the
+result in one Kafka transaction; the topology test driver (:mod:`streams.testing.driver`) applies it
+to an in-memory changelog. Both run the same code, and the changelog format is the same for both.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from heapq import merge
 from typing import Protocol
 
-from state.base import Store as StateStore
+from state.base import Store
 from streams.runtime.core import Output
 from streams.runtime.dlq import DecodeFailed, SourceRecord
 
-#: Key of the record that closes a group of changelog records (value: decimal input offset).
+#: Key of the record that closes a group of changelog records (value: the batch's last input offset).
 #: ``\xfe`` keeps it out of the engine's key space (printable keys) and out of the state
 #: store's reserved ``\xff\xff`` namespace.
 BOUNDARY_KEY = b"\xfe\xfeinput-offset"
+#: Prefix of the keys holding, per input topic, the last offset a partition applied
+#: (:func:`input_offset_key`).
+INPUT_OFFSET_PREFIX = b"\xfe\xfeoffset|"
 # Offset marker (state.base offset markers) holding the last changelog offset applied locally.
 _CHANGELOG_MARKER = "changelog"
 
@@ -56,10 +63,52 @@ class PartitionedTable(Protocol):
         ...
 
 
-def input_offset(table: PartitionedTable, partition: int) -> int | None:
-    """The input offset the state of ``partition`` covers (its last group's boundary), or None."""
-    raw = table.get(partition, BOUNDARY_KEY)
-    return None if raw is None else int(raw)
+class StagedPartition(Store):
+    """One partition of a table with a batch's writes on top: what a table handler reads and writes.
+
+    Reads see the batch's writes first; :meth:`put` (and an engine transaction's commit, this being a
+    :class:`state.base.Store`) stages a write; :attr:`writes` is the batch's changelog group in the
+    making. The runtime hands a handler one per partition and batch (:func:`apply_batch`).
+    """
+
+    def __init__(self, table: PartitionedTable, partition: int) -> None:
+        self.table = table
+        self.partition = partition
+        self.writes: dict[bytes, bytes | None] = {}
+        """The batch's writes in the order first made (``None``: deleted)."""
+        # The keys of :attr:`writes`, ascending: a range read slices them instead of scanning the
+        # batch's writes (the memory's maintenance walks its indexes in every event-time step).
+        self._keys: list[bytes] = []
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key`` as the batch left it."""
+        if key in self.writes:
+            return self.writes[key]
+        return self.table.get(self.partition, key)
+
+    def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """The pairs in ``[start, end)`` as the batch left them, ascending."""
+        keys = self._keys
+        staged = keys[bisect_left(keys, start) : len(keys) if end is None else bisect_left(keys, end)]
+        mine = {k: self.writes[k] for k in staged}
+        older = ((k, v) for k, v in self.table.iter_range(self.partition, start, end) if k not in mine)
+        newer = ((k, v) for k, v in mine.items() if v is not None)
+        return merge(older, newer)  # type: ignore[arg-type]
+
+    def keys(self, start: bytes, end: bytes | None) -> list[bytes]:
+        """The keys in ``[start, end)`` as the batch left them, ascending."""
+        return [key for key, _ in self.iter_range(start, end)]
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        """Stage ``key`` (``None``: deleted) in the batch's writes."""
+        if key not in self.writes:
+            insort(self._keys, key)
+        self.writes[key] = value
+
+    def _apply(self, writes: dict[bytes, object]) -> None:
+        # The transaction's deletions are its non-bytes sentinel.
+        for key, value in writes.items():
+            self.put(key, value if isinstance(value, bytes) else None)
 
 
 def group_records(
@@ -71,34 +120,27 @@ def group_records(
 
 @dataclass(frozen=True, slots=True)
 class TableBatch:
-    """What a table handler made of one batch of a partition's records, as data.
-
-    The runtime commits the dead letters, the outputs and the group together (one Kafka transaction):
-    a durable group (whose input is skipped on re-delivery) never stands for an output or a dead
-    letter that was not written, and an output is never written twice.
+    """What a table handler made of one batch of a partition's records, as data (its writes are in the
+    :class:`StagedPartition` it was given).
 
     Attributes:
         outputs: records to produce, in order.
         dead_letters: records that go to their topic's dead-letter topic.
-        writes: the changelog group (``None`` values delete); None when the batch changed nothing
-            and no group is staged.
-        input_offset: the input offset the group's boundary records (meaningful with ``writes``).
         reread: ``(topic, offset)``: the records of that input partition from that offset on were
             not applied and must be read again (the runtime seeks there and commits no further).
     """
 
     outputs: list[Output]
     dead_letters: list[DecodeFailed]
-    writes: dict[bytes, bytes | None] | None
-    input_offset: int
     reread: tuple[str, int] | None = None
 
 
 class TableHandler(Protocol):
     """The per-partition logic of a table writer, without Kafka or a clock."""
 
-    def apply(self, table: PartitionedTable, partition: int, records: Sequence[SourceRecord]) -> TableBatch:
-        """Process ``records`` of ``partition`` (offset order) against the partition's state in ``table``."""
+    def apply(self, staged: StagedPartition, records: Sequence[SourceRecord]) -> TableBatch:
+        """Process ``records`` of one partition (offset order, none applied before) against its state,
+        staging the changes in ``staged``."""
         ...
 
     def dead_lettered(self, failed: DecodeFailed) -> None:
@@ -106,9 +148,65 @@ class TableHandler(Protocol):
         ...
 
 
-def write_group(
-    store: StateStore, records: Iterable[tuple[bytes, bytes | None]], changelog_offset: int
-) -> None:
+@dataclass(frozen=True, slots=True)
+class AppliedBatch:
+    """One partition's batch applied (:func:`apply_batch`): what to commit together.
+
+    Attributes:
+        outputs: records to produce, in order.
+        dead_letters: records that go to their dead-letter topics.
+        group: the changelog group, closed by its boundary; None when no record was applied.
+        reread: as :attr:`TableBatch.reread`.
+    """
+
+    outputs: list[Output]
+    dead_letters: list[DecodeFailed]
+    group: list[tuple[bytes, bytes | None]] | None
+    reread: tuple[str, int] | None
+
+
+def input_offset_key(topic: str) -> bytes:
+    """The key under which a partition records the last offset of input ``topic`` it applied."""
+    return INPUT_OFFSET_PREFIX + topic.encode()
+
+
+def apply_batch(
+    handler: TableHandler, table: PartitionedTable, partition: int, records: Sequence[SourceRecord]
+) -> AppliedBatch:
+    """Apply a batch of ``partition``'s records (offset order per topic) with ``handler``: what the
+    table loop commits and the topology driver stages, by the same code.
+
+    Re-delivered input is skipped here, for every handler: the group records per input topic the last
+    offset applied (:func:`input_offset_key`), so a record at or below it (read again after a crash
+    between the transaction and the offset commit) is not handed to the handler and sends nothing. The
+    offsets recorded leave out what the handler says to read again (``reread``).
+    """
+    staged = StagedPartition(table, partition)
+    done: dict[str, int | None] = {}
+    fresh = []
+    for record in records:
+        if record.topic not in done:
+            raw = staged.get(input_offset_key(record.topic))
+            done[record.topic] = None if raw is None else int(raw)
+        applied = done[record.topic]
+        if applied is None or record.offset > applied:
+            fresh.append(record)
+    if not fresh:
+        return AppliedBatch([], [], None, None)
+    batch = handler.apply(staged, fresh)
+    last: dict[str, int] = {}
+    for record in fresh:
+        if batch.reread is None or record.topic != batch.reread[0] or record.offset < batch.reread[1]:
+            last[record.topic] = record.offset
+    if not last:
+        return AppliedBatch(batch.outputs, batch.dead_letters, None, batch.reread)
+    for topic, offset in last.items():
+        staged.put(input_offset_key(topic), str(offset).encode())
+    group = group_records(staged.writes.items(), max(last.values()))
+    return AppliedBatch(batch.outputs, batch.dead_letters, group, batch.reread)
+
+
+def write_group(store: Store, records: Iterable[tuple[bytes, bytes | None]], changelog_offset: int) -> None:
     """Apply one changelog group to ``store`` atomically, with the changelog offset it ends at."""
     with store.transaction() as txn:
         for key, value in records:
@@ -127,7 +225,7 @@ class ChangelogFollower:
     discards them (the writer that produced them died and its input will be processed again).
     """
 
-    store: StateStore
+    store: Store
     partial: list[tuple[bytes, bytes | None]] = field(default_factory=list)
     skip: Callable[[bytes], bool] | None = None
     """Keys this reader never reads: left out of its store (the group's boundary is always kept)."""

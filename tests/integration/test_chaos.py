@@ -33,6 +33,7 @@ from streams.bench.chaos import (
     kill_broker,
     kill_for_good,
     pause_broker,
+    pause_worker,
     run_soak,
 )
 from streams.replay.kafka import (
@@ -162,7 +163,7 @@ def test_the_survivor_takes_over_a_stopped_and_a_sigkilled_workers_partitions_wi
 #: open at the fault are aborted by the coordinator and their producers' epochs ended, and the group
 #: moves the partitions of a member that stopped answering.
 PAUSE_S = 15.0
-FAULTS = ("broker SIGKILL and restart", "broker SIGSTOP")
+FAULTS = ("broker SIGKILL and restart", "broker SIGSTOP", "worker SIGSTOP")
 #: Events of the faults' stream: every candidate first, then every verdict (about half each).
 FAULT_EVENTS = 12_000
 
@@ -171,6 +172,7 @@ def _faults(broker: LocalKafka) -> dict[str, Disruption]:
     return {
         "broker SIGKILL and restart": kill_broker(broker),
         "broker SIGSTOP": pause_broker(broker, PAUSE_S),
+        "worker SIGSTOP": pause_worker(0, PAUSE_S),
     }
 
 
@@ -208,8 +210,10 @@ def test_workers_ride_out_a_fault_without_a_supervisor(tmp_path: Path) -> None:
     """Scenario: two workers share an app on a dedicated broker (in a container where Docker runs, else
     native). 6,000 candidates are decided, then 6,000 verdicts are published at once; while the memory
     writers work through them the broker is SIGKILLed and started again, or frozen for longer than the
-    transaction timeout: one fault per app, one after the other on the same broker (one broker and two
-    workers at a time, like the other soaks). Nothing restarts a worker or the replay's publisher.
+    transaction timeout, or one worker is frozen for longer than its session and transaction timeouts
+    (its partitions move; a zombie must commit nothing once it thaws): one fault per app, one after the
+    other on the same broker (one broker and two workers at a time, like the other soaks). Nothing
+    restarts a worker or the replay's publisher.
 
     Every worker is still running at the end (each aborted what it had in flight, rewound and went on);
     a ``read_committed`` reader reads each decision once, equal to the in-process engine's, and the

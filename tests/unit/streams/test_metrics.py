@@ -9,6 +9,7 @@ import urllib.request
 from prometheus_client import CollectorRegistry
 
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology, parse_event
+from processors.dbpm.events import VerdictEvent
 from processors.dbpm.measurement import SelectivityCounts, VerdictOutcome, memory_population
 from processors.dbpm.memory import Memory
 from schemas.clinical import ClinicalAssessment, TrafficLight
@@ -57,6 +58,10 @@ def test_librdkafka_statistics_become_the_lag_of_each_assigned_partition() -> No
     assert lag.client_config()["statistics.interval.ms"] == 5000
 
 
+def _verdict(task: str, patient_id: str, payload: dict[str, str], verdict: str) -> VerdictEvent:
+    return VerdictEvent("2026-11-26T09:00:00Z", 0.0, task, verdict, "verifier_mmed", patient_id, payload)
+
+
 def _qa(question: str, category: str = "diagnosis") -> dict[str, str]:
     return {"question": question, "answer": "A", "category": category}
 
@@ -70,7 +75,7 @@ def test_the_live_lift_and_its_interval_are_the_measurement_modules() -> None:
     expected = SelectivityCounts()
     for i, (decision, verdict) in enumerate(plan):
         selectivity.gate("qa", f"p{i}", _qa("Q?"), decision)
-        selectivity.verdict("qa", f"p{i}", _qa("Q?"), verdict, "verifier_mmed")
+        selectivity.verdicts([_verdict("qa", f"p{i}", _qa("Q?"), verdict)])
         outcome = VerdictOutcome.FAIL if verdict == "hard_fail" else VerdictOutcome.PASS
         expected = expected.record("qa", "diagnosis", outcome, decision == "DOWNGRADE")
     lift = expected.cell("qa", "diagnosis").lift()
@@ -90,7 +95,7 @@ def test_a_lift_tagging_only_fail_pairs_is_infinite_and_an_undefined_one_is_abse
     registry.register(selectivity)
     for i, (decision, verdict) in enumerate([("DOWNGRADE", "hard_fail"), ("ALLOW", "success")]):
         selectivity.gate("ner", "p", {"text": f"t{i}", "category": "drug"}, decision)
-        selectivity.verdict("ner", "p", {"text": f"t{i}", "category": "drug"}, verdict, "verifier_mmed")
+        selectivity.verdicts([_verdict("ner", "p", {"text": f"t{i}", "category": "drug"}, verdict)])
     relation = {"head": "a", "tail": "b", "head_type": "x", "tail_type": "y", "relation": "r"}
     selectivity.gate("re", "p", relation, "ALLOW")
     assert registry.get_sample_value("clingate_dbpm_lift", {"task": "ner", "category": "drug"}) == math.inf
@@ -130,7 +135,7 @@ def test_a_channel_that_consumed_fail_verdicts_but_blocks_nothing_is_inert() -> 
     registry = CollectorRegistry()
     metrics = DbpmMetrics(registry)
     metrics.watch(list, MemoryStore(), DBPMConfig())
-    metrics.verdict_applied("re", "p1", {"head": "a"}, "hard_fail", "verifier_mmed")
+    metrics.verdicts_applied([_verdict("re", "p1", {"head": "a"}, "hard_fail")])
     assert registry.get_sample_value("clingate_dbpm_memory_channel_inert", {"task": "re"}) == 1
     assert registry.get_sample_value("clingate_dbpm_memory_channel_inert", {"task": "ner"}) == 0
     labels = {"task": "re", "verdict": "hard_fail", "source": "verifier_mmed"}

@@ -13,6 +13,7 @@ from streams.runtime.metrics import DbpmMetrics
 from streams.runtime.settings import Settings
 from streams.testing.driver import ChangelogTable, Topic
 from streams.worker.dbpm import MemoryHandler, contract_event, dbpm_engine, dispatch_outputs, verdict_key
+from streams.worker.tablestore import apply_batch, input_offset_key
 from topics.catalog import DBPM_DISPATCHES, DBPM_VERDICTS
 
 SERDE = SingleObjectSerde()
@@ -48,12 +49,13 @@ def test_a_thousand_unknown_candidates_cost_one_question_and_the_good_verdicts_a
     names = [known[i // 20] if i % 20 == 0 else f"stranger-{i}" for i in range(1000)]
     verdicts = [_verdict(name, offset) for offset, name in enumerate(names)]
     table = ChangelogTable(Topic("memory-changelog", 1, 1 << 20))
-    batch = handler.apply(table, 0, [*dispatches, *verdicts])
+    batch = apply_batch(handler, table, 0, [*dispatches, *verdicts])
     assert asked == [0], "one question for the partition, not one per unknown candidate"
     assert batch.reread is None
     assert len(batch.dead_letters) == 950
     assert {letter.error_type for letter in batch.dead_letters} == {"UnknownCandidate"}
-    assert batch.input_offset == verdicts[-1].offset
+    assert batch.group is not None
+    assert dict(batch.group)[input_offset_key(DBPM_VERDICTS)] == str(verdicts[-1].offset).encode()
     learnt = handler._metrics.verdicts.labels("ner", "hard_fail", "verifier_mmed")._value.get()  # type: ignore[attr-defined]
     assert learnt == 50
 
@@ -70,8 +72,8 @@ def test_a_partition_whose_dispatches_are_not_read_to_their_end_defers_and_asks_
     handler.dispatches_read = dispatches_read
     table = ChangelogTable(Topic("memory-changelog", 1, 1 << 20))
     verdicts = [_verdict(f"stranger-{i}", i) for i in range(3)]
-    first = handler.apply(table, 0, verdicts)
-    assert first.reread == (DBPM_VERDICTS, 0) and not first.dead_letters
-    second = handler.apply(table, 0, verdicts)
+    first = apply_batch(handler, table, 0, verdicts)
+    assert first.reread == (DBPM_VERDICTS, 0) and not first.dead_letters and first.group is None
+    second = apply_batch(handler, table, 0, verdicts)
     assert second.reread is None and len(second.dead_letters) == 3
     assert asked == [0, 0]

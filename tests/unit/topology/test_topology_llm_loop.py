@@ -106,11 +106,16 @@ def test_the_loop_decides_and_learns_like_the_in_process_engine_and_bad_records_
                 for record in bad:
                     driver.pipe(record.topic, record.key, record.value, record.headers)
         candidates = driver.values(DBPM_CANDIDATES, Candidate)
-        decisions = {d.candidate_id: d.decision.value for d in driver.values(DBPM_DECISIONS, GateDecision)}
+        decided = {d.candidate_id: d for d in driver.values(DBPM_DECISIONS, GateDecision)}
+        decisions = {cid: d.decision.value for cid, d in decided.items()}
         verdicts = {v.candidate_id: v for v in driver.values(DBPM_VERDICTS, Verdict)}
         emitted = {n.patient_id: [c for c in candidates if c.patient_id == n.patient_id]
                    for n in loop.narratives}  # fmt: skip
-        events = loop_reference(loop, emitted, verdicts)
+        # As decided: a QA candidate with the NER categories the coverage join stamped on it.
+        stamped = {
+            patient: [decided[c.candidate_id].candidate for c in found] for patient, found in emitted.items()
+        }
+        events = loop_reference(loop, stamped, verdicts)
         state = driver.memory_state(last_time(events))
         dead = [d.letter for topic in (DBPM_NARRATIVES, DBPM_TO_VERIFY) for d in driver.dead_letters(topic)]
         engine = driver.engine
