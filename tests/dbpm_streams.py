@@ -1,12 +1,12 @@
 """DBPM streams the worker tests and the topology tests share: verdicts that name candidates, repeated,
-and operator pins."""
+operator pins, and a narrative for the NER-coverage join."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from schemas.dbpm import PinAction
+from schemas.dbpm import Candidate, PinAction, Verdict
 from streams.worker.dbpm import pin_record
 
 
@@ -55,3 +55,29 @@ def pin_line(
         task, sig, PinAction(action), "olga", reason, f"pin-{action}", datetime.fromisoformat(ts)
     )
     return {"kind": "verdict", **record.model_dump(mode="json", exclude_none=True)}
+
+
+def coverage_narrative(patient: str) -> tuple[list[Candidate], list[Candidate]]:
+    """One narrative's live candidates for the NER-coverage join: two NER diagnoses and two QA
+    candidates of the mapped category ``diagnosis`` that ask for them (one document date)."""
+    base = {"ts": "2026-11-26T09:00:00Z", "document_ts": "2026-11-20T00:00:00Z", "patient_id": patient}
+    ner = [
+        Candidate.model_validate({**base, "task": "ner", "candidate_id": f"{patient}-ner-{i}",
+                                  "payload": {"entity": entity, "category": "Diagnosis"}})
+        for i, entity in enumerate(("pneumonia", "sepsis"))
+    ]  # fmt: skip
+    qa = [
+        Candidate.model_validate({**base, "task": "qa", "candidate_id": f"{patient}-qa-{i}",
+                                  "payload": {"question": "What is the diagnosis?", "answer": answer,
+                                              "category": "diagnosis"}})
+        for i, answer in enumerate(("pneumonia", "sepsis"))
+    ]  # fmt: skip
+    return ner, qa
+
+
+def ner_success(candidate: Candidate) -> Verdict:
+    """The verifier's success verdict on NER ``candidate``, five seconds after the narrative."""
+    return Verdict.model_validate({
+        **candidate.model_dump(mode="json", exclude={"document_ts", "task"}), "task": "ner",
+        "ts": "2026-11-26T09:00:05Z", "verdict": "success", "source": "verifier_mmed",
+    })  # fmt: skip

@@ -48,6 +48,7 @@ from streams.worker.dbpm import (
     verdict_key,
 )
 from streams.worker.gate import gate_group
+from tests.dbpm_streams import coverage_narrative, ner_success
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, dlq_name
 
 pytestmark = pytest.mark.integration
@@ -329,18 +330,7 @@ def test_qa_candidates_held_by_the_coverage_join_survive_a_sigkill_and_are_decid
     _, [worker] = start_workers(1, **{**COMPARISON_FLAGS, "CLINGATE_DBPM_COVERAGE_WAIT_S": "300"})
     serde = make_serde(None)
     patient = f"p-{uuid.uuid4().hex[:8]}"
-    base = {"ts": "2026-11-26T09:00:00Z", "document_ts": "2026-11-20T00:00:00Z", "patient_id": patient}
-    ner = [
-        Candidate.model_validate({**base, "task": "ner", "candidate_id": f"{patient}-ner-{i}",
-                                  "payload": {"entity": entity, "category": "Diagnosis"}})
-        for i, entity in enumerate(("pneumonia", "sepsis"))
-    ]  # fmt: skip
-    qa = [
-        Candidate.model_validate({**base, "task": "qa", "candidate_id": f"{patient}-qa-{i}",
-                                  "payload": {"question": "What is the diagnosis?", "answer": answer,
-                                              "category": "diagnosis"}})
-        for i, answer in enumerate(("pneumonia", "sepsis"))
-    ]  # fmt: skip
+    ner, qa = coverage_narrative(patient)
     decisions = _tail(kafka_bootstrap, DBPM_DECISIONS)
     producer = Producer(producer_config(kafka_bootstrap))
     for candidate in (*ner, *qa):
@@ -353,10 +343,7 @@ def test_qa_candidates_held_by_the_coverage_join_survive_a_sigkill_and_are_decid
         _until_held(worker, len(qa))
         engine = dbpm_engine(Settings())
         for candidate in ner:
-            verdict = Verdict.model_validate({
-                **candidate.model_dump(mode="json", exclude={"document_ts", "task"}), "task": "ner",
-                "ts": "2026-11-26T09:00:05Z", "verdict": "success", "source": "verifier_mmed",
-            })  # fmt: skip
+            verdict = ner_success(candidate)
             event = parse_event({"kind": "verdict", **verdict.model_dump(mode="json")})
             producer.produce(DBPM_VERDICTS, key=verdict_key(engine, event), value=serde.encode(verdict))
         producer.flush(30)

@@ -9,39 +9,21 @@ from __future__ import annotations
 
 from processors.dbpm import parse_event
 from processors.dbpm.config import QA
-from schemas.dbpm import Candidate, Coverage, GateDecision, Verdict
+from schemas.dbpm import Candidate, Coverage, GateDecision
 from state.base import Transaction
 from streams.runtime.settings import Settings
 from streams.testing.driver import TopologyDriver
 from streams.testing.worker import COMPARISON_ENV
 from streams.worker.dbpm import contract_event, verdict_key
+from tests.dbpm_streams import coverage_narrative, ner_success
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
 
 WAIT_S = 300.0
 SETTINGS = Settings(**{**COMPARISON_ENV, "CLINGATE_DBPM_COVERAGE_WAIT_S": str(WAIT_S)})  # type: ignore[arg-type]
 
 
-def _narrative(patient: str) -> tuple[list[Candidate], list[Candidate]]:
-    base = {"ts": "2026-11-26T09:00:00Z", "document_ts": "2026-11-20T00:00:00Z", "patient_id": patient}
-    ner = [
-        Candidate.model_validate({**base, "task": "ner", "candidate_id": f"{patient}-ner-{i}",
-                                  "payload": {"entity": entity, "category": "Diagnosis"}})
-        for i, entity in enumerate(("pneumonia", "sepsis"))
-    ]  # fmt: skip
-    qa = [
-        Candidate.model_validate({**base, "task": "qa", "candidate_id": f"{patient}-qa-{i}",
-                                  "payload": {"question": "What is the diagnosis?", "answer": answer,
-                                              "category": "diagnosis"}})
-        for i, answer in enumerate(("pneumonia", "sepsis"))
-    ]  # fmt: skip
-    return ner, qa
-
-
 def _verdict(driver: TopologyDriver, candidate: Candidate) -> None:
-    verdict = Verdict.model_validate({
-        **candidate.model_dump(mode="json", exclude={"document_ts", "task"}), "task": "ner",
-        "ts": "2026-11-26T09:00:05Z", "verdict": "success", "source": "verifier_mmed",
-    })  # fmt: skip
+    verdict = ner_success(candidate)
     event = parse_event({"kind": "verdict", **verdict.model_dump(mode="json")})
     driver.pipe(DBPM_VERDICTS, verdict_key(driver.engine, event), verdict)
 
@@ -62,7 +44,7 @@ def test_a_qa_candidate_waits_for_its_narratives_ner_verdicts_and_is_decided_wit
     verdicts accepted stamped on it: the decision the engine makes on the candidate so stamped, on the
     memory as it is then."""
     with TopologyDriver(SETTINGS) as driver:
-        ner, qa = _narrative("p-held")
+        ner, qa = coverage_narrative("p-held")
         for candidate in (*ner, *qa):
             driver.pipe(DBPM_CANDIDATES, candidate.patient_id.encode(), candidate)
         assert set(_decisions(driver, "p-held")) == {c.candidate_id for c in ner}, "the QA ones are held"
@@ -92,8 +74,8 @@ def test_a_qa_candidate_whose_ner_verdicts_never_come_is_released_when_its_wait_
     Nothing is released before the wait ends; at its end each QA candidate is decided once, ``coverage``
     timeout after the whole wait; a narrative without NER candidates is not held at all (``no_ner``)."""
     with TopologyDriver(SETTINGS) as driver:
-        ner, qa = _narrative("p-slow")
-        _, alone = _narrative("p-alone")
+        ner, qa = coverage_narrative("p-slow")
+        _, alone = coverage_narrative("p-alone")
         for candidate in (*ner, *qa, *alone):
             driver.pipe(DBPM_CANDIDATES, candidate.patient_id.encode(), candidate)
         assert {d.coverage for ds in _decisions(driver, "p-alone").values() for d in ds} == {Coverage.NO_NER}
