@@ -20,7 +20,14 @@ from processors.dbpm.events import Event
 from processors.dbpm.ontology import FILTER_ID_SUFFIX
 from processors.docs.arbiter import ArbiterConfig, Finished, run
 from processors.docs.v3 import load_trap_rules
-from schemas.clinical import AdversarialReview, ClinicalAssessment, GatedDraft, RevisionRoute, SafetyAudit
+from schemas.clinical import (
+    AdversarialReview,
+    ClinicalAssessment,
+    EvidenceRequest,
+    GatedDraft,
+    RevisionRoute,
+    SafetyAudit,
+)
 from schemas.dbpm import Candidate, Verdict
 from schemas.docs import ClassificationOutput, ClassificationRequest, DocumentBundle
 from schemas.fhir import FhirUpdate
@@ -30,7 +37,7 @@ from streams.demo.data.timeline import fhir_timeline
 from streams.demo.errors import DemoError
 from streams.demo.llm import LoopPlan, loop_plan
 from streams.demo.results import MemoryPoint, State
-from streams.demo.runs import GoldenRun, Stage, deliverable, golden_runs, run_stages
+from streams.demo.runs import GoldenRun, Stage, deliverable, golden_runs, run_stages, with_retrieved
 from streams.groups.arbiter_calls import LLM_ROLE
 from streams.llm.config import resolve_role
 from streams.runtime.settings import get_settings
@@ -208,7 +215,11 @@ def gate_runs(golden: list[tuple[FhirUpdate, AdversarialReview]]) -> tuple[list[
     """The golden cases' runs and their stages, the last one the deliverables: each run's final gated
     draft, as the pure gates make it."""
     runs = golden_runs([u.patient_id for u, _ in golden], golden_time())
-    events = [e for _, stage in run_stages(runs, []) for e in stage]
+    evidence = [*(u for u, _ in golden), *(r.evidence for r in runs)]
+    requests = {o.patient_id: o.missing for o in pure_outputs(evidence, get_settings())
+                if isinstance(o, EvidenceRequest)}  # fmt: skip
+    runs = [with_retrieved(r, requests[r.case]) if r.case in requests else r for r in runs]
+    events = [*(u for u, _ in golden), *(e for _, stage in run_stages(runs, []) for e in stage)]
     finals = {
         o.patient_id: o.draft for o in pure_outputs(events, get_settings()) if isinstance(o, GatedDraft)
     }

@@ -7,7 +7,9 @@ Table 4 (citation outcomes per case and revision) and the Rule B inputs of the c
 longer carry: the routes give them.
 
 An upstream that answers the gates publishes a revision only once the previous one was routed, so the
-run is fed in stages (:func:`run_stages`): every run's evidence, then revision 0's drafts, their audits,
+run is fed in stages (:func:`run_stages`): every run's evidence, then, for a run whose evidence lacks
+must-retrieve sources, the retrieval step's answer to the gates' evidence request (the evidence again
+with those sources), then revision 0's drafts, their audits,
 revision 1's drafts, ..., and last the pharmacist's deliverable (the final gated draft), whose safety
 audit records the run. The feeder waits for the clinical loop to consume each stage before producing
 the next (the loop reads several topics, and Kafka orders records within a partition only).
@@ -38,6 +40,10 @@ class GoldenRun:
     evidence: EvidenceBundle
     drafts: list[ClinicalDraft]
     audits: list[AuditReport]
+    retrieved: EvidenceBundle | None = None
+    """The evidence again with the must-retrieve sources the first bundle lacked, as the retrieval step
+    publishes it when the gates ask for them (ESC-002; the seed's pipeline injects the NTI map's sources
+    before reasoning); None: nothing was missing."""
 
 
 def golden_runs(cases: list[str], when: datetime) -> list[GoldenRun]:
@@ -67,6 +73,8 @@ def golden_runs(cases: list[str], when: datetime) -> list[GoldenRun]:
 def run_stages(runs: list[GoldenRun], deliverables: list[Deliverable]) -> list[Stage]:
     """The runs' records in the order an upstream answering the gates publishes them (module doc)."""
     stages: list[Stage] = [(CLINICAL_EVIDENCE, [r.evidence for r in runs])]
+    if retrieved := [r.retrieved for r in runs if r.retrieved is not None]:
+        stages.append((CLINICAL_EVIDENCE, list(retrieved)))
     for revision in range(max(len(r.drafts) for r in runs)):
         stages.append((CLINICAL_DRAFTS, [r.drafts[revision] for r in runs if revision < len(r.drafts)]))
         stages.append(
@@ -84,3 +92,15 @@ def deliverable(run: GoldenRun, final_draft: str) -> Deliverable:
         event_time=run.evidence.event_time,
         text=final_draft,
     )
+
+
+def with_retrieved(run: GoldenRun, missing: list[str]) -> GoldenRun:
+    """``run`` with the retrieval step's answer to an evidence request for ``missing`` (the run's evidence
+    and a packet per missing source, named as the NTI map names it)."""
+    packets = [
+        *run.evidence.packets,
+        *(EvidencePacket(source=source, text=f"{source}, retrieved for the NTI map's must-retrieve list.")
+          for source in missing),
+    ]  # fmt: skip
+    retrieved = run.evidence.model_copy(update={"packets": packets})
+    return GoldenRun(run.case, run.run_id, run.evidence, run.drafts, run.audits, retrieved)

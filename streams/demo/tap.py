@@ -21,8 +21,11 @@ from confluent_kafka import Message
 from schemas.base import AvroModel
 from schemas.serde import Serde
 from streams.runtime.kafka_clients import assign_at_ends, consume_batch, reader
-from streams.worker.tablestore import BOUNDARY_KEY
+from streams.worker.tablestore import BOUNDARY_KEY, input_offset_key
+from topics.catalog import DBPM_VERDICTS
 
+VERDICTS_OFFSET = input_offset_key(DBPM_VERDICTS)
+"""The changelog key of the last verdict offset a memory group applied."""
 POLL_S = 0.02
 """Longest wait of one ``consume``: it returns early only with a full batch, so this bounds how late the
 demo sees an output, which the DBPM lockstep slice waits for once per patient."""
@@ -100,11 +103,11 @@ class Tap(threading.Thread):
     * **Wall clock**: the demo is a client, not a processor; ``CreateTime`` and the consume stamp are
       both this machine's clock, in milliseconds for the former.
     * Records that do not decode (the demo's own dead-letter probes) are skipped.
-    * **Memory progress**: given the DBPM memory table's changelog, the tap also follows its group
-      boundaries (:data:`streams.worker.tablestore.BOUNDARY_KEY`, value: the verdict offset the group
-      covers; changelog partition = verdict partition), so the demo knows when the memory agents have
-      applied a verdict: the worker stages a group, and its gates read staged writes, before the
-      boundary is sent.
+    * **Memory progress**: given the DBPM memory table's changelog, the tap also follows its groups:
+      the last verdict offset a group records (:func:`streams.worker.tablestore.input_offset_key`;
+      changelog partition = verdict partition) counts once the group's boundary
+      (:data:`streams.worker.tablestore.BOUNDARY_KEY`) is read, so the demo knows when the memory
+      agents have applied a verdict.
     """
 
     def __init__(
@@ -113,7 +116,8 @@ class Tap(threading.Thread):
         super().__init__(name="clingate-demo-tap", daemon=True)
         self._changelog = changelog
         self.applied: dict[int, int] = {}
-        """Per partition of ``changelog``, the input offset its last complete group covers."""
+        """Per partition of ``changelog``, the last verdict offset its complete groups cover."""
+        self._covering: dict[int, int] = {}  # per partition, the verdict offset of the group being read
         self._serde = serde
         self._routes: dict[str, list[Route]] = {}
         for route in routes:
@@ -141,8 +145,11 @@ class Tap(threading.Thread):
 
     def _take(self, message: Message) -> None:
         if message.topic() == self._changelog:
-            if message.key() == BOUNDARY_KEY:
-                self.applied[message.partition()] = int(message.value())
+            partition = message.partition()
+            if message.key() == VERDICTS_OFFSET:
+                self._covering[partition] = int(message.value())
+            elif message.key() == BOUNDARY_KEY and partition in self._covering:
+                self.applied[partition] = self._covering.pop(partition)
             return
         routes = self._routes[message.topic()]
         now = time.time()

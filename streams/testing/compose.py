@@ -73,7 +73,7 @@ PROJECT = "clingate-rehearsal"
 #: The brokers' client listeners (deploy/compose/docker-compose.yml).
 BOOTSTRAP = "127.0.0.1:9092,127.0.0.1:9094,127.0.0.1:9096"
 #: Every clingate process's metrics endpoint (docker-compose.yml): ready once all answer.
-METRICS_PORTS = (6066, 6076, 6067, 6068, 6069, 6070)
+METRICS_PORTS = (6066, 6076, 6067, 6068, 6069, 6070, 6071)
 PROMETHEUS = "http://127.0.0.1:9090"
 #: The compose console's sign-in page: it answers once the console serves (it needs no Kafka).
 CONSOLE_SIGN_IN = "http://127.0.0.1:6080/login"
