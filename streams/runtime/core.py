@@ -331,9 +331,12 @@ class BatchCore:
         Raises:
             streams.runtime.transactions.TransactionRefused: the cluster refuses the writes for good.
         """
-        if self._watch.frozen_since(self._member_at, self._freeze_limit_s) and not self._still_member():
-            # Frozen past the session timeout: the partitions may have moved and a successor may have
-            # made this step already. Not committed; the next read learns what is still owned.
+        if not self._owned(step) or (
+            self._watch.frozen_since(self._member_at, self._freeze_limit_s) and not self._still_member()
+        ):
+            # A partition of the step is no longer this member's, or the member was frozen past its
+            # session timeout and the group no longer counts it: a successor may have made this step
+            # already. Not committed; the next read learns what is still owned.
             self._metrics.aborted.labels(self.name).inc()
             self.rewind()
             if step.aborted is not None:
@@ -384,11 +387,17 @@ class BatchCore:
         self._count_lag(offsets)
         return True
 
+    def _owned(self, step: Step) -> bool:
+        """Every input partition ``step`` advances is assigned to this member now (a read that served a
+        lost assignment may have returned records of partitions revoked in the same call)."""
+        owned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+        return all((tp.topic, tp.partition) in owned for tp in (*step.offsets, *step.reread))
+
     def _still_member(self) -> bool:
         """After a freeze: whether the group still counts this member in the generation its partitions
         were assigned in, proven by a synchronous offset commit (the group refuses one from a member it
         removed) of the offsets last sent to it (or those it holds), so nothing moves. True where there
-        is nothing to prove it with (no offset committed yet)."""
+        is nothing to prove it with (no offset committed yet for the partitions it owns)."""
         owned = self.consumer.assignment()
         sent = self.offsets.sent
         offsets = [TopicPartition(tp.topic, tp.partition, sent[(tp.topic, tp.partition)])
