@@ -337,11 +337,7 @@ class BatchCore:
             # A partition of the step is no longer this member's, or the member was frozen past its
             # session timeout and the group no longer counts it: a successor may have made this step
             # already. Not committed; the next read learns what is still owned.
-            self._metrics.aborted.labels(self.name).inc()
-            self.rewind()
-            if step.aborted is not None:
-                step.aborted()
-            return False
+            return self._abandon(step)
         tracked: dict[int, int] = {}
         produced: list[str] = []
         if step.dead_letters or step.outputs or step.state:
@@ -362,11 +358,7 @@ class BatchCore:
 
             committed = self.transactions.run(fill)
             if committed is None:
-                self._metrics.aborted.labels(self.name).inc()
-                self.rewind()
-                if step.aborted is not None:
-                    step.aborted()
-                return False
+                return self._abandon(step)
             produced = committed.topics
         if step.done is not None:
             step.done(tracked)
@@ -386,6 +378,15 @@ class BatchCore:
         self.offsets.commit(self.consumer, offsets)
         self._count_lag(offsets)
         return True
+
+    def _abandon(self, step: Step) -> bool:
+        """``step`` is not committed: count it, seek every owned partition back to its last commit and
+        let the job forget the step; False (what :meth:`commit` returns)."""
+        self._metrics.aborted.labels(self.name).inc()
+        self.rewind()
+        if step.aborted is not None:
+            step.aborted()
+        return False
 
     def _owned(self, step: Step) -> bool:
         """Every input partition ``step`` advances is assigned to this member now (a read that served a
