@@ -15,6 +15,13 @@ directory, then checks:
 Workers are driven only through the CLI (``python -m streams.cli worker``), the topics and
 :mod:`streams.replay.kafka`, so the soak holds whatever runs inside the worker.
 
+The other faults of the chaos tests (``tests/integration/test_chaos.py``) are here too, each a
+:data:`Disruption` with its recovery: a broker SIGKILLed and started again (:func:`kill_broker`), a
+broker frozen (:func:`pause_broker`), a worker frozen (:func:`pause_worker`), the workers frozen while a
+transaction of theirs is open until its coordinator aborted it (:func:`freeze_in_a_transaction`), and
+a worker's disk filled (:func:`fill_disk`). Each is made for real (signals, a filesystem filled); an
+outage or a pause lasts its set length, the others end on what the broker or the worker shows.
+
 Choices where the brief left room:
 
 * **Epochs.** The generator alternates one candidate and its verdict; the lockstep publisher of
@@ -28,7 +35,7 @@ Choices where the brief left room:
 * **Candidate ids** carry a run tag, so decisions of earlier runs on the same broker never count.
 * **Kill points** are numbers of candidates published, drawn from a seeded RNG. The publisher
   itself stops at each one (the pause hook of :func:`streams.replay.kafka.replay_via_kafka`): once
-  the candidates up to the point are acknowledged by the broker, :class:`ChaosMonkey` waits a
+  the candidates up to the point are committed to the broker, :class:`ChaosMonkey` waits a
   seeded delay of up to half a second, so the kill lands while the worker is busy with them and not
   at a quiet point between epochs, and disrupts; only then does the publication go on. So every
   disruption happens, at its point, however fast or slow the publisher and the workers are: a soak
@@ -44,6 +51,8 @@ Choices where the brief left room:
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import signal
 import threading
@@ -52,19 +61,25 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from schemas.dbpm import GateDecision
 from schemas.serde import Serde, make_serde
 from streams.cli.common import require_bootstrap
 from streams.cli.paths import output_folder
 from streams.replay.kafka import ReplayTimeout, commit_worker_end_offsets, replay_via_kafka
+from streams.runtime.kafka_clients import Key, latest_offsets, read_to_end, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.testing.broker import LocalKafka
+from streams.testing.metrics import scraped_sum
+from streams.testing.process import eventually
 from streams.testing.tail import read_between, topic_ends
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine, in_process, soak_stream
 from topics.admin import ensure_topics
@@ -202,6 +217,163 @@ def pause_worker(index: int, pause_s: float) -> Disruption:
     return disrupt
 
 
+ABORTED = "clingate_loop_batches_aborted_total"
+"""The workers' count of batches whose transaction was aborted (or not committed) and made again."""
+
+
+def _open_transactions(
+    admin: AdminClient, partitions: Sequence[TopicPartition]
+) -> dict[Key, tuple[int, int]]:
+    """The ``partitions`` holding records of a transaction not ended yet, as the broker has them now:
+    ``{(topic, partition): (last stable offset, end offset)}``; the open records lie between the two."""
+
+    asked = [(tp.topic, tp.partition) for tp in partitions]
+    ends = latest_offsets(admin, asked, IsolationLevel.READ_UNCOMMITTED)
+    stable = latest_offsets(admin, asked, IsolationLevel.READ_COMMITTED)
+    return {key: (stable[key], ends[key]) for key in ends if stable[key] < ends[key]}
+
+
+def _committed_among(bootstrap: str, spans: dict[Key, tuple[int, int]]) -> dict[Key, int]:
+    """How many records of ``[start, end)`` of each partition of ``spans`` a ``read_committed`` reader
+    reads (0: the transaction that wrote them was aborted)."""
+    counts = dict.fromkeys(spans, 0)
+    starts: dict[str, dict[int, int]] = defaultdict(dict)
+    for (topic, partition), (start, _) in spans.items():
+        starts[topic][partition] = start
+    client = reader(bootstrap, "probe", **{"isolation.level": "read_committed"})
+    try:
+        for message in read_to_end(client, starts, named_only=True):
+            key = (message.topic(), message.partition())
+            counts[key] += message.offset() < spans[key][1]
+    finally:
+        client.close()
+    return counts
+
+
+def freeze_in_a_transaction(
+    bootstrap: str, topics: Sequence[str], limit_s: float, within_s: float = 300.0
+) -> Disruption:
+    """A batch slower than the transaction timeout: SIGSTOP every worker at a moment one of them has a
+    transaction open on one of ``topics`` (records on the broker, no end marker yet; topics only the
+    workers write), keep them stopped until the transaction's coordinator aborted it for outliving its
+    timeout, then SIGCONT.
+
+    The freeze ends on that condition, not after a set time: while the workers are stopped the broker
+    is watched until the open records are followed by an end marker; a ``read_committed`` reader then
+    says whether they were aborted, or committed (a commit already on its way when the workers
+    stopped: the next transaction is tried). A freeze longer than ``limit_s`` (to be kept below the
+    workers' session timeout, so no partition moves and only the transaction is lost) fails the
+    disruption, as does no transaction caught open in ``within_s``: the workers need input that keeps
+    them opening transactions meanwhile. The coordinator looks for timed-out transactions every
+    ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (10 s by default): a broker with a
+    shorter interval keeps the freeze near the transaction timeout.
+
+    The recovery waits until a worker counted a batch not committed (:data:`ABORTED`): it noticed its
+    producer's epoch ended, aborted or replaced it, rewound and made the batch again; it returns the
+    worker's log line that said so.
+    """
+
+    def disrupt(workers: list[WorkerProcess], rng: random.Random) -> tuple[str, Recovery]:
+        admin = admin_client(bootstrap)
+        watched = [
+            TopicPartition(topic, p)
+            for topic in topics
+            for p in admin.list_topics(topic, timeout=30).topics[topic].partitions
+        ]
+        aborted = sum(scraped_sum(w.web_port, ABORTED) for w in workers)
+        logs = [len(w.output()) for w in workers]
+        deadline = time.monotonic() + within_s
+        tries = 0
+        while time.monotonic() < deadline:
+            if not _open_transactions(admin, watched):
+                time.sleep(0.02)
+                continue
+            for worker in workers:
+                worker.signal(signal.SIGSTOP)
+            frozen = time.monotonic()
+            try:
+                caught = _open_transactions(admin, watched)
+                still = [TopicPartition(*key) for key in caught]
+                while caught and _open_transactions(admin, still).keys() & caught.keys():
+                    if time.monotonic() - frozen > limit_s:
+                        raise RuntimeError(f"the transaction open on {sorted(caught)} was not aborted in "
+                                           f"{limit_s:g} s of freeze")  # fmt: skip
+                    time.sleep(0.1)
+            finally:
+                for worker in workers:
+                    worker.signal(signal.SIGCONT)
+            held_s = time.monotonic() - frozen
+            tries += 1
+            if caught and 0 in _committed_among(bootstrap, caught).values():
+                what = (f"workers SIGSTOPped for {held_s:.1f} s with a transaction open on "
+                        f"{sorted({topic for topic, _ in caught})} (caught at try {tries}); its coordinator "
+                        "aborted it")  # fmt: skip
+                return what, partial(_noticed, workers, aborted, logs)
+        raise RuntimeError(f"no transaction caught open on {list(topics)} in {within_s:g} s ({tries} tries)")
+
+    return disrupt
+
+
+def _noticed(workers: list[WorkerProcess], aborted: float, logs: list[int]) -> str:
+    """Wait until the workers counted more batches not committed than ``aborted``; the first line of
+    their logs since ``logs`` (lengths) that says why."""
+    counted = lambda: sum(scraped_sum(w.web_port, ABORTED) for w in workers) > aborted  # noqa: E731
+    eventually("a worker counting a batch not committed", counted, timeout_s=120)
+    said = [line for w, start in zip(workers, logs, strict=True) for line in w.output()[start:].splitlines()
+            if "was not committed" in line or "cannot go on" in line]  # fmt: skip
+    return f"a worker aborted its batch and made it again: {said[0] if said else '(no log line)'}"
+
+
+def fill_disk(mount: Path, index: int, exit_status: int, within_s: float = 300.0) -> Disruption:
+    """Fill the filesystem at ``mount``, which holds worker ``index``'s data directory and nothing the
+    test needs, to its last byte.
+
+    The recovery checks what a full disk does, then frees it: the worker stops by itself (once a write
+    to a store fails) with status ``exit_status`` and an ERROR line naming ``No space left on device``
+    and a path under its data directory; started again on the still-full disk it stops the same way
+    and its log says the disk is full and nothing of another process holding a lock; then the space is
+    freed and the worker started again. Raises AssertionError (with the log's end) where a check fails.
+    """
+    filler = mount / "filler"
+
+    def disrupt(workers: list[WorkerProcess], rng: random.Random) -> tuple[str, Recovery]:
+        written = 0
+        descriptor = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            for chunk in (1 << 20, 4096, 1):  # down to the last byte the filesystem gives
+                with contextlib.suppress(OSError):
+                    while True:
+                        written += os.write(descriptor, b"\0" * chunk)
+        finally:
+            os.close(descriptor)
+        return f"{mount} filled ({written:,} bytes written to fill it)", partial(recover, workers[index])
+
+    def recover(worker: WorkerProcess) -> str:
+        stopped = _stopped_on_a_full_disk(worker, exit_status, within_s)
+        with contextlib.suppress(RuntimeError):  # it stopped before its ready line: checked next
+            worker.start(timeout_s=within_s)
+        again = _stopped_on_a_full_disk(worker, exit_status, within_s)
+        assert "another process" not in worker.output(), f"a start on a full disk blamed a lock:\n{again}"
+        filler.unlink()
+        return f"stopped: {stopped}; started on the full disk: {again}; space freed, ready again after " \
+            f"{worker.start(timeout_s=within_s):.1f} s"  # fmt: skip
+
+    return disrupt
+
+
+def _stopped_on_a_full_disk(worker: WorkerProcess, exit_status: int, within_s: float) -> str:
+    """Check that ``worker``'s latest start stops by itself within ``within_s`` with ``exit_status`` and
+    one ERROR line saying its disk is full and where; that line."""
+    status = worker.wait(within_s)
+    output = worker.output()
+    tail = "\n".join(output.splitlines()[-15:])
+    assert status == exit_status, f"the worker's status on a full disk: {status}, not {exit_status}:\n{tail}"
+    errors = [line for line in output.splitlines() if " ERROR " in line]
+    said = [line for line in errors if "No space left on device" in line and str(worker.datadir) in line]
+    assert said, f"no ERROR line says the disk under {worker.datadir} is full:\n{tail}"
+    return said[0][said[0].index(" ERROR ") + 1 :]
+
+
 @dataclass
 class Event:
     """One disruption as it happened: when (seconds since the replay started), where, what."""
@@ -217,7 +389,7 @@ class ChaosMonkey:
 
     :func:`run_soak` passes :attr:`points` and this object to
     :func:`~streams.replay.kafka.replay_via_kafka`, which calls it once the first ``n`` candidates are
-    acknowledged by the broker, for each ``n`` in :attr:`points`, and publishes nothing more until it
+    committed to the broker, for each ``n`` in :attr:`points`, and publishes nothing more until it
     returns (:class:`~streams.replay.kafka.Pauses`). A call waits a seeded delay, then runs the
     disruption (a restart included) in the publisher's thread. So when the replay returns, one
     :class:`Event` per point is recorded, at that point: no thread races the publisher.

@@ -24,6 +24,7 @@ from streams.bench import (
     llm,
     memory,
     restart,
+    rss,
     runtime,
 )
 from streams.cli.paths import output_folder
@@ -41,6 +42,7 @@ app.command("llm")(llm.llm)
 app.command("restart")(restart.restart)
 app.command("memory")(memory.memory)
 app.command("runtime")(runtime.runtime)
+app.command("rss")(rss.rss)
 
 
 def poison(

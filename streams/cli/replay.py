@@ -88,14 +88,16 @@ def replay(
         ),
     ] = False,
     wait: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--wait",
             min=1.0,
-            help="With --via-kafka: longest wait (s) for the workers' decisions of one run of candidates "
-            "and for their final commit; a broker outage shorter than it only slows the replay.",
+            help="With --via-kafka: longest wait (s) for the workers' decisions of one run of candidates, "
+            "for their final commit and for the broker to answer; a broker outage or a worker restart "
+            "shorter than it only slows the replay, and a replay stopped on it goes on where it stopped "
+            "when run again [env CLINGATE_REPLAY_WAIT_S, default 300].",
         ),
-    ] = 300.0,
+    ] = None,
 ) -> None:
     """Run the DBPM engine over EVENTS.jsonl and write the decisions (and the final state).
 
@@ -135,9 +137,11 @@ def replay(
 
 def _replay_via_kafka(
     in_: Path, out: Path, state_out: Path | None, dlq_path: Path, no_maintenance: bool, provenance: bool,
-    wait_s: float,
+    wait_s: float | None,
 ) -> None:  # fmt: skip
-    """``--via-kafka``: the workers decide; this process publishes, collects and writes the files."""
+    """``--via-kafka``: the workers decide; this process publishes, collects and writes the files. A
+    replay of the same stream to the same app that stopped before it finished is resumed: what it
+    had committed is not published again."""
     from schemas.serde import make_serde
     from streams.cli.common import require_bootstrap
     from streams.replay.engine import EventReader
@@ -158,7 +162,7 @@ def _replay_via_kafka(
         objects = [json.loads(raw) for raw, _ in reader.read(events)]
     result = replay_via_kafka(
         bootstrap, objects, engine, make_serde(settings.schema_registry_url), settings.app_id,
-        timeout_s=wait_s,
+        timeout_s=settings.replay_wait_s if wait_s is None else wait_s,
     )  # fmt: skip
     with out.open("w", encoding="utf-8", newline="\n") as decisions:
         for decision in result.decisions:
@@ -166,8 +170,9 @@ def _replay_via_kafka(
             decisions.write(json.dumps(line) + "\n")
     if state_out is not None:
         state_out.write_text(json.dumps(result.state, indent=1) + "\n", encoding="utf-8")
+    resumed = f", {result.resumed} records published before (resumed)" if result.resumed else ""
     typer.echo(
         f"replayed {len(objects)} events via Kafka: {len(result.decisions)} decisions, "
-        f"{reader.bad} bad lines",
+        f"{reader.bad} bad lines{resumed}; longest wait for the workers {result.longest_wait_s:.1f} s",
         err=True,
     )

@@ -16,7 +16,9 @@ with ``/metrics`` on the web port:
 
 SIGTERM/SIGINT stop every loop cleanly (each finishes its batch, commits, leaves its group). If a
 loop dies, the others are stopped and the worker exits with :data:`LOOP_FAILED_EXIT`: a worker that
-looks alive and does not process would hold its partitions.
+looks alive and does not process would hold its partitions. A worker whose loops cannot be built (a
+store that does not open, on a full disk say) exits with the same status. What an operator must fix
+(a full disk, a refused grant) is logged as one line saying what and where, a bug with its traceback.
 
 Run several workers with the same ``CLINGATE_APP_ID`` to share the partitions; each MUST have its
 own ``--datadir``.
@@ -33,7 +35,7 @@ import threading
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Protocol
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 import typer
 
@@ -41,8 +43,11 @@ from streams.cli.common import require_bootstrap
 from streams.cli.paths import output_folder
 from streams.runtime.kafka_clients import ensure_catalog
 from streams.runtime.logs import configure
-from streams.runtime.settings import get_settings
+from streams.runtime.settings import Settings, get_settings
 from streams.worker import READY
+
+if TYPE_CHECKING:
+    from streams.runtime.metrics import DbpmMetrics
 
 app = typer.Typer(help="Run a stream worker (DBPM memory and gate, clinical patients).")
 log = logging.getLogger(__name__)
@@ -85,10 +90,6 @@ def worker(
     from prometheus_client import CollectorRegistry
 
     from streams.runtime.metrics import DbpmMetrics, serve
-    from streams.worker.clinical import build_clinical
-    from streams.worker.dbpm import MergedView, dbpm_engine
-    from streams.worker.gate import build_gate
-    from streams.worker.memory import build_memory
 
     settings = get_settings()
     overrides = {"web_port": web_port, "worker_datadir": datadir}
@@ -98,27 +99,13 @@ def worker(
     bootstrap = require_bootstrap(settings)
     ensure_catalog(settings, bootstrap)
     metrics = DbpmMetrics(CollectorRegistry())
-    loops: dict[str, Loop] = {}
-    if role is Role.REQUESTS:
-        from streams.requests.runtime import build_requests
-        from streams.runtime.metrics import ConsumerLag
-
-        loops["requests"] = requests = build_requests(settings, bootstrap, metrics.loops)
-        metrics.registry.register(ConsumerLag(requests.lag))
-    elif role is not Role.GATE:
-        engine = dbpm_engine(settings)
-        memory = loops["memory"] = build_memory(settings, bootstrap, metrics, engine)
-        loops["clinical"] = build_clinical(settings, bootstrap, metrics)
-        # The population gauges of the partitions this process writes, unless a gate sees them all.
-        view, config = MergedView(memory.table.partitions), engine.config
-    if role in (Role.ALL, Role.GATE):
-        gate = loops["gate"] = build_gate(settings, bootstrap, metrics)
-        view, config = gate.view, gate.config
-    if role is not Role.REQUESTS:
-        first, *others = loops.values()
-        metrics.watch(first.lag, view, config)
-        for loop in others:
-            metrics.add_lag(loop.lag)
+    try:
+        loops = _loops(role, settings, bootstrap, metrics)
+    except Exception as exc:
+        if not _must_fix(exc):
+            raise
+        log.error("the worker cannot start: %s", exc)
+        raise typer.Exit(LOOP_FAILED_EXIT) from exc
     endpoint = serve(metrics.registry, settings.web_port, settings.metrics_host)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -138,6 +125,51 @@ def worker(
         raise typer.Exit(LOOP_FAILED_EXIT)
 
 
+def _loops(role: Role, settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> dict[str, Loop]:
+    """The loops of ``role``, built (stores opened, producers initialised), their lag and gauges on
+    ``metrics``."""
+    from streams.worker.clinical import build_clinical
+    from streams.worker.dbpm import MergedView, dbpm_engine
+    from streams.worker.gate import build_gate
+    from streams.worker.memory import build_memory
+
+    loops: dict[str, Loop] = {}
+    if role is Role.REQUESTS:
+        from streams.requests.runtime import build_requests
+        from streams.runtime.metrics import ConsumerLag
+
+        loops["requests"] = requests = build_requests(settings, bootstrap, metrics.loops)
+        metrics.registry.register(ConsumerLag(requests.lag))
+        return loops
+    if role is not Role.GATE:
+        engine = dbpm_engine(settings)
+        memory = loops["memory"] = build_memory(settings, bootstrap, metrics, engine)
+        loops["clinical"] = build_clinical(settings, bootstrap, metrics)
+        # The population gauges of the partitions this process writes, unless a gate sees them all.
+        view, config = MergedView(memory.table.partitions), engine.config
+    if role in (Role.ALL, Role.GATE):
+        gate = loops["gate"] = build_gate(settings, bootstrap, metrics)
+        view, config = gate.view, gate.config
+    first, *others = loops.values()
+    metrics.watch(first.lag, view, config)
+    for loop in others:
+        metrics.add_lag(loop.lag)
+    return loops
+
+
+def _must_fix(exc: BaseException) -> bool:
+    """Whether ``exc`` is what an operator must fix before a restart can help: a store that cannot be
+    opened or written, a file of the data directory the system refuses (an error with its errno: a full
+    disk among them), writes the cluster refuses for good. Each says what and where in its message, so
+    it is logged as that one line, without a traceback."""
+    from state.exceptions import StateError
+    from streams.runtime.transactions import TransactionRefused
+
+    return isinstance(exc, StateError | TransactionRefused) or (
+        isinstance(exc, OSError) and exc.errno is not None
+    )
+
+
 class Loop(Protocol):
     """A consumer loop of the worker (the memory writer, the clinical patients, the gate)."""
 
@@ -151,13 +183,20 @@ class Loop(Protocol):
 
 
 def _start_loop(name: str, loop: Loop, stop: threading.Event, failed: list[str]) -> threading.Thread:
-    """Run ``loop`` in a thread; if it dies, its name goes to ``failed`` and every loop is stopped."""
+    """Run ``loop`` in a thread; if it dies, its name goes to ``failed`` and every loop is stopped.
+
+    What an operator must fix (:func:`_must_fix`) is logged as one line saying what and where; anything
+    else is a bug, logged with its traceback.
+    """
 
     def run() -> None:
         try:
             loop.run(stop)
-        except BaseException:
-            log.exception("the %s loop stopped on an error; stopping the worker", name)
+        except BaseException as exc:
+            if _must_fix(exc):
+                log.error("the %s loop stopped on an error; stopping the worker: %s", name, exc)
+            else:
+                log.exception("the %s loop stopped on an error; stopping the worker", name)
             failed.append(name)
             stop.set()
 

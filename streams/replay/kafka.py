@@ -22,10 +22,25 @@ after the next verdicts were applied and some get a different second decision (f
 soak, ``clingate bench chaos``). (A live pipeline needs no such lockstep: the verdict of a
 candidate exists only after its decision.)
 
+Exactly once, and resumable. The records are published in Kafka transactions, each with a progress
+record of the publication (:class:`Publication`: how many of its records are committed, where the
+decisions topic stood when it began) on ``<app id>-replay-progress``, keyed by the publication's
+name (:func:`replay_name`, a digest of the stream: the same stream to the same app is the same
+publication). The workers read ``read_committed``, so they see a transaction whole or not at all. A
+replay that stops (its wait ran out, a SIGKILL, a lost host) is resumed by running it again: its
+producer takes the same transactional id (``<app id>-replay-<name>``), whose initialisation aborts
+what the stopped one left open, reads the last committed progress, waits for the decisions of the
+candidates already published and the gate's commit of them, and publishes only the rest; the
+decisions are read from where the publication began, so the result is whole. A transaction holds at
+most :data:`SEGMENT_MAX` records and ends before each wait, so it lasts far less than the transaction
+timeout; one the coordinator aborts anyway (a broker outage) is produced again
+(:class:`~streams.runtime.transactions.TransactionalProducer`, the workers' abort policy): a broker
+outage makes a replay slower, never wrong.
+
 Pauses. A caller may name points of the publication (numbers of candidates published) and a hook:
-the publisher stops at each point, with everything before it acknowledged by the broker, and goes on
-only when the hook returns (:class:`Pauses`). The chaos soak disrupts the app there, so each
-disruption happens at its point whatever the relative speed of the publisher and the workers.
+the publisher stops at each point, with everything before it committed, and goes on only when the
+hook returns (:class:`Pauses`). The chaos soak disrupts the app there, so each disruption happens at
+its point whatever the relative speed of the publisher and the workers.
 
 Final state: the changelog of the memory table is read from the beginning, complete groups only,
 into one in-memory store per partition; :class:`~streams.worker.dbpm.MergedView` merges them and the
@@ -35,14 +50,15 @@ time, as the contract defines it (the workers record only verdict times in the m
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 
 from processors.dbpm import DBPMEngine, parse_event
 from processors.dbpm.memory import Memory
@@ -54,11 +70,13 @@ from streams.runtime.kafka_clients import (
     assign_at_ends,
     end_offset,
     end_offsets,
+    latest_offsets,
     partitions,
     read_to_end,
     reader,
 )
-from streams.runtime.kafka_config import client_config
+from streams.runtime.kafka_config import admin_client, client_config
+from streams.runtime.transactions import Batch, TransactionalProducer
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
 from streams.worker.clinical import clinical_group
 from streams.worker.dbpm import (
@@ -76,7 +94,12 @@ from streams.worker.dbpm import (
 from streams.worker.gate import gate_group
 from streams.worker.memory import memory_group
 from streams.worker.tablestore import ChangelogFollower
-from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
+from topics.admin import ensure_topics
+from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, TopicSpec
+
+#: The most records one publication transaction holds: it lasts as long as producing them takes, and
+#: a transaction that outlives the transaction timeout is aborted by its coordinator.
+SEGMENT_MAX = 5_000
 
 
 class ReplayTimeout(TimeoutError):
@@ -94,6 +117,8 @@ class KafkaReplayResult:
     longest_wait_s: float = 0.0
     """The longest wait for one run's decisions and their commit, or for the memory's final commit (an
     outage shows here)."""
+    resumed: int = 0
+    """Records of the publication an earlier, stopped replay had committed (0: all published here)."""
 
 
 def _reader(bootstrap: str) -> Consumer:
@@ -102,12 +127,18 @@ def _reader(bootstrap: str) -> Consumer:
 
 
 class _DecisionCollector:
-    """Consumes ``clingate.dbpm.decisions`` from its end at construction time."""
+    """Consumes ``clingate.dbpm.decisions`` from ``start`` (per partition; None: its end now)."""
 
-    def __init__(self, bootstrap: str, serde: Serde) -> None:
+    def __init__(self, bootstrap: str, serde: Serde, start: Mapping[int, int] | None) -> None:
         self._serde = serde
         self._consumer = _reader(bootstrap)
-        assign_at_ends(self._consumer, [DBPM_DECISIONS])
+        if start is None:
+            assigned = assign_at_ends(self._consumer, [DBPM_DECISIONS])
+        else:
+            assigned = [TopicPartition(DBPM_DECISIONS, p, offset) for p, offset in start.items()]
+            self._consumer.assign(assigned)
+        self.start = {tp.partition: tp.offset for tp in assigned}
+        """Where the collector began reading, per partition."""
         self.seen: dict[str, GateDecision] = {}
 
     def wait_for(self, candidate_ids: Iterable[str], timeout_s: float) -> None:
@@ -214,9 +245,9 @@ class Pauses:
     """Points where a publisher stops, and the hook it calls there.
 
     The publisher calls :meth:`reached` after producing each candidate, with the number produced so
-    far, counting 1, 2, 3, ... up to ``candidates``. At a point ``n`` :meth:`reached` flushes the
-    producer, so the first ``n`` candidates (and every record before them) are acknowledged by the
-    broker and the workers can consume them, then calls ``hook(n)`` (once per occurrence of ``n`` in
+    far, counting 1, 2, 3, ... up to ``candidates``. At a point ``n`` :meth:`reached` commits what the
+    publisher produced, so the first ``n`` candidates (and every record before them) are on the
+    broker for the workers to consume, then calls ``hook(n)`` (once per occurrence of ``n`` in
     ``points``) and returns only after the hook did: nothing after the ``n``-th candidate is produced
     before the hook has run.
 
@@ -250,16 +281,22 @@ class Pauses:
         """The points not passed yet, ascending."""
         return self._todo[::-1]
 
-    def reached(self, published: int, flush: Callable[[], object]) -> None:
-        """The ``published``-th candidate was produced: at a point, flush and run the hook."""
+    def reached(self, published: int, commit: Callable[[], object]) -> None:
+        """The ``published``-th candidate was produced: at a point, ``commit`` and run the hook."""
         if not self._todo or self._todo[-1] != published:
             return
-        flush()
+        commit()
         while self._todo and self._todo[-1] == published:
             self._todo.pop()
             assert self._hook is not None  # checked in __init__
             self._hook(published)
             self.paused.append(published)
+
+    def passed(self, published: int) -> None:
+        """An earlier publication of the stream had produced its first ``published`` candidates: the
+        points up to there are passed (a publication resumed after them does not stop there)."""
+        while self._todo and self._todo[-1] <= published:
+            self._todo.pop()
 
     def finish(self) -> None:
         """Check that the publication passed every point.
@@ -269,6 +306,106 @@ class Pauses:
         """
         if self._todo:
             raise RuntimeError(f"the publication ended before the pause points {self.pending}")
+
+
+def replay_name(events: Sequence[dict[str, Any]]) -> str:
+    """The name of a publication of ``events``: a digest of the stream, so a replay of the same stream
+    run again is the same publication (it resumes, never publishes twice)."""
+    digest = hashlib.sha256()
+    for event in events:
+        digest.update(json.dumps(event, sort_keys=True).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()[:16]
+
+
+def replay_progress_topic(app_id: str) -> str:
+    """The topic of the replays' progress records to app ``app_id``'s workers."""
+    return f"{app_id}-replay-progress"
+
+
+@dataclass(frozen=True)
+class Publication:
+    """How far one publication is committed: where a replay run again goes on."""
+
+    published: int
+    """Records of the publication (:func:`replay_runs`, run after run) committed so far."""
+    decisions: dict[int, int]
+    """Where ``clingate.dbpm.decisions`` ended, per partition, when the publication began: its
+    decisions are read from there."""
+
+    def encode(self) -> bytes:
+        """The progress record's value (JSON)."""
+        return json.dumps({"published": self.published, "decisions": self.decisions}).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Publication:
+        """The publication a progress record's value describes."""
+        value = json.loads(raw)
+        return cls(value["published"], {int(p): offset for p, offset in value["decisions"].items()})
+
+
+class Publisher:
+    """Produces a publication's records in Kafka transactions, each with its :class:`Publication`
+    (module docstring).
+
+    Its transactional id is ``<app id>-replay-<name>``: opening it aborts what a stopped publisher of
+    the same publication left open, so :meth:`last` then reads every progress that will ever be
+    committed before this one's. The progress topic is created when missing (compacted, kept forever,
+    one partition, replicated as the candidates topic).
+
+    Args:
+        bootstrap: the broker.
+        app_id: the workers' application id.
+        name: the publication's name (:func:`replay_name`).
+    """
+
+    def __init__(self, bootstrap: str, app_id: str, name: str) -> None:
+        self._bootstrap = bootstrap
+        self._key = name.encode()
+        self.topic = replay_progress_topic(app_id)
+        probe = _reader(bootstrap)
+        try:
+            model = probe.list_topics(DBPM_CANDIDATES, timeout=30).topics[DBPM_CANDIDATES]
+        finally:
+            probe.close()
+        spec = TopicSpec(
+            self.topic, "publication name", "streams.replay.kafka.Publication (JSON)", partitions=1,
+            replication=len(model.partitions[0].replicas), cleanup_policy="compact", retention_ms=-1,
+        )  # fmt: skip
+        ensure_topics(admin_client(bootstrap), [spec])
+        self._transactions = TransactionalProducer(
+            producer_config(bootstrap, **{"transactional.id": f"{app_id}-replay-{name}", "linger.ms": 2}),
+            f"replay {name}",
+        )
+
+    def last(self, timeout_s: float) -> Publication | None:
+        """The publication's last committed progress (None: nothing of it was committed yet).
+
+        Raises:
+            TimeoutError: the progress topic was not read to its end within ``timeout_s``.
+        """
+        consumer = _reader(self._bootstrap)
+        found = None
+        try:
+            for message in read_to_end(consumer, {self.topic: {}}, timeout_s):
+                if message.key() == self._key:
+                    found = message.value()
+        finally:
+            consumer.close()
+        return None if found is None else Publication.decode(found)
+
+    def commit(self, records: Sequence[ReplayRecord], progress: Publication) -> None:
+        """Produce ``records`` and ``progress`` in one transaction and commit it; a transaction that
+        is aborted instead (an outage) is produced again, until one commits."""
+
+        def fill(batch: Batch) -> None:
+            for record in records:
+                batch.produce(record.topic, record.value, record.key, partition=record.partition,
+                              headers=list(record.headers))  # fmt: skip
+            batch.produce(self.topic, progress.encode(), self._key)
+
+        while self._transactions.run(fill) is None:
+            pass  # nothing of it is visible: the same records again
 
 
 def replay_via_kafka(
@@ -284,15 +421,17 @@ def replay_via_kafka(
 ) -> KafkaReplayResult:
     """Publish ``events`` (contract objects, in order), wait for every decision, rebuild the state.
 
-    The state is read only once the workers have committed every verdict and every propagation: a
-    stream that ends with verdicts has no decision to wait for, and reading the changelog when the
-    last decision arrives would miss them.
+    A publication of the same stream to the same app that an earlier call left unfinished is resumed
+    (module docstring): only what it had not committed is published, and the result is the whole
+    publication's. The state is read only once the workers have committed every verdict and every
+    propagation: a stream that ends with verdicts has no decision to wait for, and reading the
+    changelog when the last decision arrives would miss them.
 
-    With ``pause_at``, the publication stops once the first ``n`` candidates are acknowledged by the
-    broker, for each ``n`` in ``pause_at``, calls ``on_pause(n)`` and goes on when it returns (see
-    :class:`Pauses`): by the time this function returns, ``on_pause`` ran exactly ``len(pause_at)``
-    times. The wait for a run's decisions starts after the run's pauses, so time spent in
-    ``on_pause`` (a worker restart, say) does not count against ``timeout_s``.
+    With ``pause_at``, the publication stops once the first ``n`` candidates are committed, for each
+    ``n`` in ``pause_at``, calls ``on_pause(n)`` and goes on when it returns (see :class:`Pauses`): by
+    the time this function returns, ``on_pause`` ran once for each point past the candidates an
+    earlier call published. The wait for a run's decisions starts after the run's pauses, so time
+    spent in ``on_pause`` (a worker restart, say) does not count against ``timeout_s``.
 
     Args:
         bootstrap: the broker.
@@ -300,47 +439,35 @@ def replay_via_kafka(
         engine: an engine configured as the workers are (for verdict keys and the snapshot).
         serde: the process's serde.
         app_id: the workers' application id (their consumer group; names the memory changelog).
-        timeout_s: longest wait for the decisions of one gate run, and for the final commit.
+        timeout_s: longest wait for the decisions of one gate run, for the final commit and for the
+            broker to answer a read.
         pause_at: numbers of candidates published at which to pause, each in ``1..`` the stream's
             candidates.
         on_pause: called at each pause with the number of candidates published; blocks the publisher.
 
     Raises:
-        ReplayTimeout: a run's decisions, or the workers' final commit, did not arrive in ``timeout_s``.
+        ReplayTimeout: a run's decisions, or the workers' final commit, did not arrive in ``timeout_s``
+            (what was committed stays: the same call again resumes).
         ValueError: a pause point outside the stream's candidates (raised before anything is published).
     """
-    pauses = Pauses(pause_at, on_pause, sum(e["kind"] == "gate" for e in events))
-    producer = Producer(producer_config(bootstrap, **{"linger.ms": 2}))
-    collector = _DecisionCollector(bootstrap, serde)
+    name = replay_name(events)
     gate_commits = CommitWatcher(bootstrap, gate_group(app_id))
-    verdict_partitions = gate_commits.partitions(DBPM_VERDICTS)
-    order: list[str] = []
-    longest_wait_s = 0.0
+    publisher = Publisher(bootstrap, app_id, name)
     try:
-        for run in replay_runs(events, engine, serde, verdict_partitions, uuid.uuid4().hex):
-            candidates = iter(run.candidate_ids)
-            for record in run.records:
-                kwargs = {} if record.partition is None else {"partition": record.partition}
-                producer.produce(record.topic, key=record.key, value=record.value,
-                                 headers=list(record.headers), **kwargs)  # fmt: skip
-                if record.topic == DBPM_CANDIDATES:
-                    order.append(next(candidates))
-                    pauses.reached(len(order), producer.flush)
-            if not run.candidate_ids:
-                continue
-            producer.flush()
-            waited = time.monotonic()
-            collector.wait_for(run.candidate_ids, timeout_s)
-            # A decision seen is not yet final: until the workers commit the candidates' offsets, a
-            # crash re-delivers them, and a re-delivered candidate is decided again on the memory
-            # as it is then. The next verdicts must not be in that memory.
-            gate_commits.wait(DBPM_CANDIDATES, timeout_s)
-            longest_wait_s = max(longest_wait_s, time.monotonic() - waited)
-        producer.flush()
-        pauses.finish()
-        decisions = [decision_json(collector.seen[c]) for c in order]
+        runs = list(
+            replay_runs(events, engine, serde, gate_commits.partitions(DBPM_VERDICTS, timeout_s), name)
+        )
+        earlier = publisher.last(timeout_s)
+        collector = _DecisionCollector(bootstrap, serde, None if earlier is None else earlier.decisions)
+        try:
+            published, longest_wait_s = _publish(
+                runs, earlier or Publication(0, collector.start), publisher, collector, gate_commits,
+                Pauses(pause_at, on_pause, sum(e["kind"] == "gate" for e in events)), timeout_s,
+            )  # fmt: skip
+            decisions = [decision_json(collector.seen[c]) for run in runs for c in run.candidate_ids]
+        finally:
+            collector.close()
     finally:
-        collector.close()
         gate_commits.close()
     # Verdicts first: a verdict's offset commits in the transaction of the propagations it produced,
     # so the propagation topic's end is final once every verdict is committed.
@@ -351,7 +478,67 @@ def replay_via_kafka(
     longest_wait_s = max(longest_wait_s, time.monotonic() - waited)
     last = parse_event(events[-1]).time if events else None
     state = read_state(bootstrap, memory_changelog(app_id), engine, last)
-    return KafkaReplayResult(decisions, state, longest_wait_s)
+    return KafkaReplayResult(decisions, state, longest_wait_s, published)
+
+
+def _publish(
+    runs: Sequence[ReplayRun], earlier: Publication, publisher: Publisher, collector: _DecisionCollector,
+    gate_commits: CommitWatcher, pauses: Pauses, timeout_s: float,
+) -> tuple[int, float]:  # fmt: skip
+    """Publish ``runs`` from where ``earlier`` left them, in lockstep with the workers (module
+    docstring); the records ``earlier`` had committed and the longest wait.
+
+    Before anything new goes out, the candidates ``earlier`` published are waited for as a run's are:
+    the verdicts after them must not reach the memory before those candidates are decided.
+    """
+    before: list[str] = []
+    seen = 0
+    for run in runs:
+        candidates = iter(run.candidate_ids)
+        for record in run.records[: max(earlier.published - seen, 0)]:
+            if record.topic == DBPM_CANDIDATES:
+                before.append(next(candidates))
+        seen += len(run.records)
+    pauses.passed(len(before))
+    longest_wait_s = 0.0
+
+    def settle(candidate_ids: Sequence[str]) -> None:
+        nonlocal longest_wait_s
+        waited = time.monotonic()
+        collector.wait_for(candidate_ids, timeout_s)
+        # A decision seen is not yet final: until the workers commit the candidates' offsets, a
+        # crash re-delivers them, and a re-delivered candidate is decided again on the memory as it
+        # is then. The next verdicts must not be in that memory.
+        gate_commits.wait(DBPM_CANDIDATES, timeout_s)
+        longest_wait_s = max(longest_wait_s, time.monotonic() - waited)
+
+    if before:
+        settle(before)
+    segment: list[ReplayRecord] = []
+    index, produced = 0, len(before)
+
+    def commit() -> None:
+        if segment:
+            publisher.commit(segment, Publication(index, earlier.decisions))
+            segment.clear()
+
+    for run in runs:
+        for record in run.records:
+            index += 1
+            if index <= earlier.published:
+                continue
+            segment.append(record)
+            if record.topic == DBPM_CANDIDATES:
+                produced += 1
+                pauses.reached(produced, commit)
+            if len(segment) >= SEGMENT_MAX:
+                commit()
+        if run.candidate_ids and index > earlier.published:
+            commit()
+            settle(run.candidate_ids)
+    commit()
+    pauses.finish()
+    return earlier.published, longest_wait_s
 
 
 def commit_end_offsets(bootstrap: str, group: str, topics: Sequence[str]) -> None:
@@ -403,24 +590,25 @@ class CommitWatcher:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
-    def partitions(self, topic: str) -> list[int]:
-        """The partition numbers of ``topic`` (looked up once)."""
+    def partitions(self, topic: str, timeout_s: float = 30.0) -> list[int]:
+        """The partition numbers of ``topic`` (looked up once, waiting up to ``timeout_s`` for the
+        broker)."""
         if topic not in self._partitions:
-            self._partitions[topic] = partitions(self._consumer, topic)
+            self._partitions[topic] = partitions(self._consumer, topic, timeout_s)
         return self._partitions[topic]
 
     def ends(self, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
         """The current end offset of every partition of ``topic`` (waiting up to ``timeout_s`` for each
         partition's leader)."""
-        return {p: end_offset(self._consumer, topic, p, timeout_s) for p in self.partitions(topic)}
+        return {p: end_offset(self._consumer, topic, p, timeout_s) for p in self.partitions(topic, timeout_s)}
 
-    def committed(self, topic: str) -> dict[int, int]:
+    def committed(self, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
         """The group's committed offset of every partition of ``topic`` (negative: none yet); empty while
         the group coordinator moves or loads (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS: a broker
-        restart) or does not answer."""
-        wanted = [TopicPartition(topic, p) for p in self.partitions(topic)]
+        restart) or does not answer within ``timeout_s``."""
+        wanted = [TopicPartition(topic, p) for p in self.partitions(topic, timeout_s)]
         try:
-            return {tp.partition: tp.offset for tp in self._consumer.committed(wanted, timeout=30)}
+            return {tp.partition: tp.offset for tp in self._consumer.committed(wanted, timeout=timeout_s)}
         except KafkaException:
             return {}
 
@@ -435,10 +623,10 @@ class CommitWatcher:
         Raises:
             ReplayTimeout: the group did not get there within ``timeout_s``.
         """
-        ends = self.ends(topic, timeout_s)
         deadline = time.monotonic() + timeout_s
+        ends = self.ends(topic, timeout_s)
         while True:
-            committed = self.committed(topic)
+            committed = self.committed(topic, max(deadline - time.monotonic(), 1.0))
             done = [offset >= ends[p] or ends[p] == 0 for p, offset in committed.items()]
             if committed and all(done):
                 return
@@ -477,10 +665,21 @@ def decision_json(decision: GateDecision) -> dict[str, Any]:
 
 
 def _changelog(bootstrap: str, topic: str) -> Iterator[tuple[int, bytes, bytes | None, int]]:
-    """Every record of ``topic`` up to its current end: ``(partition, key, value, offset)``."""
+    """Every committed record of ``topic`` written so far: ``(partition, key, value, offset)``.
+
+    The read goes to the end of everything written, not to the last stable offset: a transaction still
+    open holds that offset back, and the groups committed after it would be missed. Such a transaction
+    is a writer's whose partitions moved while it was frozen or dead; it ends within the transaction
+    timeout (its writer aborts it once it thaws, or the coordinator does), and the read waits for it.
+    """
     consumer = _reader(bootstrap)
     try:
-        for message in read_to_end(consumer, {topic: {}}):
+        written = latest_offsets(
+            admin_client(bootstrap),
+            [(topic, p) for p in partitions(consumer, topic)],
+            IsolationLevel.READ_UNCOMMITTED,
+        )
+        for message in read_to_end(consumer, {topic: {}}, ends=written):
             yield message.partition(), message.key(), message.value(), message.offset()
     finally:
         consumer.close()

@@ -331,9 +331,7 @@ class BatchCore:
         Raises:
             streams.runtime.transactions.TransactionRefused: the cluster refuses the writes for good.
         """
-        if not self._owned(step) or (
-            self._watch.frozen_since(self._member_at, self._freeze_limit_s) and not self._still_member()
-        ):
+        if not self._owned(step) or not self._confirmed():
             # A partition of the step is no longer this member's, or the member was frozen past its
             # session timeout and the group no longer counts it: a successor may have made this step
             # already. Not committed; the next read learns what is still owned.
@@ -356,7 +354,9 @@ class BatchCore:
                     batch.produce(record.topic, record.value, record.key, partition=record.partition,
                                   on_delivery=report if record.tracked else None)  # fmt: skip
 
-            committed = self.transactions.run(fill)
+            # Asked again once the records are written: a freeze while they were (no heartbeat, so
+            # the partitions may have moved) must not end in the commit of a batch a successor makes.
+            committed = self.transactions.run(fill, self._confirmed)
             if committed is None:
                 return self._abandon(step)
             produced = committed.topics
@@ -393,6 +393,11 @@ class BatchCore:
         lost assignment may have returned records of partitions revoked in the same call)."""
         owned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
         return all((tp.topic, tp.partition) in owned for tp in (*step.offsets, *step.reread))
+
+    def _confirmed(self) -> bool:
+        """Whether this member may commit: not frozen past its session timeout since it last knew its
+        partitions were its own, or, if it was, still counted by the group (:meth:`_still_member`)."""
+        return not self._watch.frozen_since(self._member_at, self._freeze_limit_s) or self._still_member()
 
     def _still_member(self) -> bool:
         """After a freeze: whether the group still counts this member in the generation its partitions
@@ -454,8 +459,16 @@ class BatchCore:
                     self.commit(step)
             clean = True
         finally:
-            self.close(durable=clean)
-            job.close()
+            try:
+                try:
+                    self.close(durable=clean)
+                finally:
+                    job.close()
+            except Exception:
+                if clean:
+                    raise
+                # The error that stopped the loop is the one to report (a full disk fails the close too).
+                log.exception("%s: closing after the error that stopped the loop failed too", self.name)
 
     def close(self, *, durable: bool) -> None:
         """Leave the group; with ``durable`` (a clean stop) the last offsets are committed synchronously

@@ -20,12 +20,14 @@ from typing import Any
 
 from confluent_kafka import (
     Consumer,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     Message,
     Producer,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings
@@ -240,6 +242,17 @@ def watermark_offsets(
             time.sleep(0.2)
 
 
+def latest_offsets(
+    admin: AdminClient, partitions: Iterable[tuple[str, int]], level: IsolationLevel
+) -> dict[Key, int]:
+    """The end of each ``(topic, partition)`` as a reader at ``level`` has it: ``READ_COMMITTED``, the
+    last stable offset (before the first record of a transaction not ended yet); ``READ_UNCOMMITTED``,
+    the end of everything written, open transactions' records included."""
+    asked = {TopicPartition(topic, partition): OffsetSpec.latest() for topic, partition in partitions}
+    answers = admin.list_offsets(asked, isolation_level=level, request_timeout=30)
+    return {(tp.topic, tp.partition): answer.result().offset for tp, answer in answers.items()}
+
+
 def end_offsets(client: Consumer, topic: str) -> dict[int, int]:
     """The end offset of every partition of ``topic``."""
     return {p: end_offset(client, topic, p) for p in partitions(client, topic)}
@@ -268,6 +281,7 @@ def read_to_end(
     *,
     named_only: bool = False,
     reached: dict[tuple[str, int], int] | None = None,
+    ends: Mapping[tuple[str, int], int] | None = None,
 ) -> Iterator[Message]:
     """The records of each topic of ``starts`` from its offsets (a partition not named: from its
     beginning, or not at all with ``named_only``; an offset retention has deleted: from the first one
@@ -284,6 +298,10 @@ def read_to_end(
             record: a transactional partition ends with a commit marker, which a read starting before
             it would wait for in vain. An end below the partition's start says the partition no longer
             reaches that start (the topic was deleted and created again).
+        ends: the end to read a partition to, where given; else the end ``client``'s own query says
+            (under ``read_committed``, the last stable offset). An end of everything written
+            (:func:`latest_offsets` ``READ_UNCOMMITTED``) makes a ``read_committed`` read wait until
+            each transaction open now has ended, and read what it committed.
 
     Raises:
         TimeoutError: ``timeout_s`` passed before every partition was read to its end.
@@ -295,6 +313,7 @@ def read_to_end(
             # From the first offset still in the log: a partition whose records retention deleted
             # (first == end) has nothing to wait for, and a start before it is never out of range.
             low, end = watermark_offsets(client, topic, p)
+            end = end if ends is None else ends.get((topic, p), end)
             first = max(start.get(p, 0), low)
             if end > first:
                 todo[(topic, p)] = end

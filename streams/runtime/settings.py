@@ -458,11 +458,13 @@ class Settings(BaseSettings):
         "The broker admits 6 s to 300 s.",
     )
     store_cache_bytes: int = Field(
-        default=16 << 20,
+        default=64 << 20,
         ge=0,
         validation_alias="CLINGATE_STORE_CACHE_BYTES",
-        description="Bound in bytes of each RocksDB store's read cache (a worker opens one store per "
-        "partition of each table it writes and of the memory view its gate reads); 0 turns the caches "
+        description="Bytes of memory all the RocksDB stores of a process share, however much they hold on "
+        "disk (a worker opens one store per partition of each table it writes and of the memory view its "
+        "gate reads): half for their read caches, an equal share each; half, at least 4 MiB, for "
+        "RocksDB's block cache, which is also charged with the stores' memtables. 0 turns the read caches "
         "off. Shown as clingate_store_cache_bytes.",
     )
     dbpm_barrier_timeout_s: float = Field(
@@ -483,6 +485,15 @@ class Settings(BaseSettings):
         "decided at once on the coverage the memory holds). It must cover the verifier's latency, backlog "
         "included, or QA candidates are decided without their narrative's coverage; a restarted gate "
         "reads again the candidates of the narratives still waiting.",
+    )
+    replay_wait_s: float = Field(
+        default=300.0,
+        gt=0,
+        validation_alias="CLINGATE_REPLAY_WAIT_S",
+        description="`clingate replay --via-kafka` (`--wait`): longest wait in seconds for the workers' "
+        "decisions of one run of candidates and their commit, for the memory's final commit and for the "
+        "broker to answer a read; a broker outage or a worker restart shorter than it only slows the "
+        "replay. A replay stopped on it (or killed) goes on where it stopped when run again.",
     )
 
     dbpm_cross_task: bool = Field(

@@ -150,12 +150,14 @@ class TransactionalProducer:
         """Set by the loop when it stops: ends the waits of an outage."""
         self.producer = self._open()
 
-    def run(self, fill: Callable[[Batch], None]) -> Batch | None:
+    def run(self, fill: Callable[[Batch], None], confirm: Callable[[], bool] | None = None) -> Batch | None:
         """Begin a transaction, let ``fill`` produce the batch into it, commit; the filled
         :class:`Batch` when committed, None when aborted (the caller rewinds and applies it again).
 
         ``fill`` is called once. It produces only through the batch; what else it does it must be able
-        to undo (the caller's rewind), as an aborted batch never happened.
+        to undo (the caller's rewind), as an aborted batch never happened. ``confirm``, when given, is
+        asked once every record is acknowledged, just before the commit: False aborts the batch (the
+        caller learnt meanwhile that the batch is no longer its own to commit).
 
         Raises:
             TransactionRefused: the cluster refuses the writes for good (:data:`REFUSED`).
@@ -175,6 +177,9 @@ class TransactionalProducer:
             return None
         if batch.failures:
             self._abort(batch.failures[0])
+            return None
+        if confirm is not None and not confirm():
+            self._abort_open()
             return None
         return batch if self._commit() else None
 
@@ -199,6 +204,11 @@ class TransactionalProducer:
         if cause.code() in REFUSED:
             raise _refused(self._name, cause)
         log.warning("%s: a batch was not committed (%s); it is applied again", self._name, cause.str())
+        self._abort_open()
+
+    def _abort_open(self) -> None:
+        """Abort the open transaction, asked again while the coordinator does not answer; the producer
+        is replaced where it cannot abort."""
         while True:
             try:
                 self.producer.abort_transaction(COMMIT_STEP_S)

@@ -130,6 +130,17 @@ class WorkerProcess:
             raise RuntimeError(f"worker not ready in {timeout_s:.0f} s: see {self.log}") from error
         return time.monotonic() - started
 
+    def wait(self, timeout_s: float) -> int | None:
+        """Wait up to ``timeout_s`` for the latest start to exit on its own; its exit status (None: still
+        running)."""
+        if self._process is not None:
+            self._process.wait(timeout_s)
+        return self.returncode
+
+    def output(self) -> str:
+        """What the latest start wrote to its log so far."""
+        return self._process.output().decode(errors="replace") if self._process is not None else ""
+
     def kill(self) -> None:
         """SIGKILL: no flush, no commit, no clean close."""
         if self._process is not None:

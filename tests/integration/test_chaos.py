@@ -1,4 +1,5 @@
-"""Exactly-once under chaos: SIGKILLed workers, a restarted broker, a worker that never comes back.
+"""Exactly-once under chaos: SIGKILLed workers, a restarted or frozen broker, workers frozen inside a
+transaction, a full disk, a worker that never comes back, a replay killed and resumed.
 
 The DBPM scenarios run the soak of :mod:`streams.bench.chaos` (the CI-sized version of ``clingate
 bench chaos``): a synthetic stream replayed through ``clingate worker`` subprocesses while something is
@@ -8,14 +9,22 @@ engine's. Each disruption happens at its point by construction (the replay stops
 the soaks also check it on the broker: when a disruption starts, the candidates topic holds exactly
 the candidates of its point. The survivor scenario stops one of three workers cleanly and
 SIGKILLs another. The clinical scenario SIGKILLs the worker in the middle of a patient's FHIR updates.
+The fault scenarios run without a supervisor: every worker rides the fault out (the full disk's once
+restarted on freed space), and each prints its longest stall. Each has a short version for ``make
+test`` and a long one (the ``slow`` marker) for ``make soak``.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
 import threading
 import uuid
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -25,10 +34,13 @@ from schemas.clinical import ClinicalAssessment
 from schemas.dbpm import Candidate, GateDecision
 from schemas.serde import make_serde
 from streams.bench.chaos import (
+    ChaosMonkey,
     Disruption,
     Recovery,
     SoakReport,
     audit_decisions,
+    fill_disk,
+    freeze_in_a_transaction,
     kill_and_restart,
     kill_broker,
     kill_for_good,
@@ -36,26 +48,29 @@ from streams.bench.chaos import (
     pause_worker,
     run_soak,
 )
+from streams.cli.worker import LOOP_FAILED_EXIT
 from streams.replay.kafka import (
     CommitWatcher,
     commit_end_offsets,
     commit_worker_end_offsets,
     replay_via_kafka,
+    verdict_record,
     wait_until_consumed,
 )
 from streams.runtime.kafka_clients import produce_waiting
 from streams.runtime.kafka_config import admin_client
+from streams.runtime.progress import progress_topic
 from streams.runtime.settings import get_settings
 from streams.testing.broker import LocalKafka, kafka_image
 from streams.testing.dbpm_stream import generate_events
 from streams.testing.metrics import scraped_sum
-from streams.testing.process import eventually
+from streams.testing.process import SOURCE_ROOT, ProcessHandle, eventually, python_module
 from streams.testing.tail import Tail, read_between, topic_ends
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine, in_process, soak_stream
 from streams.worker import READY
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
 from streams.worker.clinical import clinical_group
-from streams.worker.dbpm import producer_config
+from streams.worker.dbpm import memory_changelog, producer_config
 from streams.worker.gate import gate_group
 from streams.worker.memory import memory_group
 from tests.clinical_scenario import PATIENT, concur_review, expected_assessments, scenario
@@ -79,7 +94,8 @@ REDELIVERED = "clingate_dbpm_gate_redelivered_total"
 
 
 class _AtItsPoint:
-    """Wraps a disruption: first records how many candidates the soak has put on the broker.
+    """Wraps a disruption: first counts the candidates the soak has committed to the broker (records a
+    ``read_committed`` reader reads: the publication's transaction markers take offsets too).
 
     Create it before the soak (it takes the candidates topic's end then); :meth:`check` compares the
     counts with the points the soak reports.
@@ -89,11 +105,11 @@ class _AtItsPoint:
         ensure_topics(admin_client(bootstrap), build_catalog(get_settings().topic_partitions))
         self._bootstrap = bootstrap
         self._disrupt = disrupt
-        self._base = sum(topic_ends(bootstrap, DBPM_CANDIDATES).values())
+        self._base = topic_ends(bootstrap, DBPM_CANDIDATES)
         self.on_broker: list[int] = []
 
     def __call__(self, workers: list[WorkerProcess], rng: random.Random) -> tuple[str, Recovery | None]:
-        self.on_broker.append(sum(topic_ends(self._bootstrap, DBPM_CANDIDATES).values()) - self._base)
+        self.on_broker.append(sum(1 for _ in read_between(self._bootstrap, DBPM_CANDIDATES, self._base)))
         return self._disrupt(workers, rng)
 
     def check(self, report: SoakReport) -> None:
@@ -163,15 +179,54 @@ def test_the_survivor_takes_over_a_stopped_and_a_sigkilled_workers_partitions_wi
 #: open at the fault are aborted by the coordinator and their producers' epochs ended, and the group
 #: moves the partitions of a member that stopped answering.
 PAUSE_S = 15.0
-FAULTS = ("broker SIGKILL and restart", "broker SIGSTOP")
-#: Events of the faults' stream: every candidate first, then every verdict (about half each).
+#: Events of the faults' stream: every candidate first, then every verdict (about half each); the soak's
+#: (``make soak``) are four times as many, so that the fault lands in a longer backlog.
 FAULT_EVENTS = 12_000
+SOAK_EVENTS = 4 * FAULT_EVENTS
+#: The long version of a fault case: ``make soak`` (the ``slow`` marker), with time for its backlog.
+SOAK = pytest.param(SOAK_EVENTS, marks=[pytest.mark.slow, pytest.mark.timeout(3600)], id="soak")
+#: The dedicated broker's coordinator looks for transactions past their timeout every second (Kafka's
+#: default: every 10 s), so a worker frozen inside a transaction is caught out soon after its timeout.
+FAULT_BROKER = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
+#: The session timeout of the workers frozen inside a transaction: far past the transaction timeout
+#: (10 s) and the coordinator's look (1 s), so the freeze loses the transaction and keeps the partitions.
+SLOW_BATCH_SESSION_S = 45
+#: The longest freeze allowed inside a transaction: below the session timeout less the two heartbeat
+#: intervals after which a worker proves its membership (the batch core's freeze watch).
+SLOW_BATCH_FREEZE_S = SLOW_BATCH_SESSION_S * 0.7
+#: Events per epoch of the slow batch's stream.
+SLOW_BATCH_EPOCH = 1_000
 
 
-def _faults(broker: LocalKafka) -> dict[str, Disruption]:
+@dataclass(frozen=True)
+class _Fault:
+    """A fault of :func:`test_workers_ride_out_a_fault_without_a_supervisor`: how to make its disruption
+    and the workers' settings."""
+
+    disruption: Callable[[str, str], Disruption]
+    """Given the broker and the app id, the disruption."""
+    env: dict[str, str] = field(default_factory=lambda: COMPARISON_ENV)
+    epoch: int | None = None
+    """Events per epoch of the stream (None: one epoch, every candidate first, then every verdict)."""
+
+
+def _faults(broker: LocalKafka) -> dict[str, _Fault]:
+    slow_env = {**COMPARISON_ENV, "CLINGATE_CONSUMER_SESSION_TIMEOUT_S": str(SLOW_BATCH_SESSION_S)}
     return {
-        "broker SIGKILL and restart": kill_broker(broker),
-        "broker SIGSTOP": pause_broker(broker, PAUSE_S),
+        "broker SIGKILL and restart": _Fault(lambda bootstrap, app_id: kill_broker(broker)),
+        "broker SIGSTOP": _Fault(lambda bootstrap, app_id: pause_broker(broker, PAUSE_S)),
+        # Past its session and transaction timeouts: its partitions move, its open transaction is
+        # aborted, and once thawed it commits nothing it made before.
+        "worker SIGSTOP until fenced": _Fault(lambda bootstrap, app_id: pause_worker(0, PAUSE_S)),
+        # Epochs: the workers open transactions all along (a backlog is a few large ones), and the
+        # freeze is tried on the next one wherever it caught a commit already on its way.
+        "a batch slower than the transaction timeout": _Fault(
+            lambda bootstrap, app_id: freeze_in_a_transaction(
+                bootstrap, [memory_changelog(app_id), progress_topic(gate_group(app_id))], SLOW_BATCH_FREEZE_S
+            ),
+            slow_env,
+            SLOW_BATCH_EPOCH,
+        ),
     }
 
 
@@ -205,80 +260,122 @@ class _InTheVerdicts(threading.Thread):
             self._watch.close()
 
 
-def test_workers_ride_out_a_fault_without_a_supervisor(tmp_path: Path) -> None:
+@pytest.mark.parametrize("events", [pytest.param(FAULT_EVENTS, id="short"), SOAK])
+def test_workers_ride_out_a_fault_without_a_supervisor(tmp_path: Path, events: int) -> None:
     """Scenario: two workers share an app on a dedicated broker (in a container where Docker runs, else
-    native). 6,000 candidates are decided, then 6,000 verdicts are published at once; while the memory
-    writers work through them the broker is SIGKILLed and started again, or frozen for longer than the
-    transaction timeout: one fault per app, one after the other on the same broker (one broker and two
-    workers at a time, like the other soaks). Nothing restarts a worker or the replay's publisher.
+    native). The stream's candidates are decided, then its verdicts are published at once; while the
+    memory writers work through them one fault strikes: the broker SIGKILLed and started again, the
+    broker frozen for longer than the transaction timeout, one worker frozen past its session and
+    transaction timeouts (its partitions move on, its open transaction is aborted), or the workers frozen
+    while one of them has a transaction open until its coordinator aborted it (a batch slower than the
+    transaction timeout, shorter than the session timeout; its stream comes in epochs, so that the
+    workers open transactions all along). One fault per app, one after the other on the same broker
+    (one broker and two workers at a time, like the other soaks). Nothing restarts a worker or the
+    replay's publisher.
 
     Every worker is still running at the end (each aborted what it had in flight, rewound and went on);
     a ``read_committed`` reader reads each decision once, equal to the in-process engine's, and the
-    memory rebuilt from the changelog equals the engine's. The replay's longest wait is printed.
+    memory rebuilt from the changelog equals the engine's. Each fault's longest stall is printed.
     """
     settings = get_settings()
-    broker = LocalKafka(tmp_path / "broker", home=settings.home, image=kafka_image(settings))
+    broker = LocalKafka(
+        tmp_path / "broker", home=settings.home, image=kafka_image(settings), extra_properties=FAULT_BROKER
+    )
     bootstrap = broker.start()
     try:
-        for fault in FAULTS:
-            _ride_out(bootstrap, tmp_path / fault.replace(" ", "-"), fault, _faults(broker)[fault])
+        for name, fault in _faults(broker).items():
+            _ride_out(bootstrap, tmp_path / name.replace(" ", "-"), name, fault.disruption, fault.env, events,
+                      epoch=fault.epoch)  # fmt: skip
     finally:
         broker.stop()
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(
-    reason="a worker frozen inside a batch's transaction past its session timeout: after it thaws, a few "
-    "memory updates of the partitions that moved meanwhile are missing from the changelog (3 to 6 of "
-    "6,000 verdicts); the thawed member commits no batch (its freeze is noticed and its steps are "
-    "checked against its assignment), the cause is not found yet",
-    strict=False,
-)
-def test_a_worker_frozen_past_its_session_timeout_rides_it_out(tmp_path: Path) -> None:
-    """Scenario: as :func:`test_workers_ride_out_a_fault_without_a_supervisor`, the fault one worker
-    frozen (SIGSTOP) for longer than its session and transaction timeouts, then thawed: its partitions
-    move, its open transaction is aborted, and once it thaws it must commit nothing it made before."""
-    settings = get_settings()
-    broker = LocalKafka(tmp_path / "broker", home=settings.home, image=kafka_image(settings))
-    bootstrap = broker.start()
+@pytest.mark.parametrize("events", [pytest.param(FAULT_EVENTS // 2, id="short"), SOAK])
+def test_a_full_disk_stops_the_worker_with_one_line_and_loses_nothing(
+    kafka_bootstrap: str, tmp_path: Path, events: int
+) -> None:
+    """Scenario: the worker's data directory is a small tmpfs of its own; once the stream's candidates
+    are published, the tmpfs is filled to its last byte, and then the verdicts are published.
+
+    The worker stops by itself with status 70 and one ERROR line saying ``No space left on device`` and
+    where; started again on the still-full disk it stops the same way, its log saying the disk is full
+    and nothing of a lock held by another process. Once the space is freed and the worker started
+    again, nothing is lost: a ``read_committed`` reader reads each decision once, equal to the
+    in-process engine's, and the memory equals the engine's (the committed batch the local store
+    missed is restored from the changelog). The longest stall is printed.
+    """
+    directory = tmp_path / "app"
+    mount = directory / "worker-0"
+    mount.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mount)],
+                             capture_output=True, text=True, check=False)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(
+            f"a tmpfs cannot be mounted here (root or CAP_SYS_ADMIN needed): {mounted.stderr.strip()}"
+        )
     try:
-        _ride_out(bootstrap, tmp_path / "worker-SIGSTOP", "worker SIGSTOP", pause_worker(0, PAUSE_S))
+        disruption = lambda *_: fill_disk(mount, 0, LOOP_FAILED_EXIT)  # noqa: E731
+        _ride_out(kafka_bootstrap, directory, "a full disk", disruption, COMPARISON_ENV, events, workers=1,
+                  before_the_verdicts=True)  # fmt: skip
     finally:
-        broker.stop()
+        subprocess.run(["umount", str(mount)], check=True)
 
 
-def _ride_out(bootstrap: str, directory: Path, fault: str, disrupt: Disruption) -> None:
-    """One app through ``disrupt`` (:func:`test_workers_ride_out_a_fault_without_a_supervisor`)."""
+def _ride_out(
+    bootstrap: str, directory: Path, fault: str, disruption: Callable[[str, str], Disruption],
+    env: dict[str, str] = COMPARISON_ENV, events: int = FAULT_EVENTS, workers: int = 2, *,
+    epoch: int | None = None, before_the_verdicts: bool = False,
+) -> None:  # fmt: skip
+    """One app through ``disruption`` (:func:`test_workers_ride_out_a_fault_without_a_supervisor`): its
+    workers (``worker-<i>`` under ``directory``) started with ``env``, ``events`` events in epochs of
+    ``epoch`` (None: one).
+
+    The disruption strikes once the memory writers applied a fifth of the verdicts, or, with
+    ``before_the_verdicts``, while the publication stops after the last candidate: then the verdicts
+    are still to come, so the memory's writes follow the disruption whatever the workers' speed.
+    """
     settings = get_settings()
     tag = f"fault-{uuid.uuid4().hex[:6]}"
-    stream = soak_stream(FAULT_EVENTS, FAULT_EVENTS, tag)
+    stream = soak_stream(events, epoch or events, tag)
     candidate_ids = [e["candidate_id"] for e in stream if e["kind"] == "gate"]
     engine, serde = comparison_engine(), make_serde(None)
     expected_decisions, expected_state = in_process(engine, stream)
     app_id = f"clingate-{tag}"
-    directory.mkdir(parents=True)
-    workers = [WorkerProcess(bootstrap, app_id, directory / f"worker-{i}", COMPARISON_ENV) for i in range(2)]
+    directory.mkdir(parents=True, exist_ok=True)
+    procs = [WorkerProcess(bootstrap, app_id, directory / f"worker-{i}", env) for i in range(workers)]
     try:
         ensure_topics(admin_client(bootstrap), build_catalog(settings.topic_partitions))
         commit_worker_end_offsets(bootstrap, app_id)
         decisions_start = topic_ends(bootstrap, DBPM_DECISIONS)
-        for worker in workers:
+        for worker in procs:
             worker.start()
-        verdicts = len(stream) - len(candidate_ids)
-        fault_thread = _InTheVerdicts(
-            bootstrap, app_id, topic_ends(bootstrap, DBPM_VERDICTS), verdicts, disrupt, workers
-        )
-        fault_thread.start()
-        result = replay_via_kafka(bootstrap, stream, engine, serde, app_id, timeout_s=300.0)
-        fault_thread.join()
-        exited = {i: w.returncode for i, w in enumerate(workers) if not w.running}
+        if before_the_verdicts:
+            done: list[str] = []
+            monkey = ChaosMonkey(procs, [len(candidate_ids)], disruption(bootstrap, app_id), random.Random(3),
+                                 done.append)  # fmt: skip
+            try:
+                result = replay_via_kafka(bootstrap, stream, engine, serde, app_id, timeout_s=300.0,
+                                          pause_at=monkey.points, on_pause=monkey)  # fmt: skip
+            finally:
+                monkey.finish()
+        else:
+            verdicts = len(stream) - len(candidate_ids)
+            fault_thread = _InTheVerdicts(
+                bootstrap, app_id, topic_ends(bootstrap, DBPM_VERDICTS), verdicts,
+                disruption(bootstrap, app_id), procs,
+            )  # fmt: skip
+            fault_thread.start()
+            result = replay_via_kafka(bootstrap, stream, engine, serde, app_id, timeout_s=300.0)
+            fault_thread.join()
+            if fault_thread.failure is not None:
+                raise fault_thread.failure
+            done = fault_thread.done
+        exited = {i: w.returncode for i, w in enumerate(procs) if not w.running}
         audit = audit_decisions(bootstrap, serde, decisions_start, candidate_ids)
     finally:
-        for worker in workers:
+        for worker in procs:
             worker.stop()
-    if fault_thread.failure is not None:
-        raise fault_thread.failure
-    print(fault, fault_thread.done, f"longest wait for a run: {result.longest_wait_s:.1f} s")
+    print(fault, done, f"longest stall: {result.longest_wait_s:.1f} s")
     assert exited == {}, f"{fault}: a worker stopped on its own: {exited}"
     assert (audit.missing, audit.duplicates, audit.conflicting) == ([], 0, []), f"{fault}: {audit}"
     compared = ("candidate_id", "decision", "rule", "signature", "severity", "multiplier")
@@ -288,6 +385,80 @@ def _ride_out(bootstrap: str, directory: Path, fault: str, disrupt: Disruption) 
     assert differ == [], f"{fault}: {len(differ)} decisions differ, e.g. {differ[:2]}"
     difference = _difference(result.state, expected_state)
     assert result.state == expected_state, f"{fault}: the memory differs: {difference}"
+
+
+@pytest.mark.parametrize("events", [pytest.param(3_000, id="short"), SOAK])
+def test_a_replay_sigkilled_midway_resumes_and_publishes_nothing_twice(
+    kafka_bootstrap: str, tmp_path: Path, events: int
+) -> None:
+    """Scenario: ``clingate replay --via-kafka`` (a process of its own) publishes a stream in epochs to
+    a worker and is SIGKILLed once a third of the candidates are decided; the same command is run
+    again and finishes.
+
+    The second run resumes: it says how many records the first had committed and publishes only the
+    rest (what the killed one left in an open transaction is aborted, never read). A ``read_committed``
+    reader reads each candidate and each verdict of the stream once on their topics, and the decisions
+    and memory the second run writes equal the in-process engine's. Its longest wait is printed.
+    """
+    tag = f"resume-{uuid.uuid4().hex[:6]}"
+    stream = soak_stream(events, 500, tag)
+    engine, serde = comparison_engine(), make_serde(None)
+    expected_decisions, expected_state = in_process(engine, stream)
+    candidate_ids = [e["candidate_id"] for e in stream if e["kind"] == "gate"]
+    app_id = f"clingate-{tag}"
+    ensure_topics(admin_client(kafka_bootstrap), build_catalog(get_settings().topic_partitions))
+    commit_worker_end_offsets(kafka_bootstrap, app_id)
+    starts = {topic: topic_ends(kafka_bootstrap, topic) for topic in (DBPM_CANDIDATES, DBPM_VERDICTS)}
+    events_file, out, state_out = (
+        tmp_path / "events.jsonl",
+        tmp_path / "decisions.jsonl",
+        tmp_path / "state.json",
+    )
+    events_file.write_text("".join(json.dumps(e) + "\n" for e in stream), encoding="utf-8")
+    argv = python_module(
+        "streams.cli", "replay", "--via-kafka", "--in", str(events_file), "--out", str(out),
+        "--state-out", str(state_out), "--provenance", "--no-maintenance",
+    )  # fmt: skip
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "CLINGATE_APP_ID": app_id,
+        **COMPARISON_ENV,
+    }
+    worker = WorkerProcess(kafka_bootstrap, app_id, tmp_path / "worker", COMPARISON_ENV)
+    decided = Tail(kafka_bootstrap, DBPM_DECISIONS)
+    try:
+        worker.start()
+        first = ProcessHandle("replay", argv, env=env, cwd=SOURCE_ROOT, log=tmp_path / "replay-1.log").start()
+        decided.until(len(candidate_ids) // 3, timeout_s=300)
+        first.kill()
+        second = ProcessHandle(
+            "replay", argv, env=env, cwd=SOURCE_ROOT, log=tmp_path / "replay-2.log"
+        ).start()
+        assert second.wait(600), "the resumed replay did not finish"
+    finally:
+        decided.close()
+        worker.stop()
+    said = second.output().decode()
+    assert second.returncode == 0, said
+    print("replay SIGKILLed and run again:", said.strip().splitlines()[-1])
+    assert "published before (resumed)" in said, "the second run did not resume the first"
+    got = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    compared = ("candidate_id", "decision", "rule", "signature", "severity", "multiplier")
+    assert [{k: d[k] for k in compared} for d in got] == [
+        {k: d[k] for k in compared} for d in expected_decisions
+    ]
+    assert json.loads(state_out.read_text(encoding="utf-8")) == expected_state
+    candidates = Counter(
+        serde.decode(value, Candidate, topic=DBPM_CANDIDATES).candidate_id
+        for value in read_between(kafka_bootstrap, DBPM_CANDIDATES, starts[DBPM_CANDIDATES])
+    )
+    assert candidates == Counter(candidate_ids), "a candidate was published twice, or not at all"
+    verdicts = Counter(
+        value for value in read_between(kafka_bootstrap, DBPM_VERDICTS, starts[DBPM_VERDICTS]) if value
+    )
+    published = Counter(verdict_record(e, engine, serde).value for e in stream if e["kind"] == "verdict")
+    assert verdicts == published, "a verdict was published twice, or not at all"
 
 
 def _difference(got: object, wanted: object, path: str = "") -> str:

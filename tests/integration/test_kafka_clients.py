@@ -10,6 +10,8 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from streams.runtime.transactions import Batch, TransactionalProducer
+
 pytestmark = pytest.mark.integration
 
 
@@ -54,3 +56,24 @@ def test_confluent_transaction_commit_is_visible_and_abort_is_not(
     received = _confluent_consume(kafka_bootstrap, topic, 3, **{"isolation.level": "read_committed"})
 
     assert [value for _, value in received] == [b"committed-0", b"committed-1", b"committed-2"]
+
+
+def test_a_batch_its_loop_no_longer_confirms_is_aborted_and_the_producer_goes_on(
+    kafka_bootstrap: str, new_topic: Callable[..., str]
+):
+    """Scenario: a batch written whole but not confirmed at its commit (its loop learnt meanwhile that
+    the partitions are no longer its own) is aborted; the same producer commits the next batch, and a
+    ``read_committed`` reader sees only that one."""
+    topic = new_topic("txn-confirm")
+    transactions = TransactionalProducer(
+        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}.producer"}, "test"
+    )
+
+    def fill(value: bytes) -> Callable[[Batch], None]:
+        return lambda batch: batch.produce(topic, value, b"k")
+
+    assert transactions.run(fill(b"not confirmed"), lambda: False) is None
+    assert transactions.run(fill(b"confirmed"), lambda: True) is not None
+
+    received = _confluent_consume(kafka_bootstrap, topic, 1, **{"isolation.level": "read_committed"})
+    assert [value for _, value in received] == [b"confirmed"]

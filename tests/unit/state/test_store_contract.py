@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from state import RESERVED_PREFIX, MemoryStore, StateError, Store, prefix_end
-from state.rocksdb import RocksDBStore, cache_bytes
+from state.rocksdb import ROCKSDB_MIN_BYTES, RocksDBStore, cache_bytes
 
 
 @pytest.fixture(params=["memory", "rocksdb"])
@@ -148,27 +148,55 @@ def test_memory_store_matches_a_dict_model(ops):
     assert list(store.iter_range(b"", None)) == sorted(model.items())
 
 
-def test_the_read_cache_holds_at_most_its_bytes_and_follows_commits(tmp_path: Path) -> None:
-    """Values of mixed sizes read through a store with a 20 kB cache: the cache never holds more than
-    20 kB (entries counted with their overhead), the process's total says what it holds, a commit that
-    grows a cached value is counted, and every read still sees the committed value."""
-    budget = 20_000
-    with RocksDBStore(tmp_path / "db", cache_bytes=budget) as db:
-        with db.transaction() as txn:
-            for i in range(400):
-                txn.set(f"k{i:03d}".encode(), bytes(10 if i % 2 else 1_000))
+def test_the_read_caches_of_a_budget_share_half_of_it_and_follow_commits(tmp_path: Path) -> None:
+    """Values of mixed sizes read through two stores of a 40 kB budget: each read cache holds at most an
+    equal share of the budget's half (entries counted with their overhead), the process's total says
+    what they hold, a commit that grows a cached value is counted, and every read still sees the
+    committed value. A third store of the budget shrinks the shares: the first store gives its excess
+    back at its next read."""
+    budget = 40_000
+    with RocksDBStore(tmp_path / "a", cache_bytes=budget) as a, RocksDBStore(tmp_path / "b", budget) as b:
+        for db in (a, b):
+            with db.transaction() as txn:
+                for i in range(400):
+                    txn.set(f"k{i:03d}".encode(), bytes(10 if i % 2 else 1_000))
         for i in range(400):
-            assert len(db.get(f"k{i:03d}".encode()) or b"") == (10 if i % 2 else 1_000)
-            assert 0 < db.cached_bytes <= budget
-        assert cache_bytes() >= db.cached_bytes
-        key = next(iter(db._cache))
-        before = db.cached_bytes
-        with db.transaction() as txn:
+            for db in (a, b):
+                assert len(db.get(f"k{i:03d}".encode()) or b"") == (10 if i % 2 else 1_000)
+                assert 0 < db.cached_bytes <= budget // 4
+        assert cache_bytes() >= a.cached_bytes + b.cached_bytes
+        key = next(iter(a._cache))
+        before = a.cached_bytes
+        with a.transaction() as txn:
             txn.set(key, bytes(5_000))
-        assert db.get(key) == bytes(5_000)
-        assert db.cached_bytes <= budget and db.cached_bytes != before
-        assert db.get(b"absent") is None
-    assert db.cached_bytes == 0
+        assert a.get(key) == bytes(5_000)
+        assert a.cached_bytes <= budget // 4 and a.cached_bytes != before
+        assert a.get(b"absent") is None
+        with RocksDBStore(tmp_path / "c", budget):
+            assert a.cached_bytes > budget // 6
+            assert a.get(b"absent too") is None
+            assert a.cached_bytes <= budget // 6
+    assert a.cached_bytes == 0
+
+
+def test_rocksdb_keeps_what_it_is_written_within_the_budget(tmp_path: Path) -> None:
+    """A store written five times its budget: RocksDB's block cache, charged with the memtables, stays
+    within its half of the budget (what it cannot hold is flushed to disk), every value reads back, and
+    the budget's memory is released with its last store."""
+    budget = 2 * ROCKSDB_MIN_BYTES
+    before = cache_bytes()
+    written: dict[bytes, bytes] = {}
+    with RocksDBStore(tmp_path / "db", cache_bytes=budget) as db:
+        for i in range(20):
+            with db.transaction() as txn:
+                for j in range(1_000):
+                    key = f"k{(i * 7_919 + j * 104_729) % 50_000:05d}".encode()
+                    written[key] = bytes([i]) * 1_024
+                    txn.set(key, written[key])
+            assert cache_bytes() - before <= budget // 2
+        for key in list(written)[::97]:
+            assert db.get(key) == written[key]
+    assert cache_bytes() == before
 
 
 def test_a_value_larger_than_the_cache_is_read_and_not_cached(tmp_path: Path) -> None:

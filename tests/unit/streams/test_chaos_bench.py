@@ -23,7 +23,7 @@ from schemas.dbpm import Candidate, GateAction, GateDecision
 from schemas.serde import make_serde
 from streams.bench.chaos import ChaosMonkey, TooFewCandidates, disruption_points
 from streams.bench.restart import restore_figures
-from streams.replay.kafka import Pauses, replay_via_kafka
+from streams.replay.kafka import Pauses, ReplayRecord, replay_via_kafka
 from streams.runtime.logs import TextFormatter
 from streams.testing.dbpm_stream import generate_events
 from streams.testing.worker import WorkerProcess, comparison_engine, soak_stream
@@ -77,7 +77,7 @@ def test_restore_figures_of_a_log_without_a_restore_are_nothing_read_in_nan_seco
 
 
 class _Feed:
-    """A publisher's producer without a broker: counts candidates produced and acknowledged."""
+    """A publisher without a broker: counts candidates produced and committed (``acknowledged``)."""
 
     def __init__(self) -> None:
         self.produced = 0
@@ -130,6 +130,16 @@ def test_pauses_report_a_publication_that_stopped_before_a_point() -> None:
         pauses.finish()
 
 
+def test_pauses_of_a_resumed_publication_skip_the_points_its_earlier_run_passed() -> None:
+    calls: list[int] = []
+    pauses = Pauses([2, 5, 5], calls.append, candidates=10)
+    pauses.passed(3)
+    for n in range(4, 11):
+        pauses.reached(n, lambda: None)
+    pauses.finish()
+    assert calls == [5, 5]
+
+
 @pytest.mark.parametrize("candidates", [20, 57, 1000])
 def test_disruption_points_are_the_soaks_seeded_draw(candidates: int) -> None:
     points = disruption_points(candidates, 3, random.Random(11))
@@ -146,7 +156,7 @@ def test_disruption_points_refuse_more_disruptions_than_the_stream_has_room_for(
 
 
 class _InstantWorkers:
-    """Replaces the replay's Kafka clients: every candidate is decided the moment it is flushed."""
+    """Replaces the replay's Kafka clients: every candidate is decided the moment it is committed."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.feed = _Feed()
@@ -154,18 +164,24 @@ class _InstantWorkers:
         serde = make_serde(None)
         workers = self
 
-        class Producer(_Feed):
-            def produce(self, topic: str, **kwargs: Any) -> None:
-                workers.feed.produce(topic)
-                if topic == DBPM_CANDIDATES:
-                    workers.values.append(kwargs["value"])
+        class Publisher:
+            def __init__(self, *_: object) -> None:
+                pass
 
-            def flush(self, *_: object) -> int:
-                return workers.feed.flush()
+            def last(self, timeout_s: float) -> None:
+                return None
+
+            def commit(self, records: Sequence[ReplayRecord], progress: object) -> None:
+                for record in records:
+                    workers.feed.produce(record.topic)
+                    if record.topic == DBPM_CANDIDATES:
+                        workers.values.append(record.value)
+                workers.feed.flush()
 
         class Collector:
             def __init__(self, *_: object) -> None:
                 self.seen: dict[str, GateDecision] = {}
+                self.start: dict[int, int] = {}
 
             def wait_for(self, candidate_ids: Any, timeout_s: float) -> None:
                 for value in workers.values[: workers.feed.acknowledged]:
@@ -190,7 +206,7 @@ class _InstantWorkers:
             def __exit__(self, *_: object) -> None:
                 pass
 
-            def partitions(self, topic: str) -> list[int]:
+            def partitions(self, topic: str, timeout_s: float) -> list[int]:
                 return [0, 1, 2]
 
             def wait(self, topic: str, timeout_s: float) -> None:
@@ -199,7 +215,7 @@ class _InstantWorkers:
             def close(self) -> None:
                 pass
 
-        monkeypatch.setattr(kafka_replay, "Producer", lambda config: Producer())
+        monkeypatch.setattr(kafka_replay, "Publisher", Publisher)
         monkeypatch.setattr(kafka_replay, "_DecisionCollector", Collector)
         monkeypatch.setattr(kafka_replay, "CommitWatcher", Commits)
         monkeypatch.setattr(kafka_replay, "read_state", lambda *_: {})
