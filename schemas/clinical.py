@@ -1,4 +1,6 @@
-"""Clinical-gate events: the assessment (output contract), adversarial review, deliverable, safety audit.
+"""Clinical-gate events: the assessment (output contract), adversarial review, deliverable, safety audit,
+a run's records through the output gates, and the pharmacist's touchpoints before reasoning (a run's
+proposed evidence queries, the Query Gate's decision on them, the Evidence Review of its retrieved evidence).
 
 ``ClinicalAssessment`` is the contract of ``clingate.clinical.assessments`` and of
 ``clingate clinical assess`` (shared spec ``clinical-assessment.md``): its field names and value sets
@@ -9,9 +11,10 @@ produces the contract's names and the Avro datum.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from enum import StrEnum
+from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.base import AvroModel, Count32, EventTime
 
@@ -271,6 +274,106 @@ class EvidenceRequest(AvroModel):
     drugs: list[str]
     must_retrieve: list[str]
     missing: list[str]
+
+
+# ------------------------------------------------------------- the pharmacist's touchpoints (PharmMesh)
+
+
+class QueryProposal(AvroModel):
+    """A run's proposed evidence queries, held for the pharmacist's Query Gate before retrieval.
+
+    The seed's pharmacist touchpoints (Supp. Note 2 §2e, §5c) extend the Input Manager with clinical
+    judgement: the reasoning step asks the wrong questions (a drug-centric anchor, an evidence budget spent
+    before a relevant domain is queried: ESC-004, ESC-005) in ways no automated validator flags, so a
+    pharmacist sees the questions before they are put to the evidence base.
+    """
+
+    avro_name = "clingate.clinical.QueryProposal"
+
+    patient_id: str
+    run_id: str
+    event_time: EventTime
+    queries: list[str]
+
+
+class QueryVerdict(StrEnum):
+    """What the pharmacist did with a run's proposed queries."""
+
+    APPROVED = "APPROVED"
+    EDITED = "EDITED"
+
+
+class QueryDecision(AvroModel):
+    """The pharmacist's Query Gate decision: the queries retrieval runs for the run.
+
+    What holds for every decision (a record that breaks it does not decode): at least one query and none
+    blank, and ``APPROVED`` exactly when the queries are the proposed ones, so the retrieval step need not
+    compare them to know whether the pharmacist changed anything.
+    """
+
+    avro_name = "clingate.clinical.QueryDecision"
+
+    patient_id: str
+    run_id: str
+    event_time: EventTime
+    proposed_at: EventTime
+    pharmacist: str
+    decision_id: str
+    decision: QueryVerdict
+    proposed: list[str]
+    queries: list[str]
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _queries_as_decided(self) -> Self:
+        if not self.queries or any(not query.strip() for query in self.queries):
+            raise ValueError("a decision gives at least one query and no blank one")
+        if (self.decision is QueryVerdict.APPROVED) != (self.queries == self.proposed):
+            raise ValueError("APPROVED exactly when the queries are the proposed ones, else EDITED")
+        return self
+
+
+class EvidenceVerdict(StrEnum):
+    """What the pharmacist did with a run's retrieved evidence."""
+
+    ACCEPTED = "ACCEPTED"
+    REJECTED = "REJECTED"
+
+
+class ReviewedPacket(_Part):
+    """The pharmacist's judgement of one packet of the reviewed bundle."""
+
+    source: str
+    accepted: bool
+
+
+class EvidenceReview(AvroModel):
+    """The pharmacist's Evidence Review of a run's evidence bundle, before the reasoning step drafts.
+
+    What holds for every review (a record that breaks it does not decode): an ``ACCEPTED`` review accepts
+    at least one packet (reasoning starts on those), and a ``REJECTED`` one says in its note what the
+    evidence lacks (retrieval runs again for it).
+    """
+
+    avro_name = "clingate.clinical.EvidenceReview"
+
+    patient_id: str
+    run_id: str
+    event_time: EventTime
+    bundle_time: EventTime
+    pharmacist: str
+    review_id: str
+    decision: EvidenceVerdict
+    packets: list[ReviewedPacket]
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _decided_with_its_reason(self) -> Self:
+        if self.decision is EvidenceVerdict.ACCEPTED and not any(p.accepted for p in self.packets):
+            raise ValueError("an ACCEPTED review accepts at least one packet")
+        if self.decision is EvidenceVerdict.REJECTED and not self.note.strip():
+            raise ValueError("a REJECTED review says in its note what the evidence lacks")
+        return self
 
 
 class LintTransform(_Part):

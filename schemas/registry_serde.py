@@ -15,17 +15,16 @@ from typing import Any
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 
 from schemas.base import AvroModel
-from schemas.registry import SchemaEntry, SchemaRegistry, load_registry
+from schemas.registry import SchemaEntry, SchemaRegistry
 from schemas.serde import (
     CONFLUENT_MAGIC,
     MALFORMED,
+    DatumSerde,
     DecodeReason,
     SchemaDecodeError,
     SchemaEncodeError,
-    datum_adapter,
     describe_foreign,
-    model_datum,
-    validated,
+    not_a_datum,
 )
 
 with warnings.catch_warnings():
@@ -39,7 +38,7 @@ with warnings.catch_warnings():
     from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 
 
-class ConfluentRegistrySerde:
+class ConfluentRegistrySerde(DatumSerde):
     """The Confluent Schema Registry wire format through ``confluent_kafka.schema_registry``.
 
     Schemas are registered on first use under the ``<topic>-value`` subject (the serializer's default),
@@ -54,8 +53,8 @@ class ConfluentRegistrySerde:
             client: e.g. ``SchemaRegistryClient.new_client({"url": url})``.
             registry: the schemas to know; the repository's own by default.
         """
+        super().__init__(registry)
         self._client = client
-        self._registry = registry or load_registry()
         self._serializers: dict[str, AvroSerializer] = {}
         self._deserializers: dict[str, AvroDeserializer] = {}
         self._writer_names: dict[int, str] = {}
@@ -63,12 +62,8 @@ class ConfluentRegistrySerde:
     def _serializer(self, entry: SchemaEntry) -> AvroSerializer:
         serializer = self._serializers.get(entry.full_name)
         if serializer is None:
-            adapter = datum_adapter(entry.current.parsed)
-            serializer = AvroSerializer(
-                self._client,
-                json.dumps(entry.current.schema),
-                to_dict=lambda model, _ctx: model_datum(model, adapter),
-            )
+            # No ``to_dict``: the serializer writes the datum it is given (write_datum's contract).
+            serializer = AvroSerializer(self._client, json.dumps(entry.current.schema))
             self._serializers[entry.full_name] = serializer
         return serializer
 
@@ -97,37 +92,23 @@ class ConfluentRegistrySerde:
             self._writer_names[schema_id] = name
         return name
 
-    def encode(self, model: AvroModel, *, topic: str | None = None) -> bytes:
-        """The Confluent wire format of ``model``, registering its schema under ``<topic>-value``.
+    def write_datum(self, datum: Any, model: type[AvroModel], *, topic: str | None = None) -> bytes:
+        """The Confluent wire format of ``datum`` (:meth:`~schemas.serde.Serde.write_datum`), registering
+        ``model``'s schema under ``<topic>-value``.
 
         Raises:
             ValueError: no topic given (the subject is derived from it).
-            SchemaEncodeError: the model holds a value its schema cannot carry.
+            SchemaEncodeError: the datum holds a value its schema cannot carry.
         """
         if topic is None:
             raise ValueError("the registry wire format needs the topic to name the subject")
-        entry = self._registry.for_model(type(model))
+        entry = self._registry.for_model(model)
         try:
-            data = self._serializer(entry)(model, SerializationContext(topic, MessageField.VALUE))
+            data = self._serializer(entry)(datum, SerializationContext(topic, MessageField.VALUE))
         except SerializationError as exc:
             raise SchemaEncodeError(f"{entry.full_name}: {exc}") from exc
-        assert data is not None  # a model is never serialised as a tombstone
+        assert data is not None  # a datum is never serialised as a tombstone
         return data
-
-    def decode(
-        self, data: bytes, expected: type[AvroModel] | None = None, *, topic: str | None = None
-    ) -> Any:
-        """The model encoded in ``data`` (Confluent wire format).
-
-        Raises:
-            SchemaDecodeError: as :meth:`SingleObjectSerde.decode`.
-        """
-        entry, datum = self._read(data, expected, topic)
-        return validated(entry.model, datum, entry.full_name)
-
-    def read_datum(self, data: bytes, expected: type[AvroModel], *, topic: str | None = None) -> Any:
-        """The datum :meth:`decode` validates (:meth:`~schemas.serde.Serde.read_datum`)."""
-        return self._read(data, expected, topic)[1]
 
     def _read(
         self, data: bytes, expected: type[AvroModel] | None, topic: str | None
@@ -150,9 +131,7 @@ class ConfluentRegistrySerde:
         try:
             datum = self._deserializer(entry)(data, context)
         except (SerializationError, *MALFORMED) as exc:
-            raise SchemaDecodeError(
-                DecodeReason.MALFORMED, f"bytes are not a {writer} datum: {exc}", writer=writer
-            ) from exc
+            raise not_a_datum(writer, exc) from exc
         return entry, datum
 
 

@@ -21,13 +21,20 @@ so that the dead-letter step can record it without parsing messages.
 The datum written is ``model.model_dump(mode="json")`` (the convention of :mod:`schemas.base`), with
 the one documented exception that :data:`~schemas.base.RawBytes` fields, base64 text in JSON, are
 written as the bytes they stand for.
+
+Hot paths skip the model: :meth:`Serde.read_datum` gives the datum a model would be validated from,
+:meth:`Serde.write_datum` writes a datum built without one, with the framing :meth:`Serde.encode`
+writes. Each format implements reading and writing datums once (:class:`DatumSerde`), so a model and
+a datum take the same path to the wire and back.
 """
 
 from __future__ import annotations
 
 import base64
 import io
+import re
 import struct
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar, overload
@@ -87,6 +94,18 @@ class Serde(Protocol):
 
     def encode(self, model: AvroModel, *, topic: str | None = None) -> bytes:
         """The record value of ``model`` (``topic`` names the subject where the format needs one)."""
+        ...
+
+    def write_datum(self, datum: Any, model: type[AvroModel], *, topic: str | None = None) -> bytes:
+        """The record value of ``datum``, a datum of the current version of ``model``'s schema in the form
+        fastavro writes (``bytes`` as bytes; a value of a union of records as its ``(full name,
+        record)`` pair, which spares fastavro trying each branch), framed as :meth:`encode` frames it:
+        :meth:`encode` is this on the model's datum. A hot path that builds the datum from its own type
+        MUST build the one the model gives, so that both write the same bytes.
+
+        Raises:
+            SchemaEncodeError: the datum holds a value the schema cannot carry.
+        """
         ...
 
     def read_datum(self, data: bytes, expected: type[AvroModel], *, topic: str | None = None) -> Any:
@@ -219,6 +238,23 @@ def validated(model_cls: type[M], datum: Any, writer: str) -> M:
         ) from exc
 
 
+_OBJECT_AT = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>")
+"""An object's default repr, which holds its memory address."""
+
+
+def not_a_datum(writer: str, exc: BaseException) -> SchemaDecodeError:
+    """The ``malformed`` error of bytes that are not a datum of ``writer``'s schema, as ``exc`` (the
+    reader's error) says. Objects the reader names by their repr (its buffer) are left out: their
+    addresses would make the reason of the same bytes differ from one read to the next, and a dead
+    letter's reason is the same every time its record is read."""
+    message = _OBJECT_AT.sub("the buffer", str(exc))
+    return SchemaDecodeError(
+        DecodeReason.MALFORMED,
+        f"bytes are not a {writer} datum: {type(exc).__name__}: {message}",
+        writer=writer,
+    )
+
+
 def describe_foreign(data: bytes) -> str:
     """A hint for the operator about what unknown bytes look like."""
     if not data:
@@ -232,45 +268,56 @@ def describe_foreign(data: bytes) -> str:
     return f"it starts with {data[:4].hex()}"
 
 
-def _write(parsed: Schema, datum: Any, name: str) -> bytes:
+def write_body(parsed: Schema, datum: Any, name: str) -> bytes:
+    """The Avro binary of ``datum`` written with ``parsed`` (the schema of ``name``), without framing.
+
+    Raises:
+        SchemaEncodeError: the datum holds a value the schema cannot carry.
+    """
     buffer = io.BytesIO()
     try:
         fastavro.schemaless_writer(buffer, parsed, datum)
     except (*MALFORMED, TypeError, AttributeError) as exc:
-        raise SchemaEncodeError(f"{name}: the model holds a value its schema cannot carry: {exc}") from exc
+        raise SchemaEncodeError(f"{name}: a value its schema cannot carry: {exc}") from exc
     return buffer.getvalue()
 
 
-# ------------------------------------------------------------------------------ single-object serde
+class DatumSerde(ABC):
+    """What every wire format shares: a model is written as its datum and read from one.
 
+    A format reads and writes datums (:meth:`_read`, :meth:`write_datum`); :meth:`encode`,
+    :meth:`decode` and :meth:`read_datum` are the same on each, so a model and a datum built without one
+    take one path to the wire and back.
+    """
 
-class SingleObjectSerde:
-    """Avro single-object encoding (``0xC3 0x01`` + CRC-64-AVRO fingerprint + Avro binary)."""
-
-    def __init__(self, registry: SchemaRegistry | None = None) -> None:
-        """Index the registry's current and released schemas by fingerprint.
-
-        Args:
-            registry: the schemas to know; the repository's own by default.
-        """
+    def __init__(self, registry: SchemaRegistry | None) -> None:
         self._registry = registry or load_registry()
-        self._writers: dict[bytes, tuple[SchemaVersion, SchemaEntry]] = {}
-        self._adapters: dict[str, Callable[[Any], Any] | None] = {}
-        for entry in self._registry.entries.values():
-            for version in (*entry.released, entry.current):
-                self._writers[version.fingerprint] = (version, entry)
-            self._adapters[entry.full_name] = datum_adapter(entry.current.parsed)
+        self._adapters: dict[str, Callable[[Any], Any] | None] = {
+            entry.full_name: datum_adapter(entry.current.parsed) for entry in self._registry.entries.values()
+        }
+
+    @abstractmethod
+    def write_datum(self, datum: Any, model: type[AvroModel], *, topic: str | None = None) -> bytes:
+        """The record value of a datum of ``model``'s current schema (:meth:`Serde.write_datum`)."""
+
+    @abstractmethod
+    def _read(
+        self, data: bytes, expected: type[AvroModel] | None, topic: str | None
+    ) -> tuple[SchemaEntry, Any]:
+        """The entry of the writer schema and the datum in ``data``, read into its current version.
+
+        Raises:
+            SchemaDecodeError: every way ``data`` can fail but the model's checks.
+        """
 
     def encode(self, model: AvroModel, *, topic: str | None = None) -> bytes:
-        """The single-object encoding of ``model``; ``topic`` is not needed by this format.
+        """The record value of ``model`` (``topic`` names the subject where the format needs one).
 
         Raises:
             SchemaEncodeError: the model holds a value its schema cannot carry.
         """
-        entry = self._registry.for_model(type(model))
-        datum = model_datum(model, self._adapters[entry.full_name])
-        body = _write(entry.current.parsed, datum, entry.full_name)
-        return SINGLE_OBJECT_MAGIC + entry.current.fingerprint + body
+        datum = model_datum(model, self._adapters[model.avro_name])
+        return self.write_datum(datum, type(model), topic=topic)
 
     def decode(
         self, data: bytes, expected: type[AvroModel] | None = None, *, topic: str | None = None
@@ -280,20 +327,47 @@ class SingleObjectSerde:
         Args:
             data: a record value.
             expected: the model the topic carries; any other writer schema is ``wrong_schema``.
-            topic: unused by this format (kept for a uniform interface).
+            topic: the topic ``data`` was read from (the registry format's subject).
 
         Raises:
-            SchemaDecodeError: bad magic, unknown fingerprint, wrong schema, malformed bytes or a
-                datum the model rejects.
+            SchemaDecodeError: bad magic, unknown schema, wrong schema, malformed bytes or a datum the
+                model rejects.
         """
-        entry, datum = self._read(data, expected)
+        entry, datum = self._read(data, expected, topic)
         return validated(entry.model, datum, entry.full_name)
 
     def read_datum(self, data: bytes, expected: type[AvroModel], *, topic: str | None = None) -> Any:
         """The datum :meth:`decode` validates (:meth:`Serde.read_datum`)."""
-        return self._read(data, expected)[1]
+        return self._read(data, expected, topic)[1]
 
-    def _read(self, data: bytes, expected: type[AvroModel] | None) -> tuple[SchemaEntry, Any]:
+
+# ------------------------------------------------------------------------------ single-object serde
+
+
+class SingleObjectSerde(DatumSerde):
+    """Avro single-object encoding (``0xC3 0x01`` + CRC-64-AVRO fingerprint + Avro binary)."""
+
+    def __init__(self, registry: SchemaRegistry | None = None) -> None:
+        """Index the registry's current and released schemas by fingerprint.
+
+        Args:
+            registry: the schemas to know; the repository's own by default.
+        """
+        super().__init__(registry)
+        self._writers: dict[bytes, tuple[SchemaVersion, SchemaEntry]] = {}
+        for entry in self._registry.entries.values():
+            for version in (*entry.released, entry.current):
+                self._writers[version.fingerprint] = (version, entry)
+
+    def write_datum(self, datum: Any, model: type[AvroModel], *, topic: str | None = None) -> bytes:
+        """The single-object encoding of ``datum`` (:meth:`Serde.write_datum`); ``topic`` is not needed
+        by this format."""
+        current = self._registry.for_model(model).current
+        return SINGLE_OBJECT_MAGIC + current.fingerprint + write_body(current.parsed, datum, model.avro_name)
+
+    def _read(
+        self, data: bytes, expected: type[AvroModel] | None, topic: str | None
+    ) -> tuple[SchemaEntry, Any]:
         if data[:2] != SINGLE_OBJECT_MAGIC:
             raise SchemaDecodeError(
                 DecodeReason.BAD_MAGIC, f"not Avro single-object encoding: {describe_foreign(data)}"
@@ -323,11 +397,7 @@ class SingleObjectSerde:
         try:
             datum = fastavro.schemaless_reader(buffer, writer.parsed, reader)
         except (*MALFORMED, fastavro.read.SchemaResolutionError) as exc:
-            raise SchemaDecodeError(
-                DecodeReason.MALFORMED,
-                f"bytes are not a {entry.full_name} datum: {type(exc).__name__}: {exc}",
-                writer=entry.full_name,
-            ) from exc
+            raise not_a_datum(entry.full_name, exc) from exc
         if buffer.tell() != len(data):
             raise SchemaDecodeError(
                 DecodeReason.MALFORMED,

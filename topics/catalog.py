@@ -18,7 +18,8 @@ Choices where the source left room (revisit with the pipeline owners):
   clinical.reviews, clinical.deliverables, and the output gates' clinical.evidence, clinical.drafts and
   clinical.audit-reports (clinical gates), docs.classifications, docs.reviews and
   docs.ground-truth (arbiter), and the console's requests (the request runtime). The others are outputs
-  for downstream systems.
+  for downstream systems, but the runs' query proposals, which only the console's pharmacist pages read,
+  and the pharmacist's query decisions and evidence reviews, which the reasoning pipeline upstream reads.
 - Partitions: every data topic gets the same count so that topics keyed by patient or document
   are co-partitioned (a join or a table lookup across them stays on one worker). DLQs get 1
   partition: they are low volume, and each dead letter carries its source partition and offset.
@@ -31,11 +32,13 @@ Choices where the source left room (revisit with the pipeline owners):
 - Retention: event logs 7 days (enough to rebuild state by replay after an incident of a long weekend),
   evidence requests among them (the retrieval step answers a run within minutes, and the gap itself stays
   on the run's gated drafts and safety audits); verdicts and decisions 30 days, since DBPM memory is
-  learnt from verdicts and decisions are the replay comparison target, and the console's requests (a
-  re-drive asked for is carried out within the dead letters' own 30 days); safety audits, gated drafts,
-  revision routes, the agent's proposals, the console's audit trail and its requests' outcomes 365 days
-  (audit trail); dead letters 30 days for an operator to inspect and re-drive; latest-value topics 30
-  days, i.e. an entity not updated in 30 days drops out (its last value is then in the downstream store).
+  learnt from verdicts and decisions are the replay comparison target, the console's requests (a
+  re-drive asked for is carried out within the dead letters' own 30 days) and the runs' query proposals
+  (a proposal waits there for the pharmacist's Query Gate); safety audits, gated drafts, revision routes,
+  the agent's proposals, the console's audit trail, its requests' outcomes and the pharmacist's query
+  decisions and evidence reviews 365 days (audit trail); dead letters 30 days for an operator to inspect
+  and re-drive; latest-value topics 30 days, i.e. an entity not updated in 30 days drops out (its last
+  value is then in the downstream store).
 - ``min.insync.replicas`` is 2 from replication 3 on (so ``acks=all`` survives one broker loss),
   else 1.
 - Record size: every declared topic sets ``max.message.bytes`` to :data:`DATA_MAX_MESSAGE_BYTES`
@@ -101,6 +104,9 @@ CLINICAL_AUDIT_REPORTS = "clingate.clinical.audit-reports"
 CLINICAL_GATED_DRAFTS = "clingate.clinical.gated-drafts"
 CLINICAL_REVISION_ROUTES = "clingate.clinical.revision-routes"
 CLINICAL_EVIDENCE_REQUESTS = "clingate.clinical.evidence-requests"
+CLINICAL_QUERY_PROPOSALS = "clingate.clinical.query-proposals"
+CLINICAL_QUERY_DECISIONS = "clingate.clinical.query-decisions"
+CLINICAL_EVIDENCE_REVIEWS = "clingate.clinical.evidence-reviews"
 DOCS_CLASSIFICATIONS = "clingate.docs.classifications"
 DOCS_DISPOSITIONS = "clingate.docs.dispositions"
 DOCS_REVIEW_PACKETS = "clingate.docs.review-packets"
@@ -222,6 +228,15 @@ _DECLARED: tuple[TopicSpec, ...] = (
         CLINICAL_REVISION_ROUTES, "patient_id", "clingate.clinical.RevisionRoute", retention_ms=365 * DAY_MS
     ),
     TopicSpec(CLINICAL_EVIDENCE_REQUESTS, "patient_id", "clingate.clinical.EvidenceRequest"),
+    TopicSpec(
+        CLINICAL_QUERY_PROPOSALS, "patient_id", "clingate.clinical.QueryProposal", retention_ms=30 * DAY_MS
+    ),
+    TopicSpec(
+        CLINICAL_QUERY_DECISIONS, "patient_id", "clingate.clinical.QueryDecision", retention_ms=365 * DAY_MS
+    ),
+    TopicSpec(
+        CLINICAL_EVIDENCE_REVIEWS, "patient_id", "clingate.clinical.EvidenceReview", retention_ms=365 * DAY_MS
+    ),
     TopicSpec(DOCS_CLASSIFICATIONS, "document_id", "clingate.docs.ClassificationRequest", consumed=True),
     TopicSpec(
         DOCS_DISPOSITIONS, "document_id (latest disposition per document)", "clingate.docs.Disposition",
@@ -242,7 +257,7 @@ _DECLARED: tuple[TopicSpec, ...] = (
     TopicSpec(AGENT_PROPOSALS, "patient_id", "clingate.agent.AgentProposal", retention_ms=365 * DAY_MS),
     TopicSpec(CONSOLE_AUDIT, "user", "clingate.console.ConsoleAction", retention_ms=365 * DAY_MS),
     TopicSpec(
-        CONSOLE_REQUESTS, "target (dead-letter coordinates or task|signature)",
+        CONSOLE_REQUESTS, "target (what the request is about: streams.requests.check)",
         "clingate.console.ConsoleRequest", retention_ms=30 * DAY_MS, consumed=True,
     ),
     TopicSpec(

@@ -15,25 +15,60 @@
 
 "Changed" compares a SHA-256 digest of the assessment without its ``as_of`` field, so a replay of the
 same events emits the same assessments and nothing more.
+
+Incrementally: an assessment is assembled from parts (:class:`AssessmentParts`: Phase 0.5 dependencies,
+the NTI gate and what the medications alone show it, the latest results, age, staleness), each built on
+facts of the patient view (:class:`~processors.clinical.view.PatientView`), and every part and fact
+declares the resource types it reads and whether the assessment instant feeds it.
+:func:`process_event_reusing` is :func:`process_event` given the parts of the patient's previous
+assessment: the resource types whose records an event changed, and the instant if it moved, say which
+parts are computed again; the others are taken over. Since a part is a function of what it declares
+(and of the knowledge and flags, which the parts taken over share), the outputs and the state are the
+ones :func:`process_event`, which computes every part, gives for the same event.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import cached_property
+from typing import ClassVar, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
 from processors.clinical.knowledge import ClinicalKnowledge, GateFlags
-from processors.clinical.nti import MEDICATION_COUNT_THRESHOLD, evaluate_nti
-from processors.clinical.phase0 import assess_staleness, medication_dependencies, patient_age
+from processors.clinical.nti import (
+    MEDICATION_COUNT_THRESHOLD,
+    MedicationFindings,
+    evaluate_nti,
+    medication_findings,
+)
+from processors.clinical.phase0 import (
+    Dependencies,
+    _Dated,
+    _latest_per_code,
+    assess_staleness,
+    future_issues,
+    medication_dependencies,
+    patient_age,
+)
 from processors.clinical.records import PatientState
 from processors.clinical.safety_patterns import audit_deliverable
 from processors.clinical.state import ChangeOutcome, PatientUpdate, reduce_update
 from processors.clinical.traffic_light import ReviewInputs, compute_traffic_light
-from processors.clinical.view import PatientView
+from processors.clinical.view import (
+    CONDITIONS,
+    ENCOUNTERS,
+    MEDICATIONS,
+    OBSERVATIONS,
+    PATIENT,
+    PatientView,
+    changed_types,
+    take_over,
+)
 from processors.drafts.citations import Evidence
 from processors.drafts.inputs import DraftInputError, parse_audit
 from processors.drafts.run import (
@@ -58,6 +93,7 @@ from schemas.clinical import (
     Nti,
     RevisionRoute,
     SafetyAudit,
+    Staleness,
 )
 
 
@@ -79,49 +115,140 @@ def _rules(flags: GateFlags) -> list[str]:
     return rules
 
 
+AS_OF = "as-of"
+"""What a part of an assessment may read besides resource types: the assessment instant."""
+
+
+class AssessmentParts:
+    """The parts one patient's assessment at one instant is assembled from, each computed at most once.
+
+    Every cached part declares what it reads (:attr:`READS`): the resource types of the view's facts it
+    reads, and :data:`AS_OF` where the assessment instant feeds it. A part is a function of those, of
+    the knowledge and of the flags alone, so the parts of the patient's next assessment under the same
+    knowledge and flags (:meth:`successor`) take over every part none of whose inputs changed and
+    compute only the others: the assessment they give is the one computed anew. The traffic light (it
+    reads the review besides) and the assembly are made for every assessment; they cost little once
+    the parts are there.
+    """
+
+    READS: ClassVar[Mapping[str, frozenset[str]]] = {
+        "dependencies": MEDICATIONS,
+        "findings": MEDICATIONS,
+        "nti": MEDICATIONS | OBSERVATIONS | CONDITIONS | ENCOUNTERS,
+        "dated": OBSERVATIONS,
+        "age": PATIENT | {AS_OF},
+        "staleness": PATIENT | MEDICATIONS | OBSERVATIONS | {AS_OF},
+        "future_issues": OBSERVATIONS | {AS_OF},
+    }
+    """What each part (a cached property) reads; what :meth:`successor` takes over."""
+
+    def __init__(self, view: PatientView, as_of: datetime, flags: GateFlags) -> None:
+        if as_of.tzinfo is None:
+            raise ValueError("as_of must be timezone-aware (time is data: pass the event time in UTC)")
+        self.view = view
+        self.as_of = as_of.astimezone(UTC)  # calendar days and ages are UTC dates
+        self.flags = flags
+        self.maps = view.knowledge.maps(tier_b=flags.tier_b_class_maps)
+
+    def successor(self, state: PatientState, as_of: datetime) -> AssessmentParts:
+        """The parts of the assessment of ``state`` (a later state of this patient) at ``as_of``, under
+        these parts' knowledge and flags: every part computed here whose inputs are the same there is
+        taken over."""
+        changed = changed_types(self.view.state, state)
+        parts = AssessmentParts(self.view.successor(state, changed), as_of, self.flags)
+        take_over(self, parts, self.READS, changed | {AS_OF} if parts.as_of != self.as_of else changed)
+        return parts
+
+    @cached_property
+    def dependencies(self) -> Dependencies:
+        """Phase 0.5: the monitoring parameters the current medications depend on."""
+        return medication_dependencies(self.view, self.view.knowledge, self.maps)
+
+    @cached_property
+    def findings(self) -> tuple[MedicationFindings, ...]:
+        """The NTI maps that apply, with what the medications alone show."""
+        return medication_findings(self.view, self.maps)
+
+    @cached_property
+    def nti(self) -> Nti:
+        """The NTI gate."""
+        return evaluate_nti(self.view, self.findings, self.dependencies.warnings(self.view.readings))
+
+    @cached_property
+    def dated(self) -> list[_Dated]:
+        """The latest dated observation of each code (what staleness classifies)."""
+        return _latest_per_code(self.view)
+
+    @cached_property
+    def age(self) -> int | None:
+        """Phase 0: the patient's age at the assessment instant."""
+        return patient_age(self.view.birth_date, self.as_of)
+
+    @cached_property
+    def staleness(self) -> Staleness:
+        """Phase 0: staleness of the latest observations and of the medications' dependencies."""
+        return assess_staleness(
+            self.view, self.dated, self.as_of, self.age, self.dependencies.all_parameters()
+        )
+
+    @cached_property
+    def future_issues(self) -> tuple[str, ...]:
+        """The issues of observations dated after the assessment instant."""
+        return future_issues(self.dated, self.as_of)
+
+    def assessment(self, review: ReviewInputs | None) -> ClinicalAssessment:
+        """The assessment, with the traffic light for ``review`` (see :func:`assess`)."""
+        nti, deps = self.nti, self.dependencies
+        nti_parameters = {
+            m.name: deps.primary.get(m.name, []) + deps.conditional.get(m.name, [])
+            for m in self.maps
+            if m.name in nti.drugs or m.name in nti.classes
+        }
+        light = compute_traffic_light(
+            nti, self.staleness, review, self.flags, nti_parameters, deps.all_parameters()
+        )
+        meds = [m.text for m in self.view.medications]
+        return ClinicalAssessment(
+            patient_id=self.view.state.patient_id,
+            as_of=format_as_of(self.as_of),
+            age=self.age,
+            staleness=self.staleness,
+            medications=meds,
+            medication_count=len(meds),
+            medication_count_flag=len(meds) >= MEDICATION_COUNT_THRESHOLD,
+            med_dependencies=deps.primary,
+            med_dependencies_conditional=deps.conditional,
+            nti=nti,
+            traffic_light=light,
+            rules=_rules(self.flags),
+            issues=sorted(self.view.issues.union(self.future_issues)),
+        )
+
+
+def assessment_parts(
+    previous: AssessmentParts | None,
+    state: PatientState,
+    as_of: datetime,
+    knowledge: ClinicalKnowledge,
+    flags: GateFlags,
+) -> AssessmentParts:
+    """The parts of the assessment of ``state`` at ``as_of``: the successor of ``previous`` where it
+    holds parts of an assessment of the same patient under the same knowledge and flags, else new."""
+    if (
+        previous is not None
+        and previous.view.knowledge is knowledge
+        and previous.flags == flags
+        and previous.view.state.patient_id == state.patient_id
+    ):
+        return previous.successor(state, as_of)
+    return AssessmentParts(PatientView(state, knowledge), as_of, flags)
+
+
 def assess_view(
     view: PatientView, as_of: datetime, review: ReviewInputs | None, flags: GateFlags
 ) -> ClinicalAssessment:
     """Run every gate over a prepared :class:`PatientView` (see :func:`assess`)."""
-    if as_of.tzinfo is None:
-        raise ValueError("as_of must be timezone-aware (time is data: pass the event time in UTC)")
-    as_of = as_of.astimezone(UTC)  # calendar days and ages are UTC dates
-    knowledge = view.knowledge
-    maps = knowledge.maps(tier_b=flags.tier_b_class_maps)
-    age = patient_age(view.birth_date, as_of)
-    deps = medication_dependencies(view, knowledge, maps)
-    staleness = assess_staleness(view, as_of, age, deps.all_parameters())
-    nti = evaluate_nti(view, maps, deps)
-    nti_parameters = {
-        m.name: deps.primary.get(m.name, []) + deps.conditional.get(m.name, [])
-        for m in maps
-        if m.name in nti.drugs or m.name in nti.classes
-    }
-    light = compute_traffic_light(nti, staleness, review, flags, nti_parameters, deps.all_parameters())
-    issues = sorted(
-        {
-            i
-            for r in view.state.resources.values()
-            for i in (f"{r.resource_type}/{r.id}: {x}" for x in r.issues)
-        }
-        | set(view.issues)
-    )
-    meds = [m.text for m in view.medications]
-    return ClinicalAssessment(
-        patient_id=view.state.patient_id,
-        as_of=format_as_of(as_of),
-        age=age,
-        staleness=staleness,
-        medications=meds,
-        medication_count=len(meds),
-        medication_count_flag=len(meds) >= MEDICATION_COUNT_THRESHOLD,
-        med_dependencies=deps.primary,
-        med_dependencies_conditional=deps.conditional,
-        nti=nti,
-        traffic_light=light,
-        rules=_rules(flags),
-        issues=issues,
-    )
+    return AssessmentParts(view, as_of, flags).assessment(review)
 
 
 def assess(
@@ -270,32 +397,60 @@ def process_event(
         RunEventRejected: a draft or audit of a run out of order (the worker dead-letters it).
         DraftInputError: an audit report that is not the output-gates contract's.
     """
+    processed = process_event_reusing(state, None, event, now, knowledge, flags)
+    return processed.state, processed.outputs
+
+
+class Processed(NamedTuple):
+    """What one event does to a patient (:func:`process_event_reusing`)."""
+
+    state: ClinicalStreamState
+    outputs: list[Output]
+    parts: AssessmentParts | None
+    """The parts of the last assessment the event needed (None: it needed none), for the next event."""
+
+
+def process_event_reusing(
+    state: ClinicalStreamState | None,
+    parts: AssessmentParts | None,
+    event: PatientUpdate | AdversarialReview | Deliverable | RunEvent,
+    now: datetime,
+    knowledge: ClinicalKnowledge,
+    flags: GateFlags | None = None,
+) -> Processed:
+    """:func:`process_event`, assessing incrementally: the parts of the assessment ``parts`` holds (the
+    patient's previous one, or None) are taken over where the event changed none of their inputs
+    (:meth:`AssessmentParts.successor`), so the outputs and the state are :func:`process_event`'s."""
     flags = flags or GateFlags()
     patient_id = event.patient_id
     current = state or ClinicalStreamState(patient=PatientState(patient_id=patient_id))
     outputs: list[Output] = []
     if isinstance(event, Deliverable):
-        view = PatientView(current.patient, knowledge)
-        assessment = assess_view(view, now, stream_review(current), flags)
-        return current, [audit_deliverable(assessment, view, event, knowledge, current.run)]
+        parts = assessment_parts(parts, current.patient, now, knowledge, flags)
+        assessment = parts.assessment(stream_review(current))
+        audit = audit_deliverable(assessment, parts.view, event, knowledge, current.run)
+        return Processed(current, [audit], parts)
     if isinstance(event, RunEvent):
-        checked = not isinstance(event, AuditReport)
-        nti = assess(current.patient, now, None, knowledge, flags).nti if checked else None
+        nti = None
+        if not isinstance(event, AuditReport):
+            parts = assessment_parts(parts, current.patient, now, knowledge, flags)
+            nti = parts.nti
         gap = current.run.missing if current.run is not None else ()
         run, published = _run_event(current, event, nti)
         outputs.extend(published)
         current = current.model_copy(update={"run": run})
         if not isinstance(event, AuditReport) and run.missing == gap:
-            return current, outputs  # only a route or a changed evidence gap changes the traffic light
+            return Processed(current, outputs, parts)  # only a route or a changed gap changes the light
     elif isinstance(event, PatientUpdate):
         patient, outcomes = reduce_update(current.patient, event, now)
         outputs.extend(outcomes)
         current = current.model_copy(update={"patient": patient})
     else:
         current = current.model_copy(update={"review": event})
-    assessment = assess(current.patient, now, stream_review(current), knowledge, flags)
+    parts = assessment_parts(parts, current.patient, now, knowledge, flags)
+    assessment = parts.assessment(stream_review(current))
     digest = assessment_digest(assessment)
     if digest != current.last_digest:
         outputs.append(assessment)
         current = current.model_copy(update={"last_digest": digest})
-    return current, outputs
+    return Processed(current, outputs, parts)

@@ -29,14 +29,20 @@ only and never escalates.
 
 Beyond the seed's open items: class-level maps (ESC-021 Tier B) are evaluated by the same code when the
 flag is on; they report under ``classes`` and never reach CRITICAL (no toxicity threshold).
+
+The gate runs in two steps so that an update re-evaluates what it feeds: which maps apply, with their
+interactions, monitoring priorities and dose-limit checks, depend on the medications alone
+(:func:`medication_findings`); levels, symptoms, indication flags and lab alerts depend on the
+observations, conditions and encounters too (:func:`evaluate_nti`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from processors.clinical.knowledge import DrugMap, LabAlert
-from processors.clinical.phase0 import Dependencies
 from processors.clinical.view import PatientView
 from schemas.clinical import (
     DoseLimitCheck,
@@ -230,13 +236,47 @@ def _dose_limits(view: PatientView, drug_map: DrugMap) -> list[DoseLimitCheck]:
     return checks
 
 
-def evaluate_nti(view: PatientView, maps: tuple[DrugMap, ...], deps: Dependencies) -> Nti:
-    """Evaluate every active NTI map against the patient; severity is the maximum across maps.
+@dataclass(frozen=True)
+class MedicationFindings:
+    """What one NTI map finds in the current medications alone: the map applies (the patient takes its
+    drug), with these interactions, monitoring priorities and dose-limit checks."""
+
+    drug_map: DrugMap
+    interactions: tuple[Interaction, ...]
+    priorities: tuple[MonitoringPriority, ...]
+    dose_limits: tuple[DoseLimitCheck, ...]
+
+
+def medication_findings(view: PatientView, maps: tuple[DrugMap, ...]) -> tuple[MedicationFindings, ...]:
+    """The maps of ``maps`` whose drug the patient takes, in map order, each with what the medications
+    show; reads the medications only, so it holds until they change."""
+    found = []
+    for drug_map in maps:
+        if not any(view.has_medication(t) for t in drug_map.match):
+            continue
+        interactions = _interactions(view, drug_map)
+        found.append(
+            MedicationFindings(
+                drug_map=drug_map,
+                interactions=tuple(interactions),
+                priorities=tuple(_priorities(view, drug_map, interactions)),
+                dose_limits=tuple(_dose_limits(view, drug_map)),
+            )
+        )
+    return tuple(found)
+
+
+def evaluate_nti(
+    view: PatientView, findings: tuple[MedicationFindings, ...], warnings: Mapping[str, list[str]]
+) -> Nti:
+    """Evaluate every map that applies against the patient; severity is the maximum across maps.
 
     Args:
         view: the patient view.
-        maps: active drug (and, with the Tier B flag, class) maps.
-        deps: Phase 0.5 dependencies (for the conditional-monitoring warnings).
+        findings: the maps that apply with what the medications show (:func:`medication_findings` of
+            the active drug maps and, with the Tier B flag, class maps).
+        warnings: Phase 0.5 conditional-monitoring warnings per map
+            (:meth:`~processors.clinical.phase0.Dependencies.warnings`).
 
     Returns:
         The NTI gate output.
@@ -249,23 +289,21 @@ def evaluate_nti(view: PatientView, maps: tuple[DrugMap, ...], deps: Dependencie
     alerts: list[LevelFlag] = []
     priorities: list[MonitoringPriority] = []
     dose_limits: list[DoseLimitCheck] = []
-    warnings: list[str] = []
+    found_warnings: list[str] = []
     must_retrieve: list[str] = []
-    for drug_map in maps:
-        if not any(view.has_medication(t) for t in drug_map.match):
-            continue
+    for finding in findings:
+        drug_map = finding.drug_map
         d_supra = _supratherapeutic(view, drug_map)
-        d_inter = _interactions(view, drug_map)
         d_symp = _symptoms(view, drug_map)
         if d_supra and d_symp:
             severity = "CRITICAL"
-        elif d_supra or d_symp or d_inter:
+        elif d_supra or d_symp or finding.interactions:
             severity = "ELEVATED"
         else:
             severity = "NORMAL"
         per_drug.append(DrugSeverity(drug=drug_map.name, kind=drug_map.kind, severity=severity))
         supra += d_supra
-        interactions += d_inter
+        interactions += finding.interactions
         symptoms += d_symp
         flags += _flags(view, drug_map)
         alerts += [
@@ -273,9 +311,9 @@ def evaluate_nti(view: PatientView, maps: tuple[DrugMap, ...], deps: Dependencie
             for m in drug_map.lab_monitoring
             if m.alert is not None and (a := _alert(view, drug_map.name, m.parameter, m.alert))
         ]
-        priorities += _priorities(view, drug_map, d_inter)
-        dose_limits += _dose_limits(view, drug_map)
-        warnings += [w for w in deps.warnings.get(drug_map.name, []) if w not in warnings]
+        priorities += finding.priorities
+        dose_limits += finding.dose_limits
+        found_warnings += [w for w in warnings.get(drug_map.name, []) if w not in found_warnings]
         if severity != "NORMAL":
             must_retrieve += [s for s in drug_map.corpus_sources if s not in must_retrieve]
     overall = max((d.severity for d in per_drug), key=SEVERITY_ORDER.index, default="NORMAL")
@@ -287,7 +325,7 @@ def evaluate_nti(view: PatientView, maps: tuple[DrugMap, ...], deps: Dependencie
         supratherapeutic=supra,
         interactions=interactions,
         symptoms=symptoms,
-        warnings=warnings,
+        warnings=found_warnings,
         must_retrieve=must_retrieve,
         flags=flags,
         lab_alerts=alerts,

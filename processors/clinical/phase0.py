@@ -29,7 +29,7 @@ non-leap years). Never from text.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -87,6 +87,7 @@ class _Dated:
 
 
 def _latest_per_code(view: PatientView) -> list[_Dated]:
+    """The latest dated observation of each code, ordered by code (module docstring)."""
     latest: dict[str, _Dated] = {}
     for obs in view.observations:
         when = view.effective(obs)
@@ -99,7 +100,7 @@ def _latest_per_code(view: PatientView) -> list[_Dated]:
     return [latest[k] for k in sorted(latest)]
 
 
-def _group_line(label: str, dated: list[_Dated], as_of: datetime) -> tuple[str, str]:
+def _group_line(label: str, dated: Sequence[_Dated], as_of: datetime) -> tuple[str, str]:
     if not dated:
         return f"{label}s dated none", f"{label} gap: n/a"
     oldest = min(dated, key=lambda d: (d.effective, d.obs.id))
@@ -107,7 +108,7 @@ def _group_line(label: str, dated: list[_Dated], as_of: datetime) -> tuple[str, 
     return f"{label}s dated {oldest.effective.date().isoformat()}", f"{label} gap: {gap} days"
 
 
-def banner(overall: str, age: int | None, dated: list[_Dated], as_of: datetime) -> str:
+def banner(overall: str, age: int | None, dated: Sequence[_Dated], as_of: datetime) -> str:
     """The canonical Phase 0 staleness banner (see module docstring)."""
     labs = [d for d in dated if "laboratory" in d.obs.categories]
     vitals = [d for d in dated if "vital-signs" in d.obs.categories]
@@ -135,16 +136,20 @@ def banner(overall: str, age: int | None, dated: list[_Dated], as_of: datetime) 
     )
 
 
-def assess_staleness(
-    view: PatientView, as_of: datetime, age: int | None, dependencies: Iterable[str]
-) -> Staleness:
-    """Per-observation staleness, MISSING dependencies, overall class and banner."""
-    dated = _latest_per_code(view)
-    view.issues.extend(
+def future_issues(dated: Iterable[_Dated], as_of: datetime) -> tuple[str, ...]:
+    """The issues of the latest observations dated after the as-of instant."""
+    return tuple(
         f"Observation/{d.obs.id}: effective {d.obs.effective} is after the as-of instant (classed CURRENT)"
         for d in dated
         if d.effective > as_of
     )
+
+
+def assess_staleness(
+    view: PatientView, dated: Sequence[_Dated], as_of: datetime, age: int | None, dependencies: Iterable[str]
+) -> Staleness:
+    """Per-observation staleness of ``dated`` (the latest observation of each code, ``_latest_per_code``),
+    MISSING dependencies, overall class and banner."""
     param_of = {r.observation.id: key for key, r in view.readings.items()}
     entries = [
         StalenessObservation(
@@ -190,15 +195,27 @@ def _conditional_active(
 
 @dataclass(frozen=True)
 class Dependencies:
-    """Phase 0.5 output: medication -> required monitoring parameters."""
+    """Phase 0.5 output: medication -> required monitoring parameters. Read from the medications
+    alone; the warnings they may give depend on the readings too (:meth:`warnings`)."""
 
     primary: dict[str, list[str]]
     conditional: dict[str, list[str]]
-    warnings: dict[str, list[str]]
+    watched: dict[str, list[tuple[tuple[str, ...], str]]]
+    """Per NTI map, each active conditional monitoring with a warning text: its parameters and the
+    warning given while one of them has no reading."""
 
     def all_parameters(self) -> set[str]:
         """Every parameter some current medication depends on."""
         return {p for v in (*self.primary.values(), *self.conditional.values()) for p in v}
+
+    def warnings(self, readings: Mapping[str, object]) -> dict[str, list[str]]:
+        """Per NTI map, the warnings of its conditional monitoring a parameter of which has no reading
+        (dual diuretics without calcium)."""
+        found = {
+            drug: [warning for params, warning in watched if any(p not in readings for p in params)]
+            for drug, watched in self.watched.items()
+        }
+        return {drug: warnings for drug, warnings in found.items() if warnings}
 
 
 def medication_dependencies(
@@ -207,12 +224,13 @@ def medication_dependencies(
     """Map each current medication's generic to its monitoring parameters.
 
     NTI maps contribute their primary parameters and their conditional ones whose condition holds; the
-    dependency map covers the other drugs. A missing conditional parameter with a warning text (dual
-    diuretics without calcium) yields that warning.
+    dependency map covers the other drugs. A conditional monitoring with a warning text (dual diuretics
+    without calcium) is watched: its warning is given while a parameter of it has no reading. Reads the
+    medications only.
     """
     primary: dict[str, list[str]] = {}
     conditional: dict[str, list[str]] = {}
-    warnings: dict[str, list[str]] = {}
+    watched: dict[str, list[tuple[tuple[str, ...], str]]] = {}
     for drug_map in maps:
         if not any(view.has_medication(t) for t in drug_map.match):
             continue
@@ -221,10 +239,10 @@ def medication_dependencies(
             conditional.setdefault(drug_map.name, []).extend(
                 p for p in params if p not in primary[drug_map.name]
             )
-            if warning and any(p not in view.readings for p in params):
-                warnings.setdefault(drug_map.name, []).append(warning)
+            if warning:
+                watched.setdefault(drug_map.name, []).append((params, warning))
     for med in view.medications:
         for generic, params in knowledge.med_dependencies.items():
             if generic in med.match_text and generic not in primary:
                 primary[generic] = list(params)
-    return Dependencies(primary=primary, conditional=conditional, warnings=warnings)
+    return Dependencies(primary=primary, conditional=conditional, watched=watched)

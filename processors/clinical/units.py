@@ -91,10 +91,22 @@ class UnitConverter:
         """
         if unit is None or not unit.strip():
             return float(value)
-        return float(value) * self._factor(unit.strip(), target, molar_mass, valence)
+        factor = self._factor(unit.strip(), target, molar_mass, valence)
+        if isinstance(factor, str):
+            raise UnitError(factor)
+        return float(value) * factor
 
     @lru_cache(maxsize=1024)  # noqa: B019 - the converter lives as long as the knowledge base
-    def _factor(self, unit: str, target: str, molar_mass: float | None, valence: int | None) -> float:
+    def _factor(self, unit: str, target: str, molar_mass: float | None, valence: int | None) -> float | str:
+        """The factor from ``unit`` to ``target``, or why there is none. A failure is cached as its reason
+        like a factor is: ``lru_cache`` keeps no exception, and pint takes milliseconds to fail, which
+        every observation in a unit of another parameter would pay again (:meth:`compatible`)."""
+        try:
+            return self._conversion(unit, target, molar_mass, valence)
+        except UnitError as error:
+            return str(error)
+
+    def _conversion(self, unit: str, target: str, molar_mass: float | None, valence: int | None) -> float:
         # Every clinical unit here is linear through zero, so a conversion is one cached factor.
         source = self._quantity(1.0, unit, valence)
         dest = self._quantity(1.0, target, valence)

@@ -17,6 +17,12 @@ Choices recorded here:
 * **Observation -> parameter** uses LOINC first, display text second, and in both cases a unit check
   (see ``data/parameters.yaml``): a prothrombin time in seconds is never an INR. The latest reading per
   parameter (by effective time, then id) is the one thresholds see.
+
+Each fact declares the resource types it reads (:attr:`PatientView.READS`). A fact is a function of the
+records of those types alone, so after an update the patient's next view (:meth:`PatientView.successor`)
+takes the facts none of whose types changed over from the previous view and computes only the others:
+the assessment is the same as from a view built anew, at the cost of what the changed resources feed.
+Every fact carries the issues it found with it, so taking a fact over takes its issues too.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
+from typing import ClassVar
 
 from processors.clinical.exceptions import UnitError
 from processors.clinical.knowledge import ClinicalKnowledge, Parameter
@@ -47,6 +54,27 @@ INACTIVE_CONDITION = frozenset({"inactive", "resolved", "remission"})
 REFUTED_CONDITION = frozenset({"refuted", "entered-in-error"})
 VOID_OBSERVATION = frozenset({"entered-in-error", "cancelled"})
 
+PATIENT = frozenset({"Patient"})
+MEDICATIONS = frozenset({"MedicationStatement", "MedicationRequest", "Medication"})
+OBSERVATIONS = frozenset({"Observation"})
+CONDITIONS = frozenset({"Condition"})
+ENCOUNTERS = frozenset({"Encounter"})
+RESOURCE_TYPES = PATIENT | MEDICATIONS | OBSERVATIONS | CONDITIONS | ENCOUNTERS
+"""Every resource type the gates read (:data:`processors.clinical.records.Record`)."""
+
+
+def changed_types(old: PatientState, new: PatientState) -> frozenset[str]:
+    """The resource types of the records added, replaced or removed between two states of one patient."""
+    before, after = old.resources, new.resources
+    if before is after:
+        return frozenset()
+    changed = set()
+    for key in before.keys() | after.keys():
+        a, b = before.get(key), after.get(key)
+        if a is not b and a != b:
+            changed.add((a or b).resource_type)  # type: ignore[union-attr]  # one of them is a record
+    return frozenset(changed)
+
 
 @dataclass(frozen=True)
 class ActiveMedication:
@@ -67,13 +95,44 @@ class Reading:
     unit: str
 
 
+def take_over(
+    previous: object, successor: object, reads: Mapping[str, frozenset[str]], changed: frozenset[str]
+) -> None:
+    """Give ``successor`` every cached property ``previous`` computed that reads nothing in ``changed``
+    (``reads``: what each cached property reads, by name)."""
+    computed, taken = vars(previous), vars(successor)
+    for name, inputs in reads.items():
+        if name in computed and not inputs & changed:
+            taken[name] = computed[name]
+
+
 class PatientView:
-    """Derived facts about one patient state; every property is computed once."""
+    """Derived facts about one patient state; every fact is computed once, and only when asked for."""
+
+    READS: ClassVar[Mapping[str, frozenset[str]]] = {
+        "birth_date": PATIENT,
+        "_medications": MEDICATIONS,
+        "observations": OBSERVATIONS,
+        "_effective": OBSERVATIONS,
+        "_readings": OBSERVATIONS,
+        "_conditions": CONDITIONS,
+        "condition_text": CONDITIONS,
+        "clinical_text": CONDITIONS | ENCOUNTERS | OBSERVATIONS,
+        "resource_issues": RESOURCE_TYPES,
+    }
+    """The resource types each fact (a cached property) reads; what :meth:`successor` takes over."""
 
     def __init__(self, state: PatientState, knowledge: ClinicalKnowledge) -> None:
         self.state = state
         self.knowledge = knowledge
-        self.issues: list[str] = []
+
+    def successor(self, state: PatientState, changed: frozenset[str]) -> PatientView:
+        """The view of ``state``, a later state of this view's patient that differs from this view's in
+        the records of the ``changed`` resource types only: it holds every fact this view computed that
+        reads none of them (:func:`changed_types` says which types changed)."""
+        view = PatientView(state, self.knowledge)
+        take_over(self, view, self.READS, changed)
+        return view
 
     @cached_property
     def birth_date(self) -> str | None:
@@ -81,13 +140,19 @@ class PatientView:
         patients = [r for r in self.state.of_type("Patient") if isinstance(r, PatientRecord)]
         return patients[0].birth_date if patients else None
 
-    @cached_property
+    @property
     def medications(self) -> tuple[ActiveMedication, ...]:
         """Current medications, deduplicated by text, in resource-key order."""
+        return self._medications[0]
+
+    @cached_property
+    def _medications(self) -> tuple[tuple[ActiveMedication, ...], tuple[str, ...]]:
+        """The current medications and the issues found reading them."""
         definitions = {
             r.id: r.text for r in self.state.of_type("Medication") if isinstance(r, MedicationDefinition)
         }
         seen: dict[str, ActiveMedication] = {}
+        issues: list[str] = []
         for rec in self.state.of_type("MedicationStatement", "MedicationRequest"):
             assert isinstance(rec, MedicationRecord)
             statuses = ACTIVE_STATEMENT if rec.resource_type == "MedicationStatement" else ACTIVE_REQUEST
@@ -99,7 +164,7 @@ class PatientView:
                 else None
             )
             if not text:
-                self.issues.append(f"{rec.resource_type}/{rec.id}: medication has no readable name")
+                issues.append(f"{rec.resource_type}/{rec.id}: medication has no readable name")
                 continue
             name = text.lower()
             if rec.dosage_text and rec.dosage_text.lower() not in name:
@@ -110,7 +175,7 @@ class PatientView:
             # with antacids" must not read as the patient taking an antacid.
             generics = self.knowledge.vocabulary.generics(name)
             seen[text] = ActiveMedication(text=text, match_text=" | ".join((name, *generics)))
-        return tuple(seen.values())
+        return tuple(seen.values()), tuple(issues)
 
     @cached_property
     def _conditions(self) -> list[ConditionRecord]:
@@ -155,14 +220,24 @@ class PatientView:
         ]
 
     def effective(self, obs: ObservationRecord) -> datetime | None:
-        """The observation's effective instant in UTC, or ``None`` (reported as an issue)."""
-        if not obs.effective:
-            return None
-        try:
-            return parse_instant(obs.effective)
-        except ValueError:
-            self.issues.append(f"Observation/{obs.id}: effective {obs.effective!r} is not ISO 8601")
-            return None
+        """The effective instant in UTC of one of :attr:`observations`, or ``None`` (reported as an issue
+        when it is not ISO 8601)."""
+        return self._effective[0][obs.id]
+
+    @cached_property
+    def _effective(self) -> tuple[Mapping[str, datetime | None], tuple[str, ...]]:
+        """The effective instant of each observation by id, and the issues of those that do not parse."""
+        instants: dict[str, datetime | None] = {}
+        issues: list[str] = []
+        for obs in self.observations:
+            when = None
+            if obs.effective:
+                try:
+                    when = parse_instant(obs.effective)
+                except ValueError:
+                    issues.append(f"Observation/{obs.id}: effective {obs.effective!r} is not ISO 8601")
+            instants[obs.id] = when
+        return instants, tuple(issues)
 
     def _parameter_of(self, obs: ObservationRecord) -> Parameter | None:
         params = self.knowledge.parameters
@@ -181,15 +256,20 @@ class PatientView:
                 return p
         return None
 
-    @cached_property
+    @property
     def readings(self) -> Mapping[str, Reading]:
         """Latest reading per parameter."""
+        return self._readings[0]
+
+    @cached_property
+    def _readings(self) -> tuple[Mapping[str, Reading], tuple[str, ...]]:
+        """The latest reading per parameter, and the issues of the values read (units)."""
         best: dict[str, Reading] = {}
+        issues: list[str] = []
         for obs in self.observations:
             param = self._parameter_of(obs)
             if param is None:
                 continue
-            when = self.effective(obs)
             value: float | None = None
             if obs.value is not None:
                 try:
@@ -197,16 +277,32 @@ class PatientView:
                         obs.value, obs.unit, param.unit, molar_mass=param.molar_mass, valence=param.valence
                     )
                 except UnitError as exc:
-                    self.issues.append(f"Observation/{obs.id}: {exc}")
+                    issues.append(f"Observation/{obs.id}: {exc}")
                 if not obs.unit and ucum_to_pint(param.unit) != "dimensionless":
-                    self.issues.append(f"Observation/{obs.id}: no unit; read as {param.unit}")
+                    issues.append(f"Observation/{obs.id}: no unit; read as {param.unit}")
             reading = Reading(
-                parameter=param.key, observation=obs, effective=when, value=value, unit=param.unit
+                parameter=param.key,
+                observation=obs,
+                effective=self.effective(obs),
+                value=value,
+                unit=param.unit,
             )
             prev = best.get(param.key)
             if prev is None or _recency(reading) > _recency(prev):
                 best[param.key] = reading
-        return best
+        return best, tuple(issues)
+
+    @cached_property
+    def resource_issues(self) -> frozenset[str]:
+        """The issues the edge recorded on the resources, each prefixed with its resource."""
+        return frozenset(
+            f"{r.resource_type}/{r.id}: {x}" for r in self.state.resources.values() for x in r.issues
+        )
+
+    @property
+    def issues(self) -> frozenset[str]:
+        """Every issue found reading the patient: the resources' own and those of the facts."""
+        return self.resource_issues.union(self._medications[1], self._effective[1], self._readings[1])
 
     def has_medication(self, term: str) -> bool:
         """Whether any current medication's match text contains ``term``."""

@@ -29,8 +29,8 @@ from types import MappingProxyType
 import yaml
 
 from processors.dbpm.config import RE, RULE_BASED
-from processors.dbpm.events import VerdictEvent
-from schemas.dbpm import Candidate, RePayload, Verdict, VerdictLabel
+from processors.dbpm.events import GateEvent, VerdictEvent
+from schemas.dbpm import RePayload, Verdict, VerdictLabel
 
 _PACKAGE_DATA = "ontology.yaml"
 
@@ -86,7 +86,7 @@ verdict per id (:mod:`processors.dbpm.ledger`), and the verifier's verdict on th
 carries the candidate's own id, so both are kept."""
 
 
-def filter_verdict(ontology: Ontology, candidate: Candidate) -> Verdict | None:
+def filter_verdict(ontology: Ontology, candidate: GateEvent) -> Verdict | None:
     """The Ontology-Violation Filter on one candidate: a ``rule_based`` ``hard_fail`` if it violates.
 
     Only a relation candidate can violate (Eq. 6). The verdict is about the candidate's own triple, so
@@ -95,26 +95,28 @@ def filter_verdict(ontology: Ontology, candidate: Candidate) -> Verdict | None:
     verdict, byte for byte. Its weight is the source's (Table 4: 0.5). Rejection log: stage
     ``gatekeeper``, reason ``Ontology_Mismatch_<head type>`` (Table 7 names mismatches by clinical
     category; the head type is the category the inadmissible relation starts from), confidence 1.0
-    (a deterministic rule).
+    (a deterministic rule). The candidate is the engine's event, which the gate decides without a
+    model: the verdict's model is built for a violation only.
 
     Returns:
         The verdict, or None when the candidate is not a relation or its triple does not violate.
     """
-    payload = candidate.payload
-    if candidate.task != RE or not isinstance(payload, RePayload):
+    if candidate.task != RE:
         return None
-    if not ontology.violates(payload.head_type, payload.relation, payload.tail_type):
+    payload = candidate.payload
+    head_type, tail_type = str(payload["head_type"]), str(payload["tail_type"])
+    if not ontology.violates(head_type, str(payload["relation"]), tail_type):
         return None
     return Verdict(
-        ts=candidate.ts,
+        ts=candidate.ts,  # type: ignore[arg-type]
         task=RE,
         verdict=VerdictLabel.HARD_FAIL,
         source=RULE_BASED,
         patient_id=candidate.patient_id,
-        payload=payload,
+        payload=RePayload.model_validate({field: payload[field] for field in RePayload.model_fields}),
         candidate_id=candidate.candidate_id + FILTER_ID_SUFFIX,
         stage=FILTER_STAGE,
-        reason=f"Ontology_Mismatch_{payload.head_type.strip()}",
+        reason=f"Ontology_Mismatch_{head_type.strip()}",
         confidence=1.0,
     )
 

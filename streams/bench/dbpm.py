@@ -38,7 +38,7 @@ from processors.dbpm.measurement import (
 from processors.dbpm.memory import Memory
 from state import MemoryStore, Store, Transaction
 from state.kinds import StoreKind
-from streams.bench.stats import percentile
+from streams.bench.stats import mib, percentile, resident_bytes
 from streams.cli.paths import output_file
 from streams.testing.dbpm_stream import PATIENTS_PER_DAY, StreamShape, generate_events, write_stream
 
@@ -145,7 +145,7 @@ class BenchResult:
 
     def render(self) -> str:
         """The run as a human-readable block: rates, costs per decile, sizes, population, lift."""
-        disk = "-" if self.disk_bytes is None else _mib(self.disk_bytes)
+        disk = "-" if self.disk_bytes is None else mib(self.disk_bytes)
         c = self.costs
         lines = [
             f"== {self.events:,} events, store={self.store}, commit every {self.commit_every} event(s)",
@@ -153,8 +153,8 @@ class BenchResult:
             f"(engine CPU time; wall clock: {self.wall_rate:,.0f} events/s)",
             f"per-event cost: CPU p50 {c.cpu_p50_us:.1f} us, p99 {c.cpu_p99_us:.1f} us; "
             f"wall p50 {c.wall_p50_us:.1f} us, p99 {c.wall_p99_us:.1f} us",
-            f"store size: logical {_mib(self.logical_bytes)}, on disk {disk}   "
-            f"RSS {_mib(self.rss_bytes)} (+{_mib(self.rss_growth_bytes)} during the run)",
+            f"store size: logical {mib(self.logical_bytes)}, on disk {disk}   "
+            f"RSS {mib(self.rss_bytes)} (+{mib(self.rss_growth_bytes)} during the run)",
             "decisions: "
             + ", ".join(f"{task} {decision} {count:,}" for task, decision, count in self.decisions),
             f"{'decile':>6} {'events':>21} {'signatures':>11} {'CPU p50':>8} {'CPU p99':>8} "
@@ -177,19 +177,12 @@ class BenchResult:
         return "\n".join(lines)
 
 
-def _mib(size: int) -> str:
-    return f"{size / 2**20:,.1f} MiB"
-
-
 def _rss_bytes() -> int:
     """Current resident set size (Linux ``/proc``), else the peak RSS the OS reports."""
     try:
-        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
+        return resident_bytes("self")
     except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _directory_bytes(path: Path) -> int:
@@ -370,9 +363,9 @@ def dbpm(
         f"{'wall p99':>9} {'disk':>10} {'RSS':>10}"
     )
     for r in results:
-        disk = "-" if r.disk_bytes is None else _mib(r.disk_bytes)
+        disk = "-" if r.disk_bytes is None else mib(r.disk_bytes)
         typer.echo(
             f"{r.events:>10,} {r.store:>8} {r.verdict_rate:>11,.0f} {r.gate_rate:>9,.0f} "
             f"{r.costs.cpu_p50_us:>8.1f} {r.costs.cpu_p99_us:>8.1f} {r.costs.wall_p99_us:>9.1f} "
-            f"{disk:>10} {_mib(r.rss_bytes):>10}"
+            f"{disk:>10} {mib(r.rss_bytes):>10}"
         )

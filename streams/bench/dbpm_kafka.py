@@ -127,7 +127,7 @@ def in_process_pipeline_rate(
     for record in records:
         decoded = gate.decode(record)
         assert not isinstance(decoded, DecodeFailed), decoded.reason
-        gate.decide(*decoded)
+        gate.decide(decoded)
     return len(records) / (time.perf_counter() - started)
 
 

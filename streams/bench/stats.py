@@ -1,9 +1,11 @@
-"""Summary statistics shared by the benchmarks and the demo's figures."""
+"""Summary statistics shared by the benchmarks and the demo's figures; a process's resident memory, and
+sizes in MiB as the benchmarks print them."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from pathlib import Path
 
 
 def percentile(values: Iterable[float], q: float, empty: float = 0.0) -> float:
@@ -21,3 +23,21 @@ def percentile(values: Iterable[float], q: float, empty: float = 0.0) -> float:
     if not ordered:
         return empty
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def mib(size: float) -> str:
+    """``size`` bytes in MiB, one decimal (``12.3 MiB``)."""
+    return f"{size / 2**20:,.1f} MiB"
+
+
+def resident_bytes(pid: int | str) -> int:
+    """The resident set of process ``pid`` (``self``: this one) now: ``VmRSS`` of Linux's
+    ``/proc/<pid>/status``.
+
+    Raises:
+        OSError: no such process, or no ``/proc``.
+    """
+    for line in Path(f"/proc/{pid}/status").read_text(encoding="ascii").splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024  # in kB
+    raise OSError(f"/proc/{pid}/status has no VmRSS (a kernel thread, or a process that exited)")

@@ -7,8 +7,10 @@
 * ``worker`` runs the stream processor of :mod:`streams.groups.arbiter` (its own consumer group, not part of
   ``clingate worker``);
 * ``reviews`` lists the pending packets of the compacted ``clingate.docs.review-packets`` topic;
-  ``review DOC_ID`` shows one and records the SME's decision on ``clingate.docs.reviews`` (the worker
-  turns it into ground truth and marks the packet reviewed).
+  ``review DOC_ID`` shows one and asks for the SME's decision to be published on ``clingate.docs.reviews``:
+  a request on ``clingate.console.requests``, as the console's SME page asks, which the request runtime
+  (``clingate worker --role requests``) checks and carries out (the docs worker then turns the review into
+  ground truth and marks the packet reviewed).
 
 LLM: ``verify`` calls the project's LLM client (``streams.llm``) when ``CLINGATE_LLM_URL`` and
 ``CLINGATE_LLM_MODEL`` give the operational role a server
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import signal
 import sys
 from datetime import datetime
@@ -54,21 +57,21 @@ from schemas.docs import (
 from schemas.serde import make_serde
 from streams.cli.common import require_bootstrap
 from streams.cli.paths import output_file
+from streams.console.users import Role
 from streams.groups.arbiter import (
     ONE_READ_FETCH_WAIT_MS,
     PacketFollower,
     make_review,
-    producer_config,
-    review_record,
     run_worker,
 )
 from streams.groups.arbiter_calls import LLM_ROLE, arbitrate, configured_call
 from streams.llm import LlmClient
 from streams.llm.config import resolve_role
-from streams.runtime.kafka_clients import ensure_catalog
+from streams.requests.check import RequestAction, publication_request
+from streams.runtime.kafka_clients import ensure_catalog, producer_settings
 from streams.runtime.metrics import DocsMetrics, serve
 from streams.runtime.settings import Settings, get_settings
-from topics.catalog import DOCS_REVIEWS
+from topics.catalog import CONSOLE_REQUESTS
 
 app = typer.Typer(
     help="Classification arbiter: verify classifications, render review packets.", no_args_is_help=True
@@ -278,10 +281,12 @@ def review(
     ] = None,
     notes: Annotated[str, typer.Option(help="Notes for the ground-truth record.")] = "",
 ) -> None:
-    """Show one packet with its context highlighted and publish the SME's decision to clingate.docs.reviews.
+    """Show one packet with its context highlighted and ask for the SME's decision to be published to
+    clingate.docs.reviews (by the request runtime, `clingate worker --role requests`).
 
     The review's event time is the moment the SME decides (:func:`streams.groups.arbiter.make_review`, which
-    the console's SME page uses too).
+    the console's SME page uses too); it travels in a request of the reviewer, as the SME page's does
+    (:func:`streams.requests.check.publication_request`), with an id of its own.
     """
     bootstrap = _bootstrap()
     follower = _packets(bootstrap)
@@ -304,12 +309,22 @@ def review(
     except ValidationError as error:
         typer.echo(f"invalid review: {error}", err=True)
         raise typer.Exit(2) from error
-    producer = Producer(producer_config(bootstrap))
-    producer.produce(DOCS_REVIEWS, **review_record(make_serde(get_settings().schema_registry_url), event))
+    serde = make_serde(get_settings().schema_registry_url)
+    request = publication_request(
+        RequestAction.REVIEW, event, serde, request_id=secrets.token_urlsafe(16), user=reviewer,
+        role=Role.SME, at=event.ts, note=notes,
+    )  # fmt: skip
+    producer = Producer(producer_settings(bootstrap))
+    value = serde.encode(request, topic=CONSOLE_REQUESTS)
+    producer.produce(CONSOLE_REQUESTS, key=request.target.encode(), value=value)
     if producer.flush(30):
         typer.echo("the review was not acknowledged by Kafka; nothing recorded, try again", err=True)
         raise typer.Exit(1)
-    typer.echo(f"review of {doc_id} recorded ({decision.value})", err=True)
+    typer.echo(
+        f"review of {doc_id} asked for ({decision.value}, request {request.request_id}): the request runtime "
+        "(clingate worker --role requests) publishes it",
+        err=True,
+    )
 
 
 def _load_list(model: type[M], path: Path | None) -> list[M] | None:

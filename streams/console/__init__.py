@@ -13,8 +13,10 @@ One module per concern:
 * :mod:`~streams.console.drafts`: the output gates' gated drafts and routes read from Kafka, grouped in
   runs;
 * :mod:`~streams.console.pharmacist`: the pharmacist's board and patient pages;
-* :mod:`~streams.console.reviews`: the review packets and reviews read from Kafka, and the SME's decisions
-  published;
+* :mod:`~streams.console.touchpoint_topics`: the runs' query proposals and evidence bundles, and the
+  pharmacist's decisions and reviews of them, read from Kafka;
+* :mod:`~streams.console.touchpoints`: the pharmacist's Query Gate and Evidence Review;
+* :mod:`~streams.console.reviews`: the review packets and reviews read from Kafka;
 * :mod:`~streams.console.corrections`: an SME's correction of segments and mixture, read from the form;
 * :mod:`~streams.console.sme`: the SME's review queue, packet page and decision;
 * :mod:`~streams.console.memorylog`: the DBPM topics and memory changelog read from Kafka, and the
@@ -22,13 +24,14 @@ One module per concern:
 * :mod:`~streams.console.memory`: the operator's memory explorer and pins;
 * :mod:`~streams.console.dead_letter_queues`: the ``.dlq`` topics read from Kafka;
 * :mod:`~streams.console.dead_letters`: the operator's dead-letter pages and re-drive;
-* :mod:`~streams.console.requests`: the writes the console's principal may not make (a re-drive, a pin),
-  published as requests for the request runtime (:mod:`streams.requests`);
-* :mod:`~streams.console.history`: the re-drives and questions asked, read back from the audit trail, and
-  what the request runtime did with each request;
-* :mod:`~streams.console.agent_topics`: the agent's topics (a question published, a turn read back);
+* :mod:`~streams.console.requests`: every record its people make (a re-drive, a pin, a review, a question,
+  a pharmacist's decision), published as a request for the request runtime (:mod:`streams.requests`): the
+  console's principal writes no input topic;
+* :mod:`~streams.console.history`: the re-drives, questions and pharmacist's decisions asked for, read back
+  from the audit trail, and what the request runtime did with each request;
+* :mod:`~streams.console.agent_topics`: the agent's topics (a turn read back);
 * :mod:`~streams.console.agent`: the clinician's agent pages;
-* :mod:`~streams.console.delivery`: a person's record produced and awaited until Kafka acknowledged it;
+* :mod:`~streams.console.delivery`: a record produced for a person and awaited until Kafka acknowledged it;
 * :mod:`~streams.console.records`: a topic's records read for a page;
 * :mod:`~streams.console.pages`: templates, navigation and the error of an unavailable page;
 * :mod:`~streams.console.app`: the aiohttp application (routes, middlewares, response headers);

@@ -2,12 +2,13 @@
 
 What holds:
 
-* **Asking** publishes one :class:`~schemas.agent.AgentRequest` (a new conversation per question: its
+* **Asking** asks for one :class:`~schemas.agent.AgentRequest` (a new conversation per question: its
   conversation and request id are the turn id, :func:`new_turn_id`; the event time now; the question and
-  the patient in context, if given) for ``clingate agent worker`` to answer. It is recorded on the audit
-  trail first (action ``ask``, target the turn id: no question text, no patient id), and published only
-  once that is acknowledged; a question Kafka does not acknowledge answers 503 and is recorded again as
-  ``refused``. The page then goes to the turn's page.
+  the patient in context, if given) for ``clingate agent worker`` to answer: the request runtime checks
+  the request that carries it and publishes it (:mod:`streams.console.requests`). It is recorded on the
+  audit trail first (action ``ask``, target the turn id: no question text, no patient id), and asked for
+  only once that is acknowledged, under that record's id; a request Kafka does not acknowledge answers
+  503 and is recorded again as ``refused``. The page then goes to the turn's page.
 * **The turn page** (``/agent/turn/<turn id>``) shows the question, then the answer or the agent's
   clarification question, the path, the model-call count, every decision in step order (node, decision,
   schema, the model's raw answer, the event it took: a tool's result summarised, :func:`event_summary`),
@@ -17,7 +18,9 @@ What holds:
   A turn id is 72 random bits, with the time it was asked (where its records are looked for). A turn is
   its clinician's: the page shows it only to the user whose ``ask`` record on the audit trail names it;
   another clinician gets 403 (recorded as ``access-denied``), and a turn no one asked through the console
-  is 404.
+  is 404. Until the request runtime has published the question, the page says it waits for it and
+  reloads itself, or says why the runtime refused it; a question published but no longer on the topic
+  (its retention) is 404 too.
 * **The recent turns** on ``/agent`` are the signed-in clinician's last :data:`RECENT` questions, from
   their ``ask`` records on the audit trail, with each question read back from the requests topic.
 
@@ -35,6 +38,7 @@ from aiohttp import web
 
 from processors.agent.state import ToolOutcome
 from schemas.agent import AgentRequest, AgentTrace
+from schemas.console import ConsoleAction
 from streams.agent.runner import event_of, trace_events
 from streams.console.agent_topics import AGENT
 from streams.console.audit import Action, Outcome, audit, record_refusal
@@ -42,8 +46,10 @@ from streams.console.auth import requires
 from streams.console.delivery import NotAcknowledged
 from streams.console.history import HISTORY
 from streams.console.pages import PageLink, render, segment
+from streams.console.requests import REQUESTS
 from streams.console.sessions import SESSION
 from streams.console.users import Role
+from streams.requests.check import REFUSED, RequestAction
 
 PAGE = PageLink("/agent", "Agent", frozenset({Role.CLINICIAN}))
 
@@ -137,9 +143,9 @@ async def ask(request: web.Request) -> web.StreamResponse:
         query=query,
         patient_id=patient_id or None,
     )
-    await audit(request, Action.ASK, Outcome.OK, target=turn_id)
+    record = await audit(request, Action.ASK, Outcome.OK, target=turn_id)
     try:
-        await request.app[AGENT].ask(question)
+        await request.app[REQUESTS].publish(record, RequestAction.ASK, question)
     except NotAcknowledged:
         await record_refusal(request, Action.ASK, target=turn_id, reason="not acknowledged")
         raise
@@ -151,15 +157,22 @@ async def turn_page(request: web.Request) -> web.StreamResponse:
     """``GET /agent/turn/{turn_id}``: the turn, answered or not yet (module docstring)."""
     turn_id = request.match_info["turn_id"]
     asked = asked_at(turn_id)
-    askers = set() if asked is None else await _askers(request, turn_id)
-    if askers and request[SESSION].user not in askers:
+    asks = [] if asked is None else await _asks(request, turn_id)
+    if asks and request[SESSION].user not in {a.user for a in asks}:
         await record_refusal(request, Action.ACCESS_DENIED, reason="another clinician's turn")
         return render(request, "error.html", status=403, title="Not your turn",
                       message="This question was asked by another clinician.")  # fmt: skip
-    turn = None if asked is None or not askers else await request.app[AGENT].turn(turn_id, turn_id, asked)
-    if turn is None:
+    if asked is None or not asks:
         return render(request, "error.html", status=404, title="No such turn",
-                      message="No question of that turn is on the agent's requests topic.")  # fmt: skip
+                      message="No question of that turn was asked through the console.")  # fmt: skip
+    turn = await request.app[AGENT].turn(turn_id, turn_id, asked)
+    if turn is None:  # not published yet, refused by the request runtime, or no longer kept
+        outcome = (await request.app[HISTORY].outcomes()).get(asks[-1].action_id)
+        if outcome is not None and outcome.outcome != REFUSED:
+            return render(request, "error.html", status=404, title="No such turn",
+                          message="The question is no longer on the agent's requests topic.")  # fmt: skip
+        refused = "" if outcome is None else outcome.reason
+        return render(request, "agent_asked.html", title="Agent turn", refused=refused, refresh_s=REFRESH_S)
     calls = []
     if turn.response is not None:
         outcomes = [e for e in trace_events(turn.traces) if isinstance(e, ToolOutcome)]
@@ -170,13 +183,10 @@ async def turn_page(request: web.Request) -> web.StreamResponse:
     )  # fmt: skip
 
 
-async def _askers(request: web.Request, turn_id: str) -> set[str]:
-    """Who asked ``turn_id`` through the console (their ``ask`` records on the audit trail)."""
-    return {
-        a.user
-        for a in await request.app[HISTORY].actions({Action.ASK})
-        if a.target == turn_id and a.outcome == "ok"
-    }
+async def _asks(request: web.Request, turn_id: str) -> list[ConsoleAction]:
+    """The ``ask`` records of ``turn_id`` on the audit trail (who asked it through the console)."""
+    asks = await request.app[HISTORY].actions({Action.ASK})
+    return [a for a in asks if a.target == turn_id and a.outcome == "ok"]
 
 
 def add_routes(app: web.Application) -> None:

@@ -1,9 +1,9 @@
-"""Where the clinician's agent page publishes a question and reads its turn: the agent's topics.
+"""Where the clinician's agent page reads a turn: the agent's topics.
 
-:class:`KafkaAgent` publishes a question as an :class:`~schemas.agent.AgentRequest` on
-``clingate.agent.requests``, keyed by its conversation id with Java's partitioner (as every producer of
-the agent's requests: the worker finds a conversation's records by :func:`~topics.partitioner.partition_for`),
-and waits for its delivery report (:func:`streams.console.delivery.deliver`). It reads a turn as
+A question is asked as every record of the console's people is (:mod:`streams.console.requests`): the
+request runtime publishes its :class:`~schemas.agent.AgentRequest` on ``clingate.agent.requests``, keyed by
+its conversation id with Java's partitioner (as every producer of the agent's requests: the worker finds a
+conversation's records by :func:`~topics.partitioner.partition_for`). :class:`KafkaAgent` reads a turn as
 ``clingate agent replay`` does (:func:`streams.agent.worker.conversation_records`): the request, the
 response and the trace records of the conversation's partition of each topic, ``read_committed``, from a
 time a little before the question was asked (:data:`CLOCK_SKEW_S`: the worker's clock may be behind the
@@ -27,11 +27,9 @@ from schemas.agent import AgentProposal, AgentRequest, AgentResponse, AgentTrace
 from schemas.base import AvroModel
 from schemas.serde import Serde
 from streams.agent.worker import conversation_records
-from streams.console.delivery import Outbox
 from streams.console.pages import read_in_thread
 from streams.console.records import READ_TIMEOUT_S, decoded
 from streams.runtime.kafka_clients import partitions, read_to_end, reader
-from streams.worker.dbpm import producer_config
 from topics.catalog import AGENT_PROPOSALS, AGENT_REQUESTS, AGENT_RESPONSES, AGENT_TRACES
 
 M = TypeVar("M", bound=AvroModel)
@@ -53,15 +51,7 @@ class Turn:
 
 
 class AgentDesk(Protocol):
-    """Where the agent page asks and reads."""
-
-    async def ask(self, request: AgentRequest) -> None:
-        """Publish ``request``; returns once Kafka acknowledged it.
-
-        Raises:
-            NotAcknowledged: it was not acknowledged.
-        """
-        ...
+    """Where the agent page reads."""
 
     async def turn(self, conversation_id: str, request_id: str, asked: datetime) -> Turn | None:
         """The turn of the request asked at ``asked`` (None: no such request on the topic).
@@ -86,12 +76,6 @@ class KafkaAgent:
     def __init__(self, bootstrap: str, serde: Serde) -> None:
         self._bootstrap = bootstrap
         self._serde = serde
-        self._outbox = Outbox(producer_config(bootstrap), "questions to the agent")
-
-    async def ask(self, request: AgentRequest) -> None:
-        """Produce ``request`` and wait for its delivery report (module docstring)."""
-        value = self._serde.encode(request, topic=AGENT_REQUESTS)
-        await self._outbox.send(AGENT_REQUESTS, key=request.conversation_id.encode(), value=value)
 
     async def turn(self, conversation_id: str, request_id: str, asked: datetime) -> Turn | None:
         return await read_in_thread("the agent's topics", self._turn, conversation_id, request_id, asked)
@@ -149,14 +133,10 @@ class KafkaAgent:
                 found.append(record)
         return found
 
-    def close(self) -> None:
-        """Wait for the questions still in flight (:meth:`Outbox.close`)."""
-        self._outbox.close()
-
 
 def _since_ms(asked: datetime) -> int:
     return max(0, int((asked.timestamp() - CLOCK_SKEW_S) * 1000))
 
 
 AGENT = web.AppKey("agent", AgentDesk)
-"""Where the application asks the agent and reads its turns."""
+"""Where the application reads the agent's turns."""

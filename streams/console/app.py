@@ -1,9 +1,9 @@
 """The console as an aiohttp application: its routes, its middlewares and the headers of every response.
 
 :func:`build_app` takes what the pages read and write as arguments (users, sessions, the audit trail, the
-assessments, the review packets and reviews, the review publisher, the gated drafts and routes), so the
-tests build the same application around fakes of the Kafka parts (:mod:`streams.console.server` builds it
-around the real ones).
+assessments, the review packets and reviews, the requests, the gated drafts and routes, the touchpoints'
+topics), so the tests build the same application around fakes of the Kafka parts
+(:mod:`streams.console.server` builds it around the real ones).
 
 What holds for every response: a Content-Security-Policy that lets a page load only this site's stylesheet
 and images and post forms only to this site (no script at all, no frame), ``X-Content-Type-Options:
@@ -21,12 +21,13 @@ route, never its path: ``/pharmacist/patient/{patient_id}``, not the patient.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from aiohttp import web, web_response
 from aiohttp.abc import AbstractAccessLogger
 
-from streams.console import agent, dead_letters, memory, pharmacist, sme
+from streams.console import agent, dead_letters, memory, pharmacist, sme, touchpoints
 from streams.console.agent_topics import AGENT, AgentDesk
 from streams.console.assessments import ASSESSMENTS, AssessmentSource
 from streams.console.audit import AUDIT, AuditTrail, AuditUnavailable
@@ -37,8 +38,9 @@ from streams.console.drafts import DRAFTS, DraftSource
 from streams.console.history import HISTORY, History
 from streams.console.metrics import METRICS, ConsoleMetrics, metrics_page
 from streams.console.pages import NAVIGATION, STATIC, Unavailable, render
-from streams.console.requests import REQUESTS, Requests
-from streams.console.reviews import PUBLISHER, REVIEWS, ReviewPublisher, ReviewSource
+from streams.console.requests import ASKING, REQUESTS, Requests
+from streams.console.reviews import REVIEWS, ReviewSource
+from streams.console.touchpoint_topics import TOUCHPOINTS, TouchpointSource
 from streams.console.users import Role, UserError
 
 log = logging.getLogger(__name__)
@@ -89,7 +91,7 @@ class AccessLogger(AbstractAccessLogger):
 
 @web.middleware
 async def unavailable(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """A page whose data, audit record, review or other record Kafka did not take, or an unreadable users
+    """A page whose data, audit record, request or other record Kafka did not take, or an unreadable users
     file: 503, logged."""
     try:
         return await handler(request)
@@ -115,7 +117,6 @@ def build_app(
     audit: AuditTrail,
     assessments: AssessmentSource,
     reviews: ReviewSource,
-    publisher: ReviewPublisher,
     *,
     history: History,
     dead_letter_source: DeadLetterSource,
@@ -123,11 +124,12 @@ def build_app(
     agent_desk: AgentDesk,
     drafts: DraftSource,
     explorer: memory.Explorer,
+    touchpoint_source: TouchpointSource,
 ) -> web.Application:
     """The console's application around its users and sessions, audit trail (and its read-back),
-    assessments, review packets and reviews, the publisher of the SME's decisions, the dead letters and
-    where their re-drives are asked for (the requests), the agent's topics, the gated drafts and routes,
-    and the memory explorer's sources. Serve it with :class:`AccessLogger` as the runner's
+    assessments, review packets and reviews, the dead letters, where every record of its people is asked
+    for (the requests), the agent's topics, the gated drafts and routes, the memory explorer's sources and
+    the topics of the pharmacist's touchpoints. Serve it with :class:`AccessLogger` as the runner's
     ``access_log_class``."""
     # aiohttp's answers to what it cannot parse skip the application's hooks; their Server header comes
     # from this default (``Python/<v> aiohttp/<v>`` otherwise).
@@ -138,19 +140,24 @@ def build_app(
     app[AUDIT] = audit
     app[ASSESSMENTS] = assessments
     app[REVIEWS] = reviews
-    app[PUBLISHER] = publisher
     app[DRAFTS] = drafts
     app[HISTORY] = history
     app[DEAD_LETTERS] = dead_letter_source
     app[REQUESTS] = requests
+    app[ASKING] = asyncio.Lock()
     app[AGENT] = agent_desk
-    app[NAVIGATION] = (pharmacist.PAGE, sme.PAGE, memory.PAGE, dead_letters.PAGE, agent.PAGE)
+    app[TOUCHPOINTS] = touchpoint_source
+    app[NAVIGATION] = (
+        pharmacist.PAGE, touchpoints.QUERIES, touchpoints.EVIDENCE, sme.PAGE, memory.PAGE, dead_letters.PAGE,
+        agent.PAGE,
+    )  # fmt: skip
     app.router.add_get("/", home)
     app.router.add_get("/login", sign_in_page)
     app.router.add_post("/login", sign_in)
     app.router.add_post("/logout", sign_out)
     app.router.add_get("/metrics", metrics_page)
     pharmacist.add_routes(app)
+    touchpoints.add_routes(app)
     sme.add_routes(app)
     memory.add_routes(app, explorer)
     dead_letters.add_routes(app)

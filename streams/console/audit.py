@@ -10,8 +10,8 @@ the safe side of a failure. Every record is a signed-in person's: what is refuse
 (a failed or throttled sign-in, a sign-in form without its token) is counted by
 :mod:`streams.console.metrics` instead, so that no anonymous client writes this topic. The records carry
 no password and no patient data beyond the request path, a reviewed document's id, a dead letter's
-coordinates or an agent turn's id (the ``target``); a re-drive's ``detail`` holds the note its operator
-typed.
+coordinates, an agent turn's id or a patient's run decided on (the ``target``); a re-drive's ``detail``
+holds the note its operator typed.
 
 The event time is the wall clock's: the console is the source of these events, as ``clingate arbiter
 review`` is of a review.
@@ -60,6 +60,12 @@ class Action(StrEnum):
     coordinates, ``<dlq topic>[<partition>]@<offset>``)."""
     ASK = "ask"
     """A clinician's question to the agent (its target is the turn id)."""
+    QUERY_DECISION = "query-decision"
+    """A pharmacist's Query Gate decision on a run's proposed evidence queries (its target is
+    ``patient|run|<time of the proposal>``)."""
+    EVIDENCE_REVIEW = "evidence-review"
+    """A pharmacist's Evidence Review of a run's evidence bundle (its target is
+    ``patient|run|<time of the bundle>``)."""
 
 
 class Outcome(StrEnum):

@@ -23,12 +23,12 @@ What holds:
   cut to fit: the original is only at its source coordinates, until the source topic's retention), one
   without a value (a tombstone), one whose source is not the topic its dead-letter topic belongs to, one
   already re-driven (409); a missing note (400). "Already re-driven" is read from the audit trail and the
-  request runtime's outcomes (:func:`redrives`): a dead letter's re-drive was asked for when the last
-  ``redrive`` record of some person on it is ``ok``, unless the runtime refused that request (then it may
-  be asked for again once what the refusal names is fixed; the record's page shows the refusal). One
-  console asks for one re-drive at a time (a lock around the check and the request), so two operators'
-  clicks cannot both pass the check; the runtime refuses a second re-drive of a dead letter whatever asks
-  for it.
+  request runtime's outcomes (:func:`streams.console.history.asked`): a dead letter's re-drive was asked
+  for when the last ``redrive`` record of some person on it is ``ok``, unless the runtime refused that
+  request (then it may be asked for again once what the refusal names is fixed; the record's page shows
+  the refusal). One console asks for one request at a time (:data:`~streams.console.requests.ASKING`
+  around the check and the request), so two operators' clicks cannot both pass the check; the runtime
+  refuses a second re-drive of a dead letter whatever asks for it.
 * **Coordinates are Kafka's numbers**: a partition and an offset are ASCII digits below Kafka's bounds
   (:data:`PARTITION_BOUND`, :data:`OFFSET_BOUND`), in the path (else 404: no such dead letter) as in the
   query (``?partition=``, ``?before=``: else 400), so that no request reaches Kafka with a number it cannot
@@ -37,9 +37,7 @@ What holds:
 
 from __future__ import annotations
 
-import asyncio
 import binascii
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -49,9 +47,9 @@ from streams.console.audit import Action, Outcome, audit, record_refusal
 from streams.console.auth import requires
 from streams.console.dead_letter_queues import DEAD_LETTERS, Letter
 from streams.console.delivery import NotAcknowledged
-from streams.console.history import HISTORY
+from streams.console.history import HISTORY, asked
 from streams.console.pages import PageLink, render
-from streams.console.requests import REQUESTS
+from streams.console.requests import ASKING, REQUESTS
 from streams.console.users import Role
 from streams.requests.check import DEAD_LETTER_QUEUES, REDRIVE_PREFIX, REFUSED, RequestAction
 
@@ -68,8 +66,6 @@ PARTITION_BOUND = 2**31
 """Partitions are below this (Kafka's int32)."""
 OFFSET_BOUND = 2**63
 """Offsets are below this (Kafka's int64)."""
-
-REDRIVE_LOCK = web.AppKey("redrive_lock", asyncio.Lock)
 
 
 @dataclass(frozen=True)
@@ -102,31 +98,14 @@ def preview(data: bytes | None, limit: int) -> Preview:
     return Preview("text", head.decode("utf-8", "ignore"), len(data), limit)
 
 
-def redrives(
-    actions: Iterable[ConsoleAction], outcomes: Mapping[str, ConsoleRequestOutcome]
-) -> dict[str, ConsoleAction]:
-    """The dead letters whose re-drive was asked for and not refused by the request runtime, by
-    coordinates, with the record of the re-drive (module docstring); ``actions`` in the order each
-    person's were recorded, ``outcomes`` by request id."""
-    last: dict[tuple[str, str], ConsoleAction] = {}
-    for action in actions:
-        if action.action == Action.REDRIVE:
-            last[(action.target, action.user)] = action
-    return {
-        target: action
-        for (target, _), action in last.items()
-        if action.outcome == Outcome.OK
-        and getattr(outcomes.get(action.action_id), "outcome", None) != REFUSED
-    }
-
-
 async def _redriven(
     request: web.Request,
 ) -> tuple[dict[str, ConsoleAction], dict[str, ConsoleRequestOutcome]]:
-    """The re-drives asked for and not refused (:func:`redrives`), and the runtime's outcomes by id."""
+    """The re-drives asked for and not refused (:func:`~streams.console.history.asked`), and the runtime's
+    outcomes by id."""
     history = request.app[HISTORY]
     outcomes = await history.outcomes()
-    return redrives(await history.actions({Action.REDRIVE}), outcomes), outcomes
+    return asked(Action.REDRIVE, await history.actions({Action.REDRIVE}), outcomes), outcomes
 
 
 def refusal(item: Letter, redriven: ConsoleAction | None) -> str | None:
@@ -253,7 +232,7 @@ async def redrive(request: web.Request) -> web.StreamResponse:
             note=note,
             error=f"Say what was fixed (a note of 1 to {NOTE_MAX} characters).",
         )
-    async with request.app[REDRIVE_LOCK]:
+    async with request.app[ASKING]:
         item = await request.app[DEAD_LETTERS].letter(topic, partition, offset)
         if item is None:
             return await _letter(request)
@@ -284,7 +263,6 @@ async def redrive(request: web.Request) -> web.StreamResponse:
 
 def add_routes(app: web.Application) -> None:
     """The operator's dead-letter pages."""
-    app[REDRIVE_LOCK] = asyncio.Lock()
     app.router.add_get(PAGE.path, queues_page)
     app.router.add_get(PAGE.path + "/{topic}", queue_page)
     app.router.add_get(PAGE.path + "/{topic}/{partition:[0-9]+}/{offset:[0-9]+}", letter_page)

@@ -1,36 +1,41 @@
-"""What the console reads back of its own audit trail (the re-drives asked for and the questions asked)
-and of its requests' outcomes (what the request runtime did with each re-drive and pin).
+"""What the console reads back of its own audit trail (the re-drives, questions and pharmacist's decisions
+asked for) and of its requests' outcomes (what the request runtime did with each request).
 
 :class:`KafkaHistory` follows ``clingate.console.audit`` (a
 :class:`~streams.console.records.TopicFollower`): its first call reads the retained trail (365 days), and
 every later call only what was recorded since, so a page that reloads itself every few seconds costs the
-new records only. It keeps the records of the actions read back (:data:`READ_BACK`: re-drives and questions,
-a few per person and day) and returns those asked for. The topic is keyed by user, so one person's
-records are one partition's, in the order they were recorded: a ``refused`` record that follows an
-``ok`` one of the same person on the same target (an action Kafka then did not take) comes after it.
-Records retention deletes stay kept until the console restarts.
+new records only. It keeps the records of the actions read back (:data:`READ_BACK`: re-drives, questions
+and the pharmacist's decisions, a few per person and day) and returns those asked for. The topic is keyed
+by user, so one person's records are one partition's, in the order they were recorded: a ``refused``
+record that follows an ``ok`` one of the same person on the same target (an action Kafka then did not
+take) comes after it. Records retention deletes stay kept until the console restarts.
 
 The request runtime's outcomes (``clingate.console.request-outcomes``) are followed the same way, every
 outcome kept by its request's id (the audit record's ``action_id``).
+
+What was asked for and is still standing (:func:`asked`): a target's request was asked for when the last
+record of its action of some person on it is ``ok`` (a ``refused`` one after it says Kafka did not take the
+request) and the request runtime has not refused that request.
 
 A record that cannot be decoded is skipped and logged: the trail's records are the console's own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Mapping
 from typing import Protocol
 
 from aiohttp import web
 
 from schemas.console import ConsoleAction, ConsoleRequestOutcome
 from schemas.serde import Serde
-from streams.console.audit import Action
+from streams.console.audit import Action, Outcome
 from streams.console.pages import read_in_thread
 from streams.console.records import TopicFollower
+from streams.requests.check import REFUSED
 from topics.catalog import CONSOLE_AUDIT, CONSOLE_REQUEST_OUTCOMES
 
-READ_BACK = frozenset({Action.REDRIVE, Action.ASK})
+READ_BACK = frozenset({Action.REDRIVE, Action.ASK, Action.QUERY_DECISION, Action.EVIDENCE_REVIEW})
 """The actions the console reads back of its trail (the others are written, never looked up)."""
 
 
@@ -79,6 +84,24 @@ class KafkaHistory:
 
     def _read_outcomes(self) -> dict[str, ConsoleRequestOutcome]:
         return {outcome.request_id: outcome for outcome in self._outcomes.read().values()}
+
+
+def asked(
+    kind: Action, actions: Iterable[ConsoleAction], outcomes: Mapping[str, ConsoleRequestOutcome]
+) -> dict[str, ConsoleAction]:
+    """The targets whose request of ``kind`` was asked for and not refused by the request runtime, each with
+    the record of the ask (module docstring); ``actions`` in the order each person's were recorded,
+    ``outcomes`` by request id."""
+    last: dict[tuple[str, str], ConsoleAction] = {}
+    for action in actions:
+        if action.action == kind:
+            last[(action.target, action.user)] = action
+    return {
+        target: action
+        for (target, _), action in last.items()
+        if action.outcome == Outcome.OK
+        and getattr(outcomes.get(action.action_id), "outcome", None) != REFUSED
+    }
 
 
 HISTORY = web.AppKey("history", History)

@@ -1,4 +1,4 @@
-"""Where the SME's pages get the review packets and the reviews, and how they record a decision.
+"""Where the SME's pages get the review packets and the reviews.
 
 :class:`KafkaReviews` reads what ``clingate arbiter reviews`` reads, and follows it: the compacted
 ``clingate.docs.review-packets`` topic through the docs worker's own
@@ -7,10 +7,8 @@ oldest first, are :meth:`~streams.groups.arbiter.Packets.pending`), one that liv
 and catches up on each page load, and with it every review on ``clingate.docs.reviews`` (a
 :class:`~streams.console.records.TopicFollower`), both ``read_committed``: the first page load reads them
 from the beginning of each partition, every later one only what was committed since, each up to the end
-it has when the page asks. :class:`KafkaReviewPublisher` publishes a decision as ``clingate arbiter
-review`` does (:func:`~streams.groups.arbiter.review_record`, the docs worker's producer settings)
-through an :class:`~streams.console.delivery.Outbox`: a decision the page reports as not recorded is never
-delivered later.
+it has when the page asks. A decision is asked for as every record of the console's people is
+(:mod:`streams.console.requests`).
 
 A review record that cannot be decoded is skipped and counted (:attr:`ReviewLog.unreadable`).
 """
@@ -25,10 +23,9 @@ from aiohttp import web
 
 from schemas.docs import Review, ReviewPacket
 from schemas.serde import Serde
-from streams.console.delivery import Outbox
 from streams.console.pages import read_in_thread
 from streams.console.records import READ_TIMEOUT_S, TopicFollower
-from streams.groups.arbiter import PacketFollower, producer_config, review_record
+from streams.groups.arbiter import PacketFollower
 from topics.catalog import DOCS_REVIEW_PACKETS, DOCS_REVIEWS
 
 
@@ -52,18 +49,6 @@ class ReviewSource(Protocol):
 
         Raises:
             Unavailable: a topic could not be read.
-        """
-        ...
-
-
-class ReviewPublisher(Protocol):
-    """Where the SME's decisions go."""
-
-    async def publish(self, review: Review) -> None:
-        """Publish ``review``; returns once Kafka acknowledged it.
-
-        Raises:
-            NotAcknowledged: it was not acknowledged.
         """
         ...
 
@@ -101,23 +86,5 @@ class KafkaReviews:
                 self._packets = None
 
 
-class KafkaReviewPublisher:
-    """``clingate.docs.reviews`` through one idempotent producer; each review awaited until acknowledged."""
-
-    def __init__(self, bootstrap: str, serde: Serde) -> None:
-        self._outbox = Outbox(producer_config(bootstrap), "reviews")
-        self._serde = serde
-
-    async def publish(self, review: Review) -> None:
-        """Produce ``review`` and wait until Kafka acknowledged it (module docstring)."""
-        await self._outbox.send(DOCS_REVIEWS, **review_record(self._serde, review))
-
-    def close(self) -> None:
-        """Wait for the reviews still in flight (:meth:`Outbox.close`)."""
-        self._outbox.close()
-
-
 REVIEWS = web.AppKey("reviews", ReviewSource)
 """The application's source of packets and reviews."""
-PUBLISHER = web.AppKey("review_publisher", ReviewPublisher)
-"""Where the application publishes the SME's decisions."""

@@ -4,8 +4,7 @@ What holds: the site is up (its socket listening) before ``listening http://HOST
 the port actually bound (``--port 0`` picks a free one), so a script or a test may connect as soon as it
 reads that line. It serves plain HTTP on the host it is given, 127.0.0.1 unless told otherwise: people on
 other machines reach it through a TLS reverse proxy (docs/console.md). On a stop signal it stops taking
-requests, lets those under way finish, and sends the audit records, reviews, re-drive and pin requests
-and questions still queued.
+requests, lets those under way finish, and sends the audit records and requests still queued.
 """
 
 from __future__ import annotations
@@ -29,8 +28,9 @@ from streams.console.history import KafkaHistory
 from streams.console.memory import Explorer
 from streams.console.memorylog import KafkaMemory, KafkaPinPublisher
 from streams.console.requests import KafkaRequests
-from streams.console.reviews import KafkaReviewPublisher, KafkaReviews
+from streams.console.reviews import KafkaReviews
 from streams.console.sessions import Sessions, SignInThrottle
+from streams.console.touchpoint_topics import KafkaTouchpoints
 from streams.console.users import PasswordChecks, UserStore, decoy_hash
 from streams.runtime.settings import Settings
 from streams.worker.dbpm import dbpm_config
@@ -55,7 +55,6 @@ async def serve(
         trusted_proxies=settings.console_trusted_proxies,
     )
     trail = KafkaAuditTrail(bootstrap, serde)
-    publisher = KafkaReviewPublisher(bootstrap, serde)
     requests = KafkaRequests(bootstrap, serde)
     agent_desk = KafkaAgent(bootstrap, serde)
     config = dbpm_config(settings)  # the workers' (CLINGATE_DBPM_*): decay, weights, thresholds
@@ -67,13 +66,13 @@ async def serve(
         trail,
         KafkaAssessments(bootstrap, serde),
         reviews,
-        publisher,
         history=KafkaHistory(bootstrap, serde),
         dead_letter_source=KafkaDeadLetters(bootstrap, serde),
         requests=requests,
         agent_desk=agent_desk,
         drafts=KafkaDrafts(bootstrap, serde),
         explorer=explorer,
+        touchpoint_source=KafkaTouchpoints(bootstrap, serde),
     )
     runner = web.AppRunner(app, access_log_class=AccessLogger)
     await runner.setup()
@@ -92,7 +91,5 @@ async def serve(
         await runner.cleanup()
         trail.close()
         reviews.close()
-        publisher.close()
         requests.close()
-        agent_desk.close()
         access.checks.close()

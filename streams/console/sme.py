@@ -2,12 +2,14 @@
 
 What holds: the queue is what ``clingate arbiter reviews`` lists, the pending packets oldest first
 (:meth:`streams.groups.arbiter.Packets.pending`), and a decision is the record ``clingate arbiter review``
-publishes (:func:`streams.groups.arbiter.make_review`: the reviewer is the signed-in user, the event time
-now) on ``clingate.docs.reviews``; the docs worker turns it into the ground truth and marks the packet
-reviewed, the page does neither. A decision is recorded on the audit trail (action ``review``, target the
-document) before it is published, and is not published when that record is not acknowledged; a review
-Kafka did not acknowledge answers 503 and is recorded on the trail as refused. Only a pending packet can
-be decided (409 otherwise).
+asks for (:func:`streams.groups.arbiter.make_review`: the reviewer is the signed-in user, the event time
+now), published on ``clingate.docs.reviews`` by the request runtime once it checked the request that
+carries it (:mod:`streams.console.requests`: the console's principal may not write the reviews); the docs
+worker turns it into the ground truth and marks the packet reviewed, the page does neither. A decision is
+recorded on the audit trail (action ``review``, target the document) before it is asked for, under that
+record's id, and is not asked for when that record is not acknowledged; a request Kafka did not
+acknowledge answers 503 and is recorded on the trail as refused. Only a pending packet can be decided
+(409 otherwise).
 
 The packet page shows what slides 9-10 give the SME: the LLM's classification, every V1-V5 issue as the
 seed formats it, and for each issue the document's real text around its evidence (the paragraphs the
@@ -43,10 +45,12 @@ from streams.console.auth import requires
 from streams.console.corrections import CorrectionError, Corrections, read_corrections
 from streams.console.delivery import NotAcknowledged
 from streams.console.pages import PageLink, render
-from streams.console.reviews import PUBLISHER, REVIEWS
+from streams.console.requests import REQUESTS
+from streams.console.reviews import REVIEWS
 from streams.console.sessions import SESSION
 from streams.console.users import Role
 from streams.groups.arbiter import make_review, pending
+from streams.requests.check import RequestAction
 
 PAGE = PageLink("/sme", "SME review", frozenset({Role.SME}))
 
@@ -148,7 +152,7 @@ async def _packet(request: web.Request, *, status: int = 200, error: str = "") -
 
 @requires(*PAGE.roles)
 async def decide(request: web.Request) -> web.StreamResponse:
-    """``POST /sme/packet/{doc_id}``: publish the SME's decision, then back to the queue."""
+    """``POST /sme/packet/{doc_id}``: ask for the SME's decision to be published, then back to the queue."""
     doc_id = request.match_info["doc_id"]
     form = await request.post()
     decision_field, type_field = str(form.get("decision", "")), str(form.get("corrected_type", ""))
@@ -186,9 +190,9 @@ async def decide(request: web.Request) -> web.StreamResponse:
         "corrected_segments": corrections.segments is not None,
         "corrected_mixture": corrections.mixture is not None,
     }
-    await audit(request, Action.REVIEW, Outcome.OK, target=doc_id, **detail)
+    record = await audit(request, Action.REVIEW, Outcome.OK, target=doc_id, **detail)
     try:
-        await request.app[PUBLISHER].publish(review)
+        await request.app[REQUESTS].publish(record, RequestAction.REVIEW, review, note=notes)
     except NotAcknowledged:
         await record_refusal(request, Action.REVIEW, target=doc_id, reason="not acknowledged")
         raise

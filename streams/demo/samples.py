@@ -31,7 +31,13 @@ from schemas.clinical import (
     EvidenceBundle,
     EvidencePacket,
     EvidenceRequest,
+    EvidenceReview,
+    EvidenceVerdict,
     GatedDraft,
+    QueryDecision,
+    QueryProposal,
+    QueryVerdict,
+    ReviewedPacket,
     RevisionRoute,
     SafetyAudit,
 )
@@ -178,6 +184,7 @@ def schema_samples(
             must_retrieve=["digoxin_tdm.md", "potassium_interaction.md"],
             missing=["potassium_interaction.md"],
         ),
+        *_touchpoint_events(pid),
         request,
         disposition,
         *([packet] if packet is not None else []),
@@ -193,6 +200,25 @@ def schema_samples(
             reviewer="sme-demo",
         ),
     ]
+
+
+def _touchpoint_events(pid: str) -> list[AvroModel]:
+    """A run's proposed queries, the pharmacist's edit of them and their review of its evidence."""
+    run_id = f"{pid}-run-1"
+    proposed = ["digoxin toxicity management", "electrolyte correction with cardiac glycoside toxicity"]
+    return [
+        QueryProposal(patient_id=pid, run_id=run_id, event_time=TS, queries=proposed),
+        QueryDecision(
+            patient_id=pid, run_id=run_id, event_time=TS, proposed_at=TS, pharmacist="pharmacist-demo",
+            decision_id="demo-action-3", decision=QueryVerdict.EDITED, proposed=proposed,
+            queries=[*proposed, "renal dosing of digoxin in CKD stage 3b"], note="the eGFR is 36",
+        ),
+        EvidenceReview(
+            patient_id=pid, run_id=run_id, event_time=TS, bundle_time=TS, pharmacist="pharmacist-demo",
+            review_id="demo-action-4", decision=EvidenceVerdict.ACCEPTED,
+            packets=[ReviewedPacket(source="digoxin_tdm.md", accepted=True)],
+        ),
+    ]  # fmt: skip
 
 
 def _golden_state(case: str) -> PatientState:

@@ -132,12 +132,6 @@ def make_review(
     )  # fmt: skip
 
 
-def review_record(serde: Serde, review: Review) -> dict[str, bytes]:
-    """``review`` as its record on ``clingate.docs.reviews`` (``key`` and ``value``), keyed by its
-    document; the docs worker turns it into the document's ground truth and marks its packet reviewed."""
-    return {"key": review.doc_id.encode("utf-8"), "value": serde.encode(review, topic=DOCS_REVIEWS)}
-
-
 def pending(packets: Iterable[ReviewPacket]) -> list[ReviewPacket]:
     """The review queue: the packets of ``packets`` awaiting review, oldest event time first (then by id)."""
     waiting = [p for p in packets if p.review_status is ReviewStatus.PENDING]

@@ -7,7 +7,8 @@ was carried out already) and returns :class:`Carried` (the record to produce) or
 nothing is produced). What holds for a request carried out:
 
 * **The role.** The request's role may ask for its action (:data:`ROLES`: re-drives and pins are the
-  operator's). The console puts the signed-in session's role there; a principal that forges a request
+  operator's, reviews the SME's, questions the clinician's, query decisions and evidence reviews the
+  pharmacist's). The console puts the signed-in session's role there; a principal that forges a request
   can claim any role, so this check stops a console bug, not a forger: the forger's reach is the next
   checks.
 * **A re-drive** (``redrive``) names a dead letter by its coordinates ``<dlq>[<partition>]@<offset>``
@@ -24,31 +25,54 @@ nothing is produced). What holds for a request carried out:
   plus :func:`redrive_headers`. What a re-drive writes therefore always was on the source topic once,
   written by a principal allowed to write it. The cost: a dead letter is re-driven only while its
   source topic keeps the original (7 days for most inputs, 30 for verdicts).
-* **A pin** (``pin``) carries its verdict: it is carried out only when the topic is
-  ``clingate.dbpm.verdicts``, the value decodes as a ``Verdict`` that is a valid pin (source
-  ``operator_pin``, :func:`streams.worker.dbpm.contract_event`) by the request's user with the request's
-  id as its pin id, its key is ``task|signature`` of the pinned signature (the memory partition that
-  owns it), and the target names the same. So a principal that may only write requests can write a pin,
-  never a verdict of a verifier or a rule.
-* **Once.** A request id already carried out is refused, so is a dead letter already re-driven.
+* **A person's own record** (:data:`PUBLICATIONS`): an operator's pin (``pin``), an SME's review
+  (``review``), a clinician's question to the agent (``ask``), a pharmacist's query decision
+  (``query-decision``) or evidence review (``evidence-review``) carries the record it publishes. It is
+  carried out only when the topic is the action's, the value decodes as that topic's schema (whose model
+  checks what every such record holds: a review's correction names a type, a query decision gives its
+  queries, an evidence review accepts a packet or says why not), the record is one the action publishes
+  (a pin verdict is a valid pin, :func:`streams.worker.dbpm.contract_event`, never a verdict of a
+  verifier or a rule), the person it names (the pin's operator, the reviewer, the pharmacist) is the
+  requesting user and the id it carries (the pin's, the decision's, the review's) the request's, and the
+  request is keyed as the record's topic keys it (a pin ``task|signature`` of its signature, so it lands
+  on the memory partition that owns it; a review by document; a question by conversation; a decision and
+  an evidence review by patient) and targeted at what the record is about (:class:`Identity`). So a
+  principal that may only write requests writes no record but these, each its requester's.
+* **Once.** A request id already carried out is refused, and so is a second re-drive of a dead letter, a
+  second decision on a run's query proposal or a second review of one of its evidence bundles
+  (:func:`marks`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from processors.dbpm.events import BadEvent, PinEvent
+from processors.dbpm.events import PinEvent
+from schemas.agent import AgentRequest
+from schemas.base import AvroModel, iso_utc
+from schemas.clinical import EvidenceReview, QueryDecision
 from schemas.common import DeadLetter
 from schemas.console import ConsoleRequest
 from schemas.dbpm import Verdict
+from schemas.docs import Review
 from schemas.registry import load_registry
 from schemas.serde import SchemaDecodeError, Serde
 from streams.console.users import Role
 from streams.worker.dbpm import contract_event, memory_key
-from topics.catalog import CATALOG, CONSOLE_REQUESTS, DBPM_VERDICTS
+from topics.catalog import (
+    AGENT_REQUESTS,
+    CATALOG,
+    CLINICAL_EVIDENCE_REVIEWS,
+    CLINICAL_QUERY_DECISIONS,
+    CONSOLE_REQUESTS,
+    DBPM_VERDICTS,
+    DOCS_REVIEWS,
+)
 
 REDRIVE_PREFIX = "__clingate.redrive."
 """Prefix of the headers a re-drive adds (beside the dead-letter route's ``__clingate.errors.``)."""
@@ -59,13 +83,27 @@ class RequestAction(StrEnum):
 
     REDRIVE = "redrive"
     PIN = "pin"
+    REVIEW = "review"
+    ASK = "ask"
+    QUERY_DECISION = "query-decision"
+    EVIDENCE_REVIEW = "evidence-review"
 
 
 ROLES: dict[RequestAction, frozenset[str]] = {
     RequestAction.REDRIVE: frozenset({Role.OPERATOR}),
     RequestAction.PIN: frozenset({Role.OPERATOR}),
+    RequestAction.REVIEW: frozenset({Role.SME}),
+    RequestAction.ASK: frozenset({Role.CLINICIAN}),
+    RequestAction.QUERY_DECISION: frozenset({Role.PHARMACIST}),
+    RequestAction.EVIDENCE_REVIEW: frozenset({Role.PHARMACIST}),
 }
 """The roles that may ask for each action."""
+
+ONCE_PER_TARGET = frozenset(
+    {RequestAction.REDRIVE, RequestAction.QUERY_DECISION, RequestAction.EVIDENCE_REVIEW}
+)
+"""The actions whose target is carried out once: a dead letter is re-driven once, a run's query proposal
+decided once, one of its evidence bundles reviewed once (the first is what the pipeline acted on)."""
 
 DEAD_LETTER_QUEUES: dict[str, str] = {spec.dlq.name: spec.name for spec in CATALOG if spec.dlq is not None}
 """Every dead-letter topic of the catalog and the source topic it is the dead-letter topic of."""
@@ -149,14 +187,101 @@ def redrive_headers(
     return (*kept, *((REDRIVE_PREFIX + name, value.encode()) for name, value in added.items()))
 
 
-def schema_problem(serde: Serde, topic: str, value: bytes) -> str | None:
-    """Why ``value`` is not a record of ``topic``'s value schema (None: it is one)."""
+def decoded_value(serde: Serde, topic: str, value: bytes) -> AvroModel | Refused:
+    """``value`` decoded as ``topic``'s value schema, or why it is not a record of it."""
     model = load_registry().entries[CATALOG.get(topic).value_schema].model
     try:
-        serde.decode(value, model, topic=topic)
+        return serde.decode(value, model, topic=topic)
     except SchemaDecodeError as exc:
-        return f"its value is not a {model.avro_name} ({exc})"
-    return None
+        return Refused(f"its value is not a {model.avro_name} ({exc})")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a person's record says about itself, which its request must agree with."""
+
+    key: bytes
+    """Its key on its topic (the catalog's)."""
+    target: str
+    """What it is about: its request's key, and its outcome's."""
+    author: str | None
+    """The person it names as its author (None: it names nobody, and the request's user is its author)."""
+    ident: str | None
+    """The id it carries that is its request's, the audit record's (None: it carries none)."""
+
+
+@dataclass(frozen=True)
+class Publication:
+    """The record a request of one action carries, and how its identity is read."""
+
+    topic: str
+    identify: Callable[[Any], Identity]
+    """The record's :class:`Identity`; raises :class:`ValueError` with the reason when the record, though
+    of the topic's schema, is not one the action publishes."""
+
+
+def touchpoint_target(patient_id: str, run_id: str, at: datetime) -> str:
+    """The target of a pharmacist's decision on what a run put before them: ``patient|run|<time>``, the
+    time the query proposal or evidence bundle decided on was published, so that each is decided once."""
+    return f"{patient_id}|{run_id}|{iso_utc(at)}"
+
+
+def _pin(verdict: Verdict) -> Identity:
+    event = contract_event(verdict)  # BadEvent, a ValueError, names what is wrong
+    if not isinstance(event, PinEvent) or verdict.pin is None:
+        raise ValueError("the verdict is not an operator's pin")
+    key = memory_key(event.task, event.signature)
+    return Identity(key, key.decode(), verdict.pin.operator, verdict.pin.pin_id)
+
+
+def _review(review: Review) -> Identity:
+    return Identity(review.doc_id.encode(), review.doc_id, review.reviewer, None)
+
+
+def _ask(question: AgentRequest) -> Identity:
+    return Identity(question.conversation_id.encode(), question.request_id, None, None)
+
+
+def _query_decision(decision: QueryDecision) -> Identity:
+    target = touchpoint_target(decision.patient_id, decision.run_id, decision.proposed_at)
+    return Identity(decision.patient_id.encode(), target, decision.pharmacist, decision.decision_id)
+
+
+def _evidence_review(review: EvidenceReview) -> Identity:
+    target = touchpoint_target(review.patient_id, review.run_id, review.bundle_time)
+    return Identity(review.patient_id.encode(), target, review.pharmacist, review.review_id)
+
+
+PUBLICATIONS: dict[RequestAction, Publication] = {
+    RequestAction.PIN: Publication(DBPM_VERDICTS, _pin),
+    RequestAction.REVIEW: Publication(DOCS_REVIEWS, _review),
+    RequestAction.ASK: Publication(AGENT_REQUESTS, _ask),
+    RequestAction.QUERY_DECISION: Publication(CLINICAL_QUERY_DECISIONS, _query_decision),
+    RequestAction.EVIDENCE_REVIEW: Publication(CLINICAL_EVIDENCE_REVIEWS, _evidence_review),
+}
+"""Every action that publishes a person's own record, and where (module docstring)."""
+
+
+def publication_request(
+    action: RequestAction,
+    record: AvroModel,
+    serde: Serde,
+    *,
+    request_id: str,
+    user: str,
+    role: str,
+    at: datetime,
+    note: str = "",
+) -> ConsoleRequest:
+    """The request of ``user`` in ``role`` at ``at``, with id ``request_id``, that asks for ``record``, their
+    own record of ``action``, to be published: keyed and targeted as :func:`check` requires of it."""
+    publication = PUBLICATIONS[action]
+    identity = publication.identify(record)
+    return ConsoleRequest(
+        request_id=request_id, event_time=at, user=user, role=role, action=action.value,
+        target=identity.target, topic=publication.topic, key=identity.key,
+        value=serde.encode(record, topic=publication.topic), note=note,
+    )  # fmt: skip
 
 
 def check(request: ConsoleRequest, evidence: Evidence, serde: Serde) -> Carried | Refused:
@@ -171,7 +296,7 @@ def check(request: ConsoleRequest, evidence: Evidence, serde: Serde) -> Carried 
         return Refused(f"{request.target} was carried out already")
     if action is RequestAction.REDRIVE:
         return _redrive(request, evidence, serde)
-    return _pin(request, serde)
+    return _publish(request, action, serde)
 
 
 def _redrive(request: ConsoleRequest, evidence: Evidence, serde: Serde) -> Carried | Refused:
@@ -199,38 +324,39 @@ def _redrive(request: ConsoleRequest, evidence: Evidence, serde: Serde) -> Carri
         return Refused(f"{origin} no longer holds the original record, so the dead letter cannot be checked")
     if (evidence.original.key, evidence.original.value) != (letter.key, letter.value):
         return Refused(f"the dead letter is not a copy of the record at {origin}")
-    problem = schema_problem(serde, source, letter.value)
-    if problem is not None:
-        return Refused(problem)
+    value = decoded_value(serde, source, letter.value)
+    if isinstance(value, Refused):
+        return value
     headers = redrive_headers(letter, request.target, request.user, request.event_time, request.request_id)
     return Carried(source, letter.partition, letter.key, letter.value, headers)
 
 
-def _pin(request: ConsoleRequest, serde: Serde) -> Carried | Refused:
-    if request.topic != DBPM_VERDICTS or request.value is None:
-        return Refused(f"a pin is a verdict on {DBPM_VERDICTS}")
-    problem = schema_problem(serde, DBPM_VERDICTS, request.value)
-    if problem is not None:
-        return Refused(problem)
-    verdict = serde.decode(request.value, Verdict, topic=DBPM_VERDICTS)
+def _publish(request: ConsoleRequest, action: RequestAction, serde: Serde) -> Carried | Refused:
+    topic = PUBLICATIONS[action].topic
+    if request.topic != topic or request.value is None:
+        return Refused(f"a {action.value} is a record of {topic}")
+    record = decoded_value(serde, topic, request.value)
+    if isinstance(record, Refused):
+        return record
     try:
-        event = contract_event(verdict)
-    except BadEvent as exc:
-        return Refused(f"not a valid pin: {exc}")
-    if not isinstance(event, PinEvent) or verdict.pin is None:
-        return Refused("the verdict is not an operator's pin")
-    if (verdict.pin.operator, verdict.pin.pin_id) != (request.user, request.request_id):
-        return Refused("the pin is not the requesting operator's, under the request's id")
-    key = memory_key(event.task, event.signature)
-    if request.key != key or request.target.encode() != key:
-        return Refused(f"a pin of {key.decode()!r} is keyed and targeted {key.decode()!r}")
-    return Carried(DBPM_VERDICTS, None, key, request.value)
+        identity = PUBLICATIONS[action].identify(record)
+    except ValueError as exc:
+        return Refused(f"not a valid {action.value}: {exc}")
+    if identity.author not in (None, request.user) or identity.ident not in (None, request.request_id):
+        return Refused(f"the {action.value} is not the requesting user's, under the request's id")
+    if request.key != identity.key or request.target != identity.target:
+        return Refused(
+            f"a {action.value} of {identity.target!r} is keyed {identity.key.decode()!r} and targeted "
+            f"{identity.target!r}"
+        )
+    return Carried(topic, None, identity.key, request.value)
 
 
 def marks(action: str, request_id: str, target: str) -> tuple[str, ...]:
-    """What a request carried out marks as done: its id, and a re-drive's dead letter too (a pin's
-    signature may be pinned again). A request any of whose marks is done is refused (:func:`check`)."""
-    return (request_id, target) if action == RequestAction.REDRIVE else (request_id,)
+    """What a request carried out marks as done: its id, and the target of an action carried out once per
+    target (:data:`ONCE_PER_TARGET`; a pin's signature may be pinned again, a document reviewed again). A
+    request any of whose marks is done is refused (:func:`check`)."""
+    return (request_id, target) if action in ONCE_PER_TARGET else (request_id,)
 
 
 OK = "ok"

@@ -2,23 +2,26 @@
 allows, each with its outcome, in one Kafka transaction per batch (``clingate worker --role requests``).
 
 It runs as a principal of its own (``clingate-requests`` in ``deploy/security/acls.yaml``), the one that
-may write every re-drive target (every topic with a dead-letter topic); the console's principal writes the
-request topic instead. What holds:
+may write every re-drive target (every topic with a dead-letter topic) and every topic a person's own record
+is published on (:data:`~streams.requests.check.PUBLICATIONS`); the console's principal writes the request
+topic instead. What holds:
 
-* **Checked, then written.** For each request it reads, ``read_committed``, the dead letter at the
-  coordinates the request names and the record at that dead letter's source coordinates, and knows which
-  requests and dead letters were carried out (:class:`Outcomes`, followed on the outcome topic); the check
-  decides from those alone.
+* **Checked, then written.** For each re-drive it reads, ``read_committed``, the dead letter at the
+  coordinates the request names and the record at that dead letter's source coordinates, and it knows
+  which requests and targets were carried out (:class:`Outcomes`, followed on the outcome topic); the
+  check decides from those alone.
 * **Audited.** Every request gets one ``ConsoleRequestOutcome`` on ``clingate.console.request-outcomes``,
   ``ok`` with the partition written or ``refused`` with the reason, keyed like the request; the console's
-  own audit record of the action (``redrive``, ``pin``) precedes the request.
+  own audit record of the action (``redrive``, ``pin``, ``review``, ``ask``, ``query-decision``,
+  ``evidence-review``) precedes the request (a review from ``clingate arbiter review`` has none: the
+  request and its outcome are its record).
 * **Exactly once.** A batch's records, outcomes and dead letters (a request that is not a
   ``ConsoleRequest``) commit in one transaction with the loop's position on each request partition
   (:class:`~streams.runtime.progress.ProgressLog`, ``<group>-progress``), a step of the batch core
   (:mod:`streams.runtime.core`). A batch that cannot commit is aborted and read again from the last
   committed position: nothing of it was visible. Requests are keyed by
-  their target, so the requests of one dead letter are read in order by one member, and a re-drive carried
-  out marks its dead letter done before the next request on it is checked.
+  their target, so the requests of one target are read in order by one member, and a request carried out
+  marks its target done (:func:`~streams.requests.check.marks`) before the next request on it is checked.
 * **Refused for good** (:class:`~streams.runtime.transactions.TransactionRefused`): the principal may not
   write a target; the loop stops and the worker exits, naming it.
 """
@@ -187,7 +190,7 @@ class RequestLoop:
                 continue
             request = decoded.value
             result = check(request, self._evidence(request, done), self._serde)
-            outcomes.append(_outcome(request, result))
+            outcomes.append(outcome_of(request, result))
             if isinstance(result, Carried):
                 carried.append(result)
                 done.update(marks(request.action, request.request_id, request.target))
@@ -252,7 +255,8 @@ class RequestLoop:
         return None
 
 
-def _outcome(request: ConsoleRequest, result: Carried | Refused) -> ConsoleRequestOutcome:
+def outcome_of(request: ConsoleRequest, result: Carried | Refused) -> ConsoleRequestOutcome:
+    """What the runtime records of ``request`` given what :func:`check` made of it, stamped now."""
     carried = isinstance(result, Carried)
     return ConsoleRequestOutcome(
         request_id=request.request_id, event_time=datetime.now(UTC), user=request.user,

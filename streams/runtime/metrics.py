@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -71,8 +72,13 @@ from state.base import Store
 from state.rocksdb import cache_bytes
 from streams.llm.result import LlmFailed, LlmOk
 
+log = logging.getLogger(__name__)
+
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 180.0)
+
+POPULATION_READS = 3
+"""Reads of the memory's population one scrape makes at most (:meth:`MemoryPopulation.collect`)."""
 
 MAX_PENDING_PAIRS = 100_000
 """Gate decisions a worker keeps waiting for their verdict. An entry is the candidate's pairing key (its
@@ -182,9 +188,24 @@ class MemoryPopulation(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """Patterns and whitelist per task, BLOCK-clearing and DOWNGRADE-band patterns, inert channels,
-        records held and expired under retention."""
-        memory = Memory(self._view.transaction(), self._config)
-        report = memory_population(memory, self._fail_events())
+        records held and expired under retention.
+
+        The view is written while a scrape reads it (the gate follows the memory's changelog in a thread
+        of its own, and the view has no snapshot), so a read can count a pattern in a zone and miss it
+        in the total: :func:`memory_population` then refuses the counts. Such a read is made again, up
+        to :data:`POPULATION_READS` times; a scrape that got no consistent read leaves these gauges out
+        (logged) rather than failing the whole endpoint.
+        """
+        for _ in range(POPULATION_READS):
+            memory = Memory(self._view.transaction(), self._config)
+            try:
+                report = memory_population(memory, self._fail_events())
+                break
+            except ValueError as inconsistent:
+                refused = inconsistent
+        else:
+            log.warning("memory population left out of this scrape: %s", refused)
+            return
         population = GaugeMetricFamily(
             "clingate_dbpm_memory_patterns", "Records per memory channel (B blocklist, W whitelist).",
             labels=["task", "table"],
@@ -336,8 +357,8 @@ class LoopMetrics:
         )  # fmt: skip
         self.store_cache = Gauge(
             "clingate_store_cache_bytes",
-            "Bytes held by the read caches of the process's RocksDB stores (each bounded by "
-            "CLINGATE_STORE_CACHE_BYTES).",
+            "Bytes the process's RocksDB stores hold in memory: their read caches, and RocksDB's block "
+            "cache with the memtables charged to it (together bounded by CLINGATE_STORE_CACHE_BYTES).",
             registry=registry,
         )
         self.store_cache.set_function(cache_bytes)

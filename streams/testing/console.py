@@ -1,10 +1,13 @@
 """The browser tests' side of :mod:`streams.testing.browser`: one password for every test user, a test
-skipped (saying why) where Chromium or Playwright is absent, and the audit trail read back.
+skipped (saying why) where Chromium or Playwright is absent, the request runtime that carries out what the
+console's people ask for, and the audit trail read back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,12 +15,15 @@ import pytest
 from schemas.console import ConsoleAction
 from schemas.serde import make_serde
 from streams.console.records import read_records
+from streams.replay.kafka import commit_end_offsets
+from streams.requests.runtime import group_id
 from streams.testing import browser
 from streams.testing.browser import console_env, launch, running_console
-from topics.catalog import CONSOLE_AUDIT
+from streams.testing.worker import WorkerProcess
+from topics.catalog import CONSOLE_AUDIT, CONSOLE_REQUESTS
 
-__all__ = ["PASSWORD", "add_user", "audit_trail", "console_env", "launch", "running_console", "sign_in",
-           "sync_playwright"]  # fmt: skip
+__all__ = ["PASSWORD", "add_user", "audit_trail", "console_env", "launch", "request_runtime",
+           "running_console", "sign_in", "sync_playwright"]  # fmt: skip
 
 PASSWORD = "correct horse battery staple"
 """Every test user's password."""
@@ -39,6 +45,20 @@ def add_user(env: Mapping[str, str], name: str, role: str) -> None:
 def sign_in(page: Any, url: str, name: str, path: str) -> Any:
     """Open ``path`` (sent to the sign-in page first) and sign in as ``name``; returns the response."""
     return browser.sign_in(page, url, name, PASSWORD, path)
+
+
+@contextmanager
+def request_runtime(bootstrap: str, app_id: str, directory: Path) -> Iterator[WorkerProcess]:
+    """``clingate worker --role requests`` of ``app_id`` (its data directory ``directory``), its group
+    started at the end of the requests topic, so that it carries out the requests made from then on and
+    none of an earlier test on the session broker; stopped on exit."""
+    commit_end_offsets(bootstrap, group_id(app_id), [CONSOLE_REQUESTS])
+    runtime = WorkerProcess(bootstrap, app_id, directory, {}, role="requests")
+    runtime.start()
+    try:
+        yield runtime
+    finally:
+        runtime.stop()
 
 
 def audit_trail(bootstrap: str, users: Collection[str]) -> dict[str, list[ConsoleAction]]:

@@ -34,9 +34,10 @@ checks four things:
 The runtimes, each as the product runs it: ``clingate worker`` (the DBPM memory agent for verdicts and
 propagations, the gate for candidates, the clinical agent for FHIR updates, reviews, deliverables and the
 output gates' run records),
-``clingate arbiter worker`` (classifications and reviews, rules-only), ``clingate generator`` (narratives)
-and ``clingate verifier`` (to-verify), the last two against ``clingate llm serve --backend test
---hashed``, whose answers are a function of the prompt. ``clingate.docs.ground-truth`` is declared
+the request runtime ``clingate worker --role requests`` (the console's requests), ``clingate arbiter
+worker`` (classifications and reviews, rules-only), ``clingate generator`` (narratives) and ``clingate
+verifier`` (to-verify), the last two against ``clingate llm serve --backend test --hashed``, whose answers
+are a function of the prompt. ``clingate.docs.ground-truth`` is declared
 consumed (it has a dead-letter topic) but no runtime consumes it, so it is not fed.
 
 Determinism by construction, so that the reference is exact and not a matter of timing:
@@ -55,6 +56,11 @@ Determinism by construction, so that the reference is exact and not a matter of 
   production order.
 * **Docs**: the classifications, then (once committed, so every packet exists) the reviews of the
   escalated documents.
+* **Requests**: requests whose check needs nothing read from Kafka (a re-drive reads its dead letter and
+  the source record), so :func:`streams.requests.check.check` decides them here as the runtime does: a
+  clinician's question and a pharmacist's query decision and evidence review, carried out to topics no
+  runtime of the suite consumes, and requests the runtime refuses (a role that may not ask, a re-drive
+  that names no dead letter); each gets its outcome, whose time is the runtime's clock.
 * **LLM groups** last, after the gate's checks: the verifier is started only then, at the end of its
   input topics, so the verdicts it publishes for the gate's to-verify records cannot change a memory the
   gate's checks depend on. Narratives come before the to-verify records that name them.
@@ -117,6 +123,7 @@ from processors.dbpm.extraction import QA_TEMPLATES
 from processors.docs.arbiter import ArbiterConfig, run
 from processors.docs.packet import ground_truth
 from processors.docs.v3 import load_trap_rules
+from schemas.agent import AgentRequest
 from schemas.base import AvroModel
 from schemas.clinical import (
     AdversarialReview,
@@ -126,9 +133,15 @@ from schemas.clinical import (
     Deliverable,
     EvidenceBundle,
     EvidencePacket,
+    EvidenceReview,
+    EvidenceVerdict,
+    QueryDecision,
+    QueryVerdict,
+    ReviewedPacket,
     SafetyAudit,
 )
 from schemas.common import DeadLetter, Stage
+from schemas.console import ConsoleRequest, ConsoleRequestOutcome
 from schemas.dbpm import (
     Candidate,
     Dispatch,
@@ -157,6 +170,8 @@ from streams.demo.data import DOCS, DOCS_EXAMPLES
 from streams.demo.data.timeline import encounter, fhir_timeline
 from streams.groups.verifier import CONFIDENCE_HEADER, GATE_HEADER, VERDICT_HEADER
 from streams.replay.kafka import CommitWatcher, ReplayTimeout, commit_end_offsets, read_state
+from streams.requests.check import Carried, Evidence, RequestAction, check, publication_request
+from streams.requests.runtime import group_id, outcome_of
 from streams.runtime.core import Output
 from streams.runtime.dlq import HEADER_PREFIX, PRODUCER_LIMITS, SourceRecord, fits
 from streams.runtime.kafka_clients import end_offsets, produce_waiting, read_to_end, reader
@@ -173,6 +188,7 @@ from streams.worker.dbpm import (
     BARRIER_HEADER,
     REPLAYED_HEADER,
     TICK_HEADER,
+    candidate_of,
     contract_event,
     dbpm_engine,
     dispatch_outputs,
@@ -193,10 +209,13 @@ from topics.catalog import (
     CLINICAL_DRAFTS,
     CLINICAL_EVIDENCE,
     CLINICAL_EVIDENCE_REQUESTS,
+    CLINICAL_EVIDENCE_REVIEWS,
     CLINICAL_GATED_DRAFTS,
+    CLINICAL_QUERY_DECISIONS,
     CLINICAL_REVIEWS,
     CLINICAL_REVISION_ROUTES,
     CLINICAL_SAFETY_AUDITS,
+    CONSOLE_REQUEST_OUTCOMES,
     CONSOLE_REQUESTS,
     DATA_MAX_MESSAGE_BYTES,
     DBPM_CANDIDATES,
@@ -266,6 +285,7 @@ RUNTIMES: dict[str, str] = {
     **dict.fromkeys(CLINICAL_FEEDS, "worker (clinical)"),
     DOCS_CLASSIFICATIONS: "docs worker",
     DOCS_REVIEWS: "docs worker",
+    CONSOLE_REQUESTS: "worker (requests)",
 }
 """Every consumed topic the suite feeds, and the runtime that consumes it."""
 
@@ -273,8 +293,6 @@ UNFED: dict[str, str] = {
     DOCS_GROUND_TRUTH: "declared consumed, but no runtime consumes it",
     AGENT_REQUESTS: "the agent worker answers with a model and tools; its dead letters (not the schema, a "
     "key that is not the conversation, an empty query) are tests/integration/test_agent_worker.py's",
-    CONSOLE_REQUESTS: "the request runtime runs as a principal of its own (worker --role requests), which "
-    "the suite's workers do not start; a record that is not a ConsoleRequest is dead-lettered in its step",
 }
 """Consumed topics the suite does not feed, and why."""
 
@@ -293,6 +311,7 @@ MODELS: dict[str, type[AvroModel]] = {
     CLINICAL_DELIVERABLES: Deliverable,
     DOCS_CLASSIFICATIONS: ClassificationRequest,
     DOCS_REVIEWS: Review,
+    CONSOLE_REQUESTS: ConsoleRequest,
 }
 """The model each fed topic carries."""
 
@@ -739,9 +758,14 @@ class Expected:
         return self.topic, self.key, self.value, self.headers
 
 
-CLOCKED: dict[str, type[Candidate] | type[Verdict]] = {DBPM_CANDIDATES: Candidate, DBPM_VERDICTS: Verdict}
-"""Outputs stamped with their producer's clock: the generator's candidates (when it extracted them) and
-the verifier's verdicts (when it judged them). Two runs never agree on those times."""
+CLOCKED: dict[str, tuple[type[AvroModel], str]] = {
+    DBPM_CANDIDATES: (Candidate, "ts"),
+    DBPM_VERDICTS: (Verdict, "ts"),
+    CONSOLE_REQUEST_OUTCOMES: (ConsoleRequestOutcome, "event_time"),
+}
+"""Outputs stamped with their producer's clock, and the field that holds it: the generator's candidates
+(when it extracted them), the verifier's verdicts (when it judged them) and the request runtime's outcomes
+(when it checked the request). Two runs never agree on those times."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -750,14 +774,14 @@ def unclocked(identity: OutputIdentity, serde: Serde) -> OutputIdentity:
     """``identity`` with the producer's clock set aside (:data:`CLOCKED`): what a record is compared by.
     A value that does not decode is compared as it is."""
     topic, key, value, headers = identity
-    model = CLOCKED.get(topic)
-    if model is None:
+    if topic not in CLOCKED:
         return identity
+    model, clock = CLOCKED[topic]
     try:
         decoded = serde.decode(value, model, topic=topic)
     except Exception:  # not one of the runtimes' records: compared byte for byte
         return identity
-    return topic, key, serde.encode(decoded.model_copy(update={"ts": _EPOCH}), topic=topic), headers
+    return topic, key, serde.encode(decoded.model_copy(update={clock: _EPOCH}), topic=topic), headers
 
 
 @dataclass
@@ -782,7 +806,8 @@ class Plan:
 
     def prefix(self, family: str) -> str:
         """The id prefix of one family of records (``g-``: DBPM candidates and verdicts, ``n``: narratives,
-        ``tv-``: to-verify candidates, ``pt-``: clinical patients, ``doc-``: documents)."""
+        ``tv-``: to-verify candidates, ``pt-``: clinical patients, ``doc-``: documents, ``req-``: what the
+        console's requests are about)."""
         return f"{self.tag}-{family}"
 
 
@@ -927,7 +952,7 @@ def _dbpm(
             engine.propagate(txn, event)  # propagation off: applies nothing, here and in the workers
     gate = Gate(engine, serde, store)
     for candidate in candidates:
-        out = gate.decide(candidate, contract_event(candidate), replayed=True)  # type: ignore[arg-type]
+        out = gate.decide(candidate_of(candidate), replayed=True)
         # Every good candidate asks for the barrier (module docstring); the header's value is ignored.
         headers = ((BARRIER_HEADER, rng.randbytes(rng.randint(0, 8))), *_noise(rng, DBPM_CANDIDATES))
         record = Record(
@@ -1220,6 +1245,67 @@ def _docs(tag: str, scale: Scale, rng: random.Random, serde: Serde) -> _Family:
     return family
 
 
+def _requests(tag: str, scale: Scale, rng: random.Random, serde: Serde) -> _Family:
+    """``scale.good`` console requests of the kinds the module docstring names, in turn, and their outputs:
+    what :func:`~streams.requests.check.check` makes of each, with the runtime's outcome."""
+    start = datetime(2026, 5, 4, 11, 0, tzinfo=UTC)
+    family = _Family({CONSOLE_REQUESTS: []})
+    for i in range(scale.good):
+        at, about, request_id = start + timedelta(minutes=i), f"{tag}-req-{i:05d}", f"{tag}-req-action-{i}"
+        queries = [f"{rng.choice(_DRUGS)} dosing in {rng.choice(_CONDITIONS)}" for _ in range(2)]
+        request: ConsoleRequest
+        match i % 4:
+            case 0:
+                question = AgentRequest(
+                    conversation_id=about, request_id=about, event_time=at, query=queries[0]
+                )
+                role = "pharmacist" if i % 8 == 4 else "clinician"  # the former may not ask
+                request = publication_request(
+                    RequestAction.ASK, question, serde, request_id=request_id, user="dr", role=role, at=at
+                )
+            case 1:
+                decision = QueryDecision(
+                    patient_id=about, run_id="run-1", event_time=at, proposed_at=at, pharmacist="ph",
+                    decision_id=request_id, decision=QueryVerdict.EDITED, proposed=queries[:1],
+                    queries=queries, note="broader than the drugs",
+                )  # fmt: skip
+                request = publication_request(
+                    RequestAction.QUERY_DECISION, decision, serde, request_id=request_id, user="ph",
+                    role="pharmacist", at=at, note=decision.note,
+                )  # fmt: skip
+            case 2:
+                review = EvidenceReview(
+                    patient_id=about, run_id="run-1", event_time=at, bundle_time=at, pharmacist="ph",
+                    review_id=request_id, decision=EvidenceVerdict.ACCEPTED,
+                    packets=[ReviewedPacket(source=s, accepted=s != "warfarin label") for s in _LABEL],
+                )  # fmt: skip
+                request = publication_request(
+                    RequestAction.EVIDENCE_REVIEW, review, serde, request_id=request_id, user="ph",
+                    role="pharmacist", at=at,
+                )  # fmt: skip
+            case _:  # refused by the check: it names no dead letter
+                request = ConsoleRequest(
+                    request_id=request_id, event_time=at, user="op", role="operator",
+                    action=RequestAction.REDRIVE, target=about, topic=FHIR_UPDATES, note="poison suite",
+                )  # fmt: skip
+        key = request.target.encode()
+        record = Record(
+            CONSOLE_REQUESTS, key, serde.encode(request, topic=CONSOLE_REQUESTS),
+            _noise(rng, CONSOLE_REQUESTS), ident=request_id,
+        )  # fmt: skip
+        family.feeds[CONSOLE_REQUESTS].append(record)
+        result = check(request, Evidence(), serde)
+        outcome = serde.encode(outcome_of(request, result), topic=CONSOLE_REQUEST_OUTCOMES)
+        family.expected.append(
+            Expected(CONSOLE_REQUEST_OUTCOMES, key, outcome, (), CONSOLE_REQUESTS, request_id)
+        )
+        if isinstance(result, Carried):
+            family.expected.append(
+                Expected(result.topic, result.key or b"", result.value, (), CONSOLE_REQUESTS, request_id)
+            )
+    return family
+
+
 _CONDITIONS = (
     "community-acquired pneumonia",
     "atrial fibrillation",
@@ -1372,7 +1458,8 @@ def build_plan(seed: int, scale: Scale, serde: Serde, partitions: int, tag: str 
     clinical = _clinical(tag, scale, rng, serde)
     docs = _docs(tag, scale, rng, serde)
     llm, narratives, decisions = _llm(tag, scale.llm_good, rng, serde)
-    good = {**dbpm.feeds, **clinical.feeds, **docs.feeds, **llm.feeds}
+    requests = _requests(tag, scale, rng, serde)
+    good = {**dbpm.feeds, **clinical.feeds, **docs.feeds, **llm.feeds, **requests.feeds}
     pool = schema_pool(good, serde)
     oversized = oversize_plan(scale.oversized)
     feeds: dict[str, list[Record]] = {}
@@ -1386,7 +1473,7 @@ def build_plan(seed: int, scale: Scale, serde: Serde, partitions: int, tag: str 
             interleave([r for r in good[topic] if not r.control], bad, random.Random(topic_seed(seed, topic)))
             + controls
         )
-    expected = dbpm.expected + clinical.expected + docs.expected
+    expected = dbpm.expected + clinical.expected + docs.expected + requests.expected
     return Plan(tag, feeds, expected, memory, narratives, decisions)
 
 
@@ -1836,6 +1923,7 @@ def run_poison(
         DBPM_TO_VERIFY: f"{app_id}-verifier",
         DOCS_CLASSIFICATIONS: f"{app_id}-docs",
         DOCS_REVIEWS: f"{app_id}-docs",
+        CONSOLE_REQUESTS: group_id(app_id),
     }
     probe = reader(bootstrap, "poison-probe")
     try:
@@ -1872,6 +1960,13 @@ def run_poison(
             environment(bootstrap, CLINGATE_APP_ID=app_id),
             workdir / "worker.log",
         )
+        services["requests"] = Service(
+            "requests",
+            ["worker", "--role", "requests", "-l", "info", "--web-port", str(free_port()),
+             "--datadir", str(workdir / f"{app_id}-requests")],
+            environment(bootstrap, CLINGATE_APP_ID=app_id),
+            workdir / "requests.log",
+        )  # fmt: skip
         services["docs worker"] = Service(
             "docs worker",
             ["arbiter", "worker", "--metrics-port", "0"],
@@ -1888,6 +1983,7 @@ def run_poison(
         llm_settings = Settings(**llm, CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False)  # type: ignore[arg-type]
         plan.expected += asyncio.run(llm_reference(llm_settings, serde, plan.narratives, plan.decisions))
         services["worker"].wait_for(READY)
+        services["requests"].wait_for(READY)
         services["docs worker"].wait_for(b"rules-only")
         log(f"runtimes ready after {time.monotonic() - started:.1f} s (app {app_id})")
 
@@ -1896,6 +1992,7 @@ def run_poison(
         others = [
             stages.start(*((topic,) for topic in CLINICAL_FEEDS)),
             stages.start((DOCS_CLASSIFICATIONS,), (DOCS_REVIEWS,)),
+            stages.start((CONSOLE_REQUESTS,)),
         ]
         stages.join(dbpm)
         # The memory the gate decided on, before the verifier's verdicts change it.
@@ -1950,6 +2047,10 @@ OUTPUTS = (
     DOCS_DISPOSITIONS,
     DOCS_REVIEW_PACKETS,
     DOCS_GROUND_TRUTH,
+    CONSOLE_REQUEST_OUTCOMES,
+    AGENT_REQUESTS,
+    CLINICAL_QUERY_DECISIONS,
+    CLINICAL_EVIDENCE_REVIEWS,
 )
 """The topics the runtimes write the good records' outputs to."""
 
@@ -1981,6 +2082,10 @@ _OUTPUT_SOURCE = {
     DOCS_DISPOSITIONS: DOCS_CLASSIFICATIONS,
     DOCS_REVIEW_PACKETS: DOCS_CLASSIFICATIONS,
     DOCS_GROUND_TRUTH: DOCS_REVIEWS,
+    **dict.fromkeys(
+        (CONSOLE_REQUEST_OUTCOMES, AGENT_REQUESTS, CLINICAL_QUERY_DECISIONS, CLINICAL_EVIDENCE_REVIEWS),
+        CONSOLE_REQUESTS,
+    ),
 }
 """The input topic an unexpected output record is counted against."""
 
@@ -2024,6 +2129,13 @@ def _ours(plan: Plan, read: Read, serde: Serde) -> bool:
         CLINICAL_EVIDENCE_REQUESTS,
     ):
         return key.startswith(plan.prefix("pt-"))
+    if read.topic in (
+        CONSOLE_REQUEST_OUTCOMES,
+        AGENT_REQUESTS,
+        CLINICAL_QUERY_DECISIONS,
+        CLINICAL_EVIDENCE_REVIEWS,
+    ):
+        return key.startswith(plan.prefix("req-"))
     return key.startswith(plan.prefix("doc-"))
 
 

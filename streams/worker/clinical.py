@@ -22,7 +22,11 @@ Choices:
   three topics and of the changelog), and the records of one partition are applied in offset order.
 * **State**: per partition a local RocksDB store, key = patient id bytes, value = the JSON of
   :class:`processors.clinical.assess.ClinicalStreamState`; every batch's writes are one changelog group
-  (docs/table-runtime.md).
+  (docs/table-runtime.md). Within a batch a patient's state is decoded once, at the patient's first
+  record, and encoded once, at the batch's end (:class:`BatchPatient`); each record of the patient is
+  assessed on the parts of the patient's previous assessment that its changes do not feed
+  (:func:`processors.clinical.assess.process_event_reusing`), so a batch publishes and stores exactly
+  what its records applied one batch each would.
 * **Exactly once**: a batch's assessments, audits, dead letters and changelog group are one Kafka
   transaction, so a ``read_committed`` consumer sees each assessment once, through crashes. The group
   also records, per input topic, the last input offset applied
@@ -64,9 +68,13 @@ import struct
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
-from processors.clinical.assess import ClinicalStreamState, RunEvent, process_event
+from pydantic import BaseModel
+from pydantic_core import to_json
+
+from processors.clinical.assess import AssessmentParts, ClinicalStreamState, RunEvent, process_event_reusing
 from processors.clinical.fhir_input import parse_document
 from processors.clinical.knowledge import ClinicalKnowledge, GateFlags, default_knowledge
 from processors.clinical.records import FhirChange, ResourceUpsert
@@ -152,9 +160,8 @@ OUTPUT_TOPICS: dict[type[AvroModel], str] = {
     RevisionRoute: CLINICAL_REVISION_ROUTES,
     EvidenceRequest: CLINICAL_EVIDENCE_REQUESTS,
 }
-Change = tuple[bytes, bytes | None, list[Published]]
-"""What one record changes: its patient key, the new state's table value (None: unchanged) and the outputs
-to publish."""
+Change = tuple[bytes, list[Published]]
+"""What one record publishes: its patient key and the outputs."""
 #: The largest patient record (key and state) the table's changelog admits
 #: (:func:`streams.worker.tableloop.changelog_spec`, which also counts the record's framing).
 STATE_MAX_BYTES = DATA_MAX_MESSAGE_BYTES - RECORD_OVERHEAD_BYTES
@@ -207,28 +214,29 @@ class PatientRetention:
         self._retention_ms = retention_ms
         self._metrics = metrics
 
-    def advance(self, table: StagedPartition, now_ms: int) -> None:
+    def advance(self, table: StagedPartition, now_ms: int) -> list[bytes]:
         """Move the partition's clock to ``now_ms``; at a new hour of event time, expire every patient last
-        seen before that hour minus the retention."""
+        seen before that hour minus the retention. Returns the keys of the patients deleted."""
         raw = table.get(CLOCK_KEY)
         clock = None if raw is None else _MS.unpack(raw)[0]
         if clock is not None and now_ms <= clock:
-            return
+            return []
         table.put(CLOCK_KEY, _MS.pack(now_ms))
         step = math.floor(now_ms / RETENTION_STEP_MS)
         if clock is not None and step <= math.floor(clock / RETENTION_STEP_MS):
-            return
+            return []
         cutoff = step * RETENTION_STEP_MS - self._retention_ms
         if cutoff <= 0:
-            return
+            return []
         expired = table.keys(SEEN_INDEX_PREFIX, SEEN_INDEX_PREFIX + _MS.pack(cutoff))
-        for entry in expired:
-            patient = entry[len(SEEN_INDEX_PREFIX) + _MS.size :]
+        patients = [entry[len(SEEN_INDEX_PREFIX) + _MS.size :] for entry in expired]
+        for entry, patient in zip(expired, patients, strict=True):
             for key in (entry, LAST_SEEN_PREFIX + patient, patient):
                 table.put(key, None)
         if expired:
             self._count(table, -len(expired))
             self._metrics.expired.inc(len(expired))
+        return patients
 
     def seen(self, table: StagedPartition, patient: bytes, now_ms: int, new: bool) -> None:
         """Record that ``patient`` (whose state the table holds; ``new``: from this record on) was seen at
@@ -248,6 +256,61 @@ class PatientRetention:
         count = int(table.get(PATIENTS_KEY) or b"0") + delta
         table.put(PATIENTS_KEY, str(count).encode())
         self._metrics.patients.labels(str(table.partition)).set(count)
+
+
+def json_growth(old: BaseModel, new: BaseModel) -> int:
+    """A bound above how many bytes longer ``new``'s JSON is than ``old``'s (two models of one type).
+
+    Pydantic's compact JSON of a model is its fields' JSON joined, and a dict's its entries', so a field
+    that is the same object in both adds nothing; a model field changed adds at most what its own
+    changed fields add, a dict field what its entries replaced or added weigh (one removed weighs
+    nothing; a value as it serialises alone, as the patient's records do), and any other field changed
+    at most its JSON in ``new``."""
+    grown = 0
+    for name in type(new).model_fields:
+        before, after = getattr(old, name), getattr(new, name)
+        if before is after:
+            continue
+        if isinstance(before, BaseModel) and type(before) is type(after):
+            grown += json_growth(before, after)
+        elif isinstance(before, dict) and isinstance(after, dict):
+            grown += sum(
+                len(to_json(k)) + len(to_json(v)) + 2 for k, v in after.items() if before.get(k) is not v
+            )
+        else:
+            grown += len(new.model_dump_json(include={name}).encode())
+    return grown
+
+
+@dataclass(slots=True)
+class BatchPatient:
+    """A patient's state as a batch leaves it so far: decoded at the patient's first record of the batch,
+    written to the table at its end (:meth:`ClinicalHandler.apply`)."""
+
+    state: ClinicalStreamState | None
+    """None: the table holds no state for the patient."""
+    size: int
+    """The length of the state's JSON, or a bound above it (:meth:`size_after`)."""
+    parts: AssessmentParts | None = None
+    """The parts of the patient's last assessment, for the patient's next record to reuse."""
+    changed: bool = False
+    """Whether the state differs from the table's (it is written at the batch's end)."""
+
+    @classmethod
+    def read(cls, table: StagedPartition, key: bytes) -> BatchPatient:
+        """The patient ``key`` as ``table`` holds it."""
+        raw = table.get(key)
+        return cls(None, 0) if raw is None else cls(ClinicalStreamState.model_validate_json(raw), len(raw))
+
+    def size_after(self, state: ClinicalStreamState, limit: int) -> int:
+        """The length of the JSON of ``state``, the patient's state after a record, or a bound above it
+        within ``limit``: this state's size and what ``state`` holds that this one does not
+        (:func:`json_growth`). Only where that bound exceeds ``limit`` is ``state`` encoded to tell."""
+        if self.state is not None:
+            bound = self.size + json_growth(self.state, state)
+            if bound <= limit:
+                return bound
+        return len(state.model_dump_json().encode())
 
 
 class ClinicalHandler:
@@ -283,38 +346,40 @@ class ClinicalHandler:
 
     def apply(self, staged: StagedPartition, records: Sequence[SourceRecord]) -> TableBatch:
         """Apply one batch of a partition's records, staging the changed patient states in ``staged``
-        (re-delivered input the runtime skips before: :func:`~streams.worker.tablestore.apply_batch`)."""
+        (re-delivered input the runtime skips before: :func:`~streams.worker.tablestore.apply_batch`).
+
+        A patient's state is decoded at the patient's first record of the batch and encoded once, at the
+        batch's end, for the changelog group; in between, each record of the patient is applied to the
+        decoded state and assessed on the parts of the patient's previous assessment
+        (:func:`~processors.clinical.assess.process_event_reusing`)."""
         outputs: list[Output] = []
         dead_letters: list[DecodeFailed] = []
         lights: Counter[str] = Counter()
-        states: dict[bytes, tuple[bytes, ClinicalStreamState]] = {}
+        patients: dict[bytes, BatchPatient] = {}
         for record in records:
-            failures, change = self._step(staged, record, states)
+            failures, change = self._step(staged, record, patients)
             dead_letters += failures
             if change is None:
                 continue
-            key, value, published = change
-            if value is not None:
-                staged.put(key, value)
+            key, published = change
             outputs += [self._output(key, out) for out in published]
             lights.update(o.traffic_light.light for o in published if isinstance(o, ClinicalAssessment))
+        for key, patient in patients.items():
+            if patient.changed:
+                assert patient.state is not None  # a changed state is one a record made
+                staged.put(key, patient.state.model_dump_json().encode())
         if lights:
             summary = ", ".join(f"{light} {n}" for light, n in sorted(lights.items()))
             log.info("%d assessments (%s)", lights.total(), summary, extra={"partition": staged.partition})
         return TableBatch(outputs, dead_letters)
 
     def _step(
-        self,
-        table: StagedPartition,
-        record: SourceRecord,
-        states: dict[bytes, tuple[bytes, ClinicalStreamState]],
+        self, table: StagedPartition, record: SourceRecord, patients: dict[bytes, BatchPatient]
     ) -> tuple[list[DecodeFailed], Change | None]:
-        """One record through retention and the gates: its dead letters, and what it changes (None:
-        nothing). A patient whose state the record leaves in the table is seen at its event time.
-
-        ``states`` holds the batch's decoded patient states with the very bytes they were decoded from
-        or written as: a patient's next record in the batch reuses the state while the table still
-        holds those bytes (the states are frozen), instead of parsing its JSON again.
+        """One record through retention and the gates: its dead letters, and its patient's key and outputs
+        (None: nothing to publish). A patient whose state the record leaves in the table is seen at its
+        event time. ``patients`` holds the batch's patients so far (:class:`BatchPatient`); a patient
+        retention deletes leaves it.
 
         Never raises for a record: whatever it does to the processor is a dead letter of stage
         ``process``, the patient's state left as it was; so is a record after which the patient's state
@@ -327,36 +392,37 @@ class ClinicalHandler:
                 return failures, None
             item, now = decoded
             now_ms = round(now.timestamp() * 1000)
-            self._retention.advance(table, now_ms)
+            for expired in self._retention.advance(table, now_ms):
+                patients.pop(expired, None)
             key = item.patient_id.encode()
-            raw = table.get(key)
-            cached = states.get(key)
-            if raw is None:
-                state = None
-            elif cached is not None and cached[0] is raw:
-                state = cached[1]
-            else:
-                state = ClinicalStreamState.model_validate_json(raw)
+            patient = patients.get(key) or BatchPatient.read(table, key)
             started = time.perf_counter()
-            new_state, outputs = process_event(state, item, now, self._knowledge, self._flags)
+            processed = process_event_reusing(
+                patient.state, patient.parts, item, now, self._knowledge, self._flags
+            )
         except Exception as exc:  # a poison record must not stop the partition: DLQ, state unchanged
             return [*failures, processing_failed(record, exc, INPUTS[record.topic].avro_name)], None
         self._metrics.gate_latency.observe(time.perf_counter() - started)
-        published = [out for out in outputs if isinstance(out, Published)]
-        if new_state == state:
-            if raw is not None:
-                states[key] = (raw, new_state)
-                self._retention.seen(table, key, now_ms, new=False)
-            return failures, (key, None, published)
-        value = new_state.model_dump_json().encode()
-        if len(key) + len(value) > STATE_MAX_BYTES:
-            size, expected = len(key) + len(value), INPUTS[record.topic].avro_name
-            reason = f"the patient's state would be {size} bytes; its table admits {STATE_MAX_BYTES}"
+        patients[key] = patient
+        published = [out for out in processed.outputs if isinstance(out, Published)]
+        if processed.state == patient.state:
+            patient.parts = processed.parts
+            self._retention.seen(table, key, now_ms, new=False)
+            return failures, (key, published)
+        size = patient.size_after(processed.state, STATE_MAX_BYTES - len(key))
+        if len(key) + size > STATE_MAX_BYTES:
+            total, expected = len(key) + size, INPUTS[record.topic].avro_name
+            reason = f"the patient's state would be {total} bytes; its table admits {STATE_MAX_BYTES}"
             failed = DecodeFailed(record, Stage.PRODUCE, "StateTooLarge", reason, None, expected)
             return [*failures, failed], None
-        states[key] = (value, new_state)
-        self._retention.seen(table, key, now_ms, new=raw is None)
-        return failures, (key, value, published)
+        self._retention.seen(table, key, now_ms, new=patient.state is None)
+        patient.state, patient.parts, patient.size, patient.changed = (
+            processed.state,
+            processed.parts,
+            size,
+            True,
+        )
+        return failures, (key, published)
 
     def _output(self, key: bytes, out: Published) -> Output:
         """The record of an assessment (counted and logged), an audit, a gated draft, a route or an

@@ -7,6 +7,12 @@ loop (:mod:`streams.worker.tableloop`, wired in :mod:`streams.worker.memory`) ba
 commits them. The gate (:mod:`streams.worker.gate`) uses this module's decoding, view and barrier
 records. The design and the findings behind it are in ``docs/table-runtime.md``.
 
+Hot paths build no model per record: a verdict, candidate, dispatch or propagation is turned into the
+engine's type straight from its Avro datum wherever that gives what the model's path gives
+(:func:`decode_datum`), and dispatches and propagations are written from datums
+(:meth:`schemas.serde.Serde.write_datum`). Models stay where people and files give records (the CLI,
+the console, JSON inputs) and for the records whose datums need a model's checks.
+
 Topology::
 
     clingate.dbpm.verdicts     (key task|signature) --+
@@ -120,10 +126,10 @@ import math
 import re
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from heapq import merge
-from typing import Any
+from typing import Any, TypeVar
 
 from processors.dbpm import (
     DBPMConfig,
@@ -132,7 +138,6 @@ from processors.dbpm import (
     PinEvent,
     Propagation,
     VerdictEvent,
-    format_time,
     load_ontology,
     parse_event,
     parse_time,
@@ -143,7 +148,7 @@ from processors.dbpm.ontology import FILTER_ID_SUFFIX, misfiled_filter_verdict
 from processors.dbpm.partitioned import merge_values
 from processors.dbpm.signatures import signature, signature_payload
 from processors.dbpm.update import effective_verdict
-from schemas.base import iso_utc
+from schemas.base import AvroModel, iso_utc
 from schemas.common import Stage
 from schemas.dbpm import (
     PAYLOAD_BY_TASK,
@@ -168,6 +173,8 @@ from streams.worker.tablestore import StagedPartition, TableBatch, table_changel
 from topics.catalog import DBPM_DISPATCHES, DBPM_PROPAGATIONS, DBPM_VERDICTS
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Per-partition memory record: the event time up to which the partition has applied verdicts.
 WATERMARK_KEY = b"\xfe\xfewatermark"
@@ -271,16 +278,48 @@ def dispatch_keys(event: GateEvent) -> list[bytes]:
     return list(dict.fromkeys(keys))
 
 
+def dispatch_datum(event: GateEvent) -> dict[str, Any]:
+    """The ``clingate.dbpm.dispatches`` datum of a decided candidate (``event.ts`` in its wire form, as
+    every candidate decoded from a record has it: the datum is then the :class:`~schemas.dbpm.Dispatch`
+    model's)."""
+    return {
+        "ts": event.ts,
+        "task": event.task,
+        "patient_id": event.patient_id,
+        "candidate_id": event.candidate_id,
+    }
+
+
 def dispatch_outputs(serde: Serde, event: GateEvent) -> tuple[Output, ...]:
     """The ``clingate.dbpm.dispatches`` records of a decided candidate, one per :func:`dispatch_keys`."""
-    dispatch = Dispatch(
-        ts=event.ts,  # type: ignore[arg-type]
-        task=event.task,
-        patient_id=event.patient_id,
-        candidate_id=event.candidate_id,
-    )
-    value = serde.encode(dispatch, topic=DBPM_DISPATCHES)
+    value = serde.write_datum(dispatch_datum(event), Dispatch, topic=DBPM_DISPATCHES)
     return tuple(Output(DBPM_DISPATCHES, key, value) for key in dispatch_keys(event))
+
+
+Dispatched = tuple[str, float]
+"""A decoded ``clingate.dbpm.dispatches`` record: its candidate id and event time."""
+
+
+def dispatched(datum: dict[str, Any]) -> Dispatched | None:
+    """A dispatch datum (:meth:`schemas.serde.Serde.read_datum`) as :func:`decode_dispatch` gives it,
+    without the model, or None where the model's check of the event time is needed
+    (:func:`wire_time`)."""
+    at = wire_time(datum["ts"])
+    return None if at is None else (datum["candidate_id"], at)
+
+
+def decode_dispatch(serde: Serde, record: SourceRecord) -> Dispatched | DecodeFailed:
+    """A ``clingate.dbpm.dispatches`` record's candidate id and event time, or why it goes to the
+    dead-letter topic (:func:`decode_datum`: from its datum where :func:`dispatched` takes it)."""
+
+    def model() -> Dispatched | DecodeFailed:
+        decoded = decode_record(serde, record, Dispatch)
+        if isinstance(decoded, DecodeFailed):
+            return decoded
+        dispatch: Dispatch = decoded.value  # type: ignore[assignment]
+        return dispatch.candidate_id, dispatch.ts.timestamp()
+
+    return decode_datum(serde, record, Dispatch, dispatched, model)
 
 
 def propagation_key(propagation: Propagation) -> bytes:
@@ -291,10 +330,12 @@ def propagation_key(propagation: Propagation) -> bytes:
     return memory_key(propagation.task, propagation.signature)
 
 
-def propagation_record(
+def propagation_datum(
     propagation: Propagation, origin_partition: int, origin_offset: int, index: int
-) -> PropagationRecord:
-    """The wire form of a propagation produced by the verdict at ``origin_offset`` of ``origin_partition``.
+) -> dict[str, Any]:
+    """The wire form of a propagation produced by the verdict at ``origin_offset`` of ``origin_partition``:
+    the ``clingate.dbpm.propagations`` datum the memory writes, its event time in the form the model
+    writes (:func:`schemas.base.iso_utc`, which reads back to the same instant in every year).
 
     Args:
         propagation: the engine's event.
@@ -302,23 +343,23 @@ def propagation_record(
         origin_offset: the origin verdict's offset in that partition.
         index: the event's position among the verdict's propagations.
     """
-    return PropagationRecord(
-        ts=format_time(propagation.time),  # type: ignore[arg-type]
-        task=propagation.task,
-        signature=propagation.signature,
-        weight=propagation.weight,
-        source=propagation.source,
-        origin_task=propagation.origin_task,
-        origin_signature=propagation.origin_signature,
-        patient_id=propagation.patient_id,
-        origin_partition=origin_partition,
-        origin_offset=origin_offset,
-        origin_index=index,
-    )
+    return {
+        "ts": iso_utc(datetime.fromtimestamp(propagation.time, UTC)),
+        "task": propagation.task,
+        "signature": propagation.signature,
+        "weight": propagation.weight,
+        "source": propagation.source,
+        "origin_task": propagation.origin_task,
+        "origin_signature": propagation.origin_signature,
+        "patient_id": propagation.patient_id,
+        "origin_partition": origin_partition,
+        "origin_offset": origin_offset,
+        "origin_index": index,
+    }
 
 
 def propagation_event(record: PropagationRecord) -> Propagation:
-    """The engine's event for a decoded propagation record (inverse of :func:`propagation_record`)."""
+    """The engine's event of a decoded propagation record (inverse of :func:`propagation_datum`)."""
     return Propagation(
         record.task,
         record.signature,
@@ -329,6 +370,53 @@ def propagation_event(record: PropagationRecord) -> Propagation:
         record.origin_signature,
         record.patient_id,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """A decoded ``clingate.dbpm.propagations`` record: the engine's event and the record's identity
+    (:meth:`MemoryHandler.propagate` applies each identity once)."""
+
+    event: Propagation
+    origin_partition: int
+    origin_offset: int
+    origin_index: int
+
+
+def evidence(datum: dict[str, Any]) -> Evidence | None:
+    """A propagation datum (:meth:`schemas.serde.Serde.read_datum`) as :func:`decode_propagation` gives
+    it, without the model, or None where the model's checks are needed: an event time not in wire form
+    (:func:`wire_time`) or a negative origin (Avro's ``int`` and ``long`` hold the models' upper bounds
+    already)."""
+    at = wire_time(datum["ts"])
+    if at is None or min(datum["origin_partition"], datum["origin_offset"], datum["origin_index"]) < 0:
+        return None
+    return Evidence(
+        Propagation(
+            datum["task"], datum["signature"], datum["weight"], datum["source"], at, datum["origin_task"],
+            datum["origin_signature"], datum["patient_id"],
+        ),
+        datum["origin_partition"], datum["origin_offset"], datum["origin_index"],
+    )  # fmt: skip
+
+
+def decode_propagation(serde: Serde, record: SourceRecord) -> Evidence | DecodeFailed:
+    """A ``clingate.dbpm.propagations`` record's evidence, or why it goes to the dead-letter topic: one
+    whose key is not its target's (:func:`propagation_key`) included (:func:`decode_datum`: from its
+    datum where :func:`evidence` takes it)."""
+
+    def fast(datum: dict[str, Any]) -> Evidence | None:
+        found = evidence(datum)
+        return found if found is not None and record.key == propagation_key(found.event) else None
+
+    def model() -> Evidence | DecodeFailed:
+        decoded = decode_event(serde, record, PropagationRecord, propagation_key)
+        if isinstance(decoded, DecodeFailed):
+            return decoded
+        found, event = decoded
+        return Evidence(event, found.origin_partition, found.origin_offset, found.origin_index)
+
+    return decode_datum(serde, record, PropagationRecord, fast, model)
 
 
 def pin_record(
@@ -480,44 +568,88 @@ def min_watermark(partitions: Sequence[Store]) -> float:
 
 
 _CANONICAL_TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(?!000000)\d{6})?Z")
-"""An event time as :func:`schemas.base.iso_utc` writes it (microseconds only when non-zero): the form
-the model's event time takes back to, so a datum holding it gives the model's event."""
+"""An event time as :func:`schemas.base.iso_utc` writes it (microseconds only when non-zero)."""
+
+_PAYLOAD_BRANCHES: dict[str, tuple[str, tuple[str, ...]]] = {
+    task: (model.avro_name, tuple(model.model_fields)) for task, model in PAYLOAD_BY_TASK.items()
+}
+"""The full name and record fields of each gated task's payload branch."""
 
 _PAYLOAD_FIELDS: dict[str, frozenset[str]] = {
-    task: frozenset(model.model_fields) for task, model in PAYLOAD_BY_TASK.items()
+    task: frozenset(fields) for task, (_, fields) in _PAYLOAD_BRANCHES.items()
 }
 """The record fields of each gated task's payload (the union's branches have distinct field sets, so
 they tell which branch a datum took)."""
+
+
+def wire_time(ts: str) -> float | None:
+    """The event time of ``ts`` when it is in the form :func:`schemas.base.iso_utc` writes and names an
+    instant that exists, else None.
+
+    The models parse such a time and write it back unchanged, so a datum holding it gives the model's
+    event; a time in any other form is for the model to normalise or reject.
+    """
+    if not _CANONICAL_TS.fullmatch(ts):
+        return None
+    try:
+        return datetime.fromisoformat(ts).timestamp()
+    except ValueError:  # a day or an hour that does not exist: the model says so
+        return None
+
+
+def decode_datum(
+    serde: Serde,
+    record: SourceRecord,
+    expected: type[AvroModel],
+    fast: Callable[[Any], T | None],
+    model: Callable[[], T | DecodeFailed],
+) -> T | DecodeFailed:
+    """A consumed record in a hot path's own type, without a model per record where that is exact.
+
+    ``fast`` turns the record's Avro datum (:meth:`schemas.serde.Serde.read_datum`) into the value, or
+    says None where it cannot decide (a check only the model makes, a key to compare with the model's);
+    ``model`` is the model's path, which accepts or dead-letters the record. Bytes that do not read, and
+    every datum ``fast`` declines, take the model's path, so a record is accepted or dead-lettered, with
+    the same stage, error and reason, as the model's path alone would; ``fast`` MUST give the value
+    that path gives wherever it gives one (the fast paths' property test checks each on generated
+    records of every writer schema).
+    """
+    if record.value is not None:
+        try:
+            datum = serde.read_datum(record.value, expected, topic=record.topic)
+        except SchemaDecodeError:  # the model's path says why
+            datum = None
+        if datum is not None and (value := fast(datum)) is not None:
+            return value
+    return model()
 
 
 def verdict_event(datum: dict[str, Any]) -> VerdictEvent | None:
     """The engine's event of a current-schema verdict datum (:meth:`schemas.serde.Serde.read_datum`),
     built without the :class:`~schemas.dbpm.Verdict` model, or None where the model's checks are
     needed: a pin, a task outside the contract's, a payload branch other than the task's, a confidence
-    outside [0, 1], a non-finite difficulty or an event time not in :data:`_CANONICAL_TS` form.
+    outside [0, 1], a non-finite difficulty or an event time not in wire form (:func:`wire_time`).
 
-    Where it returns an event, it is :func:`contract_event` of the model the datum validates into
-    (the property test of the fast path checks it on generated data); where it returns None, the
-    caller takes the model's path, which accepts or dead-letters the record with its own reason.
+    Where it returns an event, it is :func:`contract_event` of the model the datum validates into;
+    where it returns None, the caller takes the model's path, which accepts or dead-letters the record
+    with its own reason.
     """
-    ts, task, payload, confidence = datum["ts"], datum["task"], datum["payload"], datum["confidence"]
+    task, payload, confidence = datum["task"], datum["payload"], datum["confidence"]
     if (
         datum["pin"] is not None
         or datum["source"] == OPERATOR_PIN
         or _PAYLOAD_FIELDS.get(task) != payload.keys()
         or (confidence is not None and not 0.0 <= confidence <= 1.0)
-        or not _CANONICAL_TS.fullmatch(ts)
     ):
         return None
     difficulty = payload.get("difficulty")
     if difficulty is not None and not math.isfinite(difficulty):
         return None
-    try:
-        moment = datetime.fromisoformat(ts)
-    except ValueError:  # a day or hour that does not exist: the model says so
+    at = wire_time(datum["ts"])
+    if at is None:
         return None
     return VerdictEvent(
-        ts, moment.timestamp(), task, datum["verdict"], datum["source"], datum["patient_id"],
+        datum["ts"], at, task, datum["verdict"], datum["source"], datum["patient_id"],
         {k: v for k, v in payload.items() if v is not None}, datum["candidate_id"],
     )  # fmt: skip
 
@@ -526,20 +658,116 @@ def decode_verdict(
     serde: Serde, record: SourceRecord, key: Callable[[Any], bytes]
 ) -> VerdictEvent | PinEvent | DecodeFailed:
     """The memory agent's per-record decode: :func:`decode_event`'s result for a verdict record, taken
-    straight from its Avro datum (:func:`verdict_event`) where it can be, without a model per record.
+    straight from its Avro datum (:func:`verdict_event`) where it can be (:func:`decode_datum`).
 
     A record the fast path does not take (a pin, bytes that fail, a key that is not ``key(event)``)
     goes through :func:`decode_event`, so it is accepted or dead-lettered exactly as there.
     """
-    if record.value is not None:
-        try:
-            datum = serde.read_datum(record.value, Verdict, topic=record.topic)
-        except SchemaDecodeError:
-            datum = None
-        if datum is not None and (event := verdict_event(datum)) is not None and record.key == key(event):
-            return event
-    decoded = decode_event(serde, record, Verdict, key)
-    return decoded if isinstance(decoded, DecodeFailed) else decoded[1]
+
+    def fast(datum: dict[str, Any]) -> VerdictEvent | None:
+        event = verdict_event(datum)
+        return event if event is not None and record.key == key(event) else None
+
+    def model() -> VerdictEvent | PinEvent | DecodeFailed:
+        decoded = decode_event(serde, record, Verdict, key)
+        return decoded if isinstance(decoded, DecodeFailed) else decoded[1]
+
+    return decode_datum(serde, record, Verdict, fast, model)
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateRecord:
+    """A decoded ``clingate.dbpm.candidates`` record as the gate decides it and writes it into its
+    decision (:func:`candidate_datum`), without the :class:`~schemas.dbpm.Candidate` model.
+
+    Attributes:
+        event: the engine's event; its ``ts`` is in wire form and its payload is the record's, fields
+            that are null left out.
+        document_ts: the event time of the narrative the candidate was extracted from, in wire form
+            (None: from no narrative).
+        document_time: ``document_ts`` in seconds since the epoch.
+    """
+
+    event: GateEvent
+    document_ts: str | None = None
+    document_time: float | None = None
+
+
+def _narrated(event: GateEvent, document: datetime | None) -> CandidateRecord:
+    if document is None:
+        return CandidateRecord(event)
+    return CandidateRecord(event, iso_utc(document), document.timestamp())
+
+
+def candidate_of(model: Candidate) -> CandidateRecord:
+    """The gate's record of a candidate model (where people and files give candidates).
+
+    Raises:
+        processors.dbpm.BadEvent: the model is not a valid DBPM candidate (:func:`contract_event`).
+    """
+    return _narrated(contract_event(model), model.document_ts)  # type: ignore[arg-type]
+
+
+def candidate_record(datum: dict[str, Any]) -> CandidateRecord | None:
+    """A current-schema candidate datum (:meth:`schemas.serde.Serde.read_datum`) as
+    :func:`decode_candidate` gives it, without the model, or None where the model's checks are needed: a
+    task outside the contract's, a payload branch other than the task's, a difficulty outside [0, 1]
+    (which :func:`processors.dbpm.parse_event` refuses) or an event time not in wire form
+    (:func:`wire_time`)."""
+    task, payload = datum["task"], datum["payload"]
+    if _PAYLOAD_FIELDS.get(task) != payload.keys():
+        return None
+    difficulty = payload.get("difficulty")
+    if difficulty is not None and not 0.0 <= difficulty <= 1.0:  # NaN included
+        return None
+    at, document_ts = wire_time(datum["ts"]), datum["document_ts"]
+    document_time = None if document_ts is None else wire_time(document_ts)
+    if at is None or (document_ts is not None and document_time is None):
+        return None
+    event = GateEvent(
+        datum["ts"], at, task, datum["patient_id"], datum["candidate_id"],
+        {k: v for k, v in payload.items() if v is not None},
+    )  # fmt: skip
+    return CandidateRecord(event, document_ts, document_time)
+
+
+def decode_candidate(serde: Serde, record: SourceRecord) -> CandidateRecord | DecodeFailed:
+    """A ``clingate.dbpm.candidates`` record as the gate decides it, or why it goes to the dead-letter
+    topic (:func:`decode_datum`: from its datum where :func:`candidate_record` takes it, else as
+    :func:`decode_event` decodes it)."""
+
+    def model() -> CandidateRecord | DecodeFailed:
+        decoded = decode_event(serde, record, Candidate)
+        if isinstance(decoded, DecodeFailed):
+            return decoded
+        candidate, event = decoded
+        return _narrated(event, candidate.document_ts)
+
+    return decode_datum(serde, record, Candidate, candidate_record, model)
+
+
+def with_ner_categories(candidate: CandidateRecord, categories: Sequence[str]) -> CandidateRecord:
+    """A QA candidate with the patient's accepted NER categories stamped on its payload, as the
+    coverage join has it decided."""
+    payload = {**candidate.event.payload, "ner_categories": list(categories)}
+    return replace(candidate, event=replace(candidate.event, payload=payload))
+
+
+def candidate_datum(candidate: CandidateRecord) -> dict[str, Any]:
+    """The ``clingate.dbpm.Candidate`` datum of ``candidate``, in the form
+    :meth:`schemas.serde.Serde.write_datum` takes: the :class:`~schemas.dbpm.Candidate` model's datum,
+    field for field (the null payload fields the event leaves out written back as null)."""
+    event = candidate.event
+    name, fields = _PAYLOAD_BRANCHES[event.task]
+    payload = event.payload
+    return {
+        "ts": event.ts,
+        "task": event.task,
+        "patient_id": event.patient_id,
+        "candidate_id": event.candidate_id,
+        "document_ts": candidate.document_ts,
+        "payload": (name, {field: payload.get(field) for field in fields}),
+    }
 
 
 def decode_event(
@@ -662,21 +890,21 @@ class MemoryHandler:
         event time if the record has none): the horizon bounds how long a verifier may take, and a
         backfill of old candidates decided among live ones must not expire on arrival.
         """
-        decoded = decode_record(self._serde, record, Dispatch)
+        decoded = decode_dispatch(self._serde, record)
         if isinstance(decoded, DecodeFailed):
             return decoded
-        dispatch: Dispatch = decoded.value  # type: ignore[assignment]
-        sent = record.timestamp_ms / 1000 if record.timestamp_ms else dispatch.ts.timestamp()
+        candidate_id, at = decoded
+        sent = record.timestamp_ms / 1000 if record.timestamp_ms else at
         with Transaction(writer) as txn:
-            self._engine.dispatch(txn, dispatch.candidate_id, sent)
+            self._engine.dispatch(txn, candidate_id, sent)
         return None
 
     def _propagation_output(
         self, propagation: Propagation, partition: int, offset: int, index: int
     ) -> Output:
         """The record of one propagation, keyed by its target."""
-        record = propagation_record(propagation, partition, offset, index)
-        value = self._serde.encode(record, topic=DBPM_PROPAGATIONS)
+        datum = propagation_datum(propagation, partition, offset, index)
+        value = self._serde.write_datum(datum, PropagationRecord, topic=DBPM_PROPAGATIONS)
         self._metrics.propagations.labels("sent").inc()
         return Output(DBPM_PROPAGATIONS, propagation_key(propagation), value)
 
@@ -694,18 +922,17 @@ class MemoryHandler:
         once, by whichever copy is first.
         """
         try:
-            decoded = decode_event(self._serde, record, PropagationRecord, propagation_key)
+            decoded = decode_propagation(self._serde, record)
             if isinstance(decoded, DecodeFailed):
                 return decoded
-            model, propagation = decoded
-            mark = APPLIED_FROM_PREFIX + _ORIGIN_PARTITION.pack(model.origin_partition)
-            identity = _ORIGIN.pack(model.origin_offset, model.origin_index)
+            mark = APPLIED_FROM_PREFIX + _ORIGIN_PARTITION.pack(decoded.origin_partition)
+            identity = _ORIGIN.pack(decoded.origin_offset, decoded.origin_index)
             last = writer.get(mark)
             if last is not None and _ORIGIN.unpack(last) >= _ORIGIN.unpack(identity):
                 self._metrics.propagations.labels("duplicate").inc()
                 return None
             with Transaction(writer) as txn:
-                _, applied = self._engine.propagate(txn, propagation)
+                _, applied = self._engine.propagate(txn, decoded.event)
         except Exception as exc:  # a poison record must not stop the partition: DLQ, memory unchanged
             return processing_failed(record, exc, PropagationRecord.avro_name)
         writer.put(mark, identity)

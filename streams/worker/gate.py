@@ -33,6 +33,12 @@ still runs and the engine turns the BLOCKs its evidence causes into DOWNGRADEs. 
 (``clingate-barrier`` header) gets none: a replay stream carries the Filter's verdicts itself. Each
 decision names the configuration that made it (``config``, :meth:`processors.dbpm.DBPMConfig.fingerprint`).
 
+No model per candidate: a record is decoded from its Avro datum into the engine's event
+(:func:`~streams.worker.dbpm.decode_candidate`), and its decision and dispatches are written from
+datums (:func:`decision_datum`, :func:`~streams.worker.dbpm.dispatch_datum`), the bytes the models
+would give. A record whose datum needs a model's checks takes the model's path, and is decided or
+dead-lettered exactly as there; the Filter's verdict, rare, is a model.
+
 State the gate reads.
 
 * The memory: a replicated view of the memory table (the GlobalKTable pattern). The follower reads
@@ -96,6 +102,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -133,14 +140,17 @@ from streams.runtime.transactions import TransactionalProducer
 from streams.worker.dbpm import (
     BARRIER_HEADER,
     CONFIG_KEY,
+    CandidateRecord,
     MergedView,
     barrier_reached,
+    candidate_datum,
     contract_event,
-    decode_event,
+    decode_candidate,
     dispatch_outputs,
     memory_changelog,
     producer_config,
     verdict_key,
+    with_ner_categories,
 )
 from streams.worker.tableloop import transactional_id
 from streams.worker.tablestore import BOUNDARY_KEY, ChangelogFollower
@@ -322,8 +332,8 @@ class ConfigWatch:
         self.mismatched = others
 
 
-Pending = tuple[SourceRecord, Candidate, GateEvent]
-"""A QA candidate the coverage join holds: its record, as decoded."""
+Pending = tuple[SourceRecord, CandidateRecord]
+"""A QA candidate the coverage join holds: its record, and the record decoded."""
 
 Barrier = Callable[[float, bytes], bool]
 """Waits until the memory view reached a candidate's barrier (its event time and the value of its
@@ -356,14 +366,14 @@ class Gate:
         self._filter = flags.ontology_filter and not flags.disabled
         self._fingerprint = engine.config.fingerprint()
 
-    def decode(self, record: SourceRecord) -> tuple[Candidate, GateEvent] | DecodeFailed:
-        """The candidate of a ``clingate.dbpm.candidates`` record and its engine event, or the failure."""
-        return decode_event(self._serde, record, Candidate)  # type: ignore[return-value]
+    def decode(self, record: SourceRecord) -> CandidateRecord | DecodeFailed:
+        """The candidate of a ``clingate.dbpm.candidates`` record, or the failure
+        (:func:`~streams.worker.dbpm.decode_candidate`: from its Avro datum where that is exact)."""
+        return decode_candidate(self._serde, record)
 
     def decide(
         self,
-        candidate: Candidate,
-        event: GateEvent,
+        candidate: CandidateRecord,
         waited_out: bool = False,
         replayed: bool = False,
         coverage: Release[Pending] | None = None,
@@ -374,29 +384,30 @@ class Gate:
 
         A live QA candidate released by the coverage join (``coverage``) is decided with the patient's
         accepted NER categories, as the memory holds them now, stamped on its payload; one decided
-        without the join gets coverage ``off``.
+        without the join gets coverage ``off``. The decision is written from its datum
+        (:func:`decision_datum`), the bytes its model would give.
         """
         txn = Transaction(self._view)  # the engine only reads; the transaction keeps the view untouched
         joined: tuple[Coverage, float] | None = None
+        event = candidate.event
         if event.task == QA and not replayed:
             joined = (Coverage.OFF, 0.0) if coverage is None else (coverage.coverage, coverage.waited_s)
             if coverage is not None:
-                categories = Memory(txn, self.engine.config).patient_categories(candidate.patient_id)
-                payload = candidate.payload.model_copy(update={"ner_categories": categories})
-                candidate = candidate.model_copy(update={"payload": payload})
-                event = contract_event(candidate)  # type: ignore[assignment]
+                categories = Memory(txn, self.engine.config).patient_categories(event.patient_id)
+                candidate = with_ner_categories(candidate, categories)
+                event = candidate.event
         decision = self.engine.decide(txn, event, event.time)
         txn.abort()
-        record = decision_record(candidate, decision, waited_out, self._fingerprint, joined)
-        value = self._serde.encode(record, topic=DBPM_DECISIONS)
+        datum = decision_datum(candidate, decision, waited_out, self._fingerprint, joined)
+        value = self._serde.write_datum(datum, GateDecision, topic=DBPM_DECISIONS)
         violation = None
-        if self._filter and not replayed and (verdict := filter_verdict(self.engine.ontology, candidate)):
+        if self._filter and not replayed and (verdict := filter_verdict(self.engine.ontology, event)):
             key = verdict_key(self.engine, contract_event(verdict))  # type: ignore[arg-type]
             violation = Output(DBPM_VERDICTS, key, self._serde.encode(verdict, topic=DBPM_VERDICTS))
         # A replay stream's verdicts are applied as given: nothing to look up for them.
         dispatches = () if replayed else dispatch_outputs(self._serde, event)
         return DecidedCandidate(
-            candidate.patient_id.encode(), value, event, decision.decision, violation, dispatches
+            event.patient_id.encode(), value, event, decision.decision, violation, dispatches
         )
 
     def was_judged(self, candidate_id: str) -> bool:
@@ -406,8 +417,7 @@ class Gate:
     def judge(
         self,
         record: SourceRecord,
-        candidate: Candidate,
-        event: GateEvent,
+        candidate: CandidateRecord,
         barrier: Barrier,
         coverage: Release[Pending] | None = None,
     ) -> DecidedCandidate | DecodeFailed:
@@ -420,9 +430,9 @@ class Gate:
         raises propagates.
         """
         replayed = is_replayed(record)
-        waited_out = replayed and barrier(event.time, record.header(BARRIER_HEADER) or b"")
+        waited_out = replayed and barrier(candidate.event.time, record.header(BARRIER_HEADER) or b"")
         try:
-            outcome = self.decide(candidate, event, waited_out, replayed, coverage)
+            outcome = self.decide(candidate, waited_out, replayed, coverage)
         except Exception as exc:  # a poison record must not stop the partition: DLQ, nothing decided
             return processing_failed(record, exc, Candidate.avro_name)
         # A decision the broker would refuse on every retry (the batch rewound forever) is its input's DLQ.
@@ -564,28 +574,28 @@ class GateSteps:
 
     def _judge_released(self, release: Release[Pending]) -> DecidedCandidate | DecodeFailed:
         """A QA candidate the coverage join released: counted by how its coverage was settled, decided."""
-        record, candidate, event = release.record
+        record, candidate = release.record
         self._metrics.coverage_released.labels(release.coverage.value).inc()
-        return self.gate.judge(record, candidate, event, self._barrier, release)
+        return self.gate.judge(record, candidate, self._barrier, release)
 
     def _take(self, record: SourceRecord, now: float) -> DecidedCandidate | DecodeFailed | None:
         """One candidate through the coverage join (when it is on) and the gate; None: held."""
-        decoded = self.gate.decode(record)
-        if isinstance(decoded, DecodeFailed):
-            return decoded
-        candidate, event = decoded
+        candidate = self.gate.decode(record)
+        if isinstance(candidate, DecodeFailed):
+            return candidate
         join = self.join
-        if join is None or candidate.document_ts is None or is_replayed(record):
-            return self.gate.judge(record, candidate, event, self._barrier)
-        key = (candidate.patient_id, candidate.document_ts.timestamp())
-        if candidate.task == QA:
-            release = join.qa(key, record.partition, record.offset, (record, candidate, event), now)
+        event = candidate.event
+        if join is None or candidate.document_time is None or is_replayed(record):
+            return self.gate.judge(record, candidate, self._barrier)
+        key = (event.patient_id, candidate.document_time)
+        if event.task == QA:
+            release = join.qa(key, record.partition, record.offset, (record, candidate), now)
             return None if release is None else self._judge_released(release)
-        out = self.gate.judge(record, candidate, event, self._barrier)
-        if candidate.task != NER or not isinstance(out, DecidedCandidate):
+        out = self.gate.judge(record, candidate, self._barrier)
+        if event.task != NER or not isinstance(out, DecidedCandidate):
             join.other(key, record.partition, record.offset, now)
             return out
-        self._joined_ner(key, record, candidate, out.decision != BLOCK, now)
+        self._joined_ner(key, record, event.candidate_id, out.decision != BLOCK, now)
         return out
 
     def _rebuild(self, record: SourceRecord, now: float) -> None:
@@ -595,32 +605,32 @@ class GateSteps:
         join = self.join
         if join is None or is_replayed(record):
             return
-        decoded = self.gate.decode(record)
-        if isinstance(decoded, DecodeFailed):
+        candidate = self.gate.decode(record)
+        if isinstance(candidate, DecodeFailed):
             return
-        candidate, event = decoded
-        if candidate.document_ts is None or candidate.task == QA:
+        event = candidate.event
+        if candidate.document_time is None or event.task == QA:
             return
-        key = (candidate.patient_id, candidate.document_ts.timestamp())
-        if candidate.task != NER:
+        key = (event.patient_id, candidate.document_time)
+        if event.task != NER:
             join.other(key, record.partition, record.offset, now)
             return
         try:
-            let_through = self.gate.decide(candidate, event).decision != BLOCK
+            let_through = self.gate.decide(candidate).decision != BLOCK
         except Exception:  # dead-lettered when it was first read: it opens the narrative, nothing pending
             join.other(key, record.partition, record.offset, now)
             return
-        self._joined_ner(key, record, candidate, let_through, now)
+        self._joined_ner(key, record, event.candidate_id, let_through, now)
 
     def _joined_ner(
-        self, key: NarrativeKey, record: SourceRecord, candidate: Candidate, let_through: bool, now: float
+        self, key: NarrativeKey, record: SourceRecord, candidate_id: str, let_through: bool, now: float
     ) -> None:
         """Tell the join an NER candidate was decided (pending unless BLOCKed or judged already)."""
         join = self.join
         assert join is not None
-        join.ner(key, record.partition, record.offset, candidate.candidate_id, let_through, now)
-        if let_through and self.gate.was_judged(candidate.candidate_id):
-            join.settle(candidate.candidate_id)  # read again after a restart: its verdict is applied
+        join.ner(key, record.partition, record.offset, candidate_id, let_through, now)
+        if let_through and self.gate.was_judged(candidate_id):
+            join.settle(candidate_id)  # read again after a restart: its verdict is applied
 
 
 class GateLoop:
@@ -810,6 +820,24 @@ def is_replayed(record: SourceRecord) -> bool:
     return any(k == BARRIER_HEADER for k, _ in record.headers)
 
 
+def decision_fields(
+    decision: GateRuling, waited_out: bool, config: str, coverage: tuple[Coverage, float] | None
+) -> dict[str, Any]:
+    """The fields of the ``clingate.dbpm.decisions`` record of ``decision`` that do not repeat its
+    candidate, as its datum holds them (:func:`decision_record`, :func:`decision_datum`)."""
+    return {
+        "decision": decision.decision,
+        "rule": decision.rule,
+        "signature": decision.signature,
+        "severity": decision.severity,
+        "confidence_multiplier": decision.multiplier,
+        "provenance": [*decision.sources, *decision.policy, *(("barrier_timeout",) if waited_out else ())],
+        "config": config,
+        "coverage": None if coverage is None else coverage[0].value,
+        "coverage_wait_s": None if coverage is None else round(coverage[1], 6),
+    }
+
+
 def decision_record(
     candidate: Candidate,
     decision: GateRuling,
@@ -820,23 +848,32 @@ def decision_record(
     """The ``clingate.dbpm.decisions`` record of ``decision`` on ``candidate`` by the engine whose
     configuration has the fingerprint ``config``; ``coverage``: how a live QA candidate's NER coverage
     was settled, and how long it waited for it."""
-    provenance = (*decision.sources, *decision.policy, *(("barrier_timeout",) if waited_out else ()))
-    return GateDecision(
-        ts=candidate.ts,
-        task=candidate.task,
-        patient_id=candidate.patient_id,
-        candidate_id=candidate.candidate_id,
-        decision=decision.decision,
-        rule=decision.rule,
-        signature=decision.signature,
-        severity=decision.severity,
-        confidence_multiplier=decision.multiplier,
-        provenance=provenance,
-        candidate=candidate,
-        config=config,
-        coverage=None if coverage is None else coverage[0],
-        coverage_wait_s=None if coverage is None else round(coverage[1], 6),
-    )
+    return GateDecision.model_validate({
+        "ts": candidate.ts, "task": candidate.task, "patient_id": candidate.patient_id,
+        "candidate_id": candidate.candidate_id, "candidate": candidate,
+        **decision_fields(decision, waited_out, config, coverage),
+    })  # fmt: skip
+
+
+def decision_datum(
+    candidate: CandidateRecord,
+    decision: GateRuling,
+    waited_out: bool,
+    config: str,
+    coverage: tuple[Coverage, float] | None = None,
+) -> dict[str, Any]:
+    """The datum of :func:`decision_record` built from the gate's record of the candidate instead of
+    its model, for :meth:`schemas.serde.Serde.write_datum`: the same bytes, without a model per
+    decision."""
+    event = candidate.event
+    return {
+        "ts": event.ts,
+        "task": event.task,
+        "patient_id": event.patient_id,
+        "candidate_id": event.candidate_id,
+        "candidate": candidate_datum(candidate),
+        **decision_fields(decision, waited_out, config, coverage),
+    }
 
 
 def build_gate(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> GateLoop:

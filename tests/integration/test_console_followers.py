@@ -25,7 +25,6 @@ from streams.console.assessments import KafkaAssessments
 from streams.console.records import TopicFollower, read_records
 from streams.console.reviews import KafkaReviews
 from streams.demo.samples import golden_assessment
-from streams.groups.arbiter import review_record
 from streams.runtime.kafka_clients import produce_in_transaction, produce_waiting, producer_settings, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
@@ -127,7 +126,8 @@ def test_the_sme_source_finds_what_was_published_between_two_reads(kafka_bootstr
             doc_id=made[0].doc_id, ts=datetime.now(UTC), reviewer="sam", decision=ReviewDecision.AGREES
         )
         writer = Producer(producer_settings(kafka_bootstrap))
-        produce_waiting(writer, DOCS_REVIEWS, **review_record(serde, review))
+        value = serde.encode(review, topic=DOCS_REVIEWS)
+        produce_waiting(writer, DOCS_REVIEWS, key=review.doc_id.encode(), value=value)
         assert writer.flush(30) == 0
         assert mine() == ({p.doc_id for p in made}, [made[0].doc_id])
         assert mine() == ({p.doc_id for p in made}, [made[0].doc_id])

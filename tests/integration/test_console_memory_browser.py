@@ -22,19 +22,17 @@ from typing import Any
 
 import pytest
 
-from streams.replay.kafka import commit_end_offsets
-from streams.requests.runtime import group_id
 from streams.testing.console import (
     add_user,
     audit_trail,
     console_env,
     launch,
+    request_runtime,
     running_console,
     sign_in,
     sync_playwright,
 )
-from streams.testing.worker import COMPARISON_ENV, LiveGate, WorkerProcess
-from topics.catalog import CONSOLE_REQUESTS
+from streams.testing.worker import COMPARISON_ENV, LiveGate
 
 pytestmark = pytest.mark.integration
 
@@ -46,70 +44,70 @@ def test_an_operator_finds_why_a_candidate_was_blocked_and_pins_it_and_a_clinici
 ) -> None:
     playwright_of = sync_playwright()
     app_id, _ = start_workers(1, **COMPARISON_ENV)
-    commit_end_offsets(kafka_bootstrap, group_id(app_id), [CONSOLE_REQUESTS])  # not other tests' requests
-    requests = WorkerProcess(kafka_bootstrap, app_id, tmp_path / "requests", {}, role="requests")
-    requests.start()
-    run = uuid.uuid4().hex[:8]
-    operator, clinician = f"ops-{run}", f"dr-{run}"
-    env = {**console_env(kafka_bootstrap, tmp_path / "users.json"), "CLINGATE_APP_ID": app_id}
-    add_user(env, operator, "operator")
-    add_user(env, clinician, "clinician")
-    gate = LiveGate(kafka_bootstrap, f"Fever-{run}", f"p-{run}")
-    sig = f"fever-{run}"
-    try:
-        for source in ("verifier_mmed", "rule_based", "verifier_mmed", "verifier_mmed"):
-            gate.verdict("hard_fail", source)
-        blocked = gate.until(lambda d: d.decision.value == "BLOCK")[-1]
-        assert (blocked.rule, blocked.signature) == ("block", sig)
+    with request_runtime(kafka_bootstrap, app_id, tmp_path / "requests"):
+        run = uuid.uuid4().hex[:8]
+        operator, clinician = f"ops-{run}", f"dr-{run}"
+        env = {**console_env(kafka_bootstrap, tmp_path / "users.json"), "CLINGATE_APP_ID": app_id}
+        add_user(env, operator, "operator")
+        add_user(env, clinician, "clinician")
+        gate = LiveGate(kafka_bootstrap, f"Fever-{run}", f"p-{run}")
+        sig = f"fever-{run}"
+        try:
+            for source in ("verifier_mmed", "rule_based", "verifier_mmed", "verifier_mmed"):
+                gate.verdict("hard_fail", source)
+            blocked = gate.until(lambda d: d.decision.value == "BLOCK")[-1]
+            assert (blocked.rule, blocked.signature) == ("block", sig)
 
-        with running_console(env, tmp_path / "console.log") as url, playwright_of() as playwright:
-            browser = launch(playwright)
-            try:
-                page = browser.new_context().new_page()
-                assert sign_in(page, url, operator, "/memory").status == 200
-                page.fill("input[name=candidate]", blocked.candidate_id)
-                with page.expect_navigation():
-                    page.click("button[name=find-candidate]")
-                why = page.locator("p.why").inner_text()
-                assert why.startswith("BLOCK by rule block: its signature's severity was ")
-                assert "verifier, rule_based" in why
-                assert page.locator("dd.rule").inner_text() == "block"
-                page.screenshot(path=str(tmp_path / "candidate.png"), full_page=True)
+            with running_console(env, tmp_path / "console.log") as url, playwright_of() as playwright:
+                browser = launch(playwright)
+                try:
+                    page = browser.new_context().new_page()
+                    assert sign_in(page, url, operator, "/memory").status == 200
+                    page.fill("input[name=candidate]", blocked.candidate_id)
+                    with page.expect_navigation():
+                        page.click("button[name=find-candidate]")
+                    why = page.locator("p.why").inner_text()
+                    assert why.startswith("BLOCK by rule block: its signature's severity was ")
+                    assert "verifier, rule_based" in why
+                    assert page.locator("dd.rule").inner_text() == "block"
+                    page.screenshot(path=str(tmp_path / "candidate.png"), full_page=True)
 
-                page.click("a.signature")
-                assert page.locator("dd.count").inner_text() == "4"
-                severity = page.locator("div.severity-chart svg polyline").first
-                drawn = [
-                    tuple(map(float, p.split(","))) for p in (severity.get_attribute("points") or "").split()
-                ]
-                assert drawn and [x for x, _ in drawn] == sorted(x for x, _ in drawn), "in event-time order"
-                chart_box = page.locator("div.severity-chart svg").bounding_box()
-                table_box = page.locator("table.trajectory").bounding_box()
-                assert chart_box and table_box and chart_box["height"] > 100
-                assert chart_box["y"] + chart_box["height"] <= table_box["y"], (
-                    "the table stays below the chart"
-                )
-                assert page.locator("table.trajectory tr[data-kind=verdict]").count() == 4
-                assert page.locator(f"tr[data-candidate='{blocked.candidate_id}']").count() == 1
-                page.select_option("select[name=action]", "ALLOW")
-                page.fill("input[name=reason]", "benign on this ward")
-                with page.expect_navigation() as navigation:
-                    page.click("button[name=pin]")
-                assert navigation.value.status == 200 and "Pin ALLOW recorded." in page.content()
-                page.screenshot(path=str(tmp_path / "signature.png"), full_page=True)
+                    page.click("a.signature")
+                    assert page.locator("dd.count").inner_text() == "4"
+                    severity = page.locator("div.severity-chart svg polyline").first
+                    drawn = [
+                        tuple(map(float, p.split(",")))
+                        for p in (severity.get_attribute("points") or "").split()
+                    ]
+                    assert drawn and [x for x, _ in drawn] == sorted(x for x, _ in drawn), (
+                        "in event-time order"
+                    )
+                    chart_box = page.locator("div.severity-chart svg").bounding_box()
+                    table_box = page.locator("table.trajectory").bounding_box()
+                    assert chart_box and table_box and chart_box["height"] > 100
+                    assert chart_box["y"] + chart_box["height"] <= table_box["y"], (
+                        "the table stays below the chart"
+                    )
+                    assert page.locator("table.trajectory tr[data-kind=verdict]").count() == 4
+                    assert page.locator(f"tr[data-candidate='{blocked.candidate_id}']").count() == 1
+                    page.select_option("select[name=action]", "ALLOW")
+                    page.fill("input[name=reason]", "benign on this ward")
+                    with page.expect_navigation() as navigation:
+                        page.click("button[name=pin]")
+                    assert navigation.value.status == 200 and "Pin ALLOW recorded." in page.content()
+                    page.screenshot(path=str(tmp_path / "signature.png"), full_page=True)
 
-                other = browser.new_context().new_page()
-                assert sign_in(other, url, clinician, "/").status == 200
-                refused = other.goto(url + "/memory")
-                assert refused is not None and refused.status == 403
-                assert "not for the clinician role" in other.content()
-            finally:
-                browser.close()
+                    other = browser.new_context().new_page()
+                    assert sign_in(other, url, clinician, "/").status == 200
+                    refused = other.goto(url + "/memory")
+                    assert refused is not None and refused.status == 403
+                    assert "not for the clinician role" in other.content()
+                finally:
+                    browser.close()
 
-        *_, pinned = gate.until(lambda d: d.rule == "operator_pin")
-    finally:
-        gate.close()
-        requests.stop()
+            *_, pinned = gate.until(lambda d: d.rule == "operator_pin")
+        finally:
+            gate.close()
 
     records = audit_trail(kafka_bootstrap, {operator, clinician})
     [pin] = [a for a in records[operator] if a.action == "pin"]

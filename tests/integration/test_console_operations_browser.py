@@ -19,9 +19,10 @@ What it shows:
   record, and nothing is written to ``clingate.agent.requests``. (A re-drive carried out, with its
   headers, is in ``tests/integration/test_security_acls.py``.) A clinician gets 403 on the dead-letter
   pages.
-* **The agent.** A clinician asks "Check FDA warnings for dofetilide"; the turn page reloads itself until
-  the worker answered, then shows the scripted answer, the path, each node's decision in order and the
-  ``check_drug_safety`` call; the ``ask`` record is on the audit topic.
+* **The agent.** A clinician asks "Check FDA warnings for dofetilide" (the request runtime publishes the
+  question the console asked for); the turn page reloads itself until the worker answered, then shows
+  the scripted answer, the path, each node's decision in order and the ``check_drug_safety`` call; the
+  ``ask`` record is on the audit topic.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from schemas.common import DeadLetter
 from schemas.console import ConsoleRequestOutcome
 from schemas.serde import make_serde
 from streams.replay.kafka import commit_end_offsets
-from streams.requests.runtime import group_id
 from streams.runtime.kafka_clients import read_to_end, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
@@ -50,16 +50,16 @@ from streams.testing.console import (
     audit_trail,
     console_env,
     launch,
+    request_runtime,
     running_console,
     sign_in,
     sync_playwright,
 )
 from streams.testing.llm_server import ServerProcess
 from streams.testing.process import SOURCE_ROOT, ProcessHandle, eventually, python_module
-from streams.testing.worker import WorkerProcess
 from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
-from topics.catalog import AGENT_REQUESTS, CONSOLE_REQUEST_OUTCOMES, CONSOLE_REQUESTS, build_catalog, dlq_name
+from topics.catalog import AGENT_REQUESTS, CONSOLE_REQUEST_OUTCOMES, build_catalog, dlq_name
 
 pytestmark = pytest.mark.integration
 
@@ -94,20 +94,17 @@ def site(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     }  # fmt: skip
     argv = python_module("streams.cli", "agent", "worker", "--metrics-port", "0")
     agent = ProcessHandle("agent", argv, env=agent_env, cwd=SOURCE_ROOT, log=directory / "agent.log").start()
-    commit_end_offsets(kafka_bootstrap, group_id(agent_env["CLINGATE_APP_ID"]), [CONSOLE_REQUESTS])
-    requests = WorkerProcess(
-        kafka_bootstrap, agent_env["CLINGATE_APP_ID"], directory / "requests", {}, role="requests"
-    )
-    requests.start()
     try:
         env = console_env(kafka_bootstrap, directory / "users.json")
         operator, clinician = f"op-{run}", f"dr-{run}"
         add_user(env, operator, "operator")
         add_user(env, clinician, "clinician")
-        with running_console(env, directory / "console.log") as url:
+        with (
+            request_runtime(kafka_bootstrap, agent_env["CLINGATE_APP_ID"], directory / "requests"),
+            running_console(env, directory / "console.log") as url,
+        ):
             yield Site(url, operator, clinician)
     finally:
-        requests.stop()
         agent.stop(grace_s=30)
         server.stop()
 

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
@@ -45,6 +46,7 @@ from streams.replay.kafka import commit_end_offsets
 from streams.runtime.dlq import header_map
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
+from streams.testing.console import request_runtime
 from topics.admin import ensure_topics
 from topics.catalog import (
     DOCS_CLASSIFICATIONS,
@@ -171,7 +173,7 @@ def _values(seen: dict[str, list], topic: str, key: str, model: type) -> list:
 
 
 def test_trap_cases_bad_record_and_review_flow_through_the_docs_worker(
-    kafka_bootstrap: str, docs_worker: DocsWorker, monkeypatch: pytest.MonkeyPatch
+    kafka_bootstrap: str, docs_worker: DocsWorker, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
     """Scenario: the seed's trap cases are published to clingate.docs.classifications with a bad record.
 
@@ -179,8 +181,9 @@ def test_trap_cases_bad_record_and_review_flow_through_the_docs_worker(
     share-sum example is auto-fixed and accepted on its retry; the undecodable record lands on the
     classifications DLQ with its coordinates, and the worker carries on. An SME then corrects the
     Quest document to OTHER with ``clingate arbiter review`` (after ``clingate arbiter reviews`` listed it as
-    pending): ground truth SME_CORRECTED is published and the packet's latest value on the compacted
-    packet topic is reviewed.
+    pending), a request the request runtime (``clingate worker --role requests``) carries out: ground
+    truth SME_CORRECTED is published and the packet's latest value on the compacted packet topic is
+    reviewed.
     """
     run = uuid.uuid4().hex[:8]
     quest, share_sum, bad = f"quest-{run}", f"share-sum-{run}", f"bad-{run}"
@@ -221,18 +224,6 @@ def test_trap_cases_bad_record_and_review_flow_through_the_docs_worker(
 
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap)
     get_settings.cache_clear()
-    try:
-        listed = CliRunner().invoke(docs_cli, ["reviews"])
-        assert listed.exit_code == 0, listed.output
-        assert quest in listed.stdout and share_sum not in listed.stdout
-        recorded = CliRunner().invoke(docs_cli, [
-            "review", quest, "--reviewer", "sme-1", "--decision", "CORRECTS", "--corrected-type", "OTHER",
-            "--notes", "routine CBC, not genomic",
-        ])  # fmt: skip
-    finally:
-        get_settings.cache_clear()
-    assert recorded.exit_code == 0, recorded.output
-    assert "Routine lab vendor detected" in recorded.stdout  # the packet was rendered before deciding
 
     def reviewed(seen: dict[str, list]) -> bool:
         return (
@@ -240,7 +231,21 @@ def test_trap_cases_bad_record_and_review_flow_through_the_docs_worker(
             and len([k for k, _, _ in seen[DOCS_REVIEW_PACKETS] if k == quest]) >= 2
         )
 
-    seen = _collect(kafka_bootstrap, [DOCS_GROUND_TRUTH, DOCS_REVIEW_PACKETS], reviewed)
+    with request_runtime(kafka_bootstrap, f"clingate-docs-it-{run}", tmp_path / "requests"):
+        try:
+            listed = CliRunner().invoke(docs_cli, ["reviews"])
+            assert listed.exit_code == 0, listed.output
+            assert quest in listed.stdout and share_sum not in listed.stdout
+            recorded = CliRunner().invoke(docs_cli, [
+                "review", quest, "--reviewer", "sme-1", "--decision", "CORRECTS", "--corrected-type", "OTHER",
+                "--notes", "routine CBC, not genomic",
+            ])  # fmt: skip
+        finally:
+            get_settings.cache_clear()
+        assert recorded.exit_code == 0, recorded.output
+        assert "Routine lab vendor detected" in recorded.stdout  # the packet was rendered before deciding
+        assert "the request runtime" in recorded.stderr
+        seen = _collect(kafka_bootstrap, [DOCS_GROUND_TRUTH, DOCS_REVIEW_PACKETS], reviewed)
     assert reviewed(seen)
     [truth] = _values(seen, DOCS_GROUND_TRUTH, quest, GroundTruth)
     assert truth.ground_truth_source is GroundTruthSource.SME_CORRECTED

@@ -1,13 +1,13 @@
 """Poison records on every consumed topic, through every runtime as the product runs it (the CI version of
 ``clingate bench poison``; the suite itself is :mod:`streams.testing.poison`).
 
-Real subprocesses on the session broker: ``clingate worker`` (memory agent, gate, clinical agent),
-``clingate arbiter worker``, ``clingate generator`` and ``clingate verifier`` against ``clingate llm serve
---backend test --hashed``. A few hundred records: on each fed topic 12 good and 12 bad ones (every kind
-of bad record at least once), six oversized bad values (one near the 8 MiB topic limit, one with a 2 MiB
-key whose dead letter must be cut, 2 MiB ones), large valid records (2 MiB texts) whose outputs must come,
-and valid records too large for their outputs or state. Measured on the 2-core development VM: ~30 s
-for the suite after the broker is up.
+Real subprocesses on the session broker: ``clingate worker`` (memory agent, gate, clinical agent), the
+request runtime (``clingate worker --role requests``), ``clingate arbiter worker``, ``clingate generator``
+and ``clingate verifier`` against ``clingate llm serve --backend test --hashed``. A few hundred records:
+on each fed topic 12 good and 12 bad ones (every kind of bad record at least once), six oversized bad
+values (one near the 8 MiB topic limit, one with a 2 MiB key whose dead letter must be cut, 2 MiB ones),
+large valid records (2 MiB texts) whose outputs must come, and valid records too large for their outputs
+or state. Measured on the 2-core development VM: ~30 s for the suite after the broker is up.
 """
 
 from __future__ import annotations

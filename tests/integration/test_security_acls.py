@@ -29,11 +29,14 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from schemas.clinical import QueryDecision, QueryVerdict
 from schemas.console import ConsoleRequest
 from schemas.console import ConsoleRequestOutcome as Outcome
 from schemas.dbpm import Verdict
+from schemas.docs import Review, ReviewDecision
 from schemas.serde import make_serde
 from streams.replay.kafka import replay_via_kafka
+from streams.requests.check import RequestAction, publication_request
 from streams.runtime.dlq import SourceRecord, dead_letter_record, processing_failed
 from streams.runtime.kafka_clients import read_to_end
 from streams.runtime.kafka_config import client_config
@@ -52,12 +55,16 @@ from tests.integration.test_dbpm_worker import COMPARISON_FLAGS, _contract, _eve
 from topics.acls import DEFAULT_PLAN, AclOutcome, AclPlan, ensure_acls, load_plan
 from topics.admin import ensure_topics
 from topics.catalog import (
+    AGENT_REQUESTS,
+    CLINICAL_EVIDENCE_REVIEWS,
+    CLINICAL_QUERY_DECISIONS,
     CONSOLE_REQUEST_OUTCOMES,
     CONSOLE_REQUESTS,
     DBPM_CANDIDATES,
     DBPM_DECISIONS,
     DBPM_VERDICTS,
     DOCS_GROUND_TRUTH,
+    DOCS_REVIEWS,
     FHIR_UPDATES,
     build_catalog,
     dlq_name,
@@ -383,8 +390,9 @@ def _outcomes(secured: Secured, wanted: set[str], timeout_s: float = 60.0) -> di
 def test_the_console_cannot_write_an_input_topic_and_its_redrive_is_carried_out_by_the_request_runtime(
     secured: Secured, tmp_path: Path
 ) -> None:
-    """Scenario: with the console's credentials, a forged verifier verdict, a FHIR update, a ground truth
-    and a dead letter are refused by the broker; a re-drive it asks for is carried out by
+    """Scenario: with the console's credentials, a forged verifier verdict, a FHIR update, a ground truth,
+    a dead letter, a review, a question to the agent and a pharmacist's decision are refused by the
+    broker; a re-drive, an SME's review and a pharmacist's query decision it asks for are carried out by
     ``clingate worker --role requests`` running as clingate-requests, and a pin request carrying a
     forged verdict is refused by that runtime.
 
@@ -398,7 +406,11 @@ def test_the_console_cannot_write_an_input_topic_and_its_redrive_is_carried_out_
     assert forged.source == "verifier_mmed"
     verdict = serde.encode(forged, topic=DBPM_VERDICTS)
     assert _produce_error(secured.bootstrap, console, DBPM_VERDICTS, verdict) == denied
-    for topic in (FHIR_UPDATES, DOCS_GROUND_TRUTH, dlq_name(FHIR_UPDATES)):
+    written = (
+        FHIR_UPDATES, DOCS_GROUND_TRUTH, dlq_name(FHIR_UPDATES), DOCS_REVIEWS, AGENT_REQUESTS,
+        CLINICAL_QUERY_DECISIONS, CLINICAL_EVIDENCE_REVIEWS,
+    )  # fmt: skip
+    for topic in written:
         assert _produce_error(secured.bootstrap, console, topic) == denied, topic
 
     update = next(s for s in samples() if type(s).__name__ == "FhirUpdate")
@@ -422,7 +434,22 @@ def test_the_console_cannot_write_an_input_topic_and_its_redrive_is_carried_out_
         target="ner|patient", topic=DBPM_VERDICTS, key=b"ner|patient",
         value=serde.encode(forged, topic=DBPM_VERDICTS), note="forged",
     )  # fmt: skip
-    for request in (redrive, forged_pin):
+    review = publication_request(
+        RequestAction.REVIEW, Review(doc_id="doc-1", ts=now, reviewer="sam", decision=ReviewDecision.AGREES),
+        serde, request_id=f"review-{uuid.uuid4().hex[:8]}", user="sam", role="sme", at=now,
+    )  # fmt: skip
+    decision_id = f"queries-{uuid.uuid4().hex[:8]}"
+    queries = ["digoxin toxicity management"]
+    approved = QueryDecision(
+        patient_id="PT-1", run_id="run-1", event_time=now, proposed_at=now, pharmacist="ph",
+        decision_id=decision_id, decision=QueryVerdict.APPROVED, proposed=queries, queries=queries,
+    )  # fmt: skip
+    decision = publication_request(
+        RequestAction.QUERY_DECISION, approved, serde, request_id=decision_id, user="ph", role="pharmacist",
+        at=now,
+    )  # fmt: skip
+    asked = (redrive, forged_pin, review, decision)
+    for request in asked:
         value = serde.encode(request, topic=CONSOLE_REQUESTS)
         _produce(secured, "clingate-console", CONSOLE_REQUESTS, value, request.target.encode())
 
@@ -430,11 +457,12 @@ def test_the_console_cannot_write_an_input_topic_and_its_redrive_is_carried_out_
                             _secured_env(secured, "clingate-requests"), role="requests")  # fmt: skip
     runtime.start()
     try:
-        outcomes = _outcomes(secured, {redrive.request_id, forged_pin.request_id})
+        outcomes = _outcomes(secured, {request.request_id for request in asked})
     finally:
         runtime.stop()
-    assert {redrive.request_id, forged_pin.request_id} <= outcomes.keys(), runtime.log.read_text()[-4000:]
-    assert outcomes[redrive.request_id].outcome == "ok", outcomes[redrive.request_id].reason
+    assert {r.request_id for r in asked} <= outcomes.keys(), runtime.log.read_text()[-4000:]
+    for carried in (redrive, review, decision):
+        assert outcomes[carried.request_id].outcome == "ok", outcomes[carried.request_id].reason
     assert outcomes[redrive.request_id].partition == 1
     assert outcomes[forged_pin.request_id].outcome == "refused"
     assert "not an operator's pin" in outcomes[forged_pin.request_id].reason

@@ -4,11 +4,12 @@
 sessions, sign-in and pages) with a users file in the test's directory, a clock the test moves
 (:class:`FakeClock`), an audit trail that keeps its records in a list and reads them back
 (:class:`MemoryTrail`), a fixed list of assessments (:class:`FakeAssessments`), fixed review packets and
-reviews (:class:`FakeReviews`), a review publisher that keeps what it publishes (:class:`MemoryPublisher`),
-fixed dead letters (:class:`FakeDeadLetters`), a request sink that keeps the requests sent
-(:class:`MemoryRequests`), the agent's topics in memory (:class:`MemoryAgent`), fixed gated drafts and
-routes (:class:`FakeDrafts`), a DBPM memory the test fills through the real engine (:class:`FakeMemory`)
-and a pin publisher that keeps what it publishes (:class:`MemoryPins`), and runs a scenario against it
+reviews (:class:`FakeReviews`), fixed dead letters (:class:`FakeDeadLetters`), a request sink that keeps
+the requests sent, the records they carry built by the real request builder (:class:`MemoryRequests`),
+the agent's topics in memory, its requests those asked for (:class:`MemoryAgent`), fixed gated drafts and
+routes (:class:`FakeDrafts`), a DBPM memory the test fills through the real engine (:class:`FakeMemory`),
+a pin publisher that keeps what it publishes (:class:`MemoryPins`) and the touchpoints' topics as lists
+(:class:`FakeTouchpoints`), and runs a scenario against it
 with aiohttp's test client on a loopback port, served as ``clingate console`` serves it (its access
 logger). :func:`visitor` is one more browser of the same server, from any loopback address.
 """
@@ -30,11 +31,22 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
 from schemas.agent import AgentRequest
-from schemas.clinical import ClinicalAssessment, GatedDraft, RevisionRoute
+from schemas.base import AvroModel
+from schemas.clinical import (
+    ClinicalAssessment,
+    EvidenceBundle,
+    EvidenceReview,
+    GatedDraft,
+    QueryDecision,
+    QueryProposal,
+    RevisionRoute,
+)
 from schemas.console import ConsoleAction, ConsoleRequest, ConsoleRequestOutcome
 from schemas.dbpm import GateDecision, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
 from schemas.docs import Review, ReviewPacket
+from schemas.registry import load_registry
+from schemas.serde import make_serde
 from state import MemoryStore
 from streams.console.agent_topics import Turn
 from streams.console.app import AccessLogger, build_app
@@ -47,13 +59,18 @@ from streams.console.drafts import DraftLog
 from streams.console.memory import Explorer
 from streams.console.memorylog import SignatureLog, memory_keys
 from streams.console.pages import Unavailable
+from streams.console.requests import person_request
 from streams.console.reviews import ReviewLog
 from streams.console.sessions import Sessions, SignInThrottle
+from streams.console.touchpoint_topics import TouchpointLog
 from streams.console.users import PasswordChecks, Role, UserStore
 from streams.demo.samples import golden_assessment
+from streams.requests.check import PUBLICATIONS, RequestAction
 from streams.worker.dbpm import contract_event, memory_key, verdict_key
+from topics.catalog import CATALOG
 
 PASSWORD = "correct horse battery"
+SERDE = make_serde(None)
 LIFETIME_S = 8 * 3600.0
 IDLE_S = 1800.0
 
@@ -119,19 +136,6 @@ class FakeReviews:
         if self.down:
             raise Unavailable("clingate.docs.review-packets could not be read: timed out")
         return ReviewLog(dict(self.packets), tuple(self.reviews))
-
-
-@dataclass
-class MemoryPublisher:
-    """A review publisher that keeps what it publishes; ``down`` makes a publication fail as Kafka's would."""
-
-    published: list[Review] = field(default_factory=list)
-    down: bool = False
-
-    async def publish(self, review: Review) -> None:
-        if self.down:
-            raise NotAcknowledged("clingate.docs.reviews: not acknowledged: broker down")
-        self.published.append(review)
 
 
 @dataclass
@@ -205,25 +209,39 @@ class MemoryRequests:
             raise NotAcknowledged("clingate.console.requests: not acknowledged: broker down")
         self.produced.append(Sent(request, tuple(self.trail.records)))
 
+    async def publish(
+        self, action: ConsoleAction, kind: RequestAction, record: AvroModel, note: str = ""
+    ) -> None:
+        await self.send(person_request(action, kind, record, SERDE, note))
+
+    def records(self, kind: RequestAction) -> list[tuple[Any, Sent]]:
+        """The records the requests of ``kind`` carry, decoded, each with what was sent."""
+        topic = PUBLICATIONS[kind].topic
+        model = load_registry().entries[CATALOG.get(topic).value_schema].model
+        return [
+            (SERDE.decode(sent.request.value or b"", model, topic=topic), sent)
+            for sent in self.produced
+            if sent.request.action == kind
+        ]
+
 
 @dataclass
 class MemoryAgent:
-    """The agent's topics in memory: the questions asked (with the audit trail of that moment) and, per
-    request id, what the agent made of it (set by the test); ``down`` makes a question fail as Kafka's
-    would."""
+    """The agent's topics in memory: its requests are the questions asked for (``published`` False: the
+    request runtime has not published them yet) and, per request id, what the agent made of it (set by
+    the test)."""
 
-    trail: MemoryTrail
-    asked: list[tuple[AgentRequest, tuple[ConsoleAction, ...]]] = field(default_factory=list)
+    sink: MemoryRequests
     turns: dict[str, Turn] = field(default_factory=dict)
-    down: bool = False
+    published: bool = True
 
-    async def ask(self, request: AgentRequest) -> None:
-        if self.down:
-            raise NotAcknowledged("clingate.agent.requests: not acknowledged: broker down")
-        self.asked.append((request, tuple(self.trail.records)))
+    @property
+    def asked(self) -> list[tuple[AgentRequest, tuple[ConsoleAction, ...]]]:
+        """The questions asked for, each with the audit trail of the moment it was asked for."""
+        return [(record, sent.audited) for record, sent in self.sink.records(RequestAction.ASK)]
 
     def _requests(self) -> dict[str, AgentRequest]:
-        return {request.request_id: request for request, _ in self.asked}
+        return {request.request_id: request for request, _ in self.asked} if self.published else {}
 
     async def turn(self, conversation_id: str, request_id: str, asked: datetime) -> Turn | None:
         request = self._requests().get(request_id)
@@ -283,6 +301,29 @@ class MemoryPins:
         self.published.append((pin, list(self.trail.records)))
 
 
+@dataclass
+class FakeTouchpoints:
+    """The touchpoints' topics as lists, each in publication order; ``down`` makes a read fail."""
+
+    proposals: list[QueryProposal] = field(default_factory=list)
+    decisions: list[QueryDecision] = field(default_factory=list)
+    bundles: list[EvidenceBundle] = field(default_factory=list)
+    reviews: list[EvidenceReview] = field(default_factory=list)
+    down: bool = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise Unavailable("clingate.clinical.query-proposals could not be read: timed out")
+
+    async def queries(self) -> TouchpointLog[QueryProposal, QueryDecision]:
+        self._check()
+        return TouchpointLog(tuple(self.proposals), tuple(self.decisions))
+
+    async def evidence(self) -> TouchpointLog[EvidenceBundle, EvidenceReview]:
+        self._check()
+        return TouchpointLog(tuple(self.bundles), tuple(self.reviews))
+
+
 def csrf_of(html: str) -> str:
     """The CSRF token a page's forms carry."""
     found = re.search(r'name="csrf_token" value="([^"]+)"', html)
@@ -299,11 +340,11 @@ class Console:
         self.trail = MemoryTrail()
         self.assessments = FakeAssessments()
         self.reviews = FakeReviews()
-        self.publisher = MemoryPublisher()
         self.dead_letters = FakeDeadLetters()
-        self.redriver = MemoryRequests(self.trail)
-        self.agent = MemoryAgent(self.trail)
+        self.requests = MemoryRequests(self.trail)
+        self.agent = MemoryAgent(self.requests)
         self.drafts = FakeDrafts()
+        self.touchpoints = FakeTouchpoints()
         self.dbpm = DBPMConfig()
         self.memory = FakeMemory(DBPMEngine(self.dbpm, load_ontology()))
         self.pins = MemoryPins(self.trail)
@@ -319,9 +360,10 @@ class Console:
         access = Access(self.users, self.sessions, self.throttle, self.checks, self.secure_cookies,
                         self.trusted_proxies)  # fmt: skip
         app = build_app(
-            access, self.trail, self.assessments, self.reviews, self.publisher, history=self.trail,
-            dead_letter_source=self.dead_letters, requests=self.redriver, agent_desk=self.agent,
+            access, self.trail, self.assessments, self.reviews, history=self.trail,
+            dead_letter_source=self.dead_letters, requests=self.requests, agent_desk=self.agent,
             drafts=self.drafts, explorer=Explorer(self.memory, self.pins, self.dbpm),
+            touchpoint_source=self.touchpoints,
         )  # fmt: skip
 
         async def main() -> Any:

@@ -1,9 +1,10 @@
 """The clinician's agent page through HTTP (aiohttp's test client, the agent's topics in memory): a
-question published as the AgentRequest the worker answers, audited first; the turn page while the agent
-works (it says so and reloads itself) and once it answered (the answer, the path, every decision in order,
-the tool calls with their results, the proposals), with the turn a real scripted run of the graph made;
-the clinician's recent questions; and the refusals: another role, no CSRF token, no question, a question
-Kafka does not acknowledge."""
+question asked for as the AgentRequest the worker answers, audited first, in a request under the audit
+record's id; the turn page while the request runtime has not published it (or once it refused it), while
+the agent works (it says so and reloads itself) and once it answered (the answer, the path, every decision
+in order, the tool calls with their results, the proposals), with the turn a real scripted run of the
+graph made; the clinician's recent questions; and the refusals: another role, no CSRF token, no question,
+a question Kafka does not acknowledge."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from schemas.agent import AgentProposal
+from schemas.console import ConsoleRequestOutcome
 from streams.agent.patients import BundlePatients
 from streams.agent.runner import TurnResult
 from streams.console.agent import asked_at, new_turn_id
@@ -83,11 +85,40 @@ def test_a_question_is_audited_then_published_as_the_request_the_worker_answers(
     asked = asked_at(request.request_id)
     assert asked is not None and abs(asked - request.event_time) < timedelta(milliseconds=1)
     [action] = [a for a in site.trail.records if a.action == "ask"]
-    assert action in audited, "recorded before it was published"
+    assert action in audited, "recorded before it was asked for"
     assert (action.user, action.role, action.target, action.outcome) == (
         "dr", "clinician", request.request_id, "ok",
     )  # fmt: skip
+    [sent] = site.requests.produced
+    assert (sent.request.request_id, sent.request.role, sent.request.target, sent.request.key) == (
+        action.action_id, "clinician", request.request_id, request.conversation_id.encode(),
+    )  # fmt: skip
     assert QUESTION not in action.detail and "PT-TEST-010" not in action.detail, "no question on the trail"
+
+
+def test_a_question_not_published_yet_is_waited_for_one_refused_says_why_one_no_longer_kept_is_404(
+    site: Console,
+) -> None:
+    site.agent.published = False
+    site.run(_ask({"query": QUESTION}))
+    [(request, _)] = site.agent.asked
+    status, html = site.run(_get(f"/agent/turn/{request.request_id}"))
+    assert status == 200 and "has not published the question" in html
+    assert '<meta http-equiv="refresh" content="2">' in html
+    [action] = [a for a in site.trail.records if a.action == "ask"]
+    site.trail.request_outcomes.append(
+        ConsoleRequestOutcome(
+            request_id=action.action_id, event_time=action.event_time, user="dr", action="ask",
+            target=action.target, topic="clingate.agent.requests", outcome="refused",
+            reason="its value is not a clingate.agent.AgentRequest",
+        )
+    )  # fmt: skip
+    status, html = site.run(_get(f"/agent/turn/{request.request_id}"))
+    assert status == 200 and "refused the question" in html and "not a clingate.agent.AgentRequest" in html
+    assert "http-equiv" not in html
+    site.trail.request_outcomes[-1] = site.trail.request_outcomes[-1].model_copy(update={"outcome": "ok"})
+    status, html = site.run(_get(f"/agent/turn/{request.request_id}"))
+    assert status == 404 and "is no longer on the agent" in html, "published, not kept"
 
 
 def test_the_turn_page_says_the_agent_is_working_and_reloads_itself(site: Console) -> None:
@@ -161,7 +192,7 @@ def test_a_question_without_what_it_needs_is_refused_and_not_published(
 
 
 def test_a_question_kafka_does_not_acknowledge_is_a_503_and_audited_as_refused(site: Console) -> None:
-    site.agent.down = True
+    site.requests.down = True
     status, _, html = site.run(_ask({"query": QUESTION}))
     assert status == 503 and "was not done" in html
     assert [a.outcome for a in site.trail.records if a.action == "ask"] == ["ok", "refused"]

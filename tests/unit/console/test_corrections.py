@@ -15,6 +15,7 @@ from schemas.docs import DocumentType, PresenceLevel, ReviewPacket
 from streams.console.corrections import CorrectionError, read_corrections
 from streams.console.users import Role
 from streams.demo.plan import verify_example
+from streams.requests.check import RequestAction
 
 from .conftest import PASSWORD, Console, csrf_of, sign_in
 
@@ -133,10 +134,10 @@ def test_the_page_publishes_the_corrected_segments_and_refuses_a_gap_publishing_
     console.users.add("sam", Role.SME, PASSWORD)
     console.reviews.packets[packet.doc_id] = packet
     status, body = _post(console, packet, as_filled(packet) | {"segment-0-end": "3"})
-    assert status == 400 and "leaves pages 4-5 out" in body and not console.publisher.published
+    assert status == 400 and "leaves pages 4-5 out" in body and not console.requests.produced
     status, _ = _post(console, packet, as_filled(packet) | {"segment-1-type": "PATHOLOGY_REPORT"})
     assert status == 303
-    [review] = console.publisher.published
+    [(review, _)] = console.requests.records(RequestAction.REVIEW)
     assert review.corrected_segments is not None and review.corrected_mixture is None
     assert [s.dominant_type for s in review.corrected_segments] == [
         DocumentType.GENOMIC_REPORT,

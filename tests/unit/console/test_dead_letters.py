@@ -21,8 +21,10 @@ from schemas.common import DeadLetter, Header, Truncation
 from schemas.console import ConsoleRequestOutcome
 from schemas.fhir import FhirUpdate
 from schemas.serde import make_serde
+from streams.console.audit import Action
 from streams.console.dead_letter_queues import PAGE_OFFSETS, Letter
-from streams.console.dead_letters import preview, redrives
+from streams.console.dead_letters import preview
+from streams.console.history import asked
 from streams.console.users import Role
 from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record
 from topics.catalog import CLINICAL_DRAFTS, FHIR_UPDATES, dlq_name
@@ -146,7 +148,7 @@ def test_a_redrive_is_audited_first_then_asked_for_as_a_request_naming_the_dead_
 ) -> None:
     [(status, location, _)] = site.run(_redrive(f"/dead-letters/{DLQ}/0/1", " schema fixed upstream "))
     assert status == 303 and location == f"/dead-letters/{DLQ}/0/1"
-    [sent] = site.redriver.produced
+    [sent] = site.requests.produced
     [action] = [a for a in site.trail.records if a.action == "redrive"]
     assert action in sent.audited, "recorded before it was asked for"
     assert (action.user, action.role, action.target, action.outcome) == (
@@ -178,7 +180,7 @@ def test_a_redrive_is_audited_first_then_asked_for_as_a_request_naming_the_dead_
 def test_a_dead_letter_already_redriven_is_refused_and_not_produced_again(site: Console) -> None:
     first, second = site.run(_redrive(f"/dead-letters/{DLQ}/0/1", twice=True))
     assert first[0] == 303 and second[0] == 409 and "Already re-driven by op" in second[2]
-    assert len(site.redriver.produced) == 1
+    assert len(site.requests.produced) == 1
     assert len([a for a in site.trail.records if a.action == "redrive"]) == 1
 
 
@@ -186,7 +188,7 @@ def test_a_dead_letter_already_redriven_is_refused_and_not_produced_again(site: 
 def test_a_redrive_without_a_note_is_refused(site: Console, note: str | None) -> None:
     [(status, _, html)] = site.run(_redrive(f"/dead-letters/{DLQ}/0/1", note))
     assert status == 400 and "Say what was fixed" in html
-    assert not site.redriver.produced and not [a for a in site.trail.records if a.action == "redrive"]
+    assert not site.requests.produced and not [a for a in site.trail.records if a.action == "redrive"]
 
 
 @pytest.mark.parametrize(
@@ -204,7 +206,7 @@ def test_a_dead_letter_that_is_not_whole_has_no_value_or_another_source_is_refus
     site.dead_letters.letters = [letter]
     [(status, _, html)] = site.run(_redrive(f"/dead-letters/{DLQ}/0/1"))
     assert status == 409 and says in html
-    assert not site.redriver.produced and not [a for a in site.trail.records if a.action == "redrive"]
+    assert not site.requests.produced and not [a for a in site.trail.records if a.action == "redrive"]
     _, page = site.run(_page(f"/dead-letters/{DLQ}/0/1"))
     assert says in page and 'name="note"' not in page, "the page says why, and offers no form"
 
@@ -212,16 +214,16 @@ def test_a_dead_letter_that_is_not_whole_has_no_value_or_another_source_is_refus
 def test_a_redrive_kafka_does_not_acknowledge_is_a_503_audited_as_refused_and_may_be_done_again(
     site: Console,
 ) -> None:
-    site.redriver.down = True
+    site.requests.down = True
     [(status, _, html)] = site.run(_redrive(f"/dead-letters/{DLQ}/0/1"))
     assert status == 503 and "was not done" in html
     assert [(a.action, a.outcome) for a in site.trail.records if a.action == "redrive"] == [
         ("redrive", "ok"), ("redrive", "refused"),
     ]  # fmt: skip
-    assert redrives(site.trail.records, {}) == {}
-    site.redriver.down = False
+    assert asked(Action.REDRIVE, site.trail.records, {}) == {}
+    site.requests.down = False
     [(status, _, _)] = site.run(_redrive(f"/dead-letters/{DLQ}/0/1"))
-    assert status == 303 and len(site.redriver.produced) == 1
+    assert status == 303 and len(site.requests.produced) == 1
 
 
 def test_a_redrive_whose_audit_record_is_not_acknowledged_is_not_produced(site: Console) -> None:
@@ -232,7 +234,7 @@ def test_a_redrive_whose_audit_record_is_not_acknowledged_is_not_produced(site: 
         form = {"csrf_token": token, "note": "fixed"}
         return (await client.post(f"/dead-letters/{DLQ}/0/1", data=form, allow_redirects=False)).status
 
-    assert site.run(scenario) == 503 and not site.redriver.produced
+    assert site.run(scenario) == 503 and not site.requests.produced
 
 
 def test_a_redrive_without_the_csrf_token_is_refused(site: Console) -> None:
@@ -244,7 +246,7 @@ def test_a_redrive_without_the_csrf_token_is_refused(site: Console) -> None:
             assert response.status == 403
 
     site.run(scenario)
-    assert not site.redriver.produced
+    assert not site.requests.produced
     assert [a.action for a in site.trail.records if a.outcome == "refused"] == ["csrf-refused"] * 2
 
 
@@ -260,7 +262,7 @@ def test_a_clinician_gets_403_on_the_dead_letter_pages(site: Console) -> None:
         assert 'href="/dead-letters"' not in await (await client.get("/")).text()
 
     site.run(scenario)
-    assert not site.redriver.produced
+    assert not site.requests.produced
     assert len([a for a in site.trail.records if a.action == "access-denied"]) == 4
 
 
@@ -300,7 +302,7 @@ def test_a_redrive_of_coordinates_kafka_cannot_take_is_a_404(site: Console) -> N
         return (await client.post(f"/dead-letters/{DLQ}/0/" + "9" * 5000, data=form)).status
 
     assert site.run(scenario) == 404
-    assert not site.redriver.produced and [a.action for a in site.trail.records] == ["sign-in"]
+    assert not site.requests.produced and [a.action for a in site.trail.records] == ["sign-in"]
 
 
 def test_preview_shows_text_as_text_and_other_bytes_as_hex_within_its_bound() -> None:
@@ -321,9 +323,10 @@ def _action(user: str, outcome: str = "ok", target: str = f"{DLQ}[0]@0") -> Any:
 
 
 def test_a_dead_letter_is_redriven_when_some_persons_last_redrive_of_it_is_ok() -> None:
-    assert set(redrives([_action("a"), _action("a", "refused")], {})) == set()
-    assert set(redrives([_action("a"), _action("a", "refused"), _action("b")], {})) == {f"{DLQ}[0]@0"}
-    assert set(redrives([_action("a", "refused"), _action("a")], {})) == {f"{DLQ}[0]@0"}
+    assert set(asked(Action.REDRIVE, [_action("a"), _action("a", "refused")], {})) == set()
+    later = [_action("a"), _action("a", "refused"), _action("b")]
+    assert set(asked(Action.REDRIVE, later, {})) == {f"{DLQ}[0]@0"}
+    assert set(asked(Action.REDRIVE, [_action("a", "refused"), _action("a")], {})) == {f"{DLQ}[0]@0"}
 
 
 def test_dead_letters_are_the_decode_steps() -> None:
@@ -348,8 +351,8 @@ def test_the_page_shows_what_the_request_runtime_did_and_a_refused_redrive_may_b
     assert "refused the re-drive op asked for" in page and "its value is not a FhirUpdate" in page
     assert 'name="note"' in page, "a refused re-drive may be asked for again"
     [(status, _, _)] = site.run(_redrive(f"/dead-letters/{DLQ}/0/1"))
-    assert status == 303 and len(site.redriver.produced) == 2
-    second = site.redriver.produced[1].request
+    assert status == 303 and len(site.requests.produced) == 2
+    second = site.requests.produced[1].request
     site.trail.request_outcomes.append(_outcome(second.request_id, "ok"))
     _, page = site.run(_page(f"/dead-letters/{DLQ}/0/1"))
     assert f"re-drove it to {FHIR_UPDATES}[2]" in page and 'name="note"' not in page

@@ -309,8 +309,9 @@ def test_the_access_log_and_the_errors_name_a_pages_route_never_a_patient(
 
 def test_every_template_puts_a_value_into_a_links_path_as_one_segment() -> None:
     """Each ``{{ ... }}`` in the path of an ``href`` or a form's ``action`` goes through the ``segment``
-    filter, but for the paths that are whole (the navigation's, a signature page's URL with its query)."""
-    whole = {"page.path", "signature_url"}
+    filter, but for the paths that are whole (the navigation's, a touchpoint's page in it, a signature
+    page's URL with its query)."""
+    whole = {"page.path", "desk.page.path", "signature_url"}
     unencoded = [
         (template.name, value)
         for template in sorted(TEMPLATES.glob("*.html"))

@@ -1,6 +1,7 @@
-"""The SME's review pages through HTTP (aiohttp's test client, fakes for the packet source and the review
-publisher): the queue oldest first, the packet with its context and issues, Agree and Correct publishing
-the Review ``clingate arbiter review`` builds, CSRF, the role guard, the rates of the recorded reviews."""
+"""The SME's review pages through HTTP (aiohttp's test client, fakes for the packet source and the request
+sink): the queue oldest first, the packet with its context and issues, Agree and Correct asking for the
+Review ``clingate arbiter review`` builds (audited first, under the audit record's id), CSRF, the role
+guard, the rates of the recorded reviews."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from streams.console.sme import marked, rates
 from streams.console.users import Role
 from streams.demo.plan import verify_example
 from streams.groups.arbiter import make_review
+from streams.requests.check import RequestAction
 
 from .conftest import PASSWORD, Console, csrf_of, sign_in
 
@@ -134,13 +136,17 @@ def test_agree_publishes_the_review_the_arbiter_command_builds_and_audits_it(
     response, queue = site.run(_decide(doc_id, decision="AGREES", corrected_type="OTHER"))
     assert response.status == 303 and response.headers["Location"].startswith("/sme?")
     assert f"Review of {doc_id} recorded (AGREES)." in queue
-    [review] = site.publisher.published
+    [(review, sent)] = site.requests.records(RequestAction.REVIEW)
     expected = make_review(doc_id, "sam", ReviewDecision.AGREES)
     assert review.model_dump(exclude={"ts"}) == expected.model_dump(exclude={"ts"}), "no corrected type"
     assert before <= review.ts <= datetime.now(UTC)
     [action] = [a for a in site.trail.records if a.action == "review"]
     assert (action.user, action.role, action.target, action.outcome) == ("sam", "sme", doc_id, "ok")
     assert '"decision": "AGREES"' in action.detail
+    assert action in sent.audited, "recorded before it was asked for"
+    assert (sent.request.request_id, sent.request.role, sent.request.target, sent.request.key) == (
+        action.action_id, "sme", doc_id, doc_id.encode(),
+    )  # fmt: skip
 
 
 def test_correct_publishes_the_corrected_type_and_notes(
@@ -151,7 +157,7 @@ def test_correct_publishes_the_corrected_type_and_notes(
         _decide(doc_id, decision="CORRECTS", corrected_type="OTHER", notes=" a requisition ")
     )
     assert response.status == 303
-    [review] = site.publisher.published
+    [(review, _)] = site.requests.records(RequestAction.REVIEW)
     assert (review.reviewer, review.decision, review.corrected_dominant_type, review.notes) == (
         "sam", ReviewDecision.CORRECTS, DocumentType.OTHER, "a requisition",
     )  # fmt: skip
@@ -167,14 +173,14 @@ def test_a_decision_without_what_it_needs_is_refused_and_not_published(
 ) -> None:
     response, _ = site.run(_decide(packets["quest"].doc_id, **form))
     assert response.status == status
-    assert not site.publisher.published and not [a for a in site.trail.records if a.action == "review"]
+    assert not site.requests.produced and not [a for a in site.trail.records if a.action == "review"]
 
 
 def test_a_packet_already_reviewed_cannot_be_decided_again(site: Console, packets: dict[str, Any]) -> None:
     reviewed = packets["quest"].model_copy(update={"review_status": ReviewStatus.REVIEWED})
     site.reviews.packets[reviewed.doc_id] = reviewed
     response, _ = site.run(_decide(reviewed.doc_id, decision="AGREES"))
-    assert response.status == 409 and not site.publisher.published
+    assert response.status == 409 and not site.requests.produced
 
 
 def test_a_decision_without_the_csrf_token_is_refused(
@@ -190,7 +196,7 @@ def test_a_decision_without_the_csrf_token_is_refused(
             assert response.status == 403
 
     site.run(scenario)
-    assert not site.publisher.published
+    assert not site.requests.produced
     assert [(a.action, a.target) for a in site.trail.records if a.outcome == "refused"] == [
         ("csrf-refused", f"/sme/packet/{doc_id}")
     ] * 2
@@ -210,7 +216,7 @@ def test_a_pharmacist_gets_403_on_the_sme_pages(site: Console, packets: dict[str
         assert 'href="/sme"' not in await (await client.get("/")).text()
 
     site.run(scenario)
-    assert not site.publisher.published
+    assert not site.requests.produced
     assert {a.target for a in site.trail.records if a.action == "access-denied"} == {
         "/sme",
         f"/sme/packet/{doc_id}",
@@ -220,7 +226,7 @@ def test_a_pharmacist_gets_403_on_the_sme_pages(site: Console, packets: dict[str
 def test_a_review_kafka_does_not_acknowledge_is_a_503_and_audited_as_refused(
     site: Console, packets: dict[str, ReviewPacket]
 ) -> None:
-    site.publisher.down = True
+    site.requests.down = True
     doc_id = packets["quest"].doc_id
     response, _ = site.run(_decide(doc_id, decision="AGREES"))
     assert response.status == 503 and "so it was not done" in response._body.decode()
@@ -291,4 +297,5 @@ def test_a_packet_whose_id_climbs_out_of_its_page_is_linked_reached_and_decided(
     href, action, status, decided = site.run(scenario)
     assert href == action == "/sme/packet/..%2F..%2Fdead-letters"
     assert status == 200 and decided == 303
-    assert [review.doc_id for review in site.publisher.published] == ["../../dead-letters"]
+    [(review, _)] = site.requests.records(RequestAction.REVIEW)
+    assert review.doc_id == "../../dead-letters"

@@ -1,13 +1,16 @@
-"""The one percentile of the benchmarks and the demo: nearest rank, always one of the values."""
+"""The one percentile of the benchmarks and the demo: nearest rank, always one of the values; and a
+process's resident set as the benchmarks read it."""
 
 from __future__ import annotations
 
 import math
+import os
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.bench.stats import percentile
+from streams.bench.stats import percentile, resident_bytes
 
 
 def test_nearest_rank_of_a_known_sample():
@@ -32,3 +35,11 @@ def test_the_result_is_a_value_with_at_least_a_fraction_q_of_the_sample_at_or_be
     below = sum(1 for v in values if v < found)
     assert at_or_below >= q * len(values) - 1e-9
     assert below < math.ceil(q * len(values))  # and the smallest such value
+
+
+def test_a_resident_set_is_read_by_pid_and_a_missing_process_raises():
+    held = b"\x01" * (64 << 20)  # every page written: resident
+    assert resident_bytes(os.getpid()) > len(held)
+    assert resident_bytes("self") > len(held)
+    with pytest.raises(OSError):
+        resident_bytes(2**31 - 1)

@@ -11,9 +11,11 @@ from hypothesis import strategies as st
 
 from processors.dbpm import DBPMConfig, DBPMEngine, Propagation, VerdictEvent, load_ontology, parse_event
 from processors.dbpm.events import format_time
+from schemas.dbpm import Propagation as PropagationRecord
 from schemas.serde import make_serde
 from state import MemoryStore
-from streams.worker.dbpm import propagation_event, propagation_key, propagation_record, verdict_key
+from streams.runtime.dlq import SourceRecord
+from streams.worker.dbpm import Evidence, decode_propagation, propagation_datum, propagation_key, verdict_key
 from topics.catalog import DBPM_PROPAGATIONS
 
 ENGINE = DBPMEngine(DBPMConfig().with_flags(maintenance=False), load_ontology())
@@ -55,9 +57,7 @@ def test_a_propagation_survives_the_wire_exactly(
     signature: str, time: float, weight: float, origin: tuple[int, int, int]
 ) -> None:
     propagation = Propagation("ner", signature, weight, "cross_task_re", time, "re", "a|b|c", "p1")
-    record = propagation_record(propagation, *origin)
-    decoded = SERDE.decode(
-        SERDE.encode(record, topic=DBPM_PROPAGATIONS), type(record), topic=DBPM_PROPAGATIONS
-    )
-    assert propagation_event(decoded) == propagation
-    assert (decoded.origin_partition, decoded.origin_offset, decoded.origin_index) == origin
+    datum = propagation_datum(propagation, *origin)
+    value = SERDE.write_datum(datum, PropagationRecord, topic=DBPM_PROPAGATIONS)
+    record = SourceRecord(DBPM_PROPAGATIONS, 0, 0, None, propagation_key(propagation), value)
+    assert decode_propagation(SERDE, record) == Evidence(propagation, *origin)

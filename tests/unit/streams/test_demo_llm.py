@@ -11,6 +11,7 @@ from streams.demo.llm import loop_plan, script_responder
 from streams.demo.plan import demo_stream
 from streams.llm.schemas import NerExtraction, NerVerdict, QaExtraction, QaVerdict, ReExtraction, ReVerdict
 from streams.llm.serve.http import ChatRequest
+from streams.worker.dbpm import contract_event
 
 _VERDICT_MODELS = {"ner": NerVerdict, "re": ReVerdict, "qa": QaVerdict}
 
@@ -66,7 +67,7 @@ def test_the_verifier_passes_ontology_violations_which_the_filter_fails():
     found = [c for cs in plan.candidates.values() for c in cs if c.candidate_id in plan.violations]
     assert found, "the synthetic stream has ontology violations"
     assert all(plan.truth[c.candidate_id] == "hard_fail" for c in found)
-    assert all(filter_verdict(ontology, c) is not None for c in found)
+    assert all(filter_verdict(ontology, contract_event(c)) is not None for c in found)  # type: ignore[arg-type]
 
 
 def test_unknown_prompts_get_a_schema_valid_minimal_answer():

@@ -62,7 +62,7 @@ def test_a_redelivered_candidate_gets_the_same_decision_bytes(entity: str, failu
     for offset in (0, 0, 7):  # first delivery, re-delivery, a later copy
         decoded = gate.decode(_record(value, offset))
         assert not isinstance(decoded, DecodeFailed)
-        outcomes.append(gate.decide(*decoded))
+        outcomes.append(gate.decide(decoded))
 
     assert len({(o.key, o.value, o.decision) for o in outcomes}) == 1
 
@@ -74,7 +74,7 @@ def test_the_gate_decides_as_the_engine_does_on_the_same_memory() -> None:
 
     decoded = gate.decode(_record(SERDE.encode(candidate)))
     assert not isinstance(decoded, DecodeFailed)
-    outcome = gate.decide(*decoded)
+    outcome = gate.decide(decoded)
 
     event = parse_event({**candidate.model_dump(mode="json"), "kind": "gate"})
     assert isinstance(event, GateEvent)

@@ -5,19 +5,29 @@ from __future__ import annotations
 import json
 import math
 import urllib.request
+from collections.abc import Mapping
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology, parse_event
 from processors.dbpm.events import VerdictEvent
-from processors.dbpm.measurement import SelectivityCounts, VerdictOutcome, memory_population
+from processors.dbpm.measurement import (
+    ChannelPopulation,
+    PopulationReport,
+    SelectivityCounts,
+    VerdictOutcome,
+    memory_population,
+)
 from processors.dbpm.memory import Memory
 from schemas.clinical import ClinicalAssessment, TrafficLight
 from state import MemoryStore
 from streams.llm.calls import CallType
 from streams.llm.result import FailureKind, LlmFailed, LlmOk
+from streams.runtime import metrics as metrics_module
 from streams.runtime.metrics import (
     ALL_CATEGORIES,
+    POPULATION_READS,
     ClinicalMetrics,
     DbpmMetrics,
     LibrdkafkaLag,
@@ -129,6 +139,31 @@ def test_memory_gauges_report_the_live_population_of_the_view() -> None:
     assert sample("clingate_dbpm_memory_held", {"table": "T"}) == memory.held(b"T") > 0
     assert sample("clingate_dbpm_memory_held", {"table": "P"}) == memory.held(b"P")
     assert sample("clingate_dbpm_memory_expired_total", {"table": "W"}) == memory.expired(b"W")
+
+
+@pytest.mark.parametrize("refused", [1, POPULATION_READS])
+def test_a_population_read_while_the_view_was_written_is_read_again_and_never_fails_the_scrape(
+    monkeypatch: pytest.MonkeyPatch, refused: int
+) -> None:
+    """The first ``refused`` reads of a scrape count a pattern in a zone and not in the total (a read
+    racing the gate's writes to its view): the population is read again; once every read was refused,
+    its gauges are left out of that scrape and every other metric is still served."""
+    config = DBPMConfig()
+    calls: list[int] = []
+
+    def racing(memory: Memory, fail_events: Mapping[str, int]) -> PopulationReport:
+        calls.append(1)
+        if len(calls) <= refused:
+            ChannelPopulation("re", patterns=0, block_eligible=1)  # the counts the real read refused
+        return memory_population(memory, fail_events)
+
+    monkeypatch.setattr(metrics_module, "memory_population", racing)
+    registry = CollectorRegistry()
+    DbpmMetrics(registry).watch(lambda: [("clingate.dbpm.verdicts", 0, 5)], MemoryStore(), config)
+    scraped = {family.name for family in registry.collect()}
+    assert len(calls) == min(refused + 1, POPULATION_READS)
+    assert ("clingate_dbpm_memory_patterns" in scraped) == (refused < POPULATION_READS)
+    assert {"clingate_consumer_lag", "clingate_store_cache_bytes"} <= scraped
 
 
 def test_a_channel_that_consumed_fail_verdicts_but_blocks_nothing_is_inert() -> None:

@@ -23,7 +23,10 @@ from topics.catalog import (
     CLINICAL_DRAFTS,
     CLINICAL_EVIDENCE,
     CLINICAL_EVIDENCE_REQUESTS,
+    CLINICAL_EVIDENCE_REVIEWS,
     CLINICAL_GATED_DRAFTS,
+    CLINICAL_QUERY_DECISIONS,
+    CLINICAL_QUERY_PROPOSALS,
     CLINICAL_REVIEWS,
     CLINICAL_REVISION_ROUTES,
     CLINICAL_SAFETY_AUDITS,
@@ -86,15 +89,16 @@ WRITES = {
     "clingate-generator": {DBPM_CANDIDATES, dlq_name(DBPM_NARRATIVES)},
     "clingate-verifier": {DBPM_VERDICTS, DBPM_VERIFIED, dlq_name(DBPM_TO_VERIFY)},
     "clingate-agent": {AGENT_RESPONSES, AGENT_TRACES, AGENT_PROPOSALS, dlq_name(AGENT_REQUESTS)},
-    "clingate-console": {CONSOLE_AUDIT, CONSOLE_REQUESTS, DOCS_REVIEWS, AGENT_REQUESTS},
+    "clingate-console": {CONSOLE_AUDIT, CONSOLE_REQUESTS},
     "clingate-requests": {
         *(spec.name for spec in CATALOG if spec.dlq is not None and spec.name != CONSOLE_REQUESTS),
-        CONSOLE_REQUEST_OUTCOMES, dlq_name(CONSOLE_REQUESTS),
+        CLINICAL_QUERY_DECISIONS, CLINICAL_EVIDENCE_REVIEWS, CONSOLE_REQUEST_OUTCOMES,
+        dlq_name(CONSOLE_REQUESTS),
     },
     "clingate-downstream": set(),
     "clingate-upstream": {
-        DBPM_NARRATIVES, FHIR_UPDATES, CLINICAL_REVIEWS, CLINICAL_DELIVERABLES, CLINICAL_EVIDENCE,
-        CLINICAL_DRAFTS, CLINICAL_AUDIT_REPORTS, DOCS_CLASSIFICATIONS, AGENT_REQUESTS,
+        DBPM_NARRATIVES, FHIR_UPDATES, CLINICAL_REVIEWS, CLINICAL_DELIVERABLES, CLINICAL_QUERY_PROPOSALS,
+        CLINICAL_EVIDENCE, CLINICAL_DRAFTS, CLINICAL_AUDIT_REPORTS, DOCS_CLASSIFICATIONS, AGENT_REQUESTS,
     },
 }  # fmt: skip
 """What each principal may write: the plan states it, this test states it again."""
@@ -104,14 +108,18 @@ def test_each_principal_writes_exactly_what_its_role_needs() -> None:
     assert {p.name: set(p.write) for p in PLAN.principals} == WRITES
 
 
-def test_the_console_writes_no_input_topic_of_the_workers_nor_any_verdict() -> None:
-    """A forged verdict, FHIR update or ground truth cannot come from the console: it writes its audit
-    trail, its requests, and only the two topics whose records originate with its people (the SME's
-    reviews, the clinicians' questions)."""
-    written = _written("clingate-console")
-    assert DBPM_VERDICTS not in written
-    assert written - {DOCS_REVIEWS, AGENT_REQUESTS} == {CONSOLE_AUDIT, CONSOLE_REQUESTS}
-    assert not written & {spec.name for spec in CATALOG if spec.name.endswith(".dlq")}
+def test_the_console_writes_only_its_audit_trail_and_its_requests() -> None:
+    """A forged verdict, FHIR update, ground truth, review, question or pharmacist's decision cannot come
+    from the console's principal: every record its people make is a request the request runtime checks."""
+    assert _written("clingate-console") == {CONSOLE_AUDIT, CONSOLE_REQUESTS}
+
+
+def test_the_pharmacists_decisions_are_written_by_the_request_runtime_and_read_by_the_pipeline() -> None:
+    decisions = {CLINICAL_QUERY_DECISIONS, CLINICAL_EVIDENCE_REVIEWS}
+    assert {p.name for p in PLAN.principals if decisions & set(p.write)} == {"clingate-requests"}
+    assert decisions <= set(PLAN.principal("clingate-upstream").read)
+    console = set(PLAN.principal("clingate-console").read)
+    assert decisions | {CLINICAL_QUERY_PROPOSALS, CLINICAL_EVIDENCE} <= console
 
 
 def test_only_the_request_runtime_redrives_and_no_principal_writes_another_principals_dlq() -> None:
@@ -137,12 +145,13 @@ def test_only_the_request_runtime_redrives_and_no_principal_writes_another_princ
 def test_every_topic_has_exactly_one_writing_principal_but_verdicts_and_the_redrive_targets() -> None:
     """Verdicts come from the verifiers, from the workers' gate (the Ontology-Violation Filter) and from
     the request runtime (the operators' pins, and re-drives); the request runtime also re-drives dead
-    letters to every topic that has a DLQ, beside that topic's own writer; the clinicians' questions
-    come from upstream and from the console."""
+    letters to every topic that has a DLQ, beside that topic's own writer, and is the one writer of the
+    SMEs' reviews (theirs, and re-drives of them); the clinicians' questions come from upstream and from
+    the request runtime."""
     writers = Counter(topic for principal in PLAN.principals for topic in principal.write)
     outputs = [spec.name for spec in CATALOG if not spec.name.endswith(".dlq")]
     redriven = {spec.name for spec in CATALOG if spec.dlq is not None} - {CONSOLE_REQUESTS}
-    expected = {topic: 1 + (topic in redriven) for topic in outputs} | {DBPM_VERDICTS: 3, AGENT_REQUESTS: 3}
+    expected = {topic: 1 + (topic in redriven) for topic in outputs} | {DBPM_VERDICTS: 3, DOCS_REVIEWS: 1}
     assert {topic: writers[topic] for topic in outputs} == expected
     assert {p.name for p in PLAN.principals if DBPM_VERDICTS in p.write} == {
         "clingate-requests",

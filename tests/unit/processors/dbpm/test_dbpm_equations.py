@@ -7,14 +7,13 @@ from dataclasses import replace
 import pytest
 from dbpm_harness import DAY, T0, make, ner, qa, rel
 
-from processors.dbpm import DBPMConfig, TaskParams, load_ontology
+from processors.dbpm import DBPMConfig, GateEvent, TaskParams, load_ontology, parse_event
 from processors.dbpm.config import DEFAULT_TASKS
 from processors.dbpm.gates import patient_difficulty, qa_fail_rate
 from processors.dbpm.maintenance import maintain
 from processors.dbpm.memory import Memory, Pattern, decayed, order_key
 from processors.dbpm.ontology import filter_verdict
 from processors.dbpm.signatures import qa_signature, re_signature
-from schemas.dbpm import Candidate
 
 approx = pytest.approx
 
@@ -247,8 +246,9 @@ def test_ontology_violation_and_admission_use_alias_normalised_labels():
 def test_ontology_filter_channel_downgrades_then_blocks_the_violating_triple():
     h = make()
     triple = rel(relation="DIAGNOSES")  # Treatment -> Diagnosis does not admit DIAGNOSES
-    candidate = Candidate.model_validate({"ts": "2026-05-04T00:00:00Z", "task": "re", "patient_id": "p1",
-                                          "candidate_id": "x", "payload": triple})  # fmt: skip
+    candidate = parse_event({"kind": "gate", "ts": "2026-05-04T00:00:00Z", "task": "re", "patient_id": "p1",
+                             "candidate_id": "x", "payload": triple})  # fmt: skip
+    assert isinstance(candidate, GateEvent)
     verdict = filter_verdict(h.engine.ontology, candidate)
     assert verdict is not None and (verdict.source, verdict.verdict) == ("rule_based", "hard_fail")
     assert (verdict.candidate_id, verdict.stage, verdict.reason) == (
@@ -256,7 +256,7 @@ def test_ontology_filter_channel_downgrades_then_blocks_the_violating_triple():
         "gatekeeper",
         "Ontology_Mismatch_Treatment",
     )
-    assert filter_verdict(h.engine.ontology, candidate.model_copy(update={"payload": rel()})) is None
+    assert filter_verdict(h.engine.ontology, replace(candidate, payload=rel())) is None
     violation = {"kind": "verdict", **verdict.model_dump(mode="json", exclude_none=True)}
     violation.pop("candidate_id")  # each send is another candidate's verdict
     severities, decisions = [], []
