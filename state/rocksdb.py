@@ -26,15 +26,15 @@ Memory is bounded in bytes, per process, whatever the data on disk: the stores o
   (data, index and filter blocks), which is also charged with their memtables (a write buffer manager:
   a store whose writes take the memtables past half the cache flushes them to disk). RocksDB's own
   defaults would give each store a block cache of its own, index and filter blocks outside any cache,
-  and memtables of up to 64 MiB each: a worker's dozen stores then held every write in memory until
-  that size, and its resident set grew with the work done.
+  and memtables of up to 64 MiB each: a worker's dozen stores would hold every write in memory up to
+  that size, and its resident set would grow with the work done.
 
 What is flushed is read back from files, and most reads are of absent keys (the gate's signatures
 without a record, the memory's ledger lookup of each new candidate). So every file carries a bloom
 filter (10 bits a key), and its filter and index are partitioned into blocks of a few kB: a miss then
-costs a filter probe instead of a data block per level, and the blocks fit the cache (a whole file's
-filter can outgrow a shard of it and be read from disk at every probe). Without the filters, a read
-cost more the more the stores held on disk.
+costs a filter probe instead of a data block per level, and the blocks fit the cache's shards (whole
+filters, which can outgrow a shard, make reads slower than none at all). Without filters, a read costs
+more the more the stores hold on disk (docs/performance.md, Worker memory).
 
 :func:`cache_bytes` sums what the budgets of the process hold (a metric).
 """

@@ -39,6 +39,11 @@ PROJECT = Path(__file__).resolve().parents[2] / "deploy" / "registry"
 #: Path of the Confluent-compatible API (version 7 of Confluent's REST API) on the server.
 CCOMPAT_PATH = "/apis/ccompat/v7"
 _RUNNER = "target/schema-registry-1-runner.jar"
+#: The registry's JVM: it lives for a test session, in which the optimising compiler's threads cost more CPU
+#: than they save, so it runs the client compiler only, as the local broker does
+#: (:data:`streams.testing.broker.JVM_OPTIONS`); the real-registry tests then cost it about half the CPU
+#: (docs/performance.md).
+JVM_OPTIONS = ("-Xmx384m", "-XX:TieredStopAtLevel=1")
 _SETTINGS = """<settings>
   <mirrors>
     <mirror><id>clingate</id><mirrorOf>*</mirrorOf><url>{url}</url></mirror>
@@ -119,7 +124,7 @@ class LocalRegistry:
         runner = self.build()
         port = free_port()
         java = shutil.which("java") or "java"
-        argv = [java, "-Xmx384m", "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={port}", "-jar",
+        argv = [java, *JVM_OPTIONS, "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={port}", "-jar",
                 str(runner)]  # fmt: skip
         self._process = ProcessHandle(
             "schema registry", argv, cwd=self._build, log=self._build / "registry.log"

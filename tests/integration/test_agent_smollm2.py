@@ -11,9 +11,9 @@ each question took and each call's outcome are printed (``pytest -s``). Needs th
 ``make test`` asks the single-tool question alone (``short``): its five calls are one of each kind the
 three questions make (the intent, both tool-selection stages, the result's classification, the synthesis),
 each under its own schema's constraint. ``make soak`` asks all three (``long``, marker ``slow``): the
-multi-tool question's second round constrains the argument schemas of two more tools. The model computes
-one call at a time on one core, so the three questions cost three times the CPU of the one, and on the
-loaded 2-core machine they outlasted the suite's other tests (docs/performance.md).
+multi-tool question's second round constrains the argument schemas of more tools. The model computes one
+call at a time on one core, so the calls are the test's cost: the three questions took fifteen, the one
+takes five.
 
 Each call may take as long as the test may (:data:`CALLS`): on a CPU the rest of the suite keeps busy, how
 long a call takes says nothing about the model, and a retry after a deadline would only queue the same

@@ -16,6 +16,11 @@ from streams.testing.browser import CHROMIUM
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
+RUN_S = 840
+"""How long a demo run may take (each test a minute more). The run starts every part of clingate as a
+process of its own, the console and Chromium too, on a CPU the rest of the suite keeps busy, so the test
+waits for it to end as the chaos soaks wait for their workers: under the suite's load a run took longer
+than the 300 s allowed before (docs/performance.md)."""
 
 
 def _processes_with(marker: bytes) -> list[str]:
@@ -35,7 +40,7 @@ def _processes_with(marker: bytes) -> list[str]:
     return found
 
 
-@pytest.mark.timeout(320)
+@pytest.mark.timeout(RUN_S + 60)
 def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_path: Path) -> None:
     """Scenario: the demo runs tiny streams against an existing broker.
 
@@ -54,7 +59,7 @@ def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_pat
          "--model-narratives", "1",
          "--clinical-patients", "8", "--documents", "7", "--fhir-rate", "0", "--docs-rate", "0",
          "--report", str(report), "--json", str(summary_path)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=RUN_S,
     )  # fmt: skip
     failures = json.loads(summary_path.read_text("utf-8"))["failures"] if summary_path.exists() else []
     assert done.returncode == 0, f"{failures}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
@@ -95,7 +100,7 @@ def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_pat
     assert _processes_with(f"DEMO_TEST_RUN={run}".encode()) == []
 
 
-@pytest.mark.timeout(320)
+@pytest.mark.timeout(RUN_S + 60)
 def test_demo_with_every_optional_part_off_says_what_it_left_out_and_passes(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -111,7 +116,7 @@ def test_demo_with_every_optional_part_off_says_what_it_left_out_and_passes(
          "--clinical-patients", "0", "--documents", "1", "--model-narratives", "0", "--fhir-rate", "0",
          "--docs-rate", "0", "--report", str(tmp_path / "report.html"), "--json", str(summary_path)],
         cwd=REPO, env={**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}, capture_output=True,
-        text=True, timeout=300,
+        text=True, timeout=RUN_S,
     )  # fmt: skip
     failures = json.loads(summary_path.read_text("utf-8"))["failures"] if summary_path.exists() else []
     assert done.returncode == 0, f"{failures}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
