@@ -5,7 +5,7 @@
 #
 # By hand: `pip wheel --wheel-dir build/image-wheels .`, then
 # `docker build --build-arg BASE=<base image> -t <name> .`. BASE is a Debian bookworm image with
-# Python 3 (python3-venv): `make images` builds one from Debian's packages (streams/testing/images.py),
+# Python 3 (python3-venv): `make images` builds one from Debian's packages (streams/local/images.py),
 # so no registry is needed.
 # The entry point is the `clingate` command; the compose file and the Kubernetes manifests pass the
 # sub-command (`worker`, `docs worker`, `topics create`, ...). The ACL plan ships at

@@ -71,7 +71,7 @@ lint: $(STAMP)
 # here (`make images`); the engine `images` started and its containers stop when the tests end.
 test: lint deploy-check smollm2 images browser
 	@$(BYTECODE) > /dev/null
-	$(VENV)/bin/python -m pytest; status=$$?; $(VENV)/bin/python -m streams.testing.images stop; exit $$status
+	$(VENV)/bin/python -m pytest; status=$$?; $(VENV)/bin/python -m streams.local.images stop; exit $$status
 
 # Debian's Chromium for the console's browser tests (driven by Playwright from the test extra; never a
 # browser download), installed as root where apt can; elsewhere those tests skip and say why.
@@ -84,7 +84,7 @@ browser:
 # Container images built from packages (a JRE base from Debian, Kafka from the Maven Central jars,
 # clingate from the Dockerfile), each cached by its inputs; the engine provisioned where it can be.
 images: $(STAMP)
-	$(VENV)/bin/python -m streams.testing.images build
+	$(VENV)/bin/python -m streams.local.images build
 
 # The Kubernetes manifests (deploy/k8s) against the
 # Kubernetes API's schemas, rejecting unknown fields; the compose file against the Compose specification
@@ -97,10 +97,10 @@ deploy-check: $(STAMP)
 	docker-compose --project-directory deploy/compose -f deploy/compose/docker-compose.yml config -q
 
 # The compose deployment run on the images built here, the demo's streams through it with a broker
-# killed and restarted (streams/testing/compose.py; docs/deployment.md). make test runs it too, where
+# killed and restarted (streams/demo/compose.py; docs/deployment.md). make test runs it too, where
 # Docker runs.
 compose-check: deploy-check images
-	$(VENV)/bin/python -m streams.testing.compose; status=$$?; $(VENV)/bin/python -m streams.testing.images stop; exit $$status
+	$(VENV)/bin/python -m streams.demo.compose; status=$$?; $(VENV)/bin/python -m streams.local.images stop; exit $$status
 
 # The long multi-broker scenarios (pytest marker `slow`), outside make test's time budget.
 soak: lint

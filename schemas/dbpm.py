@@ -66,6 +66,7 @@ class QaPayload(AvroModel):
     error_class: QaErrorClass | None = None
     ner_categories: tuple[str, ...] | None = None
     difficulty: float | None = None
+    parse_failed: bool | None = None
 
 
 class JsonPayload(AvroModel):

@@ -314,7 +314,7 @@ def compatibility_errors(reader: dict[str, Any], writer: dict[str, Any]) -> list
 # -------------------------------------------------------------------------------------------- models
 
 
-_INFRASTRUCTURE_MODULES = frozenset({"base", "registry", "serde", "registry_serde", "release"})
+_INFRASTRUCTURE_MODULES = frozenset({"base", "registry", "serde", "registry_serde", "release", "wire"})
 
 
 def model_areas() -> set[str]:

@@ -3,7 +3,7 @@
 Magic byte ``0`` + 4-byte big-endian schema id + Avro binary, through ``confluent_kafka.schema_registry``'s
 ``AvroSerializer`` / ``AvroDeserializer``. It lives apart from :mod:`schemas.serde` because the registry
 client pulls in an HTTP and OAuth stack that every other process would otherwise import for nothing;
-:func:`schemas.serde.make_serde` imports this module only when a URL is configured.
+:func:`schemas.wire.make_serde` imports this module only when a URL is configured.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@
   ``confluent_kafka.schema_registry``'s ``AvroSerializer`` / ``AvroDeserializer`` (subjects follow its
   default ``<topic>-value`` strategy, so ``topic`` is required there).
 
-Build one serde per process with :func:`make_serde` and reuse it: schemas are parsed once, by the
+Build one serde per process with :func:`schemas.wire.make_serde` and reuse it: schemas are parsed once, by the
 registry, and the hot path only looks up dictionaries.
 
 Every failure to decode raises :class:`SchemaDecodeError`, whose ``reason`` says which of the five
@@ -405,19 +405,3 @@ class SingleObjectSerde(DatumSerde):
                 writer=entry.full_name,
             )
         return entry, datum
-
-
-def make_serde(schema_registry_url: str | None = None) -> Serde:
-    """The serde of this process: the registry wire format when a URL is configured, else single-object.
-
-    Args:
-        schema_registry_url: ``Settings.schema_registry_url``; ``mock://<scope>`` selects the client
-            library's in-memory registry (tests).
-    """
-    if schema_registry_url:
-        # The registry client and its HTTP stack take about a third of a second to import; only the
-        # processes configured with a registry pay for it.
-        from schemas.registry_serde import registry_serde
-
-        return registry_serde(schema_registry_url)
-    return SingleObjectSerde()

@@ -14,7 +14,7 @@ from typing import Any
 
 from schemas.clinical import AdversarialReview, ClinicalAssessment
 from schemas.fhir import FhirUpdate
-from streams.demo.data import CLINICAL
+from streams.data import CLINICAL
 from streams.runtime.settings import Settings
 from streams.testing.clinical_reference import pure_outputs
 

@@ -4,7 +4,7 @@ pytest-xdist runs the suite in several processes (pyproject ``addopts``); each s
 unless ``KAFKA_BOOTSTRAP_SERVERS`` names one (every test keeps to its own app ids and groups, so a
 shared broker works too).
 
-``kafka_bootstrap`` is the address to use. It comes from :func:`streams.testing.broker.provide_broker`:
+``kafka_bootstrap`` is the address to use. It comes from :func:`streams.testing.kafka.provide_broker`:
 ``KAFKA_BOOTSTRAP_SERVERS`` if set, else a testcontainers broker on clingate's Kafka image where a
 Docker engine answers (``make images``), else a native KRaft broker in a temporary directory, stopped
 when the session ends. The broker
@@ -27,7 +27,7 @@ import pytest
 from hypothesis import settings
 
 from streams.runtime.settings import get_settings
-from streams.testing.broker import Broker, provide_broker
+from streams.testing.kafka import Broker, provide_broker
 from streams.testing.registry import LocalRegistry
 
 settings.register_profile("clingate", deadline=None)

@@ -5,7 +5,7 @@
 # Used by deploy/compose (three services) and deploy/k8s (a StatefulSet). It writes
 # server.properties, formats the storage on first start with the SCRAM credentials of every
 # principal (KIP-900: KRaft keeps them in the metadata log, so they must exist before any client
-# can authenticate), then runs the broker. The properties mirror streams.testing.broker.sasl_local_kafka,
+# can authenticate), then runs the broker. The properties mirror streams.local.broker.sasl_local_kafka,
 # which the integration tests start, plus TLS and a three-node quorum:
 #   clients and brokers: SASL_SSL, SCRAM-SHA-512, port 9092
 #   controllers:         SASL_SSL, PLAIN (static JAAS user: controllers cannot check SCRAM

@@ -6,8 +6,11 @@
 #   OUT_DIR/ca.key      the CA key (created once, reused on later runs; keep it out of every image)
 #   OUT_DIR/HOST.pem    the node's PKCS#8 key followed by its certificate (Kafka ssl.keystore.type=PEM)
 # A HOST that is an IPv4 address gets an IP subject alternative name, any other a DNS one.
+# Every file it writes is its owner's only (0600), whatever the caller's umask, but the CA certificate
+# (0644: every client reads it); the keys never exist with another mode.
 # For development and tests; production clusters take certificates from their own CA.
 set -euo pipefail
+umask 077
 out=${1:?usage: make-certs.sh OUT_DIR HOST [HOST...]}
 shift
 [ "$#" -gt 0 ] || { echo "make-certs.sh: name at least one host" >&2; exit 2; }
@@ -16,6 +19,7 @@ mkdir -p "$out"
 if [ ! -f "$out/ca.key" ]; then
   openssl req -x509 -newkey rsa:3072 -sha256 -nodes -days "$days" -subj "/CN=clingate-kafka-ca" \
     -keyout "$out/ca.key" -out "$out/ca.pem" 2>/dev/null
+  chmod 644 "$out/ca.pem"
 fi
 for host in "$@"; do
   if [[ "$host" =~ ^[0-9]+(\.[0-9]+){3}$ ]]; then san="IP:$host"; else san="DNS:$host"; fi

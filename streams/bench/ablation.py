@@ -69,7 +69,7 @@ from processors.dbpm.config import QA_SIGNAL_NER_COVERAGE, QA_SIGNALS
 from processors.dbpm.events import format_time, parse_time
 from processors.dbpm.measurement import PopulationReport, channel_population
 from state import MemoryStore
-from streams.cli.paths import output_file
+from streams.local.paths import output_file
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.dbpm_stream import StreamEvent, StreamShape, generate_patients
 from streams.worker.dbpm import dbpm_config
@@ -274,7 +274,7 @@ def run_via_kafka(
     arm: Arm, stream: CohortStream, bootstrap: str, workdir: Path, timeout_s: float = 300.0
 ) -> ArmResult:
     """Run one arm through the broker and one fresh worker configured as the arm (module docstring)."""
-    from schemas.serde import make_serde
+    from schemas.wire import make_serde
     from streams.replay.kafka import commit_worker_end_offsets, replay_via_kafka
     from streams.runtime.kafka_config import admin_client
     from streams.testing.worker import WorkerProcess
@@ -416,7 +416,8 @@ def render_qa_sources(report: Mapping[str, Any]) -> str:
 @contextlib.contextmanager
 def _broker(bootstrap: str | None, workdir: Path) -> Iterator[str]:
     """``bootstrap`` if given, else the configured cluster, else a broker started for the run."""
-    from streams.testing.broker import configured_bootstrap, provide_broker
+    from streams.local.bootstrap import configured_bootstrap
+    from streams.testing.kafka import provide_broker
 
     settings = get_settings()
     address = bootstrap or configured_bootstrap(settings)

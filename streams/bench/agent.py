@@ -29,22 +29,14 @@ import typer
 
 from streams.agent.patients import BundlePatients
 from streams.agent.runner import path_kind
-from streams.bench.stats import percentile
-from streams.demo.data import CLINICAL
-from streams.demo.data.timeline import fhir_timeline
-from streams.testing.agent_session import demo_questions, scripted_agent
+from streams.data import CLINICAL
+from streams.data.timeline import fhir_timeline
+from streams.testing.agent_session import demo_questions, scripted_agent, two_stage_budget
+from streams.testing.stats import percentile
 
 AS_OF = datetime(2026, 3, 29, tzinfo=UTC)
 SPEC_BUDGET = {"direct": "2", "single_tool": "4", "multi_tool": "4+N", "clarification": "-"}
 """DocGemma §2's calls per path (TOOL_SELECT counted once)."""
-
-
-def two_stage_budget(path: str, tools: int) -> int:
-    """This implementation's calls per path (TOOL_SELECT is two calls). A clarification costs what the
-    tools before it cost: SYNTHESIZE writes the question as it writes an answer."""
-    if path == "direct":
-        return 2
-    return 5 + 3 * (tools - 1)
 
 
 def patients() -> BundlePatients:

@@ -70,16 +70,17 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from schemas.dbpm import GateDecision
-from schemas.serde import Serde, make_serde
-from streams.cli.common import require_bootstrap
-from streams.cli.paths import output_folder
+from schemas.serde import Serde
+from schemas.wire import make_serde
+from streams.local.bootstrap import require_bootstrap
+from streams.local.broker import LocalKafka
+from streams.local.paths import output_folder
+from streams.local.process import eventually
 from streams.replay.kafka import ReplayTimeout, commit_worker_end_offsets, replay_via_kafka
 from streams.runtime.kafka_clients import Key, latest_offsets, read_to_end, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
-from streams.testing.broker import LocalKafka
 from streams.testing.metrics import scraped_sum
-from streams.testing.process import eventually
 from streams.testing.tail import read_between, topic_ends
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine, in_process, soak_stream
 from topics.admin import ensure_topics

@@ -244,7 +244,7 @@ def clinical(
         f"  incrementally (what its resource does not feed taken over): {_rate(resources, incremental_s)}"
     )
     if through_kafka:
-        from streams.cli.common import require_bootstrap
+        from streams.local.bootstrap import require_bootstrap
         from streams.runtime.settings import get_settings
 
         bootstrap = require_bootstrap(get_settings())
@@ -300,7 +300,7 @@ def _through_kafka(
     """Produce ``updates``, consume until ``expected`` of their assessments arrived: (updates/s, seconds)."""
     from confluent_kafka import Producer
 
-    from schemas.serde import make_serde
+    from schemas.wire import make_serde
     from streams.runtime.kafka_clients import assign_at_ends, reader
     from streams.runtime.settings import get_settings
     from topics.catalog import CLINICAL_ASSESSMENTS, FHIR_UPDATES

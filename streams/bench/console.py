@@ -41,14 +41,14 @@ import typer
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology, parse_event
 from schemas.base import AvroModel
 from schemas.dbpm import Candidate, GateDecision
-from schemas.docs import ReviewPacket
-from schemas.serde import Serde, make_serde
+from schemas.serde import Serde
+from schemas.wire import make_serde
 from state import MemoryStore
-from streams.cli.common import require_bootstrap
-from streams.cli.paths import output_file
+from streams.bench.review_packets import packets
 from streams.console.records import TopicFollower, read_records
-from streams.demo.plan import verify_example
 from streams.groups.arbiter import ONE_READ_FETCH_WAIT_MS, PacketFollower
+from streams.local.bootstrap import require_bootstrap
+from streams.local.paths import output_file
 from streams.runtime.kafka_clients import produce_in_transaction
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
@@ -57,7 +57,6 @@ from topics.admin import ensure_topics
 from topics.catalog import DBPM_DECISIONS, DOCS_REVIEW_PACKETS, build_catalog
 
 START = datetime(2026, 5, 4, tzinfo=UTC)
-EXAMPLES = ("fabricated", "quest", "requisition")
 """The demo's examples the rules-only arbiter escalates to a review packet."""
 DEFAULT_FETCH_WAIT_MS = 500
 """librdkafka's default ``fetch.wait.max.ms``: what a long-lived packet reader keeps."""
@@ -93,19 +92,6 @@ def decisions(count: int, signatures: int) -> Iterator[GateDecision]:
         with store.transaction() as txn:
             _, [ruling] = engine.process(txn, event, event.time)
         yield decision_record(candidate, ruling, False, fingerprint)
-
-
-def packets(count: int) -> Iterator[ReviewPacket]:
-    """``count`` review packets: the demo's escalated examples in turn, each under a document id of its
-    own."""
-    examples = []
-    for case in EXAMPLES:
-        packet = verify_example(case)[1].packet
-        if packet is None:
-            raise RuntimeError(f"the rules-only arbiter no longer escalates the {case} example")
-        examples.append(packet)
-    for i in range(count):
-        yield examples[i % len(examples)].model_copy(update={"doc_id": f"bench-doc-{i:06d}"})
 
 
 def _write(

@@ -38,9 +38,9 @@ from processors.dbpm.measurement import (
 from processors.dbpm.memory import Memory
 from state import MemoryStore, Store, Transaction
 from state.kinds import StoreKind
-from streams.bench.stats import mib, percentile, resident_bytes
-from streams.cli.paths import output_file
+from streams.local.paths import output_file
 from streams.testing.dbpm_stream import PATIENTS_PER_DAY, StreamShape, generate_events, write_stream
+from streams.testing.stats import mib, percentile, resident_bytes
 
 
 class BenchStores(StrEnum):

@@ -45,14 +45,15 @@ from confluent_kafka import Producer
 
 from processors.dbpm import GateEvent, VerdictEvent, parse_event
 from schemas.dbpm import Candidate, GateDecision, Verdict
-from schemas.serde import Serde, make_serde
+from schemas.serde import Serde
+from schemas.wire import make_serde
 from state.memory import MemoryStore
-from streams.bench.stats import percentile
-from streams.cli.common import require_bootstrap
-from streams.cli.paths import output_file
+from streams.local.bootstrap import require_bootstrap
+from streams.local.paths import output_file
 from streams.runtime.dlq import DecodeFailed, SourceRecord
 from streams.runtime.kafka_clients import assign_at_ends, reader
 from streams.runtime.settings import get_settings
+from streams.testing.stats import percentile
 from streams.worker.dbpm import dbpm_engine, producer_config, verdict_key
 from streams.worker.gate import Gate
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS

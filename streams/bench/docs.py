@@ -1,7 +1,7 @@
 """``clingate bench docs``: classification-arbiter throughput, rules-only and with a stub LLM.
 
 Two measurements on one realistic document (the 8-page genomic report + clinical note of the seed's
-slide 2, from streams/demo/data/docs unless paths are given):
+slide 2, from streams/data/docs unless paths are given):
 
 * rules-only: documents/s of the synchronous step machine (V1–V5, auto-fix, no LLM phase);
 * stub LLM: every LLM call sleeps a fixed latency under a semaphore of ``concurrency`` permits, and
@@ -28,7 +28,7 @@ from processors.docs.arbiter import ArbiterConfig, run
 from processors.docs.llm import LlmJudgement, LlmRequest, LlmResult
 from processors.docs.v3 import load_trap_rules
 from schemas.docs import ClassificationOutput, ClassificationRequest, DocumentBundle
-from streams.demo.data import DOCS
+from streams.data import DOCS
 from streams.groups.arbiter_calls import arbitrate
 
 _EXAMPLES = DOCS

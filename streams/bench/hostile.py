@@ -52,15 +52,16 @@ from confluent_kafka import KafkaError, Producer
 
 from schemas.console import ConsoleAction
 from schemas.dbpm import Verdict, VerdictLabel
-from schemas.serde import Serde, make_serde
-from streams.bench.console import packets
+from schemas.serde import Serde
+from schemas.wire import make_serde
+from streams.bench.review_packets import packets
 from streams.console.records import read_records
 from streams.console.sessions import ADDRESS_FAILURES, PAIR_FAILURES
+from streams.local.process import ProcessError
 from streams.runtime.kafka_clients import produce_in_transaction
 from streams.runtime.kafka_config import client_config
 from streams.runtime.settings import get_settings
 from streams.testing.browser import add_user, console_env, running_console
-from streams.testing.process import ProcessError
 from topics.catalog import CONSOLE_AUDIT, DBPM_VERDICTS, DOCS_REVIEW_PACKETS, FHIR_UPDATES, dlq_name
 
 PAGE_BOUND_S = 3.0
@@ -305,7 +306,11 @@ async def _slashes(site: _Site, packet_id: str) -> Attack:
         links: list[str] = []
         while not links and time.monotonic() < deadline:
             queue = await (await sme.get("/sme")).text()
-            links = [h for h in re.findall(r'href="([^"]+)"', queue) if "dead-letters" in h and "sme" in h]
+            # This run's packet only (its id ends in the run's token, encoded or not): a broker reused
+            # across runs holds the earlier runs' hostile packets too.
+            links = [
+                h for h in re.findall(r'href="([^"]+)"', queue) if h.startswith("/sme") and site.run in h
+            ]
             if not links:
                 await asyncio.sleep(1)
         if not links:

@@ -40,20 +40,21 @@ from rich.console import Console
 from rich.table import Table
 
 from schemas.dbpm import Candidate, GateDecision, Narrative, NerPayload
-from schemas.serde import Serde, make_serde
-from streams.bench.stats import percentile
-from streams.cli.common import require_bootstrap
-from streams.cli.paths import output_file
+from schemas.serde import Serde
+from schemas.wire import make_serde
 from streams.groups.llm import new_metrics
 from streams.groups.verifier import run_verifier
 from streams.llm import CallType, ClientPolicy, Endpoint, LlmClient, LlmOk, Role
 from streams.llm.schemas import NerVerdict
 from streams.llm.serve.testserver import DEFAULT_MODEL
+from streams.local.bootstrap import require_bootstrap
+from streams.local.paths import output_file
 from streams.replay.kafka import commit_end_offsets
 from streams.runtime.kafka_clients import produce_waiting
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.llm_server import ServerProcess
+from streams.testing.stats import percentile
 from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_DECISIONS, DBPM_NARRATIVES, DBPM_TO_VERIFY, build_catalog

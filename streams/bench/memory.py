@@ -33,11 +33,11 @@ from typing import Annotated, Any
 import typer
 from confluent_kafka import Producer
 
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from streams.bench.dbpm_kafka import cpu_seconds
 from streams.bench.restart import restore_figures
-from streams.cli.common import require_bootstrap
-from streams.cli.paths import output_folder
+from streams.local.bootstrap import require_bootstrap
+from streams.local.paths import output_folder
 from streams.replay.kafka import CommitWatcher, ReplayRecord, commit_end_offsets, verdict_record
 from streams.runtime.kafka_clients import produce_waiting
 from streams.runtime.kafka_config import admin_client

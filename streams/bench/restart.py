@@ -48,8 +48,8 @@ from processors.dbpm import DBPMEngine, parse_event
 from state.base import Transaction
 from state.memory import MemoryStore
 from state.rocksdb import RocksDBStore
-from streams.cli.common import require_bootstrap
-from streams.cli.paths import output_folder
+from streams.local.bootstrap import require_bootstrap
+from streams.local.paths import output_folder
 from streams.replay.kafka import commit_end_offsets
 from streams.runtime.kafka_clients import produce_waiting
 from streams.runtime.kafka_config import admin_client

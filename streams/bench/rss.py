@@ -36,17 +36,17 @@ from confluent_kafka import Consumer, Producer
 
 from processors.dbpm import BLOCK
 from schemas.dbpm import Candidate, GateDecision, Verdict
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from streams.bench.dbpm_kafka import cpu_seconds
-from streams.bench.stats import mib, resident_bytes
-from streams.cli.common import require_bootstrap
-from streams.cli.paths import output_file, output_folder
+from streams.local.bootstrap import require_bootstrap
+from streams.local.paths import output_file, output_folder
 from streams.replay.kafka import CommitWatcher, commit_worker_end_offsets
 from streams.runtime.kafka_clients import assign_at_ends, produce_waiting, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.testing.dbpm_stream import generate_events
 from streams.testing.metrics import scraped_sum
+from streams.testing.stats import mib, resident_bytes
 from streams.testing.worker import WorkerProcess
 from streams.worker.dbpm import contract_event, dbpm_engine, producer_config, verdict_key
 from streams.worker.memory import memory_group

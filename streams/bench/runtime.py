@@ -61,15 +61,15 @@ import typer
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import NewTopic
 
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from streams.bench import clinical, dbpm_kafka, llm, memory, quix
-from streams.cli.common import require_bootstrap
-from streams.cli.paths import output_file, output_folder
+from streams.local.bootstrap import require_bootstrap
+from streams.local.jars import DEPLOY_LOCAL, ensure_artifacts
+from streams.local.paths import output_file, output_folder
 from streams.replay.kafka import CommitWatcher, commit_worker_end_offsets, replay_via_kafka
 from streams.runtime.kafka_clients import produce_waiting
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings, get_settings
-from streams.testing.jars import DEPLOY_LOCAL, ensure_artifacts
 from streams.testing.llm_server import ServerProcess
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine, in_process, soak_stream
 from streams.worker import READY

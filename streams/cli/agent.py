@@ -15,8 +15,8 @@ from typing import Annotated, Any
 
 import typer
 
-from streams.cli.common import require_bootstrap
-from streams.cli.paths import output_file
+from streams.local.bootstrap import require_bootstrap
+from streams.local.paths import output_file
 from streams.runtime.settings import get_settings
 
 app = typer.Typer(

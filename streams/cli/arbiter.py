@@ -54,9 +54,7 @@ from schemas.docs import (
     Segment,
     Severity,
 )
-from schemas.serde import make_serde
-from streams.cli.common import require_bootstrap
-from streams.cli.paths import output_file
+from schemas.wire import make_serde
 from streams.console.users import Role
 from streams.groups.arbiter import (
     ONE_READ_FETCH_WAIT_MS,
@@ -67,6 +65,8 @@ from streams.groups.arbiter import (
 from streams.groups.arbiter_calls import LLM_ROLE, arbitrate, configured_call
 from streams.llm import LlmClient
 from streams.llm.config import resolve_role
+from streams.local.bootstrap import require_bootstrap
+from streams.local.paths import output_file
 from streams.requests.check import RequestAction, publication_request
 from streams.runtime.kafka_clients import ensure_catalog, producer_settings
 from streams.runtime.metrics import DocsMetrics, serve

@@ -27,7 +27,7 @@ from streams.bench import (
     rss,
     runtime,
 )
-from streams.cli.paths import output_folder
+from streams.local.paths import output_folder
 
 app = typer.Typer(help="Benchmarks of each area: throughput, per-event cost, size.", no_args_is_help=True)
 app.add_typer(dbpm.app, name="dbpm")

@@ -5,7 +5,7 @@ detached, so it outlives the command that started it; ``stop`` waits until its J
 ``start`` prints only the bootstrap address on stdout, so
 ``export KAFKA_BOOTSTRAP_SERVERS=$(clingate broker start)`` works.
 
-``start --sasl-users DIR`` starts it secured as :func:`streams.testing.broker.sasl_local_kafka` does (SCRAM
+``start --sasl-users DIR`` starts it secured as :func:`streams.local.broker.sasl_local_kafka` does (SCRAM
 users from DIR, ACLs enforced, ``--tls-dir`` for SASL_SSL); the SCRAM users are written when the
 storage is formatted, so on an existing broker directory they take effect only after ``reset``.
 """
@@ -19,8 +19,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from streams.local.broker import BrokerError, local_broker, read_password_dir, sasl_local_kafka
 from streams.runtime.settings import get_settings
-from streams.testing.broker import BrokerError, local_broker, read_password_dir, sasl_local_kafka
 
 app = typer.Typer(help="Run a native single-node Kafka broker (KRaft) on 127.0.0.1.", no_args_is_help=True)
 _err = Console(stderr=True)

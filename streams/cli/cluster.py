@@ -1,6 +1,6 @@
 """``clingate cluster start|stop|status|reset``: several native KRaft brokers on loopback as one cluster.
 
-The multi-node form of ``clingate broker`` (:mod:`streams.testing.cluster`): ``start --brokers 3``
+The multi-node form of ``clingate broker`` (:mod:`streams.local.cluster`): ``start --brokers 3``
 runs three nodes in ``CLINGATE_CLUSTER_DIR`` (default ``<CLINGATE_HOME>/cluster``), each broker and
 controller, with three replicas and
 ``min.insync.replicas`` 2 for the internal and default topics, as the deployment in ``deploy/`` has.
@@ -17,9 +17,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from streams.local.broker import BrokerError
+from streams.local.cluster import local_cluster
 from streams.runtime.settings import get_settings
-from streams.testing.broker import BrokerError
-from streams.testing.cluster import local_cluster
 
 app = typer.Typer(
     help="Run several native KRaft brokers on 127.0.0.1 as one Kafka cluster.", no_args_is_help=True

@@ -50,8 +50,8 @@ def console(
     """Serve the console until SIGINT/SIGTERM (without a sub-command)."""
     if context.invoked_subcommand is not None:
         return
-    from streams.cli.common import require_bootstrap
     from streams.console.server import serve
+    from streams.local.bootstrap import require_bootstrap
     from streams.runtime.kafka_clients import ensure_catalog
 
     settings = get_settings()

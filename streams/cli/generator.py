@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from streams.cli.common import require_bootstrap
 from streams.groups.generator import run_generator
 from streams.groups.llm import RoleDisabledError, run_until_signalled
+from streams.local.bootstrap import require_bootstrap
 from streams.runtime.settings import get_settings
 
 app = typer.Typer(help="Run a generator group member (narratives -> candidates).", no_args_is_help=False)

@@ -29,7 +29,7 @@ from typing import Annotated
 import typer
 
 from state.kinds import StoreKind
-from streams.cli.paths import new_folder, output_file
+from streams.local.paths import new_folder, output_file
 
 app = typer.Typer(help="Replay a DBPM event stream (JSON Lines) through the engine.", no_args_is_help=True)
 
@@ -142,8 +142,8 @@ def _replay_via_kafka(
     """``--via-kafka``: the workers decide; this process publishes, collects and writes the files. A
     replay of the same stream to the same app that stopped before it finished is resumed: what it
     had committed is not published again."""
-    from schemas.serde import make_serde
-    from streams.cli.common import require_bootstrap
+    from schemas.wire import make_serde
+    from streams.local.bootstrap import require_bootstrap
     from streams.replay.engine import EventReader
     from streams.replay.kafka import replay_via_kafka
     from streams.runtime.settings import get_settings

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from streams.cli.paths import output_folder
+from streams.local.paths import output_folder
 
 if TYPE_CHECKING:
     from schemas.registry import SchemaRegistry

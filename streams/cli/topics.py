@@ -25,9 +25,9 @@ from confluent_kafka import KafkaError, KafkaException
 from rich.console import Console
 from rich.table import Table
 
+from streams.local.bootstrap import configured_bootstrap
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings, get_settings
-from streams.testing.broker import configured_bootstrap
 from topics.acls import (
     DEFAULT_PLAN,
     AclOutcome,

@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from streams.cli.common import require_bootstrap
 from streams.groups.llm import RoleDisabledError, run_until_signalled
 from streams.groups.verifier import run_verifier
+from streams.local.bootstrap import require_bootstrap
 from streams.runtime.settings import get_settings
 
 app = typer.Typer(

@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Annotated, Protocol
 
 import typer
 
-from streams.cli.common import require_bootstrap
-from streams.cli.paths import output_folder
+from streams.local.bootstrap import require_bootstrap
+from streams.local.paths import output_folder
 from streams.runtime.kafka_clients import ensure_catalog
 from streams.runtime.logs import configure
 from streams.runtime.settings import Settings, get_settings

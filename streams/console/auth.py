@@ -7,8 +7,9 @@ What holds, for every request (:func:`guard`, the application's middleware):
   is ``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no other site's page sends it),
   ``Path=/``, and ``Secure`` with ``CLINGATE_CONSOLE_SECURE_COOKIES`` (behind a TLS proxy);
 * a POST is refused (403) unless its form carries the session's CSRF token, whatever its path (the
-  sign-in form's token is its anonymous session's); a body that cannot be read as a form (bytes not of
-  its charset, an unknown charset, multipart without its boundary) is refused with 400;
+  sign-in form's token is its anonymous session's); a body that cannot be read as a form of text fields
+  (bytes not of its charset, an unknown charset, multipart without its boundary, a Content-Encoding it
+  is not in, a file) is refused with 400;
 * a page that declares roles (:func:`requires`) is answered only for a signed-in session of one of them:
   without one the browser is sent to ``/login?next=<the page>``, with another role it gets a 403 page,
   never the content; pages that declare none (the sign-in page, the stylesheet) are public.
@@ -41,7 +42,7 @@ from multidict import MultiDictProxy
 from streams.console.audit import Action, Outcome, audit, record_refusal
 from streams.console.metrics import Refusal, refused
 from streams.console.pages import CSRF_FIELD, render
-from streams.console.sessions import SESSION, Session, Sessions, SignInThrottle, TooManySessions
+from streams.console.sessions import SESSION, Session, Sessions, SignInThrottle
 from streams.console.users import NAME_PATTERN, ChecksBusy, PasswordChecks, Role, UserStore
 
 log = logging.getLogger(__name__)
@@ -128,11 +129,15 @@ def safe_next(target: object) -> str:
 
 async def _form(request: web.Request) -> MultiDictProxy[str | bytes | web.FileField] | None:
     """The request's form (read once: handlers get it again from aiohttp); None when its body cannot be
-    read as one."""
+    read as one, or when a field of it is not text (a file, or a part of another content type: no page
+    takes one, and a handler reads every field as text)."""
     try:
-        return await request.post()
-    except (ValueError, LookupError):  # UnicodeDecodeError is a ValueError; an unknown charset a LookupError
+        form = await request.post()
+    except (ValueError, LookupError, web.RequestPayloadError):
+        # UnicodeDecodeError is a ValueError; an unknown charset a LookupError; a body its
+        # Content-Encoding does not decode a RequestPayloadError.
         return None
+    return form if all(isinstance(value, str) for value in form.values()) else None
 
 
 @web.middleware
@@ -147,7 +152,9 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         if form is None:
             refused(request, Refusal.MALFORMED)
             message = "The form could not be read (its bytes, its charset or its boundary): send it again."
-            return render(request, "error.html", status=400, title="Bad request", message=message)
+            response = render(request, "error.html", status=400, title="Bad request", message=message)
+            response.force_close()  # what is left of the body is never read as the connection's next request
+            return response
         token = form.get(CSRF_FIELD)
         if session is None or not session.csrf_matches(token if isinstance(token, str) else None):
             if session is not None and session.user is not None:
@@ -191,22 +198,14 @@ def _sign_in_form(request: web.Request, target: str, *, status: int = 200, error
 
 async def sign_in_page(request: web.Request) -> web.StreamResponse:
     """``GET /login``: the sign-in form (with an anonymous session for its CSRF token), or the page asked
-    for when already signed in; 503 while too many sign-in forms are open."""
+    for when already signed in."""
     target = safe_next(request.query.get("next"))
     session = request.get(SESSION)
     if session is not None and session.user is not None:
         raise web.HTTPFound(target)
     if session is not None:
         return _sign_in_form(request, target)
-    try:
-        request[SESSION] = session = request.app[ACCESS].sessions.start()
-    except TooManySessions as exc:
-        log.warning("console: sign-in page refused to %s: %s", client_address(request), exc)
-        refused(request, Refusal.FORMS_FULL)
-        response = render(request, "error.html", status=503, title="Unavailable",
-                          message="Too many sign-in forms are open: try again in a few minutes.")  # fmt: skip
-        response.headers["Retry-After"] = "60"
-        return response
+    request[SESSION] = session = request.app[ACCESS].sessions.start()
     response = _sign_in_form(request, target)
     _set_cookie(request, response, session)
     return response
@@ -239,7 +238,8 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
         return _too_many(request, target, error, wait_s)
     user = access.users.get(name)
     try:
-        matches = await access.checks.check(password, user)  # an unknown name costs a check too
+        # An unknown name costs a check too; a name known at this address goes before the others.
+        matches = await access.checks.check(password, user, known=access.throttle.known(tag, address))
     except ChecksBusy as exc:
         log.warning("console: sign-in of %s from %s refused: %s", tag, address, exc)
         refused(request, Refusal.BUSY)
@@ -252,7 +252,6 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
         return _sign_in_form(request, target, status=401, error=WRONG)
     await audit(request, Action.SIGN_IN, Outcome.OK, user=user.name, role=user.role)
     access.throttle.succeeded(tag, address)
-    access.sessions.end(request[SESSION].id)
     response = _redirect(target)
     _set_cookie(request, response, access.sessions.start(user.name, user.role))
     return response

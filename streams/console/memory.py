@@ -17,7 +17,7 @@ What holds:
   table, the same severity as a chart over event time (:func:`severity_chart`): the severity each decision
   of the signature read, the latest :data:`SEVERITY_DRAWN` decisions that read one, with the task's BLOCK
   and DOWNGRADE thresholds across them, drawn as the demo's report draws its charts
-  (:mod:`streams.demo.charts`: inline SVG, nothing the page's Content-Security-Policy would have to
+  (:mod:`streams.charts`: inline SVG, nothing the page's Content-Security-Policy would have to
   allow). The decisions
   of the signature follow, newest first, the first :data:`DECISIONS_SHOWN` of them with the total count
   by decision.
@@ -54,6 +54,7 @@ from processors.dbpm.signatures import signature, signature_payload
 from schemas.dbpm import GateDecision, PinAction, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
 from state import MemoryStore
+from streams.charts import Series, line_chart
 from streams.console.audit import Action, Outcome, audit, record_refusal
 from streams.console.auth import requires
 from streams.console.delivery import NotAcknowledged
@@ -61,7 +62,6 @@ from streams.console.memorylog import MemorySource, PinPublisher, SignatureLog, 
 from streams.console.pages import PageLink, render, segment
 from streams.console.sessions import SESSION
 from streams.console.users import Role
-from streams.demo.charts import Series, line_chart
 from streams.worker.dbpm import pin_record
 
 PAGE = PageLink("/memory", "Memory explorer", frozenset({Role.OPERATOR}))

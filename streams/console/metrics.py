@@ -1,9 +1,9 @@
 """The console's Prometheus metrics, served at ``/metrics`` on its own port.
 
 What holds: a request refused before anyone signed in (a sign-in form posted without its token, a body
-that cannot be read, a failed or throttled sign-in, a full table of sign-in forms) is counted here by its
-reason and leaves no record on the audit trail, so that an anonymous client cannot write that topic, which
-is kept 365 days, at the rate it sends requests. The audit trail keeps what signed-in people do
+that cannot be read, a failed or throttled sign-in, one refused while too many were under way) is counted
+here by its reason and leaves no record on the audit trail, so that an anonymous client cannot write that
+topic, which is kept 365 days, at the rate it sends requests. The audit trail keeps what signed-in people do
 (:mod:`streams.console.audit`). Each application has a registry of its own (the tests build many).
 """
 
@@ -21,8 +21,8 @@ class Refusal(StrEnum):
     CSRF = "csrf"
     """A POST without a signed-in session's CSRF token (the sign-in form's included)."""
     MALFORMED = "malformed"
-    """A body that cannot be read as a form (bytes not of its charset, an unknown charset, multipart
-    without its boundary)."""
+    """A body that cannot be read as a form of text fields (bytes not of its charset, an unknown charset,
+    multipart without its boundary, a Content-Encoding it is not in, a file)."""
     NOT_A_NAME = "not-a-user-name"
     """A sign-in whose name cannot be any user's."""
     WRONG_PASSWORD = "wrong-password"
@@ -31,8 +31,6 @@ class Refusal(StrEnum):
     """A sign-in refused unchecked: its name and address, or its address, is locked."""
     BUSY = "busy"
     """A sign-in refused unchecked: too many password checks were under way."""
-    FORMS_FULL = "forms-full"
-    """A sign-in page refused: too many sign-in forms are open."""
 
 
 class ConsoleMetrics:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from processors.dbpm import DBPMEngine, load_ontology
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from streams.console.agent_topics import KafkaAgent
 from streams.console.app import AccessLogger, build_app
 from streams.console.assessments import KafkaAssessments

@@ -2,27 +2,29 @@
 
 What holds:
 
-* **A session is known to this process only** (a table in memory): its id, 32 random bytes
+* **A signed-in session is known to this process only** (a table in memory): its id, 32 random bytes
   (``secrets.token_urlsafe(32)``), is all the browser holds (the cookie :mod:`streams.console.auth` sets),
-  so nothing a browser sends can make up a user or a role. A restart of the console ends every session.
+  so nothing a browser sends can make up a user or a role. A restart of the console ends every session
+  (the anonymous ones too: their key is the process's).
 * **Sessions expire**: a session older than its lifetime (``CLINGATE_CONSOLE_SESSION_S``, 8 h) or unused
   for longer than the idle timeout (``CLINGATE_CONSOLE_IDLE_S``, 30 min) is gone at its next use. Time is
   the injected ``clock`` (``time.monotonic``: a wall-clock step neither ends nor prolongs a session), so
   the tests move it by hand.
-* **Expiry costs no sweep of the table.** Each table (the signed-in sessions, the anonymous ones) is kept
-  in the order of last use, so the sessions idle the longest are at its front: starting a session forgets
-  the idle ones at the front of its table and stops at the first that is not, a constant amortised cost
-  however many sessions there are. A session that outlived its lifetime while in use is forgotten at its
-  next use, or once it is idle.
-* **Every session has its own CSRF token** (another 32 random bytes), embedded in every form its pages
-  render and compared in constant time on every POST (:meth:`Session.csrf_matches`). A visitor who has
+* **Expiry costs no sweep of the table.** The signed-in sessions are kept in the order of last use, so
+  the sessions idle the longest are at the front: starting a session forgets the idle ones at the front
+  and stops at the first that is not, a constant amortised cost however many sessions there are. A
+  session that outlived its lifetime while in use is forgotten at its next use, or once it is idle.
+* **Every session has its own CSRF token** (another 32 random bytes, or an anonymous one's HMAC),
+  embedded in every form its pages render and compared in constant time on every POST
+  (:meth:`Session.csrf_matches`). A visitor who has
   not signed in gets an anonymous session on the sign-in page, so that the sign-in form carries a token
-  too; signing in replaces that session by a new one (a new id and token: no session fixation).
-* **Anonymous sessions are bounded and never pushed out**: at most :data:`ANONYMOUS_LIMIT` at once; when
-  that many are open and none has expired, a new one is refused (:class:`TooManySessions`) rather than an
-  open sign-in form being cancelled before it expires. A client that fetches the sign-in page in a loop
-  can keep new visitors waiting for at most the idle timeout, never cancel a form already open, and never
-  touch a signed-in session (those exist only after a password was checked).
+  too; signing in replaces it by a new session (a new id and token: no session fixation).
+* **An anonymous session is no state on the server**, so no number of sign-in pages fetched can fill a
+  table, push out a form in use or keep a visitor from opening one: its id is a random nonce, when it
+  was opened and an HMAC-SHA256 of both under the process's own key (:data:`ANONYMOUS`), and its CSRF
+  token another HMAC of the nonce (OWASP's signed double-submit cookie). Anyone can get one, and it
+  allows nothing but a sign-in attempt (which the throttle and the password checks bound); a forged or
+  altered one fails its HMAC, and one opened :attr:`Sessions.idle_s` ago or earlier has expired.
 * **Failed sign-ins are throttled** (:class:`SignInThrottle`, docs/console.md "Failed sign-ins" for the
   design and the OWASP guidance it follows) by the pair of name and address, by address, and, when a name
   or the whole console sees many failures, more strictly for clients without a sign-in history, with
@@ -31,6 +33,7 @@ What holds:
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import math
 import secrets
@@ -47,8 +50,8 @@ from streams.console.users import Role
 Clock = Callable[[], float]
 """Seconds, monotonic: when a session started and was last used, when a sign-in failed."""
 
-ANONYMOUS_LIMIT = 10_000
-"""Anonymous sessions (the sign-in page's) open at most; a few hundred bytes each."""
+ANONYMOUS = "anon"
+"""The first part of an anonymous session's id: ``anon.<nonce>.<opened, ms>.<HMAC>``."""
 
 
 @dataclass
@@ -71,10 +74,6 @@ SESSION = web.RequestKey("session", Session)
 """The request's valid session, when it has one (set by the console's guard)."""
 
 
-class TooManySessions(RuntimeError):
-    """:data:`ANONYMOUS_LIMIT` anonymous sessions are open and none has expired: no new one now."""
-
-
 class Sessions:
     """The sessions of this process (module docstring)."""
 
@@ -82,55 +81,67 @@ class Sessions:
         self.lifetime_s = lifetime_s
         self.idle_s = idle_s
         self._clock = clock
+        self._key = secrets.token_bytes(32)
+        """Signs the anonymous sessions; this process's own, never written anywhere."""
         self._signed_in: OrderedDict[str, Session] = OrderedDict()
-        self._anonymous: OrderedDict[str, Session] = OrderedDict()
 
     def __len__(self) -> int:
-        return len(self._signed_in) + len(self._anonymous)
+        """Signed-in sessions kept (anonymous ones are not kept)."""
+        return len(self._signed_in)
 
     def _expired(self, session: Session, now: float) -> bool:
         return now - session.started >= self.lifetime_s or now - session.used >= self.idle_s
 
-    def _table(self, session: Session) -> OrderedDict[str, Session]:
-        return self._anonymous if session.user is None else self._signed_in
+    def _mac(self, *parts: str) -> str:
+        return hmac.new(self._key, ".".join(parts).encode(), hashlib.sha256).hexdigest()
+
+    def _anonymous(self, nonce: str, opened_ms: int, now: float) -> Session:
+        session_id = ".".join((ANONYMOUS, nonce, str(opened_ms), self._mac(ANONYMOUS, nonce, str(opened_ms))))
+        return Session(session_id, self._mac("csrf", nonce), opened_ms / 1000, now)
+
+    def _opened(self, session_id: str, now: float) -> Session | None:
+        """The anonymous session ``session_id`` names, if its HMAC holds and it was opened less than the
+        idle timeout ago."""
+        parts = session_id.split(".")
+        if len(parts) != 4 or not (parts[2].isascii() and parts[2].isdecimal()) or len(parts[2]) > 16:
+            return None
+        session = self._anonymous(parts[1], int(parts[2]), now)
+        if not hmac.compare_digest(session.id.encode(), session_id.encode()):
+            return None
+        return session if 0 <= now - session.started < min(self.idle_s, self.lifetime_s) else None
 
     def get(self, session_id: str | None) -> Session | None:
-        """The session ``session_id`` names, marked used now; None when there is none or it expired
-        (then it is forgotten)."""
+        """The session ``session_id`` names, a signed-in one marked used now; None when there is none or
+        it expired (then it is forgotten)."""
         if not session_id:
             return None
-        session = self._signed_in.get(session_id) or self._anonymous.get(session_id)
+        now = self._clock()
+        if session_id.startswith(ANONYMOUS + "."):
+            return self._opened(session_id, now)
+        session = self._signed_in.get(session_id)
         if session is None:
             return None
-        now = self._clock()
-        table = self._table(session)
         if self._expired(session, now):
-            del table[session.id]
+            del self._signed_in[session.id]
             return None
         session.used = now
-        table.move_to_end(session.id)
+        self._signed_in.move_to_end(session.id)
         return session
 
     def start(self, user: str | None = None, role: Role | None = None) -> Session:
-        """A new session with a new id and CSRF token: a signed-in person's, or anonymous (no user).
-
-        Raises:
-            TooManySessions: an anonymous one was asked for and :data:`ANONYMOUS_LIMIT` are open.
-        """
+        """A new session with a new id and CSRF token: a signed-in person's, or anonymous (no user)."""
         now = self._clock()
-        table = self._anonymous if user is None else self._signed_in
-        while table and self._expired(oldest := next(iter(table.values())), now):
-            del table[oldest.id]
-        if user is None and len(table) >= ANONYMOUS_LIMIT:
-            raise TooManySessions(f"{len(table)} sign-in forms are open")
+        if user is None:
+            return self._anonymous(secrets.token_urlsafe(16), math.floor(now * 1000), now)
+        while self._signed_in and self._expired(oldest := next(iter(self._signed_in.values())), now):
+            del self._signed_in[oldest.id]
         session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32), now, now, user, role)
-        table[session.id] = session
+        self._signed_in[session.id] = session
         return session
 
     def end(self, session_id: str) -> None:
-        """Forget a session (sign-out, or replaced at sign-in)."""
+        """Forget a signed-in session (sign-out)."""
         self._signed_in.pop(session_id, None)
-        self._anonymous.pop(session_id, None)
 
 
 K = TypeVar("K", bound=Hashable)
@@ -249,16 +260,17 @@ class SignInThrottle:
         self._known: OrderedDict[tuple[str, str], float] = OrderedDict()
         """Pairs that signed in, least recently first, with when."""
 
-    def _trusted(self, pair: tuple[str, str]) -> bool:
+    def known(self, name: str, address: str) -> bool:
+        """Whether ``name`` signed in from ``address`` within :data:`TRUST_S`."""
         horizon = self._clock() - TRUST_S
         while self._known and next(iter(self._known.values())) <= horizon:
             self._known.popitem(last=False)
-        return pair in self._known
+        return (name, address) in self._known
 
     def refused(self, name: str, address: str) -> int:
         """Whole seconds ``name`` must wait before signing in from ``address`` again (0: go on)."""
         wait = self.pairs.locked_for((name, address))
-        if not self._trusted((name, address)):
+        if not self.known(name, address):
             wait = max(wait, self.addresses.locked_for(address))
         return math.ceil(wait)
 
@@ -268,7 +280,7 @@ class SignInThrottle:
         pair = (name, address)
         attacked = self.names.failures(name) >= NAME_ALERT or self.names.total() >= GLOBAL_ALERT
         self.names.fail(name)
-        allowed = 1 if attacked and not self._trusted(pair) else PAIR_FAILURES
+        allowed = 1 if attacked and not self.known(name, address) else PAIR_FAILURES
         return max(self.pairs.fail(pair, allowed), self.addresses.fail(address, ADDRESS_FAILURES))
 
     def succeeded(self, name: str, address: str) -> None:

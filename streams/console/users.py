@@ -26,6 +26,10 @@ What holds:
   threads, not on asyncio's default pool where the pages read Kafka, and at most
   :data:`CHECKS_WAITING` wait for it; a check beyond those is refused at once (:class:`ChecksBusy`)
   instead of queueing without bound.
+* **A flood of sign-ins never keeps a known user out**: a sign-in of a name from an address it signed in
+  from before waits in a queue of its own, :data:`CHECKS_WAITING` long, served before the others, so
+  anonymous guesses from any number of addresses can fill their queue but never take a known user's
+  place.
 * **The file is written whole or not at all** (a temporary file in the same directory renamed over it),
   readable by its owner only (mode 0600, its directory 0700); it holds no password, only hashes.
   :meth:`UserStore.get` reads it at every sign-in, so a user added while the console runs can sign in
@@ -45,6 +49,7 @@ import re
 import secrets
 import string
 import tempfile
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from enum import StrEnum
@@ -89,7 +94,8 @@ _AROUND = string.digits + string.punctuation + string.whitespace
 CHECK_THREADS = 2
 """Password checks that run at once (32 MiB and a quarter of a second of one core each)."""
 CHECKS_WAITING = 8
-"""Password checks that may wait for a thread; one more is refused (:class:`ChecksBusy`)."""
+"""Password checks that may wait for a thread, of known sign-ins and of the others each; one more is
+refused (:class:`ChecksBusy`)."""
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 """A user name: what is safe as a record key, in a log line and in a URL, up to 64 characters."""
@@ -197,27 +203,52 @@ class PasswordChecks:
 
     def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="console-password-check")
-        self._pending = 0
+        self._running = 0
+        self._waiting: tuple[deque[asyncio.Future[None]], deque[asyncio.Future[None]]] = (deque(), deque())
+        """Checks waiting for a thread: the known sign-ins', served first, then the others'."""
 
     @property
     def pending(self) -> int:
         """Checks running or waiting."""
-        return self._pending
+        return self._running + sum(len(queue) for queue in self._waiting)
 
-    async def check(self, password: str, user: User | None) -> bool:
+    async def check(self, password: str, user: User | None, *, known: bool = False) -> bool:
         """Whether ``password`` is ``user``'s; with no user, :func:`decoy_hash` is checked instead, so that
-        it takes as long.
+        it takes as long. ``known``: the name signed in from this address before (its check goes first).
 
         Raises:
             ChecksBusy: too many checks are under way to wait for this one.
         """
-        if self._pending >= CHECK_THREADS + CHECKS_WAITING:
-            raise ChecksBusy(f"{self._pending} password checks under way")
-        self._pending += 1
+        if self._running < CHECK_THREADS:
+            self._running += 1
+        else:
+            queue = self._waiting[0 if known else 1]
+            if len(queue) >= CHECKS_WAITING:
+                raise ChecksBusy(f"{self.pending} password checks under way")
+            turn = asyncio.get_running_loop().create_future()
+            queue.append(turn)
+            try:
+                await turn
+            except asyncio.CancelledError:
+                if not turn.cancelled():  # handed a thread just as the sign-in was given up: hand it on
+                    self._hand_on()
+                elif turn in queue:
+                    queue.remove(turn)
+                raise
         try:
             return await asyncio.get_running_loop().run_in_executor(self._pool, _verify, password, user)
         finally:
-            self._pending -= 1
+            self._hand_on()
+
+    def _hand_on(self) -> None:
+        """Give the thread a check leaves to the next waiting one, a known sign-in's first."""
+        for queue in self._waiting:
+            while queue:
+                turn = queue.popleft()
+                if not turn.done():  # one cancelled, not yet removed, gave its sign-in up
+                    turn.set_result(None)
+                    return
+        self._running -= 1
 
     def close(self) -> None:
         """Stop the threads (checks still waiting are dropped)."""

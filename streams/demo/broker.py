@@ -14,7 +14,7 @@ from rich.table import Table
 from streams.demo.results import Results, TopicRow
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
-from streams.testing.broker import Broker, provide_broker
+from streams.testing.kafka import Broker, provide_broker
 from topics.admin import ensure_topics
 from topics.catalog import Catalog
 

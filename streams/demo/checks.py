@@ -24,8 +24,7 @@ from processors.dbpm.measurement import SelectivityCounts, SelectivityTracker, c
 from processors.dbpm.ontology import FILTER_ID_SUFFIX
 from schemas.clinical import ClinicalAssessment
 from schemas.dbpm import Candidate, Verdict
-from streams.bench.stats import percentile
-from streams.demo.data.timeline import week_of
+from streams.data.timeline import week_of
 from streams.demo.feed import emitted_candidates, published_candidates, published_verdicts
 from streams.demo.llm import LoopPlan
 from streams.demo.plan import (
@@ -49,6 +48,7 @@ from streams.demo.results import (
 )
 from streams.demo.summary import lights_text
 from streams.replay.kafka import read_state
+from streams.testing.stats import percentile
 from streams.worker.dbpm import memory_changelog
 
 INERT_CHECK_MIN_PATIENTS = 50

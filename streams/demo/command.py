@@ -29,8 +29,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from schemas.serde import Serde, make_serde
-from streams.cli.paths import output_file
+from schemas.serde import Serde
+from schemas.wire import make_serde
 from streams.console.users import Role
 from streams.demo.agent import step_agent
 from streams.demo.broker import start_broker, step_topics
@@ -47,6 +47,7 @@ from streams.demo.results import Results
 from streams.demo.samples import step_schemas
 from streams.demo.streams import step_streams
 from streams.demo.summary import print_summary, summary_json
+from streams.local.paths import output_file
 from streams.runtime.settings import Settings, get_settings
 from topics.catalog import Catalog, build_catalog
 

@@ -34,8 +34,8 @@ from schemas.dbpm import GateDecision
 from streams.console.users import Role
 from streams.demo.errors import DemoError
 from streams.demo.results import ConsolePage, Results
+from streams.local.process import ProcessError
 from streams.testing import browser
-from streams.testing.process import ProcessError
 
 Visit = Callable[[Any, str], None]
 """Open a page: ``(playwright page, console URL)``."""

@@ -32,8 +32,8 @@ from schemas.dbpm import Candidate, Verdict
 from schemas.docs import ClassificationOutput, ClassificationRequest, DocumentBundle
 from schemas.fhir import FhirUpdate
 from state.memory import MemoryStore
-from streams.demo.data import CLINICAL, DOCS, DOCS_EXAMPLES, GOLDEN_AS_OF, GOLDEN_REVIEWS
-from streams.demo.data.timeline import fhir_timeline
+from streams.data import CLINICAL, DOCS, DOCS_EXAMPLES, GOLDEN_AS_OF, GOLDEN_REVIEWS
+from streams.data.timeline import fhir_timeline
 from streams.demo.errors import DemoError
 from streams.demo.llm import LoopPlan, loop_plan
 from streams.demo.results import MemoryPoint, State

@@ -1,4 +1,4 @@
-"""``report.html`` of ``clingate demo``: one page, its charts inline SVG (:mod:`streams.demo.charts`);
+"""``report.html`` of ``clingate demo``: one page, its charts inline SVG (:mod:`streams.charts`);
 the console's screenshots are the only other files it shows, written next to it.
 
 The charts: the memory population over event time, the severity trajectories of the top signatures
@@ -21,7 +21,7 @@ from itertools import cycle
 from pathlib import Path
 
 from processors.dbpm.measurement import PopulationReport, SelectivityCounts
-from streams.demo.charts import Bar, Interval, Series, bar_chart, interval_chart, line_chart
+from streams.charts import Bar, Interval, Series, bar_chart, interval_chart, line_chart
 from streams.demo.gate_runs import OUTCOMES, table4
 from streams.demo.results import MemoryPoint, Results
 from streams.demo.summary import stream_rows, summary_rows

@@ -24,7 +24,7 @@ from datetime import datetime
 from processors.clinical.assess import RunEvent
 from processors.drafts.inputs import parse_evidence
 from schemas.clinical import AuditReport, ClinicalDraft, Deliverable, EvidenceBundle, EvidencePacket
-from streams.demo.data import RUNS
+from streams.data import RUNS
 from topics.catalog import CLINICAL_AUDIT_REPORTS, CLINICAL_DELIVERABLES, CLINICAL_DRAFTS, CLINICAL_EVIDENCE
 
 Stage = tuple[str, list[RunEvent | Deliverable]]
@@ -47,7 +47,7 @@ class GoldenRun:
 
 
 def golden_runs(cases: list[str], when: datetime) -> list[GoldenRun]:
-    """The runs of ``cases`` (each has a directory under :data:`~streams.demo.data.RUNS`) at ``when``."""
+    """The runs of ``cases`` (each has a directory under :data:`~streams.data.RUNS`) at ``when``."""
     runs = []
     for case in cases:
         folder = RUNS / case

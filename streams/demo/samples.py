@@ -46,7 +46,7 @@ from schemas.dbpm import Dispatch, Narrative, Propagation
 from schemas.docs import ClassificationRequest, GroundTruth, GroundTruthSource, Review, ReviewDecision
 from schemas.registry import load_registry
 from schemas.serde import Serde
-from streams.demo.data import CLINICAL, GOLDEN_REVIEWS
+from streams.data import CLINICAL, GOLDEN_REVIEWS
 from streams.demo.errors import DemoError
 from streams.demo.kafka_io import demo_producer, demo_reader, produce_all, read_all
 from streams.demo.plan import golden_time, verify_example

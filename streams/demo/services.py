@@ -15,9 +15,9 @@ from pathlib import Path
 
 from streams.demo.errors import DemoError
 from streams.demo.plan import Plan
+from streams.local.broker import free_port
+from streams.local.process import ProcessError, ProcessHandle, python_module
 from streams.replay.kafka import commit_end_offsets, commit_worker_end_offsets
-from streams.testing.broker import free_port
-from streams.testing.process import ProcessError, ProcessHandle, python_module
 from streams.worker import READY
 from topics.catalog import DBPM_DECISIONS, DBPM_NARRATIVES, DBPM_TO_VERIFY, DOCS_CLASSIFICATIONS, DOCS_REVIEWS
 

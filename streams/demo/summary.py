@@ -11,10 +11,10 @@ from rich.console import Console
 from rich.table import Table
 
 from processors.dbpm.config import DEFAULT_TASKS
-from streams.bench.stats import percentile
 from streams.demo.gate_runs import table4
 from streams.demo.model import ProbeCall
 from streams.demo.results import BulkFigures, DbpmResults, Results
+from streams.testing.stats import percentile
 
 STREAM_NAMES = {
     "generator": "generator (narrative -> first candidate)",

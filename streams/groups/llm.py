@@ -57,7 +57,8 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from schemas.common import Stage
-from schemas.serde import Serde, make_serde
+from schemas.serde import Serde
+from schemas.wire import make_serde
 from streams.groups.ordered import Handler, OrderedLoop, consumer_config, transactional_producer
 from streams.llm import CallType, ChatMessage, LlmClient, LlmFailed, LlmOk, Role
 from streams.llm.config import resolve_role

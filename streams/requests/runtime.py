@@ -268,6 +268,6 @@ def outcome_of(request: ConsoleRequest, result: Carried | Refused) -> ConsoleReq
 
 def build_requests(settings: Settings, bootstrap: str, metrics: LoopMetrics) -> RequestLoop:
     """The request runtime of this worker process (``clingate worker --role requests``)."""
-    from schemas.serde import make_serde
+    from schemas.wire import make_serde
 
     return RequestLoop(settings, bootstrap, make_serde(settings.schema_registry_url), metrics)

@@ -2,12 +2,12 @@
 demo.
 
 :func:`scripted_agent` starts the local OpenAI-compatible test server answering from a
-:class:`~streams.testing.agent_script.ScriptedAgentModel`, the local literature services
+:class:`~streams.llm.serve.agent_script.ScriptedAgentModel`, the local literature services
 (:class:`~streams.testing.fixture_services.FixtureServices`), the production LLM client and a
 :class:`~streams.agent.tools.ToolBox` over the given patients; :meth:`AgentSession.ask` runs one turn
 (:func:`streams.agent.runner.run_turn`) and returns it with the proposals its write tools made.
 
-:func:`demo_questions` are the demo's questions (``streams/demo/data/agent/questions.json``): one per
+:func:`demo_questions` are the demo's questions (``streams/data/agent/questions.json``): one per
 path of the DocGemma budget (direct, one tool, two and three tools, a write tool with clingate's gates, a
 search that ends in a question), each with the answers a competent model gives at each call.
 """
@@ -32,10 +32,10 @@ from schemas.agent import AgentProposal, AgentRequest
 from streams.agent.runner import TurnResult, run_turn
 from streams.agent.tools import PatientSource, ToolBox, TurnContext
 from streams.agent.worker import agent_proposal
-from streams.demo.data import AGENT_QUESTIONS
+from streams.data import AGENT_QUESTIONS
 from streams.llm import Endpoint, LlmClient, Role
+from streams.llm.serve.agent_script import ScriptedAgentModel
 from streams.llm.serve.testserver import DEFAULT_MODEL, OpenAiTestServer
-from streams.testing.agent_script import ScriptedAgentModel
 from streams.testing.fixture_services import FixtureServices
 
 
@@ -52,6 +52,14 @@ class Question:
 def demo_questions() -> list[Question]:
     """The demo's questions (module docstring)."""
     return [Question(**q) for q in json.loads(AGENT_QUESTIONS.read_text(encoding="utf-8"))]
+
+
+def two_stage_budget(path: str, tools: int) -> int:
+    """This implementation's calls per path (TOOL_SELECT is two calls). A clarification costs what the
+    tools before it cost: SYNTHESIZE writes the question as it writes an answer."""
+    if path == "direct":
+        return 2
+    return 5 + 3 * (tools - 1)
 
 
 def prescription_script(patient_id: str, answer: str) -> tuple[str, dict[str, list[Any]]]:

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from streams.testing.process import SOURCE_ROOT, ProcessError, ProcessHandle, python_module
+from streams.local.process import SOURCE_ROOT, ProcessError, ProcessHandle, python_module
 
 CHROMIUM = Path("/usr/bin/chromium")
 """Debian's Chromium (``apt-get install chromium``; ``make test`` installs it where it can)."""

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from schemas.console import ConsoleAction
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from streams.console.records import read_records
 from streams.replay.kafka import commit_end_offsets
 from streams.requests.runtime import group_id

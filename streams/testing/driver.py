@@ -16,7 +16,7 @@ What is the deployed code, unchanged:
   skipped, a batch's dead letters, outputs and changelog group together;
   :func:`~streams.groups.ordered.handle_record`: a handler's exception or an oversized output is a
   dead letter);
-* the serde (:func:`schemas.serde.make_serde`), keys (the handlers' own), partitions (the catalog's
+* the serde (:func:`schemas.wire.make_serde`), keys (the handlers' own), partitions (the catalog's
   counts, :func:`topics.catalog.build_catalog`; Java's murmur2 partitioner,
   :func:`topics.partitioner.partition_for`), headers, and dead-letter routing
   (:func:`streams.runtime.dlq.dead_letter_record` to ``<topic>.dlq``);
@@ -62,7 +62,8 @@ from schemas.base import AvroModel
 from schemas.common import DeadLetter
 from schemas.dbpm import GateDecision, Narrative
 from schemas.docs import ClassificationRequest
-from schemas.serde import Serde, make_serde
+from schemas.serde import Serde
+from schemas.wire import make_serde
 from state.base import Store
 from state.memory import MemoryStore
 from streams.groups.arbiter import DocsWorker, Packets

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import httpx
 
-from streams.testing.process import SOURCE_ROOT, ProcessHandle, python_module
+from streams.local.process import SOURCE_ROOT, ProcessHandle, python_module
 
 
 class ServerProcessError(RuntimeError):

@@ -164,11 +164,14 @@ from schemas.docs import (
     ReviewDecision,
 )
 from schemas.fhir import FhirUpdate
-from schemas.serde import SINGLE_OBJECT_MAGIC, SchemaDecodeError, Serde, make_serde
+from schemas.serde import SINGLE_OBJECT_MAGIC, SchemaDecodeError, Serde
+from schemas.wire import make_serde
 from state.memory import MemoryStore
-from streams.demo.data import DOCS, DOCS_EXAMPLES
-from streams.demo.data.timeline import encounter, fhir_timeline
+from streams.data import DOCS, DOCS_EXAMPLES
+from streams.data.timeline import encounter, fhir_timeline
 from streams.groups.verifier import CONFIDENCE_HEADER, GATE_HEADER, VERDICT_HEADER
+from streams.local.broker import free_port
+from streams.local.process import SOURCE_ROOT, ProcessError, ProcessHandle, http_answers, python_module
 from streams.replay.kafka import CommitWatcher, ReplayTimeout, commit_end_offsets, read_state
 from streams.requests.check import Carried, Evidence, RequestAction, check, publication_request
 from streams.requests.runtime import group_id, outcome_of
@@ -177,10 +180,8 @@ from streams.runtime.dlq import HEADER_PREFIX, PRODUCER_LIMITS, SourceRecord, fi
 from streams.runtime.kafka_clients import end_offsets, produce_waiting, read_to_end, reader
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings, get_settings
-from streams.testing.broker import free_port
 from streams.testing.dbpm_stream import StreamShape, generate_events
 from streams.testing.llm_server import ServerProcess
-from streams.testing.process import SOURCE_ROOT, ProcessError, ProcessHandle, http_answers, python_module
 from streams.testing.worker import COMPARISON_ENV, comparison_engine
 from streams.worker import READY
 from streams.worker.clinical import OUTPUT_TOPICS, Published, clinical_group, fhir_input, gate_flags
@@ -653,7 +654,7 @@ class Scale:
 
     Attributes:
         good: good records per topic, the LLM groups' topics excepted (at least one per arbiter example,
-            :data:`streams.demo.data.DOCS_EXAMPLES`); the docs reviews are one per escalated document.
+            :data:`streams.data.DOCS_EXAMPLES`); the docs reviews are one per escalated document.
         bad: bad records per topic, the oversized ones not counted.
         llm_good: good narratives, and good to-verify records (each costs LLM calls).
         oversized: oversized bad records in all, spread over the topics (:func:`oversize_plan`).
@@ -2267,7 +2268,7 @@ def poison_command(scale: Scale, seed: int, timeout: float, workdir: Path | None
 
     import typer
 
-    from streams.cli.common import require_bootstrap
+    from streams.local.bootstrap import require_bootstrap
 
     bootstrap = require_bootstrap(get_settings())
     logging.getLogger("httpx").setLevel(logging.WARNING)  # the LLM server's readiness probe, at INFO

@@ -31,8 +31,8 @@ import subprocess
 from pathlib import Path
 from types import TracebackType
 
-from streams.testing.broker import free_port
-from streams.testing.process import ProcessError, ProcessHandle, http_answers
+from streams.local.broker import free_port
+from streams.local.process import ProcessError, ProcessHandle, http_answers
 
 #: The Maven project that builds the registry.
 PROJECT = Path(__file__).resolve().parents[2] / "deploy" / "registry"
@@ -41,7 +41,7 @@ CCOMPAT_PATH = "/apis/ccompat/v7"
 _RUNNER = "target/schema-registry-1-runner.jar"
 #: The registry's JVM: it lives for a test session, in which the optimising compiler's threads cost more CPU
 #: than they save, so it runs the client compiler only, as the local broker does
-#: (:data:`streams.testing.broker.JVM_OPTIONS`); the real-registry tests then cost it about half the CPU
+#: (:data:`streams.local.broker.JVM_OPTIONS`); the real-registry tests then cost it about half the CPU
 #: (docs/performance.md).
 JVM_OPTIONS = ("-Xmx384m", "-XX:TieredStopAtLevel=1")
 _SETTINGS = """<settings>

@@ -23,14 +23,14 @@ from confluent_kafka import Producer
 from processors.dbpm import DBPMEngine
 from processors.dbpm.config import NER
 from schemas.dbpm import Candidate, GateDecision, Verdict
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from state.memory import MemoryStore
+from streams.local.broker import free_port
+from streams.local.process import SOURCE_ROOT, ProcessError, ProcessHandle, python_module
 from streams.replay.engine import replay_stream
 from streams.runtime.kafka_clients import assign_at_ends, reader
 from streams.runtime.settings import Settings
-from streams.testing.broker import free_port
 from streams.testing.dbpm_stream import generate_events
-from streams.testing.process import SOURCE_ROOT, ProcessError, ProcessHandle, python_module
 from streams.worker import READY
 from streams.worker.dbpm import contract_event, dbpm_engine, producer_config, verdict_key
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS

@@ -94,7 +94,8 @@ from schemas.clinical import (
 )
 from schemas.common import Stage
 from schemas.fhir import FhirUpdate
-from schemas.serde import Serde, make_serde
+from schemas.serde import Serde
+from schemas.wire import make_serde
 from streams.runtime.core import Output
 from streams.runtime.dlq import (
     RECORD_OVERHEAD_BYTES,

@@ -119,7 +119,8 @@ from processors.dbpm.ledger import dispatch_key, judged_candidate, seen_key
 from processors.dbpm.memory import Memory
 from processors.dbpm.ontology import filter_verdict, type_pair
 from schemas.dbpm import Candidate, Coverage, GateDecision
-from schemas.serde import Serde, make_serde
+from schemas.serde import Serde
+from schemas.wire import make_serde
 from state.base import Store, Transaction
 from state.rocksdb import RocksDBStore
 from streams.runtime.core import BATCH_MAX, Abandoned, BatchCore, Output, Step

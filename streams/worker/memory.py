@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import partial
 
 from processors.dbpm import DBPMEngine
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from streams.runtime.metrics import DbpmMetrics
 from streams.runtime.settings import Settings
 from streams.worker.dbpm import MEMORY_INPUTS, MemoryHandler, memory_changelog

@@ -38,7 +38,7 @@ from schemas.agent import AgentRequest
 from streams.agent.patients import BundlePatients
 from streams.agent.runner import replay_turn, run_turn
 from streams.agent.tools import ToolBox, TurnContext
-from streams.demo.data import CLINICAL
+from streams.data import CLINICAL
 from streams.llm import ClientPolicy, Endpoint, LlmClient, LlmOk, Role
 from streams.llm.serve.smollm2 import unavailable_reason
 from streams.testing.agent_session import demo_questions

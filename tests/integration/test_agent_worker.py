@@ -24,16 +24,16 @@ from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
 from schemas.agent import AgentProposal, AgentRequest, AgentResponse, AgentTrace
 from schemas.common import DeadLetter
 from schemas.fhir import FhirUpdate
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from streams.agent.worker import conversation_records
-from streams.demo.data import CLINICAL
+from streams.data import CLINICAL
+from streams.local.process import SOURCE_ROOT, ProcessHandle, eventually, python_module
 from streams.replay.kafka import commit_end_offsets, commit_worker_end_offsets, wait_until_consumed
 from streams.runtime.kafka_clients import end_offsets, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
 from streams.testing.agent_session import prescription_script
 from streams.testing.llm_server import ServerProcess
-from streams.testing.process import SOURCE_ROOT, ProcessHandle, eventually, python_module
 from streams.testing.worker import WorkerProcess
 from streams.worker.clinical import clinical_group
 from streams.worker.dbpm import producer_config

@@ -32,7 +32,7 @@ from confluent_kafka import Producer
 
 from schemas.clinical import ClinicalAssessment
 from schemas.dbpm import Candidate, GateDecision
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from streams.bench.chaos import (
     ChaosMonkey,
     Disruption,
@@ -49,6 +49,9 @@ from streams.bench.chaos import (
     run_soak,
 )
 from streams.cli.worker import LOOP_FAILED_EXIT
+from streams.local.broker import LocalKafka
+from streams.local.images import kafka_image
+from streams.local.process import SOURCE_ROOT, ProcessHandle, eventually, python_module
 from streams.replay.kafka import (
     CommitWatcher,
     commit_end_offsets,
@@ -61,10 +64,8 @@ from streams.runtime.kafka_clients import produce_waiting
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.progress import progress_topic
 from streams.runtime.settings import get_settings
-from streams.testing.broker import LocalKafka, kafka_image
 from streams.testing.dbpm_stream import generate_events
 from streams.testing.metrics import scraped_sum
-from streams.testing.process import SOURCE_ROOT, ProcessHandle, eventually, python_module
 from streams.testing.tail import Tail, read_between, topic_ends
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine, in_process, soak_stream
 from streams.worker import READY

@@ -1,6 +1,6 @@
 """The compose deployment (deploy/compose) runs on the images built here and loses nothing.
 
-Scenario (:mod:`streams.testing.compose`): three SASL_SSL brokers, the provisioning one-shots, two
+Scenario (:mod:`streams.demo.compose`): three SASL_SSL brokers, the provisioning one-shots, two
 workers, the docs worker, the LLM groups and Prometheus come up on this checkout's images, each
 process as its own principal; the demo's DBPM narratives, FHIR timeline with golden bundles and
 reviews, and classification requests are published as ``clingate-upstream`` while a broker container
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 
+from streams.demo.compose import rehearse, unavailable
 from streams.runtime.settings import get_settings
-from streams.testing.compose import rehearse, unavailable
 
 REASON = unavailable(get_settings())
 

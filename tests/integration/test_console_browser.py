@@ -57,11 +57,12 @@ from schemas.clinical import (
 )
 from schemas.console import ConsoleRequestOutcome
 from schemas.docs import DocumentType, Review, ReviewDecision, ReviewPacket
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from streams.console.records import read_records
 from streams.demo.plan import verify_example
 from streams.demo.samples import golden_assessment
 from streams.groups import arbiter as docs_worker
+from streams.local.process import eventually
 from streams.requests.check import touchpoint_target
 from streams.runtime.kafka_clients import read_to_end, reader
 from streams.runtime.kafka_config import admin_client
@@ -76,7 +77,6 @@ from streams.testing.console import (
     sign_in,
     sync_playwright,
 )
-from streams.testing.process import eventually
 from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
 from topics.catalog import (

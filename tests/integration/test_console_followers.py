@@ -19,8 +19,9 @@ from confluent_kafka import Producer, TopicPartition
 from schemas.base import AvroModel
 from schemas.clinical import ClinicalAssessment
 from schemas.docs import Review, ReviewDecision
-from schemas.serde import Serde, make_serde
-from streams.bench.console import packets
+from schemas.serde import Serde
+from schemas.wire import make_serde
+from streams.bench.review_packets import packets
 from streams.console.assessments import KafkaAssessments
 from streams.console.records import TopicFollower, read_records
 from streams.console.reviews import KafkaReviews

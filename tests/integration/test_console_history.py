@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from schemas.console import ConsoleAction
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from streams.console.audit import Action, KafkaAuditTrail
 from streams.console.history import KafkaHistory
 from streams.runtime.kafka_config import admin_client

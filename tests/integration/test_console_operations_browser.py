@@ -39,7 +39,8 @@ from confluent_kafka import Message, Producer
 
 from schemas.common import DeadLetter
 from schemas.console import ConsoleRequestOutcome
-from schemas.serde import make_serde
+from schemas.wire import make_serde
+from streams.local.process import SOURCE_ROOT, ProcessHandle, eventually, python_module
 from streams.replay.kafka import commit_end_offsets
 from streams.runtime.kafka_clients import read_to_end, reader
 from streams.runtime.kafka_config import admin_client
@@ -56,7 +57,6 @@ from streams.testing.console import (
     sync_playwright,
 )
 from streams.testing.llm_server import ServerProcess
-from streams.testing.process import SOURCE_ROOT, ProcessHandle, eventually, python_module
 from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
 from topics.catalog import AGENT_REQUESTS, CONSOLE_REQUEST_OUTCOMES, build_catalog, dlq_name

@@ -30,7 +30,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from processors.dbpm import DBPMEngine, VerdictEvent, parse_event
 from schemas.common import DeadLetter
 from schemas.dbpm import Candidate, Coverage, GateDecision, PinAction, Verdict
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from state.memory import MemoryStore
 from streams.replay.kafka import KafkaReplayResult, replay_via_kafka
 from streams.runtime.kafka_clients import assign_at_ends, produce_waiting, reader

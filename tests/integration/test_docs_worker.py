@@ -37,7 +37,7 @@ from schemas.docs import (
 )
 from schemas.serde import SingleObjectSerde
 from streams.cli.arbiter import app as docs_cli
-from streams.demo.data import DOCS
+from streams.data import DOCS
 from streams.groups.arbiter import DocsWorker, producer_config, run_worker
 from streams.groups.arbiter_calls import client_call
 from streams.llm import Endpoint, LlmClient, Role

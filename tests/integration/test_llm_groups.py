@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, Producer
 
 from processors.clinical.vocabulary import DrugVocabulary
 from schemas.dbpm import Candidate, GateDecision, Narrative, NerPayload, RePayload, Verdict
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from state.memory import MemoryStore
 from streams.bench.llm import run_group_benchmark
 from streams.groups.generator import run_generator
@@ -34,6 +34,7 @@ from streams.groups.verifier import CONFIDENCE_HEADER, GATE_HEADER, VERDICT_HEAD
 from streams.llm import ClientPolicy, Endpoint, LlmClient, Role
 from streams.llm.serve.http import ChatRequest, Fault
 from streams.llm.serve.testserver import OpenAiTestServer
+from streams.local.process import SOURCE_ROOT, ProcessHandle, python_module
 from streams.replay.kafka import (
     commit_end_offsets,
     commit_worker_end_offsets,
@@ -45,7 +46,6 @@ from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.metrics import LlmGroupMetrics
 from streams.runtime.settings import Settings
 from streams.testing.metrics import scraped_sum
-from streams.testing.process import SOURCE_ROOT, ProcessHandle, python_module
 from streams.testing.worker import WorkerProcess, comparison_engine
 from streams.worker.dbpm import contract_event, dispatch_outputs, memory_changelog, producer_config
 from streams.worker.memory import memory_group

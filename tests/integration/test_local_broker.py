@@ -1,6 +1,6 @@
 """The native broker's life cycle: start, stop, restart on its data, crash, and failing loudly.
 
-These tests exercise :class:`streams.testing.broker.LocalKafka` itself, so they need Java whatever
+These tests exercise :class:`streams.local.broker.LocalKafka` itself, so they need Java whatever
 broker the rest of the session uses; each runs its own broker in a temporary directory and shares
 only the jar cache under CLINGATE_HOME.
 """
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from streams.local.broker import BrokerError, LocalKafka
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
-from streams.testing.broker import BrokerError, LocalKafka
 from topics.admin import TopicStatus, ensure_topics
 from topics.catalog import TopicSpec
 

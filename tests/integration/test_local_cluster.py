@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from streams.local.cluster import local_cluster
 from streams.runtime.kafka_clients import read_to_end, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
-from streams.testing.cluster import local_cluster
 from topics.admin import TopicStatus, ensure_topics
 from topics.catalog import TopicSpec
 

@@ -33,7 +33,7 @@ from schemas.common import DeadLetter
 from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.docs import Disposition
 from schemas.fhir import FhirUpdate
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from streams.bench.clinical import MEDICATIONS
 from streams.replay.kafka import CommitWatcher, commit_worker_end_offsets, read_state
 from streams.runtime.dlq import header_map

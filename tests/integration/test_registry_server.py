@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from schemas.clinical import ClinicalAssessment
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from streams.replay.kafka import commit_worker_end_offsets, wait_until_consumed
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings

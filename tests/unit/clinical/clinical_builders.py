@@ -9,7 +9,7 @@ from typing import Any
 from processors.clinical.fhir_input import parse_document
 from processors.clinical.records import PatientState
 from processors.clinical.state import PatientUpdate, reduce_update
-from streams.demo.data import CLINICAL
+from streams.data import CLINICAL
 
 DATA = CLINICAL
 AS_OF = datetime(2026, 3, 29, tzinfo=UTC)

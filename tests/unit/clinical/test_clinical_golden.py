@@ -2,7 +2,7 @@
 
 Sources (PharmMesh escape register supplement): Supplementary Table 2 (ages, NTI severities),
 Supplementary Data 1 section 6 (key findings), Supplementary Note 3 (PT-TEST-010 trace), Supplementary
-Table 3 Part C (production / shadow lights and divergence). The bundles in streams/demo/data/clinical/ are
+Table 3 Part C (production / shadow lights and divergence). The bundles in streams/data/clinical/ are
 synthetic, built from the case descriptions.
 """
 
@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 
 from processors.clinical.traffic_light import LIGHTS, ReviewInputs
 from streams.cli.clinical import app
-from streams.demo.data import GOLDEN_REVIEWS
+from streams.data import GOLDEN_REVIEWS
 
 PUBLISHED = {
     # case: (age, NTI severity, NTI drugs, production light, shadow light, review inputs of the run);
-    # the review inputs are package data (streams.demo.data.GOLDEN_REVIEWS), shared with `clingate demo`.
+    # the review inputs are package data (streams.data.GOLDEN_REVIEWS), shared with `clingate demo`.
     # Part C divergence: 008 "Match", 009 "Agent E +1 level", 010 "Match (Rule C)", 012 "Agent E sole signal".
     "PT-TEST-008": (
         86,

@@ -27,7 +27,7 @@ from processors.drafts.inputs import DraftInputError
 from processors.drafts.run import RunEventRejected
 from schemas.base import AvroModel
 from schemas.clinical import AdversarialReview, ClinicalAssessment
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from streams.worker.clinical import OUTPUT_TOPICS, Published
 from tests.clinical_streams import patient_streams, processor_event
 

@@ -46,7 +46,7 @@ from schemas.dbpm import GateDecision, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
 from schemas.docs import Review, ReviewPacket
 from schemas.registry import load_registry
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from state import MemoryStore
 from streams.console.agent_topics import Turn
 from streams.console.app import AccessLogger, build_app

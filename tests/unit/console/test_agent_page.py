@@ -25,7 +25,7 @@ from streams.agent.runner import TurnResult
 from streams.console.agent import asked_at, new_turn_id
 from streams.console.agent_topics import Turn
 from streams.console.users import Role
-from streams.demo.data import CLINICAL
+from streams.data import CLINICAL
 from streams.testing.agent_session import prescription_script, scripted_agent
 
 from .conftest import PASSWORD, Console, csrf_of, sign_in

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from schemas.console import ConsoleAction
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from streams.console import delivery
 from streams.console.audit import AuditUnavailable, KafkaAuditTrail
 

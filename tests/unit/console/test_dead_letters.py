@@ -20,7 +20,7 @@ from aiohttp.test_utils import TestClient
 from schemas.common import DeadLetter, Header, Truncation
 from schemas.console import ConsoleRequestOutcome
 from schemas.fhir import FhirUpdate
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from streams.console.audit import Action
 from streams.console.dead_letter_queues import PAGE_OFFSETS, Letter
 from streams.console.dead_letters import preview

@@ -1,5 +1,5 @@
 """The pharmacist's patient page shows the output gates' work on the patient's drafts: PT-TEST-010's
-golden run (streams/demo/data/runs/) through the pure clinical stream processor, as the clinical workers
+golden run (streams/data/runs/) through the pure clinical stream processor, as the clinical workers
 publish it, gives three revisions with their citation observations, lint, SCDA assertions and routes."""
 
 from __future__ import annotations

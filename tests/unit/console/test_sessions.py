@@ -1,8 +1,11 @@
 """Sessions expire by lifetime and by idleness on an injected clock, without a sweep of the table; each has
-its own CSRF token; the anonymous sessions are bounded without one in use being pushed out; failed sign-ins
-are throttled by name and address, by address, and more strictly under attack, with locks that double."""
+its own CSRF token; an anonymous session is signed, not kept, so that none can push another out; failed
+sign-ins are throttled by name and address, by address, and more strictly under attack, with locks that
+double."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import pytest
 
@@ -17,7 +20,6 @@ from streams.console.sessions import (
     Budget,
     Sessions,
     SignInThrottle,
-    TooManySessions,
 )
 from streams.console.users import Role
 
@@ -56,10 +58,9 @@ def test_a_session_ends_at_its_lifetime_however_active() -> None:
 def test_idle_sessions_are_forgotten_when_a_session_starts() -> None:
     sessions, clock = _sessions()
     sessions.start("ph", Role.PHARMACIST)
-    sessions.start()
     clock.now += IDLE_S
-    kept, anonymous = sessions.start("dr", Role.CLINICIAN), sessions.start()
-    assert len(sessions) == 2 and sessions.get(kept.id) is kept and sessions.get(anonymous.id) is anonymous
+    kept = sessions.start("dr", Role.CLINICIAN)
+    assert len(sessions) == 1 and sessions.get(kept.id) is kept
 
 
 def test_starting_a_session_looks_at_the_idle_ones_only_not_the_whole_table(
@@ -68,9 +69,8 @@ def test_starting_a_session_looks_at_the_idle_ones_only_not_the_whole_table(
     """Sessions are kept least recently used first, so a new session stops at the first one in use: a
     table of a thousand costs what a table of one does."""
     sessions, clock = _sessions()
-    for _ in range(1000):
-        sessions.start()
-    sessions.start("ph", Role.PHARMACIST)
+    for index in range(1000):
+        sessions.start(f"user-{index}", Role.SME)
     clock.now += 1
     looked_at: list[str] = []
     expired = Sessions._expired
@@ -80,20 +80,57 @@ def test_starting_a_session_looks_at_the_idle_ones_only_not_the_whole_table(
         return expired(self, session, now)
 
     monkeypatch.setattr(Sessions, "_expired", counting)
-    sessions.start()
     sessions.start("dr", Role.CLINICIAN)
-    assert len(looked_at) == 2, "one session looked at per table"
-    assert len(sessions) == 1003
+    assert len(looked_at) == 1, "one session looked at"
+    assert len(sessions) == 1001
 
 
 def test_using_a_session_puts_it_behind_the_idle_ones() -> None:
     sessions, clock = _sessions()
-    first, second = sessions.start(), sessions.start()
+    first, second = sessions.start("ph", Role.PHARMACIST), sessions.start("dr", Role.CLINICIAN)
     clock.now += IDLE_S - 1
     assert sessions.get(first.id) is first
     clock.now += 1
-    sessions.start()  # forgets the second, idle since it started; stops at the first, used a second ago
+    sessions.start("op", Role.OPERATOR)  # forgets the second, idle since it started; stops at the first
     assert sessions.get(second.id) is None and sessions.get(first.id) is first
+
+
+def test_an_anonymous_session_is_signed_not_kept_and_none_pushes_another_out() -> None:
+    """Any number of sign-in forms keep no state, and every one of them stays valid until the idle
+    timeout after it was opened; its id and CSRF token are its own."""
+    sessions, clock = _sessions()
+    forms = [sessions.start() for _ in range(20_000)]
+    assert len(sessions) == 0, "nothing kept"
+    assert len({s.id for s in forms}) == len({s.csrf for s in forms}) == len(forms)
+    clock.now += IDLE_S - 1
+    first = sessions.get(forms[0].id)
+    assert first is not None and first.user is None and first.csrf_matches(forms[0].csrf)
+    assert not first.csrf_matches(forms[1].csrf)
+    clock.now += 1
+    assert sessions.get(forms[0].id) is None and sessions.get(forms[-1].id) is None, "expired"
+
+
+def _reopened(session_id: str) -> str:
+    """The id with a later opening time and the HMAC it had."""
+    anon, nonce, opened, mac = session_id.split(".")
+    return ".".join((anon, nonce, str(int(opened) + 60_000), mac))
+
+
+@pytest.mark.parametrize(
+    "forge",
+    [
+        lambda i: i[:-1] + ("0" if i[-1] != "0" else "1"),  # its HMAC altered
+        _reopened,
+        lambda i: ".".join(("anon", "chosen-nonce", *i.split(".")[2:])),  # another nonce
+        lambda i: i + ".x",
+        lambda i: "anon.x.1e9.y",
+    ],
+)
+def test_a_forged_or_altered_anonymous_session_is_none(forge: Callable[[str], str]) -> None:
+    sessions, _ = _sessions()
+    assert sessions.get(forge(sessions.start().id)) is None
+    other, _ = _sessions()
+    assert other.get(sessions.start().id) is None, "another process's key (a restart)"
 
 
 def test_ids_and_csrf_tokens_are_random_and_each_sessions_own() -> None:
@@ -108,25 +145,9 @@ def test_ids_and_csrf_tokens_are_random_and_each_sessions_own() -> None:
 def test_unknown_and_ended_sessions_are_none() -> None:
     sessions, _ = _sessions()
     session = sessions.start("ph", Role.PHARMACIST)
-    anonymous = sessions.start()
     assert sessions.get(None) is None and sessions.get("made-up") is None
     sessions.end(session.id)
-    sessions.end(anonymous.id)
-    assert sessions.get(session.id) is None and sessions.get(anonymous.id) is None
-
-
-def test_beyond_the_limit_a_new_anonymous_session_is_refused_and_none_in_use_is_pushed_out(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(sessions_module, "ANONYMOUS_LIMIT", 3)
-    sessions, clock = _sessions()
-    anonymous = [sessions.start() for _ in range(3)]
-    with pytest.raises(TooManySessions):
-        sessions.start()
-    assert all(sessions.get(s.id) is s for s in anonymous), "every open form still works"
-    assert sessions.start("ph", Role.PHARMACIST).user == "ph", "a sign-in is never refused for it"
-    clock.now += IDLE_S
-    assert sessions.start().user is None, "once the forms expired, a new one is made"
+    assert sessions.get(session.id) is None
 
 
 def test_a_pair_is_locked_at_its_allowed_failures_and_each_next_lock_is_twice_as_long() -> None:

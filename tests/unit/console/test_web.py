@@ -263,7 +263,8 @@ def test_signing_in_replaces_the_anonymous_session(console: Console) -> None:
         anonymous = client.session.cookie_jar.filter_cookies(client.make_url("/"))[SESSION_COOKIE].value
         await sign_in(client, "ph")
         signed_in = client.session.cookie_jar.filter_cookies(client.make_url("/"))[SESSION_COOKIE].value
-        assert signed_in != anonymous and console.sessions.get(anonymous) is None
+        assert signed_in != anonymous
+        assert console.sessions.get(signed_in).user == "ph" and console.sessions.get(anonymous).user is None
 
     console.run(scenario)
 

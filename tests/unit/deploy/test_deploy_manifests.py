@@ -22,9 +22,9 @@ import yaml
 from typer.testing import CliRunner
 
 from streams import cli
+from streams.local.broker import LISTENER_PORTS, sasl_local_kafka
+from streams.local.images import image_names
 from streams.runtime.settings import Settings
-from streams.testing.broker import LISTENER_PORTS, sasl_local_kafka
-from streams.testing.images import image_names
 from topics.acls import DEFAULT_PLAN, load_plan
 
 REPO = Path(__file__).resolve().parents[3]

@@ -1,4 +1,4 @@
-"""Example inputs of streams/demo/data/docs and stub judgements for the arbiter's tests.
+"""Example inputs of streams/data/docs and stub judgements for the arbiter's tests.
 
 A stub judgement is a pure callable ``LlmRequest -> LlmResult``: the arbiter emits requests as data,
 so no client, broker or network is involved, and nothing is mocked.
@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from processors.docs.llm import LlmFinding, LlmJudgement, LlmPhase, LlmRequest, LlmResult
 from schemas.docs import ClassificationOutput, ClassificationRequest, DocumentBundle, DocumentType, Severity
-from streams.demo.data import DOCS, DOCS_EXAMPLES
+from streams.data import DOCS, DOCS_EXAMPLES
 
 DATA = DOCS
 

@@ -13,7 +13,7 @@ from processors.dbpm import DBPMEngine
 from processors.dbpm.config import DBPMConfig
 from processors.dbpm.ontology import load_ontology
 from schemas.dbpm import Candidate, GateDecision, Narrative, QaPayload, Verdict
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from streams.groups.generator import Generator
 from streams.groups.llm import MeteredLlm
 from streams.groups.verifier import Verifier

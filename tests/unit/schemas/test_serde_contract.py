@@ -20,8 +20,8 @@ from schemas.serde import (
     SchemaDecodeError,
     SchemaEncodeError,
     SingleObjectSerde,
-    make_serde,
 )
+from schemas.wire import make_serde
 
 SERDE = SingleObjectSerde()
 TS = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)

@@ -9,10 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from streams.demo.data import CLINICAL
+from streams.data import CLINICAL
+from streams.local.process import SOURCE_ROOT
 from streams.testing.agent_session import demo_questions
 from streams.testing.llm_server import ServerProcess
-from streams.testing.process import SOURCE_ROOT
 
 QUESTIONS = {q.query: q for q in demo_questions()}
 

@@ -15,8 +15,8 @@ from processors.agent.state import default_config
 from schemas.agent import AgentProposal, AgentRequest
 from streams.agent.patients import BundlePatients
 from streams.agent.runner import TurnResult, path_kind, replay_turn
-from streams.demo.data import CLINICAL
-from streams.demo.data.timeline import fhir_timeline
+from streams.data import CLINICAL
+from streams.data.timeline import fhir_timeline
 from streams.testing.agent_session import demo_questions, scripted_agent
 
 AS_OF = datetime(2026, 3, 29, tzinfo=UTC)

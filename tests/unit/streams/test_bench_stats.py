@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.bench.stats import percentile, resident_bytes
+from streams.testing.stats import percentile, resident_bytes
 
 
 def test_nearest_rank_of_a_known_sample():

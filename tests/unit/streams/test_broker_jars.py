@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.testing.jars import (
+from streams.local.jars import (
     KAFKA_LOCK,
     KAFKA_POM,
     ArtifactError,
@@ -32,7 +32,7 @@ def test_the_checked_in_lock_was_written_for_the_pom_and_pins_its_kafka_and_logg
 def test_a_lock_written_for_another_pom_says_how_to_lock_again(tmp_path: Path) -> None:
     pom = tmp_path / "pom.xml"
     pom.write_bytes(KAFKA_POM.read_bytes().replace(b"<version>1</version>", b"<version>2</version>", 1))
-    with pytest.raises(ArtifactError, match=r"python -m streams\.testing\.jars"):
+    with pytest.raises(ArtifactError, match=r"python -m streams\.local\.jars"):
         read_lock(pom, KAFKA_LOCK)
 
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import streams.replay.kafka as kafka_replay
 from schemas.dbpm import Candidate, GateAction, GateDecision
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from streams.bench.chaos import ChaosMonkey, TooFewCandidates, disruption_points
 from streams.bench.restart import restore_figures
 from streams.replay.kafka import Pauses, ReplayRecord, replay_via_kafka

@@ -1,13 +1,13 @@
 """Every path option of every ``clingate`` command, given a folder that is missing and one that cannot be
 written: the command creates the folder, or stops while it parses (exit 2) with one line that names the
-option, never a traceback (:mod:`streams.cli.paths`).
+option, never a traceback (:mod:`streams.local.paths`).
 
 "While it parses" is shown without a clock (tests here are not timed): the refusal is click's usage
 error for the parameter (the ``Usage:`` line and "Invalid value for '<option>'"), which only the
 parameter's own check raises, before the command's function is called and so before any of its work.
 
 The commands are found by walking the command tree, so a path option added later is walked too, and one
-that is neither an input checked by Typer (``exists=True``) nor one of :mod:`streams.cli.paths`'
+that is neither an input checked by Typer (``exists=True``) nor one of :mod:`streams.local.paths`'
 callbacks fails here.
 """
 
@@ -24,7 +24,7 @@ import typer
 from typer.testing import CliRunner
 
 from streams.cli import COMMANDS, app, load
-from streams.cli.paths import new_folder, output_file, output_folder
+from streams.local.paths import new_folder, output_file, output_folder
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from processors.clinical.knowledge import GateFlags, default_knowledge
 from schemas.base import AvroModel
 from schemas.clinical import AdversarialReview, AuditReport, ClinicalDraft, Deliverable, EvidenceBundle
 from schemas.fhir import FhirUpdate
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from state.base import RESERVED_PREFIX
 from state.memory import MemoryStore
 from streams.runtime.dlq import SourceRecord

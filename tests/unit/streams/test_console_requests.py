@@ -27,7 +27,7 @@ from schemas.common import DeadLetter, Header, Truncation
 from schemas.console import ConsoleRequest
 from schemas.dbpm import PinAction, Verdict
 from schemas.docs import DocumentType, Review, ReviewDecision
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from streams.requests.check import (
     REDRIVE_PREFIX,
     Carried,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from processors.dbpm import DBPMConfig, DBPMEngine, Propagation, VerdictEvent, load_ontology, parse_event
 from processors.dbpm.events import format_time
 from schemas.dbpm import Propagation as PropagationRecord
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from state import MemoryStore
 from streams.runtime.dlq import SourceRecord
 from streams.worker.dbpm import Evidence, decode_propagation, propagation_datum, propagation_key, verdict_key

@@ -10,7 +10,7 @@ from prometheus_client import start_http_server
 from streams.demo import calls as calls_module
 from streams.demo.calls import GroupCalls, LlmCalls, Stall
 from streams.groups.llm import new_metrics
-from streams.testing.broker import free_port
+from streams.local.broker import free_port
 
 
 def test_a_groups_calls_in_flight_count_and_mean_latency_are_read_from_its_metrics() -> None:

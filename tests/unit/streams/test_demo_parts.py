@@ -24,7 +24,8 @@ from processors.dbpm.measurement import (
     SelectivityCounts,
     TagCounts,
 )
-from streams.demo import charts, report
+from streams import charts
+from streams.demo import report
 from streams.demo.plan import SNAPSHOTS, demo_stream, memory_over_time
 from streams.demo.results import DbpmResults, MemoryPoint, PatientRow, Results, WeekLights
 from streams.demo.streams import FLOWS

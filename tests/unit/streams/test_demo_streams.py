@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 from rich.progress import Progress
 
-from streams.demo.data.timeline import START, WEEKS, fhir_timeline, week_of
+from streams.data.timeline import START, WEEKS, fhir_timeline, week_of
 from streams.demo.feed import first_pending, loop_pending
 from streams.demo.progress import plain_lines
 from streams.demo.results import DeadLettered
@@ -99,7 +99,7 @@ def test_the_tap_counts_dead_lettered_verifications_and_narratives_of_the_run_on
 
     from schemas.common import DeadLetter, Stage
     from schemas.dbpm import GateAction, GateDecision
-    from schemas.serde import make_serde
+    from schemas.wire import make_serde
     from streams.demo.plan import build_plan
     from streams.demo.streams import FLOWS, routes
     from topics.catalog import DBPM_NARRATIVES, DBPM_TO_VERIFY, dlq_name

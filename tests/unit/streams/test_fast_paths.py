@@ -115,6 +115,7 @@ payloads = st.one_of(
             "error_class": st.none() | st.sampled_from([c.value for c in QaErrorClass]),
             "ner_categories": st.none() | st.lists(texts, max_size=3),
             "difficulty": st.none() | st.floats(0.0, 1.0) | st.floats(),
+            "parse_failed": st.none() | st.booleans(),
         }
     ).map(lambda p: ("QaPayload", p)),
     st.fixed_dictionaries({"document": st.sampled_from(["{}", '{"a": 1}', "not json"])}).map(
@@ -486,7 +487,7 @@ def test_what_the_model_must_check_of_a_verdict_goes_to_the_model(change: dict[s
 
 QA_PAYLOAD = {
     "question": "q", "answer": "a", "category": "c", "error_class": None, "ner_categories": ["x"],
-    "difficulty": None,
+    "difficulty": None, "parse_failed": None,
 }  # fmt: skip
 
 

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from streams.runtime.settings import Settings
-from streams.testing.broker import (
+from streams.local.broker import (
     BROKER_DEFAULTS,
     LocalKafka,
     docker_engine_available,
     free_port,
     local_broker,
-    provide_broker,
 )
-from streams.testing.jars import kafka_version
+from streams.local.jars import kafka_version
+from streams.runtime.settings import Settings
+from streams.testing.kafka import provide_broker
 
 
 def test_kafka_version_is_read_from_the_pom_and_is_a_3_9_or_4_release():

@@ -17,7 +17,8 @@ from processors.dbpm import parse_time
 from schemas.common import DeadLetter, Header, Stage, Truncation
 from schemas.dbpm import Candidate, NerPayload, Verdict, VerdictLabel
 from schemas.fhir import FhirUpdate
-from schemas.serde import SchemaDecodeError, make_serde
+from schemas.serde import SchemaDecodeError
+from schemas.wire import make_serde
 from streams.testing.poison import (
     CLINGATE_HEADERS,
     DEFAULT_KINDS,

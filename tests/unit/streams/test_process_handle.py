@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.testing.process import ProcessError, ProcessHandle
+from streams.local.process import ProcessError, ProcessHandle
 
 _READY_THEN_SLEEP = "import time; print('ready', flush=True); time.sleep(60)"
 _IGNORE_SIGTERM = (

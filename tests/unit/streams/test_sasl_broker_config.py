@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from streams.testing import broker as broker_module
-from streams.testing.broker import BrokerError, LocalKafka, read_password_dir, sasl_local_kafka
+from streams.local import broker as broker_module
+from streams.local.broker import BrokerError, LocalKafka, read_password_dir, sasl_local_kafka
 
 
 def _broker(tmp_path: Path, tls_dir: Path | None = None, password: str = "pw") -> LocalKafka:

@@ -21,7 +21,7 @@ from schemas.docs import (
     ReviewPacket,
     ReviewStatus,
 )
-from streams.demo.data import DOCS_EXAMPLES
+from streams.data import DOCS_EXAMPLES
 from streams.demo.plan import verify_example
 from streams.runtime.settings import Settings
 from streams.testing.driver import TopologyDriver

@@ -24,7 +24,7 @@ from processors.dbpm import parse_event
 from schemas.base import AvroModel
 from schemas.clinical import Deliverable
 from schemas.dbpm import Candidate, Verdict
-from schemas.serde import make_serde
+from schemas.wire import make_serde
 from streams.demo.plan import verify_example
 from streams.runtime.dlq import SourceRecord
 from streams.runtime.settings import Settings

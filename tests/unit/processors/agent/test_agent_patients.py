@@ -41,7 +41,7 @@ from processors.clinical.fhir_input import parse_document, validate_resource
 from processors.clinical.knowledge import ClinicalKnowledge, GateFlags, default_knowledge
 from processors.clinical.records import PatientState
 from processors.clinical.state import PatientUpdate, reduce_update
-from streams.demo.data import CLINICAL
+from streams.data import CLINICAL
 
 AS_OF = datetime(2026, 3, 29, tzinfo=UTC)
 """The golden cases' as-of instant."""

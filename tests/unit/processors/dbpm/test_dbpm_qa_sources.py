@@ -20,7 +20,12 @@ from processors.dbpm.config import (
 )
 from processors.dbpm.gates import category_fail_mass, dual_bucket_fail_rate
 from processors.dbpm.signatures import qa_category
+from schemas.dbpm import Candidate
+from schemas.serde import SingleObjectSerde
+from streams.runtime.dlq import SourceRecord
+from streams.worker.dbpm import CandidateRecord, decode_candidate
 from tests.replay_example import EXAMPLE, example_events, needs_example
+from topics.catalog import DBPM_CANDIDATES
 
 DX = "What is the diagnosis?"
 TX = "What treatment was given?"
@@ -103,6 +108,28 @@ def test_parse_failure_tags_exactly_the_pairs_whose_flag_is_set() -> None:
     }
     with pytest.raises(BadEvent, match="parse_failed"):
         parse_event({**gate, "payload": qa(DX, parse_failed="yes")})
+
+
+@pytest.mark.parametrize("flag", [True, False, None])
+def test_the_parse_failure_flag_travels_on_the_candidate_topic_as_written(flag: bool | None) -> None:
+    """A QA candidate's flag reads back from ``clingate.dbpm.candidates`` as written (unset stays absent), so
+    a worker's gate decides a flagged pair as the in-process engine does."""
+    payload = qa(DX, ner_categories=["diagnosis"], **({} if flag is None else {"parse_failed": flag}))
+    candidate = Candidate.model_validate(
+        {
+            "ts": "2026-05-04T00:00:00Z",
+            "task": "qa",
+            "patient_id": "p1",
+            "candidate_id": "c1",
+            "payload": payload,
+        }
+    )
+    serde = SingleObjectSerde()
+    value = serde.encode(candidate, topic=DBPM_CANDIDATES)
+    decoded = decode_candidate(serde, SourceRecord(DBPM_CANDIDATES, 0, 0, None, b"p1", value))
+    assert isinstance(decoded, CandidateRecord) and decoded.event.payload == payload
+    ruling = _source(QA_SIGNAL_PARSE_FAILURE).gate("qa", decoded.event.payload)
+    assert ruling.rule == ("parse_failed" if flag else "parse_flag_unset")
 
 
 def test_fail_rate_counts_fails_per_pair_and_successes_per_template() -> None:

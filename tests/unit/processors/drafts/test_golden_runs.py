@@ -1,4 +1,4 @@
-"""The golden runs (streams/demo/data/runs/<case>/): the four PharmMesh golden cases' evidence, drafts and
+"""The golden runs (streams/data/runs/<case>/): the four PharmMesh golden cases' evidence, drafts and
 audits through the output gates reproduce Supplementary Table 4 (Parts A to C), the routes of the
 post-audit gate table and the published Rule B inputs (``GOLDEN_REVIEWS``)."""
 
@@ -19,7 +19,7 @@ from processors.drafts.run import (
     new_run,
     review_outcome,
 )
-from streams.demo.data import GOLDEN_REVIEWS, RUNS
+from streams.data import GOLDEN_REVIEWS, RUNS
 
 # Per case, per revision: citations (checked, verified, ellipsis trimmed, paraphrases converted, wrong
 # attributions, fabricated), the route, its overrides, and (blocking, log-only, HQ decision) violations.

@@ -1,4 +1,4 @@
-"""The compose deployment run for real: ``make compose-check`` (``python -m streams.testing.compose``).
+"""The compose deployment run for real: ``make compose-check`` (``python -m streams.demo.compose``).
 
 What it does, on a Docker engine with clingate's images built (``make images``):
 
@@ -49,14 +49,15 @@ from schemas.base import AvroModel
 from schemas.clinical import ClinicalAssessment
 from schemas.dbpm import GateDecision
 from schemas.docs import Disposition
-from schemas.serde import Serde, make_serde
+from schemas.serde import Serde
+from schemas.wire import make_serde
 from streams.demo.plan import Plan, build_plan, clinical_reference
 from streams.llm.serve.testserver import DEFAULT_MODEL
+from streams.local.broker import docker_engine_available
+from streams.local.images import image_exists, image_names
+from streams.local.process import SOURCE_ROOT, ProcessHandle, http_answers, python_module
 from streams.runtime.kafka_config import client_config
 from streams.runtime.settings import Settings, get_settings
-from streams.testing.broker import docker_engine_available
-from streams.testing.images import image_exists, image_names
-from streams.testing.process import SOURCE_ROOT, ProcessHandle, http_answers, python_module
 from topics.acls import DEFAULT_PLAN, load_plan
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
@@ -381,7 +382,7 @@ def _check_scrapes(result: Rehearsal) -> None:
 
 
 def main() -> int:
-    """``python -m streams.testing.compose``: rehearse and print the figures; exit 1 on a failed check,
+    """``python -m streams.demo.compose``: rehearse and print the figures; exit 1 on a failed check,
     2 where it cannot run."""
     reason = unavailable(get_settings())
     if reason is not None:

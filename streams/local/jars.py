@@ -2,7 +2,7 @@
 
 ``deploy/local/pom.xml`` chooses the broker (the Kafka version and its logging binding; see the comment
 there). Maven resolves it once, on a maintainer's machine, into ``deploy/local/kafka-jars.lock``
-(``python -m streams.testing.jars``): the pom's SHA-256, then one line per runtime jar with its path
+(``python -m streams.local.jars``): the pom's SHA-256, then one line per runtime jar with its path
 in a Maven repository and its SHA-256. Every other machine fetches exactly those jars from Maven
 Central (or the mirror ``CLINGATE_MAVEN_REPOSITORY`` names), several at a time, checks each digest
 and caches them under ``<home>/kafka/<version>-<pom digest>/libs`` (an edited pom never reuses a
@@ -70,7 +70,7 @@ def read_lock(pom: Path = KAFKA_POM, lock: Path = KAFKA_LOCK) -> list[LockedJar]
     Raises:
         ArtifactError: the lock is missing or was written for another version of the pom.
     """
-    regenerate = f"run `python -m streams.testing.jars` (needs Maven) to lock {pom.name} again"
+    regenerate = f"run `python -m streams.local.jars` (needs Maven) to lock {pom.name} again"
     if not lock.is_file():
         raise ArtifactError(f"{lock} is missing: {regenerate}")
     lines = lock.read_text(encoding="utf-8").splitlines()
@@ -165,7 +165,7 @@ def write_lock(pom: Path = KAFKA_POM, lock: Path = KAFKA_LOCK) -> list[LockedJar
     lock.write_text(
         "\n".join([
             _HEADER + _digest(pom.read_bytes()),
-            f"# The runtime jars of {pom.name} as Maven resolved them (`python -m streams.testing.jars`).",
+            f"# The runtime jars of {pom.name} as Maven resolved them (`python -m streams.local.jars`).",
             *(f"{jar.path} {jar.sha256}" for jar in jars),
         ]) + "\n",
         encoding="utf-8",

@@ -1,4 +1,6 @@
-"""Bundled demo data, installed with the package: the inputs of ``clingate demo`` and of the tests.
+"""Bundled data, installed with the package: the inputs of ``clingate demo``, the benchmarks and the tests.
+
+It imports nothing of clingate, so every layer above may read it.
 
 * ``clinical/``: the golden FHIR R4 bundles PT-TEST-008, -009, -010 and -012 (synthetic, built from
   the case descriptions of the PharmMesh escape register supplement; see
@@ -9,6 +11,7 @@
   ``tests/unit/processors/drafts/test_golden_runs.py``).
 * ``agent/questions.json``: the clinician's questions the demo and the agent benchmark ask, each with the
   model answers a competent model gives at each call (:mod:`streams.testing.agent_session`).
+* ``timeline.py``: the generated FHIR stream (patients whose records change over simulated weeks).
 * ``docs/``: document bundles and classification outputs of the classification-arbiter examples (the
   seed's slide 2 genomic report and clinical note, a Quest CBC, a requisition) with their trap cases.
 

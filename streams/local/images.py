@@ -1,6 +1,6 @@
 """Container images built here, from packages: a Docker engine and no container registry.
 
-``make images`` (``python -m streams.testing.images build``) provisions a Docker engine where it can and
+``make images`` (``python -m streams.local.images build``) provisions a Docker engine where it can and
 builds three images, each named by clingate (:attr:`Settings.image_prefix`, never another vendor's
 name: on a machine with registry access a local build tagged ``apache/kafka`` would silently stand in
 for theirs) and tagged with a digest of its inputs, so it is rebuilt only when they change (each is also
@@ -9,7 +9,7 @@ tagged ``latest``, the name deploy/compose runs by default):
 * ``<prefix>/base:<digest>``: Debian bookworm from Debian's mirror (``debootstrap --variant=minbase``)
   with the OpenJDK 17 runtime, Python 3 and the CA certificates, imported with ``docker import``.
 * ``<prefix>/kafka:<kafka version>-<digest>``: the base plus the broker jars the native broker runs
-  (``deploy/local/kafka-jars.lock``, fetched and checked by :mod:`streams.testing.jars`) at
+  (``deploy/local/kafka-jars.lock``, fetched and checked by :mod:`streams.local.jars`) at
   ``/opt/kafka/libs``, the native broker's log4j configuration at ``/opt/kafka/log4j.properties`` (the
   tests' brokers), and the two start scripts of a Kafka installation in ``/opt/kafka/bin``, logging to
   stdout, which deploy/kafka/kafka-node.sh runs (the compose and Kubernetes brokers).
@@ -38,8 +38,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from streams.runtime.settings import Settings, get_settings
-from streams.testing.broker import (
+from streams.local.broker import (
     IMAGE_KAFKA_HOME,
     LOG4J_CONFIG,
     LOG4J_CONSOLE,
@@ -48,8 +47,9 @@ from streams.testing.broker import (
     start_scripts,
     write_start_scripts,
 )
-from streams.testing.jars import KAFKA_LOCK, KAFKA_POM, ensure_artifacts, kafka_version
-from streams.testing.process import SOURCE_ROOT, ProcessHandle
+from streams.local.jars import KAFKA_LOCK, KAFKA_POM, ensure_artifacts, kafka_version
+from streams.local.process import SOURCE_ROOT, ProcessHandle
+from streams.runtime.settings import Settings, get_settings
 
 #: Debian release and mirror of the base image.
 DEBIAN_SUITE = "bookworm"
@@ -94,6 +94,15 @@ def image_exists(image: str) -> bool:
         subprocess.run(["docker", "image", "inspect", image], capture_output=True, check=False).returncode
         == 0
     )
+
+
+def kafka_image(settings: Settings) -> str | None:
+    """clingate's Kafka image of this checkout where a Docker engine answers and the image is built
+    (``make images``), else None (the broker runs natively)."""
+    if not docker_engine_available():
+        return None
+    name = image_names(settings).kafka
+    return name if image_exists(name) else None
 
 
 def provision(settings: Settings) -> bool:
@@ -244,7 +253,7 @@ def _build_prometheus(images: Images) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m streams.testing.images build|stop``."""
+    """``python -m streams.local.images build|stop``."""
     command = (argv if argv is not None else sys.argv[1:]) or ["build"]
     settings = get_settings()
     if command[0] == "stop":

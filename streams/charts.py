@@ -1,5 +1,5 @@
-"""The charts of ``report.html`` as inline SVG: line charts over event time or a count, and horizontal
-bar and interval charts with their category names on the left.
+"""Charts as inline SVG, for the demo's ``report.html`` and the console's pages: line charts over event
+time or a count, and horizontal bar and interval charts with their category names on the left.
 
 Inline SVG rather than a plotting library: the page must open offline (no network fonts or scripts),
 and the runtime dependencies hold no plotting library (matplotlib arrives only with a test extra).

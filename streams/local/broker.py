@@ -1,15 +1,11 @@
-"""A real Kafka broker for tests and commands, chosen three ways.
+"""The local Kafka broker that ``clingate broker`` manages and tests, benchmarks and the demo start.
 
-:func:`provide_broker` gives a bootstrap address:
-
-1. ``KAFKA_BOOTSTRAP_SERVERS`` is set: that cluster is used as it is.
-2. Else a Docker engine answers a ping and clingate's Kafka image is built (``make images``,
-   :mod:`streams.testing.images`): :class:`LocalKafka` runs its broker in a container of that image,
-   started through testcontainers (:func:`kafka_image`).
-3. Else :class:`LocalKafka` runs the same broker natively, from Maven Central jars.
+:class:`LocalKafka` runs one KRaft broker natively from Maven Central jars, or in a container of
+clingate's Kafka image (:mod:`streams.local.images`) started through testcontainers.
+:func:`local_broker` is the one ``clingate broker start|stop|status`` manages.
 
 The native broker is the one developers and CI run here. Its jars are the ones
-``deploy/local/kafka-jars.lock`` pins, fetched once and checked by :mod:`streams.testing.jars`.
+``deploy/local/kafka-jars.lock`` pins, fetched once and checked by :mod:`streams.local.jars`.
 
 A :class:`LocalKafka` owns one directory::
 
@@ -25,8 +21,8 @@ the chaos tests need. ``extra_properties`` override any generated property (a SA
 replaces listeners and adds JAAS settings) and ``security`` is what the readiness probe
 connects with.
 
-Choices where the issue left room:
-- The JVM runs in its own session (a :class:`~streams.testing.process.ProcessHandle` with
+Choices:
+- The JVM runs in its own session (a :class:`~streams.local.process.ProcessHandle` with
   ``new_session``) so ``clingate broker start`` can exit and leave it running; tests stop it
   explicitly in fixture teardown. The process that started it stops it through its handle; any
   other (``clingate broker stop``) knows it only by the pid file and stops it by pid.
@@ -57,18 +53,17 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal
 
 from confluent_kafka.admin import AdminClient
 
+from streams.local.jars import DEPLOY_LOCAL, ArtifactError, ensure_artifacts
+from streams.local.process import ProcessHandle
 from streams.runtime.kafka_config import client_config as kafka_client_config
 from streams.runtime.settings import MAVEN_CENTRAL, Settings
-from streams.testing.jars import DEPLOY_LOCAL, ArtifactError, ensure_artifacts
-from streams.testing.process import ProcessHandle
 
 LOG4J_CONFIG = DEPLOY_LOCAL / "log4j.properties"
 #: The deployed broker's logging: to stdout (clingate's Kafka image, :func:`start_scripts`).
@@ -265,8 +260,8 @@ class LocalKafka:
                 metadata log when the storage is formatted (first start only; KIP-900), so that a
                 SASL listener can authenticate them from the first second.
             repository: The Maven repository its jars are fetched from (``Settings.maven_repository``).
-            image: Run the JVM in a container of this image (clingate's Kafka image, :func:`kafka_image`)
-                through testcontainers; None: natively.
+            image: Run the JVM in a container of this image (clingate's Kafka image,
+                :func:`~streams.local.images.kafka_image`) through testcontainers; None: natively.
         """
         # Absolute, because the pid check matches this path in the JVM's command line.
         self.directory = directory.absolute()
@@ -738,17 +733,6 @@ def read_password_dir(directory: Path) -> dict[str, str]:
     return passwords
 
 
-def kafka_image(settings: Settings) -> str | None:
-    """clingate's Kafka image of this checkout where a Docker engine answers and the image is built
-    (``make images``), else None (the broker runs natively)."""
-    from streams.testing.images import image_exists, image_names
-
-    if not docker_engine_available():
-        return None
-    name = image_names(settings).kafka
-    return name if image_exists(name) else None
-
-
 def docker_engine_available(timeout: float = 2.0) -> bool:
     """True if a Docker engine answers a ping (a ``docker`` client binary alone is not enough).
 
@@ -769,55 +753,7 @@ def docker_engine_available(timeout: float = 2.0) -> bool:
         return False
 
 
-@dataclass(frozen=True)
-class Broker:
-    """A broker handed out by :func:`provide_broker`.
-
-    ``local`` is set for a broker started here (native or in a container), so that a test can stop,
-    kill or restart it.
-    """
-
-    bootstrap: str
-    origin: Literal["environment", "testcontainers", "native"]
-    local: LocalKafka | None = None
-
-
 def local_broker(settings: Settings) -> LocalKafka:
     """The broker that ``clingate broker start|stop|status`` manages (default ``<home>/broker``)."""
     directory = settings.broker_dir or settings.home / "broker"
     return LocalKafka(directory, home=settings.home, repository=settings.maven_repository)
-
-
-def configured_bootstrap(settings: Settings) -> str | None:
-    """The address a command should talk to when none is given on its command line.
-
-    Returns:
-        ``KAFKA_BOOTSTRAP_SERVERS`` if set, else the address of a running ``clingate broker``,
-        else None (nothing to talk to).
-    """
-    return settings.kafka_bootstrap_servers or local_broker(settings).bootstrap
-
-
-@contextlib.contextmanager
-def provide_broker(settings: Settings, directory: Path, containers: bool = True) -> Iterator[Broker]:
-    """Give a running broker for the duration of the block: env var, else Docker, else native.
-
-    Args:
-        settings: Supplies ``kafka_bootstrap_servers`` and the cache ``home``.
-        directory: Where the broker keeps its data (use a fresh temporary directory for a throw-away
-            broker).
-        containers: False: never a container (the demo runs the native broker, needing no Docker).
-
-    Yields:
-        The broker; one started here is stopped when the block exits.
-    """
-    if settings.kafka_bootstrap_servers:
-        yield Broker(settings.kafka_bootstrap_servers, "environment")
-        return
-    image = kafka_image(settings) if containers else None
-    local = LocalKafka(directory, home=settings.home, repository=settings.maven_repository, image=image)
-    bootstrap = local.start()
-    try:
-        yield Broker(bootstrap, "native" if image is None else "testcontainers", local)
-    finally:
-        local.stop()

@@ -1,6 +1,6 @@
 """Several KRaft nodes on loopback as one Kafka cluster (``clingate cluster``; the integration tests').
 
-Each node is a :class:`~streams.testing.broker.LocalKafka` in its own directory (``node-1`` ...
+Each node is a :class:`~streams.local.broker.LocalKafka` in its own directory (``node-1`` ...
 ``node-N``), running broker and controller in one JVM (KRaft combined mode), natively or, given
 clingate's Kafka image, in a container on the host's network started through testcontainers. Every
 node is a voter of the controller quorum, so the cluster has a controller while a majority of its
@@ -22,8 +22,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from streams.runtime.settings import MAVEN_CENTRAL, Settings
-from streams.testing.broker import (
+from streams.local.broker import (
     BrokerError,
     BrokerStatus,
     LocalKafka,
@@ -31,6 +30,7 @@ from streams.testing.broker import (
     new_cluster_id,
     wait_for_kafka,
 )
+from streams.runtime.settings import MAVEN_CENTRAL, Settings
 from topics.catalog import min_insync_replicas
 
 #: Replicas of the internal and default topics: the deployment's three, fewer on a smaller cluster.
@@ -45,7 +45,7 @@ class LocalCluster:
         size: How many nodes (brokers and controllers); fixed by the first start.
         home: The clingate cache directory holding the jar cache.
         repository: The Maven repository the jars are fetched from.
-        image: Run every node in a container of this image (:func:`~streams.testing.broker.kafka_image`);
+        image: Run every node in a container of this image (:func:`~streams.local.images.kafka_image`);
             None: natively.
     """
 
