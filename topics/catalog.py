@@ -49,7 +49,7 @@ Choices where the source left room (revisit with the pipeline owners):
   (``message.max.bytes``, ``fetch.message.max.bytes``) to match.
 - Keys: verdicts are keyed ``task|signature`` of the memory record they update
   (``streams.worker.dbpm.verdict_key``), partitioned with Java's murmur2
-  (``streams.worker.dbpm.producer_config``),
+  (``streams.runtime.kafka_clients.producer_config``),
   so each signature has one writer; everything about a patient is keyed by patient id.
 - Cross-task propagation (DBPM §4.4) has its own topic, ``clingate.dbpm.propagations``, rather than a
   record kind on the verdicts topic: one value schema per topic (a schema registry's subject per

@@ -1,7 +1,7 @@
 """Which partition a keyed record goes to: Java's default partitioner, in Python.
 
 Every clingate producer partitions with librdkafka's ``murmur2_random``
-(``streams.worker.dbpm.producer_config``), the partitioner of Java's clients:
+(``streams.runtime.kafka_clients.producer_config``), the partitioner of Java's clients:
 ``toPositive(murmur2(key)) % partitions``. Code that must know where a key lands without producing it
 (the topology test driver, the restart benchmark seeding a memory) uses :func:`partition_for`, which
 computes the same.

@@ -53,11 +53,10 @@ from streams.groups.ordered import Handled, OrderedLoop
 from streams.llm import LlmClient, given_or_built
 from streams.runtime.core import Output
 from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record
-from streams.runtime.kafka_clients import partitions, read_to_end, reader
+from streams.runtime.kafka_clients import partitions, producer_config, read_to_end, reader
 from streams.runtime.metrics import AgentMetrics, LlmGroupMetrics
 from streams.runtime.settings import Settings
 from streams.worker.clinical import gate_flags, patients_changelog
-from streams.worker.dbpm import producer_config
 from topics.catalog import AGENT_PROPOSALS, AGENT_REQUESTS, AGENT_RESPONSES, AGENT_TRACES
 from topics.partitioner import partition_for
 

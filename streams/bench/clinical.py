@@ -35,7 +35,7 @@ from typing import Annotated, Any
 
 import typer
 
-from streams.worker.dbpm import producer_config
+from streams.runtime.kafka_clients import producer_config
 
 AS_OF = datetime(2026, 3, 29, tzinfo=UTC)
 MEDICATIONS = (

@@ -51,10 +51,10 @@ from state.memory import MemoryStore
 from streams.local.bootstrap import require_bootstrap
 from streams.local.paths import output_file
 from streams.runtime.dlq import DecodeFailed, SourceRecord
-from streams.runtime.kafka_clients import assign_at_ends, reader
+from streams.runtime.kafka_clients import assign_at_ends, producer_config, reader
 from streams.runtime.settings import get_settings
 from streams.testing.stats import percentile
-from streams.worker.dbpm import dbpm_engine, producer_config, verdict_key
+from streams.worker.dbpm import dbpm_engine, verdict_key
 from streams.worker.gate import Gate
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
 

@@ -50,12 +50,11 @@ from streams.llm.serve.testserver import DEFAULT_MODEL
 from streams.local.bootstrap import require_bootstrap
 from streams.local.paths import output_file
 from streams.replay.kafka import commit_end_offsets
-from streams.runtime.kafka_clients import produce_waiting
+from streams.runtime.kafka_clients import produce_waiting, producer_config
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.llm_server import ServerProcess
 from streams.testing.stats import percentile
-from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_DECISIONS, DBPM_NARRATIVES, DBPM_TO_VERIFY, build_catalog
 

@@ -39,12 +39,12 @@ from streams.bench.restart import restore_figures
 from streams.local.bootstrap import require_bootstrap
 from streams.local.paths import output_folder
 from streams.replay.kafka import CommitWatcher, ReplayRecord, commit_end_offsets, verdict_record
-from streams.runtime.kafka_clients import produce_waiting
+from streams.runtime.kafka_clients import produce_waiting, producer_config
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.testing.dbpm_stream import generate_events
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine
-from streams.worker.dbpm import MEMORY_INPUTS, memory_changelog, producer_config
+from streams.worker.dbpm import MEMORY_INPUTS, memory_changelog
 from streams.worker.memory import memory_group
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_VERDICTS, build_catalog

@@ -51,12 +51,12 @@ from state.rocksdb import RocksDBStore
 from streams.local.bootstrap import require_bootstrap
 from streams.local.paths import output_folder
 from streams.replay.kafka import commit_end_offsets
-from streams.runtime.kafka_clients import produce_waiting
+from streams.runtime.kafka_clients import produce_waiting, producer_config
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.testing.tail import topic_ends
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine
-from streams.worker.dbpm import MEMORY_INPUTS, memory_changelog, producer_config, verdict_key
+from streams.worker.dbpm import MEMORY_INPUTS, memory_changelog, verdict_key
 from streams.worker.memory import memory_group
 from streams.worker.tablestore import BOUNDARY_KEY, write_group
 from topics.admin import ensure_topics

@@ -41,14 +41,14 @@ from streams.bench.dbpm_kafka import cpu_seconds
 from streams.local.bootstrap import require_bootstrap
 from streams.local.paths import output_file, output_folder
 from streams.replay.kafka import CommitWatcher, commit_worker_end_offsets
-from streams.runtime.kafka_clients import assign_at_ends, produce_waiting, reader
+from streams.runtime.kafka_clients import assign_at_ends, produce_waiting, producer_config, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.testing.dbpm_stream import generate_events
 from streams.testing.metrics import scraped_sum
 from streams.testing.stats import mib, resident_bytes
 from streams.testing.worker import WorkerProcess
-from streams.worker.dbpm import contract_event, dbpm_engine, producer_config, verdict_key
+from streams.worker.dbpm import contract_event, dbpm_engine, verdict_key
 from streams.worker.memory import memory_group
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, build_catalog

@@ -67,13 +67,13 @@ from streams.local.bootstrap import require_bootstrap
 from streams.local.jars import DEPLOY_LOCAL, ensure_artifacts
 from streams.local.paths import output_file, output_folder
 from streams.replay.kafka import CommitWatcher, commit_worker_end_offsets, replay_via_kafka
-from streams.runtime.kafka_clients import produce_waiting
+from streams.runtime.kafka_clients import produce_waiting, producer_config
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.llm_server import ServerProcess
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine, in_process, soak_stream
 from streams.worker import READY
-from streams.worker.dbpm import memory_changelog, producer_config
+from streams.worker.dbpm import memory_changelog
 from streams.worker.memory import memory_group
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_VERDICTS, build_catalog

@@ -68,7 +68,7 @@ from streams.llm.config import resolve_role
 from streams.local.bootstrap import require_bootstrap
 from streams.local.paths import output_file
 from streams.requests.check import RequestAction, publication_request
-from streams.runtime.kafka_clients import ensure_catalog, producer_settings
+from streams.runtime.kafka_clients import ensure_catalog, producer_config
 from streams.runtime.metrics import DocsMetrics, serve
 from streams.runtime.settings import Settings, get_settings
 from topics.catalog import CONSOLE_REQUESTS
@@ -314,7 +314,7 @@ def review(
         RequestAction.REVIEW, event, serde, request_id=secrets.token_urlsafe(16), user=reviewer,
         role=Role.SME, at=event.ts, note=notes,
     )  # fmt: skip
-    producer = Producer(producer_settings(bootstrap))
+    producer = Producer(producer_config(bootstrap))
     value = serde.encode(request, topic=CONSOLE_REQUESTS)
     producer.produce(CONSOLE_REQUESTS, key=request.target.encode(), value=value)
     if producer.flush(30):

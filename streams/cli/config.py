@@ -7,35 +7,15 @@ read, so it cannot drift from the code; ``--markdown`` prints the table docs/con
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
 from rich.console import Console
 from rich.table import Table
 
-from streams.runtime.settings import Settings, get_settings
+from streams.runtime.settings import Settings, get_settings, settings_rows, settings_table
 
 app = typer.Typer(help="Show every setting: environment variable, default, current value, meaning.")
-
-
-def _default(field: FieldInfo) -> str:
-    if field.default_factory is not None:
-        return "(computed)"
-    if field.default is PydanticUndefined or field.default is None:
-        return "unset"
-    # Shown as the user would write it, never as this machine's home directory.
-    return str(field.default).replace(str(Path.home()), "~", 1)
-
-
-def settings_rows() -> list[tuple[str, str, str]]:
-    """``(environment variable, default, description)`` of every setting, in declaration order."""
-    return [
-        (str(field.validation_alias), _default(field), field.description or "")
-        for field in Settings.model_fields.values()
-    ]
 
 
 @app.callback(invoke_without_command=True)
@@ -58,9 +38,7 @@ def show(
         typer.echo(json.dumps({"fingerprint": config.fingerprint(), **config.describe()}, indent=2))
         return
     if markdown:
-        typer.echo("| variable | default | meaning |\n| --- | --- | --- |")
-        for env, default, doc in settings_rows():
-            typer.echo(f"| `{env}` | {default.replace('|', '/')} | {doc.replace('|', '/')} |")
+        typer.echo(settings_table(), nl=False)
         return
     current = get_settings()
     table = Table(title="clingate settings")

@@ -33,7 +33,7 @@ from schemas.serde import Serde
 from streams.console.delivery import NotAcknowledged, Outbox
 from streams.console.sessions import SESSION
 from streams.console.users import Role
-from streams.runtime.kafka_clients import producer_settings
+from streams.runtime.kafka_clients import producer_config
 from topics.catalog import CONSOLE_AUDIT
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class KafkaAuditTrail:
     def __init__(self, bootstrap: str, serde: Serde) -> None:
         # A record whose action failed as not recorded is never delivered later (an Outbox gives it up at
         # the deadline the action waits for), so a refused sign-in never shows up as one.
-        self._outbox = Outbox(producer_settings(bootstrap), "audit records")
+        self._outbox = Outbox(producer_config(bootstrap), "audit records")
         self._serde = serde
 
     async def record(self, action: ConsoleAction) -> None:

@@ -27,7 +27,7 @@ from schemas.console import ConsoleAction, ConsoleRequest
 from schemas.serde import Serde
 from streams.console.delivery import Outbox
 from streams.requests.check import RequestAction, publication_request
-from streams.runtime.kafka_clients import producer_settings
+from streams.runtime.kafka_clients import producer_config
 from topics.catalog import CONSOLE_REQUESTS
 
 
@@ -71,7 +71,7 @@ class KafkaRequests:
     acknowledged."""
 
     def __init__(self, bootstrap: str, serde: Serde) -> None:
-        self._outbox = Outbox(producer_settings(bootstrap), "requests")
+        self._outbox = Outbox(producer_config(bootstrap), "requests")
         self._serde = serde
 
     async def send(self, request: ConsoleRequest) -> None:

@@ -41,9 +41,8 @@ from streams.demo.services import ServiceProcess, listening_url
 from streams.llm.serve.testserver import DEFAULT_MODEL
 from streams.local.broker import free_port
 from streams.replay.kafka import commit_end_offsets
-from streams.runtime.kafka_clients import end_offsets, read_to_end, reader
+from streams.runtime.kafka_clients import end_offsets, producer_config, read_to_end, reader
 from streams.testing.agent_session import Question, demo_questions, two_stage_budget
-from streams.worker.dbpm import producer_config
 from topics.catalog import AGENT_PROPOSALS, AGENT_REQUESTS, AGENT_RESPONSES, AGENT_TRACES
 
 ANSWER_TIMEOUT_S = 120.0

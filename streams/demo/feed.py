@@ -28,8 +28,8 @@ from streams.demo.plan import Document, Plan, last_time, loop_reference, streams
 from streams.demo.results import DeadLettered, LoopRun
 from streams.demo.tap import Flow, Tap
 from streams.replay.kafka import CommitWatcher, ReplayTimeout, read_state
-from streams.runtime.kafka_clients import partitions
-from streams.worker.dbpm import TICK_HEADER, memory_changelog, producer_config
+from streams.runtime.kafka_clients import partitions, producer_config
+from streams.worker.dbpm import TICK_HEADER, memory_changelog
 from topics.catalog import (
     CLINICAL_REVIEWS,
     DBPM_CANDIDATES,

@@ -4,10 +4,11 @@
 NER extraction call, one RE extraction call and one QA call per question template
 (:data:`processors.dbpm.extraction.QA_TEMPLATES`), all at once, after deterministic pre-extraction of
 patient ids and drug mentions as prompt hints (:mod:`processors.dbpm.extraction`). The answers become
-``Candidate`` events on ``clingate.dbpm.candidates``, keyed by patient id with the murmur2 producer of
-:func:`streams.worker.dbpm.producer_config` (so a candidate lands on its patient's gate partition), in a fixed
-order: NER, RE, then QA in template order. Their event time is this process's clock when the narrative's
-calls returned (wall clock, paper Eq. 5); the narrative's date travels as ``document_ts``.
+``Candidate`` events on ``clingate.dbpm.candidates``, keyed by patient id with the murmur2 producer
+of :func:`streams.runtime.kafka_clients.producer_config` (so a candidate lands on its patient's gate
+partition), in a fixed order: NER, RE, then QA in template order. Their event time is this
+process's clock when the narrative's calls returned (wall clock, paper Eq. 5); the narrative's date
+travels as ``document_ts``.
 
 Failures. A narrative that does not decode goes to ``clingate.dbpm.narratives.dlq`` (stage decode /
 validate). A narrative some of whose calls failed (any :class:`~streams.llm.LlmFailed`: timeout, 5xx

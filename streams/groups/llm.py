@@ -64,11 +64,10 @@ from streams.llm import CallType, ChatMessage, LlmClient, LlmFailed, LlmOk, Role
 from streams.llm.config import resolve_role
 from streams.runtime.core import BatchCore
 from streams.runtime.dlq import PRODUCER_LIMITS, DecodeFailed, SourceRecord
-from streams.runtime.kafka_clients import ensure_catalog
+from streams.runtime.kafka_clients import ensure_catalog, producer_config
 from streams.runtime.metrics import LlmGroupMetrics, serve
 from streams.runtime.progress import ProgressLog
 from streams.runtime.settings import Settings
-from streams.worker.dbpm import producer_config
 
 log = logging.getLogger(__name__)
 

@@ -72,6 +72,7 @@ from streams.runtime.kafka_clients import (
     end_offsets,
     latest_offsets,
     partitions,
+    producer_config,
     read_to_end,
     reader,
 )
@@ -87,7 +88,6 @@ from streams.worker.dbpm import (
     TICK_RUN_HEADER,
     MergedView,
     memory_changelog,
-    producer_config,
     run_token,
     verdict_key,
 )

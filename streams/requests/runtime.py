@@ -54,14 +54,13 @@ from streams.requests.check import (
 )
 from streams.runtime.core import BatchCore, Output, Step
 from streams.runtime.dlq import PRODUCER_LIMITS, DecodeFailed, SourceRecord, decode_record
-from streams.runtime.kafka_clients import partitions, read_to_end, reader, watermark_offsets
+from streams.runtime.kafka_clients import partitions, producer_config, read_to_end, reader, watermark_offsets
 from streams.runtime.kafka_config import client_config
 from streams.runtime.logs import log_dead_letter
 from streams.runtime.metrics import LoopMetrics
 from streams.runtime.progress import Progress, ProgressLog
 from streams.runtime.settings import Settings
 from streams.runtime.transactions import TransactionalProducer
-from streams.worker.dbpm import producer_config
 from topics.catalog import CONSOLE_REQUEST_OUTCOMES, CONSOLE_REQUESTS
 
 log = logging.getLogger(__name__)

@@ -60,16 +60,26 @@ def reader(bootstrap: str, name: str, **overrides: object) -> Consumer:
     return Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False, **overrides}))
 
 
-def producer_settings(bootstrap: str, **overrides: object) -> dict[str, object]:
-    """The settings of an idempotent producer (librdkafka's default partitioner: for topics no worker
-    partitions by key; DBPM and clinical inputs take :func:`streams.worker.dbpm.producer_config`, Java's
-    murmur2)."""
-    return client_config(bootstrap, **{"enable.idempotence": True, **overrides})
+def producer_config(bootstrap: str, **overrides: object) -> dict[str, object]:
+    """librdkafka producer settings for every clingate client: idempotent, ``acks=all``, and Java's
+    murmur2 partitioner (``murmur2_random``, :func:`topics.partitioner.partition_for`), so that "the
+    partition of a key" means the same thing to every client: a verdict keyed by
+    :func:`streams.worker.dbpm.verdict_key` lands on the memory partition of its signature, a candidate
+    on its patient's. librdkafka's default (``consistent_random``, CRC32) would scatter them.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        **overrides: Further librdkafka settings (batching, queue sizes); dots spelt as in
+            librdkafka, passed through a dict (``**{"linger.ms": 20}``).
+    """
+    return client_config(
+        bootstrap, partitioner="murmur2_random", **{"enable.idempotence": True, "acks": "all", **overrides}
+    )
 
 
 def producer(bootstrap: str, **overrides: object) -> Producer:
-    """An idempotent producer of :func:`producer_settings`."""
-    return Producer(producer_settings(bootstrap, **overrides))
+    """An idempotent producer of :func:`producer_config`."""
+    return Producer(producer_config(bootstrap, **overrides))
 
 
 def produce_waiting(producer: Producer, topic: str, **kwargs: Any) -> None:
@@ -91,7 +101,7 @@ def produce_in_transaction(
     ``read_committed`` reader sees all of them or none, and each partition written ends with a commit
     marker."""
     writer = Producer(
-        {**producer_settings(bootstrap), "transactional.id": f"clingate-{name}-{uuid.uuid4().hex}"}
+        {**producer_config(bootstrap), "transactional.id": f"clingate-{name}-{uuid.uuid4().hex}"}
     )
     writer.init_transactions()
     writer.begin_transaction()

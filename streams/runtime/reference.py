@@ -24,24 +24,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from streams.cli.config import settings_rows
+from streams.runtime.settings import settings_table
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 WRITE_COMMAND = "python -m streams.runtime.reference --write"
 
 _BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
-
-
-def settings_table() -> str:
-    """Markdown table of every setting: environment variable, default, meaning (declaration order).
-
-    The same text ``clingate config --markdown`` prints; ``|`` inside a cell is shown as ``/`` so that
-    no cell splits the row.
-    """
-    lines = ["| variable | default | meaning |", "| --- | --- | --- |"]
-    for env, default, doc in settings_rows():
-        lines.append(f"| `{env}` | {default.replace('|', '/')} | {doc.replace('|', '/')} |")
-    return "\n".join(lines) + "\n"
 
 
 GENERATORS: dict[str, Callable[[], str]] = {"settings": settings_table}

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
@@ -644,3 +645,30 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """Read the environment once per process."""
     return Settings()
+
+
+def _default(field: FieldInfo) -> str:
+    if field.default_factory is not None:
+        return "(computed)"
+    if field.default is PydanticUndefined or field.default is None:
+        return "unset"
+    # Shown as the user would write it, never as this machine's home directory.
+    return str(field.default).replace(str(Path.home()), "~", 1)
+
+
+def settings_rows() -> list[tuple[str, str, str]]:
+    """``(environment variable, default, description)`` of every setting, in declaration order."""
+    return [
+        (str(field.validation_alias), _default(field), field.description or "")
+        for field in Settings.model_fields.values()
+    ]
+
+
+def settings_table() -> str:
+    """Markdown table of every setting: environment variable, default, meaning (declaration order), as
+    ``clingate config --markdown`` prints it and docs/configuration.md carries it; ``|`` inside a cell
+    is shown as ``/`` so that no cell splits the row."""
+    lines = ["| variable | default | meaning |", "| --- | --- | --- |"]
+    for env, default, doc in settings_rows():
+        lines.append(f"| `{env}` | {default.replace('|', '/')} | {doc.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"

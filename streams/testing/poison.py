@@ -177,7 +177,7 @@ from streams.requests.check import Carried, Evidence, RequestAction, check, publ
 from streams.requests.runtime import group_id, outcome_of
 from streams.runtime.core import Output
 from streams.runtime.dlq import HEADER_PREFIX, PRODUCER_LIMITS, SourceRecord, fits
-from streams.runtime.kafka_clients import end_offsets, produce_waiting, read_to_end, reader
+from streams.runtime.kafka_clients import end_offsets, produce_waiting, producer_config, read_to_end, reader
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.dbpm_stream import StreamShape, generate_events
@@ -194,7 +194,6 @@ from streams.worker.dbpm import (
     dbpm_engine,
     dispatch_outputs,
     memory_changelog,
-    producer_config,
     propagation_event,
     propagation_key,
     verdict_key,

@@ -28,11 +28,11 @@ from state.memory import MemoryStore
 from streams.local.broker import free_port
 from streams.local.process import SOURCE_ROOT, ProcessError, ProcessHandle, python_module
 from streams.replay.engine import replay_stream
-from streams.runtime.kafka_clients import assign_at_ends, reader
+from streams.runtime.kafka_clients import assign_at_ends, producer_config, reader
 from streams.runtime.settings import Settings
 from streams.testing.dbpm_stream import generate_events
 from streams.worker import READY
-from streams.worker.dbpm import contract_event, dbpm_engine, producer_config, verdict_key
+from streams.worker.dbpm import contract_event, dbpm_engine, verdict_key
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
 
 #: Worker environment for an event-for-event comparison with the in-process engine. A SIGKILLed

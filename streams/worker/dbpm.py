@@ -113,10 +113,11 @@ Keys. A verdict's key is ``task|signature`` of the record it updates (:func:`ver
 producer of ``clingate.dbpm.verdicts`` MUST use it and Java's murmur2 partitioner (librdkafka:
 ``partitioner=murmur2_random``) so that the memory partition of a signature is the verdict
 partition of that signature. A propagation's key is ``task|signature`` of its target
-(:func:`propagation_key`), sent by the memory agent with :func:`producer_config` (murmur2). A new
-consumer group of memory writers MUST start both memory inputs (:data:`MEMORY_INPUTS`) at the same
-place, e.g. at their ends on a shared broker: evidence from another application's verdicts would
-otherwise be applied (workers with cross-task OFF apply no evidence at all).
+(:func:`propagation_key`), sent by the memory agent with murmur2 too (every clingate producer:
+:func:`~streams.runtime.kafka_clients.producer_config`). A new consumer group of memory writers MUST
+start both memory inputs (:data:`MEMORY_INPUTS`) at the same place, e.g. at their ends on a shared
+broker: evidence from another application's verdicts would otherwise be applied (workers with cross-task
+OFF apply no evidence at all).
 """
 
 from __future__ import annotations
@@ -165,7 +166,6 @@ from schemas.serde import SchemaDecodeError, Serde
 from state.base import Store, Transaction
 from streams.runtime.core import Output
 from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record, processing_failed
-from streams.runtime.kafka_config import client_config
 from streams.runtime.logs import log_dead_letter
 from streams.runtime.metrics import DbpmMetrics
 from streams.runtime.settings import Settings
@@ -434,24 +434,6 @@ def pin_record(
         patient_id="-", payload=PAYLOAD_BY_TASK[task].model_validate(signature_payload(task, sig)),  # type: ignore[arg-type]
         pin=Pin(action=action, operator=operator, reason=reason, pin_id=pin_id),
     )  # fmt: skip
-
-
-def producer_config(bootstrap: str, **overrides: object) -> dict[str, object]:
-    """librdkafka producer settings for every clingate client that writes DBPM input topics.
-
-    Java's murmur2 partitioner (``murmur2_random``, :func:`topics.partitioner.partition_for`), so
-    that "the partition of a key" means the same thing to every client: a verdict keyed by
-    :func:`verdict_key` lands on the memory partition of its signature, a candidate on its patient's.
-    librdkafka's default (``consistent_random``, CRC32) would scatter them. Idempotent, ``acks=all``.
-
-    Args:
-        bootstrap: Kafka bootstrap servers.
-        **overrides: Further librdkafka settings (batching, queue sizes); dots spelt as in
-            librdkafka, passed through a dict (``**{"linger.ms": 20}``).
-    """
-    return client_config(
-        bootstrap, partitioner="murmur2_random", **{"enable.idempotence": True, "acks": "all", **overrides}
-    )
 
 
 def dbpm_config(settings: Settings) -> DBPMConfig:

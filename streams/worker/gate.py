@@ -131,7 +131,7 @@ from streams.runtime.dlq import (
     oversized_output,
     processing_failed,
 )
-from streams.runtime.kafka_clients import consume_batch
+from streams.runtime.kafka_clients import consume_batch, producer_config
 from streams.runtime.kafka_config import client_config, liveness_config
 from streams.runtime.logs import log_dead_letter
 from streams.runtime.metrics import DbpmMetrics
@@ -149,7 +149,6 @@ from streams.worker.dbpm import (
     decode_candidate,
     dispatch_outputs,
     memory_changelog,
-    producer_config,
     verdict_key,
     with_ner_categories,
 )

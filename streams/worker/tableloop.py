@@ -71,12 +71,11 @@ from schemas.serde import Serde
 from state.rocksdb import RocksDBStore
 from streams.runtime.core import BATCH_MAX, BatchCore, Output, StateRecord, Step
 from streams.runtime.dlq import PRODUCER_LIMITS, DecodeFailed, SourceRecord
-from streams.runtime.kafka_clients import consume_batch
+from streams.runtime.kafka_clients import consume_batch, producer_config
 from streams.runtime.kafka_config import admin_client, client_config, liveness_config
 from streams.runtime.metrics import LoopMetrics
 from streams.runtime.settings import Settings
 from streams.runtime.transactions import COMMIT_STEP_S, TransactionalProducer
-from streams.worker.dbpm import producer_config
 from streams.worker.tablestore import (
     BOUNDARY_KEY,
     ChangelogFollower,

@@ -29,14 +29,13 @@ from streams.agent.worker import conversation_records
 from streams.data import CLINICAL
 from streams.local.process import SOURCE_ROOT, ProcessHandle, eventually, python_module
 from streams.replay.kafka import commit_end_offsets, commit_worker_end_offsets, wait_until_consumed
-from streams.runtime.kafka_clients import end_offsets, reader
+from streams.runtime.kafka_clients import end_offsets, producer_config, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
 from streams.testing.agent_session import prescription_script
 from streams.testing.llm_server import ServerProcess
 from streams.testing.worker import WorkerProcess
 from streams.worker.clinical import clinical_group
-from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
 from topics.catalog import (
     AGENT_PROPOSALS,

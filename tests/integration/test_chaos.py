@@ -60,7 +60,7 @@ from streams.replay.kafka import (
     verdict_record,
     wait_until_consumed,
 )
-from streams.runtime.kafka_clients import produce_waiting
+from streams.runtime.kafka_clients import produce_waiting, producer_config
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.progress import progress_topic
 from streams.runtime.settings import get_settings
@@ -71,7 +71,7 @@ from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_eng
 from streams.worker import READY
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
 from streams.worker.clinical import clinical_group
-from streams.worker.dbpm import memory_changelog, producer_config
+from streams.worker.dbpm import memory_changelog
 from streams.worker.gate import gate_group
 from streams.worker.memory import memory_group
 from tests.clinical_scenario import PATIENT, concur_review, expected_assessments, scenario

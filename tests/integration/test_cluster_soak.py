@@ -35,13 +35,12 @@ from schemas.wire import make_serde
 from streams.bench.chaos import Disruption, Recovery, run_soak
 from streams.local.cluster import LocalCluster
 from streams.local.images import kafka_image
-from streams.runtime.kafka_clients import read_to_end, reader
+from streams.runtime.kafka_clients import producer_config, read_to_end, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
 from streams.testing.clinical_reference import pure_outputs
 from streams.testing.tail import Tail, topic_ends
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess
-from streams.worker.dbpm import producer_config
 from tests.clinical_scenario import PATIENT, scenario
 from topics.admin import ensure_topics
 from topics.catalog import CLINICAL_ASSESSMENTS, DBPM_CANDIDATES, DBPM_DECISIONS, FHIR_UPDATES, build_catalog

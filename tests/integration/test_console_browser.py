@@ -64,7 +64,7 @@ from streams.demo.samples import golden_assessment
 from streams.groups import arbiter as docs_worker
 from streams.local.process import eventually
 from streams.requests.check import touchpoint_target
-from streams.runtime.kafka_clients import read_to_end, reader
+from streams.runtime.kafka_clients import producer_config, read_to_end, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
 from streams.testing.console import (
@@ -77,7 +77,6 @@ from streams.testing.console import (
     sign_in,
     sync_playwright,
 )
-from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,

@@ -26,7 +26,7 @@ from streams.console.assessments import KafkaAssessments
 from streams.console.records import TopicFollower, read_records
 from streams.console.reviews import KafkaReviews
 from streams.demo.samples import golden_assessment
-from streams.runtime.kafka_clients import produce_in_transaction, produce_waiting, producer_settings, reader
+from streams.runtime.kafka_clients import produce_in_transaction, produce_waiting, producer_config, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
 from topics.admin import TopicStatus, ensure_topics
@@ -86,7 +86,7 @@ def test_a_topic_deleted_and_created_again_is_followed_from_its_beginning(
     follower = TopicFollower(kafka_bootstrap, serde, topic, ClinicalAssessment)
 
     def publish(*patients: str) -> None:
-        writer = Producer(producer_settings(kafka_bootstrap))
+        writer = Producer(producer_config(kafka_bootstrap))
         for patient in patients:
             value = serde.encode(base.model_copy(update={"patient_id": patient}), topic=CLINICAL_ASSESSMENTS)
             produce_waiting(writer, topic, key=patient.encode(), value=value)
@@ -126,7 +126,7 @@ def test_the_sme_source_finds_what_was_published_between_two_reads(kafka_bootstr
         review = Review(
             doc_id=made[0].doc_id, ts=datetime.now(UTC), reviewer="sam", decision=ReviewDecision.AGREES
         )
-        writer = Producer(producer_settings(kafka_bootstrap))
+        writer = Producer(producer_config(kafka_bootstrap))
         value = serde.encode(review, topic=DOCS_REVIEWS)
         produce_waiting(writer, DOCS_REVIEWS, key=review.doc_id.encode(), value=value)
         assert writer.flush(30) == 0

@@ -42,7 +42,7 @@ from schemas.console import ConsoleRequestOutcome
 from schemas.wire import make_serde
 from streams.local.process import SOURCE_ROOT, ProcessHandle, eventually, python_module
 from streams.replay.kafka import commit_end_offsets
-from streams.runtime.kafka_clients import read_to_end, reader
+from streams.runtime.kafka_clients import producer_config, read_to_end, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
 from streams.testing.agent_session import demo_questions
@@ -57,7 +57,6 @@ from streams.testing.console import (
     sync_playwright,
 )
 from streams.testing.llm_server import ServerProcess
-from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
 from topics.catalog import AGENT_REQUESTS, CONSOLE_REQUEST_OUTCOMES, build_catalog, dlq_name
 

@@ -33,7 +33,7 @@ from schemas.dbpm import Candidate, Coverage, GateDecision, PinAction, Verdict
 from schemas.wire import make_serde
 from state.memory import MemoryStore
 from streams.replay.kafka import KafkaReplayResult, replay_via_kafka
-from streams.runtime.kafka_clients import assign_at_ends, produce_waiting, reader
+from streams.runtime.kafka_clients import assign_at_ends, produce_waiting, producer_config, reader
 from streams.runtime.kafka_config import client_config
 from streams.runtime.settings import Settings
 from streams.testing.metrics import scraped_sum
@@ -44,7 +44,6 @@ from streams.worker.dbpm import (
     dbpm_engine,
     dispatch_outputs,
     pin_record,
-    producer_config,
     verdict_key,
 )
 from streams.worker.gate import gate_group

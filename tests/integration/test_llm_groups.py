@@ -42,12 +42,13 @@ from streams.replay.kafka import (
     wait_until_consumed,
 )
 from streams.runtime.dlq import header_map
+from streams.runtime.kafka_clients import producer_config
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.metrics import LlmGroupMetrics
 from streams.runtime.settings import Settings
 from streams.testing.metrics import scraped_sum
 from streams.testing.worker import WorkerProcess, comparison_engine
-from streams.worker.dbpm import contract_event, dispatch_outputs, memory_changelog, producer_config
+from streams.worker.dbpm import contract_event, dispatch_outputs, memory_changelog
 from streams.worker.memory import memory_group
 from tests.integration.test_dbpm_worker import COMPARISON_FLAGS
 from tests.llm_answers import FAILING_ENTITY, clinical_responder

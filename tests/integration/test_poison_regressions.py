@@ -37,13 +37,14 @@ from schemas.wire import make_serde
 from streams.bench.clinical import MEDICATIONS
 from streams.replay.kafka import CommitWatcher, commit_worker_end_offsets, read_state
 from streams.runtime.dlq import header_map
+from streams.runtime.kafka_clients import producer_config
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
 from streams.testing.metrics import scraped_sum
 from streams.testing.tail import Tail
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine, in_process, soak_stream
 from streams.worker.clinical import clinical_group, fhir_input
-from streams.worker.dbpm import TICK_HEADER, memory_changelog, producer_config, verdict_key
+from streams.worker.dbpm import TICK_HEADER, memory_changelog, verdict_key
 from streams.worker.memory import memory_group
 from tests.integration.test_docs_worker import _request, _running_worker
 from topics.admin import ensure_topics

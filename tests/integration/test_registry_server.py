@@ -17,12 +17,12 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from schemas.clinical import ClinicalAssessment
 from schemas.wire import make_serde
 from streams.replay.kafka import commit_worker_end_offsets, wait_until_consumed
+from streams.runtime.kafka_clients import producer_config
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.testing.tail import Tail
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess
 from streams.worker.clinical import clinical_group
-from streams.worker.dbpm import producer_config
 from tests.clinical_scenario import PATIENT, concur_review, expected_assessments, scenario
 from topics.admin import ensure_topics
 from topics.catalog import CLINICAL_ASSESSMENTS, CLINICAL_REVIEWS, FHIR_UPDATES, build_catalog

@@ -23,11 +23,10 @@ from schemas.fhir import FhirUpdate
 from schemas.wire import make_serde
 from streams.data import CLINICAL
 from streams.replay.kafka import commit_worker_end_offsets
-from streams.runtime.kafka_clients import assign_at_ends, reader
+from streams.runtime.kafka_clients import assign_at_ends, producer_config, reader
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import Settings
 from streams.testing.worker import WorkerProcess
-from streams.worker.dbpm import producer_config
 from topics.admin import ensure_topics
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,

@@ -7,9 +7,8 @@ from pathlib import Path
 from pytest import MonkeyPatch
 from typer.testing import CliRunner
 
-from streams.cli.config import app, settings_rows
-from streams.runtime.reference import settings_table
-from streams.runtime.settings import Settings
+from streams.cli.config import app
+from streams.runtime.settings import Settings, settings_rows, settings_table
 
 
 def test_every_setting_has_an_env_var_and_a_description() -> None:

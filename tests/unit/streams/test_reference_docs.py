@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from streams.runtime import reference
+from streams.runtime.settings import settings_table
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCUMENTS = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -35,7 +36,7 @@ def test_generated_blocks_are_current() -> None:
 def test_the_configuration_doc_carries_the_settings_table() -> None:
     text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
     assert reference.generated_blocks(text) == ["settings"]
-    assert reference.settings_table() in text
+    assert settings_table() in text
 
 
 def test_render_replaces_only_the_block_body_and_refuses_unknown_generators() -> None:
