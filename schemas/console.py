@@ -13,9 +13,21 @@ what it did is a :class:`ConsoleRequestOutcome` on ``clingate.console.request-ou
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from pydantic import Field
 
 from schemas.base import AvroModel, EventTime, JsonText, RawBytes
+
+
+class Role(StrEnum):
+    """What a person does in the loop (a console user's role, a request's ``role``); each console page
+    admits the roles that do its work."""
+
+    SME = "sme"
+    PHARMACIST = "pharmacist"
+    OPERATOR = "operator"
+    CLINICIAN = "clinician"
 
 
 class ConsoleAction(AvroModel):

@@ -42,6 +42,7 @@ from rich.text import Text
 from processors.docs.arbiter import ArbiterConfig, Finished
 from processors.docs.packet import format_issue
 from processors.docs.v3 import load_trap_rules
+from schemas.console import Role
 from schemas.docs import (
     DOCUMENT_TYPE_NAMES,
     ClassificationOutput,
@@ -55,7 +56,6 @@ from schemas.docs import (
     Severity,
 )
 from schemas.wire import make_serde
-from streams.console.users import Role
 from streams.groups.arbiter import (
     ONE_READ_FETCH_WAIT_MS,
     PacketFollower,

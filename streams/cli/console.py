@@ -22,7 +22,8 @@ from typing import Annotated
 
 import typer
 
-from streams.console.users import PASSWORD_RULE, Role, UserError, UserStore
+from schemas.console import Role
+from streams.console.users import PASSWORD_RULE, UserError, UserStore
 from streams.runtime.settings import get_settings
 
 app = typer.Typer(help="The web console of the people in the loop: sign-in with roles, the pharmacist board.")

@@ -38,7 +38,7 @@ from aiohttp import web
 
 from processors.agent.state import ToolOutcome
 from schemas.agent import AgentRequest, AgentTrace
-from schemas.console import ConsoleAction
+from schemas.console import ConsoleAction, Role
 from streams.agent.runner import event_of, trace_events
 from streams.console.agent_topics import AGENT
 from streams.console.audit import Action, Outcome, audit, record_refusal
@@ -48,7 +48,6 @@ from streams.console.history import HISTORY
 from streams.console.pages import PageLink, render, segment
 from streams.console.requests import REQUESTS
 from streams.console.sessions import SESSION
-from streams.console.users import Role
 from streams.requests.check import REFUSED, RequestAction
 
 PAGE = PageLink("/agent", "Agent", frozenset({Role.CLINICIAN}))

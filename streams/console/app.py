@@ -27,6 +27,7 @@ import logging
 from aiohttp import web, web_response
 from aiohttp.abc import AbstractAccessLogger
 
+from schemas.console import Role
 from streams.console import agent, dead_letters, memory, pharmacist, sme, touchpoints
 from streams.console.agent_topics import AGENT, AgentDesk
 from streams.console.assessments import ASSESSMENTS, AssessmentSource
@@ -41,7 +42,7 @@ from streams.console.pages import NAVIGATION, STATIC, Unavailable, render
 from streams.console.requests import ASKING, REQUESTS, Requests
 from streams.console.reviews import REVIEWS, ReviewSource
 from streams.console.touchpoint_topics import TOUCHPOINTS, TouchpointSource
-from streams.console.users import Role, UserError
+from streams.console.users import UserError
 
 log = logging.getLogger(__name__)
 

@@ -28,11 +28,10 @@ from typing import Protocol
 
 from aiohttp import web
 
-from schemas.console import ConsoleAction
+from schemas.console import ConsoleAction, Role
 from schemas.serde import Serde
 from streams.console.delivery import NotAcknowledged, Outbox
 from streams.console.sessions import SESSION
-from streams.console.users import Role
 from streams.runtime.kafka_clients import producer_config
 from topics.catalog import CONSOLE_AUDIT
 

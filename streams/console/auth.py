@@ -39,11 +39,12 @@ from urllib.parse import urlencode
 from aiohttp import web
 from multidict import MultiDictProxy
 
+from schemas.console import Role
 from streams.console.audit import Action, Outcome, audit, record_refusal
 from streams.console.metrics import Refusal, refused
 from streams.console.pages import CSRF_FIELD, render
 from streams.console.sessions import SESSION, Session, Sessions, SignInThrottle
-from streams.console.users import NAME_PATTERN, ChecksBusy, PasswordChecks, Role, UserStore
+from streams.console.users import NAME_PATTERN, ChecksBusy, PasswordChecks, UserStore
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from schemas.console import ConsoleAction, ConsoleRequest, ConsoleRequestOutcome
+from schemas.console import ConsoleAction, ConsoleRequest, ConsoleRequestOutcome, Role
 from streams.console.audit import Action, Outcome, audit, record_refusal
 from streams.console.auth import requires
 from streams.console.dead_letter_queues import DEAD_LETTERS, Letter
@@ -50,7 +50,6 @@ from streams.console.delivery import NotAcknowledged
 from streams.console.history import HISTORY, asked
 from streams.console.pages import PageLink, render
 from streams.console.requests import ASKING, REQUESTS
-from streams.console.users import Role
 from streams.requests.check import DEAD_LETTER_QUEUES, REDRIVE_PREFIX, REFUSED, RequestAction
 
 PAGE = PageLink("/dead-letters", "Dead letters", frozenset({Role.OPERATOR}))

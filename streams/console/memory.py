@@ -51,6 +51,7 @@ from processors.dbpm.config import OPERATOR_PIN
 from processors.dbpm.memory import Memory, Pattern, Pin, WhiteEntry, source_names
 from processors.dbpm.pins import read_pin_provenance, unpinnable
 from processors.dbpm.signatures import signature, signature_payload
+from schemas.console import Role
 from schemas.dbpm import GateDecision, PinAction, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
 from state import MemoryStore
@@ -61,7 +62,6 @@ from streams.console.delivery import NotAcknowledged
 from streams.console.memorylog import MemorySource, PinPublisher, SignatureLog, memory_keys
 from streams.console.pages import PageLink, render, segment
 from streams.console.sessions import SESSION
-from streams.console.users import Role
 from streams.worker.dbpm import pin_record
 
 PAGE = PageLink("/memory", "Memory explorer", frozenset({Role.OPERATOR}))

@@ -39,14 +39,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from processors.dbpm import DBPMEngine
-from schemas.console import ConsoleRequest
+from schemas.console import ConsoleRequest, Role
 from schemas.dbpm import GateDecision, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
 from schemas.serde import Serde
 from streams.console.pages import read_in_thread
 from streams.console.records import READ_TIMEOUT_S, decoded, read_records
 from streams.console.requests import Requests
-from streams.console.users import Role
 from streams.requests.check import RequestAction
 from streams.runtime.kafka_clients import partitions, read_to_end, reader
 from streams.worker.dbpm import contract_event, memory_changelog, memory_key, verdict_key

@@ -24,8 +24,8 @@ import jinja2
 from aiohttp import web
 from confluent_kafka import KafkaException
 
+from schemas.console import Role
 from streams.console.sessions import SESSION
-from streams.console.users import Role
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"

@@ -18,11 +18,11 @@ from collections.abc import Iterable
 from aiohttp import web
 
 from schemas.clinical import ClinicalAssessment
+from schemas.console import Role
 from streams.console.assessments import ASSESSMENTS
 from streams.console.auth import requires
 from streams.console.drafts import DRAFTS, runs_of
 from streams.console.pages import PageLink, render
-from streams.console.users import Role
 
 PAGE = PageLink("/pharmacist", "Pharmacist board", frozenset({Role.PHARMACIST}))
 

@@ -45,7 +45,7 @@ from typing import Generic, TypeVar
 
 from aiohttp import web
 
-from streams.console.users import Role
+from schemas.console import Role
 
 Clock = Callable[[], float]
 """Seconds, monotonic: when a session started and was last used, when a sign-in failed."""

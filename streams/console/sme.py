@@ -31,6 +31,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from processors.docs.packet import format_issue
+from schemas.console import Role
 from schemas.docs import (
     DOCUMENT_TYPE_NAMES,
     DocumentType,
@@ -48,7 +49,6 @@ from streams.console.pages import PageLink, render
 from streams.console.requests import REQUESTS
 from streams.console.reviews import REVIEWS
 from streams.console.sessions import SESSION
-from streams.console.users import Role
 from streams.groups.arbiter import make_review, pending
 from streams.requests.check import RequestAction
 

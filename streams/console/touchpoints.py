@@ -58,7 +58,7 @@ from schemas.clinical import (
     QueryVerdict,
     ReviewedPacket,
 )
-from schemas.console import ConsoleAction
+from schemas.console import ConsoleAction, Role
 from streams.console.assessments import ASSESSMENTS
 from streams.console.audit import Action, Outcome, audit, record_refusal
 from streams.console.auth import requires
@@ -69,7 +69,6 @@ from streams.console.pharmacist import history
 from streams.console.requests import ASKING, REQUESTS
 from streams.console.sessions import SESSION
 from streams.console.touchpoint_topics import TOUCHPOINTS, TouchpointLog, TouchpointSource
-from streams.console.users import Role
 from streams.requests.check import PUBLICATIONS, REFUSED, RequestAction, touchpoint_target
 
 QUERIES = PageLink("/pharmacist/queries", "Query gate", frozenset({Role.PHARMACIST}))

@@ -52,19 +52,10 @@ import tempfile
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from enum import StrEnum
 from functools import cache
 from pathlib import Path
 
-
-class Role(StrEnum):
-    """What a person does in the loop; each page admits the roles that do its work."""
-
-    SME = "sme"
-    PHARMACIST = "pharmacist"
-    OPERATOR = "operator"
-    CLINICIAN = "clinician"
-
+from schemas.console import Role
 
 SCRYPT_N = 2**15
 """scrypt's CPU/memory cost (module docstring: OWASP's N=2^15, r=8, p=3)."""

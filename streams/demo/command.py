@@ -29,9 +29,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from schemas.console import Role
 from schemas.serde import Serde
 from schemas.wire import make_serde
-from streams.console.users import Role
 from streams.demo.agent import step_agent
 from streams.demo.broker import start_broker, step_topics
 from streams.demo.checks import step_clinical, step_dbpm, step_docs

@@ -30,8 +30,8 @@ from urllib.parse import quote
 
 from rich.console import Console
 
+from schemas.console import Role
 from schemas.dbpm import GateDecision
-from streams.console.users import Role
 from streams.demo.errors import DemoError
 from streams.demo.results import ConsolePage, Results
 from streams.local.process import ProcessError

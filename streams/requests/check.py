@@ -57,12 +57,11 @@ from schemas.agent import AgentRequest
 from schemas.base import AvroModel, iso_utc
 from schemas.clinical import EvidenceReview, QueryDecision
 from schemas.common import DeadLetter
-from schemas.console import ConsoleRequest
+from schemas.console import ConsoleRequest, Role
 from schemas.dbpm import Verdict
 from schemas.docs import Review
 from schemas.registry import load_registry
 from schemas.serde import SchemaDecodeError, Serde
-from streams.console.users import Role
 from streams.worker.dbpm import contract_event, memory_key
 from topics.catalog import (
     AGENT_REQUESTS,

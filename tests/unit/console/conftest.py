@@ -41,7 +41,7 @@ from schemas.clinical import (
     QueryProposal,
     RevisionRoute,
 )
-from schemas.console import ConsoleAction, ConsoleRequest, ConsoleRequestOutcome
+from schemas.console import ConsoleAction, ConsoleRequest, ConsoleRequestOutcome, Role
 from schemas.dbpm import GateDecision, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
 from schemas.docs import Review, ReviewPacket
@@ -63,7 +63,7 @@ from streams.console.requests import person_request
 from streams.console.reviews import ReviewLog
 from streams.console.sessions import Sessions, SignInThrottle
 from streams.console.touchpoint_topics import TouchpointLog
-from streams.console.users import PasswordChecks, Role, UserStore
+from streams.console.users import PasswordChecks, UserStore
 from streams.demo.samples import golden_assessment
 from streams.requests.check import PUBLICATIONS, RequestAction
 from streams.worker.dbpm import contract_event, memory_key, verdict_key

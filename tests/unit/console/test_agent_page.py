@@ -19,12 +19,11 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from schemas.agent import AgentProposal
-from schemas.console import ConsoleRequestOutcome
+from schemas.console import ConsoleRequestOutcome, Role
 from streams.agent.patients import BundlePatients
 from streams.agent.runner import TurnResult
 from streams.console.agent import asked_at, new_turn_id
 from streams.console.agent_topics import Turn
-from streams.console.users import Role
 from streams.data import CLINICAL
 from streams.testing.agent_session import prescription_script, scripted_agent
 

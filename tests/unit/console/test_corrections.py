@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
+from schemas.console import Role
 from schemas.docs import DocumentType, PresenceLevel, ReviewPacket
 from streams.console.corrections import CorrectionError, read_corrections
-from streams.console.users import Role
 from streams.demo.plan import verify_example
 from streams.requests.check import RequestAction
 

@@ -18,14 +18,13 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from schemas.common import DeadLetter, Header, Truncation
-from schemas.console import ConsoleRequestOutcome
+from schemas.console import ConsoleRequestOutcome, Role
 from schemas.fhir import FhirUpdate
 from schemas.wire import make_serde
 from streams.console.audit import Action
 from streams.console.dead_letter_queues import PAGE_OFFSETS, Letter
 from streams.console.dead_letters import preview
 from streams.console.history import asked
-from streams.console.users import Role
 from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record
 from topics.catalog import CLINICAL_DRAFTS, FHIR_UPDATES, dlq_name
 

@@ -17,11 +17,11 @@ from aiohttp.test_utils import TestClient
 
 from processors.dbpm import format_time, parse_event
 from processors.dbpm.memory import Memory
+from schemas.console import Role
 from schemas.dbpm import Candidate, GateDecision, PinAction, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
 from streams.console import memory
 from streams.console.memory import why
-from streams.console.users import Role
 from streams.worker.dbpm import contract_event, pin_record
 from streams.worker.gate import decision_record
 

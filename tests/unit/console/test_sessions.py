@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+from schemas.console import Role
 from streams.console import sessions as sessions_module
 from streams.console.sessions import (
     ADDRESS_FAILURES,
@@ -21,7 +22,6 @@ from streams.console.sessions import (
     Sessions,
     SignInThrottle,
 )
-from streams.console.users import Role
 
 from .conftest import FakeClock
 

@@ -14,9 +14,9 @@ from urllib.parse import urljoin
 import pytest
 from aiohttp.test_utils import TestClient
 
+from schemas.console import Role
 from schemas.docs import DocumentType, Review, ReviewDecision, ReviewPacket, ReviewStatus
 from streams.console.sme import marked, rates
-from streams.console.users import Role
 from streams.demo.plan import verify_example
 from streams.groups.arbiter import make_review
 from streams.requests.check import RequestAction
