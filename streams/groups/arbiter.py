@@ -79,7 +79,7 @@ from streams.groups.arbiter_calls import LlmCall, arbitrate
 from streams.groups.ordered import Handled, OrderedLoop, consumer_config, transactional_producer
 from streams.runtime.core import BatchCore, Output
 from streams.runtime.dlq import PRODUCER_LIMITS, DecodeFailed, SourceRecord, decode_record
-from streams.runtime.kafka_clients import consume_batch
+from streams.runtime.kafka_clients import consume_batch, producer_config
 from streams.runtime.kafka_config import client_config
 from streams.runtime.logs import log_dead_letter
 from streams.runtime.metrics import DocsMetrics
@@ -93,18 +93,6 @@ from topics.catalog import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def producer_config(bootstrap: str) -> dict[str, object]:
-    """Producer settings of the docs worker and CLI: idempotent, ``acks=all``, Java's partitioner.
-
-    ``murmur2_random`` keeps a document on the same partition number in every docs topic, whichever
-    client (Java, librdkafka, another) wrote it.
-    """
-    return client_config(
-        bootstrap, partitioner="murmur2_random", acks="all",
-        **{"enable.idempotence": True, "linger.ms": 5, **PRODUCER_LIMITS},
-    )  # fmt: skip
 
 
 def make_review(
@@ -395,7 +383,10 @@ async def run_worker(
     worker = DocsWorker(serde, packets, trap_rules, call, metrics)
     core = BatchCore(
         group_id, {**consumer_config(bootstrap, group_id, session_timeout_s), **metrics.lag.client_config()},
-        transactional_producer(producer_config(bootstrap), group_id), serde, metrics.loops,
+        # murmur2 (every clingate producer's): a document is on the same partition number in every docs
+        # topic, whichever client wrote it.
+        transactional_producer(producer_config(bootstrap, **{"linger.ms": 5, **PRODUCER_LIMITS}), group_id),
+        serde, metrics.loops,
         on_dead_letter=worker.dead_lettered,
     )  # fmt: skip
     loop = OrderedLoop(

@@ -38,12 +38,13 @@ from schemas.docs import (
 from schemas.serde import SingleObjectSerde
 from streams.cli.arbiter import app as docs_cli
 from streams.data import DOCS
-from streams.groups.arbiter import DocsWorker, producer_config, run_worker
+from streams.groups.arbiter import DocsWorker, run_worker
 from streams.groups.arbiter_calls import client_call
 from streams.llm import Endpoint, LlmClient, Role
 from streams.llm.serve.testserver import DEFAULT_MODEL, OpenAiTestServer
 from streams.replay.kafka import commit_end_offsets
 from streams.runtime.dlq import header_map
+from streams.runtime.kafka_clients import producer_config
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.testing.console import request_runtime

@@ -7,10 +7,11 @@ the server's software versions or a patient id from the access log."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
@@ -54,6 +55,45 @@ class ThreadedAssessments(FakeAssessments):
         return await read_in_thread("clingate.clinical.assessments", AssessmentLog, records)
 
 
+FLOOD = 40
+"""Sign-in guesses at once: more than asyncio's default pool has threads on any machine."""
+ADMITTED = CHECK_THREADS + CHECKS_WAITING
+"""Guesses the password checks take (running or waiting); the rest are refused with 429 at once."""
+
+
+@contextlib.asynccontextmanager
+async def held_flood(
+    client: Client, monkeypatch: pytest.MonkeyPatch, address: Callable[[int], str] | None = None
+) -> AsyncIterator[list[str]]:
+    """``ph`` signed in, then :data:`FLOOD` guesses (guess ``i`` from ``address(i)``, else from
+    ``client``'s own address) while every password check is held; enters once the guesses beyond the
+    checks' queue are refused and the checks started, yielding the passwords checked so far (in order).
+    On exit the checks are released and every guess is refused: 401 once checked, else 429."""
+    release, started = threading.Event(), []
+
+    def held_check(password: str, stored: str) -> bool:
+        started.append(password)
+        release.wait()
+        return password == PASSWORD
+
+    async def attempt(index: int) -> int:
+        source = () if address is None else (address(index),)
+        async with visitor(client, *source) as browser:
+            return (await sign_in(browser, f"guess-{index}", "not the password at all")).status
+
+    assert (await sign_in(client, "ph")).status == 303
+    monkeypatch.setattr(users, "verify_password", held_check)
+    attempts = [asyncio.create_task(attempt(index)) for index in range(FLOOD)]
+    try:
+        await until(lambda: sum(a.done() for a in attempts) == FLOOD - ADMITTED, "the refusals")
+        await until(lambda: len(started) == CHECK_THREADS, "the checks to start")
+        yield started
+    finally:
+        release.set()
+    statuses = await asyncio.gather(*attempts)
+    assert sorted(statuses) == [401] * ADMITTED + [429] * (FLOOD - ADMITTED)
+
+
 def test_pages_answer_while_a_flood_of_sign_ins_holds_every_password_check(
     console: Console, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -61,32 +101,12 @@ def test_pages_answer_while_a_flood_of_sign_ins_holds_every_password_check(
     while every password check they started is held, a signed-in pharmacist's board, whose read runs on
     that default pool, answers; the sign-ins beyond the checks' queue are refused with 429 at once."""
     console.assessments = ThreadedAssessments(console.assessments.records)
-    flood, admitted = 40, CHECK_THREADS + CHECKS_WAITING
-    release, started = threading.Event(), []
-
-    def held_check(password: str, stored: str) -> bool:
-        started.append(password)
-        release.wait()
-        return False
-
-    async def attempt(client: Client, index: int) -> int:
-        async with visitor(client) as browser:
-            return (await sign_in(browser, f"guess-{index}", "not the password at all")).status
 
     async def scenario(client: Client) -> None:
-        assert (await sign_in(client, "ph")).status == 303
-        monkeypatch.setattr(users, "verify_password", held_check)
-        attempts = [asyncio.create_task(attempt(client, index)) for index in range(flood)]
-        try:
-            await until(lambda: sum(a.done() for a in attempts) == flood - admitted, "the refusals")
-            await until(lambda: len(started) == CHECK_THREADS, "the checks to start")
+        async with held_flood(client, monkeypatch) as started:
             board = await asyncio.wait_for(client.get("/pharmacist"), DEADLINE_S)
             assert board.status == 200 and "PT-TEST-010" in await board.text()
-            assert console.checks.pending == admitted and len(started) == CHECK_THREADS, "still held"
-        finally:
-            release.set()
-        statuses = await asyncio.gather(*attempts)
-        assert sorted(statuses) == [401] * admitted + [429] * (flood - admitted)
+            assert console.checks.pending == ADMITTED and len(started) == CHECK_THREADS, "still held"
 
     console.run(scenario)
 
@@ -96,33 +116,13 @@ def test_a_flood_of_sign_ins_from_many_addresses_never_keeps_a_known_user_out(
 ) -> None:
     """Guesses from forty addresses fill the checks' queue; ``ph``, signing in again from where they did
     before, still waits for a check instead of a 429, and their check runs before every waiting guess."""
-    flood, admitted = 40, CHECK_THREADS + CHECKS_WAITING
-    release, started = threading.Event(), []
-
-    def held_check(password: str, stored: str) -> bool:
-        started.append(password)
-        release.wait()
-        return password == PASSWORD
-
-    async def attempt(client: Client, index: int) -> int:
-        async with visitor(client, f"127.0.4.{index + 1}") as browser:
-            return (await sign_in(browser, f"guess-{index}", "not the password at all")).status
 
     async def scenario(client: Client) -> None:
-        assert (await sign_in(client, "ph")).status == 303
-        monkeypatch.setattr(users, "verify_password", held_check)
-        attempts = [asyncio.create_task(attempt(client, index)) for index in range(flood)]
-        try:
-            await until(lambda: sum(a.done() for a in attempts) == flood - admitted, "the refusals")
-            await until(lambda: len(started) == CHECK_THREADS, "the checks to start")
+        async with held_flood(client, monkeypatch, lambda index: f"127.0.4.{index + 1}") as started:
             owner = asyncio.create_task(sign_in(client, "ph"))
-            await until(lambda: console.checks.pending == admitted + 1, "the owner's check to wait")
-        finally:
-            release.set()
+            await until(lambda: console.checks.pending == ADMITTED + 1, "the owner's check to wait")
         assert (await owner).status == 303
         assert started.index(PASSWORD) <= CHECK_THREADS + 1, "before the guesses that waited"
-        statuses = await asyncio.gather(*attempts)
-        assert sorted(statuses) == [401] * admitted + [429] * (flood - admitted)
 
     console.run(scenario)
 
