@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from streams.demo.errors import DemoError
-from streams.runtime.kafka_clients import consume_batch, end_offsets, producer, reader
+from streams.runtime.kafka_clients import consume_batch, end_offsets, producer_config, reader
 from topics.catalog import Catalog
 
 Coordinate = tuple[str, int, int]
@@ -17,7 +17,7 @@ Coordinate = tuple[str, int, int]
 
 def demo_producer(bootstrap: str) -> Producer:
     """The producer of the demo's probes and classifications (idempotent, 5 ms batches)."""
-    return producer(bootstrap, **{"linger.ms": 5})
+    return Producer(producer_config(bootstrap, **{"linger.ms": 5}))
 
 
 def demo_reader(bootstrap: str) -> Consumer:

@@ -77,11 +77,6 @@ def producer_config(bootstrap: str, **overrides: object) -> dict[str, object]:
     )
 
 
-def producer(bootstrap: str, **overrides: object) -> Producer:
-    """An idempotent producer of :func:`producer_config`."""
-    return Producer(producer_config(bootstrap, **overrides))
-
-
 def produce_waiting(producer: Producer, topic: str, **kwargs: Any) -> None:
     """``producer.produce(topic, **kwargs)``; while librdkafka's local queue is full, serve delivery
     reports (which lets it send) and try again, instead of failing with ``BufferError``."""
