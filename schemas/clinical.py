@@ -7,6 +7,11 @@ proposed evidence queries, the Query Gate's decision on them, the Evidence Revie
 are fixed; fields beyond the contract are additions only. Two contract field names are Python keywords
 (``class``, ``with``); the models use aliases and serialise by alias, so ``model_dump(mode="json")``
 produces the contract's names and the Avro datum.
+
+Size: the module only declares models, and it must hold them all: the schema registry takes the
+models of the ``clinical`` area from the module ``schemas.clinical`` and only from the classes defined
+in it (:mod:`schemas.registry`), so the area's records and their nested parts cannot be split across
+modules.
 """
 
 from __future__ import annotations

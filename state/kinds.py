@@ -9,11 +9,12 @@ from enum import StrEnum
 from pathlib import Path
 
 from state.base import Store
-from state.memory import MemoryStore
+from state.ram import RamStore
 
 
 class StoreKind(StrEnum):
-    """Where the replay keeps the memory."""
+    """Where the replay keeps the DBPM memory: ``memory`` is in RAM (:class:`~state.ram.RamStore`; the
+    value is the replay contract's ``--store memory``), ``rocksdb`` on disk."""
 
     memory = "memory"
     rocksdb = "rocksdb"
@@ -27,7 +28,7 @@ def open_store(kind: StoreKind, path: Path | None) -> Iterator[Store]:
         FileExistsError: ``path`` exists (a replay always starts from an empty memory).
     """
     if kind is StoreKind.memory:
-        yield MemoryStore()
+        yield RamStore()
         return
     from state.rocksdb import RocksDBStore  # deferred: the memory path never loads RocksDB
 

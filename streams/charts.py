@@ -1,60 +1,86 @@
-"""Charts as inline SVG, for the demo's ``report.html`` and the console's pages: line charts over event
-time or a count, and horizontal bar and interval charts with their category names on the left.
+"""Charts drawn by matplotlib as inline SVG, for the demo's ``report.html`` and the console's pages: line
+charts over event time or a number, and horizontal bar and interval charts with their category names on
+the left.
 
-Inline SVG rather than a plotting library: the page must open offline (no network fonts or scripts),
-and the runtime dependencies hold no plotting library (matplotlib arrives only with a test extra).
+What holds for every chart:
 
-Every chart places its values with an :class:`Axis` from :func:`value_axis` or :func:`time_axis`. Its
-ticks are round: 1, 2 or 5 x 10^k, or on a time axis a whole number of seconds, minutes, hours or days;
-of those, the axis takes the densest ticks whose labels stay apart, and spans from the tick at or below
-its lowest value to the tick at or above its highest. A label is a plain number with thousands
-separators and the decimals its step needs (none when every value is a whole number, as counts are),
-or a UTC time of day (dated where the ticks span a day or more). Texts are placed by an upper estimate
-of their width (:func:`text_width`), so no label overlaps another or leaves the chart: ticks are spaced
-by it, category names get one row each left of the plot (at most :data:`_LABEL_ROOM` wide), a legend
-flows in rows under the plot, and a text longer than its room is cut short with an ellipsis.
+* **An inline ``<svg>`` element and nothing else**: matplotlib's SVG backend on a
+  :class:`~matplotlib.figure.Figure` of its own (no pyplot, no global backend), written to a string; no
+  file, no script, no external font or image, so a page that holds it opens offline.
+* **No style sheet, no ``style`` attribute** (:func:`_inline`): the console's Content-Security-Policy
+  (``style-src 'self'``) refuses both, so every declaration matplotlib writes as CSS is written as the
+  SVG presentation attribute of the same name, and the chart looks the same under that policy.
+* **Text stays text** (``svg.fonttype: none``) in DejaVu Sans, the font matplotlib lays the chart out
+  with, so the labels can be read, searched and measured in the page.
+* **The same input gives the same bytes**: no date in the file, and the ids matplotlib hashes (clip
+  paths, markers) salted with the chart's title, so two charts of a page do not share one. The ids
+  nothing refers to become classes of their kind (``series``, ``bar``, ``legend``, ``xtick``, ...).
+* **Readable axes**: event time (seconds since the epoch) on a date axis in UTC with matplotlib's concise
+  date labels; values in plain numbers with thousands separators, 1, 2 or 5 x 10^k apart, whole numbers
+  when every value is whole, from 0; ratios on a log axis labelled with the values themselves.
+* **One line per series**, through its points in x order, in the colour the series carries, and its
+  legend entry (under the plot) in that same colour; a chart never picks a colour by position.
+* **Category names** on the left of horizontal bars or intervals, one row each, cut short with an
+  ellipsis past :data:`_LONGEST_LABEL` characters.
 
-A line joins its series' points in x order, one polyline per series. A series or a bar is drawn in the
-colour it carries, and a series' legend entry, drawn right after its line, in that same colour.
+matplotlib is imported where a chart is drawn, never when this module is: the command line imports the
+modules that draw charts, and most of its commands draw none. Its settings (:data:`_RC`) are global to
+the process, so one chart is drawn at a time (:data:`_LOCK`).
 """
 
 from __future__ import annotations
 
 import html
+import io
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import chain, count, dropwhile, pairwise
+from typing import TYPE_CHECKING
 
-FONT = 11
-"""The size of every text of a chart, in px (set once on the ``svg`` element)."""
-WIDTH = 900
-"""The width of every chart, in px: the page is at most 980 px wide."""
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.axis import Axis
+    from matplotlib.figure import Figure
 
-_EM = 0.62
-"""A character's width in em, an upper estimate for a sans-serif font (its digits are 0.56 em)."""
-_GAP = 8.0
-"""The least room between two labels side by side, in px."""
-_MOST_TICKS = 8
-"""Most ticks on a horizontal axis, and two more than on a vertical one: enough to read a value off,
-few enough to read."""
-_PLOT_HEIGHT = 220
-_ROW = 22
-"""The height of a category's row in a bar or interval chart, in px."""
-_MARGIN = 10
-_X_AXIS_HEIGHT = 16 + 2 * FONT
-"""The height the tick labels and the title of an x axis take under it, in px."""
-_LABEL_ROOM = WIDTH * 0.35
-"""The most a category name may take left of a bar or interval chart, in px."""
-_DAY = 86400.0
-_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200)
-"""Steps of a time axis below a day, in seconds; from a day on, 1, 2 or 5 x 10^k days."""
+_WIDTH = 9.0
+"""The width of every chart, in inches (648 pt, 864 px): the report's page is at most 980 px wide."""
+_LINE_HEIGHT = 3.4
+"""The height of a line chart, its legend included, in inches."""
+_ROW = 0.3
+"""The height of a category's row in a bar or interval chart, in inches."""
+_AXIS_HEIGHT = 0.75
+"""The height a bar or interval chart takes besides its rows (its x axis and title), in inches."""
+_LONGEST_LABEL = 48
+"""The most characters a category name or legend entry shows; a longer one ends in an ellipsis."""
+_LEGEND_ROW = 110
+"""About the characters of names a legend row holds across the chart (each entry takes its name's and
+six more for its line and the gap after it)."""
+_MARKED = 60
+"""The most points a line marks one by one; past that the markers would hide the line."""
+_TIME_FORMATS = ["%Y", "%b", "%d", "%H:%M", "%H:%M", "%H:%M:%S"]
+"""The tick labels of a date axis by the unit its ticks step in (years to seconds): as matplotlib's
+concise ones, but a tick between minutes reads as a time of day (``20:27:30``), never as ``30``."""
+_RC = {
+    "svg.fonttype": "none",
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans"],
+    "font.size": 9.0,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.axisbelow": True,
+    "grid.color": "#e4e4e4",
+    "legend.frameon": False,
+}
+_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
 class Series:
-    """One line of a line chart: ``points`` are ``(x, y)``; its line and legend swatch are in ``colour``."""
+    """One line of a line chart: ``points`` are ``(x, y)``; its line and legend entry are in ``colour``."""
 
     name: str
     points: Sequence[tuple[float, float]]
@@ -82,293 +108,247 @@ class Interval:
     text: str
 
 
-@dataclass(frozen=True)
-class Axis:
-    """Values from ``lo`` to ``hi`` placed at pixels ``start`` to ``end``, on a log scale when ``log``;
-    ``ticks`` are ``(value, label)``, the first at ``lo`` and the last at ``hi``."""
-
-    lo: float
-    hi: float
-    start: float
-    end: float
-    ticks: tuple[tuple[float, str], ...]
-    log: bool = False
-
-    def __call__(self, value: float) -> float:
-        """The pixel of ``value``."""
-        scale: Callable[[float], float] = math.log10 if self.log else float
-        share = (scale(value) - scale(self.lo)) / (scale(self.hi) - scale(self.lo))
-        return self.start + share * (self.end - self.start)
-
-
-def text_width(text: str) -> float:
-    """The width of ``text`` at :data:`FONT`, estimated from above."""
-    return len(text) * FONT * _EM
-
-
-def _clipped(text: str, room: float) -> str:
-    """``text``, cut short with an ellipsis to fit ``room`` px."""
-    return text if text_width(text) <= room else text[: max(0, int(room / (FONT * _EM)) - 1)] + "…"
-
-
-def value_axis(
-    values: Iterable[float], start: float, end: float, *, horizontal: bool, log: bool = False
-) -> Axis:
-    """An axis over ``values`` from ``start`` to ``end`` (left to right when ``horizontal``, else
-    bottom to top). A linear axis starts at 0: every linear quantity of the report is a magnitude (a
-    count, a severity, a rate); its step is a whole number when every value is one. A log axis, for
-    ratios (all positive), spans 1, where there is no effect."""
-    values = list(values)
-    if log:
-        lo, hi = min([*values, 1.0]), max([*values, 1.0])
-        return _fitted(_decades(lo / 2 if lo == hi else lo, hi), start, end, horizontal, log=True)
-    lo, hi = min([*values, 0.0]), max([*values, 0.0])
-    whole = all(float(v).is_integer() for v in values)
-    steps = (step for step in _round_values((hi - lo) / _MOST_TICKS or 1.0) if step >= 1 or not whole)
-    return _fitted(_ticks(lo, hi, steps, _numbers), start, end, horizontal)
-
-
-def time_axis(times: Iterable[float], start: float, end: float) -> Axis:
-    """A horizontal axis over event times (seconds since the epoch) from ``start`` to ``end``, labelled
-    with UTC times of day (:func:`dates` names the days), dated when the axis spans a day or more."""
-    times = list(times)
-    steps = chain(_TIME_STEPS, (days * _DAY for days in _round_values(1.0)))
-    return _fitted(_ticks(min(times), max(times), steps, _times), start, end, horizontal=True)
-
-
-def dates(axis: Axis) -> str:
-    """The UTC date or dates a time axis spans: ``2026-03-05`` or ``2026-03-05 to 2026-03-07``."""
-    first, last = (datetime.fromtimestamp(t, UTC).date().isoformat() for t in (axis.lo, axis.hi))
-    return first if first == last else f"{first} to {last}"
-
-
-def _round_values(smallest: float) -> Iterator[float]:
-    """1, 2 and 5 x 10^k, ascending without end, from the power of ten at or below ``smallest``."""
-    for exponent in count(math.floor(math.log10(smallest))):
-        for mantissa in (1, 2, 5):
-            yield mantissa * 10.0**exponent
-
-
-def _multiples(lo: float, hi: float, step: float) -> list[float]:
-    """The multiples of ``step`` from the one at or below ``lo`` to the one at or above ``hi`` (a bound a
-    rounding error away from a multiple is taken as on it, unless the product falls on its wrong side)."""
-    first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
-    first -= first * step > lo
-    last += last * step < hi
-    return [k * step for k in range(first, last + 1)]
-
-
-def _ticks(
-    lo: float, hi: float, steps: Iterable[float], labels: Callable[[list[float], float], list[str]]
-) -> Iterator[list[tuple[float, str]]]:
-    """For each of ``steps`` (ascending) from the first that spans ``lo`` to ``hi`` in at most
-    :data:`_MOST_TICKS` steps, its multiples from ``lo`` to ``hi`` (``lo`` + 1 when they are equal),
-    labelled by ``labels(values, step)``."""
-    hi = hi if hi > lo else lo + 1
-    for step in dropwhile(lambda step: (hi - lo) / step > _MOST_TICKS, steps):
-        values = _multiples(lo, hi, step)
-        yield list(zip(values, labels(values, step), strict=True))
-
-
-def _decades(lo: float, hi: float) -> Iterator[list[tuple[float, str]]]:
-    """The ticks of a log axis, densest first: 1, 2 and 5 x 10^k, then the powers of ten, then every
-    second, third, ... power; each from the tick at or below ``lo`` to the one at or above ``hi``."""
-    low, high = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
-    for mantissas, every in chain([((1, 2, 5), 1)], (((1,), every) for every in count(1))):
-        values = [m * 10.0**e for e in range(low, high + every, every) for m in mantissas]
-        first = max(i for i, v in enumerate(values) if v <= lo * (1 + 1e-9))
-        last = min(i for i, v in enumerate(values) if v >= hi * (1 - 1e-9))
-        yield [(v, _number(v, v)) for v in values[first : last + 1]]
-
-
-def _fitted(
-    candidates: Iterable[list[tuple[float, str]]],
-    start: float,
-    end: float,
-    horizontal: bool,
-    log: bool = False,
-) -> Axis:
-    """The axis of the first of ``candidates`` (ticks, densest first) whose labels stay apart: at most
-    :data:`_MOST_TICKS` (two fewer up a vertical axis), neighbours at least their labels' extent and
-    :data:`_GAP` apart."""
-    axes = (Axis(ticks[0][0], ticks[-1][0], start, end, tuple(ticks), log) for ticks in candidates)
-    return next(axis for axis in axes if _apart(axis, horizontal))
-
-
-def _apart(axis: Axis, horizontal: bool) -> bool:
-    if len(axis.ticks) > (_MOST_TICKS if horizontal else _MOST_TICKS - 2):
-        return False
-    for (a, label_a), (b, label_b) in pairwise(axis.ticks):
-        extent = (text_width(label_a) + text_width(label_b)) / 2 if horizontal else FONT
-        if abs(axis(b) - axis(a)) < extent + _GAP:
-            return False
-    return True
+def _clipped(text: str) -> str:
+    """``text``, cut short with an ellipsis past :data:`_LONGEST_LABEL` characters."""
+    return text if len(text) <= _LONGEST_LABEL else text[: _LONGEST_LABEL - 1] + "…"
 
 
 def _number(value: float, step: float) -> str:
     """``value`` with thousands separators and the decimals a tick ``step`` apart needs."""
-    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
-    return f"{value:,.{decimals}f}"
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9)) if step > 0 else 0
+    return f"{value + 0.0:,.{decimals}f}"
 
 
-def _numbers(values: list[float], step: float) -> list[str]:
-    return [_number(v, step) for v in values]
+def _plain(axis: Axis, *, whole: bool) -> None:
+    """Ticks 1, 2 or 5 x 10^k apart (whole numbers if ``whole``), labelled in plain numbers."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(nbins="auto", steps=[1, 2, 5, 10], integer=whole))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: _number(value, _step(axis.get_majorticklocs()))))
 
 
-def _times(values: list[float], step: float) -> list[str]:
-    """UTC times to the second, the minute or the day, as ticks ``step`` apart need; with the date
-    where the ticks span a day or more, and a time of day alone would repeat."""
-    if step >= _DAY:
-        form = "%Y-%m-%d"
-    else:
-        form = "%H:%M:%S" if step < 60 else "%H:%M"
-        form = f"%m-%d {form}" if values[-1] - values[0] >= _DAY else form
-    return [datetime.fromtimestamp(v, UTC).strftime(form) for v in values]
+def _step(locs: Sequence[float]) -> float:
+    """The distance between neighbouring ticks (1 for a lone tick)."""
+    return float(locs[1] - locs[0]) if len(locs) > 1 else 1.0
 
 
-# ------------------------------------------------------------------------------------------- drawing
+def _log(axis: Axis, lo: float, hi: float) -> None:
+    """A log axis from ``lo`` to ``hi``: ticks at 1, 2 and 5 x 10^k (at the powers of ten alone past three
+    decades, where those would crowd), each labelled with its value."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    subs = (1.0, 2.0, 5.0) if math.log10(hi / lo) <= 3 else (1.0,)
+    axis.set_major_locator(LogLocator(subs=subs))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: _number(value, value)))
+    axis.set_minor_formatter(NullFormatter())
 
 
-def _text(text: str, x: float, middle: float, attributes: str) -> str:
-    """A text centred on the height ``middle``, starting (or as ``attributes`` anchor it, ending) at ``x``."""
-    return f'<text x="{x:.1f}" y="{middle + FONT * 0.35:.1f}" {attributes}>{html.escape(text)}</text>'
+@contextmanager
+def _drawing(title: str, height: float) -> Iterator[Figure]:
+    """A figure ``height`` inches high under :data:`_RC`, the hashed ids salted with ``title``."""
+    from matplotlib import rc_context
+    from matplotlib.figure import Figure
+
+    with _LOCK, rc_context({**_RC, "svg.hashsalt": title}):
+        yield Figure(figsize=(_WIDTH, height), layout="constrained")
 
 
-def _figure(title: str, height: float, body: str) -> str:
-    return (
-        f"<figure><figcaption>{html.escape(title)}</figcaption>"
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0f}" '
-        f'viewBox="0 0 {WIDTH} {height:.0f}" font-family="sans-serif" font-size="{FONT}">'
-        f"{body}</svg></figure>"
-    )
+def _svg(figure: Figure) -> str:
+    """``figure`` as an inline ``<svg>`` element (:func:`_inline`); called within :func:`_drawing`."""
+    from matplotlib.backends.backend_svg import FigureCanvasSVG
+
+    out = io.StringIO()
+    FigureCanvasSVG(figure).print_svg(out, metadata={"Date": None})
+    return _inline(out.getvalue())
 
 
-def _x_axis(axis: Axis, top: float, bottom: float, title: str) -> str:
-    """The axis along ``bottom``, its grid up to ``top``, tick labels under it and its title under those."""
-    ticks = "".join(
-        f'<line x1="{axis(v):.1f}" x2="{axis(v):.1f}" y1="{top}" y2="{bottom + 4}" stroke="#e4e4e4"/>'
-        f'<text x="{axis(v):.1f}" y="{bottom + 5 + FONT}" text-anchor="middle">{html.escape(label)}</text>'
-        for v, label in axis.ticks
-    )
-    return (
-        f'<g class="axis x">{ticks}'
-        f'<line x1="{axis.start:.1f}" x2="{axis.end:.1f}" y1="{bottom}" y2="{bottom}" stroke="#333"/>'
-        f'<text x="{(axis.start + axis.end) / 2:.1f}" y="{bottom + 11 + 2 * FONT}" text-anchor="middle">'
-        f"{html.escape(title)}</text></g>"
-    )
+_STYLE_SHEET = re.compile(r"\s*<style[^>]*>(.*?)</style>", re.S)
+_STYLE = re.compile(r' style="([^"]*)"')
+_ID = re.compile(r' id="([^"]+)"')
+_REFERENCE = re.compile(r'(?:url\(#|href="#)([^")]+)')
+_KIND = re.compile(r"_[0-9]+$")
+"""The number matplotlib puts after an id's kind (``line2d_3``)."""
+_SIZE = re.compile(r"[\d.]+(?:px|pt|em|%)(?:/\S+)?")
 
 
-def _y_axis(axis: Axis, left: float, right: float, title: str) -> str:
-    """The axis along ``left``, its grid across to ``right``, tick labels left of it and its title
-    (turned) at the chart's left edge."""
-    ticks = "".join(
-        f'<line x1="{left - 4}" x2="{right}" y1="{axis(v):.1f}" y2="{axis(v):.1f}" stroke="#e4e4e4"/>'
-        + _text(label, left - 6, axis(v), 'text-anchor="end"')
-        for v, label in axis.ticks
-    )
-    middle = (axis.start + axis.end) / 2
-    return (
-        f'<g class="axis y">{ticks}'
-        f'<line x1="{left}" x2="{left}" y1="{axis.end:.1f}" y2="{axis.start:.1f}" stroke="#333"/>'
-        f'<text x="{FONT + 2}" y="{middle:.1f}" transform="rotate(-90 {FONT + 2} {middle:.1f})" '
-        f'text-anchor="middle">{html.escape(title)}</text></g>'
-    )
+def _inline(svg: str) -> str:
+    """matplotlib's SVG document as an element for an HTML page under a policy that refuses styles: no
+    prologue or metadata, the style sheet's rule for every element (``*{...}``) as attributes of the
+    root, each ``style`` attribute as presentation attributes, and the ids nothing refers to as classes
+    (their kind: ``line2d_3`` is of class ``line2d``)."""
+    svg = svg[svg.index("<svg") :].rstrip()
+    svg = re.sub(r"\s*<metadata>.*?</metadata>", "", svg, flags=re.S)
+    sheet = _STYLE_SHEET.search(svg)
+    svg = _STYLE_SHEET.sub("", svg)
+    svg = re.sub(r"\s*<defs>\s*</defs>", "", svg)
+    if sheet is not None:
+        rules = re.fullmatch(r"\s*\*\s*\{(.*)\}\s*", sheet.group(1), re.S)
+        if rules is None:
+            raise ValueError(f"a style sheet of more than the rule for every element: {sheet.group(1)}")
+        svg = svg.replace("<svg", "<svg" + _attributes(rules.group(1)), 1)
+    svg = _STYLE.sub(lambda m: _attributes(m.group(1)), svg)
+    referenced = set(_REFERENCE.findall(svg))
+
+    def id_or_class(found: re.Match[str]) -> str:
+        name = found.group(1)
+        return found.group(0) if name in referenced else f' class="{_KIND.sub("", name).replace(".", "-")}"'
+
+    return _ID.sub(id_or_class, svg)
 
 
-def _y_axis_width(axis: Axis) -> float:
-    """The room left of a vertical axis: its turned title and its widest tick label."""
-    return FONT + 10 + max(text_width(label) for _, label in axis.ticks) + 6
+def _attributes(declarations: str) -> str:
+    """CSS declarations (``fill: #fff; font: 9px 'DejaVu Sans'``) as SVG presentation attributes, the
+    ``font`` shorthand as its parts."""
+    pairs: list[tuple[str, str]] = []
+    for declaration in declarations.split(";"):
+        name, _, value = (part.strip() for part in declaration.partition(":"))
+        if name == "font":
+            pairs += _font(value)
+        elif name:
+            pairs.append((name, value))
+    return "".join(f' {name}="{value}"' for name, value in pairs)
 
 
-def _legend(series: Sequence[Series], left: float, top: float) -> tuple[list[str], float]:
-    """Each series' legend entry (a swatch in its colour and its name), flowing in rows across the chart
-    from ``(left, top)``; and the height of the rows."""
-    entries, x, y = [], left, top
-    for s in series:
-        name = _clipped(s.name, WIDTH - _MARGIN - left - 14)
-        width = 14 + text_width(name) + 16
-        if x > left and x + width > WIDTH - _MARGIN:
-            x, y = left, y + FONT + 6
-        entries.append(
-            f'<rect x="{x:.1f}" y="{y:.1f}" width="10" height="10" fill="{s.colour}"/>'
-            f'<text x="{x + 14:.1f}" y="{y + 9:.1f}">{html.escape(name)}</text>'
-        )
-        x += width
-    return entries, y + FONT + 6 - top
+def _font(value: str) -> list[tuple[str, str]]:
+    """The ``font`` shorthand (``[style] [variant] [weight] size[/line-height] family``) as its parts."""
+    tokens = value.split()
+    at = next(i for i, token in enumerate(tokens) if _SIZE.fullmatch(token))
+    pairs = []
+    for token in tokens[:at]:
+        if token in ("italic", "oblique"):
+            pairs.append(("font-style", token))
+        elif token == "small-caps":
+            pairs.append(("font-variant", token))
+        elif token != "normal":
+            pairs.append(("font-weight", token))
+    size = tokens[at].split("/")[0]
+    return [*pairs, ("font-size", size), ("font-family", " ".join(tokens[at + 1 :]))]
+
+
+def _note(axes: Axes, text: str, *, left: bool = False) -> None:
+    """``text`` halfway up the plot, in its middle or (``left``) at its left edge, where a chart has
+    nothing or little to draw."""
+    x, align = (0.02, "left") if left else (0.5, "center")
+    axes.text(x, 0.5, text, transform=axes.transAxes, ha=align, va="center", color="#555")
+
+
+# ---------------------------------------------------------------------------------------------- charts
+
+
+def _figure(title: str, svg: str) -> str:
+    """The chart with its title as the figure's caption (HTML, so the page's font and search see it)."""
+    return f"<figure><figcaption>{html.escape(title)}</figcaption>{svg}</figure>"
 
 
 def line_chart(
     title: str, series: Sequence[Series], y_label: str, x_label: str, *, time: bool = False
 ) -> str:
-    """One line per series with its points, over event time (``time``: seconds since the epoch, the
-    axis in UTC) or over ``x_label``'s values; its legend under it. No points: a chart that says so."""
+    """One line per series through its points in x order, over event time (``time``: seconds since the
+    epoch, on a UTC date axis) or over ``x_label``'s values; the y axis from 0 (or the lowest value
+    below it); the legend under the plot. Several points at one event time alone are said to be at it;
+    no point at all, a chart that says "no data"."""
+    from matplotlib import dates
+
     xs = [x for s in series for x, _ in s.points]
-    if not xs:
-        return _figure(title, 40, f'<text x="{WIDTH / 2}" y="24" text-anchor="middle">no data</text>')
-    top, bottom = _MARGIN, _MARGIN + _PLOT_HEIGHT
-    y = value_axis((v for s in series for _, v in s.points), bottom, top, horizontal=False)
-    left, right = _y_axis_width(y), WIDTH - 4 * FONT
-    x = time_axis(xs, left, right) if time else value_axis(xs, left, right, horizontal=True)
-    legend, legend_height = _legend(series, left, bottom + _X_AXIS_HEIGHT + 8)
-    parts = [
-        _y_axis(y, left, right, y_label),
-        _x_axis(x, top, bottom, f"{x_label} (UTC, {dates(x)})" if time else x_label),
-    ]
-    for s, entry in zip(series, legend, strict=True):
-        points = sorted(s.points)
-        path = " ".join(f"{x(px):.1f},{y(py):.1f}" for px, py in points)
-        parts.append(f'<polyline fill="none" stroke="{s.colour}" stroke-width="1.8" points="{path}"/>')
-        parts += (f'<circle cx="{x(px):.1f}" cy="{y(py):.1f}" r="2" fill="{s.colour}"/>' for px, py in points)
-        parts.append(entry)
-    return _figure(title, bottom + _X_AXIS_HEIGHT + 8 + legend_height + _MARGIN, "".join(parts))
+    ys = [y for s in series for _, y in s.points]
+    with _drawing(title, _LINE_HEIGHT) as figure:
+        axes = figure.add_subplot()
+
+        def place(x: float) -> float:
+            return float(dates.date2num(datetime.fromtimestamp(x, UTC))) if time else x
+
+        for s in series:
+            points = sorted(s.points, key=lambda point: point[0])
+            axes.plot(
+                [place(x) for x, _ in points],
+                [y for _, y in points],
+                color=s.colour,
+                linewidth=1.6,
+                marker="o" if len(points) <= _MARKED else "",
+                markersize=3,
+                label=_clipped(s.name),
+                gid="series",
+            )
+        axes.grid(True)
+        axes.set_ylabel(y_label)
+        axes.set_xlabel(f"{x_label} (UTC)" if time else x_label)
+        if not xs:
+            _note(axes, "no data")
+            axes.set_yticks([])
+            axes.set_xticks([])
+        else:
+            _plain(axes.yaxis, whole=all(float(y).is_integer() for y in ys))
+            if time:
+                locator = dates.AutoDateLocator(tz=UTC)
+                axes.xaxis.set_major_locator(locator)
+                axes.xaxis.set_major_formatter(
+                    dates.ConciseDateFormatter(locator, tz=UTC, formats=_TIME_FORMATS)
+                )
+            else:
+                _plain(axes.xaxis, whole=all(float(x).is_integer() for x in xs))
+            axes.set_ylim(bottom=min(0.0, *ys))
+            if len(set(xs)) == 1:
+                at = f"{datetime.fromtimestamp(xs[0], UTC):%Y-%m-%d %H:%M:%S} UTC" if time else f"{xs[0]:,}"
+                _note(axes, f"every point at one {x_label}: {at}", left=True)  # the points: in the middle
+                pad = 1 / 1440 if time else 1.0  # a minute on a date axis (in days)
+                axes.set_xlim(place(xs[0]) - pad, place(xs[0]) + pad)
+        if series:
+            longest = max(len(_clipped(s.name)) for s in series)
+            columns = max(1, min(3, len(series), _LEGEND_ROW // (longest + 6)))
+            figure.legend(loc="outside lower center", ncols=columns)
+        return _figure(title, _svg(figure))
 
 
-def _rows(labels: Sequence[str]) -> tuple[list[str], float, float, list[float]]:
-    """Where a chart of one row per label draws: the labels as they fit :data:`_LABEL_ROOM`, the plot's
-    left edge (right of the widest), its bottom, and each row's middle."""
-    labels = [_clipped(label, _LABEL_ROOM) for label in labels]
-    left = max([text_width(label) for label in labels], default=0.0) + 2 * _MARGIN
-    middles = [_MARGIN + (i + 0.5) * _ROW for i in range(len(labels))]
-    return labels, left, _MARGIN + _ROW * len(labels), middles
+def _rows(axes: Axes, labels: Sequence[str]) -> None:
+    """One row per label, the first at the top, each named on the left; no label, one row that says
+    "no data"."""
+    axes.set_yticks(range(len(labels)), labels=[_clipped(label) for label in labels])
+    axes.set_ylim(max(1, len(labels)) - 0.5, -0.5)
+    if not labels:
+        _note(axes, "no data")
+    axes.tick_params(axis="y", length=0)
+    axes.grid(True, axis="x")
 
 
 def bar_chart(title: str, bars: Sequence[Bar], x_label: str) -> str:
-    """One row per bar: its label on the left, the bar from 0 and its value at the bar's end."""
-    labels, left, bottom, middles = _rows([b.label for b in bars])
-    value_room = max([text_width(f"{b.value:,}") for b in bars], default=0.0) + 2 * _MARGIN
-    x = value_axis((b.value for b in bars), left, WIDTH - value_room, horizontal=True)
-    parts = [_x_axis(x, _MARGIN, bottom, x_label)]
-    for b, label, middle in zip(bars, labels, middles, strict=True):
-        parts.append(
-            f'<rect x="{left}" y="{middle - _ROW / 2 + 4:.1f}" width="{x(b.value) - left:.1f}" '
-            f'height="{_ROW - 8}" fill="{b.colour}"/>'
-            + _text(f"{b.value:,}", x(b.value) + 4, middle, "")
-            + _text(label, left - 6, middle, 'text-anchor="end"')
+    """One row per bar: its label on the left, the bar from 0 in its colour and its value at its end."""
+    with _drawing(title, _AXIS_HEIGHT + _ROW * max(1, len(bars))) as figure:
+        axes = figure.add_subplot()
+        drawn = axes.barh(
+            range(len(bars)), [b.value for b in bars], height=0.6, color=[b.colour for b in bars]
         )
-    return _figure(title, bottom + _X_AXIS_HEIGHT + _MARGIN, "".join(parts))
+        for patch in drawn.patches:
+            patch.set_gid("bar")
+        axes.bar_label(drawn, labels=[f"{b.value:,}" for b in bars], padding=3)
+        _rows(axes, [b.label for b in bars])
+        axes.margins(x=0.12)
+        axes.set_xlim(left=0)
+        _plain(axes.xaxis, whole=True)
+        axes.set_xlabel(x_label)
+        return _figure(title, _svg(figure))
 
 
 def interval_chart(title: str, intervals: Sequence[Interval], x_label: str, colour: str) -> str:
     """One row per interval: its label on the left, its CI as a whisker and its estimate as a dot in
     ``colour`` on a log axis (ratios), a dashed line at 1 (no effect); an undefined one says why in
     its row."""
-    labels, left, bottom, middles = _rows([i.label for i in intervals])
-    bounds = [v for i in intervals if i.low is not None and i.high is not None for v in (i.low, i.high)]
-    x = value_axis(bounds, left, WIDTH - 4 * FONT, horizontal=True, log=True)
-    parts = [
-        _x_axis(x, _MARGIN, bottom, x_label),
-        f'<line x1="{x(1.0):.1f}" x2="{x(1.0):.1f}" y1="{_MARGIN}" y2="{bottom}" stroke="#777" '
-        'stroke-dasharray="4 3"/>',
-    ]
-    for i, label, middle in zip(intervals, labels, middles, strict=True):
-        parts.append(_text(label, left - 6, middle, 'text-anchor="end"'))
-        if i.value is None or i.low is None or i.high is None:
-            parts.append(_text(_clipped(i.text, WIDTH - _MARGIN - left - 6), left + 6, middle, 'fill="#555"'))
-            continue
-        low, high = x(i.low), x(i.high)
-        parts.append(
-            f'<path d="M{low:.1f},{middle - 4:.1f}v8M{low:.1f},{middle:.1f}H{high:.1f}M{high:.1f},'
-            f'{middle - 4:.1f}v8" stroke="#333" fill="none"/>'
-            f'<circle cx="{x(i.value):.1f}" cy="{middle:.1f}" r="4" fill="{colour}"/>'
-        )
-    return _figure(title, bottom + _X_AXIS_HEIGHT + _MARGIN, "".join(parts))
+    from matplotlib.transforms import blended_transform_factory
+
+    bounds = [v for i in intervals for v in (i.low, i.high) if v is not None and v > 0]  # a log axis
+    lo, hi = min([*bounds, 1.0]), max([*bounds, 1.0])
+    with _drawing(title, _AXIS_HEIGHT + _ROW * max(1, len(intervals))) as figure:
+        axes = figure.add_subplot()
+        axes.set_xscale("log")
+        axes.axvline(1.0, color="#777", linewidth=1, linestyle=(0, (4, 3)), gid="no-effect")
+        in_row = blended_transform_factory(axes.transAxes, axes.transData)
+        for row, i in enumerate(intervals):
+            if i.value is None or i.low is None or i.high is None:
+                axes.text(0.01, row, _clipped(i.text), transform=in_row, va="center", color="#555")
+                continue
+            axes.plot([i.low, i.high], [row, row], color="#333", marker="|", markersize=8, gid="interval")
+            axes.plot([i.value], [row], color=colour, marker="o", markersize=6, gid="estimate")
+        _rows(axes, [i.label for i in intervals])
+        axes.set_xlim(lo / 1.5, hi * 1.5)
+        _log(axes.xaxis, lo / 1.5, hi * 1.5)
+        axes.set_xlabel(x_label)
+        return _figure(title, _svg(figure))

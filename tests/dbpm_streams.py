@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from schemas.dbpm import Candidate, PinAction, Verdict
-from streams.worker.dbpm import pin_record
+from streams.worker.wire import pin_record
 
 
 def with_candidate_ids(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -50,7 +50,7 @@ def pin_line(
     task: str, sig: str, action: str, ts: str, reason: str = "known false positive"
 ) -> dict[str, Any]:
     """An operator ``olga``'s pin of ``sig`` as a replay-stream line: the record the console publishes on
-    the verdict topic (:func:`streams.worker.dbpm.pin_record`), with ``kind``."""
+    the verdict topic (:func:`streams.worker.wire.pin_record`), with ``kind``."""
     record = pin_record(
         task, sig, PinAction(action), "olga", reason, f"pin-{action}", datetime.fromisoformat(ts)
     )

@@ -48,7 +48,7 @@ Choices where the source left room (revisit with the pipeline owners):
   ones that can never be dead-lettered. Producers and consumers must raise their own limits
   (``message.max.bytes``, ``fetch.message.max.bytes``) to match.
 - Keys: verdicts are keyed ``task|signature`` of the memory record they update
-  (``streams.worker.dbpm.verdict_key``), partitioned with Java's murmur2
+  (``streams.worker.keys.verdict_key``), partitioned with Java's murmur2
   (``streams.runtime.kafka_clients.producer_config``),
   so each signature has one writer; everything about a patient is keyed by patient id.
 - Cross-task propagation (DBPM §4.4) has its own topic, ``clingate.dbpm.propagations``, rather than a
@@ -191,19 +191,19 @@ _DECLARED: tuple[TopicSpec, ...] = (
     TopicSpec(DBPM_NARRATIVES, "patient_id", "clingate.dbpm.Narrative", consumed=True),
     TopicSpec(DBPM_CANDIDATES, "patient_id", "clingate.dbpm.Candidate", consumed=True),
     TopicSpec(
-        DBPM_VERDICTS, "task|signature (streams.worker.dbpm.verdict_key; murmur2 partitioner)",
+        DBPM_VERDICTS, "task|signature (streams.worker.keys.verdict_key; murmur2 partitioner)",
         "clingate.dbpm.Verdict",
         retention_ms=30 * DAY_MS, consumed=True,
     ),
     TopicSpec(
         DBPM_PROPAGATIONS,
-        "task|signature of the target (streams.worker.dbpm.propagation_key; murmur2 partitioner)",
+        "task|signature of the target (streams.worker.keys.propagation_key; murmur2 partitioner)",
         "clingate.dbpm.Propagation",
         retention_ms=30 * DAY_MS, consumed=True,
     ),
     TopicSpec(
         DBPM_DISPATCHES,
-        "task|signature a verdict of the candidate updates (streams.worker.dbpm.dispatch_keys; murmur2)",
+        "task|signature a verdict of the candidate updates (streams.worker.keys.dispatch_keys; murmur2)",
         "clingate.dbpm.Dispatch",
         retention_ms=30 * DAY_MS, consumed=True,
     ),

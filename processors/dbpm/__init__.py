@@ -3,10 +3,10 @@
 Public API (stable; the Kafka runtime, the replay command and the measurement tools use only this)::
 
     from processors.dbpm import DBPMConfig, DBPMEngine, Flags, load_ontology, parse_event
-    from state import MemoryStore            # or state.rocksdb.RocksDBStore(path)
+    from state import RamStore            # or state.rocksdb.RocksDBStore(path)
 
     engine = DBPMEngine(DBPMConfig(), load_ontology())
-    store = MemoryStore()
+    store = RamStore()
     with store.transaction() as txn:         # commits atomically on exit
         event = parse_event(json_object)     # raises BadEvent on contract violations
         txn, decisions = engine.process(txn, event, event.time)

@@ -63,6 +63,10 @@ the paper's figure for it (:data:`PAPER_QA_SOURCES`, quoted from §6.3 and Table
 stream gave the source to read (:class:`QaSignalStats`): how many pairs carried the parse-failure
 flag, the patient difficulty of PASS and FAIL pairs (the quantiles §6.3 compares) and the spread of
 the category fail rates (§6.3: 0.52 held out).
+
+Size: one job, the paired comparison of arms. The recorder, the paper's tables built from its
+records and the QA-source table share the pairing and the regime rules above; :data:`PAPER_QA_SOURCES`
+is a data table of the paper's figures.
 """
 
 from __future__ import annotations

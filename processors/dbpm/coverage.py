@@ -25,7 +25,7 @@ candidates) and windowed by a bounded wait:
   waiting closes with its window. State is therefore bounded by the candidates of ``wait_s`` of
   traffic, and what a restarted gate reads again by the narratives still waiting.
 
-Durability (the runtime's side, :mod:`streams.worker.gate`): the join's state is a function of the
+Durability (the runtime's side, :mod:`streams.worker.gatesteps`): the join's state is a function of the
 candidates topic from the first candidate of each open narrative and of the memory (where verdicts
 settle candidates), both durable. :meth:`CoverageJoin.low_watermark` is the offset the runtime may
 commit at most: a restarted or rebalanced gate reads every open narrative again from its first

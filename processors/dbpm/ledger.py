@@ -18,7 +18,7 @@ signature, so one that names a candidate no gate decided (a verifier of another 
 stale replay, a corrupted id) must not be learnt silently. The gate sends, for every candidate it
 decides, a dispatch record to each memory partition a verdict of that candidate can update
 (:func:`dispatch`); the memory's writer checks a live verdict's candidate against them
-(:func:`dispatched`) and dead-letters one it does not know (:mod:`streams.worker.dbpm`). The
+(:func:`dispatched`) and dead-letters one it does not know (:mod:`streams.worker.memory`). The
 in-process engine applies replay-contract streams as given and never asks.
 
 Scope. The ledger lives in the state the verdict is applied to: in a partitioned runtime the

@@ -46,6 +46,11 @@ All values are frozen dataclasses that serialise to plain JSON (``to_json`` / ``
 merge by addition, so counters kept per partition combine into the totals. Merging population
 reports adds pattern counts, which is exact when partitions own disjoint signatures (the memory is
 keyed by signature); the ``as_of`` of a merge is the later one.
+
+Size: both halves answer one question, what a gate and its memory did, with the same conventions
+(verifier verdicts only, the categories above, frozen values that serialise to JSON and merge by
+addition), and the demo's report and checks and the workers' metrics read both, so they stay in one
+module.
 """
 
 from __future__ import annotations

@@ -51,6 +51,10 @@ Key layout (first byte = table; task names and signatures are UTF-8):
 ``Mclock``                          latest event time applied, last maintenance boundary index
 ``V`` / ``E``                       verdict ledger and its expiry index (:mod:`.ledger`)
 ==================================  =========================================================
+
+Size: :class:`Memory` owns this key layout and these record codecs (the verdict ledger,
+:mod:`.ledger`, keeps its own ``V``/``E`` records beside them); the layout, the codecs, the eviction
+index and the incremental counts change together, so they stay in one module with it.
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ def misfiled_filter_verdict(event: VerdictEvent) -> str | None:
     The id is reserved for :func:`filter_verdict`, which judges relation triples only, as
     ``rule_based``. Learnt anyway, a verdict under that id on another task or from another source
     would occupy the ledger entry of a Filter verdict and teach a channel the Filter never feeds; the
-    memory agent dead-letters it (stage ``validate``) with this reason.
+    memory writer dead-letters it (stage ``validate``) with this reason.
     """
     candidate_id = event.candidate_id
     if candidate_id is None or not candidate_id.endswith(FILTER_ID_SUFFIX):

@@ -1,7 +1,7 @@
 """Reading a memory that is split over partitions by signature, as if it were one.
 
 The Kafka runtime gives every signature one writer: verdicts are keyed by task and
-signature, and the memory agent of a partition runs :class:`~processors.dbpm.engine.DBPMEngine`
+signature, and the memory writer of a partition runs :class:`~processors.dbpm.engine.DBPMEngine`
 unchanged over that partition's own records. Most records then live in exactly one partition (a
 pattern, a whitelist entry, a preempted entity, an eviction-index entry, a patient's accepted
 category). The aggregates the engine keeps incrementally do not: each partition counts only the

@@ -83,6 +83,10 @@ Consequences the tests check as properties: an answer that is a span of the cont
 boundaries is never ``unsupported`` (every content key is present and every number matched), and is
 ``None`` when the context has no negation cue; appending a number whose value the context lacks to a
 supported answer makes it ``over_specified`` (coverage and polarities do not change).
+
+Size: nearly half of the module is the fixed word tables the definition names (:data:`NEGATION_CUES`,
+:data:`STOP_WORDS`, :data:`UNIT_ALIASES`); the code is one definition, read top to bottom against the
+steps above.
 """
 
 from __future__ import annotations

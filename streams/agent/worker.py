@@ -45,16 +45,17 @@ from schemas.agent import AgentProposal, AgentRequest, AgentTrace
 from schemas.base import AvroModel
 from schemas.common import Stage
 from schemas.serde import Serde
+from streams.agent.metrics import AgentMetrics
 from streams.agent.patients import ChangelogPatients
 from streams.agent.runner import path_kind, run_turn
 from streams.agent.tools import ToolBox, TurnContext
 from streams.groups.llm import default_serde, new_metrics, run_loop
+from streams.groups.metrics import LlmGroupMetrics
 from streams.groups.ordered import Handled, OrderedLoop
 from streams.llm import LlmClient, given_or_built
 from streams.runtime.core import Output
-from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record
+from streams.runtime.dlq import Rejected, SourceRecord, decode_record
 from streams.runtime.kafka_clients import partitions, producer_config, read_to_end, reader
-from streams.runtime.metrics import AgentMetrics, LlmGroupMetrics
 from streams.runtime.settings import Settings
 from streams.worker.clinical import gate_flags, patients_changelog
 from topics.catalog import AGENT_PROPOSALS, AGENT_REQUESTS, AGENT_RESPONSES, AGENT_TRACES
@@ -156,14 +157,12 @@ class AgentHandler:
 
     def __call__(self, record: SourceRecord) -> Handled | Awaitable[Handled]:
         outcome = decode_record(self.serde, record, AgentRequest)
-        if isinstance(outcome, DecodeFailed):
+        if isinstance(outcome, Rejected):
             return [outcome]
         request = outcome.value
         problem = _invalid(record, request)
         if problem is not None:
-            failed = DecodeFailed(
-                record, Stage.VALIDATE, "InvalidRequest", problem, None, AgentRequest.avro_name
-            )
+            failed = Rejected(record, Stage.VALIDATE, "InvalidRequest", problem, None, AgentRequest.avro_name)
             return [failed]
         return self._answer(record, request)
 

@@ -40,6 +40,10 @@ and the default stream lacks (:data:`QA_SOURCES_DISPERSION`: a per-patient extra
 spread matches §6.3's; the parse-failure flag at the rate of a schema-constrained verifier, zero), and
 the report adds ``qa_sources`` (:func:`processors.dbpm.ablation.qa_sources_table`): each source's lift
 with its 95% CI beside the paper's figure.
+
+Size: one command, kept whole: the cohort's stream, the arms, their runs (in process or through
+Kafka) and the rendering of the tables. The measurements themselves are pure and live in
+:mod:`processors.dbpm.ablation`.
 """
 
 from __future__ import annotations
@@ -68,11 +72,11 @@ from processors.dbpm.cohort import Cohort, PatientAttributes, stratified_cohort
 from processors.dbpm.config import QA_SIGNAL_NER_COVERAGE, QA_SIGNALS
 from processors.dbpm.events import format_time, parse_time
 from processors.dbpm.measurement import PopulationReport, channel_population
-from state import MemoryStore
+from state import RamStore
 from streams.local.paths import output_file
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.dbpm_stream import StreamEvent, StreamShape, generate_patients
-from streams.worker.dbpm import dbpm_config
+from streams.worker.engine import dbpm_config
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +239,7 @@ def run_in_process(arm: Arm, stream: CohortStream, commit_every: int = 1000) -> 
     config = arm.config()
     engine = DBPMEngine(config, load_ontology())
     started = time.perf_counter()
-    store = MemoryStore()
+    store = RamStore()
     txn = store.transaction()
     rulings: list[tuple[str, str]] = []
     for index, obj in enumerate(stream.events(), start=1):
@@ -452,8 +456,8 @@ def ablation(
         str | None,
         typer.Option(
             "--bootstrap",
-            help="Broker for --via-kafka [default: KAFKA_BOOTSTRAP_SERVERS, a running `clingate broker`, "
-            "else one started for the run].",
+            help="Broker for --via-kafka (default: KAFKA_BOOTSTRAP_SERVERS, a running `clingate broker`, "
+            "else one started for the run).",
         ),
     ] = None,
     timeout: Annotated[

@@ -47,6 +47,11 @@ Choices where the brief left room:
 
 ``clingate bench restart`` (:func:`restart_bench`) measures the other recovery claim: a worker over a
 1M-signature memory is ready again after reading only the changelog tail.
+
+Size: the soak and its faults are one benchmark. Every :data:`Disruption` is made by
+:class:`ChaosMonkey` at the publisher's pause points and judged by the same audit
+(:func:`audit_decisions`), and the chaos and cluster tests take the faults from here, so the faults
+stay beside the soak that decides when they happen.
 """
 
 from __future__ import annotations
@@ -618,7 +623,7 @@ def chaos(
     workdir: Annotated[
         Path | None,
         typer.Option(
-            callback=output_folder, help="Workers' data directories and logs [default: a temporary one]."
+            callback=output_folder, help="Workers' data directories and logs (default: a temporary one)."
         ),
     ] = None,
 ) -> None:

@@ -43,7 +43,7 @@ from schemas.base import AvroModel
 from schemas.dbpm import Candidate, GateDecision
 from schemas.serde import Serde
 from schemas.wire import make_serde
-from state import MemoryStore
+from state import RamStore
 from streams.bench.review_packets import packets
 from streams.console.records import TopicFollower, read_records
 from streams.groups.arbiter import ONE_READ_FETCH_WAIT_MS, PacketFollower
@@ -81,7 +81,7 @@ def decisions(count: int, signatures: int) -> Iterator[GateDecision]:
     ``signatures`` entities in turn, one a second, each with a fresh candidate id."""
     engine = DBPMEngine(DBPMConfig(), load_ontology())
     fingerprint = engine.config.fingerprint()
-    store = MemoryStore()
+    store = RamStore()
     for i in range(count):
         candidate = Candidate.model_validate({
             "ts": START + timedelta(seconds=i), "task": "ner", "patient_id": f"p-{i % 2000:06d}",

@@ -36,7 +36,7 @@ from processors.dbpm.measurement import (
     channel_population,
 )
 from processors.dbpm.memory import Memory
-from state import MemoryStore, Store, Transaction
+from state import RamStore, Store, Transaction
 from state.kinds import StoreKind
 from streams.local.paths import output_file
 from streams.testing.dbpm_stream import PATIENTS_PER_DAY, StreamShape, generate_events, write_stream
@@ -300,7 +300,7 @@ def run_benchmark(
 def _open(directory: Path | None) -> Store:
     """An empty store: in memory without a directory, else RocksDB in ``directory``."""
     if directory is None:
-        return MemoryStore()
+        return RamStore()
     from state.rocksdb import RocksDBStore  # deferred: a memory-only run never loads RocksDB
 
     return RocksDBStore(directory)

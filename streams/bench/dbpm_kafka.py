@@ -47,15 +47,16 @@ from processors.dbpm import GateEvent, VerdictEvent, parse_event
 from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.serde import Serde
 from schemas.wire import make_serde
-from state.memory import MemoryStore
+from state.ram import RamStore
 from streams.local.bootstrap import require_bootstrap
 from streams.local.paths import output_file
-from streams.runtime.dlq import DecodeFailed, SourceRecord
+from streams.runtime.dlq import Rejected, SourceRecord
 from streams.runtime.kafka_clients import assign_at_ends, producer_config, reader
 from streams.runtime.settings import get_settings
 from streams.testing.stats import percentile
-from streams.worker.dbpm import dbpm_engine, verdict_key
+from streams.worker.engine import dbpm_engine
 from streams.worker.gate import Gate
+from streams.worker.keys import verdict_key
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
 
 #: The fractions of the sustained maximum the latency is measured at (module docstring, 3).
@@ -95,9 +96,9 @@ def _record(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k != "kind"}
 
 
-def _memory(verdicts: list[dict[str, Any]]) -> MemoryStore:
+def _memory(verdicts: list[dict[str, Any]]) -> RamStore:
     engine = dbpm_engine(get_settings())
-    store = MemoryStore()
+    store = RamStore()
     with store.transaction() as txn:
         for obj in verdicts:
             event = parse_event(obj)
@@ -127,7 +128,7 @@ def in_process_pipeline_rate(
     started = time.perf_counter()
     for record in records:
         decoded = gate.decode(record)
-        assert not isinstance(decoded, DecodeFailed), decoded.reason
+        assert not isinstance(decoded, Rejected), decoded.reason
         gate.decide(decoded)
     return len(records) / (time.perf_counter() - started)
 

@@ -1,8 +1,8 @@
-"""``clingate bench memory``: the DBPM memory agent draining a verdict backlog, and its restore.
+"""``clingate bench memory``: the DBPM memory writer draining a verdict backlog, and its restore.
 
 The verdicts of the synthetic stream (:mod:`streams.testing.dbpm_stream`, the paper's proportions) are
 encoded for ``clingate.dbpm.verdicts`` of a fresh app id, keyed as the memory expects, before any worker
-runs. Then ``--workers`` ``clingate worker --role memory`` processes (default one; the memory loop and
+runs. Then ``--workers`` ``clingate worker --role memory`` processes (default one; the memory writer and
 the clinical agent, in the production configuration but for cross-task propagation and maintenance, the
 comparison configuration) are started together with that app id and, once each has restored its
 partitions (its restore line), the verdicts are produced in one burst. The drain is timed from the
@@ -15,7 +15,7 @@ burst's start to the moment their group has committed the topic's end:
   line).
 
 Several workers share the verdicts' partitions (one consumer group): their rate over one worker's is
-what a second process adds. One run on one broker; the figures are the memory agent's rows of the
+what a second process adds. One run on one broker; the figures are the memory writer's rows of the
 runtime table in ``docs/performance.md``.
 """
 
@@ -44,7 +44,7 @@ from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.testing.dbpm_stream import generate_events
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine
-from streams.worker.dbpm import MEMORY_INPUTS, memory_changelog
+from streams.worker.keys import MEMORY_INPUTS, memory_changelog
 from streams.worker.memory import memory_group
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_VERDICTS, build_catalog
@@ -153,10 +153,10 @@ def memory(
     ] = 1,
     workdir: Annotated[
         Path | None,
-        typer.Option(callback=output_folder, help="Worker data directory and log [default: temporary]."),
+        typer.Option(callback=output_folder, help="Worker data directory and log (default: temporary)."),
     ] = None,
 ) -> None:
-    """The memory agent's verdicts/s and CPU per verdict on a backlog, and its changelog restore rate.
+    """The memory writer's verdicts/s and CPU per verdict on a backlog, and its changelog restore rate.
 
     Needs a broker (KAFKA_BOOTSTRAP_SERVERS or `clingate broker start`); starts its own workers.
     """
@@ -164,7 +164,7 @@ def memory(
     with tempfile.TemporaryDirectory(prefix="clingate-membench-") as scratch:
         figures = memory_bench(bootstrap, workdir or Path(scratch), events, workers=workers)
     typer.echo(
-        f"memory agent, {workers} worker(s): {figures['verdicts']:,} verdicts in a backlog, "
+        f"memory writer, {workers} worker(s): {figures['verdicts']:,} verdicts in a backlog, "
         f"{figures['memory_agent_verdicts_per_s']:,.0f} verdicts/s, "
         f"{figures['memory_agent_cpu_us_per_verdict']:,.0f} us of worker CPU per verdict"
     )

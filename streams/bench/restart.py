@@ -15,7 +15,7 @@ The worker's ``clingate_dbpm_memory_patterns`` gauge (the partitions it writes) 
 restart: the restored memory must hold every signature.
 
 Building through the worker itself (publishing 1M verdicts) would take most of an hour at the
-worker's measured rate, so the memory is built in process instead, exactly as the memory agent
+worker's measured rate, so the memory is built in process instead, exactly as the memory writer
 builds it: each verdict (one NER pattern each, a fresh signature) goes through the comparison
 engine on the store of its memory partition (``task|signature`` key, murmur2, as the worker's
 input); the writes of ``--group`` consecutive verdicts of a partition form one changelog group
@@ -46,7 +46,7 @@ from confluent_kafka import Producer
 
 from processors.dbpm import DBPMEngine, parse_event
 from state.base import Transaction
-from state.memory import MemoryStore
+from state.ram import RamStore
 from state.rocksdb import RocksDBStore
 from streams.local.bootstrap import require_bootstrap
 from streams.local.paths import output_folder
@@ -56,7 +56,7 @@ from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.testing.tail import topic_ends
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine
-from streams.worker.dbpm import MEMORY_INPUTS, memory_changelog, verdict_key
+from streams.worker.keys import MEMORY_INPUTS, memory_changelog, verdict_key
 from streams.worker.memory import memory_group
 from streams.worker.tablestore import BOUNDARY_KEY, write_group
 from topics.admin import ensure_topics
@@ -71,7 +71,7 @@ _RESTORED = re.compile(
 )
 
 
-class _RecordingStore(MemoryStore):
+class _RecordingStore(RamStore):
     """A memory store that also keeps every committed write, for the changelog group."""
 
     def __init__(self) -> None:
@@ -218,7 +218,7 @@ def restart(
     workdir: Annotated[
         Path | None,
         typer.Option(
-            callback=output_folder, help="Worker data directory and log [default: a temporary one]."
+            callback=output_folder, help="Worker data directory and log (default: a temporary one)."
         ),
     ] = None,
 ) -> None:

@@ -48,8 +48,10 @@ from streams.testing.dbpm_stream import generate_events
 from streams.testing.metrics import scraped_sum
 from streams.testing.stats import mib, resident_bytes
 from streams.testing.worker import WorkerProcess
-from streams.worker.dbpm import contract_event, dbpm_engine, verdict_key
+from streams.worker.engine import dbpm_engine
+from streams.worker.keys import verdict_key
 from streams.worker.memory import memory_group
+from streams.worker.wire import contract_event
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, build_catalog
 
@@ -231,7 +233,7 @@ def rss(
         Path | None, typer.Option("--json", callback=output_file, help="Also write the samples as JSON.")
     ] = None,
     workdir: Annotated[
-        Path | None, typer.Option(callback=output_folder, help="Worker data and log [default: temporary].")
+        Path | None, typer.Option(callback=output_folder, help="Worker data and log (default: temporary).")
     ] = None,
 ) -> None:
     """A worker's resident memory after --first and after --last candidates (200,000 and 600,000).

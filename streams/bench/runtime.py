@@ -11,16 +11,16 @@ the production configuration but the replay's (:data:`PRODUCTION`):
 2. **Python's limit**: a minimal confluent-kafka consume-transform-produce loop (JSON records of the
    same size; decode, add a field, encode; batches of 1,000; offsets committed per batch), without and
    with one Kafka transaction per batch (the offsets sent to it). CPU is this process's.
-3. **Memory agent** (:func:`streams.bench.memory.memory_bench`): one ``worker --role memory``
+3. **Memory writer** (:func:`streams.bench.memory.memory_bench`): one ``worker --role memory``
    draining a verdict backlog produced once it has restored, then restoring its whole changelog with
    its local store deleted; then two such workers of one app id (sharing the verdicts' partitions)
    draining a backlog of the same size produced once both have restored: their rate over the one
    worker's is ``memory_scale_2_workers``.
 4. **quix-streams peer** (:mod:`streams.bench.quix`): a quix-streams application over as many JSON
-   records as the memory agent drained (the Python loop's records: same size, keys ``i % 997``),
+   records as the memory writer drained (the Python loop's records: same size, keys ``i % 997``),
    reading and rewriting a per-key count and sum in its RocksDB state, one output per record, under
    exactly-once; timed from its first record processed to its last committed, its process's CPU per
-   record; the memory agent's rate over it is ``memory_agent_vs_quix``. quix-streams runs in an
+   record; the memory writer's rate over it is ``memory_agent_vs_quix``. quix-streams runs in an
    environment of its own under ``<CLINGATE_HOME>/bench``, installed on first use: its releases pin
    confluent-kafka and pydantic-settings below the versions clingate runs on, so installing it beside
    clingate would change the runtime being measured. Where it cannot be installed, the part says so
@@ -42,6 +42,10 @@ Every rate is printed with its ratio to the Python loop and to Kafka's limit, an
 ``--json PATH`` writes the figures (keys: :data:`KEYS`, :data:`PEER_KEYS` and more); ``--quick`` runs
 every part at a size that takes a few minutes in all. The README's performance table is this command's
 output.
+
+Size: one command that runs eight parts in order on one broker. The two limits every rate is
+compared with are measured here; each other part is a short function driving a benchmark of its own
+module (named above), and the rest is their order and the table.
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ from streams.runtime.settings import Settings, get_settings
 from streams.testing.llm_server import ServerProcess
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine, in_process, soak_stream
 from streams.worker import READY
-from streams.worker.dbpm import memory_changelog
+from streams.worker.keys import memory_changelog
 from streams.worker.memory import memory_group
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_VERDICTS, build_catalog
@@ -106,7 +110,7 @@ KEYS = (
 #: The figures of the quix-streams peer: in ``--json`` wherever quix-streams could be installed (the
 #: part needs a package index once), absent elsewhere.
 PEER_KEYS = ("quix_records_per_s", "quix_cpu_us_per_record", "memory_agent_vs_quix")
-#: Part sizes: (full, quick); the quix-streams peer takes the memory agent's verdict count.
+#: Part sizes: (full, quick); the quix-streams peer takes the memory writer's verdict count.
 SIZES: dict[str, tuple[int, int]] = {
     "kafka": (1_000_000, 200_000),
     "loop": (300_000, 50_000),
@@ -384,8 +388,8 @@ def run_parts(
             cpu,
         )
         say(f"  Python loop{' (transactions)' if transactional else ''}: done")
-    part("memory agent", lambda: _memory_figures(bootstrap, workdir, size["memory"]))
-    part("memory agent, 2 workers", lambda: _two_workers(
+    part("memory writer", lambda: _memory_figures(bootstrap, workdir, size["memory"]))
+    part("memory writer, 2 workers", lambda: _two_workers(
         "memory", figures, _memory_figures(bootstrap, workdir, size["memory"], workers=2)
     ))  # fmt: skip
     part("quix-streams peer", lambda: quix_part(bootstrap, settings, workdir, int(figures["verdicts"]), say))
@@ -401,7 +405,7 @@ def run_parts(
 
 
 def _memory_figures(bootstrap: str, workdir: Path, events: int, workers: int = 1) -> dict[str, float]:
-    """The memory agent's figures with ``workers`` processes (module docstring, 3)."""
+    """The memory writer's figures with ``workers`` processes (module docstring, 3)."""
     found = memory.memory_bench(bootstrap, workdir, events, PRODUCTION, workers=workers)
     return {key: float(value) for key, value in found.items()}
 
@@ -430,7 +434,7 @@ ROWS: tuple[tuple[str, str, str | None], ...] = (
     ("Python consume-transform-produce loop", "python_loop_records_per_s", "python_loop_cpu_us_per_record"),
     ("  the same, one transaction per batch", "python_loop_tx_records_per_s",
      "python_loop_tx_cpu_us_per_record"),
-    ("memory agent (verdicts)", "memory_agent_verdicts_per_s", "memory_agent_cpu_us_per_verdict"),
+    ("memory writer (verdicts)", "memory_agent_verdicts_per_s", "memory_agent_cpu_us_per_verdict"),
     (f"quix-streams {quix.VERSION}: exactly-once, RocksDB per key", "quix_records_per_s",
      "quix_cpu_us_per_record"),
     ("changelog restore (records)", "restore_records_per_s", None),
@@ -460,13 +464,13 @@ def table(figures: dict[str, float]) -> list[str]:
                     for f in ("25%", "50%", "90%"))
     )  # fmt: skip
     if "memory_agent_vs_quix" in figures:
-        lines.append(f"memory agent / quix-streams peer: {figures['memory_agent_vs_quix']:.3f}x")
+        lines.append(f"memory writer / quix-streams peer: {figures['memory_agent_vs_quix']:.3f}x")
     lines.append(
         "2 worker processes / 1, same partitions: "
         + ", ".join(f"{name} {figures[f'{role}_scale_2_workers']:.2f}x "
                     f"({figures[f'{role}_2_workers_records_per_s']:,.0f}/s, "
                     f"{figures[f'{role}_2_workers_cpu_us_per_record']:,.0f} us CPU/record)"
-                    for role, name in (("memory", "memory agent"), ("gate", "gate")))
+                    for role, name in (("memory", "memory writer"), ("gate", "gate")))
     )  # fmt: skip
     lines.append(
         f"LLM groups: {figures['llm_group_cpu_ms_per_record']:.2f} ms of CPU per record outside the call"
@@ -484,7 +488,7 @@ def runtime(
         Path | None, typer.Option("--json", callback=output_file, help="Also write the figures as JSON.")
     ] = None,
     workdir: Annotated[
-        Path | None, typer.Option(callback=output_folder, help="Workers' data and logs [default: temporary].")
+        Path | None, typer.Option(callback=output_folder, help="Workers' data and logs (default: temporary).")
     ] = None,
 ) -> None:
     """Every runtime side by side with Kafka's own perf tools and a minimal Python loop, one broker.

@@ -17,7 +17,7 @@ import typer
 
 from streams.local.bootstrap import require_bootstrap
 from streams.local.paths import output_file
-from streams.runtime.settings import get_settings
+from streams.runtime.settings import env_help, get_settings
 
 app = typer.Typer(
     help="The clinician's agent: worker, one-shot questions, trace replay.", no_args_is_help=True
@@ -27,11 +27,11 @@ app = typer.Typer(
 @app.command()
 def worker(
     max_in_flight: Annotated[
-        int | None, typer.Option(help="Conversations at once [env CLINGATE_AGENT_MAX_IN_FLIGHT, default 16].")
+        int | None, typer.Option(help=f"Conversations at once {env_help('agent_max_in_flight')}.")
     ] = None,
     metrics_port: Annotated[
         int | None,
-        typer.Option(help="/metrics port, 0: off [env CLINGATE_AGENT_METRICS_PORT, default 6070]."),
+        typer.Option(help=f"/metrics port, 0: off {env_help('agent_metrics_port')}."),
     ] = None,
 ) -> None:
     """Answer clingate.agent.requests until SIGINT/SIGTERM (responses, traces, proposals)."""

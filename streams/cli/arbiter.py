@@ -63,14 +63,15 @@ from streams.groups.arbiter import (
     run_worker,
 )
 from streams.groups.arbiter_calls import LLM_ROLE, arbitrate, configured_call
+from streams.groups.metrics import DocsMetrics
 from streams.llm import LlmClient
 from streams.llm.config import resolve_role
 from streams.local.bootstrap import require_bootstrap
 from streams.local.paths import output_file
 from streams.requests.check import RequestAction, publication_request
 from streams.runtime.kafka_clients import ensure_catalog, producer_config
-from streams.runtime.metrics import DocsMetrics, serve
-from streams.runtime.settings import Settings, get_settings
+from streams.runtime.metrics import serve
+from streams.runtime.settings import Settings, env_help, get_settings
 from topics.catalog import CONSOLE_REQUESTS
 
 app = typer.Typer(
@@ -205,11 +206,11 @@ def _packets(bootstrap: str) -> PacketFollower:
 def worker(
     max_in_flight: Annotated[
         int | None,
-        typer.Option(help="Documents decided at once [env CLINGATE_DOCS_MAX_IN_FLIGHT, default 32]."),
+        typer.Option(help=f"Documents decided at once {env_help('docs_max_in_flight')}."),
     ] = None,
     metrics_port: Annotated[
         int | None,
-        typer.Option(help="Port of /metrics [env CLINGATE_DOCS_METRICS_PORT, default 6067]."),
+        typer.Option(help=f"Port of /metrics {env_help('docs_metrics_port')}."),
     ] = None,
 ) -> None:
     """Run the arbiter stream processor (consumer group CLINGATE_DOCS_GROUP_ID) until SIGINT/SIGTERM."""

@@ -64,7 +64,7 @@ def poison(
     workdir: Annotated[
         Path | None,
         typer.Option(
-            callback=output_folder, help="The runtimes' data directories and logs [default: a temporary one]."
+            callback=output_folder, help="The runtimes' data directories and logs (default: a temporary one)."
         ),
     ] = None,
 ) -> None:

@@ -22,7 +22,7 @@ from typing import Annotated, TypeVar
 
 import typer
 
-from streams.runtime.settings import get_settings
+from streams.runtime.settings import env_help, get_settings
 
 T = TypeVar("T")
 
@@ -65,16 +65,21 @@ def assess_command(
     tier_b: Annotated[
         bool | None,
         typer.Option(
-            "--tier-b/--no-tier-b", help="ESC-021 Tier B class maps (env CLINGATE_CLINICAL_TIER_B)."
+            "--tier-b/--no-tier-b",
+            help=f"ESC-021 Tier B class maps {env_help('clinical_tier_b_class_maps')}.",
         ),
     ] = None,
     esc032: Annotated[
         bool | None,
-        typer.Option("--esc032/--no-esc032", help="ESC-032 staleness rule (env CLINGATE_CLINICAL_ESC032)."),
+        typer.Option(
+            "--esc032/--no-esc032", help=f"ESC-032 staleness rule {env_help('clinical_esc032_staleness')}."
+        ),
     ] = None,
     esc033: Annotated[
         bool | None,
-        typer.Option("--esc033/--no-esc033", help="ESC-033 compound rule (env CLINGATE_CLINICAL_ESC033)."),
+        typer.Option(
+            "--esc033/--no-esc033", help=f"ESC-033 compound rule {env_help('clinical_esc033_compound')}."
+        ),
     ] = None,
 ) -> None:
     """Assess the patients of a FHIR bundle and print the assessment JSON."""

@@ -24,7 +24,7 @@ import typer
 
 from schemas.console import Role
 from streams.console.users import PASSWORD_RULE, UserError, UserStore
-from streams.runtime.settings import get_settings
+from streams.runtime.settings import env_help, get_settings
 
 app = typer.Typer(help="The web console of the people in the loop: sign-in with roles, the pharmacist board.")
 users_app = typer.Typer(
@@ -38,13 +38,13 @@ def console(
     context: typer.Context,
     port: Annotated[
         int | None,
-        typer.Option(help="Port to serve on; 0 picks a free one (env CLINGATE_CONSOLE_PORT, default 6080)."),
+        typer.Option(help=f"Port to serve on; 0 picks a free one {env_help('console_port')}."),
     ] = None,
     host: Annotated[
         str | None,
         typer.Option(
-            help="Address to bind: loopback unless a TLS reverse proxy needs another (env "
-            "CLINGATE_CONSOLE_HOST, default 127.0.0.1)."
+            help="Address to bind: loopback unless a TLS reverse proxy needs another "
+            f"{env_help('console_host')}."
         ),
     ] = None,
 ) -> None:

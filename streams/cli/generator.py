@@ -12,7 +12,7 @@ import typer
 from streams.groups.generator import run_generator
 from streams.groups.llm import RoleDisabledError, run_until_signalled
 from streams.local.bootstrap import require_bootstrap
-from streams.runtime.settings import get_settings
+from streams.runtime.settings import env_help, get_settings
 
 app = typer.Typer(help="Run a generator group member (narratives -> candidates).", no_args_is_help=False)
 
@@ -21,11 +21,11 @@ app = typer.Typer(help="Run a generator group member (narratives -> candidates).
 def generator(
     max_in_flight: Annotated[
         int | None,
-        typer.Option(help="Narratives at once [env CLINGATE_GENERATOR_MAX_IN_FLIGHT, default 64]."),
+        typer.Option(help=f"Narratives at once {env_help('generator_max_in_flight')}."),
     ] = None,
     metrics_port: Annotated[
         int | None,
-        typer.Option(help="/metrics port, 0: off [env CLINGATE_GENERATOR_METRICS_PORT, default 6067]."),
+        typer.Option(help=f"/metrics port, 0: off {env_help('generator_metrics_port')}."),
     ] = None,
 ) -> None:
     """Extract candidates from narratives with the generator LLM until SIGINT/SIGTERM."""

@@ -95,7 +95,8 @@ def replay(
             help="With --via-kafka: longest wait (s) for the workers' decisions of one run of candidates, "
             "for their final commit and for the broker to answer; a broker outage or a worker restart "
             "shorter than it only slows the replay, and a replay stopped on it goes on where it stopped "
-            "when run again [env CLINGATE_REPLAY_WAIT_S, default 300].",
+            # The default is the setting's, shown by `clingate config`: `replay --help` loads no settings.
+            "when run again (env CLINGATE_REPLAY_WAIT_S, default: see `clingate config`).",
         ),
     ] = None,
 ) -> None:
@@ -108,7 +109,7 @@ def replay(
     from state.kinds import open_store
     from streams.replay.engine import replay_stream, write_state
     from streams.runtime.settings import get_settings
-    from streams.worker.dbpm import in_process_engine
+    from streams.worker.engine import in_process_engine
 
     engine = in_process_engine(get_settings())  # the CLINGATE_DBPM_* settings, as a worker reads them
     if no_maintenance:
@@ -147,7 +148,7 @@ def _replay_via_kafka(
     from streams.replay.engine import EventReader
     from streams.replay.kafka import replay_via_kafka
     from streams.runtime.settings import get_settings
-    from streams.worker.dbpm import dbpm_engine
+    from streams.worker.engine import dbpm_engine
 
     settings = get_settings()
     if no_maintenance == settings.dbpm_maintenance:

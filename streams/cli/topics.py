@@ -27,7 +27,7 @@ from rich.table import Table
 
 from streams.local.bootstrap import configured_bootstrap
 from streams.runtime.kafka_config import admin_client
-from streams.runtime.settings import Settings, get_settings
+from streams.runtime.settings import Settings, env_help, get_settings
 from topics.acls import (
     DEFAULT_PLAN,
     AclOutcome,
@@ -50,10 +50,10 @@ Bootstrap = Annotated[
 ]
 Partitions = Annotated[
     int | None,
-    typer.Option(min=1, help="Partitions per data topic. Default: CLINGATE_TOPIC_PARTITIONS or 6."),
+    typer.Option(min=1, help=f"Partitions per data topic {env_help('topic_partitions')}."),
 ]
 Replication = Annotated[
-    int | None, typer.Option(min=1, help="Replication factor. Default: CLINGATE_TOPIC_REPLICATION or 1.")
+    int | None, typer.Option(min=1, help=f"Replication factor {env_help('topic_replication')}.")
 ]
 Timeout = Annotated[float, typer.Option(help="Seconds per broker request.")]
 

@@ -12,7 +12,7 @@ import typer
 from streams.groups.llm import RoleDisabledError, run_until_signalled
 from streams.groups.verifier import run_verifier
 from streams.local.bootstrap import require_bootstrap
-from streams.runtime.settings import get_settings
+from streams.runtime.settings import env_help, get_settings
 
 app = typer.Typer(
     help="Run a verifier group member (to-verify -> verdicts, verified).", no_args_is_help=False
@@ -23,11 +23,11 @@ app = typer.Typer(
 def verifier(
     max_in_flight: Annotated[
         int | None,
-        typer.Option(help="Candidates at once [env CLINGATE_VERIFIER_MAX_IN_FLIGHT, default 64]."),
+        typer.Option(help=f"Candidates at once {env_help('verifier_max_in_flight')}."),
     ] = None,
     metrics_port: Annotated[
         int | None,
-        typer.Option(help="/metrics port, 0: off [env CLINGATE_VERIFIER_METRICS_PORT, default 6068]."),
+        typer.Option(help=f"/metrics port, 0: off {env_help('verifier_metrics_port')}."),
     ] = None,
 ) -> None:
     """Judge the candidates the gate let through with the verifier LLM until SIGINT/SIGTERM."""

@@ -7,7 +7,7 @@ with ``/metrics`` on the web port:
 
 * ``all`` (default): the DBPM memory writer (:mod:`streams.worker.memory`), the clinical patients
   (:mod:`streams.worker.clinical`), both transactional table loops, and the DBPM gate
-  (:mod:`streams.worker.gate`). One command, one PID: a SIGKILL of the worker kills all three.
+  (:mod:`streams.worker.gateloop`). One command, one PID: a SIGKILL of the worker kills all three.
 * ``memory``: the memory writer and the clinical patients. ``gate``: the gate only. Run gates and
   memory workers as separate processes to give each its own core.
 * ``requests``: only the request runtime (:mod:`streams.requests.runtime`), which carries out the
@@ -43,11 +43,11 @@ from streams.local.bootstrap import require_bootstrap
 from streams.local.paths import output_folder
 from streams.runtime.kafka_clients import ensure_catalog
 from streams.runtime.logs import configure
-from streams.runtime.settings import Settings, get_settings
+from streams.runtime.settings import Settings, env_help, get_settings
 from streams.worker import READY
 
 if TYPE_CHECKING:
-    from streams.runtime.metrics import DbpmMetrics
+    from streams.worker.metrics import DbpmMetrics
 
 app = typer.Typer(help="Run a stream worker (DBPM memory and gate, clinical patients).")
 log = logging.getLogger(__name__)
@@ -68,14 +68,12 @@ class Role(StrEnum):
 @app.callback(invoke_without_command=True)
 def worker(
     loglevel: Annotated[
-        str | None, typer.Option("--loglevel", "-l", help="Log level [env CLINGATE_LOG_LEVEL].")
+        str | None, typer.Option("--loglevel", "-l", help=f"Log level {env_help('log_level')}.")
     ] = None,
-    web_port: Annotated[
-        int | None, typer.Option(help="Web endpoint port [env CLINGATE_WEB_PORT, default 6066].")
-    ] = None,
+    web_port: Annotated[int | None, typer.Option(help=f"Web endpoint port {env_help('web_port')}.")] = None,
     datadir: Annotated[
         Path | None,
-        typer.Option(callback=output_folder, help="Worker state directory [env CLINGATE_WORKER_DATADIR]."),
+        typer.Option(callback=output_folder, help=f"Worker state directory {env_help('worker_datadir')}."),
     ] = None,
     role: Annotated[
         Role,
@@ -89,7 +87,8 @@ def worker(
     # Heavy imports (the engine, the clients) here: keep --help fast.
     from prometheus_client import CollectorRegistry
 
-    from streams.runtime.metrics import DbpmMetrics, serve
+    from streams.runtime.metrics import serve
+    from streams.worker.metrics import DbpmMetrics
 
     settings = get_settings()
     overrides = {"web_port": web_port, "worker_datadir": datadir}
@@ -129,8 +128,9 @@ def _loops(role: Role, settings: Settings, bootstrap: str, metrics: DbpmMetrics)
     """The loops of ``role``, built (stores opened, producers initialised), their lag and gauges on
     ``metrics``."""
     from streams.worker.clinical import build_clinical
-    from streams.worker.dbpm import MergedView, dbpm_engine
-    from streams.worker.gate import build_gate
+    from streams.worker.engine import dbpm_engine
+    from streams.worker.gateloop import build_gate
+    from streams.worker.gateview import MergedView
     from streams.worker.memory import build_memory
 
     loops: dict[str, Loop] = {}
@@ -144,7 +144,7 @@ def _loops(role: Role, settings: Settings, bootstrap: str, metrics: DbpmMetrics)
     if role is not Role.GATE:
         engine = dbpm_engine(settings)
         memory = loops["memory"] = build_memory(settings, bootstrap, metrics, engine)
-        loops["clinical"] = build_clinical(settings, bootstrap, metrics)
+        loops["clinical"] = build_clinical(settings, bootstrap, metrics.registry, metrics.loops)
         # The population gauges of the partitions this process writes, unless a gate sees them all.
         view, config = MergedView(memory.table.partitions), engine.config
     if role in (Role.ALL, Role.GATE):

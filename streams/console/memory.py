@@ -17,8 +17,8 @@ What holds:
   table, the same severity as a chart over event time (:func:`severity_chart`): the severity each decision
   of the signature read, the latest :data:`SEVERITY_DRAWN` decisions that read one, with the task's BLOCK
   and DOWNGRADE thresholds across them, drawn as the demo's report draws its charts
-  (:mod:`streams.charts`: inline SVG, nothing the page's Content-Security-Policy would have to
-  allow). The decisions
+  (:mod:`streams.charts`: matplotlib's inline SVG with no style, nothing the page's
+  Content-Security-Policy would have to allow). The decisions
   of the signature follow, newest first, the first :data:`DECISIONS_SHOWN` of them with the total count
   by decision.
 * **Candidate page** (``/memory/candidate/<id>``): its decision, rule, severity, multiplier, provenance,
@@ -26,7 +26,7 @@ What holds:
   rule, the provenance and the configuration's thresholds only, linking to the signature page.
 * **Pin** (``POST /memory/pin``): ALLOW, BLOCK or UNPIN a signature with a reason (required, up to
   :data:`REASON_MAX` characters). The action is recorded on the audit trail (action ``pin``, target
-  ``task|signature``) before the pin is published (:func:`streams.worker.dbpm.pin_record`; its ``pin_id``
+  ``task|signature``) before the pin is published (:func:`streams.worker.wire.pin_record`; its ``pin_id``
   is the audit record's ``action_id``, its ``operator`` the signed-in user); nothing is published when
   that record is not acknowledged, and a pin Kafka did not acknowledge answers 503 and is recorded on the
   trail as refused. The memory's writer of the signature applies it (:mod:`processors.dbpm.pins`); the
@@ -54,7 +54,7 @@ from processors.dbpm.signatures import signature, signature_payload
 from schemas.console import Role
 from schemas.dbpm import GateDecision, PinAction, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
-from state import MemoryStore
+from state import RamStore
 from streams.charts import Series, line_chart
 from streams.console.audit import Action, Outcome, audit, record_refusal
 from streams.console.auth import requires
@@ -62,7 +62,7 @@ from streams.console.delivery import NotAcknowledged
 from streams.console.memorylog import MemorySource, PinPublisher, SignatureLog, memory_keys
 from streams.console.pages import PageLink, render, segment
 from streams.console.sessions import SESSION
-from streams.worker.dbpm import pin_record
+from streams.worker.wire import pin_record
 
 PAGE = PageLink("/memory", "Memory explorer", frozenset({Role.OPERATOR}))
 
@@ -183,7 +183,7 @@ def signature_view(
     task: str, sig: str, log_: SignatureLog, config: DBPMConfig, now: datetime
 ) -> SignatureView:
     """The signature page of ``sig`` from what the topics hold, decayed to ``now``."""
-    store = MemoryStore()
+    store = RamStore()
     with store.transaction() as txn:
         for key in memory_keys(task, sig):
             if (value := log_.records.get(key)) is not None:

@@ -4,7 +4,7 @@
 beginning of each partition up to the end it has when the page asks:
 
 * for a signature, the partition its key ``task|signature`` has on ``clingate.dbpm.verdicts`` (murmur2,
-  :func:`streams.worker.dbpm.verdict_key`), and the same partition of ``clingate.dbpm.propagations`` and of
+  :func:`streams.worker.keys.verdict_key`), and the same partition of ``clingate.dbpm.propagations`` and of
   the memory table's changelog (``<CLINGATE_APP_ID>-dbpm-memory-changelog``), which are co-partitioned with
   it: the signature's verdicts, pins and propagated evidence still on the topics (records of that key
   only), and its memory records (blocklist pattern, whitelist entry, pin) as the memory's one writer of
@@ -22,8 +22,8 @@ signature.
 
 :class:`KafkaPinPublisher` asks for a pin: the console's principal may not write
 ``clingate.dbpm.verdicts`` (it could otherwise write any verdict, a verifier's included), so the pin's
-verdict record (:func:`streams.worker.dbpm.pin_record`), encoded and keyed by
-:func:`~streams.worker.dbpm.verdict_key`, travels in a request (:mod:`streams.console.requests`, the pin's
+verdict record (:func:`streams.worker.wire.pin_record`), encoded and keyed by
+:func:`~streams.worker.keys.verdict_key`, travels in a request (:mod:`streams.console.requests`, the pin's
 id as the request's) that the request runtime checks (an operator's pin by the requesting user, keyed for
 its signature) and produces with Java's murmur2 partitioner, so it lands on the memory partition of its
 signature. A request the page reports as not sent is never delivered later.
@@ -48,7 +48,8 @@ from streams.console.records import READ_TIMEOUT_S, decoded, read_records
 from streams.console.requests import Requests
 from streams.requests.check import RequestAction
 from streams.runtime.kafka_clients import partitions, read_to_end, reader
-from streams.worker.dbpm import contract_event, memory_changelog, memory_key, verdict_key
+from streams.worker.keys import memory_changelog, memory_key, verdict_key
+from streams.worker.wire import contract_event
 from topics.catalog import DBPM_DECISIONS, DBPM_PROPAGATIONS, DBPM_VERDICTS
 from topics.partitioner import partition_for
 

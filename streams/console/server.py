@@ -33,7 +33,7 @@ from streams.console.sessions import Sessions, SignInThrottle
 from streams.console.touchpoint_topics import KafkaTouchpoints
 from streams.console.users import PasswordChecks, UserStore, decoy_hash
 from streams.runtime.settings import Settings
-from streams.worker.dbpm import dbpm_config
+from streams.worker.engine import dbpm_config
 
 
 def url(host: str, port: int) -> str:

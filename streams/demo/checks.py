@@ -49,7 +49,7 @@ from streams.demo.results import (
 from streams.demo.summary import lights_text
 from streams.replay.kafka import read_state
 from streams.testing.stats import percentile
-from streams.worker.dbpm import memory_changelog
+from streams.worker.keys import memory_changelog
 
 INERT_CHECK_MIN_PATIENTS = 50
 """Smallest DBPM stream whose inert blocklist channel fails the run. A tiny stream (the tests use three

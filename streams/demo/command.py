@@ -1,16 +1,17 @@
 """``clingate demo``: the product end to end on a real Kafka broker, every part a process of its own.
 
-The demo only produces inputs and consumes outputs, as an upstream and a downstream system would.
-Steps, each printing what it did: 1. the broker and the catalog's topics; 2. one event of every
-schema round-tripped; 3. the DBPM loop, FHIR updates and classifications through the workers at once;
-4-6. the DBPM, clinical (with the golden runs through the output gates) and arbiter outputs compared
-with the in-process references; 7. the clinician's agent through its worker; 8. dead letters; 9. the
-console, each page photographed next to report.html; 10. a real model; 11. the summary and
-report.html. The DBPM loop runs a lockstep slice,
-compared one for one with the in-process engine, then a bulk phase, whose differences are reported,
-not checked (docs/demo.md). The exit code is 1 when a check fails, 130 on Ctrl-C; every process the
-demo started is stopped in all cases (also on SIGTERM). With ``--serve`` the broker, the workers and the
-console stay up after the report until Ctrl-C (or SIGTERM), which then ends the demo normally.
+The demo only produces inputs and consumes outputs, as an upstream and a downstream system would. Steps,
+each printing what it did: 1. the broker and the catalog's topics; 2. one event of every schema
+round-tripped; 3. the DBPM loop, FHIR updates and classifications through the workers at once; 4-6. the
+DBPM, clinical (with the golden runs through the output gates) and arbiter outputs compared with the
+in-process references; 7. the clinician's agent through its worker; 8. dead letters; 9. the console,
+each page photographed; 10. a real model; 11. the summary, report.html and its screenshot, all in the
+``--out`` folder (nothing else is written in the working directory). The DBPM loop runs a lockstep
+slice, compared one for one with the in-process engine, then a bulk phase, whose differences are
+reported, not checked (docs/demo.md). The exit code is 1 when a check fails, 130 on Ctrl-C; every
+process the demo started is stopped in all cases (also on SIGTERM). With ``--serve`` the broker, the
+workers and the console stay up after the report until Ctrl-C (or SIGTERM), which then ends the demo
+normally.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from schemas.wire import make_serde
 from streams.demo.agent import step_agent
 from streams.demo.broker import start_broker, step_topics
 from streams.demo.checks import step_clinical, step_dbpm, step_docs
-from streams.demo.console_pages import step_console
+from streams.demo.console_pages import shoot_report, step_console
 from streams.demo.dead_letters import step_dead_letters
 from streams.demo.errors import DemoError
 from streams.demo.gate_runs import step_output_gates
@@ -47,11 +48,14 @@ from streams.demo.results import Results
 from streams.demo.samples import step_schemas
 from streams.demo.streams import step_streams
 from streams.demo.summary import print_summary, summary_json
-from streams.local.paths import output_file
+from streams.local.paths import output_folder
 from streams.runtime.settings import Settings, get_settings
 from topics.catalog import Catalog, build_catalog
 
 app = typer.Typer(help="Run clingate end to end on a Kafka broker and write report.html.")
+
+REPORT = "report.html"
+SUMMARY = "summary.json"
 
 Patients = Annotated[int, typer.Option(min=1, help="Patients (narratives) of the DBPM loop.")]
 Lockstep = Annotated[
@@ -77,13 +81,14 @@ DocsRate = Annotated[
 ModelNarratives = Annotated[
     int, typer.Option(min=0, help="Narratives of the real-model step (SmolLM2; 0: skip the step).")
 ]
-ReportPath = Annotated[
+OutDir = Annotated[
     Path,
     typer.Option(
-        "--report",
-        callback=output_file,
-        help="Where to write the HTML report; the console's screenshots go beside it (the default's "
-        "directory, out/, is git-ignored, so a run leaves the checkout clean).",
+        "--out",
+        callback=output_folder,
+        help="The folder the run writes in: report.html, the screenshots (the console's pages and the "
+        "report's) and summary.json (checks by name, the DBPM loop's figures). The default is under "
+        "out/, which git ignores, so a run leaves the checkout clean.",
     ),
 ]
 Serve = Annotated[
@@ -92,14 +97,6 @@ Serve = Annotated[
         "--serve",
         help="After the report, keep the broker, workers and console up until Ctrl-C (prints the "
         "console's users and passwords).",
-    ),
-]
-JsonPath = Annotated[
-    Path | None,
-    typer.Option(
-        "--json",
-        callback=output_file,
-        help="Also write the summary as JSON (checks by name, the DBPM loop's figures).",
     ),
 ]
 
@@ -113,8 +110,7 @@ def demo(
     fhir_rate: FhirRate = 20.0,
     docs_rate: DocsRate = 20.0,
     model_narratives: ModelNarratives = 3,
-    report_path: ReportPath = Path("out/report.html"),
-    json_path: JsonPath = None,
+    out: OutDir = Path("out/demo"),
     serve: Serve = False,
 ) -> None:
     """Run clingate end to end on Kafka (KAFKA_BOOTSTRAP_SERVERS, else a broker of its own) and report."""
@@ -130,15 +126,17 @@ def demo(
         results.timings["total"] = time.perf_counter() - started
         console.rule("[bold]11. summary")
         print_summary(console, results)
-        write_report(report_path, results)
-        console.print(f"report written to {report_path}")
-        if json_path is not None:
-            json_path.write_text(json.dumps(summary_json(results), indent=2) + "\n", encoding="utf-8")
-            console.print(f"summary written to {json_path}")
+        report = out / REPORT
+        write_report(report, results)
+        (out / SUMMARY).write_text(json.dumps(summary_json(results), indent=2) + "\n", encoding="utf-8")
+        shot = shoot_report(report)
+        console.print(f"the summary: {out / SUMMARY}; the report's screenshot: {shot}", soft_wrap=True)
+        browse = "the console stays up below" if serve else "to browse the console, run clingate demo --serve"
+        console.print(f"report: {report} (open it in a browser); {browse}", soft_wrap=True)
 
     steps = (console, settings, serde, catalog, results, plan, (fhir_rate, docs_rate), model_narratives)
     try:
-        _run_steps(*steps, report_path.resolve().parent, finish, serve)
+        _run_steps(*steps, out, finish, serve)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted:[/] the workers and broker this demo started are stopped")
         raise typer.Exit(130) from None
@@ -156,7 +154,7 @@ def _run_steps(
     plan: Plan,
     rates: tuple[float, float],
     model_narratives: int,
-    report_dir: Path,
+    out: Path,
     finish: Callable[[], None],
     serve: bool,
 ) -> None:
@@ -187,7 +185,7 @@ def _run_steps(
             with _step(console, results, 8, "dead letters"):
                 step_dead_letters(console, bootstrap, serde, catalog, results)
             with _step(console, results, 9, "the console"):
-                users = step_console(console, bootstrap, app_id, workdir, report_dir, stack, results)
+                users = step_console(console, bootstrap, app_id, workdir, out, stack, results)
             with _step(console, results, 10, "a real model (SmolLM2) through the production client"):
                 results.model_calls = step_model(console, plan.loop, plan.llm_url, model_narratives)
         except DemoError as error:

@@ -1,4 +1,5 @@
-"""Step 9: the console as the people in the loop see this run, photographed next to report.html.
+"""Step 9: the console as the people in the loop see this run, photographed next to report.html (and,
+once the report is written, the report itself: :func:`shoot_report`).
 
 ``clingate console`` runs on the demo's broker as an operator runs it (:mod:`streams.testing.browser`),
 with the DBPM workers' ``CLINGATE_APP_ID`` (the memory explorer reads their memory), one user per role
@@ -36,6 +37,9 @@ from streams.demo.errors import DemoError
 from streams.demo.results import ConsolePage, Results
 from streams.local.process import ProcessError
 from streams.testing import browser
+
+_VIEWPORT = {"width": 1280, "height": 900}
+"""The browser window every screenshot is taken in (a page longer than it is photographed whole)."""
 
 Visit = Callable[[Any, str], None]
 """Open a page: ``(playwright page, console URL)``."""
@@ -152,6 +156,25 @@ def step_console(
     return users
 
 
+def shoot_report(report: Path) -> str:
+    """Photograph ``report`` (report.html, opened from its file in Chromium at the width the console's
+    pages are taken) as ``report.png`` beside it; returns that file's path, or why there is none."""
+    try:
+        sync_playwright = browser.sync_playwright()
+    except browser.BrowserUnavailable as reason:
+        return f"none ({reason})"
+    shot = report.with_name("report.png")
+    with sync_playwright() as playwright:
+        chromium = browser.launch(playwright)
+        try:
+            page = chromium.new_context(viewport=_VIEWPORT).new_page()
+            page.goto(report.resolve().as_uri())
+            page.screenshot(path=str(shot), full_page=True)
+        finally:
+            chromium.close()
+    return str(shot)
+
+
 def _explained(results: Results) -> GateDecision | None:
     """The first candidate the gate BLOCKed from the memory's blocklist (rule ``block``); in a run too
     small for the blocklist to BLOCK (a few patients), the first candidate decided."""
@@ -163,7 +186,7 @@ def _explained(results: Results) -> GateDecision | None:
 def _shoot(
     chromium: Any, url: str, shot: Shot, users: dict[Role, tuple[str, str]], report_dir: Path
 ) -> ConsolePage:
-    page = chromium.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page = chromium.new_context(viewport=_VIEWPORT).new_page()
     try:
         if shot.role is not None:
             name, password = users[shot.role]

@@ -29,7 +29,7 @@ from streams.demo.results import DeadLettered, LoopRun
 from streams.demo.tap import Flow, Tap
 from streams.replay.kafka import CommitWatcher, ReplayTimeout, read_state
 from streams.runtime.kafka_clients import partitions, producer_config
-from streams.worker.dbpm import TICK_HEADER, memory_changelog
+from streams.worker.keys import TICK_HEADER, memory_changelog
 from topics.catalog import (
     CLINICAL_REVIEWS,
     DBPM_CANDIDATES,
@@ -179,7 +179,7 @@ def loop_pending(
     """The (patient id, candidate id) pairs of ``ids`` whose candidate is not yet done.
 
     A candidate is done when it was decided and either BLOCKed, or its verdict was published and
-    applied by the memory agents, or its verification was dead-lettered (a failure, counted); a
+    applied by the memory writers, or its verification was dead-lettered (a failure, counted); a
     candidate of a dead-lettered narrative that never came is done too (the generator published only
     the candidates of the calls that succeeded).
     """

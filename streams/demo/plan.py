@@ -31,7 +31,7 @@ from schemas.clinical import (
 from schemas.dbpm import Candidate, Verdict
 from schemas.docs import ClassificationOutput, ClassificationRequest, DocumentBundle
 from schemas.fhir import FhirUpdate
-from state.memory import MemoryStore
+from state.ram import RamStore
 from streams.data import CLINICAL, DOCS, DOCS_EXAMPLES, GOLDEN_AS_OF, GOLDEN_REVIEWS
 from streams.data.timeline import fhir_timeline
 from streams.demo.errors import DemoError
@@ -43,7 +43,7 @@ from streams.llm.config import resolve_role
 from streams.runtime.settings import get_settings
 from streams.testing.clinical_reference import pure_outputs
 from streams.testing.dbpm_stream import StreamEvent, StreamShape, generate_events
-from streams.worker.dbpm import contract_event
+from streams.worker.wire import contract_event
 
 DEFAULT_PATIENTS = 2000
 """DBPM patients of a default run: about 98,000 candidates (docs/demo.md, "Stream size")."""
@@ -309,7 +309,7 @@ class EngineRun:
     """The memory after the first ``mark`` events (as of the last of them)."""
 
 
-def _apply(engine: DBPMEngine, store: MemoryStore, events: Iterable[Event]) -> Iterator[list[GateRuling]]:
+def _apply(engine: DBPMEngine, store: RamStore, events: Iterable[Event]) -> Iterator[list[GateRuling]]:
     """Apply ``events`` one by one to ``store``, each at its own event time; yields each one's decisions
     once it is applied."""
     for event in events:
@@ -320,7 +320,7 @@ def _apply(engine: DBPMEngine, store: MemoryStore, events: Iterable[Event]) -> I
 
 def engine_run(engine: DBPMEngine, events: list[Event], mark: int) -> EngineRun:
     """Run ``engine`` over ``events`` on a fresh in-memory store (see :class:`EngineRun`)."""
-    store = MemoryStore()
+    store = RamStore()
     decisions: dict[str, str] = {}
     marked = engine.snapshot(store.transaction()) if mark == 0 else None
     for index, out in enumerate(_apply(engine, store, events), start=1):
@@ -343,7 +343,7 @@ def memory_over_time(engine: DBPMEngine, events: Sequence[Event]) -> list[Memory
     what happened up to its time, so a chart of them over event time is a line forward in time.
     """
     ordered = sorted(events, key=lambda e: e.time)
-    store = MemoryStore()
+    store = RamStore()
     every = max(1, len(ordered) // SNAPSHOTS)
     snapshots = []
     for index, (event, _) in enumerate(zip(ordered, _apply(engine, store, ordered), strict=True), start=1):

@@ -1,8 +1,9 @@
-"""``report.html`` of ``clingate demo``: one page, its charts inline SVG (:mod:`streams.charts`);
-the console's screenshots are the only other files it shows, written next to it.
+"""``report.html`` of ``clingate demo``: one page, its charts drawn by matplotlib as inline SVG
+(:mod:`streams.charts`); the console's screenshots are the only other files it shows, written next to it.
 
 The charts: the memory population over event time, the severity trajectories of the top signatures
-(with their final values in a table), the lift per QA category with its 95% CI, the traffic lights
+(with their final values in a table), both from the memory as it stood after each event time
+(:func:`_at_each_time`), the lift per QA category with its 95% CI, the traffic lights
 (final and per simulated week), and throughput and latency per stream (with their table).
 
 Each series or bar carries its colour, chosen once where the page builds it, and a chart draws the
@@ -51,6 +52,7 @@ def page(title: str, sections: Sequence[tuple[str, str]]) -> str:
         "body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}"
         "table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 8px;"
         "font-size:13px;text-align:left}figure{margin:1em 0}figcaption{font-weight:bold;margin-bottom:4px}"
+        "svg{max-width:100%;height:auto}"
     )
     body = "".join(f"<h2>{html.escape(h)}</h2>{content}" for h, content in sections)
     return (
@@ -121,8 +123,17 @@ def _console(results: Results) -> str:
     return f"<p>Each page as the demo's browser saw it, signed in as the page's role.</p>{figures}"
 
 
+def _at_each_time(snapshots: Sequence[MemoryPoint]) -> list[MemoryPoint]:
+    """The last of ``snapshots`` (in time order) at each event time: the memory after every event of that
+    time. Snapshots are taken every so many events, and a live run stamps many events with one time, so
+    several can share a time; charted as they are, a series would rise straight up at that instant."""
+    last = {s.time: s for s in snapshots}
+    return list(last.values())
+
+
 def _population(snapshots: Sequence[MemoryPoint]) -> str:
-    """The signatures each task's blocklist and whitelist hold at each snapshot, over event time."""
+    """The signatures each task's blocklist and whitelist hold at each event time of the snapshots."""
+    snapshots = _at_each_time(snapshots)
     colours = _palette(("ner", "re", "qa"))
     blocklist = [
         Series(task, [(s.time, len(s.blocklist.get(task, {}))) for s in snapshots], colour)
@@ -141,8 +152,9 @@ def _population(snapshots: Sequence[MemoryPoint]) -> str:
 
 def _trajectories(snapshots: Sequence[MemoryPoint]) -> str:
     """The effective severity of the five blocklist signatures with the largest severity x count at the
-    end, over event time, and their values at the end (severities near 1 draw their lines on top of
-    one another)."""
+    end, at each event time of the snapshots from the one that first holds it, and their values at the
+    end (severities near 1 draw their lines on top of one another)."""
+    snapshots = _at_each_time(snapshots)
     final = snapshots[-1].blocklist if snapshots else {}
     ranked = sorted(
         (

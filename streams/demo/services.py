@@ -1,6 +1,6 @@
 """The processes the demo starts, each as the product runs it: workers, groups, the LLM test server.
 
-The DBPM memory agents (with the clinical agent) and the DBPM gate run as two ``clingate worker``
+The DBPM memory writers (with the clinical agent) and the DBPM gate run as two ``clingate worker``
 processes, a core each; ``clingate arbiter worker``, ``clingate generator`` and :data:`VERIFIERS`
 ``clingate verifier`` members join groups of the run's own; unless the user names an LLM server, the
 demo's test server (:mod:`streams.demo.llm`) answers as the synthetic ground truth.

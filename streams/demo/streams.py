@@ -46,7 +46,8 @@ from streams.llm.serve.testserver import DEFAULT_MODEL
 from streams.replay.kafka import wait_until_consumed
 from streams.runtime.settings import get_settings
 from streams.worker.clinical import clinical_group
-from streams.worker.dbpm import in_process_engine, memory_changelog
+from streams.worker.engine import in_process_engine
+from streams.worker.keys import memory_changelog
 from streams.worker.memory import memory_group
 from topics.catalog import (
     CLINICAL_ASSESSMENTS,
@@ -138,7 +139,7 @@ def step_streams(
             tick_memory(
                 bootstrap, list(published_verdicts(flows).values()), engine.config.maintenance_interval_s
             )
-        with console.status("waiting for the memory agents to commit every verdict"):
+        with console.status("waiting for the memory writers to commit every verdict"):
             wait_until_consumed(bootstrap, memory_group(groups.app_id), DBPM_VERDICTS, 60.0)
         probe_worker_dead_letters(console, bootstrap, results)
     return engine, groups.app_id

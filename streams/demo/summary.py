@@ -181,8 +181,8 @@ def _model_rows(calls: list[ProbeCall]) -> list[tuple[str, str]]:
 
 
 def summary_json(results: Results) -> dict[str, object]:
-    """The summary as JSON data (``clingate demo --json``), what tests and dashboards read instead of the
-    terminal text: every check by name, and the DBPM loop's figures.
+    """The summary as JSON data (``summary.json`` in the ``clingate demo --out`` folder), what tests and
+    dashboards read instead of the terminal text: every check by name, and the DBPM loop's figures.
 
     ``dbpm.lift`` maps each QA category to ``{"lift": x, "ci": [lo, hi], "status": ...}`` (``lift`` and
     ``ci`` null where the lift is degenerate, ``status`` and ``reason`` say why), ``dbpm.verdicts_by_source``

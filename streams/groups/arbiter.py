@@ -9,24 +9,26 @@ Topology (topic names from :mod:`topics.catalog`):
   value per document is the review queue (``clingate arbiter reviews`` lists the pending ones);
 * a record that does not decode into its topic's model, a review with no packet to close, or a request
   on which the arbiter raises (a bug; stage ``process``) goes to the topic's dead-letter topic
-  (:mod:`streams.runtime.dlq`) before its offset is committed.
+  (:mod:`streams.runtime.dlq`), in the transaction that commits the loop's progress past it.
 
 Decision: the ordered loop, not a table loop. The arbiter keeps no table state: a document is decided
 from its own record (the step machine of :mod:`processors.docs.arbiter`), and the only state a review
 needs, its packet, is itself a compacted topic. What the arbiter does need is to keep many slow LLM
-calls in flight without blocking the poll loop (STYLE 10), and to commit no offset past a call still in
-flight. The worker runs the
-loop the LLM groups share, :class:`streams.groups.ordered.OrderedLoop`: one task per document (at most
-``CLINGATE_DOCS_MAX_IN_FLIGHT`` unfinished; beyond a small buffer of waiting records it pauses its
-partitions and keeps polling, so the group membership stays alive), and per partition outputs published
-and offsets committed strictly in input order: an offset is committed only once the outputs of it and of
-every earlier record of its partition are acknowledged by the broker. :class:`DocsWorker` is the loop's
-handler and returns each record's outputs as data. Delivery is at least once: after a
-crash or a rebalance the uncommitted documents are decided again, which is safe because the arbiter is
-deterministic (same request and judgements, same disposition) and the outputs are keyed by document
-(dispositions and packets are compacted; consumers dedupe by ``doc_id``). The worker is therefore its
-own consumer group (``CLINGATE_DOCS_GROUP_ID``, default ``clingate-docs``) started by
-``clingate arbiter worker``; ``clingate worker`` does not run it, and the two scale independently.
+calls in flight without blocking the poll loop (one call at a time would cap the worker at one document
+per call latency, and a member that stops polling is put out of its group), and to commit no progress
+past a call still in flight. The worker runs the loop the LLM groups share,
+:class:`streams.groups.ordered.OrderedLoop`: one task per document (at most
+``CLINGATE_DOCS_MAX_IN_FLIGHT`` unfinished; beyond a buffer of waiting records it pauses its partitions
+and keeps polling, so the group membership stays alive), and per partition outputs published strictly
+in input order: a record's outputs are committed in one Kafka transaction with its partition's
+progress, together with or after those of every earlier record of its partition. :class:`DocsWorker` is
+the loop's handler and returns each record's outputs as data. Processing is at least once: after a
+crash or a rebalance the documents whose outputs were not committed are decided again, which is safe
+because the arbiter is deterministic (same request and judgements, same disposition) and the outputs are
+keyed by document (dispositions and packets are compacted); a ``read_committed`` consumer reads each
+committed output once. The worker is its own consumer group (``CLINGATE_DOCS_GROUP_ID``, default
+``clingate-docs``) started by ``clingate arbiter worker``; ``clingate worker`` does not run it, and the
+two scale independently.
 
 Reviews are low volume and handled in the same loop: their records complete at once (no LLM), so they
 are published and committed in order like the classifications. The packet of a review is looked up in
@@ -34,12 +36,13 @@ are published and committed in order like the classifications. The packet of a r
 (every partition, no group) and is caught up to the topic's end before a review whose packet it has
 not seen is given up as a dead letter.
 A packet this worker decides is remembered by the follower as soon as its document is decided (before
-the loop publishes it): a review consumed right after finds it. Memory: one packet per escalated
+the loop publishes it): a review consumed right after finds it. Held in RAM: one packet per escalated
 document, bounded by the compacted topic itself.
 
-Counting (``clingate_docs_*``): a disposition when its document is decided, a dead letter when the loop
-routes it (:attr:`streams.groups.ordered.OrderedLoop.on_dead_letter`); a document decided again after a
-crash is counted again, as the at-least-once delivery above implies.
+Counting (``clingate_docs_*``): a disposition when its document is decided, a dead letter once the
+transaction that routes it committed (the ``on_dead_letter`` hook of
+:class:`streams.runtime.core.BatchCore`); a document decided again after a crash is counted again, as
+the at-least-once processing above implies.
 
 Rebalance: on revocation, the documents in flight of the revoked partitions are cancelled and their
 offsets stay uncommitted; the partition's new owner decides them again.
@@ -76,13 +79,13 @@ from schemas.docs import (
 )
 from schemas.serde import Serde
 from streams.groups.arbiter_calls import LlmCall, arbitrate
+from streams.groups.metrics import DocsMetrics
 from streams.groups.ordered import Handled, OrderedLoop, consumer_config, transactional_producer
 from streams.runtime.core import BatchCore, Output
-from streams.runtime.dlq import PRODUCER_LIMITS, DecodeFailed, SourceRecord, decode_record
+from streams.runtime.dlq import PRODUCER_LIMITS, Rejected, SourceRecord, decode_record
 from streams.runtime.kafka_clients import consume_batch, producer_config
 from streams.runtime.kafka_config import client_config
 from streams.runtime.logs import log_dead_letter
-from streams.runtime.metrics import DocsMetrics
 from streams.runtime.progress import ProgressLog
 from topics.catalog import (
     DOCS_CLASSIFICATIONS,
@@ -150,7 +153,7 @@ class Packets(abc.ABC):
     def apply(self, record: SourceRecord) -> None:
         """Take one record of the packet topic (offset order per partition) as its document's latest."""
         outcome = decode_record(self._serde, record, ReviewPacket)
-        if isinstance(outcome, DecodeFailed):
+        if isinstance(outcome, Rejected):
             # The reason may quote the packet's text: DEBUG only (streams.runtime.logs).
             ids = {"topic": record.topic, "partition": record.partition, "offset": record.offset}
             log.warning("packet reader: skipping %s[%d]@%d (%s)", record.topic, record.partition,
@@ -305,7 +308,7 @@ class DocsWorker:
         """Decode a record; a classification is decided as a task, anything else returns at once."""
         expected: type[AvroModel] = ClassificationRequest if record.topic == DOCS_CLASSIFICATIONS else Review
         outcome = decode_record(self.serde, record, expected)
-        if isinstance(outcome, DecodeFailed):
+        if isinstance(outcome, Rejected):
             return [outcome]
         if isinstance(outcome.value, ClassificationRequest):
             return self._arbitrate(outcome.value)
@@ -337,12 +340,12 @@ class DocsWorker:
             reviewed, truth = ground_truth(packet, review)
         except (LookupError, ValueError) as error:
             name, reason = type(error).__name__, str(error)
-            return [DecodeFailed(record, Stage.PROCESS, name, reason, None, Review.avro_name)]
+            return [Rejected(record, Stage.PROCESS, name, reason, None, Review.avro_name)]
         self.packets.remember(reviewed)
         return [self._output(DOCS_GROUND_TRUTH, truth.doc_id, truth),
                 self._output(DOCS_REVIEW_PACKETS, reviewed.doc_id, reviewed)]  # fmt: skip
 
-    def dead_lettered(self, failed: DecodeFailed) -> None:
+    def dead_lettered(self, failed: Rejected) -> None:
         """Log and count a dead letter the loop routes (undecodable, no packet, or an arbiter bug)."""
         log_dead_letter(log, failed)
         self.metrics.dead_letters.labels(failed.record.topic).inc()

@@ -3,8 +3,9 @@
 :func:`arbitrate` runs one document: it starts the pure step machine, awaits each attempt's LLM
 requests together (they are independent), resumes with the results, and repeats until the document
 is decided. Many documents are driven by running many :func:`arbitrate` coroutines at once; the
-concurrency bound on the model lives in the :data:`LlmCall` the caller passes (a semaphore around
-the client), never in the arbiter, so one slow document never holds up another's calls.
+concurrency bound on the model lives behind the :data:`LlmCall` the caller passes (the client's slots
+per server, :mod:`streams.llm.limit`), never in the arbiter, so one slow document never holds up
+another's calls.
 
 A call that raises becomes a failed :class:`LlmResult` (the arbiter turns it into a MAJOR issue and
 escalates): an LLM outage degrades to SME review, it does not drop or crash the document.
@@ -26,7 +27,7 @@ from processors.docs.arbiter import ArbiterConfig, AwaitingLlm, Finished, resume
 from processors.docs.llm import LlmJudgement, LlmRequest, LlmResult
 from schemas.docs import ClassificationRequest
 from streams.llm import CALL_PROFILES, CallType, LlmClient, LlmOk, response_model
-from streams.runtime.metrics import LlmMetrics
+from streams.llm.metrics import LlmMetrics
 
 LlmCall = Callable[[LlmRequest], Awaitable[LlmResult]]
 """Answers one LLM request. The seam for the project's LLM client (streams/llm)."""

@@ -17,8 +17,9 @@ that succeeded and is dead-lettered once, stage ``process``, error type ``LlmFai
 every failed call's clinician-safe message and operator detail. Re-driving the dead letter re-extracts
 every task; the succeeded ones yield the same candidate ids (content-derived), so consumers dedupe.
 
-Ordering and delivery: :class:`streams.groups.ordered.OrderedLoop` (per-partition input order, commit after
-the broker acknowledged the outputs, at least once).
+Ordering and delivery: :class:`streams.groups.ordered.OrderedLoop` (per-partition input order; outputs
+committed in one transaction with the group's progress; the calls of uncommitted records made again
+after a crash).
 """
 
 from __future__ import annotations
@@ -40,12 +41,12 @@ from streams.groups.llm import (
     require_role,
     run_loop,
 )
+from streams.groups.metrics import LlmGroupMetrics
 from streams.groups.ordered import Handled, OrderedLoop
 from streams.llm import CallType, LlmClient, LlmFailed, LlmOk, Role, given_or_built
 from streams.llm.schemas import NerExtraction, QaExtraction, ReExtraction
 from streams.runtime.core import Output
-from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record
-from streams.runtime.metrics import LlmGroupMetrics
+from streams.runtime.dlq import Rejected, SourceRecord, decode_record
 from streams.runtime.settings import Settings
 from topics.catalog import DBPM_CANDIDATES, DBPM_NARRATIVES
 
@@ -69,7 +70,7 @@ class Generator:
     def __call__(self, record: SourceRecord) -> Handled | Awaitable[Handled]:
         """Decode a narrative; its extraction runs as a task (a decode failure returns at once)."""
         outcome = decode_record(self.serde, record, Narrative)
-        if isinstance(outcome, DecodeFailed):
+        if isinstance(outcome, Rejected):
             return [outcome]
         return self._extract(record, outcome.value)
 
@@ -109,7 +110,7 @@ class Generator:
 
     async def _extract(self, record: SourceRecord, narrative: Narrative) -> Handled:
         found, failed = await self.extract(narrative)
-        outputs: list[Output | DecodeFailed] = [
+        outputs: list[Output | Rejected] = [
             Output(DBPM_CANDIDATES, c.patient_id.encode(), self.serde.encode(c, topic=DBPM_CANDIDATES))
             for c in found
         ]

@@ -4,10 +4,11 @@ The DBPM loop on Kafka, end to end::
 
     clingate.dbpm.narratives --generator group--> clingate.dbpm.candidates --gate (clingate worker)-->
     clingate.dbpm.decisions + clingate.dbpm.to-verify --verifier group--> clingate.dbpm.verdicts
-    (--memory agent--> memory) + clingate.dbpm.verified
+    (--memory writer--> memory) + clingate.dbpm.verified
 
 * ``clingate generator`` (:mod:`streams.groups.generator`, group ``CLINGATE_GENERATOR_GROUP_ID``);
-* ``clingate worker`` (the DBPM gate and memory agents, :mod:`streams.worker.dbpm`);
+* ``clingate worker`` (the DBPM gate, :mod:`streams.worker.gateloop`, and the memory writer,
+  :mod:`streams.worker.memory`);
 * ``clingate verifier`` (:mod:`streams.groups.verifier`, group ``CLINGATE_VERIFIER_GROUP_ID``).
 
 Each group is a confluent-kafka consumer group of its own running :class:`streams.groups.ordered.OrderedLoop`,
@@ -59,13 +60,14 @@ from pydantic import BaseModel
 from schemas.common import Stage
 from schemas.serde import Serde
 from schemas.wire import make_serde
+from streams.groups.metrics import LlmGroupMetrics
 from streams.groups.ordered import Handler, OrderedLoop, consumer_config, transactional_producer
 from streams.llm import CallType, ChatMessage, LlmClient, LlmFailed, LlmOk, Role
 from streams.llm.config import resolve_role
 from streams.runtime.core import BatchCore
-from streams.runtime.dlq import PRODUCER_LIMITS, DecodeFailed, SourceRecord
+from streams.runtime.dlq import PRODUCER_LIMITS, Rejected, SourceRecord
 from streams.runtime.kafka_clients import ensure_catalog, producer_config
-from streams.runtime.metrics import LlmGroupMetrics, serve
+from streams.runtime.metrics import serve
 from streams.runtime.progress import ProgressLog
 from streams.runtime.settings import Settings
 
@@ -95,7 +97,7 @@ class MeteredLlm:
         return result
 
 
-def llm_failure(record: SourceRecord, expected_schema: str, failures: Sequence[LlmFailed]) -> DecodeFailed:
+def llm_failure(record: SourceRecord, expected_schema: str, failures: Sequence[LlmFailed]) -> Rejected:
     """The dead letter of a record whose LLM work failed (stage ``process``).
 
     The error type names the failure kinds (``LlmFailed:timeout``); the reason carries the
@@ -103,7 +105,7 @@ def llm_failure(record: SourceRecord, expected_schema: str, failures: Sequence[L
     """
     kinds = sorted({f.kind.value for f in failures})
     reason = "; ".join(f"{f.call_type}: {f.kind}: {f.message} ({f.operator_detail})" for f in failures)
-    return DecodeFailed(record, Stage.PROCESS, f"LlmFailed:{','.join(kinds)}", reason, None, expected_schema)
+    return Rejected(record, Stage.PROCESS, f"LlmFailed:{','.join(kinds)}", reason, None, expected_schema)
 
 
 def require_role(client: LlmClient, settings: Settings, role: Role) -> None:

@@ -1,9 +1,12 @@
 """An ordered, bounded in-flight consumer loop for slow per-record work (the LLM consumer groups).
 
-The generator, the verifier and the arbiter group (:mod:`streams.groups.generator`,
-:mod:`streams.groups.verifier`, :mod:`streams.groups.arbiter`) each do seconds of LLM work per record and
-must keep many records in flight without blocking the poll loop (STYLE 10), yet publish and commit in
-input order. This loop gives them that, on one confluent-kafka consumer and one producer:
+The generator, the verifier, the arbiter group and the clinician's agent
+(:mod:`streams.groups.generator`, :mod:`streams.groups.verifier`, :mod:`streams.groups.arbiter`,
+:mod:`streams.agent.worker`) each do seconds of LLM work per record and must keep many records in
+flight without blocking the poll loop (one call at a time would cap a member at one record per call
+latency, and a member that stops polling for ``max.poll.interval.ms`` is put out of its group), yet
+publish and commit in input order. This loop gives them that, on one confluent-kafka consumer and one
+producer:
 
 * one asyncio task per record (the caller's *handler*), at most ``max_in_flight`` unfinished at once,
   and up to ``max(max_in_flight, MIN_WAITING)`` more records consumed and waiting to start; when that
@@ -29,7 +32,7 @@ input order. This loop gives them that, on one confluent-kafka consumer and one 
   outage, a fenced producer: :mod:`streams.runtime.transactions`) is aborted and the member rewinds:
   every record in flight is cancelled and each partition is read again from its last committed
   progress, so the calls of the aborted records are made again;
-* a handler returns its outputs as data: records to produce and dead letters (:class:`DecodeFailed`
+* a handler returns its outputs as data: records to produce and dead letters (:class:`Rejected`
   values, produced to their dead-letter topics in the same transaction); a handler that raises (a
   bug) dead-letters its record with stage ``process`` instead of crash-looping, and a record with an
   output larger than its topic admits is dead-lettered with stage ``produce``
@@ -52,7 +55,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Message, TopicPartition
 
 from streams.runtime.core import BatchCore, Output, Step
-from streams.runtime.dlq import DecodeFailed, SourceRecord, oversized_output, processing_failed
+from streams.runtime.dlq import Rejected, SourceRecord, oversized_output, processing_failed
 from streams.runtime.kafka_config import client_config, liveness_config
 from streams.runtime.progress import Progress, ProgressLog
 from streams.runtime.transactions import TransactionalProducer
@@ -65,13 +68,13 @@ IDLE_WAIT_S = 0.02
 PUBLISH_INTERVAL_S = 0.025
 """Least time between two publications while records are still in flight.
 
-A publication is a produce, a ``flush`` (a round trip to the broker, waited for in a worker thread)
-and an offset commit. Published as soon as any record finished, the verifier group under load made
-a publication per two or three verdicts: ~140 produce requests and ~90 offset commits a second in
-the demo's bulk phase (broker request metrics over JMX), each with its thread hand-off. Held for up to
-25 ms, a publication carries every record that finished meanwhile, at a latency cost small beside an
-LLM call; a loop with nothing left in flight publishes at once, so a lone record (the demo's lockstep
-slice, a quiet stream) waits for nothing."""
+A publication is a Kafka transaction (its records and its commit, round trips to the broker waited
+for in a worker thread) and an offset commit. Published as soon as any record finished, the verifier
+group under load made a publication per two or three verdicts: ~140 produce requests and ~90 offset
+commits a second in the demo's bulk phase (broker request metrics over JMX), each with its thread
+hand-off. Held for up to 25 ms, a publication carries every record that finished meanwhile, at a
+latency cost small beside an LLM call; a loop with nothing left in flight publishes at once, so a lone
+record (the demo's lockstep slice, a quiet stream) waits for nothing."""
 
 MIN_WAITING = 32
 """Records kept consumed and waiting to start, at least (``max(max_in_flight, MIN_WAITING)``)."""
@@ -106,7 +109,7 @@ def transactional_producer(config: dict[str, object], group_id: str) -> Transact
     )
 
 
-Handled = Sequence[Output | DecodeFailed]
+Handled = Sequence[Output | Rejected]
 """What one input record produced: output records and dead letters, produced in this order."""
 
 Handler = Callable[[SourceRecord], Handled | Awaitable[Handled]]
@@ -243,7 +246,7 @@ class OrderedLoop:
         if not any(queue and queue[0].done for queue in self.queues.values()):
             return 0
         outputs: list[Output] = []
-        dead_letters: list[DecodeFailed] = []
+        dead_letters: list[Rejected] = []
         commits: list[TopicPartition] = []
         drained: dict[tuple[str, int], int] = {}
         finished = 0
@@ -252,7 +255,7 @@ class OrderedLoop:
             while queue and queue[0].done:
                 entry = queue.popleft()
                 for item in entry.outputs(self.expected_schema):
-                    (dead_letters if isinstance(item, DecodeFailed) else outputs).append(item)
+                    (dead_letters if isinstance(item, Rejected) else outputs).append(item)
                 finished += 1
                 last = entry.record.offset
             if last is None:

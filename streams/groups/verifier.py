@@ -7,8 +7,8 @@ by code (:mod:`processors.dbpm.verification`: conservative pass, the QA three-vo
 prompts, the memory mapping) and published:
 
 * the memory verdict (``hard_fail`` / ``soft_downgrade`` / ``success``, source ``verifier_mmed``) on
-  ``clingate.dbpm.verdicts``, keyed by :func:`streams.worker.dbpm.verdict_key` with the murmur2 producer, so
-  the memory agent owning the signature applies it. Its event time is this process's clock when the
+  ``clingate.dbpm.verdicts``, keyed by :func:`streams.worker.keys.verdict_key` with the murmur2 producer, so
+  the memory writer owning the signature applies it. Its event time is this process's clock when the
   verdict was decided (wall clock, paper §3.2 and Eq. 5), and it carries the rejection-log fields of
   the paper's Table 7 (stage ``verifier``, reason, confidence). It carries the candidate's
   ``candidate_id``, so a verdict published again (this group is at least once: a crash re-issues the
@@ -77,15 +77,16 @@ from schemas.common import Stage
 from schemas.dbpm import GateAction, GateDecision, Narrative
 from schemas.serde import Serde
 from streams.groups.llm import MeteredLlm, default_serde, llm_failure, new_metrics, require_role, run_loop
+from streams.groups.metrics import LlmGroupMetrics
 from streams.groups.ordered import Handled, OrderedLoop
 from streams.llm import CallType, FailureKind, LlmClient, LlmFailed, LlmOk, Role, given_or_built
 from streams.llm.schemas import NerVerdict, QaVerdict, ReVerdict
 from streams.runtime.core import Output
-from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record
+from streams.runtime.dlq import Rejected, SourceRecord, decode_record
 from streams.runtime.kafka_config import client_config
-from streams.runtime.metrics import LlmGroupMetrics
 from streams.runtime.settings import Settings
-from streams.worker.dbpm import contract_event, verdict_key
+from streams.worker.keys import verdict_key
+from streams.worker.wire import contract_event
 from topics.catalog import DBPM_DECISIONS, DBPM_NARRATIVES, DBPM_TO_VERIFY, DBPM_VERDICTS, DBPM_VERIFIED
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,7 @@ class NarrativeCache:
 
     def _apply(self, record: SourceRecord) -> None:
         outcome = decode_record(self._serde, record, Narrative)
-        if isinstance(outcome, DecodeFailed):
+        if isinstance(outcome, Rejected):
             return  # the generator dead-letters it; nothing can be verified against it
         narrative = outcome.value
         key = (narrative.patient_id, narrative.ts)
@@ -208,10 +209,10 @@ class Verifier:
         if record.topic == DBPM_DECISIONS:
             # Only counted here: a decision that does not decode is the gate's to fix, and the same
             # record's to-verify copy (if any) is dead-lettered below.
-            if not isinstance(outcome, DecodeFailed) and outcome.value.decision is GateAction.BLOCK:
+            if not isinstance(outcome, Rejected) and outcome.value.decision is GateAction.BLOCK:
                 self.llm.metrics.calls_saved.labels(outcome.value.task).inc()
             return []
-        if isinstance(outcome, DecodeFailed):
+        if isinstance(outcome, Rejected):
             return [outcome]
         return self._verify(record, outcome.value)
 
@@ -249,7 +250,7 @@ class Verifier:
     async def _verify(self, record: SourceRecord, decision: GateDecision) -> Handled:
         candidate = decision.candidate
         if candidate.task not in _CALLS:
-            return [DecodeFailed(record, Stage.VALIDATE, "UngatedTask",
+            return [Rejected(record, Stage.VALIDATE, "UngatedTask",
                                  f"task {candidate.task!r} has no verifier (ner, re, qa)", None,
                                  GateDecision.avro_name)]  # fmt: skip
         document_ts = candidate.document_ts or candidate.ts
@@ -258,7 +259,7 @@ class Verifier:
             self.llm.metrics.unprocessed.labels(GROUP, "narrative_not_found").inc()
             when = format_time(document_ts.timestamp())
             reason = f"no narrative of patient {candidate.patient_id} at {when} on {DBPM_NARRATIVES}"
-            return [DecodeFailed(record, Stage.PROCESS, "NarrativeNotFound", reason, None,
+            return [Rejected(record, Stage.PROCESS, "NarrativeNotFound", reason, None,
                                  GateDecision.avro_name)]  # fmt: skip
         judged = await self.judge(decision, narrative)
         if isinstance(judged, list):
@@ -267,7 +268,7 @@ class Verifier:
         verdict = verdict_event(candidate, judged, datetime.now(UTC))
         defaulted = "true" if judged.defaulted else "false"
         self.llm.metrics.verdicts.labels(candidate.task, verdict.verdict.value, defaulted).inc()
-        outputs: list[Output | DecodeFailed] = [Output(
+        outputs: list[Output | Rejected] = [Output(
             DBPM_VERDICTS, verdict_key(self.engine, contract_event(verdict)),  # type: ignore[arg-type]
             self.serde.encode(verdict, topic=DBPM_VERDICTS),
         )]  # fmt: skip
@@ -307,7 +308,7 @@ async def run_verifier(
     Raises:
         RoleDisabledError: no verifier server is configured.
     """
-    from streams.worker.dbpm import dbpm_engine
+    from streams.worker.engine import dbpm_engine
 
     meters = metrics or new_metrics()
     serde = default_serde(settings)

@@ -6,6 +6,7 @@ Public interface:
   with :meth:`LlmClient.from_settings` (:func:`given_or_built`: a given client, or one built and closed);
 * :class:`CallType` / :data:`CALL_PROFILES`: the one table of temperatures and token budgets;
 * :func:`response_model`: declare (lint and register) a response model;
+* :mod:`streams.llm.judge`: the one rule for accepting an answer, whatever backend produced it;
 * the DBPM response models in :mod:`streams.llm.schemas`;
 * :mod:`streams.llm.serve.http`: the local OpenAI-compatible HTTP front (request validation, faults) with a
   pluggable answer source (:class:`streams.testing.llm_server.ServerProcess` runs ``clingate llm serve``
@@ -16,17 +17,11 @@ Public interface:
 * :mod:`streams.llm.serve.vllm_inprocess`: the same calls on vLLM's Python API (``gpu`` extra).
 """
 
+from streams.llm.breaker import CircuitState
 from streams.llm.calls import CALL_PROFILES, CallProfile, CallType, Role
-from streams.llm.client import (
-    ChatMessage,
-    CircuitState,
-    ClientPolicy,
-    LlmClient,
-    UnregisteredResponseModelError,
-    given_or_built,
-)
+from streams.llm.client import ChatMessage, ClientPolicy, LlmClient, given_or_built
 from streams.llm.config import Endpoint, RoleConfig, resolve_role, resolve_roles
-from streams.llm.lint import response_model
+from streams.llm.lint import UnregisteredResponseModelError, response_model
 from streams.llm.result import FailureKind, LlmFailed, LlmOk, LlmResult
 
 __all__ = [

@@ -7,6 +7,10 @@ exception to the constraint is :meth:`LlmClient.call_text`, the free-text answer
 SYNTHESIZE node (DocGemma §7: free-form at T=0.5): no schema is sent and the text is the answer, also
 when the token budget ended it (the budget is the spec's; a cut answer is still what the model said).
 
+This module is the call policy: what is sent, and when to retry, wait or give up. Whether an answer is
+accepted is :mod:`streams.llm.judge` (shared with the in-process backend), the per-server circuit is
+:mod:`streams.llm.breaker`, and a result is reported through :class:`streams.llm.result.AttemptContext`.
+
 Request shape (checked against vLLM's sources and docs, current as of the v0.12+ API):
 
 * The schema travels as ``response_format = {"type": "json_schema", "json_schema": {"name", "schema"}}``
@@ -37,16 +41,17 @@ Request shape (checked against vLLM's sources and docs, current as of the v0.12+
 Failure semantics:
 
 * A 200 whose ``finish_reason`` is ``length`` is TRUNCATED, any other non-``stop`` reason or an answer
-  that does not validate is INVALID_OUTPUT. Neither is retried: decoding is greedy, so the same request
-  gives the same answer.
+  that does not validate is INVALID_OUTPUT (:mod:`streams.llm.judge`, the rule every backend applies).
+  Neither is retried: most call types decode greedily (:mod:`streams.llm.calls`), and a greedy request
+  sent again gives the same answer.
 * Timeouts (per attempt, default 180 s, paper Table 14), connection errors, 5xx and 429 are transient:
   retried up to ``max_retries`` times (default 3, paper A.3 "three retry attempts", read as three
   retries after the first attempt) with full-jitter exponential backoff; a numeric ``Retry-After`` on
   a 429 is honoured up to the backoff cap. Other 4xx are REJECTED at once (a configuration error).
-* A circuit breaker per server (keyed by base URL, so roles sharing a server share it) opens after
-  ``breaker_threshold`` consecutive failed attempts (timeouts, connection errors, 5xx; a 429 or any
-  other answer proves the server alive), fails calls fast while open, and after ``breaker_reset_s``
-  lets one probe through (half-open): success closes it, failure re-opens it.
+* A circuit breaker per server (:mod:`streams.llm.breaker`; keyed by base URL, so roles sharing a
+  server share it) opens after ``breaker_threshold`` consecutive failed attempts (timeouts, connection
+  errors, 5xx; a 429 or any other answer proves the server alive), fails calls fast while open, and
+  after ``breaker_reset_s`` lets one probe through (half-open): success closes it, failure re-opens it.
 * Concurrency: each server has at most ``max_in_flight`` slots (default 64, paper A.3), adapted to
   what it answers within the timeout (:mod:`streams.llm.limit`: halved by an attempt that times out,
   raised again by answers), so a model on a CPU gets the requests it can answer instead of a queue
@@ -57,12 +62,12 @@ Failure semantics:
 * Transport (choice): one aiohttp ``ClientSession`` per client, whose connector keeps at most
   ``max_in_flight`` keep-alive connections per server, opened lazily on the event loop of the first
   call. aiohttp parses HTTP in C: measured against the local test server, 0.25 ms of client CPU per
-  call against 1.2-1.4 ms with httpx (one keep-alive httpx client per slot, the earlier transport),
-  whose per-request cost (request building, URL quoting, httpcore's pool and h11 in Python) was over
-  half the CPU of the generator and verifier groups in the demo's profile. (A single shared httpx
-  pool was worse still: httpcore re-scans every connection for every queued request, O(N^2 + N*M),
-  encode/httpcore#1035, encode/httpx#3215.) The request body is serialised once per call with the
-  standard ``json`` module and sent as bytes; every answer is still validated as before.
+  call against 1.2-1.4 ms with httpx (one keep-alive httpx client per slot), whose per-request cost
+  (request building, URL quoting, httpcore's pool and h11 in Python) was over half the CPU of the
+  generator and verifier groups in the demo's profile. (A single shared httpx pool was worse still:
+  httpcore re-scans every connection for every queued request, O(N^2 + N*M), encode/httpcore#1035,
+  encode/httpx#3215.) Only the messages are serialised per call (:meth:`LlmClient.encoded_body`), with
+  the standard ``json`` module, and sent as bytes; the answer is parsed and judged in full.
 
 Numbers the sources do not give are this project's choices: backoff ceiling 0.5 s doubling to 8 s,
 breaker threshold 5 consecutive failed attempts, 30 s before a probe.
@@ -81,18 +86,19 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Literal, TypedDict, TypeVar
 
 import aiohttp
 import certifi
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
+from streams.llm.breaker import CircuitBreaker, CircuitState
 from streams.llm.calls import CALL_PROFILES, CallType, Role
 from streams.llm.config import Endpoint, enabling_variables, resolve_roles
+from streams.llm.judge import AnswerRejected, judge_completion
 from streams.llm.limit import AdaptiveLimit
-from streams.llm.lint import is_registered, json_schema_of
-from streams.llm.result import FailureKind, LlmFailed, LlmOk, clinician_message
+from streams.llm.lint import json_schema_of, require_registered
+from streams.llm.result import AttemptContext, FailureKind, LlmFailed, LlmOk
 from streams.runtime.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
@@ -105,10 +111,6 @@ class ChatMessage(TypedDict):
 
     role: Literal["system", "user", "assistant"]
     content: str | list[dict[str, Any]]
-
-
-class UnregisteredResponseModelError(TypeError):
-    """A call named a response model not declared with ``@response_model`` (so never linted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,72 +136,6 @@ class ClientPolicy:
     breaker_reset_s: float = 30.0
     max_in_flight: int = 64
     disable_any_whitespace: bool = True
-
-
-class CircuitState(StrEnum):
-    """States of a circuit breaker."""
-
-    CLOSED = "closed"
-    OPEN = "open"
-    HALF_OPEN = "half_open"
-
-
-class CircuitBreaker:
-    """Consecutive-failure circuit breaker with a single half-open probe.
-
-    Not thread-safe; it lives on one event loop, where each method runs without interleaving.
-    """
-
-    def __init__(self, threshold: int, reset_s: float, clock: Callable[[], float]) -> None:
-        """Create a closed breaker.
-
-        Args:
-            threshold: consecutive failures that open the circuit (>= 1).
-            reset_s: seconds the circuit stays open before a probe is allowed.
-            clock: monotonic clock in seconds.
-        """
-        self._threshold = threshold
-        self._reset_s = reset_s
-        self._clock = clock
-        self._failures = 0
-        self._opened_at: float | None = None
-        self._probe_in_flight = False
-
-    @property
-    def state(self) -> CircuitState:
-        """The current state (an open circuit whose reset time has passed reads as half-open)."""
-        if self._opened_at is None:
-            return CircuitState.CLOSED
-        if self._probe_in_flight or self._clock() - self._opened_at >= self._reset_s:
-            return CircuitState.HALF_OPEN
-        return CircuitState.OPEN
-
-    def allow(self) -> bool:
-        """Ask to send one attempt; a True answer MUST be followed by one ``record_*`` call."""
-        state = self.state
-        if state is CircuitState.CLOSED:
-            return True
-        if state is CircuitState.HALF_OPEN and not self._probe_in_flight:
-            self._probe_in_flight = True
-            return True
-        return False
-
-    def record_success(self) -> None:
-        """The server answered: close the circuit."""
-        self._failures = 0
-        self._opened_at = None
-        self._probe_in_flight = False
-
-    def record_failure(self) -> None:
-        """The attempt failed at the server or network: count it, open (or re-open) when due."""
-        self._failures += 1
-        if self._probe_in_flight or self._failures >= self._threshold:
-            self._opened_at = self._clock()
-        self._probe_in_flight = False
-
-    def record_abandoned(self) -> None:
-        """The attempt was cancelled by the caller: no judgement, free the probe slot."""
-        self._probe_in_flight = False
 
 
 @dataclass(slots=True)
@@ -234,78 +170,6 @@ def _retry_after(response: aiohttp.ClientResponse) -> float | None:
         return max(0.0, float(response.headers.get("retry-after", "")))
     except ValueError:
         return None
-
-
-def require_registered(response_model: type[BaseModel]) -> None:
-    """Refuse a response model not declared with ``@response_model`` (its schema was never linted).
-
-    Raises:
-        UnregisteredResponseModelError: a programming error, raised before any call is made.
-    """
-    if not is_registered(response_model):
-        raise UnregisteredResponseModelError(
-            f"{response_model.__qualname__} is not a registered response model: "
-            "declare it with @streams.llm.lint.response_model"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerRejected:
-    """Why a finished generation is not an answer (see :func:`judge_answer`).
-
-    Attributes:
-        kind: ``TRUNCATED`` or ``INVALID_OUTPUT``.
-        detail: operator detail; never the answer text.
-    """
-
-    kind: FailureKind
-    detail: str
-
-
-def judge_text(content: Any, finish_reason: Any) -> str | AnswerRejected:
-    """The rule for a free-text answer: a string that ended with ``stop`` or at the budget."""
-    if finish_reason not in ("stop", "length"):
-        return AnswerRejected(FailureKind.INVALID_OUTPUT, f"finish_reason={finish_reason!r}, expected 'stop'")
-    if not isinstance(content, str) or not content.strip():
-        return AnswerRejected(FailureKind.INVALID_OUTPUT, "answer content is not a non-empty string")
-    return content
-
-
-def judge_answer(
-    content: Any, finish_reason: Any, response_model: type[M], call_type: CallType
-) -> M | AnswerRejected:
-    """The one rule for accepting a generation, shared by every backend (HTTP client, in-process vLLM).
-
-    A generation that ended at the token budget (``finish_reason == "length"``) is TRUNCATED; one that
-    ended any other way than ``stop``, or whose text does not validate against ``response_model``, is
-    INVALID_OUTPUT. Nothing is repaired or partially accepted.
-
-    Args:
-        content: the generated text.
-        finish_reason: the engine's finish reason.
-        response_model: the model the text must validate against.
-        call_type: the call type (its budget is named in the detail).
-
-    Returns:
-        The validated model instance, or why the generation was rejected.
-    """
-    if finish_reason == "length":
-        return AnswerRejected(
-            FailureKind.TRUNCATED,
-            f"finish_reason=length: the answer hit max_tokens={CALL_PROFILES[call_type].max_tokens}",
-        )
-    if finish_reason != "stop":
-        return AnswerRejected(FailureKind.INVALID_OUTPUT, f"finish_reason={finish_reason!r}, expected 'stop'")
-    if not isinstance(content, str):
-        return AnswerRejected(FailureKind.INVALID_OUTPUT, "answer content is not a string")
-    try:
-        return response_model.model_validate_json(content)
-    except ValidationError as exc:
-        problems = ", ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '/'}:{err['type']}" for err in exc.errors()[:5]
-        )
-        detail = f"answer does not validate against {response_model.__name__}: {problems}"
-        return AnswerRejected(FailureKind.INVALID_OUTPUT, detail)
 
 
 class LlmClient:
@@ -515,25 +379,17 @@ class LlmClient:
         role = CALL_PROFILES[call_type].role
         endpoint = self._endpoints.get(role)
         if endpoint is None:
-            return self._failed(
-                FailureKind.DISABLED,
-                role,
-                call_type,
-                None,
-                0,
-                0.0,
-                f"no LLM server for role {role}: set {enabling_variables(role)}",
-            )
+            detail = f"no LLM server for role {role}: set {enabling_variables(role)}"
+            return AttemptContext(call_type, None, 0, 0.0).failed(FailureKind.DISABLED, detail)
         server = self._servers[endpoint.base_url]
         body = self.encoded_body(call_type, response_model, messages, endpoint.model)
         async with server.slots.slot():
-            return await self._call_with_retries(server, endpoint, role, call_type, response_model, body)
+            return await self._call_with_retries(server, endpoint, call_type, response_model, body)
 
     async def _call_with_retries(
         self,
         server: _Server,
         endpoint: Endpoint,
-        role: Role,
         call_type: CallType,
         response_model: type[M] | None,
         body: bytes,
@@ -542,37 +398,23 @@ class LlmClient:
         attempts = 0
         while True:
             if not server.breaker.allow():
-                return self._failed(
-                    FailureKind.CIRCUIT_OPEN,
-                    role,
-                    call_type,
-                    server.base_url,
-                    attempts,
-                    self._clock() - started,
+                context = AttemptContext(call_type, server.base_url, attempts, self._clock() - started)
+                detail = (
                     f"circuit open for {server.base_url} after repeated failures; "
-                    f"next probe within {self._policy.breaker_reset_s:g} s",
+                    f"next probe within {self._policy.breaker_reset_s:g} s"
                 )
+                return context.failed(FailureKind.CIRCUIT_OPEN, detail)
             attempts += 1
             outcome = await self._attempt(server, body)
-            elapsed = self._clock() - started
+            context = AttemptContext(call_type, server.base_url, attempts, self._clock() - started)
             if isinstance(outcome, _Final):
-                return self._failed(
-                    outcome.kind, role, call_type, server.base_url, attempts, elapsed, outcome.detail
-                )
+                return context.failed(outcome.kind, outcome.detail)
             if isinstance(outcome, _Transient):
                 if attempts > self._policy.max_retries:
-                    return self._failed(
-                        outcome.kind,
-                        role,
-                        call_type,
-                        server.base_url,
-                        attempts,
-                        elapsed,
-                        f"{outcome.detail} (after {attempts} attempts)",
-                    )
+                    return context.failed(outcome.kind, f"{outcome.detail} (after {attempts} attempts)")
                 await self._sleep(self._backoff(attempts, outcome.retry_after_s))
                 continue
-            return self._parse(outcome, response_model, endpoint, role, call_type, attempts, elapsed)
+            return self._answer(outcome, response_model, endpoint, context)
 
     async def _attempt(self, server: _Server, body: bytes) -> dict[str, Any] | _Transient | _Final:
         """Send one request; judge the server for the breaker; classify the outcome."""
@@ -618,69 +460,27 @@ class LlmClient:
             delay = max(delay, min(retry_after_s, self._policy.backoff_max_s))
         return delay
 
-    def _parse(
-        self,
+    @staticmethod
+    def _answer(
         envelope: dict[str, Any],
         response_model: type[M] | None,
         endpoint: Endpoint,
-        role: Role,
-        call_type: CallType,
-        attempts: int,
-        elapsed: float,
+        context: AttemptContext,
     ) -> LlmOk[Any] | LlmFailed:
-        try:
-            choice = envelope["choices"][0]
-            finish_reason = choice.get("finish_reason")
-            content = choice["message"]["content"]
-        except (KeyError, IndexError, TypeError, AttributeError):
-            return self._failed(
-                FailureKind.INVALID_OUTPUT,
-                role,
-                call_type,
-                endpoint.base_url,
-                attempts,
-                elapsed,
-                "answer envelope has no choices[0].message.content",
-            )
-        judged: Any = (
-            judge_text(content, finish_reason)
-            if response_model is None
-            else judge_answer(content, finish_reason, response_model, call_type)
-        )
+        """The call's result from the server's answer, judged by the one rule (:mod:`streams.llm.judge`)."""
+        judged = judge_completion(envelope, response_model, context.call_type)
         if isinstance(judged, AnswerRejected):
-            return self._failed(
-                judged.kind, role, call_type, endpoint.base_url, attempts, elapsed, judged.detail
-            )
+            return context.failed(judged.kind, judged.detail)
         usage = envelope.get("usage") if isinstance(envelope.get("usage"), dict) else {}
         return LlmOk(
             value=judged,
-            call_type=call_type,
+            call_type=context.call_type,
             server=endpoint.base_url,
             model=endpoint.model,
-            attempts=attempts,
-            latency_s=elapsed,
+            attempts=context.attempts,
+            latency_s=context.latency_s,
             prompt_tokens=usage.get("prompt_tokens"),
             completion_tokens=usage.get("completion_tokens"),
-        )
-
-    @staticmethod
-    def _failed(
-        kind: FailureKind,
-        role: Role,
-        call_type: CallType,
-        server: str | None,
-        attempts: int,
-        elapsed: float,
-        detail: str,
-    ) -> LlmFailed:
-        return LlmFailed(
-            kind=kind,
-            message=clinician_message(kind, role),
-            operator_detail=detail,
-            call_type=call_type,
-            server=server,
-            attempts=attempts,
-            latency_s=elapsed,
         )
 
 

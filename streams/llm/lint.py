@@ -24,8 +24,8 @@ relation label) are not prose: a label after its span (entity, then category) is
 does not drift. The 120-character line is this project's choice; the sources give no number.
 
 Every response model is declared with :func:`response_model`, which lints it at class definition
-(a bad schema fails at import, in every test run) and registers it; the client refuses unregistered
-models, so no call can bypass the rule.
+(a bad schema fails at import, in every test run) and registers it; every backend refuses an
+unregistered model before the call (:func:`require_registered`), so no call can bypass the rule.
 """
 
 from __future__ import annotations
@@ -46,6 +46,10 @@ _REGISTRY: dict[str, type[BaseModel]] = {}
 
 class SchemaLintError(TypeError):
     """A response model breaks the schema rules; the message lists every issue and how to fix it."""
+
+
+class UnregisteredResponseModelError(TypeError):
+    """A call named a response model not declared with :func:`response_model` (so never linted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +246,19 @@ def response_model(model: M) -> M:
 def is_registered(model: type[BaseModel]) -> bool:
     """Whether ``model`` was declared with :func:`response_model`."""
     return _REGISTRY.get(model.__name__) is model
+
+
+def require_registered(model: type[BaseModel]) -> None:
+    """Refuse a response model not declared with :func:`response_model` (its schema was never linted).
+
+    Raises:
+        UnregisteredResponseModelError: a programming error, raised before any call is made.
+    """
+    if not is_registered(model):
+        raise UnregisteredResponseModelError(
+            f"{model.__qualname__} is not a registered response model: "
+            "declare it with @streams.llm.lint.response_model"
+        )
 
 
 def registered_models() -> tuple[type[BaseModel], ...]:

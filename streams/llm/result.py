@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Generic, TypeVar
 
-from streams.llm.calls import CallType, Role
+from streams.llm.calls import CALL_PROFILES, CallType, Role
 
 T = TypeVar("T")
 
@@ -128,3 +128,41 @@ class LlmFailed:
 
 
 LlmResult = LlmOk[T] | LlmFailed
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptContext:
+    """Where a call stands after its latest attempt: everything a result reports besides the outcome.
+
+    Built once per attempt (and once for a call that makes none), so a failure is reported from one
+    value, :meth:`failed`, the same way by every backend.
+
+    Attributes:
+        call_type: the call type (its profile names the role whose label the message uses).
+        server: base URL of the server (``"in-process"`` for the in-process engine), None when the role
+            is off.
+        attempts: attempts made so far (0 when none was: disabled, or the circuit open at the first).
+        latency_s: wall time since the first attempt, excluding queueing for a slot.
+    """
+
+    call_type: CallType
+    server: str | None
+    attempts: int
+    latency_s: float
+
+    def failed(self, kind: FailureKind, detail: str) -> LlmFailed:
+        """The call failed with ``kind``: its result, with the clinician-safe message of its role.
+
+        Args:
+            kind: why.
+            detail: what an operator needs; never the model's output text.
+        """
+        return LlmFailed(
+            kind=kind,
+            message=clinician_message(kind, CALL_PROFILES[self.call_type].role),
+            operator_detail=detail,
+            call_type=self.call_type,
+            server=self.server,
+            attempts=self.attempts,
+            latency_s=self.latency_s,
+        )

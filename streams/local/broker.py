@@ -37,6 +37,11 @@ Choices:
   kill and status work by pid as for a native broker, from any process; the engine removes the
   container when the JVM ends. Ryuk (testcontainers' reaper) is off, its image comes from a registry;
   ``make test`` stops the engine and every container at the end.
+
+Size: one broker's life, kept whole. Ports, generated properties, the JVM or its container,
+readiness and stopping by handle or by pid keep the directory layout above together; the SASL variant
+(:func:`sasl_local_kafka`) is the same :class:`LocalKafka` given properties and credentials, and
+:mod:`streams.local.cluster` runs several of them as one cluster.
 """
 
 from __future__ import annotations

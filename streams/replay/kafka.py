@@ -5,10 +5,10 @@ This is the engine of ``clingate replay --via-kafka``: it produces the replay st
 ``clingate.dbpm.decisions`` and rebuilds the final memory from the memory table's changelog, in the
 same formats as the in-process replay.
 
-Order (the consistency model of :mod:`streams.worker.dbpm`). The stream is cut into runs of consecutive
+Order (the consistency model of :mod:`streams.worker.memory`). The stream is cut into runs of consecutive
 verdicts and runs of consecutive gate events. A verdict run is produced as is. Before a gate run,
 every verdict partition gets a watermark tick at the first gate's event time naming the run (every
-verdict before it is already produced, so the memory agents may advance to it), the candidates carry
+verdict before it is already produced, so the memory writers may advance to it), the candidates carry
 the ``clingate-barrier`` header naming the same run (their gates wait until every memory partition
 applied the run's tick, so a verdict of the same event-time second just before the run is waited for
 too), and the verdicts after the run are
@@ -43,9 +43,14 @@ hook returns (:class:`Pauses`). The chaos soak disrupts the app there, so each d
 its point whatever the relative speed of the publisher and the workers.
 
 Final state: the changelog of the memory table is read from the beginning, complete groups only,
-into one in-memory store per partition; :class:`~streams.worker.dbpm.MergedView` merges them and the
+into one in-memory store per partition; :class:`~streams.worker.gateview.MergedView` merges them and the
 engine's ``snapshot`` writes the contract's state document. ``as_of`` is the stream's last event
 time, as the contract defines it (the workers record only verdict times in the memory).
+
+Size: one protocol, kept whole. Cutting the stream into runs, the pauses, the transactional
+publication and its progress record, the waits for decisions and for the workers' commits, and the
+state read back all serve the order above and are checked against it together; the waits other code
+reuses (:func:`commit_end_offsets`, :class:`CommitWatcher`) are the lockstep's own, so they stay here.
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ from processors.dbpm.memory import Memory
 from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.serde import Serde
 from state.base import Store
-from state.memory import MemoryStore
+from state.ram import RamStore
 from streams.runtime.kafka_clients import (
     assign_at_ends,
     end_offset,
@@ -80,18 +85,18 @@ from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.transactions import Batch, TransactionalProducer
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
 from streams.worker.clinical import clinical_group
-from streams.worker.dbpm import (
+from streams.worker.gate import gate_group
+from streams.worker.gateview import MergedView
+from streams.worker.keys import (
     BARRIER_HEADER,
     MEMORY_INPUTS,
     REPLAYED_HEADER,
     TICK_HEADER,
     TICK_RUN_HEADER,
-    MergedView,
     memory_changelog,
     run_token,
     verdict_key,
 )
-from streams.worker.gate import gate_group
 from streams.worker.memory import memory_group
 from streams.worker.tablestore import ChangelogFollower
 from topics.admin import ensure_topics
@@ -189,8 +194,8 @@ class ReplayRun:
 
 def verdict_record(obj: dict[str, Any], engine: DBPMEngine, serde: Serde) -> ReplayRecord:
     """The ``clingate.dbpm.verdicts`` record of a verdict event (contract JSON object), keyed by
-    :func:`~streams.worker.dbpm.verdict_key` for the memory partition that owns its signature and
-    marked replayed (applied as given, :data:`~streams.worker.dbpm.REPLAYED_HEADER`)."""
+    :func:`~streams.worker.keys.verdict_key` for the memory partition that owns its signature and
+    marked replayed (applied as given, :data:`~streams.worker.keys.REPLAYED_HEADER`)."""
     return ReplayRecord(
         DBPM_VERDICTS, verdict_key(engine, parse_event(obj)),  # type: ignore[arg-type]
         serde.encode(Verdict.model_validate(_record(obj)), topic=DBPM_VERDICTS), _REPLAYED,
@@ -203,9 +208,9 @@ def replay_runs(
 ) -> Iterator[ReplayRun]:  # fmt: skip
     """The records of the replay publication, run by run (the order of the module docstring).
 
-    A verdict becomes a verdict record keyed by :func:`~streams.worker.dbpm.verdict_key`. A run of
+    A verdict becomes a verdict record keyed by :func:`~streams.worker.keys.verdict_key`. A run of
     gate events starts with one watermark tick per verdict partition at the run's first event time
-    (every verdict before it is published), naming the run (:func:`~streams.worker.dbpm.run_token`
+    (every verdict before it is published), naming the run (:func:`~streams.worker.keys.run_token`
     of ``replay``), followed by its candidates keyed by patient, each with the barrier header
     naming the same run: its gate waits until every partition applied that run's tick, so ties of
     event time with the verdicts just before the run are waited for too. Nothing here waits: the
@@ -709,12 +714,12 @@ def changelog_state(
     """
     followers: dict[int, ChangelogFollower] = {}
     for partition, key, value, offset in records:
-        follower = followers.setdefault(partition, ChangelogFollower(MemoryStore()))
+        follower = followers.setdefault(partition, ChangelogFollower(RamStore()))
         follower.add(key, value, offset)
     stores: list[Store] = [followers[p].store for p in sorted(followers)]
     if as_of is not None:
         # A one-record partition holding the stream's clock; the view takes the latest time.
-        stamp = MemoryStore()
+        stamp = RamStore()
         with stamp.transaction() as txn:
             Memory(txn, engine.config).set_clock(as_of, None)
         stores.append(stamp)

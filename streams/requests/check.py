@@ -31,7 +31,7 @@ nothing is produced). What holds for a request carried out:
   carried out only when the topic is the action's, the value decodes as that topic's schema (whose model
   checks what every such record holds: a review's correction names a type, a query decision gives its
   queries, an evidence review accepts a packet or says why not), the record is one the action publishes
-  (a pin verdict is a valid pin, :func:`streams.worker.dbpm.contract_event`, never a verdict of a
+  (a pin verdict is a valid pin, :func:`streams.worker.wire.contract_event`, never a verdict of a
   verifier or a rule), the person it names (the pin's operator, the reviewer, the pharmacist) is the
   requesting user and the id it carries (the pin's, the decision's, the review's) the request's, and the
   request is keyed as the record's topic keys it (a pin ``task|signature`` of its signature, so it lands
@@ -62,7 +62,8 @@ from schemas.dbpm import Verdict
 from schemas.docs import Review
 from schemas.registry import load_registry
 from schemas.serde import SchemaDecodeError, Serde
-from streams.worker.dbpm import contract_event, memory_key
+from streams.worker.keys import memory_key
+from streams.worker.wire import contract_event
 from topics.catalog import (
     AGENT_REQUESTS,
     CATALOG,

@@ -53,7 +53,7 @@ from streams.requests.check import (
     marks,
 )
 from streams.runtime.core import BatchCore, Output, Step
-from streams.runtime.dlq import PRODUCER_LIMITS, DecodeFailed, SourceRecord, decode_record
+from streams.runtime.dlq import PRODUCER_LIMITS, Rejected, SourceRecord, decode_record
 from streams.runtime.kafka_clients import partitions, producer_config, read_to_end, reader, watermark_offsets
 from streams.runtime.kafka_config import client_config
 from streams.runtime.logs import log_dead_letter
@@ -178,13 +178,13 @@ class RequestLoop:
         done = set(self._outcomes.done)
         carried: list[Carried] = []
         outcomes: list[ConsoleRequestOutcome] = []
-        failed: list[DecodeFailed] = []
+        failed: list[Rejected] = []
         read: dict[tuple[str, int], int] = {}
         for message in messages:
             record = SourceRecord.from_message(message)
             read[(record.topic, record.partition)] = record.offset + 1
             decoded = decode_record(self._serde, record, ConsoleRequest)
-            if isinstance(decoded, DecodeFailed):
+            if isinstance(decoded, Rejected):
                 failed.append(decoded)
                 continue
             request = decoded.value

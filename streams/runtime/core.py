@@ -2,7 +2,7 @@
 commit that in one transaction, then write local state and count.
 
 Every loop of a worker (the memory writer and the clinical patients, :mod:`streams.worker.tableloop`;
-the gate, :mod:`streams.worker.gate`) and of the LLM consumer groups (the generator, the verifier, the
+the gate, :mod:`streams.worker.gateloop`) and of the LLM consumer groups (the generator, the verifier, the
 arbiter and the clinician's agent, :mod:`streams.groups.ordered`) is one :class:`BatchCore` and the
 logic of its job. The core owns what is the same for all of them, written once:
 
@@ -75,7 +75,7 @@ from typing import Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from schemas.serde import Serde
-from streams.runtime.dlq import DecodeFailed, dead_letter_record
+from streams.runtime.dlq import Rejected, dead_letter_record
 from streams.runtime.kafka_clients import GroupOffsets, Key, consume_batch, positions, seek_owned
 from streams.runtime.metrics import LoopMetrics
 from streams.runtime.transactions import COMMIT_STEP_S, Batch, TransactionalProducer
@@ -141,7 +141,7 @@ class Step:
             job forgets what it kept of the step (it is made again).
     """
 
-    dead_letters: Sequence[DecodeFailed] = ()
+    dead_letters: Sequence[Rejected] = ()
     outputs: Sequence[Output] = ()
     state: Sequence[StateRecord] = ()
     offsets: Sequence[TopicPartition] = ()
@@ -249,7 +249,7 @@ class BatchCore:
         transactions: TransactionalProducer,
         serde: Serde,
         metrics: LoopMetrics,
-        on_dead_letter: Callable[[DecodeFailed], None] | None = None,
+        on_dead_letter: Callable[[Rejected], None] | None = None,
     ) -> None:
         self.name = name
         self.transactions = transactions

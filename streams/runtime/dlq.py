@@ -8,7 +8,7 @@ next record.
 Two layers, so the step is the same in every consumer loop and in the topology test driver:
 
 * :func:`decode_record` is pure: a client-neutral :class:`SourceRecord` (bytes and coordinates) in,
-  :class:`Decoded` or :class:`DecodeFailed` out, as data. Failures are values, not exceptions, so a
+  :class:`Decoded` or :class:`Rejected` out, as data. Failures are values, not exceptions, so a
   caller cannot forget one and a loop cannot crash past an offset.
 * :func:`dead_letter_record` (pure) builds the record to produce: topic, key, value, headers.
   :class:`DeadLetterRouter` produces it with a confluent-kafka producer and returns only once the
@@ -120,8 +120,10 @@ class Decoded(Generic[M]):
 
 
 @dataclass(frozen=True)
-class DecodeFailed:
-    """A record that did not decode, with everything its dead letter needs."""
+class Rejected:
+    """A record that goes, whole, to the dead-letter topic of its source, with everything its dead letter
+    needs: one that did not decode or validate (:func:`decode_record`), one whose processing raised
+    (:func:`processing_failed`) or one whose output its topic would refuse (:func:`oversized_output`)."""
 
     record: SourceRecord
     stage: Stage
@@ -162,9 +164,9 @@ class DecodeFailed:
         return [(HEADER_PREFIX + name, value.encode("utf-8")) for name, value in values.items()]
 
 
-def processing_failed(record: SourceRecord, error: Exception, expected_schema: str) -> DecodeFailed:
+def processing_failed(record: SourceRecord, error: Exception, expected_schema: str) -> Rejected:
     """The failure of a record on which processing raised ``error`` (stage ``process``)."""
-    return DecodeFailed(record, Stage.PROCESS, type(error).__name__, str(error), None, expected_schema)
+    return Rejected(record, Stage.PROCESS, type(error).__name__, str(error), None, expected_schema)
 
 
 @dataclass(frozen=True)
@@ -207,14 +209,14 @@ def oversized_output(
     value: bytes,
     headers: Sequence[tuple[str, bytes]],
     expected_schema: str,
-) -> DecodeFailed | None:
+) -> Rejected | None:
     """The dead letter of ``record`` (stage ``produce``, ``OutputTooLarge``) when its output to ``topic``
     does not :func:`fit <fits>` (the broker would refuse it on every retry); None when it does."""
     if fits(topic, key, value, headers):
         return None
     size, limit = record_size(key, value, headers), max_message_bytes(topic) - RECORD_OVERHEAD_BYTES
     reason = f"output of {size} bytes to {topic}, which admits {limit}"
-    return DecodeFailed(record, Stage.PRODUCE, "OutputTooLarge", reason, None, expected_schema)
+    return Rejected(record, Stage.PRODUCE, "OutputTooLarge", reason, None, expected_schema)
 
 
 def capped(reason: str) -> str:
@@ -224,7 +226,7 @@ def capped(reason: str) -> str:
     return f"{reason[:REASON_MAX_CHARS]}... ({len(reason) - REASON_MAX_CHARS} more characters)"
 
 
-def dead_letter_record(serde: Serde, failed: DecodeFailed, max_bytes: int | None = None) -> OutgoingRecord:
+def dead_letter_record(serde: Serde, failed: Rejected, max_bytes: int | None = None) -> OutgoingRecord:
     """The dead-letter record of ``failed``: to ``<source>.dlq``, original key, DeadLetter value, headers.
 
     Args:
@@ -293,7 +295,7 @@ def _with_cut(letter: DeadLetter, name: str, value: object, cut: Truncation) -> 
     return letter.model_copy(update={name: value, "truncations": (*letter.truncations, cut)})
 
 
-def decode_record(serde: Serde, record: SourceRecord, expected: type[M]) -> Decoded[M] | DecodeFailed:
+def decode_record(serde: Serde, record: SourceRecord, expected: type[M]) -> Decoded[M] | Rejected:
     """Decode a consumed record into ``expected`` or say why not; pure, never raises for bad bytes.
 
     Args:
@@ -302,7 +304,7 @@ def decode_record(serde: Serde, record: SourceRecord, expected: type[M]) -> Deco
         expected: the model the record's topic carries.
     """
     if record.value is None:
-        return DecodeFailed(
+        return Rejected(
             record,
             Stage.DECODE,
             "TombstoneError",
@@ -314,7 +316,7 @@ def decode_record(serde: Serde, record: SourceRecord, expected: type[M]) -> Deco
         value = serde.decode(record.value, expected, topic=record.topic)
     except SchemaDecodeError as exc:
         stage = Stage.VALIDATE if exc.reason in _VALIDATE_REASONS else Stage.DECODE
-        return DecodeFailed(record, stage, type(exc).__name__, str(exc), exc.reason, expected.avro_name)
+        return Rejected(record, stage, type(exc).__name__, str(exc), exc.reason, expected.avro_name)
     return Decoded(record, value)
 
 
@@ -337,7 +339,7 @@ class DeadLetterRouter:
         self._serde = serde
         self._timeout_s = timeout_s
 
-    def send(self, failed: DecodeFailed) -> None:
+    def send(self, failed: Rejected) -> None:
         """Produce ``failed`` to the dead-letter topic of its source and wait until it is acknowledged.
 
         Raises:
@@ -384,7 +386,7 @@ class DeadLetterRouter:
             DeadLetterDeliveryError: as :meth:`send`.
         """
         outcome = decode_record(self._serde, record, expected)
-        if isinstance(outcome, DecodeFailed):
+        if isinstance(outcome, Rejected):
             self.send(outcome)
             return None
         return outcome.value

@@ -64,7 +64,7 @@ def producer_config(bootstrap: str, **overrides: object) -> dict[str, object]:
     """librdkafka producer settings for every clingate client: idempotent, ``acks=all``, and Java's
     murmur2 partitioner (``murmur2_random``, :func:`topics.partitioner.partition_for`), so that "the
     partition of a key" means the same thing to every client: a verdict keyed by
-    :func:`streams.worker.dbpm.verdict_key` lands on the memory partition of its signature, a candidate
+    :func:`streams.worker.keys.verdict_key` lands on the memory partition of its signature, a candidate
     on its patient's. librdkafka's default (``consistent_random``, CRC32) would scatter them.
 
     Args:

@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # streams.runtime.dlq pulls in Kafka clients; every command imports this module
-    from streams.runtime.dlq import DecodeFailed
+    from streams.runtime.dlq import Rejected
 
 LogFormat = Literal["text", "json"]
 
@@ -112,7 +112,7 @@ def configure(level: str, fmt: LogFormat) -> None:
     root.setLevel(level.upper())
 
 
-def log_dead_letter(logger: logging.Logger, failed: DecodeFailed) -> None:
+def log_dead_letter(logger: logging.Logger, failed: Rejected) -> None:
     """Report a dead letter: coordinates and error type at WARNING, the reason at DEBUG only.
 
     The reason may quote the record (a validation error names the offending value), so it stays out of

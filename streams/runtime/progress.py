@@ -16,7 +16,7 @@ the same transactional id (the gate keeps its id in the worker's data directory)
 member's open transaction is otherwise aborted by the coordinator after its timeout
 (:data:`~streams.runtime.transactions.TRANSACTION_TIMEOUT_MS`), and ``read_committed`` readers wait
 for it meanwhile. A member frozen past its session timeout proves its membership before it commits
-(:class:`~streams.runtime.core.FreezeWatch`, as in the memory loop).
+(:class:`~streams.runtime.core.FreezeWatch`, as in the memory writer).
 
 The position is more than an offset because a loop may hold records back (the gate's NER-coverage
 join holds QA candidates for their narrative): ``resume`` is where reading starts again (the first

@@ -1,6 +1,6 @@
 """The browser tests' side of :mod:`streams.testing.browser`: one password for every test user, a test
 skipped (saying why) where Chromium or Playwright is absent, the request runtime that carries out what the
-console's people ask for, and the audit trail read back.
+console's people ask for, the audit trail read back, and a colour as the browser computes it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from streams.testing.browser import console_env, launch, running_console
 from streams.testing.worker import WorkerProcess
 from topics.catalog import CONSOLE_AUDIT, CONSOLE_REQUESTS
 
-__all__ = ["PASSWORD", "add_user", "audit_trail", "console_env", "launch", "request_runtime",
+__all__ = ["PASSWORD", "add_user", "audit_trail", "console_env", "launch", "request_runtime", "rgb",
            "running_console", "sign_in", "sync_playwright"]  # fmt: skip
 
 PASSWORD = "correct horse battery staple"
@@ -35,6 +35,12 @@ def sync_playwright() -> Callable[[], Any]:
         return browser.sync_playwright()
     except browser.BrowserUnavailable as reason:
         pytest.skip(str(reason))
+
+
+def rgb(colour: str) -> str:
+    """``#rrggbb`` as a browser's computed style writes it: what a drawn mark's colour is compared with."""
+    red, green, blue = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({red}, {green}, {blue})"
 
 
 def add_user(env: Mapping[str, str], name: str, role: str) -> None:

@@ -47,7 +47,8 @@ paper's production run, so that the memory sees the same kind of traffic it woul
 
 Everything else is drawn from one ``random.Random(seed)``, patient by patient, so a stream is a pure
 function of (``n_events``, :class:`StreamShape`) and a shorter stream is a prefix of a longer one.
-The vocabulary is our own; the six violating type-triples are the paper's (§6.2).
+The vocabulary (:mod:`streams.testing.dbpm_vocabulary`) is our own; the six violating type-triples are
+the paper's (§6.2).
 
 **Patient attributes** (:func:`generate_patients`, for the stratified cohort of §5.1): the document
 length is the length of the patient's synthetic narrative, so it grows with the entities the patient
@@ -72,6 +73,22 @@ from typing import Any
 from processors.dbpm.cohort import PatientAttributes
 from processors.dbpm.extraction import QA_TEMPLATES
 from processors.dbpm.qa_classifier import classify_qa_error
+from streams.testing.dbpm_vocabulary import (
+    ABSTENTION,
+    ADMISSIBLE,
+    COVERAGE,
+    HALLUCINATIONS,
+    JUNK_ENTITIES,
+    JUNK_WEIGHTS,
+    LABEL_PREFIXES,
+    LABEL_STEMS,
+    LABEL_SUFFIXES,
+    MODIFIERS,
+    POOL_SIZE,
+    TERMS,
+    VIOLATION_WEIGHTS,
+    VIOLATIONS,
+)
 
 StreamEvent = dict[str, Any]
 """One event of the replay-stream contract (a JSON object: ``kind``, ``ts``, ``task``, ``payload``, ...)."""
@@ -104,242 +121,8 @@ class StreamShape:
     qa_parse_failure_rate: float = 0.0
 
 
-# --- vocabulary -------------------------------------------------------------------------------
-
-_TERMS: dict[str, tuple[str, ...]] = {
-    "Diagnosis": (
-        "community-acquired pneumonia",
-        "septic shock",
-        "pulmonary embolism",
-        "acute kidney injury",
-        "heart failure",
-        "hypothyroidism",
-        "sarcoidosis",
-        "lupus nephritis",
-        "infective endocarditis",
-        "pancreatitis",
-        "appendicitis",
-        "cholangitis",
-        "bacterial meningitis",
-        "ischemic stroke",
-        "myocarditis",
-        "cirrhosis",
-        "diffuse large b-cell lymphoma",
-        "cutaneous melanoma",
-        "miliary tuberculosis",
-        "takotsubo cardiomyopathy",
-        "guillain-barre syndrome",
-        "aortic dissection",
-    ),
-    "Symptoms": (
-        "dyspnea",
-        "pleuritic chest pain",
-        "hemoptysis",
-        "vomiting",
-        "watery diarrhea",
-        "syncope",
-        "palpitations",
-        "weight loss",
-        "night sweats",
-        "abdominal pain",
-        "jaundice",
-        "pruritus",
-        "arthralgia",
-        "myalgia",
-        "confusion",
-        "seizures",
-        "fatigue",
-        "ankle edema",
-        "dry cough",
-        "fever",
-    ),
-    "Tests": (
-        "ct angiography",
-        "lumbar puncture",
-        "blood cultures",
-        "d-dimer",
-        "serum ferritin",
-        "c-reactive protein",
-        "procalcitonin",
-        "transthoracic echocardiogram",
-        "mri of the brain",
-        "chest radiograph",
-        "liver biopsy",
-        "urinalysis",
-        "serum lactate",
-        "bone marrow aspirate",
-        "electrocardiogram",
-    ),
-    "Treatment": (
-        "piperacillin-tazobactam",
-        "vancomycin",
-        "dexamethasone",
-        "rituximab",
-        "enoxaparin",
-        "furosemide",
-        "insulin glargine",
-        "levothyroxine",
-        "laparoscopic cholecystectomy",
-        "hemodialysis",
-        "mechanical ventilation",
-        "ceftriaxone",
-        "acyclovir",
-        "prednisolone",
-        "amiodarone",
-    ),
-    "History": (
-        "prior myocardial infarction",
-        "childhood asthma",
-        "previous splenectomy",
-        "renal transplant",
-        "hepatitis c infection",
-        "treated breast cancer",
-        "gestational diabetes",
-        "atrial fibrillation",
-    ),
-    "Risk_Factor": (
-        "tobacco smoking",
-        "obesity",
-        "heavy alcohol use",
-        "injection drug use",
-        "hypertension",
-        "family history of colon cancer",
-        "immunosuppression",
-        "sedentary lifestyle",
-    ),
-    "Observation": (
-        "hepatomegaly",
-        "splenomegaly",
-        "bibasal crackles",
-        "systolic murmur",
-        "petechiae",
-        "cervical lymphadenopathy",
-        "ascites",
-    ),
-    "Outcome_ClinicalStatus": ("full recovery", "persistent neurological deficit", "complete remission"),
-    "Outcome_Disposition": ("discharged home", "transferred to rehabilitation", "admitted to intensive care"),
-}
-
-_MODIFIERS: dict[str, tuple[str, ...]] = {
-    "Diagnosis": ("acute", "chronic", "severe", "recurrent", "suspected", "complicated"),
-    "Symptoms": ("progressive", "intermittent", "severe", "mild", "new-onset", "nocturnal"),
-    "Observation": ("marked", "mild", "bilateral", "tender"),
-}
-
-# Probability that a patient's NER output covers each category (the paper's saturated, mid and
-# sparse coverage regimes of Table 8).
-_COVERAGE: dict[str, float] = {
-    "Diagnosis": 0.96,
-    "Symptoms": 0.97,
-    "Tests": 0.95,
-    "Treatment": 0.97,
-    "History": 0.45,
-    "Risk_Factor": 0.5,
-    "Observation": 0.1,
-    "Outcome_ClinicalStatus": 0.05,
-    "Outcome_Disposition": 0.03,
-}
-
-_POOL_SIZE: dict[str, tuple[int, int]] = {
-    "Diagnosis": (2, 4),
-    "Symptoms": (4, 8),
-    "Tests": (4, 9),
-    "Treatment": (3, 7),
-    "History": (1, 3),
-    "Risk_Factor": (1, 3),
-    "Observation": (1, 3),
-    "Outcome_ClinicalStatus": (1, 1),
-    "Outcome_Disposition": (1, 1),
-}
-"""Distinct entities a covered category contributes to a patient (NER candidates draw from them)."""
-
-_JUNK_ENTITIES = (
-    "patient",
-    "the patient",
-    "unknown",
-    "none",
-    "normal",
-    "history",
-    "today",
-    "left",
-    "mg",
-    "workup",
-)
-"""Non-entities an extractor emits and the verifier rejects: the concentrated NER fail stream."""
-
-_JUNK_WEIGHTS = tuple(1.0 / (rank + 1) for rank in range(len(_JUNK_ENTITIES)))
-
-_ADMISSIBLE: dict[tuple[str, str], tuple[str, ...]] = {
-    ("Treatment", "Diagnosis"): ("TREATS", "PREVENTS"),
-    ("Treatment", "Symptoms"): ("TREATS", "ALLEVIATES"),
-    ("Tests", "Diagnosis"): ("REVEALS", "CONFIRMS", "RULES_OUT"),
-    ("Symptoms", "Diagnosis"): ("INDICATES", "SUGGESTS"),
-    ("Risk_Factor", "Diagnosis"): ("INCREASES_RISK_OF",),
-    ("History", "Diagnosis"): ("HISTORY_OF", "PRECEDES"),
-    ("Diagnosis", "Diagnosis"): ("COMPLICATED_BY", "CAUSES"),
-    ("Treatment", "Tests"): ("GUIDED_BY", "NECESSITATES"),
-}
-"""Type pairs and relation labels the public DBPM ontology admits (accepted relations use these)."""
-
-_VIOLATIONS: tuple[tuple[str, str, str], ...] = (
-    ("Tests", "ASSOCIATED_WITH", "Diagnosis"),
-    ("Symptoms", "MANIFESTS", "Diagnosis"),
-    ("Symptoms", "CAUSES", "Diagnosis"),
-    ("Treatment", "PREVENTS", "Symptoms"),
-    ("History", "ASSOCIATED_WITH", "Diagnosis"),
-    ("Diagnosis", "ASSOCIATED_WITH", "History"),
-)
-"""The six ontology-violating type-triples of §6.2, most frequent first."""
-
-_VIOLATION_WEIGHTS = (0.3, 0.22, 0.18, 0.12, 0.1, 0.08)
-
-_LABEL_STEMS = (
-    "TREATS",
-    "CAUSES",
-    "REVEALS",
-    "INDICATES",
-    "PRECEDES",
-    "FOLLOWS",
-    "COMPLICATES",
-    "MIMICS",
-    "TRIGGERS",
-    "RESOLVES",
-    "MONITORED",
-    "EVALUATED",
-    "DETECTED",
-    "ATTRIBUTED",
-    "RESPONDS",
-    "REQUIRES",
-    "PROMPTED",
-    "SUPPORTS",
-    "EXCLUDES",
-    "DIFFERENTIAL",
-    "SECONDARY",
-    "CO_OCCURS",
-    "WORSENED",
-    "IMPROVED",
-    "ADMINISTERED",
-    "DISCONTINUED",
-    "SHOWS",
-    "CONSISTENT",
-    "ASSOCIATED",
-    "LINKED",
-)
-_LABEL_PREFIXES = ("", "", "MAY_", "LIKELY_", "POSSIBLY_", "NOT_", "WAS_", "IS_", "SUBSEQUENTLY_", "PARTLY_")
-_LABEL_SUFFIXES = ("", "_WITH", "_FOR", "_DURING", "_IN", "_BY", "_AFTER", "_TO", "#")
-
 _QA_TEMPLATES = QA_TEMPLATES
 """The eleven QAR categories (§4.8), shared with the generator (:mod:`processors.dbpm.extraction`)."""
-
-_ABSTENTION = "not documented in the narrative"
-_HALLUCINATIONS = (
-    "tumour lysis syndrome",
-    "anaphylaxis to penicillin",
-    "hyperkalaemia",
-    "stevens-johnson syndrome",
-    "death from multiorgan failure",
-    "clostridioides difficile colitis",
-)
 
 
 # --- generation -------------------------------------------------------------------------------
@@ -381,10 +164,10 @@ def _entity_text(rng: random.Random, category: str) -> str:
     numbers stay below 61 so the QA over-specification (61-99 months, :meth:`_Patient._answer`)
     never meets an equal unitless number in the narrative.
     """
-    term = rng.choice(_TERMS[category])
+    term = rng.choice(TERMS[category])
     roll = rng.random()
-    if category in _MODIFIERS and roll < 0.3:
-        term = f"{rng.choice(_MODIFIERS[category])} {term}"
+    if category in MODIFIERS and roll < 0.3:
+        term = f"{rng.choice(MODIFIERS[category])} {term}"
     if category == "Diagnosis" and roll > 0.5:
         return f"{term} on day {rng.randint(1, 60)}"
     if category == "Symptoms" and roll > 0.3:
@@ -399,10 +182,10 @@ def _entity_text(rng: random.Random, category: str) -> str:
 
 
 def _relation_label(rng: random.Random) -> str:
-    suffix = rng.choice(_LABEL_SUFFIXES)
+    suffix = rng.choice(LABEL_SUFFIXES)
     if suffix == "#":
         suffix = f"_{rng.randint(1, 99_999)}"
-    label = f"{rng.choice(_LABEL_PREFIXES)}{rng.choice(_LABEL_STEMS)}{suffix}"
+    label = f"{rng.choice(LABEL_PREFIXES)}{rng.choice(LABEL_STEMS)}{suffix}"
     spelling = rng.random()
     if spelling < 0.1:
         return label.lower()
@@ -448,12 +231,12 @@ class _Patient:
         self.index = index
         self.timeline = _Timeline(shape, index)
         self.pool: dict[str, list[_Entity]] = {}
-        for category, probability in _COVERAGE.items():
+        for category, probability in COVERAGE.items():
             if rng.random() < probability:
-                low, high = _POOL_SIZE[category]
+                low, high = POOL_SIZE[category]
                 texts = {_entity_text(rng, category) for _ in range(rng.randint(low, high))}
                 self.pool[category] = [_Entity(text, category) for text in sorted(texts)]
-        negated = rng.sample([t for t in _TERMS["Symptoms"] if not self._mentions(t)], 2)
+        negated = rng.sample([t for t in TERMS["Symptoms"] if not self._mentions(t)], 2)
         sentences = [f"{e.text.capitalize()}." for entities in self.pool.values() for e in entities]
         sentences += [f"No {symptom}." for symptom in negated]
         self.narrative = " ".join(sentences)
@@ -475,7 +258,7 @@ class _Patient:
 
     def _of(self, category: str) -> _Entity:
         entities = self.pool.get(category)
-        return self.rng.choice(entities) if entities else _Entity(self.rng.choice(_TERMS[category]), category)
+        return self.rng.choice(entities) if entities else _Entity(self.rng.choice(TERMS[category]), category)
 
     def events(self) -> Iterator[dict[str, Any]]:
         yield from self._ner()
@@ -493,7 +276,7 @@ class _Patient:
             roll = rng.random()
             if roll < shape.ner_fail_rate or not entities:
                 category = rng.choice(("Diagnosis", "Symptoms", "History", "Tests"))
-                entity = _Entity(rng.choices(_JUNK_ENTITIES, _JUNK_WEIGHTS)[0], category)
+                entity = _Entity(rng.choices(JUNK_ENTITIES, JUNK_WEIGHTS)[0], category)
                 verdict = "hard_fail"
             else:
                 entity = rng.choice(entities)
@@ -509,14 +292,14 @@ class _Patient:
 
     def _re(self) -> Iterator[dict[str, Any]]:
         rng, shape = self.rng, self.shape
-        pairs = sorted(_ADMISSIBLE)
+        pairs = sorted(ADMISSIBLE)
         entities = self._entities() or [self._of("Diagnosis")]
         n = rng.randint(*shape.re_per_patient)
         for k, (gate_ts, verdict_ts) in enumerate(self.timeline.stage("re", n)):
             roll = rng.random()
             source = "verifier_mmed"
             if roll < shape.re_ontology_rate:
-                head_type, relation, tail_type = rng.choices(_VIOLATIONS, _VIOLATION_WEIGHTS)[0]
+                head_type, relation, tail_type = rng.choices(VIOLATIONS, VIOLATION_WEIGHTS)[0]
                 head, tail = self._of(head_type), self._of(tail_type)
                 verdict, source = "hard_fail", "rule_based"
             elif roll < shape.re_ontology_rate + self.re_fail_rate:
@@ -525,7 +308,7 @@ class _Patient:
             else:
                 head_type, tail_type = rng.choice(pairs)
                 head, tail = self._of(head_type), self._of(tail_type)
-                relation = rng.choice(_ADMISSIBLE[(head_type, tail_type)])
+                relation = rng.choice(ADMISSIBLE[(head_type, tail_type)])
                 soft = roll < shape.re_ontology_rate + self.re_fail_rate + shape.re_soft_rate
                 verdict = "soft_downgrade" if soft else "success"
             payload = {
@@ -544,7 +327,7 @@ class _Patient:
         rng = self.rng
         grounded = self.pool.get(bucket, []) if bucket else []
         if not grounded:
-            return rng.choice(_HALLUCINATIONS) if fails and rng.random() < 0.5 else _ABSTENTION
+            return rng.choice(HALLUCINATIONS) if fails and rng.random() < 0.5 else ABSTENTION
         texts = [e.text for e in grounded[:3]]
         if not fails:
             return ", ".join(texts)
@@ -553,7 +336,7 @@ class _Patient:
             return f"no {texts[0]}" if rng.random() < 0.5 else rng.choice(self.negated_symptoms)
         if mode < 0.7:
             return f"{', '.join(texts)} for {rng.randint(61, 99)} months"
-        return rng.choice(_HALLUCINATIONS)
+        return rng.choice(HALLUCINATIONS)
 
     def _qa(self) -> Iterator[dict[str, Any]]:
         rng, shape = self.rng, self.shape

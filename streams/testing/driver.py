@@ -2,13 +2,14 @@
 
 The role Kafka Streams' ``TopologyTestDriver`` plays for a Streams topology. A test pipes records into
 catalog topics; every runtime subscribed to a topic processes them, and their outputs, dead letters
-and changelog groups land on in-memory topics the test reads back. Nothing runs in a thread and
-nothing reads the clock, so the same pipes give the same bytes on every run.
+and changelog groups land on in-memory topics (:mod:`streams.testing.driver_topics`) the test reads
+back. Nothing runs in a thread and nothing reads the clock, so the same pipes give the same bytes on
+every run.
 
 What is the deployed code, unchanged:
 
-* the logic of every runtime: :class:`~streams.worker.dbpm.MemoryHandler` (the memory writer),
-  :class:`~streams.worker.gate.GateSteps` (the gate loop, its NER-coverage join included, on the
+* the logic of every runtime: :class:`~streams.worker.memory.MemoryHandler` (the memory writer),
+  :class:`~streams.worker.gatesteps.GateSteps` (the gate loop, its NER-coverage join included, on the
   driver's own clock: :meth:`TopologyDriver.advance`), :class:`~streams.worker.clinical.ClinicalHandler`
   (the clinical patients), :class:`~streams.groups.arbiter.DocsWorker` (the arbiter group) and any
   :data:`~streams.groups.ordered.Handler` of an LLM group (:meth:`TopologyDriver.add_group`), run
@@ -20,7 +21,7 @@ What is the deployed code, unchanged:
   counts, :func:`topics.catalog.build_catalog`; Java's murmur2 partitioner,
   :func:`topics.partitioner.partition_for`), headers, and dead-letter routing
   (:func:`streams.runtime.dlq.dead_letter_record` to ``<topic>.dlq``);
-* the engines and flags of the settings (:func:`streams.worker.dbpm.dbpm_engine`,
+* the engines and flags of the settings (:func:`streams.worker.engine.dbpm_engine`,
   :func:`streams.worker.clinical.gate_flags`, the trap rules), and the tables' changelog format:
   every group a table handler returns goes to the table's changelog topic closed by its boundary and
   is applied whole (:class:`~streams.worker.tablestore.ChangelogFollower`), the way a restore and
@@ -47,9 +48,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry
@@ -64,13 +63,12 @@ from schemas.dbpm import GateDecision, Narrative
 from schemas.docs import ClassificationRequest
 from schemas.serde import Serde
 from schemas.wire import make_serde
-from state.base import Store
-from state.memory import MemoryStore
-from streams.groups.arbiter import DocsWorker, Packets
+from streams.groups.arbiter import DocsWorker
 from streams.groups.arbiter_calls import LlmCall
 from streams.groups.generator import GROUP as GENERATOR
 from streams.groups.generator import Generator
 from streams.groups.llm import MeteredLlm
+from streams.groups.metrics import DocsMetrics, LlmGroupMetrics
 from streams.groups.ordered import Handler, handle_record
 from streams.groups.verifier import GROUP as VERIFIER
 from streams.groups.verifier import Verifier
@@ -78,29 +76,29 @@ from streams.llm import LlmClient
 from streams.replay.kafka import KafkaReplayResult, changelog_state, decision_json, replay_runs
 from streams.runtime.core import Output
 from streams.runtime.dlq import (
-    DecodeFailed,
+    Rejected,
     SourceRecord,
     dead_letter_record,
-    decode_record,
     header_map,
-    record_limit,
-    record_size,
 )
-from streams.runtime.metrics import ClinicalMetrics, DbpmMetrics, DocsMetrics, LlmGroupMetrics
 from streams.runtime.settings import Settings
+from streams.testing.driver_topics import (
+    ChangelogTable,
+    DeadLetterRecord,
+    Topic,
+    TopicNarratives,
+    TopicPackets,
+)
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
 from streams.worker.clinical import ClinicalHandler, gate_flags, patients_changelog
-from streams.worker.dbpm import (
-    MEMORY_INPUTS,
-    MemoryHandler,
-    MergedView,
-    barrier_reached,
-    dbpm_engine,
-    memory_changelog,
-    min_watermark,
-)
-from streams.worker.gate import Gate, GateSteps, JudgedTracker
-from streams.worker.tablestore import ChangelogFollower, TableHandler, apply_batch
+from streams.worker.engine import dbpm_engine
+from streams.worker.gate import Gate
+from streams.worker.gatesteps import GateSteps
+from streams.worker.gateview import JudgedTracker, MergedView
+from streams.worker.keys import MEMORY_INPUTS, barrier_reached, memory_changelog, min_watermark
+from streams.worker.memory import MemoryHandler
+from streams.worker.metrics import ClinicalMetrics, DbpmMetrics
+from streams.worker.tablestore import TableHandler, apply_batch
 from topics.catalog import (
     DBPM_CANDIDATES,
     DBPM_DECISIONS,
@@ -114,176 +112,20 @@ from topics.catalog import (
     dlq_name,
     max_message_bytes,
 )
-from topics.partitioner import partition_for
 
 M = TypeVar("M", bound=AvroModel)
 
 DRIVER_APP_ID = "clingate-driver"
 """The application id the driver's workers have (it names their tables' changelog topics)."""
 
-DeadLettered = Callable[[DecodeFailed], None]
+DeadLettered = Callable[[Rejected], None]
 """Logs and counts a dead letter its runtime routes."""
-
-
-class RecordTooLargeError(ValueError):
-    """A record larger than its topic's ``max.message.bytes``: the broker would refuse it."""
-
-
-class Topic:
-    """One in-memory topic: partitions of records with offsets from 0, and the order they arrived in.
-
-    Args:
-        name: the topic's name.
-        partitions: its partition count.
-        max_bytes: its ``max.message.bytes`` (a record's key, value and headers must fit within
-            :func:`~streams.runtime.dlq.record_limit` of it, as the producers count them).
-    """
-
-    def __init__(self, name: str, partitions: int, max_bytes: int) -> None:
-        self.name = name
-        self.partitions: list[list[SourceRecord]] = [[] for _ in range(partitions)]
-        self.log: list[SourceRecord] = []
-        """Every record, in the order it was appended (each partition's records in offset order)."""
-        self._max_bytes = max_bytes
-
-    def append(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Sequence[tuple[str, bytes | None]] = (),
-        timestamp_ms: int | None = 0,
-        partition: int | None = None,
-    ) -> SourceRecord:
-        """Append one record at the end of its partition (the key's, unless ``partition`` is given).
-
-        Raises:
-            ValueError: neither a key nor a partition, or a partition the topic does not have.
-            RecordTooLargeError: the record exceeds the topic's ``max.message.bytes``.
-        """
-        if partition is None:
-            if key is not None:
-                partition = partition_for(key, len(self.partitions))
-            elif len(self.partitions) == 1:
-                partition = 0
-            else:
-                raise ValueError(f"{self.name}: a record without a key needs an explicit partition")
-        if not 0 <= partition < len(self.partitions):
-            raise ValueError(f"{self.name} has no partition {partition}")
-        size = record_size(key, value, headers)
-        if size > (limit := record_limit(self._max_bytes)):
-            raise RecordTooLargeError(f"{self.name}: a record of {size} bytes; the topic admits {limit}")
-        records = self.partitions[partition]
-        record = SourceRecord(self.name, partition, len(records), timestamp_ms, key, value, tuple(headers))
-        records.append(record)
-        self.log.append(record)
-        return record
-
-
-class ChangelogTable:
-    """A table of the workers' kind in memory: one store per partition, written only through its changelog.
-
-    :meth:`stage` appends a handler's group to the changelog topic, closed by its boundary, and applies
-    it as every reader of the changelog does (:class:`~streams.worker.tablestore.ChangelogFollower`,
-    whole groups). The broker acknowledges at once here, so the writer's staged writes and the durable
-    state are the same: what the handler reads is what a recovered worker would read.
-
-    Args:
-        changelog: the table's changelog topic (one partition per table partition).
-    """
-
-    def __init__(
-        self, changelog: Topic, observe: Callable[[int, bytes, bytes | None], None] | None = None
-    ) -> None:
-        self.changelog = changelog
-        self._followers = [ChangelogFollower(MemoryStore()) for _ in changelog.partitions]
-        self._observe = observe
-
-    def get(self, partition: int, key: bytes) -> bytes | None:
-        """The value of ``key`` in ``partition``, or None."""
-        return self._followers[partition].store.get(key)
-
-    def iter_range(self, partition: int, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-        """``(key, value)`` of ``partition`` in ``[start, end)``, ascending."""
-        return self._followers[partition].store.iter_range(start, end)
-
-    def stage(self, partition: int, group: Iterable[tuple[bytes, bytes | None]]) -> None:
-        """Write one group of ``partition`` (closed by its boundary) to the changelog and apply it."""
-        follower = self._followers[partition]
-        for key, value in group:
-            record = self.changelog.append(key, value, partition=partition)
-            follower.add(key, value, record.offset)
-            if self._observe is not None:
-                self._observe(partition, key, value)
-
-    def stores(self) -> list[Store]:
-        """Every partition's store, in partition order."""
-        return [follower.store for follower in self._followers]
-
-
-class TopicPackets(Packets):
-    """The review packets the docs worker reads, from the driver's compacted packet topic.
-
-    Args:
-        serde: the driver's serde.
-        topic: the driver's ``clingate.docs.review-packets``.
-    """
-
-    def __init__(self, serde: Serde, topic: Topic) -> None:
-        super().__init__(serde)
-        self._topic = topic
-        self._read = 0
-
-    def catch_up(self) -> None:
-        """Apply the packet records appended since the last catch-up."""
-        for record in self._topic.log[self._read :]:
-            self.apply(record)
-        self._read = len(self._topic.log)
-
-
-class TopicNarratives:
-    """The verifier's narrative source, over the driver's narratives topic (what its cache follows).
-
-    A candidate is produced after its narrative, so everything the verifier could wait for is in the
-    topic already; a narrative not found is missing for good, and the verifier dead-letters the
-    candidate (``NarrativeNotFound``) as it does after its wait.
-
-    Args:
-        serde: the driver's serde.
-        topic: the driver's ``clingate.dbpm.narratives``.
-    """
-
-    def __init__(self, serde: Serde, topic: Topic) -> None:
-        self._serde = serde
-        self._topic = topic
-        self._read = 0
-        self._texts: dict[tuple[str, datetime], str] = {}
-
-    async def get(self, patient_id: str, ts: datetime) -> str | None:
-        """The text of the narrative of ``(patient_id, ts)``, or None."""
-        for record in self._topic.log[self._read :]:
-            outcome = decode_record(self._serde, record, Narrative)
-            if not isinstance(outcome, DecodeFailed):  # the generator dead-letters it
-                self._texts[(outcome.value.patient_id, outcome.value.ts)] = outcome.value.text
-        self._read = len(self._topic.log)
-        return self._texts.get((patient_id, ts))
-
-
-@dataclass(frozen=True)
-class DeadLetterRecord:
-    """A record of a dead-letter topic, read back."""
-
-    letter: DeadLetter
-    """The decoded dead letter (original bytes, reason, stage, coordinates)."""
-    headers: dict[str, str]
-    """Its KIP-1034-style headers, without the prefix (:func:`streams.runtime.dlq.header_map`)."""
-    record: SourceRecord
-    """The dead-letter record itself."""
 
 
 class TopologyDriver:
     """clingate's runtimes over in-memory topics (module docstring).
 
-    Runs the worker's memory agent, gate and clinical agent, and the docs worker (rules only unless
+    Runs the worker's memory writer, gate and clinical agent, and the docs worker (rules only unless
     ``docs_call`` is given), configured from ``settings`` as ``clingate worker`` and ``clingate docs
     worker`` are; the generator and verifier groups join with :meth:`add_llm_groups`, any other
     group's handler with :meth:`add_group`. Use it as a context manager, or
@@ -565,7 +407,7 @@ class TopologyDriver:
     def _route(
         self,
         timestamp_ms: int | None,
-        items: Iterable[Output | DecodeFailed],
+        items: Iterable[Output | Rejected],
         dead_lettered: DeadLettered | None,
     ) -> None:
         """Produce a runtime's outputs and dead letters, in order, with the timestamp of their input."""
@@ -601,12 +443,12 @@ class TopologyDriver:
         self._gate_step([record], record.timestamp_ms)
 
     def _gate_step(self, records: Sequence[SourceRecord], timestamp_ms: int | None) -> bool:
-        """One step of the gate loop (:class:`~streams.worker.gate.GateSteps`, committed at once): what
+        """One step of the gate loop (:class:`~streams.worker.gatesteps.GateSteps`, committed at once): what
         ``records`` and the coverage join's releases at :attr:`clock` send; True if it sent anything."""
         steps = self.gate_steps
         batch = steps.decide(records, self.clock)
         steps.committed(steps.next_progress(), batch.decided)
-        items: list[Output | DecodeFailed] = [*batch.failed]
+        items: list[Output | Rejected] = [*batch.failed]
         items += [o for d in batch.decided for o in d.dispatches] + [
             o for d in batch.decided for o in d.outputs()
         ]

@@ -24,7 +24,7 @@ from processors.dbpm import DBPMEngine
 from processors.dbpm.config import NER
 from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.wire import make_serde
-from state.memory import MemoryStore
+from state.ram import RamStore
 from streams.local.broker import free_port
 from streams.local.process import SOURCE_ROOT, ProcessError, ProcessHandle, python_module
 from streams.replay.engine import replay_stream
@@ -32,7 +32,9 @@ from streams.runtime.kafka_clients import assign_at_ends, producer_config, reade
 from streams.runtime.settings import Settings
 from streams.testing.dbpm_stream import generate_events
 from streams.worker import READY
-from streams.worker.dbpm import contract_event, dbpm_engine, verdict_key
+from streams.worker.engine import dbpm_engine
+from streams.worker.keys import verdict_key
+from streams.worker.wire import contract_event
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
 
 #: Worker environment for an event-for-event comparison with the in-process engine. A SIGKILLed
@@ -177,7 +179,7 @@ def soak_stream(n_events: int, epoch: int, tag: str) -> list[dict[str, Any]]:
 
 def in_process(engine: DBPMEngine, events: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], object]:
     """Decisions (provenance fields included) and final state of the in-process engine on ``events``."""
-    store = MemoryStore()
+    store = RamStore()
     decisions = StringIO()
     replay_stream((json.dumps(e) for e in events), decisions, StringIO(), store, engine, provenance=True)
     txn = store.transaction()

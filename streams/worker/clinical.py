@@ -49,28 +49,22 @@ Choices:
   between topics there is none (the consumer interleaves the co-partitioned topics as it fetches
   them). A producer that needs a review assessed on a given state publishes the review after the
   updates' assessments are in.
-* **Retention** (:class:`PatientRetention`): a patient's state is deleted once no record of the
-  patient (update, review, deliverable) arrived for ``CLINGATE_CLINICAL_PATIENT_RETENTION_DAYS`` (365)
-  days of event time; the changelog then holds its tombstone, and compaction removes the key. Deleting
-  ``Patient/<id>`` only empties the resources (the reducer), so without this every patient ever seen
-  would cost a record for good. A returning patient is assessed as a new one, on what is published
-  from then on. Expiry runs before the first record at or after each hour of event time a partition
-  reaches, on that partition, walking an index ordered by last-seen time, so it costs the patients
-  removed and depends on the stream alone (not on batching or the wall clock).
+* **Retention** (:class:`~streams.worker.clinical_retention.PatientRetention`): a patient's state is
+  deleted once no record of the patient arrived for ``CLINGATE_CLINICAL_PATIENT_RETENTION_DAYS`` (365)
+  days of event time.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
-import struct
 import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 from pydantic_core import to_json
 
@@ -99,14 +93,16 @@ from schemas.wire import make_serde
 from streams.runtime.core import Output
 from streams.runtime.dlq import (
     RECORD_OVERHEAD_BYTES,
-    DecodeFailed,
+    Rejected,
     SourceRecord,
     decode_record,
     processing_failed,
 )
 from streams.runtime.logs import log_dead_letter
-from streams.runtime.metrics import ClinicalMetrics, DbpmMetrics
+from streams.runtime.metrics import LoopMetrics
 from streams.runtime.settings import Settings
+from streams.worker.clinical_retention import PatientRetention
+from streams.worker.metrics import ClinicalMetrics
 from streams.worker.tableloop import TableLoop, build_table_loop
 from streams.worker.tablestore import StagedPartition, TableBatch, table_changelog
 from topics.catalog import (
@@ -138,18 +134,6 @@ INPUTS: dict[str, type[AvroModel]] = {
     CLINICAL_DRAFTS: ClinicalDraft,
     CLINICAL_AUDIT_REPORTS: AuditReport,
 }
-#: Table key prefix of a patient's last-seen event time (value: 8-byte big-endian milliseconds).
-LAST_SEEN_PREFIX = b"\xfe\xfelast-seen|"
-#: Table key prefix of the retention index: ``prefix + last-seen ms (8 bytes, big-endian) + patient id``.
-SEEN_INDEX_PREFIX = b"\xfe\xfeseen|"
-#: Table key of the partition's retention clock: the latest event time it applied (8-byte ms).
-CLOCK_KEY = b"\xfe\xfeclock"
-#: Table key of the number of patients the partition holds (decimal).
-PATIENTS_KEY = b"\xfe\xfepatients"
-#: Spacing of the retention sweeps, in milliseconds of event time.
-RETENTION_STEP_MS = 3_600_000
-_MS = struct.Struct(">Q")
-
 ClinicalInput = PatientUpdate | AdversarialReview | Deliverable | RunEvent
 Published = ClinicalAssessment | SafetyAudit | GatedDraft | RevisionRoute | EvidenceRequest
 """What the clinical loop publishes."""
@@ -202,61 +186,6 @@ def fhir_input(update: FhirUpdate) -> tuple[PatientUpdate | None, list[str]]:
             ]
     changes = tuple(parsed.changes.get(update.patient_id, ()))
     return (PatientUpdate(patient_id=update.patient_id, changes=changes) if changes else None), errors
-
-
-class PatientRetention:
-    """Deletes the state of patients with no record for ``retention_ms`` of event time (module docstring).
-
-    Kept in the patient table itself, so it is restored and replicated with the states: per patient its
-    last-seen time and an index entry ordered by it; per partition its clock and its patient count.
-    """
-
-    def __init__(self, retention_ms: int, metrics: ClinicalMetrics) -> None:
-        self._retention_ms = retention_ms
-        self._metrics = metrics
-
-    def advance(self, table: StagedPartition, now_ms: int) -> list[bytes]:
-        """Move the partition's clock to ``now_ms``; at a new hour of event time, expire every patient last
-        seen before that hour minus the retention. Returns the keys of the patients deleted."""
-        raw = table.get(CLOCK_KEY)
-        clock = None if raw is None else _MS.unpack(raw)[0]
-        if clock is not None and now_ms <= clock:
-            return []
-        table.put(CLOCK_KEY, _MS.pack(now_ms))
-        step = math.floor(now_ms / RETENTION_STEP_MS)
-        if clock is not None and step <= math.floor(clock / RETENTION_STEP_MS):
-            return []
-        cutoff = step * RETENTION_STEP_MS - self._retention_ms
-        if cutoff <= 0:
-            return []
-        expired = table.keys(SEEN_INDEX_PREFIX, SEEN_INDEX_PREFIX + _MS.pack(cutoff))
-        patients = [entry[len(SEEN_INDEX_PREFIX) + _MS.size :] for entry in expired]
-        for entry, patient in zip(expired, patients, strict=True):
-            for key in (entry, LAST_SEEN_PREFIX + patient, patient):
-                table.put(key, None)
-        if expired:
-            self._count(table, -len(expired))
-            self._metrics.expired.inc(len(expired))
-        return patients
-
-    def seen(self, table: StagedPartition, patient: bytes, now_ms: int, new: bool) -> None:
-        """Record that ``patient`` (whose state the table holds; ``new``: from this record on) was seen at
-        ``now_ms`` (a record older than the last one leaves the time as it was)."""
-        last = table.get(LAST_SEEN_PREFIX + patient)
-        if last is not None:
-            previous = _MS.unpack(last)[0]
-            if now_ms <= previous:
-                return
-            table.put(SEEN_INDEX_PREFIX + last + patient, None)
-        table.put(LAST_SEEN_PREFIX + patient, _MS.pack(now_ms))
-        table.put(SEEN_INDEX_PREFIX + _MS.pack(now_ms) + patient, b"")
-        if new:
-            self._count(table, 1)
-
-    def _count(self, table: StagedPartition, delta: int) -> None:
-        count = int(table.get(PATIENTS_KEY) or b"0") + delta
-        table.put(PATIENTS_KEY, str(count).encode())
-        self._metrics.patients.labels(str(table.partition)).set(count)
 
 
 def json_growth(old: BaseModel, new: BaseModel) -> int:
@@ -354,7 +283,7 @@ class ClinicalHandler:
         decoded state and assessed on the parts of the patient's previous assessment
         (:func:`~processors.clinical.assess.process_event_reusing`)."""
         outputs: list[Output] = []
-        dead_letters: list[DecodeFailed] = []
+        dead_letters: list[Rejected] = []
         lights: Counter[str] = Counter()
         patients: dict[bytes, BatchPatient] = {}
         for record in records:
@@ -376,7 +305,7 @@ class ClinicalHandler:
 
     def _step(
         self, table: StagedPartition, record: SourceRecord, patients: dict[bytes, BatchPatient]
-    ) -> tuple[list[DecodeFailed], Change | None]:
+    ) -> tuple[list[Rejected], Change | None]:
         """One record through retention and the gates: its dead letters, and its patient's key and outputs
         (None: nothing to publish). A patient whose state the record leaves in the table is seen at its
         event time. ``patients`` holds the batch's patients so far (:class:`BatchPatient`); a patient
@@ -386,7 +315,7 @@ class ClinicalHandler:
         ``process``, the patient's state left as it was; so is a record after which the patient's state
         would not fit the table's changelog (stage ``produce``): the write would fail on every retry.
         """
-        failures: list[DecodeFailed] = []
+        failures: list[Rejected] = []
         try:
             decoded = self._decode(record, failures)
             if decoded is None:
@@ -414,7 +343,7 @@ class ClinicalHandler:
         if len(key) + size > STATE_MAX_BYTES:
             total, expected = len(key) + size, INPUTS[record.topic].avro_name
             reason = f"the patient's state would be {total} bytes; its table admits {STATE_MAX_BYTES}"
-            failed = DecodeFailed(record, Stage.PRODUCE, "StateTooLarge", reason, None, expected)
+            failed = Rejected(record, Stage.PRODUCE, "StateTooLarge", reason, None, expected)
             return [*failures, failed], None
         self._retention.seen(table, key, now_ms, new=patient.state is None)
         patient.state, patient.parts, patient.size, patient.changed = (
@@ -447,18 +376,18 @@ class ClinicalHandler:
         return Output(name, key, self._serde.encode(out, topic=name))
 
     def _decode(
-        self, record: SourceRecord, failures: list[DecodeFailed]
+        self, record: SourceRecord, failures: list[Rejected]
     ) -> tuple[ClinicalInput, datetime] | None:
         """The processor's event and its event time, or None; appends the record's dead letters to
         ``failures`` (a FHIR update with some invalid resources has one and still applies the rest)."""
         expected = INPUTS[record.topic]
         result = decode_record(self._serde, record, expected)
-        if isinstance(result, DecodeFailed):
+        if isinstance(result, Rejected):
             failures.append(result)
             return None
         value = result.value
         if record.key != value.patient_id.encode():
-            failures.append(DecodeFailed(
+            failures.append(Rejected(
                 record, Stage.VALIDATE, "KeyMismatch",
                 f"record key {record.key!r} is not the patient_id {value.patient_id!r}",
                 None, expected.avro_name,
@@ -467,13 +396,13 @@ class ClinicalHandler:
         if isinstance(value, FhirUpdate):
             update, errors = fhir_input(value)
             if errors:
-                failures.append(DecodeFailed(
+                failures.append(Rejected(
                     record, Stage.VALIDATE, "FhirInvalid", "; ".join(errors), None, expected.avro_name
                 ))  # fmt: skip
             return None if update is None else (update, value.ts)
         return value, value.event_time
 
-    def dead_lettered(self, failed: DecodeFailed) -> None:
+    def dead_lettered(self, failed: Rejected) -> None:
         """Log and count a dead letter the runtime routes."""
         log_dead_letter(log, failed)
         self._metrics.dead_letters.labels(failed.record.topic).inc()
@@ -489,16 +418,18 @@ def patients_changelog(app_id: str) -> str:
     return table_changelog(app_id, PATIENT_TABLE)
 
 
-def build_clinical(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> TableLoop:
+def build_clinical(
+    settings: Settings, bootstrap: str, registry: CollectorRegistry, loops: LoopMetrics
+) -> TableLoop:
     """The clinical loop of a worker (stores and transactional id under ``<worker datadir>/clinical``),
-    its metrics on the registry of the worker's ``metrics``."""
+    its metrics on the worker's ``registry``, its traffic on the worker's ``loops``."""
     serde = make_serde(settings.schema_registry_url)
-    clinical = ClinicalMetrics(metrics.registry)
+    clinical = ClinicalMetrics(registry)
     handler = ClinicalHandler(
         serde, default_knowledge(), gate_flags(settings), clinical, settings.clinical_patient_retention_days
     )
     app_id = settings.app_id
     return build_table_loop(
         settings, bootstrap, clinical_group(app_id), list(INPUTS), patients_changelog(app_id), handler, serde,
-        "clinical", metrics.loops,
+        "clinical", loops,
     )  # fmt: skip

@@ -1,7 +1,7 @@
 """A table writer as a confluent-kafka consumer group: one Kafka transaction per batch.
 
-A table handler (:class:`~streams.worker.tablestore.TableHandler`: the DBPM memory) decides what a
-batch of one partition's records means; this loop does the rest:
+A table handler (:class:`~streams.worker.tablestore.TableHandler`: the DBPM memory's, the clinical
+patients') decides what a batch of one partition's records means; this loop does the rest:
 
 * **Consume** a batch (up to :data:`~streams.runtime.core.BATCH_MAX` records) from the
   co-partitioned input topics with ``isolation.level=read_committed``; the range assignor hands
@@ -70,7 +70,7 @@ from confluent_kafka import (
 from schemas.serde import Serde
 from state.rocksdb import RocksDBStore
 from streams.runtime.core import BATCH_MAX, BatchCore, Output, StateRecord, Step
-from streams.runtime.dlq import PRODUCER_LIMITS, DecodeFailed, SourceRecord
+from streams.runtime.dlq import PRODUCER_LIMITS, Rejected, SourceRecord
 from streams.runtime.kafka_clients import consume_batch, producer_config
 from streams.runtime.kafka_config import admin_client, client_config, liveness_config
 from streams.runtime.metrics import LoopMetrics
@@ -241,7 +241,7 @@ class TableLoop:
         for message in messages:
             read[(message.topic(), message.partition())] = message.offset() + 1
             by_partition.setdefault(message.partition(), []).append(SourceRecord.from_message(message))
-        dead_letters: list[DecodeFailed] = []
+        dead_letters: list[Rejected] = []
         outputs: list[Output] = []
         state: list[StateRecord] = []
         reread: list[TopicPartition] = []

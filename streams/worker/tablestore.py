@@ -33,7 +33,7 @@ from typing import Protocol
 
 from state.base import Store
 from streams.runtime.core import Output
-from streams.runtime.dlq import DecodeFailed, SourceRecord
+from streams.runtime.dlq import Rejected, SourceRecord
 
 #: Key of the record that closes a group of changelog records (value: the batch's last input offset).
 #: ``\xfe`` keeps it out of the engine's key space (printable keys) and out of the state
@@ -131,7 +131,7 @@ class TableBatch:
     """
 
     outputs: list[Output]
-    dead_letters: list[DecodeFailed]
+    dead_letters: list[Rejected]
     reread: tuple[str, int] | None = None
 
 
@@ -143,7 +143,7 @@ class TableHandler(Protocol):
         staging the changes in ``staged``."""
         ...
 
-    def dead_lettered(self, failed: DecodeFailed) -> None:
+    def dead_lettered(self, failed: Rejected) -> None:
         """Log and count a dead letter the runtime routes."""
         ...
 
@@ -160,7 +160,7 @@ class AppliedBatch:
     """
 
     outputs: list[Output]
-    dead_letters: list[DecodeFailed]
+    dead_letters: list[Rejected]
     group: list[tuple[bytes, bytes | None]] | None
     reread: tuple[str, int] | None
 

@@ -71,8 +71,8 @@ from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_eng
 from streams.worker import READY
 from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
 from streams.worker.clinical import clinical_group
-from streams.worker.dbpm import memory_changelog
 from streams.worker.gate import gate_group
+from streams.worker.keys import memory_changelog
 from streams.worker.memory import memory_group
 from tests.clinical_scenario import PATIENT, concur_review, expected_assessments, scenario
 from topics.admin import ensure_topics

@@ -15,6 +15,7 @@ topic.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -22,12 +23,14 @@ from typing import Any
 
 import pytest
 
+from streams.console.memory import SEVERITY_COLOURS
 from streams.testing.console import (
     add_user,
     audit_trail,
     console_env,
     launch,
     request_runtime,
+    rgb,
     running_console,
     sign_in,
     sync_playwright,
@@ -74,14 +77,12 @@ def test_an_operator_finds_why_a_candidate_was_blocked_and_pins_it_and_a_clinici
 
                     page.click("a.signature")
                     assert page.locator("dd.count").inner_text() == "4"
-                    severity = page.locator("div.severity-chart svg polyline").first
-                    drawn = [
-                        tuple(map(float, p.split(",")))
-                        for p in (severity.get_attribute("points") or "").split()
-                    ]
-                    assert drawn and [x for x, _ in drawn] == sorted(x for x, _ in drawn), (
-                        "in event-time order"
-                    )
+                    severity = page.locator("div.severity-chart svg .series > path").first
+                    path = severity.get_attribute("d") or ""
+                    xs = [float(x) for x in re.findall(r"[ML] (-?[\d.]+) ", path)]
+                    assert xs and xs == sorted(xs), "in event-time order"
+                    stroke = severity.evaluate("path => getComputedStyle(path).stroke")
+                    assert stroke == rgb(SEVERITY_COLOURS["severity"]), "its colour under the page's CSP"
                     chart_box = page.locator("div.severity-chart svg").bounding_box()
                     table_box = page.locator("table.trajectory").bounding_box()
                     assert chart_box and table_box and chart_box["height"] > 100

@@ -31,22 +31,17 @@ from processors.dbpm import DBPMEngine, VerdictEvent, parse_event
 from schemas.common import DeadLetter
 from schemas.dbpm import Candidate, Coverage, GateDecision, PinAction, Verdict
 from schemas.wire import make_serde
-from state.memory import MemoryStore
+from state.ram import RamStore
 from streams.replay.kafka import KafkaReplayResult, replay_via_kafka
 from streams.runtime.kafka_clients import assign_at_ends, produce_waiting, producer_config, reader
 from streams.runtime.kafka_config import client_config
 from streams.runtime.settings import Settings
 from streams.testing.metrics import scraped_sum
 from streams.testing.worker import COMPARISON_ENV, LiveGate, WorkerProcess, comparison_engine
-from streams.worker.dbpm import (
-    BARRIER_HEADER,
-    contract_event,
-    dbpm_engine,
-    dispatch_outputs,
-    pin_record,
-    verdict_key,
-)
+from streams.worker.engine import dbpm_engine
 from streams.worker.gate import gate_group
+from streams.worker.keys import BARRIER_HEADER, verdict_key
+from streams.worker.wire import contract_event, dispatch_outputs, pin_record
 from tests.dbpm_streams import coverage_narrative, ner_success
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS, dlq_name
 
@@ -70,7 +65,7 @@ def _events(limit: int) -> list[dict[str, Any]]:
 
 
 def _in_process(engine: DBPMEngine, events: list[dict[str, Any]]) -> tuple[list[dict[str, object]], object]:
-    store = MemoryStore()
+    store = RamStore()
     decisions: list[dict[str, object]] = []
     for obj in events:
         event = parse_event(obj)
@@ -130,7 +125,7 @@ def _propagation_difference(
 
 def _propagation_targets(engine: DBPMEngine, events: list[dict[str, Any]]) -> set[str]:
     """Every NER signature the stream's verdicts propagate to."""
-    store, targets = MemoryStore(), set()
+    store, targets = RamStore(), set()
     for obj in events:
         event = parse_event(obj)
         if isinstance(event, VerdictEvent):

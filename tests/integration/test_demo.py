@@ -49,17 +49,20 @@ def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_pat
     per stream, writes a self-contained report.html and stops the workers, groups and LLM test server
     it started. The real-model step runs one narrative when the smollm2 extra is installed. The console
     runs on the demo's broker and, where Chromium is installed, each of its pages is photographed next to
-    report.html and shows what it must.
+    report.html and shows what it must, and so is the report. Everything the run writes is in its
+    ``--out`` folder: nothing is left in the working directory.
     """
     run = uuid.uuid4().hex
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "DEMO_TEST_RUN": run}
-    report, summary_path = tmp_path / "report.html", tmp_path / "summary.json"
+    out, cwd = tmp_path / "out", tmp_path / "cwd"
+    cwd.mkdir()
+    report, summary_path = out / "report.html", out / "summary.json"
     done = subprocess.run(
         [sys.executable, "-W", "ignore", "-m", "streams.cli", "demo", "--patients", "4", "--lockstep", "2",
          "--model-narratives", "1",
          "--clinical-patients", "8", "--documents", "7", "--fhir-rate", "0", "--docs-rate", "0",
-         "--report", str(report), "--json", str(summary_path)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=RUN_S,
+         "--out", str(out)],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_S,
     )  # fmt: skip
     failures = json.loads(summary_path.read_text("utf-8"))["failures"] if summary_path.exists() else []
     assert done.returncode == 0, f"{failures}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
@@ -93,10 +96,12 @@ def test_demo_runs_end_to_end_and_leaves_no_worker(kafka_bootstrap: str, tmp_pat
     if CHROMIUM.exists():
         assert summary["checks"]["console_pages"], "every page shows what it must"
         assert {p["name"] for p in console["pages"]} >= {"login", "pharmacist-board", "pharmacist-patient"}
-        assert all((tmp_path / p["screenshot"]).stat().st_size > 0 for p in console["pages"]), (
-            "next to the report"
-        )
+        assert all((out / p["screenshot"]).stat().st_size > 0 for p in console["pages"]), "next to the report"
         assert 'src="console-pharmacist-board.png"' in html
+        assert (out / "report.png").stat().st_size > 0, "the report is photographed too"
+    assert list(cwd.iterdir()) == [], "nothing is written outside --out"
+    assert done.stdout.rstrip().splitlines()[-1].startswith(f"report: {report} ")
+    assert "clingate demo --serve" in done.stdout.rstrip().splitlines()[-1]
     assert _processes_with(f"DEMO_TEST_RUN={run}".encode()) == []
 
 
@@ -114,7 +119,7 @@ def test_demo_with_every_optional_part_off_says_what_it_left_out_and_passes(
     done = subprocess.run(
         [sys.executable, "-W", "ignore", "-m", "streams.cli", "demo", "--patients", "2", "--lockstep", "0",
          "--clinical-patients", "0", "--documents", "1", "--model-narratives", "0", "--fhir-rate", "0",
-         "--docs-rate", "0", "--report", str(tmp_path / "report.html"), "--json", str(summary_path)],
+         "--docs-rate", "0", "--out", str(tmp_path)],
         cwd=REPO, env={**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}, capture_output=True,
         text=True, timeout=RUN_S,
     )  # fmt: skip

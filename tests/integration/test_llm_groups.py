@@ -25,10 +25,11 @@ from confluent_kafka import Consumer, Producer
 from processors.clinical.vocabulary import DrugVocabulary
 from schemas.dbpm import Candidate, GateDecision, Narrative, NerPayload, RePayload, Verdict
 from schemas.wire import make_serde
-from state.memory import MemoryStore
+from state.ram import RamStore
 from streams.bench.llm import run_group_benchmark
 from streams.groups.generator import run_generator
 from streams.groups.llm import new_metrics
+from streams.groups.metrics import LlmGroupMetrics
 from streams.groups.ordered import OrderedLoop
 from streams.groups.verifier import CONFIDENCE_HEADER, GATE_HEADER, VERDICT_HEADER, run_verifier
 from streams.llm import ClientPolicy, Endpoint, LlmClient, Role
@@ -44,12 +45,12 @@ from streams.replay.kafka import (
 from streams.runtime.dlq import header_map
 from streams.runtime.kafka_clients import producer_config
 from streams.runtime.kafka_config import admin_client, client_config
-from streams.runtime.metrics import LlmGroupMetrics
 from streams.runtime.settings import Settings
 from streams.testing.metrics import scraped_sum
 from streams.testing.worker import WorkerProcess, comparison_engine
-from streams.worker.dbpm import contract_event, dispatch_outputs, memory_changelog
+from streams.worker.keys import memory_changelog
 from streams.worker.memory import memory_group
+from streams.worker.wire import contract_event, dispatch_outputs
 from tests.integration.test_dbpm_worker import COMPARISON_FLAGS
 from tests.llm_answers import FAILING_ENTITY, clinical_responder
 from topics.admin import ensure_topics
@@ -447,7 +448,7 @@ def test_verdicts_repeated_by_a_killed_verifier_and_a_re_emitting_gate_teach_the
         for verdict in verdicts:  # a candidate's verdicts share a key: the first applied is the first read
             firsts.setdefault(verdict.candidate_id, verdict)
         unique = list(firsts.values())
-        store = MemoryStore()
+        store = RamStore()
         for verdict in unique:
             event = contract_event(verdict)
             with store.transaction() as txn:

@@ -1,7 +1,7 @@
 """Poison records on every consumed topic, through every runtime as the product runs it (the CI version of
 ``clingate bench poison``; the suite itself is :mod:`streams.testing.poison`).
 
-Real subprocesses on the session broker: ``clingate worker`` (memory agent, gate, clinical agent), the
+Real subprocesses on the session broker: ``clingate worker`` (memory writer, gate, clinical agent), the
 request runtime (``clingate worker --role requests``), ``clingate arbiter worker``, ``clingate generator``
 and ``clingate verifier`` against ``clingate llm serve --backend test --hashed``. A few hundred records:
 on each fed topic 12 good and 12 bad ones (every kind of bad record at least once), six oversized bad

@@ -44,7 +44,7 @@ from streams.testing.metrics import scraped_sum
 from streams.testing.tail import Tail
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine, in_process, soak_stream
 from streams.worker.clinical import clinical_group, fhir_input
-from streams.worker.dbpm import TICK_HEADER, memory_changelog, verdict_key
+from streams.worker.keys import TICK_HEADER, memory_changelog, verdict_key
 from streams.worker.memory import memory_group
 from tests.integration.test_docs_worker import _request, _running_worker
 from topics.admin import ensure_topics

@@ -7,12 +7,13 @@ decides what a call is stays shared with the HTTP client, so the two cannot drif
 
 * temperature and ``max_tokens`` come from the call-type table (:data:`streams.llm.calls.CALL_PROFILES`);
 * the schema is the registered response model's linted JSON schema (:func:`streams.llm.lint.json_schema_of`);
-  an unregistered model is refused (:func:`streams.llm.client.require_registered`);
+  an unregistered model is refused (:func:`streams.llm.lint.require_registered`);
 * the constraint is ``SamplingParams(structured_outputs=StructuredOutputsParams(json=schema,
   disable_any_whitespace=True))``, the current API (vLLM docs, "Structured Outputs", offline
   inference). Never the ``guided_decoding`` / ``GuidedDecodingParams`` API that vLLM v0.12 removed;
-* every answer is judged by :func:`streams.llm.client.judge_answer` (``length`` -> TRUNCATED, not valid
-  -> INVALID_OUTPUT) into ``LlmOk | LlmFailed`` with the same clinician-safe messages.
+* every answer is judged by :func:`streams.llm.judge.judge_answer` (``length`` -> TRUNCATED, not valid
+  -> INVALID_OUTPUT) into ``LlmOk | LlmFailed``, a failure reported like the client's
+  (:class:`streams.llm.result.AttemptContext`: the same clinician-safe messages).
 
 Engine defaults follow the DBPM paper's serving set-up (Table 14: TP=2, ``max_model_len`` 8192,
 ``max_num_seqs`` 256, ``gpu_memory_utilization`` 0.90, bfloat16, chunked prefill) and the structured
@@ -42,12 +43,16 @@ from typing import Any, Final, Literal, TypeVar, get_args
 from pydantic import BaseModel
 
 from streams.llm.calls import CALL_PROFILES, CallType
-from streams.llm.client import AnswerRejected, ChatMessage, judge_answer, require_registered
-from streams.llm.lint import json_schema_of
-from streams.llm.result import FailureKind, LlmFailed, LlmOk, clinician_message
+from streams.llm.client import ChatMessage
+from streams.llm.judge import AnswerRejected, judge_answer
+from streams.llm.lint import json_schema_of, require_registered
+from streams.llm.result import AttemptContext, FailureKind, LlmFailed, LlmOk
 from streams.llm.schemas import NerVerdict, QaVerdict, ReVerdict
 
 M = TypeVar("M", bound=BaseModel)
+
+IN_PROCESS = "in-process"
+"""What the results of this backend name as their server (it has no URL)."""
 
 INSTALL_HINT = "the in-process vLLM backend needs the gpu extra (pip install 'clingate[gpu]') on a GPU host"
 
@@ -239,7 +244,8 @@ class VllmInProcess:
         except Exception as exc:  # the engine's failure modes are many; callers get typed results
             elapsed = time.monotonic() - started
             detail = f"in-process vLLM failed: {type(exc).__name__}"
-            return [self._failed(FailureKind.UNAVAILABLE, call_type, elapsed, detail) for _ in conversations]
+            failed = _attempt(call_type, elapsed).failed(FailureKind.UNAVAILABLE, detail)
+            return [failed for _ in conversations]
         elapsed = time.monotonic() - started
         return [self._result(output, response_model, call_type, elapsed) for output in outputs]
 
@@ -259,11 +265,11 @@ class VllmInProcess:
         completion = output.outputs[0]
         judged = judge_answer(completion.text, completion.finish_reason, response_model, call_type)
         if isinstance(judged, AnswerRejected):
-            return self._failed(judged.kind, call_type, elapsed, judged.detail)
+            return _attempt(call_type, elapsed).failed(judged.kind, judged.detail)
         return LlmOk(
             value=judged,
             call_type=call_type,
-            server="in-process",
+            server=IN_PROCESS,
             model=self._model_name,
             attempts=1,
             latency_s=elapsed,
@@ -271,18 +277,10 @@ class VllmInProcess:
             completion_tokens=len(completion.token_ids or ()),
         )
 
-    @staticmethod
-    def _failed(kind: FailureKind, call_type: CallType, elapsed: float, detail: str) -> LlmFailed:
-        role = CALL_PROFILES[call_type].role
-        return LlmFailed(
-            kind=kind,
-            message=clinician_message(kind, role),
-            operator_detail=detail,
-            call_type=call_type,
-            server="in-process",
-            attempts=1,
-            latency_s=elapsed,
-        )
+
+def _attempt(call_type: CallType, elapsed: float) -> AttemptContext:
+    """The context of a call on the engine: one attempt (retries are HTTP concerns), server ``in-process``."""
+    return AttemptContext(call_type, IN_PROCESS, 1, elapsed)
 
 
 SELF_CHECK_NOTE = (

@@ -3,12 +3,12 @@
 :class:`Console` builds the real application (:func:`streams.console.app.build_app`: the real guard,
 sessions, sign-in and pages) with a users file in the test's directory, a clock the test moves
 (:class:`FakeClock`), an audit trail that keeps its records in a list and reads them back
-(:class:`MemoryTrail`), a fixed list of assessments (:class:`FakeAssessments`), fixed review packets and
+(:class:`FakeTrail`), a fixed list of assessments (:class:`FakeAssessments`), fixed review packets and
 reviews (:class:`FakeReviews`), fixed dead letters (:class:`FakeDeadLetters`), a request sink that keeps
-the requests sent, the records they carry built by the real request builder (:class:`MemoryRequests`),
-the agent's topics in memory, its requests those asked for (:class:`MemoryAgent`), fixed gated drafts and
+the requests sent, the records they carry built by the real request builder (:class:`FakeRequests`),
+the agent's topics in memory, its requests those asked for (:class:`FakeAgent`), fixed gated drafts and
 routes (:class:`FakeDrafts`), a DBPM memory the test fills through the real engine (:class:`FakeMemory`),
-a pin publisher that keeps what it publishes (:class:`MemoryPins`) and the touchpoints' topics as lists
+a pin publisher that keeps what it publishes (:class:`FakePins`) and the touchpoints' topics as lists
 (:class:`FakeTouchpoints`), and runs a scenario against it
 with aiohttp's test client on a loopback port, served as ``clingate console`` serves it (its access
 logger). :func:`visitor` is one more browser of the same server, from any loopback address.
@@ -47,7 +47,7 @@ from schemas.dbpm import Propagation as PropagationRecord
 from schemas.docs import Review, ReviewPacket
 from schemas.registry import load_registry
 from schemas.wire import make_serde
-from state import MemoryStore
+from state import RamStore
 from streams.console.agent_topics import Turn
 from streams.console.app import AccessLogger, build_app
 from streams.console.assessments import AssessmentLog
@@ -66,7 +66,8 @@ from streams.console.touchpoint_topics import TouchpointLog
 from streams.console.users import PasswordChecks, UserStore
 from streams.demo.samples import golden_assessment
 from streams.requests.check import PUBLICATIONS, RequestAction
-from streams.worker.dbpm import contract_event, memory_key, verdict_key
+from streams.worker.keys import memory_key, verdict_key
+from streams.worker.wire import contract_event
 from topics.catalog import CATALOG
 
 PASSWORD = "correct horse battery"
@@ -86,7 +87,7 @@ class FakeClock:
 
 
 @dataclass
-class MemoryTrail:
+class FakeTrail:
     """An audit trail in a list, read back as the console's history; ``down`` makes every record fail as
     Kafka's would, ``unreadable`` every read back."""
 
@@ -196,11 +197,11 @@ class Sent:
 
 
 @dataclass
-class MemoryRequests:
+class FakeRequests:
     """Where the console's requests go, kept with the audit trail of that moment; ``down`` makes a
     request fail as Kafka's would."""
 
-    trail: MemoryTrail
+    trail: FakeTrail
     produced: list[Sent] = field(default_factory=list)
     down: bool = False
 
@@ -226,12 +227,12 @@ class MemoryRequests:
 
 
 @dataclass
-class MemoryAgent:
+class FakeAgent:
     """The agent's topics in memory: its requests are the questions asked for (``published`` False: the
     request runtime has not published them yet) and, per request id, what the agent made of it (set by
     the test)."""
 
-    sink: MemoryRequests
+    sink: FakeRequests
     turns: dict[str, Turn] = field(default_factory=dict)
     published: bool = True
 
@@ -260,7 +261,7 @@ class FakeMemory:
     ``down`` makes a read fail."""
 
     engine: Any
-    store: MemoryStore = field(default_factory=MemoryStore)
+    store: RamStore = field(default_factory=RamStore)
     events: list[Verdict | PropagationRecord] = field(default_factory=list)
     decisions: list[GateDecision] = field(default_factory=list)
     down: bool = False
@@ -287,11 +288,11 @@ class FakeMemory:
 
 
 @dataclass
-class MemoryPins:
+class FakePins:
     """A pin publisher that keeps each pin with the audit records there were when it was published;
     ``down`` makes a publication fail as Kafka's would."""
 
-    trail: MemoryTrail
+    trail: FakeTrail
     published: list[tuple[Verdict, list[ConsoleAction]]] = field(default_factory=list)
     down: bool = False
 
@@ -337,17 +338,17 @@ class Console:
     def __init__(self, directory: Path, *, secure_cookies: bool = False, trusted_proxies: int = 0) -> None:
         self.clock = FakeClock()
         self.users = UserStore(directory / "users.json")
-        self.trail = MemoryTrail()
+        self.trail = FakeTrail()
         self.assessments = FakeAssessments()
         self.reviews = FakeReviews()
         self.dead_letters = FakeDeadLetters()
-        self.requests = MemoryRequests(self.trail)
-        self.agent = MemoryAgent(self.requests)
+        self.requests = FakeRequests(self.trail)
+        self.agent = FakeAgent(self.requests)
         self.drafts = FakeDrafts()
         self.touchpoints = FakeTouchpoints()
         self.dbpm = DBPMConfig()
         self.memory = FakeMemory(DBPMEngine(self.dbpm, load_ontology()))
-        self.pins = MemoryPins(self.trail)
+        self.pins = FakePins(self.trail)
         self.sessions = Sessions(LIFETIME_S, IDLE_S, self.clock)
         self.throttle = SignInThrottle(clock=self.clock)
         self.checks = PasswordChecks()

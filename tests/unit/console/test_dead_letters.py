@@ -25,7 +25,7 @@ from streams.console.audit import Action
 from streams.console.dead_letter_queues import PAGE_OFFSETS, Letter
 from streams.console.dead_letters import preview
 from streams.console.history import asked
-from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record
+from streams.runtime.dlq import Rejected, SourceRecord, decode_record
 from topics.catalog import CLINICAL_DRAFTS, FHIR_UPDATES, dlq_name
 
 from .conftest import PASSWORD, Console, csrf_of, sign_in
@@ -42,7 +42,7 @@ def dead_letter(offset: int, *, value: bytes | None = BAD_VALUE, **update: Any) 
     record = SourceRecord(FHIR_UPDATES, 2, 100 + offset, 1_777_000_000_000, b"PT-TEST-010", value,
                           (("traceparent", b"00-abc-01"), ("empty", None)))  # fmt: skip
     failed = decode_record(make_serde(None), record, FhirUpdate)
-    assert isinstance(failed, DecodeFailed)
+    assert isinstance(failed, Rejected)
     letter = failed.dead_letter().model_copy(update=update)
     return Letter(DLQ, 0, offset, WRITTEN + timedelta(minutes=offset), letter)
 

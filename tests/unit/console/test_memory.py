@@ -22,8 +22,8 @@ from schemas.dbpm import Candidate, GateDecision, PinAction, Verdict
 from schemas.dbpm import Propagation as PropagationRecord
 from streams.console import memory
 from streams.console.memory import why
-from streams.worker.dbpm import contract_event, pin_record
 from streams.worker.gate import decision_record
+from streams.worker.wire import contract_event, pin_record
 
 from .conftest import PASSWORD, Console, csrf_of, sign_in
 
@@ -138,18 +138,28 @@ def test_the_signature_page_charts_the_severity_each_decision_read_over_time_abo
     chart = re.search(r'<div class="chart severity-chart">.*?(<svg .*?</svg>)', html, flags=re.S)
     assert chart is not None and html.index("severity-chart") < html.index('class="board trajectory"')
     svg = ET.fromstring(chart.group(1))
-    lines = [e for e in svg.iter() if e.tag.endswith("polyline")]
-    assert [e.attrib["stroke"] for e in lines] == list(memory.SEVERITY_COLOURS.values())
-    points = [tuple(map(float, p.split(","))) for p in lines[0].attrib["points"].split()]
+    assert " style=" not in chart.group(1) and "<style" not in chart.group(1), "the page's CSP refuses both"
+    lines = [
+        group.find("{http://www.w3.org/2000/svg}path")
+        for group in svg.iter()
+        if group.get("class") == "series"
+    ]
+    assert [e.attrib["stroke"] for e in lines if e is not None] == list(memory.SEVERITY_COLOURS.values())
+    points, block = (_points(e.attrib["d"]) for e in lines[:2] if e is not None)
     xs, ys = [x for x, _ in points], [y for _, y in points]
     assert len(points) == 3 and xs == sorted(xs), "one point per decision (c-1, c-2, c-3), in time order"
     severities = [d.severity for d in sorted(site.memory.decisions, key=lambda d: d.ts)]
     # a higher severity is drawn higher up (smaller y)
     assert sorted(range(3), key=lambda i: ys[i]) == sorted(range(3), key=lambda i: -(severities[i] or 0.0))
-    block = [tuple(map(float, p.split(","))) for p in lines[1].attrib["points"].split()]
     assert [x for x, _ in block] == [xs[0], xs[-1]] and block[0][1] == block[1][1], "the threshold's span"
     labels = [t.text for t in svg.iter() if t.tag.endswith("text")]
     assert f"BLOCK threshold {site.dbpm.tasks['ner'].block_threshold}" in labels
+
+
+def _points(path: str) -> list[tuple[float, float]]:
+    """The points of an SVG line's path (``M x y L x y ...``), in the order it joins them."""
+    numbers = [float(n) for n in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", path)]
+    return list(zip(numbers[::2], numbers[1::2], strict=True))
 
 
 def test_a_signature_no_decision_read_a_severity_of_shows_a_chart_that_says_so(site: Console) -> None:

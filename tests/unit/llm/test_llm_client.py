@@ -32,8 +32,8 @@ from streams.llm import (
     LlmOk,
     Role,
 )
-from streams.llm.client import UnregisteredResponseModelError
-from streams.llm.lint import json_schema_of
+from streams.llm.breaker import CircuitBreaker
+from streams.llm.lint import UnregisteredResponseModelError, json_schema_of
 from streams.llm.result import MESSAGE_TEMPLATES, clinician_message
 from streams.llm.schemas import NerExtraction, NerVerdict, QaExtraction, QaVerdict, ReExtraction, ReVerdict
 from streams.llm.serve.http import Fault
@@ -327,8 +327,6 @@ BREAKER_OPS = st.lists(
 @given(BREAKER_OPS)
 def test_circuit_breaker_invariants(ops):
     """Open after `threshold` straight failures, never let a call through while open, close on success."""
-    from streams.llm.client import CircuitBreaker
-
     clock = FakeClock()
     breaker = CircuitBreaker(threshold=3, reset_s=30.0, clock=clock)
     streak = 0

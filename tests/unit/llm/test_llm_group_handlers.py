@@ -16,13 +16,13 @@ from schemas.dbpm import Candidate, GateDecision, Narrative, QaPayload, Verdict
 from schemas.wire import make_serde
 from streams.groups.generator import Generator
 from streams.groups.llm import MeteredLlm
+from streams.groups.metrics import LlmGroupMetrics
 from streams.groups.verifier import Verifier
 from streams.llm import ClientPolicy, Endpoint, LlmClient, Role
 from streams.llm.serve.http import ChatRequest, Fault
 from streams.llm.serve.testserver import DEFAULT_MODEL, OpenAiTestServer
 from streams.runtime.core import Output
-from streams.runtime.dlq import DecodeFailed, SourceRecord
-from streams.runtime.metrics import LlmGroupMetrics
+from streams.runtime.dlq import Rejected, SourceRecord
 from topics.catalog import DBPM_DECISIONS, DBPM_NARRATIVES, DBPM_TO_VERIFY, DBPM_VERDICTS, DBPM_VERIFIED
 
 SERDE = make_serde(None)
@@ -52,7 +52,7 @@ def _qa_decision(decision: str = "ALLOW") -> GateDecision:
                         signature="s", confidence_multiplier=1.0, candidate=candidate)  # fmt: skip
 
 
-async def _run(handler: Any, record: SourceRecord) -> list[Output | DecodeFailed]:
+async def _run(handler: Any, record: SourceRecord) -> list[Output | Rejected]:
     outcome = handler(record)
     return list(await outcome if asyncio.iscoroutine(outcome) else outcome)
 
@@ -115,7 +115,7 @@ def test_a_candidate_without_its_narrative_is_dead_lettered_without_a_call() -> 
                 verifier = _verifier(client, LlmGroupMetrics(CollectorRegistry()), {})
                 [dead] = await _run(verifier, _record(DBPM_TO_VERIFY, "p1", _qa_decision()))
             assert server.requests == []
-        assert isinstance(dead, DecodeFailed) and dead.error_type == "NarrativeNotFound"
+        assert isinstance(dead, Rejected) and dead.error_type == "NarrativeNotFound"
 
     asyncio.run(scenario())
 
@@ -162,7 +162,7 @@ def test_generator_hints_reach_the_prompts_and_a_failed_call_dead_letters_the_na
         *found, dead = outputs
         tasks = [SERDE.decode(o.value, Candidate, topic=o.topic).task for o in found if isinstance(o, Output)]
         assert tasks == ["ner", "re"] + ["qa"] * 10
-        assert isinstance(dead, DecodeFailed) and dead.error_type == "LlmFailed:rejected"
+        assert isinstance(dead, Rejected) and dead.error_type == "LlmFailed:rejected"
         assert "could not process this request" in dead.reason
 
     asyncio.run(scenario())
@@ -171,4 +171,4 @@ def test_generator_hints_reach_the_prompts_and_a_failed_call_dead_letters_the_na
 def test_an_undecodable_narrative_is_dead_lettered_at_once() -> None:
     generator = Generator(None, SERDE, DrugVocabulary.empty())  # type: ignore[arg-type]
     [dead] = generator(SourceRecord(DBPM_NARRATIVES, 0, 1, 0, b"k", b"not avro"))  # type: ignore[misc]
-    assert isinstance(dead, DecodeFailed)
+    assert isinstance(dead, Rejected)

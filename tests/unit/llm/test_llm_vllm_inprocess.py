@@ -15,8 +15,7 @@ from typing import Any, ClassVar
 import pytest
 
 from streams.llm import CALL_PROFILES, CallType, FailureKind, LlmFailed, LlmOk
-from streams.llm.client import UnregisteredResponseModelError
-from streams.llm.lint import json_schema_of
+from streams.llm.lint import UnregisteredResponseModelError, json_schema_of
 from streams.llm.schemas import NerExtraction, NerVerdict, QaVerdict, ReVerdict
 from streams.llm.serve.vllm_inprocess import (
     EngineConfig,

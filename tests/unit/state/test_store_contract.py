@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from state import RESERVED_PREFIX, MemoryStore, StateError, Store, prefix_end
+from state import RESERVED_PREFIX, RamStore, StateError, Store, prefix_end
 from state.rocksdb import ROCKSDB_MIN_BYTES, RocksDBStore, cache_bytes
 
 
 @pytest.fixture(params=["memory", "rocksdb"])
 def store(request, tmp_path) -> Iterator[Store]:
     if request.param == "memory":
-        yield MemoryStore()
+        yield RamStore()
     else:
         with RocksDBStore(tmp_path / "db") as db:
             yield db
@@ -134,7 +134,7 @@ _keys = st.binary(min_size=1, max_size=4).filter(lambda k: not k.startswith(RESE
 @settings(max_examples=40, deadline=None)
 @given(ops=st.lists(st.tuples(st.booleans(), _keys, st.binary(max_size=3)), max_size=30))
 def test_memory_store_matches_a_dict_model(ops):
-    store = MemoryStore()
+    store = RamStore()
     model: dict[bytes, bytes] = {}
     with store.transaction() as txn:
         for is_set, key, value in ops:

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology, parse_event
 from processors.dbpm.measurement import ChannelStatus, channel_population
-from state import MemoryStore
+from state import RamStore
 from state.kinds import StoreKind
 from streams.bench.dbpm import run_benchmark
 from streams.cli.bench import app
@@ -71,7 +71,7 @@ def test_the_same_stream_gives_the_same_decisions_on_both_stores() -> None:
 def test_channel_population_counts_block_clearing_patterns_from_the_engine_snapshot() -> None:
     config = DBPMConfig()
     engine = DBPMEngine(config, load_ontology())
-    store = MemoryStore()
+    store = RamStore()
     fails: dict[str, int] = {}
     with store.transaction() as txn:
         for obj in generate_events(4_000):

@@ -67,7 +67,7 @@ _LOG = "\n".join([
 ])  # fmt: skip
 
 
-def test_restore_figures_sum_the_memory_loops_restore_lines() -> None:
+def test_restore_figures_sum_the_memory_writers_restore_lines() -> None:
     assert restore_figures(_LOG) == (6810 + 90, 0.5)
 
 

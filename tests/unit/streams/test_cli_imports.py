@@ -23,6 +23,7 @@ HEAVY = (
     "confluent_kafka.schema_registry",
     "authlib",
     "streams.worker.tableloop",
+    "matplotlib",
 )
 
 #: What neither ``clingate --help`` nor ``clingate replay --help`` loads: any command's runtime (replay's

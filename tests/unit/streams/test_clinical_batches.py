@@ -26,11 +26,11 @@ from schemas.clinical import AdversarialReview, AuditReport, ClinicalDraft, Deli
 from schemas.fhir import FhirUpdate
 from schemas.wire import make_serde
 from state.base import RESERVED_PREFIX
-from state.memory import MemoryStore
+from state.ram import RamStore
 from streams.runtime.dlq import SourceRecord
-from streams.runtime.metrics import ClinicalMetrics
 from streams.worker import clinical
 from streams.worker.clinical import ClinicalHandler, json_growth
+from streams.worker.metrics import ClinicalMetrics
 from streams.worker.tablestore import apply_batch, write_group
 from tests.clinical_streams import patient_streams, processor_event
 from topics.catalog import (
@@ -59,7 +59,7 @@ class _Table:
     """One partition's store, as the table loop reads it."""
 
     def __init__(self) -> None:
-        self.store = MemoryStore()
+        self.store = RamStore()
 
     def get(self, partition: int, key: bytes) -> bytes | None:
         return self.store.get(key)

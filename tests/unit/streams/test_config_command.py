@@ -8,13 +8,17 @@ from pytest import MonkeyPatch
 from typer.testing import CliRunner
 
 from streams.cli.config import app
-from streams.runtime.settings import Settings, settings_rows, settings_table
+from streams.runtime.settings import AREAS, Settings, settings_rows, settings_table
 
 
 def test_every_setting_has_an_env_var_and_a_description() -> None:
     for env, _, doc in settings_rows():
         assert env.isupper() and env.replace("_", "").isalnum(), env
         assert doc, f"{env} has no description"
+
+
+def test_every_setting_belongs_to_one_area_in_the_order_the_table_shows() -> None:
+    assert [name for area in AREAS for name in area.model_fields] == list(Settings.model_fields)
 
 
 def test_the_commands_markdown_output_is_the_documented_table() -> None:

@@ -42,7 +42,8 @@ from streams.requests.check import (
     touchpoint_target,
 )
 from streams.testing.schema_samples import samples
-from streams.worker.dbpm import memory_key, pin_record
+from streams.worker.keys import memory_key
+from streams.worker.wire import pin_record
 from topics.catalog import (
     AGENT_REQUESTS,
     CLINICAL_EVIDENCE_REVIEWS,

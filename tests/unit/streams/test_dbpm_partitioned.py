@@ -1,9 +1,9 @@
 """A memory split over partitions by signature decides and snapshots like one memory.
 
-This is the property the Kafka runtime rests on (:mod:`streams.worker.dbpm`): each memory partition runs
+This is the property the Kafka runtime rests on (:mod:`streams.worker.memory`): each memory partition runs
 the unchanged engine on the verdicts keyed to it, and gates read all partitions through
-:class:`~streams.worker.dbpm.MergedView`. With cross-task propagation on, a verdict's propagation events
-are applied by the partition of their target signature (:func:`~streams.worker.dbpm.propagation_key`); when
+:class:`~streams.worker.gateview.MergedView`. With cross-task propagation on, a verdict's propagation events
+are applied by the partition of their target signature (:func:`~streams.worker.keys.propagation_key`); when
 they are applied before the next event (no hop delay), the partitioned memory is still exactly the
 single memory, so every signature has one writer and the view needs no tie-break. No broker:
 partitions are in-memory stores.
@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 from processors.dbpm import DBPMConfig, DBPMEngine, GateEvent, load_ontology, parse_event
 from processors.dbpm.memory import Memory
 from state.base import Store, Transaction
-from state.memory import MemoryStore
-from streams.worker.dbpm import MergedView, propagation_key, verdict_key
+from state.ram import RamStore
+from streams.worker.gateview import MergedView
+from streams.worker.keys import propagation_key, verdict_key
 from tests.replay_example import example_events, needs_example
 
 EVENTS = [parse_event(obj) for obj in example_events(1500)]
@@ -43,8 +44,8 @@ def test_partitioned_memory_gates_exactly_like_one_memory(
     def partition_of(key: bytes) -> int:
         return zlib.crc32(salt.to_bytes(4, "little") + key) % partitions
 
-    single = MemoryStore()
-    parts: list[Store] = [MemoryStore() for _ in range(partitions)]
+    single = RamStore()
+    parts: list[Store] = [RamStore() for _ in range(partitions)]
     view = MergedView(lambda: parts)
     for event in EVENTS:
         with single.transaction() as txn:
@@ -61,7 +62,7 @@ def test_partitioned_memory_gates_exactly_like_one_memory(
             with parts[partition_of(propagation_key(propagation))].transaction() as txn:
                 engine.propagate(txn, propagation)
     # Severities are reported at as_of; gates do not record it in the view, so align it first.
-    stamp = MemoryStore()
+    stamp = RamStore()
     with stamp.transaction() as txn:
         Memory(txn, config).set_clock(Memory(single.transaction(), config).clock()[0], None)
     parts.append(stamp)

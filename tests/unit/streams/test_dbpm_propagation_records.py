@@ -1,7 +1,7 @@
 """Propagation events on the wire: their key finds the target's verdict partition, their value is exact.
 
-No broker: the properties the memory agent relies on when it sends evidence to
-``clingate.dbpm.propagations`` (:mod:`streams.worker.dbpm`).
+No broker: the properties the memory writer relies on when it sends evidence to
+``clingate.dbpm.propagations`` (:mod:`streams.worker.memory`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from processors.dbpm import DBPMConfig, DBPMEngine, Propagation, VerdictEvent, l
 from processors.dbpm.events import format_time
 from schemas.dbpm import Propagation as PropagationRecord
 from schemas.wire import make_serde
-from state import MemoryStore
+from state import RamStore
 from streams.runtime.dlq import SourceRecord
-from streams.worker.dbpm import Evidence, decode_propagation, propagation_datum, propagation_key, verdict_key
+from streams.worker.keys import propagation_key, verdict_key
+from streams.worker.wire import Evidence, decode_propagation, propagation_datum
 from topics.catalog import DBPM_PROPAGATIONS
 
 ENGINE = DBPMEngine(DBPMConfig().with_flags(maintenance=False), load_ontology())
@@ -36,9 +37,7 @@ def _verdict(task: str, verdict: str, payload: dict[str, str], at: float) -> Ver
 def test_a_propagation_is_keyed_like_the_verdicts_of_its_target(head: str, tail: str, verdict: str) -> None:
     relation = {"head": head, "head_type": "Treatment", "relation": "TREATS", "tail": tail,
                 "tail_type": "Diagnosis"}  # fmt: skip
-    _, propagations = ENGINE.learn(
-        MemoryStore().transaction(), _verdict("re", "hard_fail", relation, 0.0), 0.0
-    )
+    _, propagations = ENGINE.learn(RamStore().transaction(), _verdict("re", "hard_fail", relation, 0.0), 0.0)
     targets = {
         verdict_key(ENGINE, _verdict("ner", verdict, {"entity": e, "category": "x"}, 0.0))
         for e in (head, tail)

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from processors.dbpm import DBPMConfig
 from streams.cli import app
 from streams.runtime.settings import Settings, get_settings
-from streams.worker.dbpm import dbpm_config, dbpm_engine
+from streams.worker.engine import dbpm_config, dbpm_engine
 from tests.replay_example import EXAMPLE, needs_example
 
 

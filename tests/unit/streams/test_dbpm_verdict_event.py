@@ -1,5 +1,5 @@
 """A decoded verdict becomes the engine's event field by field: the very event ``parse_event`` makes
-of the model's JSON, so the memory agent and the in-process replay learn the same thing."""
+of the model's JSON, so the memory writer and the in-process replay learn the same thing."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from processors.dbpm import BadEvent, parse_event
 from schemas.dbpm import Verdict
 from streams.testing.dbpm_stream import generate_events
-from streams.worker.dbpm import contract_event
+from streams.worker.wire import contract_event
 
 
 def _verdicts() -> list[Verdict]:

@@ -16,8 +16,8 @@ from streams.runtime.dlq import (
     REASON_MAX_CHARS,
     RECORD_OVERHEAD_BYTES,
     Decoded,
-    DecodeFailed,
     OutgoingRecord,
+    Rejected,
     SourceRecord,
     dead_letter_record,
     decode_record,
@@ -44,7 +44,7 @@ def test_a_good_record_decodes_into_its_model():
 
 def test_unreadable_bytes_fail_at_the_decode_stage():
     outcome = decode_record(SERDE, _record(b"\x13\x37 not avro"), Candidate)
-    assert isinstance(outcome, DecodeFailed)
+    assert isinstance(outcome, Rejected)
     assert (outcome.stage, outcome.decode_reason) == (Stage.DECODE, DecodeReason.BAD_MAGIC)
 
 
@@ -52,20 +52,20 @@ def test_a_record_of_the_wrong_schema_fails_at_the_validate_stage():
     verdict = Verdict(ts=TS, task="ner", verdict=VerdictLabel.SUCCESS, source="verifier_mmed",
                       patient_id="p-1", payload=NerPayload(entity="fever", category="Symptoms"))  # fmt: skip
     outcome = decode_record(SERDE, _record(SERDE.encode(verdict)), Candidate)
-    assert isinstance(outcome, DecodeFailed)
+    assert isinstance(outcome, Rejected)
     assert (outcome.stage, outcome.decode_reason) == (Stage.VALIDATE, DecodeReason.WRONG_SCHEMA)
 
 
 def test_a_tombstone_on_an_event_topic_is_a_failure_not_a_skip():
     outcome = decode_record(SERDE, _record(None), Candidate)
-    assert isinstance(outcome, DecodeFailed)
+    assert isinstance(outcome, Rejected)
     assert outcome.error_type == "TombstoneError"
     assert outcome.dead_letter().value is None
 
 
 def test_the_dead_letter_keeps_the_record_whole_with_reason_and_coordinates():
     failed = decode_record(SERDE, _record(b"{}"), Candidate)
-    assert isinstance(failed, DecodeFailed)
+    assert isinstance(failed, Rejected)
     letter = failed.dead_letter()
     assert (letter.topic, letter.partition, letter.offset) == ("clingate.dbpm.candidates", 3, 7)
     assert (letter.key, letter.value) == (b"p-1", b"{}")
@@ -78,7 +78,7 @@ def test_the_dead_letter_keeps_the_record_whole_with_reason_and_coordinates():
 
 def test_the_dead_letter_headers_name_exception_message_and_source_coordinates():
     failed = decode_record(SERDE, _record(b"garbage"), Candidate)
-    assert isinstance(failed, DecodeFailed)
+    assert isinstance(failed, Rejected)
     assert header_map(failed.kafka_headers()) == {
         "exception": "SchemaDecodeError",
         "message": failed.reason,
@@ -92,7 +92,7 @@ def test_the_dead_letter_headers_name_exception_message_and_source_coordinates()
 
 def test_the_dead_letter_record_goes_to_the_dlq_of_its_source_under_the_original_key():
     failed = decode_record(SERDE, _record(b"garbage"), Candidate)
-    assert isinstance(failed, DecodeFailed)
+    assert isinstance(failed, Rejected)
     out = dead_letter_record(SERDE, failed)
     assert (out.topic, out.key) == ("clingate.dbpm.candidates.dlq", b"p-1")
     assert out.headers == failed.kafka_headers()
@@ -102,7 +102,7 @@ def test_the_dead_letter_record_goes_to_the_dlq_of_its_source_under_the_original
 def test_a_record_without_a_timestamp_gets_the_epoch_not_the_wall_clock():
     record = SourceRecord("t", 0, 0, None, None, b"x")
     failed = decode_record(SERDE, record, Candidate)
-    assert isinstance(failed, DecodeFailed)
+    assert isinstance(failed, Rejected)
     assert failed.dead_letter().ts == datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -113,16 +113,16 @@ def test_a_record_without_a_timestamp_gets_the_epoch_not_the_wall_clock():
 )
 def test_any_bytes_become_data_and_a_failure_keeps_them_byte_for_byte(value: bytes, prefix: bytes):
     outcome = decode_record(SERDE, _record(prefix + value), Candidate)
-    assert isinstance(outcome, Decoded | DecodeFailed)
-    if isinstance(outcome, DecodeFailed):
+    assert isinstance(outcome, Decoded | Rejected)
+    if isinstance(outcome, Rejected):
         letter = SERDE.decode(SERDE.encode(outcome.dead_letter()), DeadLetter)
         assert letter.value == prefix + value
 
 
-def _failed(key: bytes | None, value: bytes | None, headers: tuple = ()) -> DecodeFailed:
+def _failed(key: bytes | None, value: bytes | None, headers: tuple = ()) -> Rejected:
     record = SourceRecord("clingate.fhir.updates", 1, 5, None, key, value, headers)
     failed = decode_record(SERDE, record, Candidate)
-    assert isinstance(failed, DecodeFailed)
+    assert isinstance(failed, Rejected)
     return failed
 
 
@@ -173,7 +173,7 @@ def test_many_large_headers_are_cut_largest_first_and_dropped_when_cutting_is_no
 
 def test_a_reason_is_capped_in_the_dead_letter_and_its_header():
     failed = _failed(b"k", b"x")
-    long = DecodeFailed(failed.record, failed.stage, "E", "y" * 100_000, None, failed.expected_schema)
+    long = Rejected(failed.record, failed.stage, "E", "y" * 100_000, None, failed.expected_schema)
     out = dead_letter_record(SERDE, long)
     assert len(_letter(out).error) < REASON_MAX_CHARS + 100
     assert header_map(out.headers)["message"].endswith(f"({100_000 - REASON_MAX_CHARS} more characters)")

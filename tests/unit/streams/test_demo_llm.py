@@ -11,7 +11,7 @@ from streams.demo.llm import loop_plan, script_responder
 from streams.demo.plan import demo_stream
 from streams.llm.schemas import NerExtraction, NerVerdict, QaExtraction, QaVerdict, ReExtraction, ReVerdict
 from streams.llm.serve.http import ChatRequest
-from streams.worker.dbpm import contract_event
+from streams.worker.wire import contract_event
 
 _VERDICT_MODELS = {"ner": NerVerdict, "re": ReVerdict, "qa": QaVerdict}
 

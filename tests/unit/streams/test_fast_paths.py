@@ -1,9 +1,9 @@
 """The hot paths' records without models agree with the models' paths, record for record.
 
-Decoding: the memory agent's verdicts (:func:`streams.worker.dbpm.decode_verdict`), dispatches
-(:func:`~streams.worker.dbpm.decode_dispatch`) and propagations
-(:func:`~streams.worker.dbpm.decode_propagation`), and the gate's candidates
-(:func:`~streams.worker.dbpm.decode_candidate`) give the value the model's path gives for a record
+Decoding: the memory writer's verdicts (:func:`streams.worker.wire.decode_verdict`), dispatches
+(:func:`~streams.worker.wire.decode_dispatch`) and propagations
+(:func:`~streams.worker.wire.decode_propagation`), and the gate's candidates
+(:func:`~streams.worker.wire.decode_candidate`) give the value the model's path gives for a record
 both accept, and the same dead letter (stage, error type, reason) for one they reject. Records are
 generated as Avro datums, not as models, so that what the models reject (a payload of another task,
 values out of range, event times in another form or on days that do not exist, a pin, negative
@@ -49,9 +49,11 @@ from schemas.dbpm import Propagation as PropagationRecord
 from schemas.registry import SchemaVersion, load_registry
 from schemas.registry_serde import ConfluentRegistrySerde
 from schemas.serde import SINGLE_OBJECT_MAGIC, Serde, SingleObjectSerde
-from streams.runtime.dlq import DecodeFailed, SourceRecord, decode_record
+from streams.runtime.dlq import Rejected, SourceRecord, decode_record
 from streams.testing.worker import comparison_engine
-from streams.worker.dbpm import (
+from streams.worker.gate import decision_datum, decision_record, with_ner_categories
+from streams.worker.keys import propagation_key, verdict_key
+from streams.worker.wire import (
     CandidateRecord,
     Evidence,
     candidate_datum,
@@ -62,16 +64,12 @@ from streams.worker.dbpm import (
     decode_event,
     decode_propagation,
     decode_verdict,
-    dispatch_datum,
     dispatched,
+    event_fields,
     evidence,
     propagation_datum,
-    propagation_key,
     verdict_event,
-    verdict_key,
-    with_ner_categories,
 )
-from streams.worker.gate import decision_datum, decision_record
 from tests.unit.schemas.model_strategies import model_strategy
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_DISPATCHES, DBPM_PROPAGATIONS, DBPM_VERDICTS
 
@@ -253,10 +251,10 @@ def test_verdicts_decode_as_the_model_decodes_them(
     serde = _serde(registry)
     record = _record(DBPM_VERDICTS, _value(Verdict, datum, writer_index, registry, mutation))
     content = decode_event(serde, record, Verdict)
-    if own_key and not isinstance(content, DecodeFailed):
+    if own_key and not isinstance(content, Rejected):
         record = replace(record, key=_verdict_key(content[1]))
     model = decode_event(serde, record, Verdict, _verdict_key)
-    expected = model if isinstance(model, DecodeFailed) else model[1]
+    expected = model if isinstance(model, Rejected) else model[1]
     assert _nan_free(decode_verdict(serde, record, _verdict_key)) == _nan_free(expected)
 
 
@@ -269,7 +267,7 @@ def test_candidates_decode_as_the_model_decodes_them(
     record = _record(DBPM_CANDIDATES, _value(Candidate, datum, writer_index, registry, mutation), b"p-1")
     model = decode_event(serde, record, Candidate)
     fast = decode_candidate(serde, record)
-    if isinstance(model, DecodeFailed):
+    if isinstance(model, Rejected):
         assert fast == model
         return
     candidate, event = model
@@ -293,7 +291,7 @@ def test_dispatches_decode_as_the_model_decodes_them(
     record = _record(DBPM_DISPATCHES, _value(Dispatch, datum, writer_index, registry, mutation))
     model = decode_record(serde, record, Dispatch)
     expected = (
-        model if isinstance(model, DecodeFailed) else (model.value.candidate_id, model.value.ts.timestamp())
+        model if isinstance(model, Rejected) else (model.value.candidate_id, model.value.ts.timestamp())
     )
     assert decode_dispatch(serde, record) == expected
 
@@ -309,11 +307,11 @@ def test_propagations_decode_as_the_model_decodes_them(
     serde = _serde(registry)
     record = _record(DBPM_PROPAGATIONS, _value(PropagationRecord, datum, writer_index, registry, mutation))
     content = decode_event(serde, record, PropagationRecord)
-    if own_key and not isinstance(content, DecodeFailed):
+    if own_key and not isinstance(content, Rejected):
         record = replace(record, key=propagation_key(content[1]))
     model = decode_event(serde, record, PropagationRecord, propagation_key)
-    if isinstance(model, DecodeFailed):
-        expected: Evidence | DecodeFailed = model
+    if isinstance(model, Rejected):
+        expected: Evidence | Rejected = model
     else:
         found, event = model
         expected = Evidence(event, found.origin_partition, found.origin_offset, found.origin_index)
@@ -376,7 +374,7 @@ def test_decisions_and_dispatches_are_written_as_their_models_write_them(
         patient_id=candidate.patient_id,
         candidate_id=candidate.candidate_id,
     )
-    written = serde.write_datum(dispatch_datum(decoded.event), Dispatch, topic=DBPM_DISPATCHES)
+    written = serde.write_datum(event_fields(decoded.event), Dispatch, topic=DBPM_DISPATCHES)
     assert written == serde.encode(dispatch, topic=DBPM_DISPATCHES)
 
 

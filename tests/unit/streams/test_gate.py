@@ -17,8 +17,8 @@ from schemas.common import Stage
 from schemas.dbpm import Candidate, GateDecision, NerPayload, Verdict, VerdictLabel
 from schemas.serde import SingleObjectSerde
 from state.base import Transaction
-from state.memory import MemoryStore
-from streams.runtime.dlq import DecodeFailed, SourceRecord
+from state.ram import RamStore
+from streams.runtime.dlq import Rejected, SourceRecord
 from streams.worker.gate import Gate
 from topics.catalog import DBPM_CANDIDATES
 
@@ -36,8 +36,8 @@ def _candidate(entity: str, n: int) -> Candidate:
                      payload=NerPayload(entity=entity, category="Symptoms"))  # fmt: skip
 
 
-def _memory_with_failures(entity: str, count: int) -> MemoryStore:
-    store = MemoryStore()
+def _memory_with_failures(entity: str, count: int) -> RamStore:
+    store = RamStore()
     with store.transaction() as txn:
         for i in range(count):
             verdict = Verdict(ts=TS, task="ner", verdict=VerdictLabel.HARD_FAIL, source="rule",
@@ -61,7 +61,7 @@ def test_a_redelivered_candidate_gets_the_same_decision_bytes(entity: str, failu
     outcomes = []
     for offset in (0, 0, 7):  # first delivery, re-delivery, a later copy
         decoded = gate.decode(_record(value, offset))
-        assert not isinstance(decoded, DecodeFailed)
+        assert not isinstance(decoded, Rejected)
         outcomes.append(gate.decide(decoded))
 
     assert len({(o.key, o.value, o.decision) for o in outcomes}) == 1
@@ -73,7 +73,7 @@ def test_the_gate_decides_as_the_engine_does_on_the_same_memory() -> None:
     candidate = _candidate("fever", 2)
 
     decoded = gate.decode(_record(SERDE.encode(candidate)))
-    assert not isinstance(decoded, DecodeFailed)
+    assert not isinstance(decoded, Rejected)
     outcome = gate.decide(decoded)
 
     event = parse_event({**candidate.model_dump(mode="json"), "kind": "gate"})
@@ -86,10 +86,10 @@ def test_the_gate_decides_as_the_engine_does_on_the_same_memory() -> None:
 
 
 def test_records_that_are_not_candidates_come_back_as_failures_for_the_dead_letter_topic() -> None:
-    gate = Gate(ENGINE, SERDE, MemoryStore())
+    gate = Gate(ENGINE, SERDE, RamStore())
 
     garbage = gate.decode(_record(b"not avro"))
     tombstone = gate.decode(_record(None))
 
-    assert isinstance(garbage, DecodeFailed) and garbage.stage is Stage.DECODE
-    assert isinstance(tombstone, DecodeFailed) and tombstone.error_type == "TombstoneError"
+    assert isinstance(garbage, Rejected) and garbage.stage is Stage.DECODE
+    assert isinstance(tombstone, Rejected) and tombstone.error_type == "TombstoneError"

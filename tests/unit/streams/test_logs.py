@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from schemas.common import Stage
 from schemas.fhir import FhirUpdate
 from streams.cli import app
-from streams.runtime.dlq import DecodeFailed, SourceRecord
+from streams.runtime.dlq import Rejected, SourceRecord
 from streams.runtime.logs import JsonFormatter, TextFormatter, configure, log_dead_letter
 from streams.worker.clinical import fhir_input
 
@@ -54,7 +54,7 @@ def test_text_lines_append_the_ids_as_key_value_pairs() -> None:
     assert text.endswith("clingate.test: decided [patient_id=p1]")
 
 
-def _fhir_dead_letter() -> DecodeFailed:
+def _fhir_dead_letter() -> Rejected:
     """A FHIR update whose invalid Observation quotes clinical text in its validation error."""
     observation = {
         "resourceType": "Observation", "id": "obs-1", "status": CLINICAL_TEXT,
@@ -66,7 +66,7 @@ def _fhir_dead_letter() -> DecodeFailed:
     _, errors = fhir_input(update)
     assert errors and CLINICAL_TEXT in "; ".join(errors)  # the reason does quote the record
     record = SourceRecord("clingate.fhir.updates", 3, 41, None, b"p1", b"...", ())
-    return DecodeFailed(record, Stage.VALIDATE, "FhirInvalid", "; ".join(errors), None, FhirUpdate.avro_name)
+    return Rejected(record, Stage.VALIDATE, "FhirInvalid", "; ".join(errors), None, FhirUpdate.avro_name)
 
 
 def test_a_dead_letter_is_logged_with_coordinates_and_error_type_but_never_its_reason_at_info(

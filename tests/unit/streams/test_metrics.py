@@ -1,4 +1,5 @@
-"""Worker metrics (:mod:`streams.runtime.metrics`): endpoint helper, lag, population, lift, clinical, LLM."""
+"""Worker metrics (:mod:`streams.runtime.metrics` and each area's ``metrics`` module): endpoint helper, lag,
+population, lift, clinical, LLM."""
 
 from __future__ import annotations
 
@@ -21,22 +22,21 @@ from processors.dbpm.measurement import (
 )
 from processors.dbpm.memory import Memory
 from schemas.clinical import ClinicalAssessment, TrafficLight
-from state import MemoryStore
+from state import RamStore
 from streams.llm.calls import CallType
+from streams.llm.metrics import LlmMetrics
 from streams.llm.result import FailureKind, LlmFailed, LlmOk
-from streams.runtime import metrics as metrics_module
-from streams.runtime.metrics import (
+from streams.runtime.metrics import LibrdkafkaLag, serve
+from streams.testing.dbpm_stream import generate_events
+from streams.worker import metrics as metrics_module
+from streams.worker.metrics import (
     ALL_CATEGORIES,
     POPULATION_READS,
     ClinicalMetrics,
     DbpmMetrics,
-    LibrdkafkaLag,
-    LlmMetrics,
     Selectivity,
     red_source,
-    serve,
 )
-from streams.testing.dbpm_stream import generate_events
 
 
 def test_serve_exposes_the_registry_in_prometheus_text_and_close_frees_the_port() -> None:
@@ -117,7 +117,7 @@ def test_a_lift_tagging_only_fail_pairs_is_infinite_and_an_undefined_one_is_abse
 def test_memory_gauges_report_the_live_population_of_the_view() -> None:
     config = DBPMConfig()
     engine = DBPMEngine(config, load_ontology())
-    store = MemoryStore()
+    store = RamStore()
     with store.transaction() as txn:
         for obj in generate_events(3_000):
             event = parse_event(obj)
@@ -159,7 +159,7 @@ def test_a_population_read_while_the_view_was_written_is_read_again_and_never_fa
 
     monkeypatch.setattr(metrics_module, "memory_population", racing)
     registry = CollectorRegistry()
-    DbpmMetrics(registry).watch(lambda: [("clingate.dbpm.verdicts", 0, 5)], MemoryStore(), config)
+    DbpmMetrics(registry).watch(lambda: [("clingate.dbpm.verdicts", 0, 5)], RamStore(), config)
     scraped = {family.name for family in registry.collect()}
     assert len(calls) == min(refused + 1, POPULATION_READS)
     assert ("clingate_dbpm_memory_patterns" in scraped) == (refused < POPULATION_READS)
@@ -169,7 +169,7 @@ def test_a_population_read_while_the_view_was_written_is_read_again_and_never_fa
 def test_a_channel_that_consumed_fail_verdicts_but_blocks_nothing_is_inert() -> None:
     registry = CollectorRegistry()
     metrics = DbpmMetrics(registry)
-    metrics.watch(list, MemoryStore(), DBPMConfig())
+    metrics.watch(list, RamStore(), DBPMConfig())
     metrics.verdicts_applied([_verdict("re", "p1", {"head": "a"}, "hard_fail")])
     assert registry.get_sample_value("clingate_dbpm_memory_channel_inert", {"task": "re"}) == 1
     assert registry.get_sample_value("clingate_dbpm_memory_channel_inert", {"task": "ner"}) == 0

@@ -14,9 +14,11 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from processors.dbpm import DBPMConfig
-from state import MemoryStore
+from state import RamStore
+from streams.agent.metrics import AgentMetrics
 from streams.console.metrics import ConsoleMetrics
-from streams.runtime.metrics import AgentMetrics, ClinicalMetrics, DbpmMetrics, DocsMetrics, LlmGroupMetrics
+from streams.groups.metrics import DocsMetrics, LlmGroupMetrics
+from streams.worker.metrics import ClinicalMetrics, DbpmMetrics
 
 ROOT = Path(__file__).resolve().parents[3]
 METRICS_DOC = ROOT / "docs" / "metrics.md"
@@ -29,7 +31,7 @@ def every_metric() -> dict[str, str]:
     """Exposed name -> type of every clingate metric any worker registers."""
     worker, docs_worker, llm_group = CollectorRegistry(), CollectorRegistry(), CollectorRegistry()
     console = ConsoleMetrics().registry
-    DbpmMetrics(worker).watch(list, MemoryStore(), DBPMConfig())
+    DbpmMetrics(worker).watch(list, RamStore(), DBPMConfig())
     ClinicalMetrics(worker)
     DocsMetrics(docs_worker)
     LlmGroupMetrics(llm_group)

@@ -37,7 +37,8 @@ from streams.testing.poison import (
     schema_pool,
 )
 from streams.testing.worker import comparison_engine
-from streams.worker.dbpm import TICK_HEADER, contract_event, verdict_key
+from streams.worker.keys import TICK_HEADER, verdict_key
+from streams.worker.wire import contract_event
 from topics.catalog import DBPM_CANDIDATES, DBPM_VERDICTS, FHIR_UPDATES
 
 SERDE = make_serde(None)

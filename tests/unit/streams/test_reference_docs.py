@@ -42,7 +42,7 @@ def test_the_configuration_doc_carries_the_settings_table() -> None:
 def test_render_replaces_only_the_block_body_and_refuses_unknown_generators() -> None:
     text = "before\n<!-- generated: settings -->\nold\n<!-- end generated -->\nafter\n"
     rendered = reference.render(text)
-    assert rendered.startswith("before\n<!-- generated: settings -->\n| variable |")
+    assert rendered.startswith("before\n<!-- generated: settings -->\n## Kafka\n\n| variable |")
     assert rendered.endswith("|\n<!-- end generated -->\nafter\n")
     assert reference.render(rendered) == rendered
     with pytest.raises(KeyError):

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
-from state import MemoryStore
+from state import RamStore
 from streams.cli.replay import app
 from streams.replay.engine import replay_stream
 from tests.replay_example import EXAMPLE, assert_state_close, needs_example
@@ -106,7 +106,7 @@ def test_decision_lines_follow_the_contract_and_provenance_follows_decision():
             io.StringIO(json.dumps(_NER_GATE) + "\n"),
             sink,
             io.StringIO(),
-            MemoryStore(),
+            RamStore(),
             engine,
             provenance=provenance,
         )

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
 from processors.dbpm.ledger import dispatch_key
-from state.memory import MemoryStore
+from state.ram import RamStore
 from streams.worker.tablestore import BOUNDARY_KEY, ChangelogFollower
 
 _keys = st.sampled_from([b"Bner\x00a", b"Bner\x00b", b"Dp-1", b"Pa"])
@@ -37,7 +37,7 @@ def _applied(groups: list[list[tuple[bytes, bytes | None]]]) -> dict[bytes, byte
 def test_a_cut_changelog_leaves_exactly_the_complete_groups(groups, data) -> None:
     records = _records(groups)
     cut = data.draw(st.integers(min_value=0, max_value=len(records)))
-    follower = ChangelogFollower(MemoryStore())
+    follower = ChangelogFollower(RamStore())
     for offset, (key, value) in enumerate(records[:cut]):
         follower.add(key, value, offset)
     complete = sum(1 for key, _ in records[:cut] if key == BOUNDARY_KEY)
@@ -46,7 +46,7 @@ def test_a_cut_changelog_leaves_exactly_the_complete_groups(groups, data) -> Non
 
 
 def test_a_dropped_partial_group_never_reaches_the_store() -> None:
-    follower = ChangelogFollower(MemoryStore())
+    follower = ChangelogFollower(RamStore())
     follower.add(b"Bner\x00a", b"old", 0)
     follower.drop_partial()
     follower.add(b"Bner\x00b", b"new", 1)
@@ -59,11 +59,11 @@ def test_a_dropped_partial_group_never_reaches_the_store() -> None:
 def test_a_gates_view_leaves_the_dispatch_registry_out_and_applies_the_rest_of_the_group() -> None:
     """The memory writer's dispatch registry reaches the changelog; the gate's view never reads it."""
     engine = DBPMEngine(DBPMConfig(), load_ontology())
-    writer = MemoryStore()
+    writer = RamStore()
     with writer.transaction() as txn:
         engine.dispatch(txn, "c1", 1.0e9)
     group = [*writer.iter_range(b"", b"\xff"), (b"Bner\x00fever", b"pattern"), (BOUNDARY_KEY, b"3")]
-    view = ChangelogFollower(MemoryStore(), skip=dispatch_key)
+    view = ChangelogFollower(RamStore(), skip=dispatch_key)
     view.extend([(key, value, offset) for offset, (key, value) in enumerate(group)])
     assert [key for key, _ in view.store.iter_range(b"", b"\xff")] == [b"Bner\x00fever", BOUNDARY_KEY]
     assert view.store.get_offset("changelog") == len(group) - 1

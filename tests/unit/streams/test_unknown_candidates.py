@@ -9,11 +9,14 @@ from prometheus_client import CollectorRegistry
 from schemas.dbpm import Candidate, Verdict
 from schemas.serde import SingleObjectSerde
 from streams.runtime.dlq import SourceRecord
-from streams.runtime.metrics import DbpmMetrics
 from streams.runtime.settings import Settings
-from streams.testing.driver import ChangelogTable, Topic
-from streams.worker.dbpm import MemoryHandler, contract_event, dbpm_engine, dispatch_outputs, verdict_key
+from streams.testing.driver_topics import ChangelogTable, Topic
+from streams.worker.engine import dbpm_engine
+from streams.worker.keys import verdict_key
+from streams.worker.memory import MemoryHandler
+from streams.worker.metrics import DbpmMetrics
 from streams.worker.tablestore import apply_batch, input_offset_key
+from streams.worker.wire import contract_event, dispatch_outputs
 from topics.catalog import DBPM_DISPATCHES, DBPM_VERDICTS
 
 SERDE = SingleObjectSerde()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from processors.dbpm import BadEvent, parse_time
 from schemas.serde import SINGLE_OBJECT_MAGIC
-from streams.worker.dbpm import TICK_HEADER
+from streams.worker.keys import TICK_HEADER
 from topics.catalog import (
     CLINICAL_DELIVERABLES,
     CLINICAL_REVIEWS,
@@ -43,7 +43,7 @@ BadRecord = Callable[[Piped, Sequence[bytes], random.Random], Piped]
 
 
 def not_a_time(value: bytes | None) -> bool:
-    """Whether a watermark header value is not a time the memory agent reads."""
+    """Whether a watermark header value is not a time the memory writer reads."""
     try:
         parse_time(value.decode())  # type: ignore[union-attr]
     except (AttributeError, UnicodeDecodeError, BadEvent):

@@ -2,7 +2,8 @@
 
 The driver runs the deployed handler (:class:`~streams.groups.arbiter.DocsWorker`, rules only) under
 the ordered loop's rules, with the review packets it needs read from the driver's compacted packet
-topic (:class:`~streams.testing.driver.TopicPackets`, the in-memory :class:`~streams.groups.arbiter.Packets`).
+topic (:class:`~streams.testing.driver_topics.TopicPackets`, the in-memory
+:class:`~streams.groups.arbiter.Packets`).
 """
 
 from __future__ import annotations

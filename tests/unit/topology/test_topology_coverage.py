@@ -1,5 +1,5 @@
 """The gate's NER-coverage join on the topology driver: the gate loop's steps
-(:class:`~streams.worker.gate.GateSteps`) on the driver's clock, as production runs them.
+(:class:`~streams.worker.gatesteps.GateSteps`) on the driver's clock, as production runs them.
 
 The same scenario runs on a real broker through a SIGKILL in
 ``tests/integration/test_dbpm_worker.py``; here each step is visible: what is held, what a verdict
@@ -14,7 +14,8 @@ from state.base import Transaction
 from streams.runtime.settings import Settings
 from streams.testing.driver import TopologyDriver
 from streams.testing.worker import COMPARISON_ENV
-from streams.worker.dbpm import contract_event, verdict_key
+from streams.worker.keys import verdict_key
+from streams.worker.wire import contract_event
 from tests.dbpm_streams import coverage_narrative, ner_success
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_VERDICTS
 

@@ -1,6 +1,6 @@
-"""DBPM through the topology driver: the worker's memory agent and gate equal the in-process engine.
+"""DBPM through the topology driver: the worker's memory writer and gate equal the in-process engine.
 
-The driver runs the deployed per-record code (:class:`~streams.worker.dbpm.MemoryHandler`,
+The driver runs the deployed per-record code (:class:`~streams.worker.memory.MemoryHandler`,
 :class:`~streams.worker.gate.Gate`) over in-memory topics with the real serde, keys, murmur2 partitions,
 headers and changelog groups, and publishes a stream exactly as ``replay --via-kafka`` does (verdicts
 keyed by signature, a watermark tick per verdict partition, candidates with the barrier header).
@@ -31,17 +31,10 @@ from streams.runtime.settings import Settings
 from streams.testing.dbpm_stream import StreamShape, generate_events
 from streams.testing.driver import TopologyDriver
 from streams.testing.worker import COMPARISON_ENV, comparison_engine, in_process, soak_stream
-from streams.worker.dbpm import (
-    BARRIER_HEADER,
-    CONFIG_KEY,
-    REPLAYED_HEADER,
-    TICK_HEADER,
-    contract_event,
-    dbpm_config,
-    dispatch_outputs,
-    verdict_key,
-)
-from streams.worker.gate import ConfigWatch
+from streams.worker.engine import dbpm_config
+from streams.worker.gateview import ConfigWatch
+from streams.worker.keys import BARRIER_HEADER, CONFIG_KEY, REPLAYED_HEADER, TICK_HEADER, verdict_key
+from streams.worker.wire import contract_event, dispatch_outputs
 from tests.dbpm_streams import pin_line, with_candidate_ids, with_copies
 from tests.replay_example import EXAMPLE, assert_state_close, example_events, needs_example
 from topics.catalog import DBPM_CANDIDATES, DBPM_DECISIONS, DBPM_PROPAGATIONS, DBPM_VERDICTS
@@ -412,7 +405,7 @@ def test_a_memory_written_with_another_configuration_is_reported(caplog: pytest.
     assert mine != theirs
     gauge = Gauge("config_mismatch", "test", registry=CollectorRegistry())
     watch = ConfigWatch(mine, "clingate", gauge)
-    with caplog.at_level(logging.ERROR, logger="streams.worker.gate"):
+    with caplog.at_level(logging.ERROR, logger="streams.worker.gateview"):
         watch.observe({0: mine, 1: mine})
         assert gauge._value.get() == 0 and not caplog.records
         watch.observe({0: mine, 1: theirs, 2: theirs})

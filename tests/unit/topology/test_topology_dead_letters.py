@@ -30,7 +30,8 @@ from streams.runtime.dlq import SourceRecord
 from streams.runtime.settings import Settings
 from streams.testing.dbpm_stream import generate_events
 from streams.testing.driver import TopologyDriver
-from streams.worker.dbpm import dbpm_engine, verdict_key
+from streams.worker.engine import dbpm_engine
+from streams.worker.keys import verdict_key
 from tests.clinical_scenario import concur_review, scenario
 from tests.unit.topology.bad_records import KINDS, Piped, applies
 from tests.unit.topology.test_topology_arbiter import _review

@@ -9,7 +9,8 @@ from schemas.dbpm import Candidate
 from streams.runtime.dlq import RECORD_OVERHEAD_BYTES
 from streams.runtime.settings import Settings
 from streams.testing.dbpm_stream import generate_events
-from streams.testing.driver import RecordTooLargeError, Topic, TopologyDriver
+from streams.testing.driver import TopologyDriver
+from streams.testing.driver_topics import RecordTooLargeError, Topic
 from tests.clinical_scenario import concur_review, scenario
 from topics.catalog import (
     CLINICAL_REVIEWS,

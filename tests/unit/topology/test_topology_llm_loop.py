@@ -4,7 +4,7 @@ The generator and verifier handlers (:class:`~streams.groups.generator.Generator
 :class:`~streams.groups.verifier.Verifier`) call the production LLM client against the in-process test
 server, here answering as the demo's script does (the synthetic stream's planned candidates and
 verdicts, :mod:`streams.demo.llm`) or with one hallucinated entity the verifier fails; the gate and the
-memory agent run as everywhere on the driver. Each piped
+memory writer run as everywhere on the driver. Each piped
 narrative is processed to the end (its candidates decided, verified and learnt) before the next, the
 order of the demo's lockstep slice, so the demo's own check holds without a broker: decisions and
 memory equal the in-process engine's on the loop's events (:func:`streams.demo.plan.loop_reference`).
@@ -24,9 +24,9 @@ from processors.dbpm.ontology import FILTER_ID_SUFFIX
 from schemas.dbpm import Candidate, GateAction, GateDecision, Narrative, NerPayload, Verdict
 from streams.demo.llm import LoopPlan, loop_plan, script_responder
 from streams.demo.plan import demo_stream, engine_run, last_time, loop_reference
+from streams.groups.metrics import LlmGroupMetrics
 from streams.llm import ClientPolicy, Endpoint, LlmClient, Role
 from streams.llm.serve.testserver import DEFAULT_MODEL, OpenAiTestServer, Responder
-from streams.runtime.metrics import LlmGroupMetrics
 from streams.runtime.settings import Settings
 from streams.testing.driver import TopologyDriver
 from tests.llm_answers import FAILING_ENTITY, clinical_responder, verdict_requests

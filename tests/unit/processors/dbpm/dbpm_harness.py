@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from processors.dbpm import DBPMConfig, DBPMEngine, GateRuling, format_time, load_ontology, parse_event
 from processors.dbpm.memory import Memory
-from state import MemoryStore
+from state import RamStore
 
 DAY = 86400.0
 T0 = 1_777_852_800.0  # 2026-05-04T00:00:00Z
@@ -20,7 +20,7 @@ class Harness:
     def __init__(self, config: DBPMConfig) -> None:
         self.config = config
         self.engine = DBPMEngine(config, load_ontology())
-        self.store = MemoryStore()
+        self.store = RamStore()
         self._n = 0
 
     def send(self, obj: dict) -> list[GateRuling]:

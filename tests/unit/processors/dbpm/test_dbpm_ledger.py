@@ -19,7 +19,7 @@ from test_dbpm_properties import ONTOLOGY, streams
 from processors.dbpm import BadEvent, DBPMConfig, DBPMEngine, parse_event
 from processors.dbpm.ledger import EXPIRY_STEP_S
 from processors.dbpm.memory import Memory
-from state import MemoryStore
+from state import RamStore
 
 HORIZON = 2 * DAY
 
@@ -32,7 +32,7 @@ def _verdict(cid: str | None, verdict: str = "hard_fail", at: float = T0, entity
 
 def _run(events: list[dict], config: DBPMConfig) -> tuple[list[dict], list[tuple[bytes, bytes]]]:
     engine = DBPMEngine(config, ONTOLOGY)
-    store = MemoryStore()
+    store = RamStore()
     decisions = []
     for obj in events:
         event = parse_event(obj)
@@ -43,7 +43,7 @@ def _run(events: list[dict], config: DBPMConfig) -> tuple[list[dict], list[tuple
 
 
 def _count(store_items: list[tuple[bytes, bytes]], config: DBPMConfig, sig: str = "fever") -> int:
-    store = MemoryStore()
+    store = RamStore()
     with store.transaction() as txn:
         for key, value in store_items:
             txn.set(key, value)
@@ -83,7 +83,7 @@ def test_a_candidates_second_verdict_is_not_applied_whatever_its_label():
 
 def test_learn_reports_a_duplicate_as_none_and_writes_nothing():
     engine = DBPMEngine(DBPMConfig(), ONTOLOGY)
-    store = MemoryStore()
+    store = RamStore()
     event = parse_event(_verdict("c1"))
     with store.transaction() as txn:
         _, first = engine.learn(txn, event, event.time)
@@ -134,7 +134,7 @@ def test_the_dedupe_horizon_must_be_positive():
 
 def test_a_dispatched_candidate_is_known_until_its_horizon_and_nothing_else_is():
     engine = DBPMEngine(DBPMConfig(verdict_dedupe_horizon_s=HORIZON), ONTOLOGY)
-    store = MemoryStore()
+    store = RamStore()
     with store.transaction() as txn:
         engine.dispatch(txn, "c1", T0)
         engine.dispatch(txn, "c1", T0 + DAY)  # decided again after a gate restart: the first record holds
@@ -148,7 +148,7 @@ def test_a_dispatched_candidate_is_known_until_its_horizon_and_nothing_else_is()
 
 def test_a_dispatch_writes_only_its_own_records():
     engine = DBPMEngine(DBPMConfig(verdict_dedupe_horizon_s=HORIZON), ONTOLOGY)
-    store = MemoryStore()
+    store = RamStore()
     with store.transaction() as txn:
         engine.dispatch(txn, "c1", T0)
     assert engine.snapshot(store.transaction())["as_of"] is None

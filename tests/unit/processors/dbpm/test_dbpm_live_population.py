@@ -7,7 +7,7 @@ import pytest
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology, parse_event
 from processors.dbpm.measurement import channel_population, memory_population
 from processors.dbpm.memory import Memory
-from state import MemoryStore
+from state import RamStore
 from streams.testing.dbpm_stream import generate_events
 
 
@@ -15,7 +15,7 @@ from streams.testing.dbpm_stream import generate_events
 def test_memory_population_equals_the_snapshots_population_along_the_stream(maintenance: bool) -> None:
     config = DBPMConfig().with_flags(maintenance=maintenance)
     engine = DBPMEngine(config, load_ontology())
-    store = MemoryStore()
+    store = RamStore()
     fails = {"ner": 3, "re": 1}
     checked = 0
     with store.transaction() as txn:
@@ -31,7 +31,7 @@ def test_memory_population_equals_the_snapshots_population_along_the_stream(main
 
 def test_an_empty_memory_has_an_empty_population_and_no_time() -> None:
     config = DBPMConfig()
-    with MemoryStore().transaction() as txn:
+    with RamStore().transaction() as txn:
         report = memory_population(Memory(txn, config), {})
     assert report.as_of is None
     assert all(c.patterns == c.block_eligible == c.whitelist == 0 for c in report.channels)

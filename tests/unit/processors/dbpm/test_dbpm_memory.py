@@ -12,7 +12,7 @@ from processors.dbpm import DBPMConfig
 from processors.dbpm.config import DEFAULT_TASKS
 from processors.dbpm.maintenance import maintain
 from processors.dbpm.memory import Memory, Pattern, order_key
-from state import MemoryStore
+from state import RamStore
 
 _ops = st.lists(
     st.tuples(
@@ -29,7 +29,7 @@ _ops = st.lists(
 @given(ops=_ops)
 def test_index_walk_from_the_low_water_mark_sees_every_live_pattern_in_severity_order(ops):
     config = DBPMConfig()
-    with MemoryStore().transaction() as txn:
+    with RamStore().transaction() as txn:
         mem = Memory(txn, config)
         for op, sig, severity, offset in ops:
             old = mem.pattern("ner", sig)
@@ -48,7 +48,7 @@ def test_index_walk_from_the_low_water_mark_sees_every_live_pattern_in_severity_
 
 
 def test_clock_record_round_trips_absent_values():
-    with MemoryStore().transaction() as txn:
+    with RamStore().transaction() as txn:
         mem = Memory(txn, DBPMConfig())
         assert mem.clock() == (None, None)
         mem.set_clock(None, 7)
@@ -61,7 +61,7 @@ def test_clock_record_round_trips_absent_values():
 @given(ops=_ops, cap=st.integers(0, 4), at=st.floats(31 * DAY, 60 * DAY))
 def test_maintenance_removes_exactly_the_patterns_below_the_floor_then_the_lowest_over_the_cap(ops, cap, at):
     config = DBPMConfig(tasks={**DEFAULT_TASKS, "ner": replace(DEFAULT_TASKS["ner"], cap=cap)})
-    with MemoryStore().transaction() as txn:
+    with RamStore().transaction() as txn:
         mem = Memory(txn, config)
         for op, sig, severity, offset in ops:
             old = mem.pattern("ner", sig)

@@ -13,7 +13,7 @@ from dbpm_harness import DAY, T0, Harness, iso, ner, rel
 from processors.dbpm import BadEvent, DBPMConfig, PinEvent, parse_event
 from processors.dbpm.pins import read_pin_provenance, unpinnable
 from processors.dbpm.signatures import signature, signature_payload
-from state import MemoryStore
+from state import RamStore
 from streams.replay.engine import replay_stream
 from tests.dbpm_streams import pin_line
 
@@ -31,7 +31,7 @@ def _blocked(h: Harness, entity: str = "fever") -> None:
     assert h.gate("ner", ner(entity), at=T0 + 10).decision == "BLOCK"
 
 
-def _raw(store: MemoryStore) -> list[tuple[bytes, bytes]]:
+def _raw(store: RamStore) -> list[tuple[bytes, bytes]]:
     """Every record but the pins'."""
     return [(k, v) for k, v in store.transaction().iter_prefix(b"") if not k.startswith(b"O")]
 
@@ -110,7 +110,7 @@ def test_a_stream_with_pins_replays_to_the_same_output_every_time() -> None:
     outputs = []
     for _ in range(2):
         decisions, dead = io.StringIO(), io.StringIO()
-        stats = replay_stream(lines, decisions, dead, MemoryStore(), Harness(CONFIG).engine, provenance=True)
+        stats = replay_stream(lines, decisions, dead, RamStore(), Harness(CONFIG).engine, provenance=True)
         assert (stats.events, stats.decisions, stats.bad_lines) == (8, 3, 0)
         outputs.append(decisions.getvalue())
     assert outputs[0] == outputs[1]

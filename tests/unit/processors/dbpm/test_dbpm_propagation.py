@@ -22,7 +22,7 @@ from processors.dbpm.maintenance import advance_clock
 from processors.dbpm.memory import SOURCE_CROSS_TASK, Memory
 from processors.dbpm.signatures import ner_signature, signature
 from processors.dbpm.update import apply_verdict, effective_verdict, raised_pattern
-from state import MemoryStore
+from state import RamStore
 
 _settings = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -62,7 +62,7 @@ def _inline_verdict(mem: Memory, event: VerdictEvent, now: float) -> None:
             _inline_propagate(mem, entity, weight, now)
 
 
-def _dump(store: MemoryStore) -> list[tuple[bytes, bytes]]:
+def _dump(store: RamStore) -> list[tuple[bytes, bytes]]:
     return list(store.transaction().iter_prefix(b""))
 
 
@@ -71,7 +71,7 @@ def _dump(store: MemoryStore) -> list[tuple[bytes, bytes]]:
 def test_propagation_events_applied_in_process_equal_the_inline_algorithm(events, maintenance):
     config = DBPMConfig().with_flags(maintenance=maintenance)
     engine = DBPMEngine(config, ONTOLOGY)
-    inline, processed, split = MemoryStore(), MemoryStore(), MemoryStore()
+    inline, processed, split = RamStore(), RamStore(), RamStore()
     for obj in events:
         event = parse_event(obj)
         with processed.transaction() as txn:
@@ -109,7 +109,7 @@ RELATION = {"head": "metformin", "head_type": "Treatment", "relation": "TREATS",
 
 def test_a_relation_hard_fail_yields_one_event_per_entity_with_its_provenance():
     engine = DBPMEngine(DBPMConfig(), ONTOLOGY)
-    _, propagations = engine.learn(MemoryStore().transaction(), _verdict(RE, HARD_FAIL, RELATION, T0), T0)
+    _, propagations = engine.learn(RamStore().transaction(), _verdict(RE, HARD_FAIL, RELATION, T0), T0)
     weight = DBPMConfig().weight(CROSS_TASK_RE)
     origin = signature(RE, RELATION)
     assert propagations == [
@@ -120,7 +120,7 @@ def test_a_relation_hard_fail_yields_one_event_per_entity_with_its_provenance():
 
 def test_learning_writes_only_the_origin_signature_records():
     engine = DBPMEngine(DBPMConfig().with_flags(maintenance=False), ONTOLOGY)
-    store = MemoryStore()
+    store = RamStore()
     with store.transaction() as txn:
         engine.learn(txn, _verdict(RE, HARD_FAIL, RELATION, T0), T0)
     assert list(Memory(store.transaction(), engine.config).patterns(NER)) == []
@@ -128,7 +128,7 @@ def test_learning_writes_only_the_origin_signature_records():
 
 def test_the_whitelist_guard_reads_the_target_when_the_event_is_applied():
     engine = DBPMEngine(DBPMConfig().with_flags(maintenance=False), ONTOLOGY)
-    origin, target = MemoryStore(), MemoryStore()
+    origin, target = RamStore(), RamStore()
     with origin.transaction() as txn:
         _, propagations = engine.learn(txn, _verdict(RE, HARD_FAIL, RELATION, T0), T0)
     # The target's writer confirms "metformin" after the evidence was produced, before it arrives.
@@ -147,7 +147,7 @@ def test_the_whitelist_guard_reads_the_target_when_the_event_is_applied():
 
 def test_the_propagation_cap_stops_the_fourth_hit_on_one_target():
     engine = DBPMEngine(DBPMConfig().with_flags(maintenance=False), ONTOLOGY)
-    store = MemoryStore()
+    store = RamStore()
     event = Propagation(NER, "pneumonia", 0.4, CROSS_TASK_RE, T0, RE, "x", "p1")
     results = []
     for i in range(4):
@@ -159,7 +159,7 @@ def test_the_propagation_cap_stops_the_fourth_hit_on_one_target():
 @pytest.mark.parametrize("flags", [{"disabled": True}, {"cross_task": False}])
 def test_an_engine_without_cross_task_neither_emits_nor_applies_propagations(flags):
     engine = DBPMEngine(DBPMConfig().with_flags(**flags), ONTOLOGY)
-    store = MemoryStore()
+    store = RamStore()
     with store.transaction() as txn:
         _, propagations = engine.learn(txn, _verdict(RE, HARD_FAIL, RELATION, T0), T0)
     assert propagations == []
@@ -176,7 +176,7 @@ def test_an_engine_without_cross_task_neither_emits_nor_applies_propagations(fla
 def test_cross_task_evidence_alone_never_blocks_in_any_delivery_order(events, delays):
     config = DBPMConfig()
     engine = DBPMEngine(config, ONTOLOGY)
-    store = MemoryStore()
+    store = RamStore()
     min_block = min(p.block_threshold for p in config.tasks.values())
     in_flight: list[tuple[int, Propagation]] = []
     for step, obj in enumerate(events, start=1):

@@ -20,7 +20,7 @@ from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology, parse_event
 from processors.dbpm.maintenance import maintain
 from processors.dbpm.memory import SOURCE_CROSS_TASK, Memory
 from processors.dbpm.signatures import ner_signature
-from state import MemoryStore
+from state import RamStore
 
 ENTITIES = ["metformin", "Sepsis", "the patient", "yes", "type 2 diabetes", "fever", "pneumonia"]
 TYPES = ["Treatment", "Diagnosis", "Symptom", "Anatomy", "Tests"]
@@ -77,7 +77,7 @@ def streams(draw: st.DrawFn, max_size: int = 40, direct_ner: bool = True) -> lis
 
 def _run(events: list[dict], config: DBPMConfig, *, commit_every: int = 1, extra_maintenance: bool = False):
     engine = DBPMEngine(config, ONTOLOGY)
-    store = MemoryStore()
+    store = RamStore()
     txn = store.transaction()
     decisions = []
     for n, obj in enumerate(events, start=1):
@@ -101,7 +101,7 @@ _settings = settings(max_examples=60, deadline=None, suppress_health_check=[Heal
 def test_cross_task_evidence_alone_never_blocks(events):
     config = DBPMConfig()
     engine = DBPMEngine(config, ONTOLOGY)
-    store = MemoryStore()
+    store = RamStore()
     min_block = min(p.block_threshold for p in config.tasks.values())
     for obj in events:
         event = parse_event(obj)
@@ -123,7 +123,7 @@ def test_whitelisted_signatures_never_receive_propagated_evidence(events):
     # Maintenance off: a boundary falling on the event could prune the pattern, which is not propagation.
     config = DBPMConfig().with_flags(maintenance=False)
     engine = DBPMEngine(config, ONTOLOGY)
-    store = MemoryStore()
+    store = RamStore()
     for obj in events:
         event = parse_event(obj)
         with store.transaction() as txn:
@@ -148,7 +148,7 @@ def test_whitelisted_signatures_never_receive_propagated_evidence(events):
 def test_all_severities_and_confidences_stay_in_the_unit_interval(events):
     config = DBPMConfig(maintenance_interval_s=7200.0)
     engine = DBPMEngine(config, ONTOLOGY)
-    store = MemoryStore()
+    store = RamStore()
     for obj in events:
         event = parse_event(obj)
         with store.transaction() as txn:
@@ -175,7 +175,7 @@ def test_results_do_not_depend_on_commit_or_maintenance_rhythm(events, commit_ev
 def test_reading_decayed_state_twice_gives_the_same_value(events, at):
     config = DBPMConfig()
     _, first = _run(events, config)
-    store = MemoryStore()
+    store = RamStore()
     engine = DBPMEngine(config, ONTOLOGY)
     with store.transaction() as txn:
         for obj in events:

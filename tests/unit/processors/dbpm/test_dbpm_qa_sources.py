@@ -23,7 +23,7 @@ from processors.dbpm.signatures import qa_category
 from schemas.dbpm import Candidate
 from schemas.serde import SingleObjectSerde
 from streams.runtime.dlq import SourceRecord
-from streams.worker.dbpm import CandidateRecord, decode_candidate
+from streams.worker.wire import CandidateRecord, decode_candidate
 from tests.replay_example import EXAMPLE, example_events, needs_example
 from topics.catalog import DBPM_CANDIDATES
 

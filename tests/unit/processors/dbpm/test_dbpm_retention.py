@@ -18,7 +18,7 @@ from processors.dbpm import DBPMConfig
 from processors.dbpm.memory import KIND_PATIENT, KIND_PREEMPTED, KIND_WHITE, Memory
 from processors.dbpm.partitioned import merge_values
 from processors.dbpm.retention import RETENTION_STEP_S
-from state import MemoryStore
+from state import RamStore
 
 RETENTION = {
     "whitelist_retention_s": 10 * DAY,
@@ -150,7 +150,7 @@ def test_the_partitions_counts_of_held_and_expired_records_add_up_in_the_merged_
         _tick(h, T0 + 6 * DAY)
         partitions.append(dict(h.store.iter_range(b"N", b"O")))
     merged = {key: merge_values(key, [p[key] for p in partitions if key in p]) for key in partitions[0]}
-    store = MemoryStore()
+    store = RamStore()
     with store.transaction() as txn:
         for key, value in merged.items():
             txn.set(key, value)

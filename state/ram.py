@@ -1,4 +1,5 @@
-"""An in-memory :class:`~state.base.Store`: tests, replays and benchmarks without RocksDB.
+"""A :class:`~state.base.Store` in RAM: tests, replays and benchmarks without RocksDB. (Named for RAM:
+in clingate "the memory" is the DBPM pattern memory, which either kind of store can hold.)
 
 Keys live in a :class:`sortedcontainers.SortedDict`, so point reads are a hash lookup and ordered
 range scans (the eviction index of DBPM maintenance) cost O(log n + k) instead of a full sort.
@@ -13,7 +14,7 @@ from sortedcontainers import SortedDict
 from state.base import _TOMBSTONE, Store
 
 
-class MemoryStore(Store):
+class RamStore(Store):
     """A :class:`~state.base.Store` held in process memory; lost when the process ends."""
 
     def __init__(self) -> None:
