@@ -173,10 +173,12 @@ _SIZE = re.compile(r"[\d.]+(?:px|pt|em|%)(?:/\S+)?")
 
 def _inline(svg: str) -> str:
     """matplotlib's SVG document as an element for an HTML page under a policy that refuses styles: no
-    prologue or metadata, the style sheet's rule for every element (``*{...}``) as attributes of the
-    root, each ``style`` attribute as presentation attributes, and the ids nothing refers to as classes
-    (their kind: ``line2d_3`` is of class ``line2d``)."""
+    prologue or metadata, SVG 2's ``href`` for ``xlink:href`` (so no second namespace), the style
+    sheet's rule for every element (``*{...}``) as attributes of the root, each ``style`` attribute as
+    presentation attributes, and the ids nothing refers to as classes (their kind: ``line2d_3`` is of
+    class ``line2d``)."""
     svg = svg[svg.index("<svg") :].rstrip()
+    svg = re.sub(r'\s+xmlns:xlink="[^"]*"', "", svg, count=1).replace(" xlink:href=", " href=")
     svg = re.sub(r"\s*<metadata>.*?</metadata>", "", svg, flags=re.S)
     sheet = _STYLE_SHEET.search(svg)
     svg = _STYLE_SHEET.sub("", svg)
