@@ -47,7 +47,7 @@ from streams.runtime.settings import Settings, env_help, get_settings
 from streams.worker import READY
 
 if TYPE_CHECKING:
-    from streams.worker.metrics import DbpmMetrics
+    from prometheus_client import CollectorRegistry
 
 app = typer.Typer(help="Run a stream worker (DBPM memory and gate, clinical patients).")
 log = logging.getLogger(__name__)
@@ -88,7 +88,6 @@ def worker(
     from prometheus_client import CollectorRegistry
 
     from streams.runtime.metrics import serve
-    from streams.worker.metrics import DbpmMetrics
 
     settings = get_settings()
     overrides = {"web_port": web_port, "worker_datadir": datadir}
@@ -97,15 +96,15 @@ def worker(
         configure(loglevel, settings.log_format)
     bootstrap = require_bootstrap(settings)
     ensure_catalog(settings, bootstrap)
-    metrics = DbpmMetrics(CollectorRegistry())
+    registry = CollectorRegistry()
     try:
-        loops = _loops(role, settings, bootstrap, metrics)
+        loops = _loops(role, settings, bootstrap, registry)
     except Exception as exc:
         if not _must_fix(exc):
             raise
         log.error("the worker cannot start: %s", exc)
         raise typer.Exit(LOOP_FAILED_EXIT) from exc
-    endpoint = serve(metrics.registry, settings.web_port, settings.metrics_host)
+    endpoint = serve(registry, settings.web_port, settings.metrics_host)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -124,36 +123,36 @@ def worker(
         raise typer.Exit(LOOP_FAILED_EXIT)
 
 
-def _loops(role: Role, settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> dict[str, Loop]:
-    """The loops of ``role``, built (stores opened, producers initialised), their lag and gauges on
-    ``metrics``."""
+def _loops(role: Role, settings: Settings, bootstrap: str, registry: CollectorRegistry) -> dict[str, Loop]:
+    """The loops of ``role``, built (stores opened, producers initialised), their metrics on
+    ``registry``: each loop's own, the loop metrics they share and one consumer lag over them all."""
+    from streams.runtime.metrics import ConsumerLag, LoopMetrics
     from streams.worker.clinical import build_clinical
     from streams.worker.engine import dbpm_engine
     from streams.worker.gateloop import build_gate
     from streams.worker.gateview import MergedView
     from streams.worker.memory import build_memory
+    from streams.worker.metrics import DbpmMetrics
 
     loops: dict[str, Loop] = {}
+    shared = LoopMetrics(registry)
     if role is Role.REQUESTS:
         from streams.requests.runtime import build_requests
-        from streams.runtime.metrics import ConsumerLag
 
-        loops["requests"] = requests = build_requests(settings, bootstrap, metrics.loops)
-        metrics.registry.register(ConsumerLag(requests.lag))
-        return loops
-    if role is not Role.GATE:
-        engine = dbpm_engine(settings)
-        memory = loops["memory"] = build_memory(settings, bootstrap, metrics, engine)
-        loops["clinical"] = build_clinical(settings, bootstrap, metrics.registry, metrics.loops)
-        # The population gauges of the partitions this process writes, unless a gate sees them all.
-        view, config = MergedView(memory.table.partitions), engine.config
-    if role in (Role.ALL, Role.GATE):
-        gate = loops["gate"] = build_gate(settings, bootstrap, metrics)
-        view, config = gate.view, gate.config
-    first, *others = loops.values()
-    metrics.watch(first.lag, view, config)
-    for loop in others:
-        metrics.add_lag(loop.lag)
+        loops["requests"] = build_requests(settings, bootstrap, shared)
+    else:
+        dbpm = DbpmMetrics(registry)
+        if role is not Role.GATE:
+            engine = dbpm_engine(settings)
+            memory = loops["memory"] = build_memory(settings, bootstrap, dbpm, shared, engine)
+            loops["clinical"] = build_clinical(settings, bootstrap, registry, shared)
+            # The population gauges of the partitions this process writes, unless a gate sees them all.
+            view, config = MergedView(memory.table.partitions), engine.config
+        if role in (Role.ALL, Role.GATE):
+            gate = loops["gate"] = build_gate(settings, bootstrap, dbpm, shared)
+            view, config = gate.view, gate.config
+        dbpm.watch(view, config)
+    registry.register(ConsumerLag(*(loop.lag for loop in loops.values())))
     return loops
 
 

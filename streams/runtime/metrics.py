@@ -76,8 +76,8 @@ def serve(registry: CollectorRegistry, port: int, addr: str) -> MetricsEndpoint:
 class ConsumerLag(Collector):
     """``clingate_consumer_lag{topic,partition}``: messages behind the end, per owned input partition."""
 
-    def __init__(self, source: LagSource) -> None:
-        self.sources = [source]
+    def __init__(self, *sources: LagSource) -> None:
+        self.sources = sources
 
     def collect(self) -> Iterator[Metric]:
         """One gauge sample per partition the source reports."""

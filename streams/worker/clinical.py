@@ -22,9 +22,9 @@ Choices:
   three topics and of the changelog), and the records of one partition are applied in offset order.
 * **State**: per partition a local RocksDB store, key = patient id bytes, value = the JSON of
   :class:`processors.clinical.assess.ClinicalStreamState`; every batch's writes are one changelog group
-  (docs/table-runtime.md). Within a batch a patient's state is decoded once, at the patient's first
-  record, and encoded once, at the batch's end (:class:`BatchPatient`); each record of the patient is
-  assessed on the parts of the patient's previous assessment that its changes do not feed
+  (docs/runtime-reference.md, section 5). Within a batch a patient's state is decoded once, at the
+  patient's first record, and encoded once, at the batch's end (:class:`BatchPatient`); each record of
+  the patient is assessed on the parts of the patient's previous assessment that its changes do not feed
   (:func:`processors.clinical.assess.process_event_reusing`), so a batch publishes and stores exactly
   what its records applied one batch each would.
 * **Exactly once**: a batch's assessments, audits, dead letters and changelog group are one Kafka

@@ -82,6 +82,7 @@ from streams.runtime.core import Abandoned, BatchCore, Step
 from streams.runtime.dlq import PRODUCER_LIMITS, SourceRecord
 from streams.runtime.kafka_clients import producer_config
 from streams.runtime.kafka_config import client_config, liveness_config
+from streams.runtime.metrics import LoopMetrics
 from streams.runtime.progress import ProgressLog
 from streams.runtime.settings import Settings
 from streams.runtime.transactions import TransactionalProducer
@@ -111,7 +112,8 @@ class GateLoop:
         directory: where the loop keeps its transactional id (the process MUST own it).
         barrier_timeout_s: see :attr:`streams.runtime.settings.Settings.dbpm_barrier_timeout_s`.
         session_timeout_s: the group's session timeout.
-        metrics: where decisions, latencies, lag and dead letters are counted.
+        metrics: where decisions, latencies and dead letters are counted.
+        loops: the process's loop metrics (batches, records read and produced, transactions).
         coverage_wait_s: see :attr:`streams.runtime.settings.Settings.dbpm_coverage_wait_s` (0: the
             coverage join is off).
     """
@@ -127,6 +129,7 @@ class GateLoop:
         barrier_timeout_s: float,
         session_timeout_s: float,
         metrics: DbpmMetrics,
+        loops: LoopMetrics,
         coverage_wait_s: float = 0.0,
     ) -> None:
         gate = Gate(engine, serde, follower.view, metrics)
@@ -152,7 +155,7 @@ class GateLoop:
                 "linger.ms": 2, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
                 **PRODUCER_LIMITS,
             }), group),
-            serde, metrics.loops, on_dead_letter=gate.dead_lettered,
+            serde, loops, on_dead_letter=gate.dead_lettered,
         )  # fmt: skip
         self._config_watch = ConfigWatch(engine.config.fingerprint(), app_id, metrics.config_mismatch)
         self._stop = threading.Event()  # run()'s, once it runs
@@ -279,9 +282,9 @@ class GateLoop:
         return False
 
 
-def build_gate(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> GateLoop:
+def build_gate(settings: Settings, bootstrap: str, metrics: DbpmMetrics, loops: LoopMetrics) -> GateLoop:
     """The gate loop of a worker, its memory view (``<worker datadir>/gate-view``) and its transactional
-    id (``<worker datadir>/gate``), from settings."""
+    id (``<worker datadir>/gate``), from settings; ``loops`` are the process's loop metrics."""
     engine = dbpm_engine(settings)
     follower = MemoryFollower(
         bootstrap, settings.app_id, settings.topic_partitions, settings.worker_dir / "gate-view",
@@ -290,5 +293,5 @@ def build_gate(settings: Settings, bootstrap: str, metrics: DbpmMetrics) -> Gate
     return GateLoop(
         bootstrap, settings.app_id, engine, make_serde(settings.schema_registry_url), follower,
         settings.worker_dir / "gate", settings.dbpm_barrier_timeout_s, settings.consumer_session_timeout_s,
-        metrics, settings.dbpm_coverage_wait_s,
+        metrics, loops, settings.dbpm_coverage_wait_s,
     )  # fmt: skip

@@ -8,7 +8,7 @@
   SIGKILLed memory writer left unfinished is never visible.
 * The patient-keyed gate state (accepted NER categories, difficulty counters) is part of the memory
   (the engine keeps it as per-partition partial counts that :class:`MergedView` sums,
-  ``docs/table-runtime.md`` section 2 item 6), so it arrives through the same view. The gate itself
+  ``docs/runtime-reference.md`` section 2 item 6), so it arrives through the same view. The gate itself
   writes nothing: its engine transaction holds only bookkeeping (the as-of clock) and is aborted. No
   gate-side table is needed, hence none is kept (a co-partitioned patient table would need a second
   writer per patient, the verdicts of one patient landing on many signature partitions).

@@ -9,8 +9,8 @@ co-partitioned inputs (:data:`~streams.worker.keys.MEMORY_INPUTS`); each member 
 propagations, dead letters and changelog group in one Kafka transaction, then its input offsets. The
 changelog topic (:func:`~streams.worker.keys.memory_changelog`, one partition per memory partition) is
 created when it is missing. The gate reads the memory through its replicated view
-(:mod:`streams.worker.gateview`). The design and the findings behind it are in
-``docs/table-runtime.md``.
+(:mod:`streams.worker.gateview`). The design is in ``docs/runtime-reference.md`` (sections 2 and 7),
+what the loop guarantees in ``docs/table-runtime.md``.
 
 Topology::
 
@@ -132,6 +132,7 @@ from state.base import Transaction
 from streams.runtime.core import Output
 from streams.runtime.dlq import Rejected, SourceRecord, processing_failed
 from streams.runtime.logs import log_dead_letter
+from streams.runtime.metrics import LoopMetrics
 from streams.runtime.settings import Settings
 from streams.worker.keys import (
     CONFIG_KEY,
@@ -419,14 +420,17 @@ class MemoryHandler:
         self._metrics.dead_letters.labels(failed.record.topic).inc()
 
 
-def build_memory(settings: Settings, bootstrap: str, metrics: DbpmMetrics, engine: DBPMEngine) -> TableLoop:
+def build_memory(
+    settings: Settings, bootstrap: str, metrics: DbpmMetrics, loops: LoopMetrics, engine: DBPMEngine
+) -> TableLoop:
     """The memory writer of a worker (stores and transactional id under ``<worker datadir>/memory``);
-    ``engine`` is the worker's (:func:`~streams.worker.engine.dbpm_engine`)."""
+    ``engine`` is the worker's (:func:`~streams.worker.engine.dbpm_engine`), ``loops`` the process's
+    loop metrics."""
     serde = make_serde(settings.schema_registry_url)
     handler = MemoryHandler(engine, serde, metrics)
     loop = build_table_loop(
         settings, bootstrap, memory_group(settings.app_id), MEMORY_INPUTS, memory_changelog(settings.app_id),
-        handler, serde, "memory", metrics.loops,
+        handler, serde, "memory", loops,
     )  # fmt: skip
     handler.dispatches_read = partial(loop.read_to_end, DBPM_DISPATCHES)
     return loop

@@ -4,9 +4,9 @@ They sit on the worker's one registry, beside the consumer lag and loop traffic 
 (:mod:`streams.runtime.metrics`, which serves them); names, types and labels in docs/metrics.md.
 
 * :class:`DbpmMetrics`: decisions per task and decision, gate latency, barrier timeouts, dead letters,
-  verdicts applied and duplicate verdicts skipped; through :meth:`DbpmMetrics.watch` the consumer
-  lag and the memory channel population (:class:`MemoryPopulation`) computed at scrape time; and
-  the gate's selectivity (:class:`Selectivity`).
+  verdicts applied and duplicate verdicts skipped; through :meth:`DbpmMetrics.watch` the memory
+  channel population (:class:`MemoryPopulation`) computed at scrape time; and the gate's selectivity
+  (:class:`Selectivity`).
 * :class:`ClinicalMetrics`: assessments per traffic light, red sources, gate latency, dead letters,
   and the output gates' activations.
 
@@ -54,7 +54,6 @@ from processors.dbpm.measurement import LiftStatus, SelectivityTracker, TagCount
 from processors.dbpm.memory import KIND_PATIENT, KIND_PREEMPTED, KIND_WHITE, Memory
 from schemas.clinical import ClinicalAssessment, GatedDraft, RevisionRoute, SafetyAudit
 from state.base import Store
-from streams.runtime.metrics import ConsumerLag, LagSource, LoopMetrics
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +235,6 @@ class DbpmMetrics:
         self.decisions = Counter(
             "clingate_dbpm_decisions", "Gate decisions.", ["task", "decision"], registry=registry
         )
-        self.loops = LoopMetrics(registry)
         self.gate_latency = Histogram(
             "clingate_dbpm_gate_latency_seconds", "Candidate taken to decision sent (barrier included).",
             buckets=_LATENCY_BUCKETS, registry=registry,
@@ -309,19 +307,9 @@ class DbpmMetrics:
             self.verdicts.labels(task, verdict, source).inc(count)
         self.selectivity.verdicts(applied)
 
-    def watch(self, lag: LagSource, view: Store, config: DBPMConfig) -> None:
-        """Register the scrape-time gauges: consumer lag and the memory channel population."""
-        self._lag = ConsumerLag(lag)
-        self.registry.register(self._lag)
+    def watch(self, view: Store, config: DBPMConfig) -> None:
+        """Register the memory channel population's scrape-time gauges, read from ``view``."""
         self.registry.register(MemoryPopulation(view, config, self.selectivity.fail_events))
-
-    def add_lag(self, lag: LagSource) -> None:
-        """Add a second consumer's lag to ``clingate_consumer_lag`` (after :meth:`watch`).
-
-        The loops of one worker (memory, clinical, gate) report their input partitions separately;
-        one metric family holds them all.
-        """
-        self._lag.sources.append(lag)
 
 
 def red_source(source: str) -> str:

@@ -2,7 +2,7 @@
 
 A table writer (the DBPM memory, the clinical patients) keeps each partition in a local RocksDB store
 and writes every change to the table's compacted changelog topic first. Two rules make the pair exact
-(docs/table-runtime.md):
+(docs/runtime-reference.md, section 2):
 
 * Writers group the records of one batch of input and close the group with a *boundary* record
   (:data:`BOUNDARY_KEY`). Only complete groups are applied, locally and when the changelog is read

@@ -18,6 +18,7 @@ from state import RamStore
 from streams.agent.metrics import AgentMetrics
 from streams.console.metrics import ConsoleMetrics
 from streams.groups.metrics import DocsMetrics, LlmGroupMetrics
+from streams.runtime.metrics import ConsumerLag, LoopMetrics
 from streams.worker.metrics import ClinicalMetrics, DbpmMetrics
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -31,7 +32,9 @@ def every_metric() -> dict[str, str]:
     """Exposed name -> type of every clingate metric any worker registers."""
     worker, docs_worker, llm_group = CollectorRegistry(), CollectorRegistry(), CollectorRegistry()
     console = ConsoleMetrics().registry
-    DbpmMetrics(worker).watch(list, RamStore(), DBPMConfig())
+    DbpmMetrics(worker).watch(RamStore(), DBPMConfig())
+    LoopMetrics(worker)
+    worker.register(ConsumerLag(list))
     ClinicalMetrics(worker)
     DocsMetrics(docs_worker)
     LlmGroupMetrics(llm_group)
