@@ -48,12 +48,13 @@ CMAKE_ARGS="${cmake_args[*]}" "$python" -m pip --disable-pip-version-check wheel
 build=$!
 
 # Ninja numbers its steps ("[done/total] <compiler or linker command> -o <output> ..."): the last
-# numbered line is where the build stands.
+# numbered line is where the build stands, shown with its output where it names one (the last steps,
+# symlinks, do not: then the count alone; the wheel is packed after the last).
 while :; do
   tick=$((SECONDS + TICK_S))
   while [ "$SECONDS" -lt "$tick" ]; do kill -0 "$build" 2> /dev/null || break 2; sleep 1; done
   step=$(grep -aE '^ *\[[0-9]+/[0-9]+\] ' "$log" | tail -n 1 \
-         | sed -nE 's#^ *(\[[0-9]+/[0-9]+\]).* -o ([^ ]*/)?([^ /]+/[^ /]+) .*#\1 \3#p')
+         | sed -nE 's#^ *(\[[0-9]+/[0-9]+\]).* -o ([^ ]*/)?([^ /]+/[^ /]+) .*#\1 \3#p; t; s#^ *(\[[0-9]+/[0-9]+\]).*#\1#p')
   echo "smollm2: building llama-cpp-python, $((SECONDS - start)) s: ${step:-configuring}"
 done
 wait "$build"
