@@ -135,17 +135,12 @@ def step_console(
     results.console_url = url
     console.print(f"  the console is up: {url} (users demo-<role>, one per role; --serve keeps it up)")
     try:
-        sync_playwright = browser.sync_playwright()
+        with browser.chromium() as chromium:
+            pages = shots(_explained(results))
+            results.console_pages = [_shoot(chromium, url, shot, users, report_dir) for shot in pages]
     except browser.BrowserUnavailable as reason:
         console.print(f"  [yellow]no screenshots:[/] {reason}")
         return users
-    with sync_playwright() as playwright:
-        chromium = browser.launch(playwright)
-        try:
-            pages = shots(_explained(results))
-            results.console_pages = [_shoot(chromium, url, shot, users, report_dir) for shot in pages]
-        finally:
-            chromium.close()
     for shown in results.console_pages:
         mark = "[green]ok[/]" if shown.shows else "[red]MISSING[/]"
         console.print(f"  {shown.name:<26} {shown.status} {mark} {shown.path}  -> {shown.screenshot}")
@@ -159,19 +154,14 @@ def step_console(
 def shoot_report(report: Path) -> str:
     """Photograph ``report`` (report.html, opened from its file in Chromium at the width the console's
     pages are taken) as ``report.png`` beside it; returns that file's path, or why there is none."""
-    try:
-        sync_playwright = browser.sync_playwright()
-    except browser.BrowserUnavailable as reason:
-        return f"none ({reason})"
     shot = report.with_name("report.png")
-    with sync_playwright() as playwright:
-        chromium = browser.launch(playwright)
-        try:
+    try:
+        with browser.chromium() as chromium:
             page = chromium.new_context(viewport=_VIEWPORT).new_page()
             page.goto(report.resolve().as_uri())
             page.screenshot(path=str(shot), full_page=True)
-        finally:
-            chromium.close()
+    except browser.BrowserUnavailable as reason:
+        return f"none ({reason})"
     return str(shot)
 
 

@@ -58,6 +58,22 @@ def launch(playwright: Any) -> Any:
     return playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
 
 
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """Debian's Chromium, launched headless through Playwright for the block and closed after it.
+
+    Raises:
+        BrowserUnavailable: Chromium or Playwright is missing (before anything is started).
+    """
+    entry = sync_playwright()
+    with entry() as playwright:
+        launched = launch(playwright)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
 def console_env(bootstrap: str, users_file: Path) -> dict[str, str]:
     """The environment of a console (and of its users command) on ``bootstrap`` with ``users_file``."""
     return {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "CLINGATE_CONSOLE_USERS": str(users_file)}
