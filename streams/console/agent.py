@@ -164,9 +164,12 @@ async def turn_page(request: web.Request) -> web.StreamResponse:
     if asked is None or not asks:
         return render(request, "error.html", status=404, title="No such turn",
                       message="No question of that turn was asked through the console.")  # fmt: skip
+    # The outcome is read before the turn: the request runtime commits a question and its outcome in one
+    # transaction, so a question whose outcome was read is on the requests topic for the read after it.
+    # The other order would see the outcome of a question published between the two reads and call it gone.
+    outcome = (await request.app[HISTORY].outcomes()).get(asks[-1].action_id)
     turn = await request.app[AGENT].turn(turn_id, turn_id, asked)
     if turn is None:  # not published yet, refused by the request runtime, or no longer kept
-        outcome = (await request.app[HISTORY].outcomes()).get(asks[-1].action_id)
         if outcome is not None and outcome.outcome != REFUSED:
             return render(request, "error.html", status=404, title="No such turn",
                           message="The question is no longer on the agent's requests topic.")  # fmt: skip
