@@ -323,7 +323,16 @@ def freeze_in_a_transaction(
 def _noticed(workers: list[WorkerProcess], aborted: float, logs: list[int]) -> str:
     """Wait until the workers counted more batches not committed than ``aborted``; the first line of
     their logs since ``logs`` (lengths) that says why."""
-    counted = lambda: sum(scraped_sum(w.web_port, ABORTED) for w in workers) > aborted  # noqa: E731
+
+    def counted() -> bool:
+        # A worker thawing from SIGSTOP may reset the connections its endpoint queued while frozen; a
+        # scraper asks again at its next interval, and so does this probe (a dead worker fails the run's
+        # own check that every worker is still running).
+        try:
+            return sum(scraped_sum(w.web_port, ABORTED) for w in workers) > aborted
+        except OSError:
+            return False
+
     eventually("a worker counting a batch not committed", counted, timeout_s=120)
     said = [line for w, start in zip(workers, logs, strict=True) for line in w.output()[start:].splitlines()
             if "was not committed" in line or "cannot go on" in line]  # fmt: skip
