@@ -38,13 +38,13 @@ from streams.bench.dbpm_kafka import cpu_seconds
 from streams.bench.restart import restore_figures
 from streams.local.bootstrap import require_bootstrap
 from streams.local.paths import output_folder
-from streams.replay.kafka import CommitWatcher, ReplayRecord, commit_end_offsets, verdict_record
+from streams.replay.kafka import CommitWatcher, ReplayRecord, commit_worker_end_offsets, verdict_record
 from streams.runtime.kafka_clients import produce_waiting, producer_config
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.testing.dbpm_stream import generate_events
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine
-from streams.worker.keys import MEMORY_INPUTS, memory_changelog
+from streams.worker.keys import memory_changelog
 from streams.worker.memory import memory_group
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_VERDICTS, build_catalog
@@ -90,7 +90,7 @@ def memory_bench(
     ensure_topics(admin_client(bootstrap), build_catalog(settings.topic_partitions))
     app_id = f"clingate-membench-{uuid.uuid4().hex[:8]}"
     group = memory_group(app_id)
-    commit_end_offsets(bootstrap, group, list(MEMORY_INPUTS))
+    commit_worker_end_offsets(bootstrap, app_id)
     backlog = verdict_records(events)
     restored = f"{memory_changelog(app_id)} restored".encode()
     processes = [

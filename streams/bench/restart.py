@@ -50,14 +50,13 @@ from state.ram import RamStore
 from state.rocksdb import RocksDBStore
 from streams.local.bootstrap import require_bootstrap
 from streams.local.paths import output_folder
-from streams.replay.kafka import commit_end_offsets
+from streams.replay.kafka import commit_worker_end_offsets
 from streams.runtime.kafka_clients import produce_waiting, producer_config
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.testing.tail import topic_ends
 from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine
-from streams.worker.keys import MEMORY_INPUTS, memory_changelog, verdict_key
-from streams.worker.memory import memory_group
+from streams.worker.keys import memory_changelog, verdict_key
 from streams.worker.tablestore import BOUNDARY_KEY, write_group
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_VERDICTS, build_catalog
@@ -158,7 +157,7 @@ def restart_bench(
     partitions = settings.topic_partitions
     ensure_topics(admin_client(bootstrap), build_catalog(partitions))
     app_id = f"clingate-restart-{uuid.uuid4().hex[:8]}"
-    commit_end_offsets(bootstrap, memory_group(app_id), list(MEMORY_INPUTS))
+    commit_worker_end_offsets(bootstrap, app_id)
     # The text log format, whatever the caller's environment says: the recovery is read from the log.
     env = {**COMPARISON_ENV, "CLINGATE_LOG_FORMAT": "text"}
     worker = WorkerProcess(bootstrap, app_id, workdir / app_id, env, role="memory")
