@@ -415,7 +415,8 @@ class SelectivityTracker:
         """Record a verdict event; pair it with its candidate's pending gate decision, if any."""
         if verdict != SUCCESS:
             self.fail_events[task] = self.fail_events.get(task, 0) + 1
-        tagged = self.pending.pop(pairing_key(task, patient_id, payload), None)
+        # No decision pending (a process that only writes the memory decides none): nothing to pair.
+        tagged = self.pending.pop(pairing_key(task, patient_id, payload), None) if self.pending else None
         outcome = verdict_outcome(verdict, source)
         if tagged is not None and outcome is not None:
             cell = (task, measurement_category(task, payload), outcome, tagged)

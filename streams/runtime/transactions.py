@@ -111,13 +111,7 @@ class Batch:
         """
         if self.failures:
             raise _Failed  # already lost: the batch is aborted at once instead of filled for nothing
-
-        def report(error: KafkaError | None, message: Message) -> None:
-            if error is not None:
-                self.failures.append(error)
-            elif on_delivery is not None:
-                on_delivery(error, message)
-
+        report = self._report if on_delivery is None else self._reporting(on_delivery)
         kwargs: dict[str, object] = {"key": key, "value": value, "on_delivery": report}
         if partition is not None:
             kwargs["partition"] = partition
@@ -132,6 +126,26 @@ class Batch:
             self.failures.append(error or KafkaError(KafkaError._FAIL, str(exc)))
             raise _Failed from exc
         self.topics.append(topic)
+
+    def _report(self, error: KafkaError | None, _message: Message) -> None:
+        """The delivery report of a record without a callback of its own (most records: one bound
+        method, no closure per record): a failure is recorded."""
+        if error is not None:
+            self.failures.append(error)
+
+    def _reporting(
+        self, on_delivery: Callable[[KafkaError | None, Message], None]
+    ) -> Callable[[KafkaError | None, Message], None]:
+        """The delivery report of a record with callback ``on_delivery``: a failure is recorded, a
+        delivery handed to it."""
+
+        def report(error: KafkaError | None, message: Message) -> None:
+            if error is not None:
+                self.failures.append(error)
+            else:
+                on_delivery(error, message)
+
+        return report
 
 
 class TransactionalProducer:

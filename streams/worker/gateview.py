@@ -57,7 +57,7 @@ class MergedView(Store):
 
     def get(self, key: bytes) -> bytes | None:
         """``key``'s value across partitions (:func:`processors.dbpm.partitioned.merge_values`)."""
-        values = [v for v in (db.get(key) for db in self._partitions()) if v is not None]
+        values = [v for db in self._partitions() if (v := db.get(key)) is not None]
         return merge_values(key, values) if values else None
 
     def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:

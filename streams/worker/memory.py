@@ -128,7 +128,6 @@ from schemas.dbpm import Propagation as PropagationRecord
 from schemas.dbpm import Verdict
 from schemas.serde import Serde
 from schemas.wire import make_serde
-from state.base import Transaction
 from streams.runtime.core import Output
 from streams.runtime.dlq import Rejected, SourceRecord, processing_failed
 from streams.runtime.logs import log_dead_letter
@@ -217,6 +216,10 @@ class MemoryHandler:
         self._serde = serde
         self._metrics = metrics
         self._fingerprint = engine.config.fingerprint().encode()
+        self._key = partial(verdict_key, engine)
+        """The key a verdict record must have (:func:`~streams.worker.keys.verdict_key`)."""
+        self._sent = metrics.propagations.labels("sent")
+        """The propagations sent, counted once per batch (every output of a batch is a propagation)."""
         self.dispatches_read: Callable[[int], bool] = _always
         """Whether this process has read a memory partition's dispatches to their end (set by the
         runtime; a verdict whose candidate is unknown until then is dead-lettered). The topology
@@ -269,6 +272,8 @@ class MemoryHandler:
                 case Rejected() as failed:
                     dead_letters.append(failed)
         self._metrics.verdicts_applied(self._applied)
+        if outputs:
+            self._sent.inc(len(outputs))
         if staged.writes:
             staged.put(WATERMARK_KEY, encode_watermark(watermark))
             if staged.get(CONFIG_KEY) != self._fingerprint:
@@ -288,8 +293,8 @@ class MemoryHandler:
             return decoded
         candidate_id, at = decoded
         sent = record.timestamp_ms / 1000 if record.timestamp_ms else at
-        with Transaction(writer) as txn:
-            self._engine.dispatch(txn, candidate_id, sent)
+        with writer.atomic():
+            self._engine.dispatch(writer, candidate_id, sent)
         return None
 
     def _propagation_output(
@@ -298,7 +303,6 @@ class MemoryHandler:
         """The record of one propagation, keyed by its target."""
         datum = propagation_datum(propagation, partition, offset, index)
         value = self._serde.write_datum(datum, PropagationRecord, topic=DBPM_PROPAGATIONS)
-        self._metrics.propagations.labels("sent").inc()
         return Output(DBPM_PROPAGATIONS, propagation_key(propagation), value)
 
     def propagate(self, writer: StagedPartition, record: SourceRecord) -> Rejected | None:
@@ -324,8 +328,8 @@ class MemoryHandler:
             if last is not None and _ORIGIN.unpack(last) >= _ORIGIN.unpack(identity):
                 self._metrics.propagations.labels("duplicate").inc()
                 return None
-            with Transaction(writer) as txn:
-                _, applied = self._engine.propagate(txn, decoded.event)
+            with writer.atomic():
+                _, applied = self._engine.propagate(writer, decoded.event)
         except Exception as exc:  # a poison record must not stop the partition: DLQ, memory unchanged
             return processing_failed(record, exc, PropagationRecord.avro_name)
         writer.put(mark, identity)
@@ -353,18 +357,18 @@ class MemoryHandler:
             except (ValueError, AttributeError) as exc:  # BadEvent, UnicodeDecodeError; a null header
                 reason = f"{TICK_HEADER} header {tick!r} is not an ISO 8601 time with a zone: {exc}"
                 return Rejected(record, Stage.DECODE, "BadWatermark", reason, None, Verdict.avro_name)
-            with Transaction(writer) as txn:
-                self._engine.advance(txn, at)
+            with writer.atomic():
+                self._engine.advance(writer, at)
             if run := record.header(TICK_RUN_HEADER):
                 writer.put(TICK_RUN_KEY, run)
             return Applied(at)
         try:
-            verdict = decode_verdict(self._serde, record, lambda event: verdict_key(self._engine, event))
+            verdict = decode_verdict(self._serde, record, self._key)
             if isinstance(verdict, Rejected):
                 return verdict
             if isinstance(verdict, PinEvent):
-                with Transaction(writer) as txn:
-                    self._engine.pin(txn, verdict)
+                with writer.atomic():
+                    self._engine.pin(writer, verdict)
                 log.info("memory: %s %s|%s pinned by %s (%s): %s", verdict.action, verdict.task,
                          verdict.signature, verdict.operator, verdict.pin_id, verdict.reason)  # fmt: skip
                 return Applied(verdict.time)
@@ -374,8 +378,8 @@ class MemoryHandler:
                 )
             unknown = self.unknown_candidate(writer, record, verdict)
             if unknown is None:
-                with Transaction(writer) as txn:
-                    _, propagations = self._engine.learn(txn, verdict, verdict.time)
+                with writer.atomic():
+                    _, propagations = self._engine.learn(writer, verdict, verdict.time)
         except Exception as exc:  # a poison record must not stop the partition: DLQ, memory unchanged
             return processing_failed(record, exc, Verdict.avro_name)
         if unknown is not None:  # asked outside the guard: a broker that cannot answer is no poison

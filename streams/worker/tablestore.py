@@ -29,9 +29,11 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from heapq import merge
+from types import TracebackType
 from typing import Protocol
 
-from state.base import Store
+from state.base import RESERVED_PREFIX, Store, prefix_end
+from state.exceptions import StateError
 from streams.runtime.core import Output
 from streams.runtime.dlq import Rejected, SourceRecord
 
@@ -63,12 +65,18 @@ class PartitionedTable(Protocol):
         ...
 
 
-class StagedPartition(Store):
+class StagedPartition:
     """One partition of a table with a batch's writes on top: what a table handler reads and writes.
 
-    Reads see the batch's writes first; :meth:`put` (and an engine transaction's commit, this being a
-    :class:`state.base.Store`) stages a write; :attr:`writes` is the batch's changelog group in the
-    making. The runtime hands a handler one per partition and batch (:func:`apply_batch`).
+    Reads see the batch's writes first; :meth:`put` (and :meth:`set` and :meth:`delete`, this being the
+    key-value state an engine writes, :class:`processors.dbpm.memory.KeyValue`) stages a write;
+    :attr:`writes` is the batch's changelog group in the making. The runtime hands a handler one per
+    partition and batch (:func:`apply_batch`).
+
+    One record's writes are made all or nothing by :meth:`atomic`: the writes of a block that raises
+    are undone, so the batch's writes, their order included, are as if the block had never run (a
+    poison record leaves the memory unchanged). The engine writes straight into the batch instead of
+    into a transaction per record that is copied into it on commit.
     """
 
     def __init__(self, table: PartitionedTable, partition: int) -> None:
@@ -79,21 +87,35 @@ class StagedPartition(Store):
         # The keys of :attr:`writes`, ascending: a range read slices them instead of scanning the
         # batch's writes (the memory's maintenance walks its indexes in every event-time step).
         self._keys: list[bytes] = []
+        # While an :meth:`atomic` block runs: each key it wrote, with the batch's write of it before the
+        # block (:data:`_UNWRITTEN`: none).
+        self._undo: dict[bytes, bytes | object | None] | None = None
 
     def get(self, key: bytes) -> bytes | None:
         """The value of ``key`` as the batch left it."""
-        if key in self.writes:
-            return self.writes[key]
+        writes = self.writes
+        if key in writes:
+            return writes[key]
         return self.table.get(self.partition, key)
+
+    def exists(self, key: bytes) -> bool:
+        """``key`` has a value as the batch left it."""
+        return self.get(key) is not None
 
     def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         """The pairs in ``[start, end)`` as the batch left them, ascending."""
         keys = self._keys
         staged = keys[bisect_left(keys, start) : len(keys) if end is None else bisect_left(keys, end)]
+        if not staged:
+            return self.table.iter_range(self.partition, start, end)
         mine = {k: self.writes[k] for k in staged}
         older = ((k, v) for k, v in self.table.iter_range(self.partition, start, end) if k not in mine)
         newer = ((k, v) for k, v in mine.items() if v is not None)
         return merge(older, newer)  # type: ignore[arg-type]
+
+    def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """The pairs whose key starts with ``prefix`` as the batch left them, ascending."""
+        return self.iter_range(prefix, prefix_end(prefix))
 
     def keys(self, start: bytes, end: bytes | None) -> list[bytes]:
         """The keys in ``[start, end)`` as the batch left them, ascending."""
@@ -101,14 +123,74 @@ class StagedPartition(Store):
 
     def put(self, key: bytes, value: bytes | None) -> None:
         """Stage ``key`` (``None``: deleted) in the batch's writes."""
-        if key not in self.writes:
+        writes = self.writes
+        undo = self._undo
+        if undo is not None and key not in undo:
+            undo[key] = writes.get(key, _UNWRITTEN)
+        if key not in writes:
             insort(self._keys, key)
-        self.writes[key] = value
+        writes[key] = value
 
-    def _apply(self, writes: dict[bytes, object]) -> None:
-        # The transaction's deletions are its non-bytes sentinel.
-        for key, value in writes.items():
-            self.put(key, value if isinstance(value, bytes) else None)
+    def set(self, key: bytes, value: bytes) -> None:
+        """Stage ``value`` under ``key``.
+
+        Raises:
+            state.exceptions.StateError: ``key`` is in the local store's reserved namespace
+                (:data:`state.base.RESERVED_PREFIX`), which the store would refuse only once the batch
+                is committed.
+        """
+        if key.startswith(RESERVED_PREFIX):
+            raise StateError(f"key {key!r} is in the store's reserved namespace")
+        self.put(key, value)
+
+    def delete(self, key: bytes) -> None:
+        """Stage the deletion of ``key``."""
+        self.put(key, None)
+
+    def atomic(self) -> AtomicWrites:
+        """A ``with`` block whose writes to this partition are undone if it raises (not nested)."""
+        return AtomicWrites(self)
+
+    def _begin(self) -> None:
+        self._undo = {}
+
+    def _end(self, undone: bool) -> None:
+        undo, self._undo = self._undo, None
+        if not undone or not undo:
+            return
+        writes, keys = self.writes, self._keys
+        for key, before in undo.items():
+            if before is _UNWRITTEN:
+                del writes[key]
+                del keys[bisect_left(keys, key)]
+            else:
+                writes[key] = before  # type: ignore[assignment]  # keeps its place in the order
+
+
+_UNWRITTEN = object()
+"""A key the batch had not written when an :meth:`StagedPartition.atomic` block began."""
+
+
+class AtomicWrites:
+    """The context of :meth:`StagedPartition.atomic`: its writes kept when the block ends normally,
+    undone when it raises."""
+
+    __slots__ = ("_staged",)
+
+    def __init__(self, staged: StagedPartition) -> None:
+        self._staged = staged
+
+    def __enter__(self) -> StagedPartition:
+        self._staged._begin()
+        return self._staged
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._staged._end(exc_type is not None)
 
 
 def group_records(

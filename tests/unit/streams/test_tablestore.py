@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from processors.dbpm import DBPMConfig, DBPMEngine, load_ontology
 from processors.dbpm.ledger import dispatch_key
+from state.base import RESERVED_PREFIX
+from state.exceptions import StateError
 from state.ram import RamStore
-from streams.worker.tablestore import BOUNDARY_KEY, ChangelogFollower
+from streams.worker.tablestore import BOUNDARY_KEY, ChangelogFollower, StagedPartition
 
 _keys = st.sampled_from([b"Bner\x00a", b"Bner\x00b", b"Dp-1", b"Pa"])
 _write = st.tuples(_keys, st.one_of(st.none(), st.binary(min_size=1, max_size=4)))
@@ -68,3 +73,51 @@ def test_a_gates_view_leaves_the_dispatch_registry_out_and_applies_the_rest_of_t
     assert [key for key, _ in view.store.iter_range(b"", b"\xff")] == [b"Bner\x00fever", BOUNDARY_KEY]
     assert view.store.get_offset("changelog") == len(group) - 1
     assert {key[:1] for key, _ in group[:-2]} == {b"K", b"G", b"M"}
+
+
+class _Table:
+    """A partitioned table of one partition held in a RAM store."""
+
+    def __init__(self, store: RamStore) -> None:
+        self.store = store
+
+    def get(self, partition: int, key: bytes) -> bytes | None:
+        return self.store.get(key)
+
+    def iter_range(self, partition: int, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        return self.store.iter_range(start, end)
+
+
+@given(before=st.lists(_write, max_size=4), block=st.lists(_write, min_size=1, max_size=6))
+def test_an_atomic_block_that_raises_leaves_the_batchs_writes_and_their_order_as_they_were(
+    before, block
+) -> None:
+    store = RamStore()
+    with store.transaction() as txn:
+        txn.set(b"Bner\x00a", b"old")
+        txn.set(b"Pa", b"old")
+    staged = StagedPartition(_Table(store), 0)
+    for key, value in before:
+        staged.put(key, value)
+    writes, pairs = list(staged.writes.items()), list(staged.iter_range(b"", None))
+    with pytest.raises(RuntimeError), staged.atomic():
+        for key, value in block:
+            staged.put(key, value)
+        raise RuntimeError("poison")
+    assert list(staged.writes.items()) == writes
+    assert list(staged.iter_range(b"", None)) == pairs
+    with staged.atomic():
+        for key, value in block:
+            staged.put(key, value)
+    replayed = StagedPartition(_Table(store), 0)
+    for key, value in [*before, *block]:
+        replayed.put(key, value)
+    assert list(staged.writes.items()) == list(replayed.writes.items())
+    assert list(staged.iter_range(b"", None)) == list(replayed.iter_range(b"", None))
+
+
+def test_an_engine_key_in_the_stores_reserved_namespace_is_refused_when_written() -> None:
+    staged = StagedPartition(_Table(RamStore()), 0)
+    with pytest.raises(StateError):
+        staged.set(RESERVED_PREFIX + b"x", b"v")
+    assert staged.writes == {}
