@@ -273,10 +273,15 @@ def assess(
     return assess_view(PatientView(state, knowledge), as_of, review, flags or GateFlags())
 
 
+_DIGESTED_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), check_circular=False)
+"""The JSON an assessment's digest hashes: ``json.dumps(payload, sort_keys=True, separators=(",", ":"))``
+byte for byte; a model's dump holds no cycle, so the encoder need not track the containers it is in."""
+
+
 def assessment_digest(assessment: ClinicalAssessment) -> str:
     """SHA-256 of the assessment without ``as_of`` (what "the assessment changed" compares)."""
     payload = assessment.model_dump(mode="json", exclude={"as_of"})
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return hashlib.sha256(_DIGESTED_JSON.encode(payload).encode()).hexdigest()
 
 
 def review_inputs(review: AdversarialReview | None) -> ReviewInputs | None:

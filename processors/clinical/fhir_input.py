@@ -15,8 +15,10 @@ of types the gates do not read are counted as ignored, not errors. ``request.met
 become :class:`ResourceDelete`. Contained / bundled Medication resources referenced by a statement are
 inlined into the statement's text.
 
-Cost: validation is milliseconds per resource (measured by ``clingate bench clinical``); it happens once
-per update at the edge, never inside assessment.
+Cost: validation happens once per update at the edge, never inside assessment. Building the pydantic
+model of a resource costs more than the rest of the edge, so :func:`validate_resource` builds it only for
+a resource :func:`processors.clinical.fhir_check.accepts` cannot vouch for; the verdict and a rejection's
+message are the model's either way.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from functools import cache
 from typing import Any
 
 from processors.clinical.exceptions import FhirInvalid
+from processors.clinical.fhir_check import accepts
 from processors.clinical.records import (
     Coding,
     ConditionRecord,
@@ -129,7 +132,9 @@ def _model(resource_type: str) -> Any:
 
 
 def validate_resource(resource: Mapping[str, Any]) -> None:
-    """Validate one resource against the FHIR R4(B) model.
+    """Validate one resource against the FHIR R4(B) model: without building the model where
+    :func:`~processors.clinical.fhir_check.accepts` shows it would accept the resource, otherwise with the
+    model, whose message a rejection carries.
 
     Raises:
         FhirInvalid: with the library's validation message.
@@ -140,7 +145,9 @@ def validate_resource(resource: Mapping[str, Any]) -> None:
         raise FhirInvalid("resource has no resourceType", None, rid if isinstance(rid, str) else None)
     rid = rid if isinstance(rid, str) else None
     try:
-        _model(rtype).model_validate(dict(resource))
+        model = _model(rtype)
+        if not accepts(model, resource):
+            model.model_validate(dict(resource))
     except ValueError as exc:  # pydantic.ValidationError and unknown-type errors are ValueErrors
         raise FhirInvalid(str(exc), rtype, rid) from exc
     for (btype, element), codes in REQUIRED_CODES.items():
