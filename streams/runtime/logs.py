@@ -102,7 +102,8 @@ def formatter(fmt: LogFormat) -> logging.Formatter:
 
 
 def configure(level: str, fmt: LogFormat) -> None:
-    """Route every logger to one stderr handler with the clingate formatter at ``level`` (idempotent)."""
+    """Route every logger to one stderr handler with the clingate formatter at ``level`` (idempotent);
+    httpx's request lines only at DEBUG."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
@@ -110,6 +111,9 @@ def configure(level: str, fmt: LogFormat) -> None:
     handler.setFormatter(formatter(fmt))
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # httpx logs every request it makes at INFO (a model server's readiness probe, the SmolLM2 calls); the
+    # line that made the request says what it was for, so below DEBUG httpx speaks only of trouble.
+    logging.getLogger("httpx").setLevel(logging.DEBUG if root.level <= logging.DEBUG else logging.WARNING)
 
 
 def log_dead_letter(logger: logging.Logger, failed: Rejected) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import tempfile
 from pathlib import Path
 
@@ -18,7 +17,6 @@ def poison_command(scale: Scale, seed: int, timeout: float, workdir: Path | None
     """``clingate bench poison`` (registered in :mod:`streams.cli.bench`): run, print the counts, exit
     1 if a check fails."""
     bootstrap = require_bootstrap(get_settings())
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # the LLM server's readiness probe, at INFO
     with tempfile.TemporaryDirectory(prefix="clingate-poison-") as scratch:
         report = run_poison(
             bootstrap, workdir or Path(scratch), scale=scale, seed=seed, timeout_s=timeout, log=typer.echo
