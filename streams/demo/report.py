@@ -67,10 +67,11 @@ def page(title: str, sections: Sequence[tuple[str, str]]) -> str:
 def write_report(path: Path, results: Results) -> None:
     """Write the report.html of the run (it links the console's screenshots next to it)."""
     dbpm = results.loop_results
+    snapshots = _at_each_time(dbpm.snapshots)
     sections = [
         ("Summary", table(["measure", "value"], summary_rows(results))),
-        ("DBPM memory population", _population(dbpm.snapshots)),
-        ("Severity trajectories", _trajectories(dbpm.snapshots)),
+        ("DBPM memory population", _population(snapshots)),
+        ("Severity trajectories", _trajectories(snapshots)),
         ("QA lift per category", _lifts(dbpm.selectivity)),
         ("Channel population", _channels(dbpm.population)),
         ("Traffic lights", _traffic_lights(results)),
@@ -132,8 +133,8 @@ def _at_each_time(snapshots: Sequence[MemoryPoint]) -> list[MemoryPoint]:
 
 
 def _population(snapshots: Sequence[MemoryPoint]) -> str:
-    """The signatures each task's blocklist and whitelist hold at each event time of the snapshots."""
-    snapshots = _at_each_time(snapshots)
+    """The signatures each task's blocklist and whitelist hold at each event time (``snapshots``: one per
+    event time, :func:`_at_each_time`)."""
     colours = _palette(("ner", "re", "qa"))
     blocklist = [
         Series(task, [(s.time, len(s.blocklist.get(task, {}))) for s in snapshots], colour)
@@ -152,9 +153,8 @@ def _population(snapshots: Sequence[MemoryPoint]) -> str:
 
 def _trajectories(snapshots: Sequence[MemoryPoint]) -> str:
     """The effective severity of the five blocklist signatures with the largest severity x count at the
-    end, at each event time of the snapshots from the one that first holds it, and their values at the
-    end (severities near 1 draw their lines on top of one another)."""
-    snapshots = _at_each_time(snapshots)
+    end, at each event time of ``snapshots`` (one per event time) from the one that first holds it, and
+    their values at the end (severities near 1 draw their lines on top of one another)."""
     final = snapshots[-1].blocklist if snapshots else {}
     ranked = sorted(
         (

@@ -344,7 +344,11 @@ def test_the_memory_charts_take_the_last_snapshot_of_each_event_time():
     run = small_run()
     first, *rest = run.loop_results.snapshots
     again = MemoryPoint(first.time, first.blocklist, {task: n + 7 for task, n in first.whitelist.items()})
-    svg = ET.fromstring(re.findall(r"<svg .*?</svg>", report._population([first, again, *rest]), re.S)[1])
+    svg = ET.fromstring(
+        re.findall(r"<svg .*?</svg>", report._population(report._at_each_time([first, again, *rest])), re.S)[
+            1
+        ]
+    )
     lines = _lines(svg)
     assert [len(line) for _, line in lines] == [len(SNAPSHOT_HOURS)] * len(TASKS)
     plain = ET.fromstring(re.findall(r"<svg .*?</svg>", report._population([first, *rest]), re.S)[1])
