@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 
 from processors.dbpm import DBPMEngine, parse_event
 from processors.dbpm.memory import Memory
@@ -546,8 +546,21 @@ def _publish(
     return earlier.published, longest_wait_s
 
 
-def commit_end_offsets(bootstrap: str, group: str, topics: Sequence[str]) -> None:
-    """Start ``group`` at the current end of ``topics``: records already there are not this run's."""
+#: Commit errors that mean the group's coordinator is loading or moving (a broker just started or
+#: restarted): the same commit is asked again.
+_COORDINATOR_BUSY = frozenset({
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR,
+})  # fmt: skip
+
+
+def commit_end_offsets(bootstrap: str, group: str, topics: Sequence[str], timeout_s: float = 60.0) -> None:
+    """Start ``group`` at the current end of ``topics``: records already there are not this run's.
+
+    The commit is asked again while the group's coordinator loads or moves, up to ``timeout_s``.
+
+    Raises:
+        KafkaException: the commit failed otherwise, or the coordinator was still busy at the deadline.
+    """
     consumer = Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
     try:
         ends = [
@@ -555,7 +568,17 @@ def commit_end_offsets(bootstrap: str, group: str, topics: Sequence[str]) -> Non
             for topic in topics
             for p, end in end_offsets(consumer, topic).items()
         ]
-        consumer.commit(offsets=ends, asynchronous=False)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                consumer.commit(offsets=ends, asynchronous=False)
+                return
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                busy = isinstance(error, KafkaError) and error.code() in _COORDINATOR_BUSY
+                if not busy or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         consumer.close()
 
