@@ -314,7 +314,9 @@ def compatibility_errors(reader: dict[str, Any], writer: dict[str, Any]) -> list
 # -------------------------------------------------------------------------------------------- models
 
 
-_INFRASTRUCTURE_MODULES = frozenset({"base", "registry", "serde", "registry_serde", "release", "wire"})
+_INFRASTRUCTURE_MODULES = frozenset(
+    {"base", "codec", "registry", "serde", "registry_serde", "release", "wire"}
+)
 
 
 def model_areas() -> set[str]:

@@ -22,6 +22,10 @@ The datum written is ``model.model_dump(mode="json")`` (the convention of :mod:`
 the one documented exception that :data:`~schemas.base.RawBytes` fields, base64 text in JSON, are
 written as the bytes they stand for.
 
+The Avro binary itself is written and read by :class:`Codec`: Python compiled once per schema
+(:mod:`schemas.codec`) for the datums clingate writes, fastavro for everything else, so every datum and
+every byte string gets fastavro's answer, the common ones sooner.
+
 Hot paths skip the model: :meth:`Serde.read_datum` gives the datum a model would be validated from,
 :meth:`Serde.write_datum` writes a datum built without one, with the framing :meth:`Serde.encode`
 writes. Each format implements reading and writing datums once (:class:`DatumSerde`), so a model and
@@ -43,6 +47,7 @@ import fastavro
 from fastavro.types import Schema
 from pydantic import ValidationError
 
+from schemas import codec
 from schemas.base import AvroModel
 from schemas.registry import SchemaEntry, SchemaRegistry, SchemaVersion, load_registry
 
@@ -268,18 +273,61 @@ def describe_foreign(data: bytes) -> str:
     return f"it starts with {data[:4].hex()}"
 
 
-def write_body(parsed: Schema, datum: Any, name: str) -> bytes:
-    """The Avro binary of ``datum`` written with ``parsed`` (the schema of ``name``), without framing.
+class Codec:
+    """The Avro binary of the datums of one schema version: the code :mod:`schemas.codec` compiles for
+    it, and fastavro for whatever that code leaves (so every datum and every byte string gets
+    fastavro's answer). Compiled on first use: a process builds only the codecs it uses."""
 
-    Raises:
-        SchemaEncodeError: the datum holds a value the schema cannot carry.
-    """
-    buffer = io.BytesIO()
-    try:
-        fastavro.schemaless_writer(buffer, parsed, datum)
-    except (*MALFORMED, TypeError, AttributeError) as exc:
-        raise SchemaEncodeError(f"{name}: a value its schema cannot carry: {exc}") from exc
-    return buffer.getvalue()
+    def __init__(self, version: SchemaVersion) -> None:
+        self._version = version
+        self._write: codec.Write | None = None
+        self._read: codec.Read | None = None
+
+    def write(self, datum: Any) -> bytes:
+        """The Avro binary of ``datum``, without framing.
+
+        Raises:
+            SchemaEncodeError: the datum holds a value the schema cannot carry.
+        """
+        if self._write is None:
+            self._write = codec.compile_writer(self._version.parsed)
+        out = bytearray()
+        try:
+            self._write(datum, out)
+        except Exception:  # a shape the compiled code leaves to fastavro (its docstring)
+            return self._fastavro_write(datum)
+        return bytes(out)
+
+    def _fastavro_write(self, datum: Any) -> bytes:
+        buffer = io.BytesIO()
+        try:
+            fastavro.schemaless_writer(buffer, self._version.parsed, datum)
+        except (*MALFORMED, TypeError, AttributeError) as exc:
+            name = self._version.full_name
+            raise SchemaEncodeError(f"{name}: a value its schema cannot carry: {exc}") from exc
+        return buffer.getvalue()
+
+    def read(self, data: bytes, start: int, reader: Schema | None) -> tuple[Any, int]:
+        """The datum at ``start`` of ``data`` read into ``reader`` (``None``: this version), and the
+        position after it.
+
+        Raises:
+            SchemaDecodeError: ``malformed``, the bytes are not a datum of this version.
+        """
+        if reader is None:
+            if self._read is None:
+                self._read = codec.compile_reader(self._version.parsed)
+            try:
+                return self._read(data, start)
+            except Exception:  # bytes the compiled code leaves to fastavro (its docstring)
+                pass
+        buffer = io.BytesIO(data)
+        buffer.seek(start)
+        try:
+            datum = fastavro.schemaless_reader(buffer, self._version.parsed, reader)
+        except (*MALFORMED, fastavro.read.SchemaResolutionError) as exc:
+            raise not_a_datum(self._version.full_name, exc) from exc
+        return datum, buffer.tell()
 
 
 class DatumSerde(ABC):
@@ -355,15 +403,17 @@ class SingleObjectSerde(DatumSerde):
         """
         super().__init__(registry)
         self._writers: dict[bytes, tuple[SchemaVersion, SchemaEntry]] = {}
+        self._codecs: dict[bytes, Codec] = {}
         for entry in self._registry.entries.values():
             for version in (*entry.released, entry.current):
                 self._writers[version.fingerprint] = (version, entry)
+                self._codecs[version.fingerprint] = Codec(version)
 
     def write_datum(self, datum: Any, model: type[AvroModel], *, topic: str | None = None) -> bytes:
         """The single-object encoding of ``datum`` (:meth:`Serde.write_datum`); ``topic`` is not needed
         by this format."""
         current = self._registry.for_model(model).current
-        return SINGLE_OBJECT_MAGIC + current.fingerprint + write_body(current.parsed, datum, model.avro_name)
+        return SINGLE_OBJECT_MAGIC + current.fingerprint + self._codecs[current.fingerprint].write(datum)
 
     def _read(
         self, data: bytes, expected: type[AvroModel] | None, topic: str | None
@@ -392,16 +442,11 @@ class SingleObjectSerde(DatumSerde):
                 writer=entry.full_name,
             )
         reader = None if writer is entry.current else entry.current.parsed
-        buffer = io.BytesIO(data)
-        buffer.seek(SINGLE_OBJECT_HEADER_SIZE)
-        try:
-            datum = fastavro.schemaless_reader(buffer, writer.parsed, reader)
-        except (*MALFORMED, fastavro.read.SchemaResolutionError) as exc:
-            raise not_a_datum(entry.full_name, exc) from exc
-        if buffer.tell() != len(data):
+        datum, end = self._codecs[fingerprint].read(data, SINGLE_OBJECT_HEADER_SIZE, reader)
+        if end != len(data):
             raise SchemaDecodeError(
                 DecodeReason.MALFORMED,
-                f"{len(data) - buffer.tell()} trailing bytes after the {entry.full_name} datum",
+                f"{len(data) - end} trailing bytes after the {entry.full_name} datum",
                 writer=entry.full_name,
             )
         return entry, datum
