@@ -204,11 +204,13 @@ def _emit_write_primitive(src: _Source, kind: str, x: str, pad: str) -> list[str
             f"{pad}else: raise Unhandled",
         ]
     if kind in ("int", "long"):
-        limit = "-0x80000000 <= {x} <= 0x7FFFFFFF" if kind == "int" else "True"
+        # An int out of its 32 bits: fastavro writes it where the int stands alone, but fails to match
+        # it to the branch of a union, so it is fastavro's either way (_varint bounds a long).
+        fits = f"-0x80000000 <= {x} <= 0x7FFFFFFF" if kind == "int" else "True"
         return [
             f"{pad}if type({x}) is not int: raise Unhandled",
             f"{pad}if 0 <= {x} < 64: out.append({x} << 1)",
-            f"{pad}elif {limit.format(x=x)}: _varint({x}, out)",
+            f"{pad}elif {fits}: _varint({x}, out)",
             f"{pad}else: raise Unhandled",
         ]
     if kind == "double":

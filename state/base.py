@@ -43,27 +43,45 @@ def prefix_end(prefix: bytes) -> bytes | None:
     return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
-class Store(abc.ABC):
-    """A committed key-value store with ordered iteration; writes go through :meth:`transaction`."""
+def check_data_key(key: bytes) -> None:
+    """Refuse a data key in the store's reserved namespace, where its offset markers live.
+
+    Raises:
+        StateError: ``key`` starts with :data:`RESERVED_PREFIX`.
+    """
+    if key.startswith(RESERVED_PREFIX):
+        raise StateError(f"key {key!r} is in the store's reserved namespace (offset markers: set_offset())")
+
+
+class OrderedReads(abc.ABC):
+    """Reads of ordered byte keys, given a point read and a range read: what a store, a transaction
+    and a batch's staged partition each answer as they see the keys."""
+
+    __slots__ = ()
 
     @abc.abstractmethod
     def get(self, key: bytes) -> bytes | None:
-        """Return the committed value of ``key``, or None when absent."""
+        """The value of ``key``, or None when absent."""
 
     def exists(self, key: bytes) -> bool:
-        """True when ``key`` has a committed value."""
+        """True when ``key`` has a value."""
         return self.get(key) is not None
 
     @abc.abstractmethod
     def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-        """Committed ``(key, value)`` pairs with ``start <= key < end`` in ascending key order.
+        """``(key, value)`` pairs with ``start <= key < end`` in ascending unsigned-byte order of keys.
 
-        ``end=None`` means no upper bound. Writing to the store while iterating is not allowed.
+        ``end=None`` means no upper bound. Writing while iterating is not allowed.
         """
 
     def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """Committed ``(key, value)`` pairs whose key starts with ``prefix``, ascending."""
+        """``(key, value)`` pairs whose key starts with ``prefix``, ascending."""
         return self.iter_range(prefix, prefix_end(prefix))
+
+
+class Store(OrderedReads):
+    """A committed key-value store with ordered iteration (its reads see committed values only); writes
+    go through :meth:`transaction`."""
 
     @abc.abstractmethod
     def _apply(self, writes: dict[bytes, object]) -> None:
@@ -78,7 +96,7 @@ class Store(abc.ABC):
         """Open a transaction over this store (at most one at a time)."""
         return Transaction(self)
 
-    def close(self) -> None:  # noqa: B027 - optional hook, a no-op for stores holding no resources
+    def close(self) -> None:
         """Release the store's resources; the store MUST NOT be used afterwards."""
 
     def __enter__(self) -> Store:
@@ -93,7 +111,7 @@ class Store(abc.ABC):
         self.close()
 
 
-class Transaction:
+class Transaction(OrderedReads):
     """A write buffer over a :class:`Store` with read-your-writes and an atomic commit.
 
     Used as a context manager it commits when the block exits normally and aborts on an exception.
@@ -113,15 +131,14 @@ class Transaction:
             return self._store.get(key)
         return None if value is _TOMBSTONE else value  # type: ignore[return-value]
 
-    def exists(self, key: bytes) -> bool:
-        """True when ``key`` has a value as this transaction sees it."""
-        return self.get(key) is not None
-
     def set(self, key: bytes, value: bytes) -> None:
-        """Write ``value`` under ``key`` (visible to this transaction at once, to others on commit)."""
+        """Write ``value`` under ``key`` (visible to this transaction at once, to others on commit).
+
+        Raises:
+            StateError: the transaction is closed, or ``key`` is reserved (:func:`check_data_key`).
+        """
         self._check_open()
-        if key.startswith(RESERVED_PREFIX):
-            raise StateError(f"key {key!r} is in the store's reserved namespace; use set_offset()")
+        check_data_key(key)
         self._writes[key] = value
 
     def delete(self, key: bytes) -> None:
@@ -154,10 +171,6 @@ class Transaction:
                 yield key, value
         for key in pending[i:]:
             yield from self._pending_item(key)
-
-    def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """``(key, value)`` pairs whose key starts with ``prefix``, as this transaction sees them."""
-        return self.iter_range(prefix, prefix_end(prefix))
 
     def _pending_item(self, key: bytes) -> Iterator[tuple[bytes, bytes]]:
         value = self._writes[key]

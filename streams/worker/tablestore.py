@@ -32,8 +32,7 @@ from heapq import merge
 from types import TracebackType
 from typing import Protocol
 
-from state.base import RESERVED_PREFIX, Store, prefix_end
-from state.exceptions import StateError
+from state.base import OrderedReads, Store, check_data_key
 from streams.runtime.core import Output
 from streams.runtime.dlq import Rejected, SourceRecord
 
@@ -65,7 +64,7 @@ class PartitionedTable(Protocol):
         ...
 
 
-class StagedPartition:
+class StagedPartition(OrderedReads):
     """One partition of a table with a batch's writes on top: what a table handler reads and writes.
 
     Reads see the batch's writes first; :meth:`put` (and :meth:`set` and :meth:`delete`, this being the
@@ -98,10 +97,6 @@ class StagedPartition:
             return writes[key]
         return self.table.get(self.partition, key)
 
-    def exists(self, key: bytes) -> bool:
-        """``key`` has a value as the batch left it."""
-        return self.get(key) is not None
-
     def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         """The pairs in ``[start, end)`` as the batch left them, ascending."""
         keys = self._keys
@@ -112,10 +107,6 @@ class StagedPartition:
         older = ((k, v) for k, v in self.table.iter_range(self.partition, start, end) if k not in mine)
         newer = ((k, v) for k, v in mine.items() if v is not None)
         return merge(older, newer)  # type: ignore[arg-type]
-
-    def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """The pairs whose key starts with ``prefix`` as the batch left them, ascending."""
-        return self.iter_range(prefix, prefix_end(prefix))
 
     def keys(self, start: bytes, end: bytes | None) -> list[bytes]:
         """The keys in ``[start, end)`` as the batch left them, ascending."""
@@ -136,11 +127,10 @@ class StagedPartition:
 
         Raises:
             state.exceptions.StateError: ``key`` is in the local store's reserved namespace
-                (:data:`state.base.RESERVED_PREFIX`), which the store would refuse only once the batch
+                (:func:`state.base.check_data_key`), which the store would refuse only once the batch
                 is committed.
         """
-        if key.startswith(RESERVED_PREFIX):
-            raise StateError(f"key {key!r} is in the store's reserved namespace")
+        check_data_key(key)
         self.put(key, value)
 
     def delete(self, key: bytes) -> None:
