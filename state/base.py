@@ -23,6 +23,7 @@ time (the second one would not see the first one's writes).
 from __future__ import annotations
 
 import abc
+from bisect import bisect_left, insort
 from collections.abc import Iterator
 from types import TracebackType
 
@@ -117,11 +118,14 @@ class Transaction(OrderedReads):
     Used as a context manager it commits when the block exits normally and aborts on an exception.
     """
 
-    __slots__ = ("_closed", "_store", "_writes")
+    __slots__ = ("_closed", "_keys", "_store", "_writes")
 
     def __init__(self, store: Store) -> None:
         self._store = store
         self._writes: dict[bytes, object] = {}
+        # The keys of ``_writes``, ascending: a range read slices them instead of scanning every write
+        # (an engine's maintenance reads ranges of its indexes between writes, in long transactions).
+        self._keys: list[bytes] = []
         self._closed = False
 
     def get(self, key: bytes) -> bytes | None:
@@ -139,17 +143,23 @@ class Transaction(OrderedReads):
         """
         self._check_open()
         check_data_key(key)
-        self._writes[key] = value
+        self._write(key, value)
 
     def delete(self, key: bytes) -> None:
         """Delete ``key`` (a no-op when absent)."""
         self._check_open()
-        self._writes[key] = _TOMBSTONE
+        self._write(key, _TOMBSTONE)
 
     def set_offset(self, name: str, offset: int) -> None:
         """Record offset marker ``name`` so that it commits atomically with this transaction's data."""
         self._check_open()
-        self._writes[_OFFSET_PREFIX + name.encode()] = str(int(offset)).encode()
+        self._write(_OFFSET_PREFIX + name.encode(), str(int(offset)).encode())
+
+    def _write(self, key: bytes, value: object) -> None:
+        writes = self._writes
+        if key not in writes:
+            insort(self._keys, key)
+        writes[key] = value
 
     def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` pairs with ``start <= key < end`` as this transaction sees them, ascending.
@@ -157,7 +167,8 @@ class Transaction(OrderedReads):
         The buffered writes in the range are merged with the committed store. The caller MUST NOT
         write through this transaction while consuming the iterator (collect first, then write).
         """
-        pending = sorted(k for k in self._writes if k >= start and (end is None or k < end))
+        keys = self._keys
+        pending = keys[bisect_left(keys, start) : len(keys) if end is None else bisect_left(keys, end)]
         committed = self._store.iter_range(start, end)
         i = 0
         for key, value in committed:
@@ -186,12 +197,12 @@ class Transaction(OrderedReads):
         """Apply every buffered write, delete and offset marker atomically, then close."""
         self._check_open()
         self._store._apply(self._writes)
-        self._writes = {}
-        self._closed = True
+        self.abort()
 
     def abort(self) -> None:
         """Discard the buffered writes and close."""
         self._writes = {}
+        self._keys = []
         self._closed = True
 
     def _check_open(self) -> None:
