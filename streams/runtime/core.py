@@ -70,7 +70,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -91,9 +91,9 @@ BATCH_MAX = 5000
 POLL_S = 0.05
 
 
-class Output(NamedTuple):
-    """One record to produce (bytes already encoded). A named tuple, as :class:`StateRecord`: loops make
-    one per record, and a tuple is made in half a dataclass's time.
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One record to produce (bytes already encoded).
 
     Attributes:
         partition: the partition to write (a re-drive: its source's); None: the key's, by the
@@ -107,7 +107,8 @@ class Output(NamedTuple):
     partition: int | None = None
 
 
-class StateRecord(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class StateRecord:
     """A record of the loop's own state: a changelog group's record or a progress record, written to a
     given partition of its topic.
 

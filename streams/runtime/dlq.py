@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Generic, NamedTuple, TypeVar
+from typing import Generic, TypeVar
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message, Producer
 
@@ -77,9 +77,9 @@ class DeadLetterDeliveryError(Exception):
     """The dead letter was not acknowledged by the broker: do NOT commit the source offset; retry."""
 
 
-class SourceRecord(NamedTuple):
-    """A consumed record, independent of the client library that consumed it (a named tuple: a loop
-    makes one per record consumed, in half a frozen dataclass's time)."""
+@dataclass(frozen=True)
+class SourceRecord:
+    """A consumed record, independent of the client library that consumed it."""
 
     topic: str
     partition: int
@@ -88,7 +88,7 @@ class SourceRecord(NamedTuple):
     """The record's Kafka timestamp; ``None`` when the broker reports none."""
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
+    headers: tuple[tuple[str, bytes | None], ...] = field(default=())
 
     def header(self, name: str) -> bytes | None:
         """The value of the record's first header called ``name`` (None: no such header, or a null value)."""
@@ -100,9 +100,15 @@ class SourceRecord(NamedTuple):
         kind, timestamp = message.timestamp()
         topic, partition, offset = message.topic(), message.partition(), message.offset()
         assert topic is not None and partition is not None and offset is not None  # data messages
-        timestamp_ms = None if kind == TIMESTAMP_NOT_AVAILABLE else timestamp
-        headers = tuple(message.headers() or ())
-        return cls(topic, partition, offset, timestamp_ms, message.key(), message.value(), headers)
+        return cls(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            timestamp_ms=None if kind == TIMESTAMP_NOT_AVAILABLE else timestamp,
+            key=message.key(),
+            value=message.value(),
+            headers=tuple(message.headers() or ()),
+        )
 
 
 @dataclass(frozen=True)

@@ -252,7 +252,7 @@ def test_verdicts_decode_as_the_model_decodes_them(
     record = _record(DBPM_VERDICTS, _value(Verdict, datum, writer_index, registry, mutation))
     content = decode_event(serde, record, Verdict)
     if own_key and not isinstance(content, Rejected):
-        record = record._replace(key=_verdict_key(content[1]))
+        record = replace(record, key=_verdict_key(content[1]))
     model = decode_event(serde, record, Verdict, _verdict_key)
     expected = model if isinstance(model, Rejected) else model[1]
     assert _nan_free(decode_verdict(serde, record, _verdict_key)) == _nan_free(expected)
@@ -308,7 +308,7 @@ def test_propagations_decode_as_the_model_decodes_them(
     record = _record(DBPM_PROPAGATIONS, _value(PropagationRecord, datum, writer_index, registry, mutation))
     content = decode_event(serde, record, PropagationRecord)
     if own_key and not isinstance(content, Rejected):
-        record = record._replace(key=propagation_key(content[1]))
+        record = replace(record, key=propagation_key(content[1]))
     model = decode_event(serde, record, PropagationRecord, propagation_key)
     if isinstance(model, Rejected):
         expected: Evidence | Rejected = model
