@@ -75,7 +75,7 @@ from processors.dbpm.verification import (
 )
 from schemas.common import Stage
 from schemas.dbpm import GateAction, GateDecision, Narrative
-from schemas.serde import Serde
+from schemas.serde import SchemaDecodeError, Serde
 from streams.groups.llm import MeteredLlm, default_serde, llm_failure, new_metrics, require_role, run_loop
 from streams.groups.metrics import LlmGroupMetrics
 from streams.groups.ordered import Handled, OrderedLoop
@@ -205,16 +205,33 @@ class Verifier:
 
     def __call__(self, record: SourceRecord) -> Handled | Awaitable[Handled]:
         """Decode a decision; count a BLOCK (decisions topic) or verify (to-verify topic) as a task."""
-        outcome = decode_record(self.serde, record, GateDecision)
         if record.topic == DBPM_DECISIONS:
-            # Only counted here: a decision that does not decode is the gate's to fix, and the same
-            # record's to-verify copy (if any) is dead-lettered below.
-            if not isinstance(outcome, Rejected) and outcome.value.decision is GateAction.BLOCK:
-                self.llm.metrics.calls_saved.labels(outcome.value.task).inc()
+            self._count_saved(record)
             return []
+        outcome = decode_record(self.serde, record, GateDecision)
         if isinstance(outcome, Rejected):
             return [outcome]
         return self._verify(record, outcome.value)
+
+    def _count_saved(self, record: SourceRecord) -> None:
+        """Count a decisions-topic record that decodes to a BLOCK as a verifier call saved.
+
+        Only counted: a decision that does not decode is the gate's to fix, and the same record's
+        to-verify copy (if any) is dead-lettered there. Every decision passes through here, so the
+        model is built only where the Avro datum says BLOCK: a decision of any other kind counts
+        nothing, whether its model would accept it or not.
+        """
+        if record.value is None:
+            return
+        try:
+            datum = self.serde.read_datum(record.value, GateDecision, topic=record.topic)
+        except SchemaDecodeError:
+            return
+        if datum["decision"] != GateAction.BLOCK.value:
+            return
+        outcome = decode_record(self.serde, record, GateDecision)
+        if not isinstance(outcome, Rejected) and outcome.value.decision is GateAction.BLOCK:
+            self.llm.metrics.calls_saved.labels(outcome.value.task).inc()
 
     async def judge(self, decision: GateDecision, narrative: str) -> Final | list[LlmFailed]:
         """Judge one candidate: the first call, the conservative rule, the QA ensemble if needed.

@@ -13,6 +13,7 @@ from processors.dbpm import DBPMEngine
 from processors.dbpm.config import DBPMConfig
 from processors.dbpm.ontology import load_ontology
 from schemas.dbpm import Candidate, GateDecision, Narrative, QaPayload, Verdict
+from schemas.serde import model_datum
 from schemas.wire import make_serde
 from streams.groups.generator import Generator
 from streams.groups.llm import MeteredLlm
@@ -128,6 +129,15 @@ def test_block_decisions_are_counted_as_saved_verifier_calls_and_produce_nothing
                 verifier = _verifier(client, metrics, {})
                 assert await _run(verifier, _record(DBPM_DECISIONS, "p1", _qa_decision("BLOCK"))) == []
                 assert await _run(verifier, _record(DBPM_DECISIONS, "p1", _qa_decision("ALLOW"))) == []
+                # A BLOCK whose model rejects it (a NER payload on a QA decision) and bytes that are no
+                # decision at all count nothing, as the model path counts them.
+                rejected = model_datum(_qa_decision("BLOCK"), None)
+                ner = {"entity": "x", "category": "y"}
+                rejected["candidate"]["payload"] = ("clingate.dbpm.NerPayload", ner)
+                value = SERDE.write_datum(rejected, GateDecision, topic=DBPM_DECISIONS)
+                for raw in (value, b"not avro", None):
+                    record = SourceRecord(DBPM_DECISIONS, 0, 8, 0, b"p1", raw)
+                    assert await _run(verifier, record) == []
             assert server.requests == []
         saved = metrics.registry.get_sample_value("clingate_llm_verifier_calls_saved_total", {"task": "qa"})
         assert saved == 1.0
