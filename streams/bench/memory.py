@@ -43,8 +43,8 @@ from streams.runtime.kafka_clients import produce_waiting, producer_config
 from streams.runtime.kafka_config import admin_client
 from streams.runtime.settings import get_settings
 from streams.testing.dbpm_stream import generate_events
-from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine
-from streams.worker.keys import memory_changelog
+from streams.testing.worker import COMPARISON_ENV, WorkerProcess, check_own_input, comparison_engine
+from streams.worker.keys import MEMORY_INPUTS, memory_changelog
 from streams.worker.memory import memory_group
 from topics.admin import ensure_topics
 from topics.catalog import DBPM_VERDICTS, build_catalog
@@ -104,6 +104,7 @@ def memory_bench(
         with CommitWatcher(bootstrap, group) as watcher:
             watcher.wait(DBPM_VERDICTS, timeout_s)
         elapsed, cpu = time.monotonic() - started, cpu_seconds(pids) - cpu_start
+        check_own_input(processes, MEMORY_INPUTS)
     finally:
         for worker in processes:
             worker.stop()

@@ -75,12 +75,20 @@ from streams.runtime.kafka_clients import produce_waiting, producer_config
 from streams.runtime.kafka_config import admin_client, client_config
 from streams.runtime.settings import Settings, get_settings
 from streams.testing.llm_server import ServerProcess
-from streams.testing.worker import COMPARISON_ENV, WorkerProcess, comparison_engine, in_process, soak_stream
+from streams.testing.worker import (
+    COMPARISON_ENV,
+    WorkerProcess,
+    check_own_input,
+    comparison_engine,
+    in_process,
+    soak_stream,
+)
 from streams.worker import READY
-from streams.worker.keys import memory_changelog
+from streams.worker.clinical import INPUTS as CLINICAL_INPUTS
+from streams.worker.keys import MEMORY_INPUTS, memory_changelog
 from streams.worker.memory import memory_group
 from topics.admin import ensure_topics
-from topics.catalog import DBPM_VERDICTS, build_catalog
+from topics.catalog import DBPM_CANDIDATES, DBPM_VERDICTS, build_catalog
 
 #: Bytes of each record of the Kafka and Python limits (a DBPM verdict or candidate is 80-300).
 RECORD_BYTES = 200
@@ -287,6 +295,8 @@ def gate_part(bootstrap: str, workdir: Path, n: int) -> dict[str, float]:
         double = dbpm_kafka.measure_gate(
             bootstrap, serde, verdicts, candidates, n, False, [first.pid, second.pid], fractions=()
         )
+        check_own_input([writer], MEMORY_INPUTS)
+        check_own_input([first, second], [DBPM_CANDIDATES])
     finally:
         second.stop()
         first.stop()
@@ -323,6 +333,7 @@ def clinical_part(bootstrap: str, workdir: Path, patients: int) -> dict[str, flo
         before = dbpm_kafka.cpu_seconds([worker.pid])
         rate, _, updates, _ = clinical.through_kafka_rate(bootstrap, patients, 7, load_knowledge())
         cpu = dbpm_kafka.cpu_seconds([worker.pid]) - before
+        check_own_input([worker], CLINICAL_INPUTS)
     finally:
         worker.stop()
     return {"clinical_updates_per_s": rate, "clinical_cpu_us_per_update": cpu / updates * 1e6}

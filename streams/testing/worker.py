@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from io import StringIO
 from itertools import islice
@@ -31,6 +31,7 @@ from streams.replay.engine import replay_stream
 from streams.runtime.kafka_clients import assign_at_ends, producer_config, reader
 from streams.runtime.settings import Settings
 from streams.testing.dbpm_stream import generate_events
+from streams.testing.metrics import scraped_by
 from streams.worker import READY
 from streams.worker.engine import dbpm_engine
 from streams.worker.keys import verdict_key
@@ -132,6 +133,10 @@ class WorkerProcess:
             raise RuntimeError(f"worker not ready in {timeout_s:.0f} s: see {self.log}") from error
         return time.monotonic() - started
 
+    def consumed(self) -> dict[str, float]:
+        """The input records the worker's loops consumed so far, by topic (its ``/metrics``)."""
+        return scraped_by(self.web_port, "clingate_loop_records_consumed_total", "topic")
+
     def wait(self, timeout_s: float) -> int | None:
         """Wait up to ``timeout_s`` for the latest start to exit on its own; its exit status (None: still
         running)."""
@@ -157,6 +162,26 @@ class WorkerProcess:
 def comparison_engine() -> DBPMEngine:
     """The engine configured as workers started with :data:`COMPARISON_ENV` are."""
     return dbpm_engine(Settings(CLINGATE_DBPM_CROSS_TASK=False, CLINGATE_DBPM_MAINTENANCE=False))
+
+
+def check_own_input(workers: Sequence[WorkerProcess], topics: Collection[str]) -> None:
+    """Raise unless ``workers`` consumed records of ``topics`` alone: a benchmark's workers run every
+    loop of their role, and a loop whose group a fresh app id started at the beginning of a topic an
+    earlier run filled (without :func:`streams.replay.kafka.commit_worker_end_offsets`) would be
+    timed draining that backlog.
+
+    Raises:
+        RuntimeError: naming the worker, each other topic and how many of its records it consumed.
+    """
+    for worker in workers:
+        foreign = {t: n for t, n in worker.consumed().items() if t not in topics and n > 0}
+        if foreign:
+            read = ", ".join(f"{n:,.0f} of {topic}" for topic, n in sorted(foreign.items()))
+            raise RuntimeError(
+                f"worker {worker.app_id} ({worker.role}) consumed records the benchmark did not write "
+                f"({read}): its figures would include that work; start its groups at the end of their "
+                "inputs (commit_worker_end_offsets)"
+            )
 
 
 def soak_stream(n_events: int, epoch: int, tag: str) -> list[dict[str, Any]]:
