@@ -280,10 +280,14 @@ def _writer_function(src: _Source, node: dict[str, Any]) -> str:
 
 def compile_writer(schema: Schema) -> Write:
     """The writer of datums of ``schema``, a record schema parsed by fastavro."""
+    return _compiled(schema, _writer_function)  # type: ignore[no-any-return]
+
+
+def _compiled(schema: Schema, entry: Callable[[_Source, dict[str, Any]], str]) -> Any:
+    """The function ``entry`` generates for the record ``schema``, with every function it calls."""
     src = _Source()
     _define(src, schema)
-    entry = _writer_function(src, _resolve(src, schema))
-    return src.compile(entry)  # type: ignore[no-any-return]
+    return src.compile(entry(src, _resolve(src, schema)))
 
 
 # ------------------------------------------------------------------------------------------- readers
@@ -391,7 +395,4 @@ def _reader_function(src: _Source, node: dict[str, Any]) -> str:
 def compile_reader(schema: Schema) -> Read:
     """The reader of datums written with ``schema`` (a record schema parsed by fastavro) into the same
     schema: a datum of another version is fastavro's to resolve."""
-    src = _Source()
-    _define(src, schema)
-    entry = _reader_function(src, _resolve(src, schema))
-    return src.compile(entry)  # type: ignore[no-any-return]
+    return _compiled(schema, _reader_function)  # type: ignore[no-any-return]
