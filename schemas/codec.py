@@ -1,9 +1,9 @@
 """Avro binary datums of clingate's schemas, written and read by Python compiled once per schema.
 
-fastavro's Cython writer and reader interpret the parsed schema for every datum, so a 280-byte gate
-decision costs about as much to write as the gate's rule takes to decide. :func:`compile_writer` and
-:func:`compile_reader` generate, once per schema, one Python function per named record with every
-field's code inline, and compile it.
+fastavro's Cython writer and reader interpret the parsed schema for every datum, while the hot paths
+write and read the same few schemas for every record (docs/performance.md has the figures).
+:func:`compile_writer` and :func:`compile_reader` generate, once per schema, one Python function per
+named record with every field's code inline, and compile it.
 
 They are exact by construction, not by imitation. The compiled code handles the plain shapes of
 datums, the ones clingate writes: a ``dict`` holding exactly a record's fields, ``str`` for strings and
