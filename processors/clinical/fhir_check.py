@@ -147,6 +147,12 @@ def _element(shape: _Shape, data: Any) -> bool:
     return True
 
 
+def prepare(model: Any) -> bool:
+    """Derive ``model``'s shape now instead of at its first resource (its field validators are built
+    once per model); whether :func:`accepts` can vouch for resources of it."""
+    return _shape(model) is not None
+
+
 def accepts(model: Any, resource: Mapping[str, Any]) -> bool:
     """True: ``model.model_validate(dict(resource))`` passes (a resource of ``model``'s type). False:
     not shown here; validate with the model to know (and to have its message)."""

@@ -69,7 +69,7 @@ from pydantic import BaseModel
 from pydantic_core import to_json
 
 from processors.clinical.assess import AssessmentParts, ClinicalStreamState, RunEvent, process_event_reusing
-from processors.clinical.fhir_input import parse_document
+from processors.clinical.fhir_input import parse_document, prepare_validation
 from processors.clinical.knowledge import ClinicalKnowledge, GateFlags, default_knowledge
 from processors.clinical.records import FhirChange, ResourceUpsert
 from processors.clinical.state import PatientUpdate
@@ -250,7 +250,9 @@ class ClinicalHandler:
     order) is applied against the patient table's partition, and :meth:`apply` returns the
     assessments and audits to produce, the dead letters and the changelog group (patient states and
     the per-topic offset markers) as data. The table loop (:func:`build_clinical`)
-    and the topology test driver (:mod:`streams.testing.driver`) both run it.
+    and the topology test driver (:mod:`streams.testing.driver`) both run it. Made, it has the FHIR
+    validators of every resource type it reads ready
+    (:func:`~processors.clinical.fhir_input.prepare_validation`).
 
     Args:
         serde: the process's serde.
@@ -273,6 +275,7 @@ class ClinicalHandler:
         self._knowledge = knowledge
         self._flags = flags
         self._retention = PatientRetention(round(retention_days * 86_400_000), metrics)
+        prepare_validation()  # before the worker says it is ready, not at its first patients
 
     def apply(self, staged: StagedPartition, records: Sequence[SourceRecord]) -> TableBatch:
         """Apply one batch of a partition's records, staging the changed patient states in ``staged``
