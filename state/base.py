@@ -197,10 +197,14 @@ class Transaction(OrderedReads):
         """Apply every buffered write, delete and offset marker atomically, then close."""
         self._check_open()
         self._store._apply(self._writes)
-        self.abort()
+        self._close()
 
     def abort(self) -> None:
         """Discard the buffered writes and close."""
+        self._close()
+
+    def _close(self) -> None:
+        """Drop the write buffer (applied or discarded) and refuse further writes."""
         self._writes = {}
         self._keys = []
         self._closed = True
