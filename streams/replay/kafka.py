@@ -58,6 +58,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
@@ -71,8 +72,10 @@ from schemas.dbpm import Candidate, GateDecision, Verdict
 from schemas.serde import Serde
 from state.base import Store
 from state.ram import RamStore
+from streams.runtime.core import BATCH_MAX
 from streams.runtime.kafka_clients import (
     assign_at_ends,
+    consume_batch,
     end_offset,
     end_offsets,
     latest_offsets,
@@ -132,7 +135,8 @@ def _reader(bootstrap: str) -> Consumer:
 
 
 class _DecisionCollector:
-    """Consumes ``clingate.dbpm.decisions`` from ``start`` (per partition; None: its end now)."""
+    """Consumes ``clingate.dbpm.decisions`` from ``start`` (per partition; None: its end now), keeping
+    the first decision of each candidate as its contract object (:func:`read_decision`)."""
 
     def __init__(self, bootstrap: str, serde: Serde, start: Mapping[int, int] | None) -> None:
         self._serde = serde
@@ -144,7 +148,8 @@ class _DecisionCollector:
             self._consumer.assign(assigned)
         self.start = {tp.partition: tp.offset for tp in assigned}
         """Where the collector began reading, per partition."""
-        self.seen: dict[str, GateDecision] = {}
+        self.seen: dict[str, dict[str, Any]] = {}
+        """The contract decision object of each candidate's first decision, by candidate id."""
 
     def wait_for(self, candidate_ids: Iterable[str], timeout_s: float) -> None:
         """Consume until every id in ``candidate_ids`` has a decision (duplicates are dropped)."""
@@ -153,12 +158,12 @@ class _DecisionCollector:
         while missing:
             if time.monotonic() > deadline:
                 raise ReplayTimeout(f"{len(missing)} decisions missing, e.g. {sorted(missing)[:3]}")
-            message = self._consumer.poll(0.05)
-            if message is None or message.error():
-                continue
-            decision = self._serde.decode(message.value(), GateDecision, topic=DBPM_DECISIONS)
-            self.seen.setdefault(decision.candidate_id, decision)
-            missing.discard(decision.candidate_id)
+            for message in consume_batch(self._consumer, BATCH_MAX, 0.05):
+                if message.error():
+                    continue
+                decision = read_decision(self._serde, message.value())
+                self.seen.setdefault(decision["candidate_id"], decision)
+                missing.discard(decision["candidate_id"])
 
     def close(self) -> None:
         self._consumer.close()
@@ -313,12 +318,17 @@ class Pauses:
             raise RuntimeError(f"the publication ended before the pause points {self.pending}")
 
 
+_NAMED_JSON = json.JSONEncoder(sort_keys=True)
+"""What :func:`replay_name` digests of each event: ``json.dumps(event, sort_keys=True)`` byte for byte,
+by one encoder (``json.dumps`` with an option builds a new one per call)."""
+
+
 def replay_name(events: Sequence[dict[str, Any]]) -> str:
     """The name of a publication of ``events``: a digest of the stream, so a replay of the same stream
     run again is the same publication (it resumes, never publishes twice)."""
     digest = hashlib.sha256()
     for event in events:
-        digest.update(json.dumps(event, sort_keys=True).encode())
+        digest.update(_NAMED_JSON.encode(event).encode())
         digest.update(b"\n")
     return digest.hexdigest()[:16]
 
@@ -459,17 +469,15 @@ def replay_via_kafka(
     gate_commits = CommitWatcher(bootstrap, gate_group(app_id))
     publisher = Publisher(bootstrap, app_id, name)
     try:
-        runs = list(
-            replay_runs(events, engine, serde, gate_commits.partitions(DBPM_VERDICTS, timeout_s), name)
-        )
+        runs = replay_runs(events, engine, serde, gate_commits.partitions(DBPM_VERDICTS, timeout_s), name)
         earlier = publisher.last(timeout_s)
         collector = _DecisionCollector(bootstrap, serde, None if earlier is None else earlier.decisions)
         try:
-            published, longest_wait_s = _publish(
+            published, longest_wait_s, order = _publish(
                 runs, earlier or Publication(0, collector.start), publisher, collector, gate_commits,
                 Pauses(pause_at, on_pause, sum(e["kind"] == "gate" for e in events)), timeout_s,
             )  # fmt: skip
-            decisions = [decision_json(collector.seen[c]) for run in runs for c in run.candidate_ids]
+            decisions = [collector.seen[c] for c in order]
         finally:
             collector.close()
     finally:
@@ -487,24 +495,19 @@ def replay_via_kafka(
 
 
 def _publish(
-    runs: Sequence[ReplayRun], earlier: Publication, publisher: Publisher, collector: _DecisionCollector,
+    runs: Iterable[ReplayRun], earlier: Publication, publisher: Publisher, collector: _DecisionCollector,
     gate_commits: CommitWatcher, pauses: Pauses, timeout_s: float,
-) -> tuple[int, float]:  # fmt: skip
+) -> tuple[int, float, list[str]]:  # fmt: skip
     """Publish ``runs`` from where ``earlier`` left them, in lockstep with the workers (module
-    docstring); the records ``earlier`` had committed and the longest wait.
+    docstring); the records ``earlier`` had committed, the longest wait and the candidates of the whole
+    publication in order.
 
-    Before anything new goes out, the candidates ``earlier`` published are waited for as a run's are:
-    the verdicts after them must not reach the memory before those candidates are decided.
+    ``runs`` is taken ahead: the runs up to the next one of gate events are made (their records
+    encoded) once a run of gate events is committed and before its decisions are waited for, so that
+    the encoding overlaps the workers' work instead of adding to it. Before anything new goes out, the
+    candidates ``earlier`` published are waited for as a run's are: the verdicts after them must not
+    reach the memory before those candidates are decided.
     """
-    before: list[str] = []
-    seen = 0
-    for run in runs:
-        candidates = iter(run.candidate_ids)
-        for record in run.records[: max(earlier.published - seen, 0)]:
-            if record.topic == DBPM_CANDIDATES:
-                before.append(next(candidates))
-        seen += len(run.records)
-    pauses.passed(len(before))
     longest_wait_s = 0.0
 
     def settle(candidate_ids: Sequence[str]) -> None:
@@ -517,33 +520,64 @@ def _publish(
         gate_commits.wait(DBPM_CANDIDATES, timeout_s)
         longest_wait_s = max(longest_wait_s, time.monotonic() - waited)
 
-    if before:
-        settle(before)
+    order: list[str] = []
+    before: list[str] | None = []  # the candidates earlier published; None from the first record it had not
     segment: list[ReplayRecord] = []
-    index, produced = 0, len(before)
+    index = produced = 0
+
+    def resume() -> None:
+        nonlocal before, produced
+        assert before is not None
+        pauses.passed(len(before))
+        if before:
+            settle(before)
+        produced, before = len(before), None
 
     def commit() -> None:
         if segment:
             publisher.commit(segment, Publication(index, earlier.decisions))
             segment.clear()
 
-    for run in runs:
+    source = iter(runs)
+    ahead: deque[ReplayRun] = deque()
+
+    def take_ahead() -> None:  # the runs up to the next one of gate events, encoded
+        for run in source:
+            ahead.append(run)
+            if run.candidate_ids:
+                return
+
+    take_ahead()
+    while ahead:
+        run = ahead.popleft()
+        order += run.candidate_ids
+        candidates = iter(run.candidate_ids)
         for record in run.records:
             index += 1
-            if index <= earlier.published:
-                continue
+            if before is not None:
+                if index <= earlier.published:
+                    if record.topic == DBPM_CANDIDATES:
+                        before.append(next(candidates))
+                    continue
+                resume()
             segment.append(record)
             if record.topic == DBPM_CANDIDATES:
                 produced += 1
                 pauses.reached(produced, commit)
             if len(segment) >= SEGMENT_MAX:
                 commit()
-        if run.candidate_ids and index > earlier.published:
+        decided = run.candidate_ids if index > earlier.published else []
+        if decided:
             commit()
-            settle(run.candidate_ids)
+        if not ahead:
+            take_ahead()  # while the workers decide the run just committed
+        if decided:
+            settle(decided)
+    if before is not None:
+        resume()
     commit()
     pauses.finish()
-    return earlier.published, longest_wait_s
+    return earlier.published, longest_wait_s, order
 
 
 #: Commit errors that mean the group's coordinator is loading or moving (a broker just started or
@@ -679,16 +713,24 @@ def wait_until_consumed(bootstrap: str, group: str, topic: str, timeout_s: float
         watcher.wait(topic, timeout_s)
 
 
-def decision_json(decision: GateDecision) -> dict[str, Any]:
-    """The contract decision object of a decision record, its provenance as ``sources``."""
+def read_decision(serde: Serde, value: bytes) -> dict[str, Any]:
+    """The contract decision object of a ``clingate.dbpm.decisions`` record value, its provenance as
+    ``sources``: the seven fields as its :class:`~schemas.dbpm.GateDecision` holds them, read from its
+    Avro datum (:meth:`~schemas.serde.Serde.read_datum`) without building the model, whose checks tie the
+    decision to its candidate and change none of them.
+
+    Raises:
+        SchemaDecodeError: ``value`` is not a decision record.
+    """
+    datum = serde.read_datum(value, GateDecision, topic=DBPM_DECISIONS)
     return {
-        "candidate_id": decision.candidate_id,
-        "decision": decision.decision.value,
-        "rule": decision.rule,
-        "signature": decision.signature,
-        "severity": decision.severity,
-        "multiplier": decision.confidence_multiplier,
-        "sources": list(decision.provenance),
+        "candidate_id": datum["candidate_id"],
+        "decision": datum["decision"],
+        "rule": datum["rule"],
+        "signature": datum["signature"],
+        "severity": datum["severity"],
+        "multiplier": datum["confidence_multiplier"],
+        "sources": list(datum["provenance"]),
     }
 
 
@@ -737,7 +779,9 @@ def changelog_state(
     """
     followers: dict[int, ChangelogFollower] = {}
     for partition, key, value, offset in records:
-        follower = followers.setdefault(partition, ChangelogFollower(RamStore()))
+        follower = followers.get(partition)
+        if follower is None:
+            follower = followers[partition] = ChangelogFollower(RamStore())
         follower.add(key, value, offset)
     stores: list[Store] = [followers[p].store for p in sorted(followers)]
     if as_of is not None:

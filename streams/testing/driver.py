@@ -73,7 +73,7 @@ from streams.groups.ordered import Handler, handle_record
 from streams.groups.verifier import GROUP as VERIFIER
 from streams.groups.verifier import Verifier
 from streams.llm import LlmClient
-from streams.replay.kafka import KafkaReplayResult, changelog_state, decision_json, replay_runs
+from streams.replay.kafka import KafkaReplayResult, changelog_state, read_decision, replay_runs
 from streams.runtime.core import Output
 from streams.runtime.dlq import (
     Rejected,
@@ -328,12 +328,12 @@ class TopologyDriver:
             for record in run.records:
                 self.pipe(record.topic, record.key, record.value, record.headers, partition=record.partition)
             order += run.candidate_ids
-        seen: dict[str, GateDecision] = {}
+        seen: dict[str, dict[str, Any]] = {}
         for record in self.topics[DBPM_DECISIONS].log[start:]:
-            decision = self.serde.decode(record.value, GateDecision, topic=DBPM_DECISIONS)  # type: ignore[arg-type]
-            seen.setdefault(decision.candidate_id, decision)
+            decision = read_decision(self.serde, record.value)  # type: ignore[arg-type]
+            seen.setdefault(decision["candidate_id"], decision)
         last = parse_event(events[-1]).time if events else None
-        return KafkaReplayResult([decision_json(seen[c]) for c in order], self.memory_state(last))
+        return KafkaReplayResult([seen[c] for c in order], self.memory_state(last))
 
     # -- output -----------------------------------------------------------------------------------
 

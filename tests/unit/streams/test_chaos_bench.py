@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import streams.replay.kafka as kafka_replay
-from schemas.dbpm import Candidate, GateAction, GateDecision
+from schemas.dbpm import Candidate
 from schemas.wire import make_serde
 from streams.bench.chaos import ChaosMonkey, TooFewCandidates, disruption_points
 from streams.bench.restart import restore_figures
@@ -180,17 +180,16 @@ class _InstantWorkers:
 
         class Collector:
             def __init__(self, *_: object) -> None:
-                self.seen: dict[str, GateDecision] = {}
+                self.seen: dict[str, dict[str, Any]] = {}
                 self.start: dict[int, int] = {}
 
             def wait_for(self, candidate_ids: Any, timeout_s: float) -> None:
                 for value in workers.values[: workers.feed.acknowledged]:
                     c = serde.decode(value, Candidate, topic=DBPM_CANDIDATES)
-                    self.seen[c.candidate_id] = GateDecision(
-                        ts=c.ts, task=c.task, patient_id=c.patient_id, candidate_id=c.candidate_id,
-                        decision=GateAction.ALLOW, rule="r", signature="s", confidence_multiplier=1.0,
-                        candidate=c,
-                    )  # fmt: skip
+                    self.seen[c.candidate_id] = {
+                        "candidate_id": c.candidate_id, "decision": "ALLOW", "rule": "r", "signature": "s",
+                        "severity": None, "multiplier": 1.0, "sources": [],
+                    }  # fmt: skip
                 assert set(candidate_ids) <= self.seen.keys()
 
             def close(self) -> None:

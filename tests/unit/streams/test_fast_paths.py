@@ -12,7 +12,8 @@ formats, intact or damaged (truncated, an unknown writer, a record of another sc
 bytes, a tombstone), under its content's key or another.
 
 Encoding: the gate's decisions and dispatches and the memory's propagations, written from their
-datums (:meth:`schemas.serde.Serde.write_datum`), are the bytes their models give in both formats.
+datums (:meth:`schemas.serde.Serde.write_datum`), are the bytes their models give in both formats; the
+replay reads a decision back (:func:`streams.replay.kafka.read_decision`) as its model holds it.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from schemas.dbpm import Propagation as PropagationRecord
 from schemas.registry import SchemaVersion, load_registry
 from schemas.registry_serde import ConfluentRegistrySerde
 from schemas.serde import SINGLE_OBJECT_MAGIC, Serde, SingleObjectSerde
+from streams.replay.kafka import read_decision
 from streams.runtime.dlq import Rejected, SourceRecord, decode_record
 from streams.testing.worker import comparison_engine
 from streams.worker.gate import decision_datum, decision_record, with_ner_categories
@@ -376,6 +378,22 @@ def test_decisions_and_dispatches_are_written_as_their_models_write_them(
     )
     written = serde.write_datum(event_fields(decoded.event), Dispatch, topic=DBPM_DISPATCHES)
     assert written == serde.encode(dispatch, topic=DBPM_DISPATCHES)
+
+
+@EXAMPLES
+@given(decision=model_strategy(GateDecision), registry=st.booleans())
+def test_decisions_are_read_back_as_their_models_hold_them(decision: GateDecision, registry: bool) -> None:
+    """The replay's reader takes a decision's contract object from its datum: the fields the record's
+    model holds (compared as JSON, so that a NaN severity or multiplier equals itself)."""
+    serde = _serde(registry)
+    value = serde.encode(decision, topic=DBPM_DECISIONS)
+    model = serde.decode(value, GateDecision, topic=DBPM_DECISIONS)
+    expected = {
+        "candidate_id": model.candidate_id, "decision": model.decision.value, "rule": model.rule,
+        "signature": model.signature, "severity": model.severity, "multiplier": model.confidence_multiplier,
+        "sources": list(model.provenance),
+    }  # fmt: skip
+    assert json.dumps(read_decision(serde, value)) == json.dumps(expected)
 
 
 # Event times a propagation can carry: a verdict's, microseconds included, from the year 1000 on (the
