@@ -98,15 +98,22 @@ class StagedPartition(OrderedReads):
         return self.table.get(self.partition, key)
 
     def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-        """The pairs in ``[start, end)`` as the batch left them, ascending."""
+        """The pairs in ``[start, end)`` as the batch left them, ascending.
+
+        Lazy on both sides, so a walk that stops after a few entries (the memory's maintenance, at
+        every step of event time) costs those entries, not the batch's writes in the range. The caller
+        MUST NOT write to the partition while consuming the iterator (collect first, then write).
+        """
         keys = self._keys
-        staged = keys[bisect_left(keys, start) : len(keys) if end is None else bisect_left(keys, end)]
-        if not staged:
+        low = bisect_left(keys, start)
+        high = len(keys) if end is None else bisect_left(keys, end)
+        if low == high:
             return self.table.iter_range(self.partition, start, end)
-        mine = {k: self.writes[k] for k in staged}
-        older = ((k, v) for k, v in self.table.iter_range(self.partition, start, end) if k not in mine)
-        newer = ((k, v) for k, v in mine.items() if v is not None)
-        return merge(older, newer)  # type: ignore[arg-type]
+        writes = self.writes
+        # A key of the range the batch wrote is the batch's (the older value, or its deletion, is hidden).
+        older = ((k, v) for k, v in self.table.iter_range(self.partition, start, end) if k not in writes)
+        newer = ((k, v) for k in (keys[i] for i in range(low, high)) if (v := writes[k]) is not None)
+        return merge(older, newer)
 
     def keys(self, start: bytes, end: bytes | None) -> list[bytes]:
         """The keys in ``[start, end)`` as the batch left them, ascending."""

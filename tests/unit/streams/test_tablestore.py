@@ -121,3 +121,39 @@ def test_an_engine_key_in_the_stores_reserved_namespace_is_refused_when_written(
     with pytest.raises(StateError):
         staged.set(RESERVED_PREFIX + b"x", b"v")
     assert staged.writes == {}
+
+
+_range_keys = st.text(alphabet="abc", max_size=3).map(str.encode)
+_range_values = st.binary(min_size=1, max_size=2)
+
+
+@given(
+    stored=st.dictionaries(_range_keys, st.binary(min_size=1, max_size=2), max_size=12),
+    staged_writes=st.lists(
+        st.tuples(_range_keys, st.none() | st.binary(min_size=1, max_size=2)), max_size=12
+    ),
+    start=_range_keys,
+    end=st.none() | _range_keys,
+    taken=st.integers(0, 30),
+)
+def test_a_range_read_sees_the_batchs_writes_over_the_store_however_far_it_is_read(
+    stored, staged_writes, start, end, taken
+) -> None:
+    """A range read of a staged partition is the store with the batch's writes applied, in key order, and
+    a read stopped early gives a prefix of it (both sides are read lazily)."""
+    store = RamStore()
+    with store.transaction() as txn:
+        for key, value in stored.items():
+            txn.set(key, value)
+    staged = StagedPartition(_Table(store), 0)
+    expected = dict(stored)
+    for key, value in staged_writes:
+        staged.put(key, value)
+        if value is None:
+            expected.pop(key, None)
+        else:
+            expected[key] = value
+    in_range = sorted((k, v) for k, v in expected.items() if start <= k and (end is None or k < end))
+    assert list(staged.iter_range(start, end)) == in_range
+    reader = staged.iter_range(start, end)
+    assert [pair for _, pair in zip(range(taken), reader, strict=False)] == in_range[:taken]
