@@ -115,6 +115,7 @@ Consistency model (the gate's side is in :mod:`streams.worker.gateloop`).
 
 from __future__ import annotations
 
+import collections
 import logging
 import struct
 from collections.abc import Callable, Sequence
@@ -226,6 +227,9 @@ class MemoryHandler:
         driver delivers every record in order, so there they always are."""
         self._applied: list[VerdictEvent] = []
         """The verdicts learnt in the batch being applied (counted once, at its end)."""
+        self._propagated: collections.Counter[str] = collections.Counter()
+        """The propagations received in the batch being applied, by outcome (``applied``, ``stopped``,
+        ``duplicate``; counted once, at its end)."""
         self._read_to_end: set[int] = set()
         """The partitions whose dispatches :attr:`dispatches_read` said were read to their end during
         the batch being applied (asked at most once per partition and batch: module docstring)."""
@@ -246,6 +250,7 @@ class MemoryHandler:
         partition = staged.partition
         self._read_to_end.discard(partition)
         self._applied.clear()
+        self._propagated.clear()
         watermark = decode_watermark(staged.get(WATERMARK_KEY))
         reread = None
         outputs: list[Output] = []
@@ -272,6 +277,8 @@ class MemoryHandler:
                 case Rejected() as failed:
                     dead_letters.append(failed)
         self._metrics.verdicts_applied(self._applied)
+        for outcome, count in self._propagated.items():
+            self._metrics.propagations.labels(outcome).inc(count)
         if outputs:
             self._sent.inc(len(outputs))
         if staged.writes:
@@ -326,14 +333,14 @@ class MemoryHandler:
             identity = _ORIGIN.pack(decoded.origin_offset, decoded.origin_index)
             last = writer.get(mark)
             if last is not None and _ORIGIN.unpack(last) >= _ORIGIN.unpack(identity):
-                self._metrics.propagations.labels("duplicate").inc()
+                self._propagated["duplicate"] += 1
                 return None
             with writer.atomic():
                 _, applied = self._engine.propagate(writer, decoded.event)
         except Exception as exc:  # a poison record must not stop the partition: DLQ, memory unchanged
             return processing_failed(record, exc, PropagationRecord.avro_name)
         writer.put(mark, identity)
-        self._metrics.propagations.labels("applied" if applied else "stopped").inc()
+        self._propagated["applied" if applied else "stopped"] += 1
         return None
 
     def learn(self, writer: StagedPartition, record: SourceRecord, partition: int) -> Learnt:

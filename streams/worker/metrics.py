@@ -41,7 +41,7 @@ import collections
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -148,7 +148,7 @@ class MemoryPopulation(Collector):
 class Selectivity(Collector):
     """The live gate selectivity: pairs of gate decisions and verdicts, lift with its 95% interval.
 
-    Feed it :meth:`gate` from the gate loop and :meth:`verdict` from the memory writer (module docstring).
+    Feed it :meth:`gates` from the gate loop and :meth:`verdicts` from the memory writer (module docstring).
     Thread-safe: a lock guards the tracker, so it also works behind :func:`streams.runtime.metrics.serve`.
     """
 
@@ -156,10 +156,12 @@ class Selectivity(Collector):
         self._tracker = SelectivityTracker(max_pending=max_pending)
         self._lock = threading.Lock()
 
-    def gate(self, task: str, patient_id: str, payload: Mapping[str, Any], decision: str) -> None:
-        """Record a gate decision (see :meth:`SelectivityTracker.gate`)."""
+    def gates(self, decided: Iterable[tuple[str, str, Mapping[str, Any], str]]) -> None:
+        """Record a batch's gate decisions, ``(task, patient id, payload, decision)`` each, in order (see
+        :meth:`SelectivityTracker.gate`)."""
         with self._lock:
-            self._tracker.gate(task, patient_id, payload, decision)
+            for task, patient_id, payload, decision in decided:
+                self._tracker.gate(task, patient_id, payload, decision)
 
     def verdicts(self, applied: Sequence[VerdictEvent]) -> None:
         """Record verdicts applied to the memory, in order (see :meth:`SelectivityTracker.verdict`)."""

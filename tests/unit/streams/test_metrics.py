@@ -84,7 +84,7 @@ def test_the_live_lift_and_its_interval_are_the_measurement_modules() -> None:
     plan += [("DOWNGRADE", "success")] * 2 + [("ALLOW", "success")] * 8
     expected = SelectivityCounts()
     for i, (decision, verdict) in enumerate(plan):
-        selectivity.gate("qa", f"p{i}", _qa("Q?"), decision)
+        selectivity.gates([("qa", f"p{i}", _qa("Q?"), decision)])
         selectivity.verdicts([_verdict("qa", f"p{i}", _qa("Q?"), verdict)])
         outcome = VerdictOutcome.FAIL if verdict == "hard_fail" else VerdictOutcome.PASS
         expected = expected.record("qa", "diagnosis", outcome, decision == "DOWNGRADE")
@@ -104,10 +104,10 @@ def test_a_lift_tagging_only_fail_pairs_is_infinite_and_an_undefined_one_is_abse
     selectivity = Selectivity()
     registry.register(selectivity)
     for i, (decision, verdict) in enumerate([("DOWNGRADE", "hard_fail"), ("ALLOW", "success")]):
-        selectivity.gate("ner", "p", {"text": f"t{i}", "category": "drug"}, decision)
+        selectivity.gates([("ner", "p", {"text": f"t{i}", "category": "drug"}, decision)])
         selectivity.verdicts([_verdict("ner", "p", {"text": f"t{i}", "category": "drug"}, verdict)])
     relation = {"head": "a", "tail": "b", "head_type": "x", "tail_type": "y", "relation": "r"}
-    selectivity.gate("re", "p", relation, "ALLOW")
+    selectivity.gates([("re", "p", relation, "ALLOW")])
     assert registry.get_sample_value("clingate_dbpm_lift", {"task": "ner", "category": "drug"}) == math.inf
     assert registry.get_sample_value("clingate_dbpm_lift_ci_low", {"task": "ner", "category": "drug"}) is None
     assert registry.get_sample_value("clingate_dbpm_lift", {"task": "re", "category": ALL_CATEGORIES}) is None
