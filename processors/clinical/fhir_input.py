@@ -134,8 +134,7 @@ def _model(resource_type: str) -> Any:
 def prepare_validation() -> None:
     """Import the model of every resource type the edge validates (:data:`SUPPORTED`) and derive its
     shape (:func:`~processors.clinical.fhir_check.prepare`) now. The first resource of a type otherwise
-    pays for both, a few hundred milliseconds in all: a worker pays them before it says it is ready, not
-    on its first patients."""
+    pays for both: a worker pays for them before it says it is ready, not on its first patients."""
     for resource_type in SUPPORTED:
         prepare(_model(resource_type))
 
