@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import abc
 from bisect import bisect_left, insort
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from heapq import merge
 from types import TracebackType
 
 from state.exceptions import StateError
@@ -52,6 +53,31 @@ def check_data_key(key: bytes) -> None:
     """
     if key.startswith(RESERVED_PREFIX):
         raise StateError(f"key {key!r} is in the store's reserved namespace (offset markers: set_offset())")
+
+
+def buffered_range(
+    committed: Iterable[tuple[bytes, bytes]],
+    keys: Sequence[bytes],
+    writes: Mapping[bytes, object],
+    deleted: object,
+    start: bytes,
+    end: bytes | None,
+) -> Iterator[tuple[bytes, bytes]]:
+    """The pairs in ``[start, end)`` of a store with a write buffer over it, ascending: the range as the
+    store has it (``committed``), the buffer's writes by key (``writes``, their keys ascending in
+    ``keys``, the value ``deleted`` marking a deletion) taking precedence.
+
+    Lazy on both sides, so a read that stops after a few entries (the memory's maintenance walks) costs
+    those entries, not every write the buffer holds in the range. The caller MUST NOT write to the
+    buffer while consuming the iterator (collect first, then write).
+    """
+    low = bisect_left(keys, start)
+    high = len(keys) if end is None else bisect_left(keys, end)
+    if low == high:
+        return iter(committed)
+    older = ((k, v) for k, v in committed if k not in writes)
+    newer = ((k, v) for k in (keys[i] for i in range(low, high)) if (v := writes[k]) is not deleted)
+    return merge(older, newer)  # type: ignore[arg-type]
 
 
 class OrderedReads(abc.ABC):
@@ -162,31 +188,12 @@ class Transaction(OrderedReads):
         writes[key] = value
 
     def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-        """``(key, value)`` pairs with ``start <= key < end`` as this transaction sees them, ascending.
-
-        The buffered writes in the range are merged with the committed store. The caller MUST NOT
+        """``(key, value)`` pairs with ``start <= key < end`` as this transaction sees them, ascending:
+        its buffered writes over the committed store (:func:`buffered_range`). The caller MUST NOT
         write through this transaction while consuming the iterator (collect first, then write).
         """
-        keys = self._keys
-        pending = keys[bisect_left(keys, start) : len(keys) if end is None else bisect_left(keys, end)]
         committed = self._store.iter_range(start, end)
-        i = 0
-        for key, value in committed:
-            while i < len(pending) and pending[i] < key:
-                yield from self._pending_item(pending[i])
-                i += 1
-            if i < len(pending) and pending[i] == key:
-                yield from self._pending_item(key)
-                i += 1
-            else:
-                yield key, value
-        for key in pending[i:]:
-            yield from self._pending_item(key)
-
-    def _pending_item(self, key: bytes) -> Iterator[tuple[bytes, bytes]]:
-        value = self._writes[key]
-        if value is not _TOMBSTONE:
-            yield key, value  # type: ignore[misc]
+        return buffered_range(committed, self._keys, self._writes, _TOMBSTONE, start, end)
 
     @property
     def pending(self) -> int:

@@ -28,11 +28,10 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from heapq import merge
 from types import TracebackType
 from typing import Protocol
 
-from state.base import OrderedReads, Store, check_data_key
+from state.base import OrderedReads, Store, buffered_range, check_data_key
 from streams.runtime.core import Output
 from streams.runtime.dlq import Rejected, SourceRecord
 
@@ -98,22 +97,11 @@ class StagedPartition(OrderedReads):
         return self.table.get(self.partition, key)
 
     def iter_range(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-        """The pairs in ``[start, end)`` as the batch left them, ascending.
-
-        Lazy on both sides, so a walk that stops after a few entries (the memory's maintenance, at
-        every step of event time) costs those entries, not the batch's writes in the range. The caller
-        MUST NOT write to the partition while consuming the iterator (collect first, then write).
-        """
-        keys = self._keys
-        low = bisect_left(keys, start)
-        high = len(keys) if end is None else bisect_left(keys, end)
-        if low == high:
-            return self.table.iter_range(self.partition, start, end)
-        writes = self.writes
-        # A key of the range the batch wrote is the batch's (the older value, or its deletion, is hidden).
-        older = ((k, v) for k, v in self.table.iter_range(self.partition, start, end) if k not in writes)
-        newer = ((k, v) for k in (keys[i] for i in range(low, high)) if (v := writes[k]) is not None)
-        return merge(older, newer)
+        """The pairs in ``[start, end)`` as the batch left them, ascending: its writes over the table
+        (:func:`state.base.buffered_range`). The caller MUST NOT write to the partition while consuming
+        the iterator (collect first, then write)."""
+        committed = self.table.iter_range(self.partition, start, end)
+        return buffered_range(committed, self._keys, self.writes, None, start, end)
 
     def keys(self, start: bytes, end: bytes | None) -> list[bytes]:
         """The keys in ``[start, end)`` as the batch left them, ascending."""
