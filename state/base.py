@@ -45,6 +45,14 @@ def prefix_end(prefix: bytes) -> bytes | None:
     return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
+def _offset_key(name: str) -> bytes:
+    return _OFFSET_PREFIX + name.encode()
+
+
+def _offset_value(offset: int) -> bytes:
+    return str(int(offset)).encode()
+
+
 def check_data_key(key: bytes) -> None:
     """Refuse a data key in the store's reserved namespace, where its offset markers live.
 
@@ -116,8 +124,27 @@ class Store(OrderedReads):
 
     def get_offset(self, name: str) -> int | None:
         """The committed offset marker ``name`` (see :meth:`Transaction.set_offset`), or None."""
-        raw = self.get(_OFFSET_PREFIX + name.encode())
+        raw = self.get(_offset_key(name))
         return None if raw is None else int(raw)
+
+    def write(self, records: Iterable[tuple[bytes, bytes | None]], offsets: Mapping[str, int]) -> None:
+        """Apply ``records`` (``None``: a deletion; of two records of one key the later wins) and the
+        offset markers ``offsets`` atomically, as a transaction that wrote them would on commit.
+
+        For a writer that only replays writes made elsewhere (a changelog group): it reads nothing
+        back, so it keeps no read-your-writes index (a restore applies hundreds of thousands of
+        records).
+
+        Raises:
+            StateError: a key of ``records`` is reserved (:func:`check_data_key`).
+        """
+        writes: dict[bytes, object] = {}
+        for key, value in records:
+            check_data_key(key)
+            writes[key] = _TOMBSTONE if value is None else value
+        for name, offset in offsets.items():
+            writes[_offset_key(name)] = _offset_value(offset)
+        self._apply(writes)
 
     def transaction(self) -> Transaction:
         """Open a transaction over this store (at most one at a time)."""
@@ -179,7 +206,7 @@ class Transaction(OrderedReads):
     def set_offset(self, name: str, offset: int) -> None:
         """Record offset marker ``name`` so that it commits atomically with this transaction's data."""
         self._check_open()
-        self._write(_OFFSET_PREFIX + name.encode(), str(int(offset)).encode())
+        self._write(_offset_key(name), _offset_value(offset))
 
     def _write(self, key: bytes, value: object) -> None:
         writes = self._writes

@@ -74,6 +74,7 @@ from state.base import Store
 from state.ram import RamStore
 from streams.runtime.core import BATCH_MAX
 from streams.runtime.kafka_clients import (
+    CATCH_UP,
     assign_at_ends,
     consume_batch,
     end_offset,
@@ -131,7 +132,7 @@ class KafkaReplayResult:
 
 def _reader(bootstrap: str) -> Consumer:
     """A consumer of what the workers committed (transactional outputs included only once committed)."""
-    return reader(bootstrap, "replay", **{"isolation.level": "read_committed"})
+    return reader(bootstrap, "replay", **{"isolation.level": "read_committed", **CATCH_UP})
 
 
 class _DecisionCollector:

@@ -36,6 +36,16 @@ from topics.catalog import build_catalog
 
 log = logging.getLogger(__name__)
 
+CATCH_UP: Mapping[str, object] = {"queued.min.messages": 1_000_000, "fetch.queue.backoff.ms": 10}
+"""librdkafka settings of a consumer that reads a backlog as fast as it can take it: a table's restore,
+the gate's memory view, a progress read, replay's read-back. Once its local queue holds
+``queued.min.messages`` records (default 100,000, counted over every partition the consumer reads) or
+``queued.max.messages.kbytes``, librdkafka postpones the next fetch by ``fetch.queue.backoff.ms``
+(default one second); a reader that empties the queue in a fraction of that then waits out the rest,
+once per queueful. Here the record threshold is above any backlog the queue's 64 MiB can hold, and a
+full queue is looked at again after 10 ms. The memory's restore reads its changelog about twice as
+fast (docs/performance.md, "Runtime side by side")."""
+
 
 def ensure_catalog(settings: Settings, bootstrap: str) -> None:
     """Create the catalog's missing topics at a process's start, unless ``CLINGATE_ENSURE_TOPICS`` is

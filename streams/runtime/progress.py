@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streams.runtime.core import StateRecord
-from streams.runtime.kafka_clients import consume_batch, partitions, watermark_offsets
+from streams.runtime.kafka_clients import CATCH_UP, consume_batch, partitions, watermark_offsets
 from streams.runtime.kafka_config import admin_client, client_config
 from topics.admin import ensure_topics
 from topics.catalog import TopicSpec
@@ -144,6 +144,7 @@ class ProgressLog:
         self._reader = Consumer(client_config(bootstrap, **{
             "group.id": f"{group}-progress-reader",  # required by librdkafka; never joined (assign)
             "enable.auto.commit": False, "enable.partition.eof": True, "isolation.level": "read_committed",
+            **CATCH_UP,
         }))  # fmt: skip
         count = len(partitions(self._reader, inputs[0]))  # waits out an input created a moment ago
         model = self._reader.list_topics(inputs[0], timeout=30).topics[inputs[0]]

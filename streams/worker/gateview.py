@@ -35,7 +35,7 @@ from processors.dbpm.partitioned import merge_values
 from state.base import Store
 from state.rocksdb import RocksDBStore
 from streams.runtime.core import BATCH_MAX
-from streams.runtime.kafka_clients import consume_batch
+from streams.runtime.kafka_clients import CATCH_UP, consume_batch
 from streams.runtime.kafka_config import client_config
 from streams.worker.gate import gate_group
 from streams.worker.keys import CONFIG_KEY, barrier_reached, memory_changelog
@@ -133,6 +133,7 @@ class MemoryFollower:
         self._consumer = Consumer(client_config(bootstrap, **{
             "group.id": f"{gate_group(app_id)}-view",  # required by librdkafka; never joined (assign)
             "enable.auto.commit": False, "enable.partition.eof": False, "auto.offset.reset": "earliest",
+            **CATCH_UP,
         }))  # fmt: skip
         # Tail only: each partition resumes after the last group its store holds.
         self._consumer.assign([

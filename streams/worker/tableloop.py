@@ -71,7 +71,7 @@ from schemas.serde import Serde
 from state.rocksdb import RocksDBStore
 from streams.runtime.core import BATCH_MAX, BatchCore, Output, StateRecord, Step
 from streams.runtime.dlq import PRODUCER_LIMITS, Rejected, SourceRecord
-from streams.runtime.kafka_clients import consume_batch, producer_config
+from streams.runtime.kafka_clients import CATCH_UP, consume_batch, producer_config
 from streams.runtime.kafka_config import admin_client, client_config, liveness_config
 from streams.runtime.metrics import LoopMetrics
 from streams.runtime.settings import Settings
@@ -217,6 +217,7 @@ class TableLoop:
         self._restorer = Consumer(client_config(bootstrap, **{
             "group.id": f"{group}-restore",  # required by librdkafka; never joined (assign)
             "enable.auto.commit": False, "enable.partition.eof": True, "isolation.level": "read_committed",
+            **CATCH_UP,
         }))  # fmt: skip
         self._restoring: set[int] = set()
         self.core.subscribe(inputs, self.assigned, self.revoked)

@@ -275,13 +275,7 @@ def apply_batch(
 
 def write_group(store: Store, records: Iterable[tuple[bytes, bytes | None]], changelog_offset: int) -> None:
     """Apply one changelog group to ``store`` atomically, with the changelog offset it ends at."""
-    with store.transaction() as txn:
-        for key, value in records:
-            if value is None:
-                txn.delete(key)
-            else:
-                txn.set(key, value)
-        txn.set_offset(_CHANGELOG_MARKER, changelog_offset)
+    store.write(records, {_CHANGELOG_MARKER: changelog_offset})
 
 
 @dataclass(slots=True)

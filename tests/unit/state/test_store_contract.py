@@ -84,6 +84,46 @@ def test_reserved_keys_cannot_be_written_directly(store):
         txn.set(RESERVED_PREFIX + b"x", b"v")
 
 
+_records = st.lists(
+    st.tuples(st.binary(min_size=1, max_size=2), st.none() | st.binary(max_size=3)), max_size=20
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(before=_records, records=_records, offset=st.integers(min_value=0, max_value=2**40))
+@pytest.mark.parametrize("kind", ["memory", "rocksdb"])
+def test_a_write_of_records_is_the_transaction_that_makes_them(
+    kind, tmp_path_factory, before, records, offset
+):
+    """``Store.write`` (a changelog group replayed) leaves the store as a transaction making the same
+    writes and setting the same offset would, deletions and a key written twice included."""
+    records = [(key, value) for key, value in records if not key.startswith(RESERVED_PREFIX)]
+    before = [(key, value) for key, value in before if not key.startswith(RESERVED_PREFIX)]
+    directory = tmp_path_factory.mktemp("write")
+    stores = [RamStore(), RamStore()] if kind == "memory" else [RocksDBStore(directory / n) for n in "ab"]
+    written, made = stores
+    try:
+        for store in stores:
+            store.write(before, {})
+        written.write(records, {"changelog": offset})
+        with made.transaction() as txn:
+            for key, value in records:
+                txn.delete(key) if value is None else txn.set(key, value)
+            txn.set_offset("changelog", offset)
+        assert list(written.iter_range(b"", None)) == list(made.iter_range(b"", None))
+        assert written.get_offset("changelog") == made.get_offset("changelog") == offset
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_a_write_refuses_reserved_keys_and_writes_nothing(store):
+    with pytest.raises(StateError):
+        store.write([(b"a", b"1"), (RESERVED_PREFIX + b"x", b"v")], {"changelog": 3})
+    assert store.get(b"a") is None
+    assert store.get_offset("changelog") is None
+
+
 def test_closed_transaction_refuses_writes(store):
     txn = store.transaction()
     txn.commit()
