@@ -5,8 +5,8 @@ console's people ask for, the audit trail read back, and a colour as the browser
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,23 +18,26 @@ from streams.console.records import read_records
 from streams.replay.kafka import commit_end_offsets
 from streams.requests.runtime import group_id
 from streams.testing import browser
-from streams.testing.browser import console_env, launch, running_console
+from streams.testing.browser import console_env, running_console
 from streams.testing.worker import WorkerProcess
 from topics.catalog import CONSOLE_AUDIT, CONSOLE_REQUESTS
 
-__all__ = ["PASSWORD", "add_user", "audit_trail", "console_env", "launch", "request_runtime", "rgb",
-           "running_console", "sign_in", "sync_playwright"]  # fmt: skip
+__all__ = ["PASSWORD", "add_user", "audit_trail", "chromium", "console_env", "request_runtime", "rgb",
+           "running_console", "sign_in"]  # fmt: skip
 
 PASSWORD = "correct horse battery staple"
 """Every test user's password."""
 
 
-def sync_playwright() -> Callable[[], Any]:
-    """Playwright's ``sync_playwright``; skips the calling test where Chromium or Playwright is absent."""
+def chromium() -> AbstractContextManager[Any]:
+    """Debian's Chromium for a ``with`` block (:func:`streams.testing.browser.chromium`); skips the
+    calling test where Chromium or Playwright is absent, at the call, before the test starts anything
+    (the block is entered later)."""
     try:
-        return browser.sync_playwright()
+        browser.sync_playwright()
     except browser.BrowserUnavailable as reason:
         pytest.skip(str(reason))
+    return browser.chromium()
 
 
 def rgb(colour: str) -> str:

@@ -70,12 +70,11 @@ from streams.runtime.settings import Settings
 from streams.testing.console import (
     add_user,
     audit_trail,
+    chromium,
     console_env,
-    launch,
     request_runtime,
     running_console,
     sign_in,
-    sync_playwright,
 )
 from topics.admin import ensure_topics
 from topics.catalog import (
@@ -144,7 +143,7 @@ def console_url(kafka_bootstrap: str, tmp_path: Path) -> Iterator[tuple[str, str
 def test_a_pharmacist_sees_red_first_a_clinician_is_refused_and_a_post_without_csrf_is_403(
     kafka_bootstrap: str, console_url: tuple[str, str, str, str], tmp_path: Path
 ) -> None:
-    playwright_of = sync_playwright()
+    chromium_of = chromium()
     url, pharmacist, clinician, _ = console_url
     golden = {case: golden_assessment(case, reviewed=False) for case in
               ("PT-TEST-008", "PT-TEST-009", "PT-TEST-010", "PT-TEST-012")}  # fmt: skip
@@ -152,52 +151,48 @@ def test_a_pharmacist_sees_red_first_a_clinician_is_refused_and_a_post_without_c
     _publish(kafka_bootstrap, [golden["PT-TEST-012"], golden["PT-TEST-010"], golden["PT-TEST-008"],
                                golden["PT-TEST-009"], golden_assessment("PT-TEST-010")])  # fmt: skip
 
-    with playwright_of() as playwright:
-        browser = launch(playwright)
-        try:
-            page = browser.new_context().new_page()
-            response = sign_in(page, url, pharmacist, "/pharmacist")
-            assert response.status == 200 and page.url == url + "/pharmacist"
-            rows = page.locator("table.board tbody tr")
-            board = [(rows.nth(i).get_attribute("data-patient"), rows.nth(i).get_attribute("data-light"))
-                     for i in range(rows.count())]  # fmt: skip
-            page.screenshot(path=str(tmp_path / "board.png"), full_page=True)
-            assert board[0][1] == "RED"
-            assert [LIGHT_RANK[light or ""] for _, light in board] == sorted(
-                LIGHT_RANK[light or ""] for _, light in board
-            )
-            ours = [row for row in board if row[0] in golden]
-            assert ours == [("PT-TEST-010", "RED"), ("PT-TEST-008", "YELLOW"), ("PT-TEST-009", "YELLOW"),
-                            ("PT-TEST-012", "GREEN")]  # fmt: skip
-            red = page.locator("tr[data-patient='PT-TEST-010']")
-            assert "Rule C: NTI CRITICAL" in red.inner_text() and "CRITICAL" in red.inner_text()
-            assert "STALE" in red.inner_text()
+    with chromium_of as browser:
+        page = browser.new_context().new_page()
+        response = sign_in(page, url, pharmacist, "/pharmacist")
+        assert response.status == 200 and page.url == url + "/pharmacist"
+        rows = page.locator("table.board tbody tr")
+        board = [(rows.nth(i).get_attribute("data-patient"), rows.nth(i).get_attribute("data-light"))
+                 for i in range(rows.count())]  # fmt: skip
+        page.screenshot(path=str(tmp_path / "board.png"), full_page=True)
+        assert board[0][1] == "RED"
+        assert [LIGHT_RANK[light or ""] for _, light in board] == sorted(
+            LIGHT_RANK[light or ""] for _, light in board
+        )
+        ours = [row for row in board if row[0] in golden]
+        assert ours == [("PT-TEST-010", "RED"), ("PT-TEST-008", "YELLOW"), ("PT-TEST-009", "YELLOW"),
+                        ("PT-TEST-012", "GREEN")]  # fmt: skip
+        red = page.locator("tr[data-patient='PT-TEST-010']")
+        assert "Rule C: NTI CRITICAL" in red.inner_text() and "CRITICAL" in red.inner_text()
+        assert "STALE" in red.inner_text()
 
-            page.click("a[href='/pharmacist/patient/PT-TEST-010']")
-            # Newest first: a reviewed assessment is current, and the unreviewed one published before it
-            # is listed below. Other tests on this broker publish the same golden patient, before and
-            # around this test's two records, so their places among the sections are not fixed.
-            sections = page.locator("section.assessment")
-            texts = [sections.nth(i).inner_text() for i in range(sections.count())]
-            assert len(texts) >= 2
-            assert "CAA CONCUR" in texts[0] and "(current)" in texts[0]
-            assert any("deterministic inputs only" in text for text in texts[1:])
+        page.click("a[href='/pharmacist/patient/PT-TEST-010']")
+        # Newest first: a reviewed assessment is current, and the unreviewed one published before it
+        # is listed below. Other tests on this broker publish the same golden patient, before and
+        # around this test's two records, so their places among the sections are not fixed.
+        sections = page.locator("section.assessment")
+        texts = [sections.nth(i).inner_text() for i in range(sections.count())]
+        assert len(texts) >= 2
+        assert "CAA CONCUR" in texts[0] and "(current)" in texts[0]
+        assert any("deterministic inputs only" in text for text in texts[1:])
 
-            # The sign-out form without its CSRF token (removed from the page: a forged form lacks it).
-            page.goto(url + "/pharmacist")
-            page.locator("form.sign-out input[name=csrf_token]").evaluate("input => input.remove()")
-            with page.expect_navigation() as navigation:
-                page.click("form.sign-out button")
-            assert navigation.value.status == 403 and "Refused" in page.content()
-            assert page.goto(url + "/pharmacist").status == 200, "still signed in"
+        # The sign-out form without its CSRF token (removed from the page: a forged form lacks it).
+        page.goto(url + "/pharmacist")
+        page.locator("form.sign-out input[name=csrf_token]").evaluate("input => input.remove()")
+        with page.expect_navigation() as navigation:
+            page.click("form.sign-out button")
+        assert navigation.value.status == 403 and "Refused" in page.content()
+        assert page.goto(url + "/pharmacist").status == 200, "still signed in"
 
-            other = browser.new_context().new_page()
-            assert sign_in(other, url, clinician, "/").status == 200
-            refused = other.goto(url + "/pharmacist")
-            assert refused.status == 403
-            assert "PT-TEST-010" not in other.content() and "not for the clinician role" in other.content()
-        finally:
-            browser.close()
+        other = browser.new_context().new_page()
+        assert sign_in(other, url, clinician, "/").status == 200
+        refused = other.goto(url + "/pharmacist")
+        assert refused.status == 403
+        assert "PT-TEST-010" not in other.content() and "not for the clinician role" in other.content()
 
     assert _audit(kafka_bootstrap, {pharmacist, clinician}) == {
         pharmacist: [("sign-in", "/login", "ok"), ("csrf-refused", "/logout", "refused")],
@@ -233,7 +228,7 @@ def _reviews(bootstrap: str, doc_ids: set[str]) -> dict[str, Review]:
 def test_an_sme_agrees_with_one_packet_and_corrects_another_and_both_reviews_are_on_the_topic(
     kafka_bootstrap: str, runtime: str, console_url: tuple[str, str, str, str], tmp_path: Path
 ) -> None:
-    playwright_of = sync_playwright()
+    chromium_of = chromium()
     url, _, _, sme = console_url
     run = uuid.uuid4().hex[:8]
     packets = []
@@ -244,38 +239,34 @@ def test_an_sme_agrees_with_one_packet_and_corrects_another_and_both_reviews_are
     agreed, corrected = (packet.doc_id for packet in packets)
     _publish_packets(kafka_bootstrap, packets)
 
-    with playwright_of() as playwright:
-        browser = launch(playwright)
-        try:
-            page = browser.new_context().new_page()
-            response = sign_in(page, url, sme, "/sme")
-            assert response.status == 200 and page.url == url + "/sme"
-            queued = page.locator("table.queue tbody tr")
-            docs = [queued.nth(i).get_attribute("data-doc") for i in range(queued.count())]
-            assert agreed in docs and corrected in docs
+    with chromium_of as browser:
+        page = browser.new_context().new_page()
+        response = sign_in(page, url, sme, "/sme")
+        assert response.status == 200 and page.url == url + "/sme"
+        queued = page.locator("table.queue tbody tr")
+        docs = [queued.nth(i).get_attribute("data-doc") for i in range(queued.count())]
+        assert agreed in docs and corrected in docs
 
-            page.click(f"a[href='/sme/packet/{agreed}']")
-            assert "QUEST DIAGNOSTICS" in page.locator("ol.context").first.inner_text(), "the page's text"
-            assert page.locator("ol.context mark").count() >= 1, "the located text marked"
-            page.screenshot(path=str(tmp_path / "packet.png"), full_page=True)
-            with page.expect_navigation() as navigation:
-                page.click("button[name=agree]")
-            assert navigation.value.status == 200 and page.url.startswith(url + "/sme?")
-            assert f"Review of {agreed} recorded (AGREES)." in page.content()
+        page.click(f"a[href='/sme/packet/{agreed}']")
+        assert "QUEST DIAGNOSTICS" in page.locator("ol.context").first.inner_text(), "the page's text"
+        assert page.locator("ol.context mark").count() >= 1, "the located text marked"
+        page.screenshot(path=str(tmp_path / "packet.png"), full_page=True)
+        with page.expect_navigation() as navigation:
+            page.click("button[name=agree]")
+        assert navigation.value.status == 200 and page.url.startswith(url + "/sme?")
+        assert f"Review of {agreed} recorded (AGREES)." in page.content()
 
-            page.goto(url + f"/sme/packet/{corrected}")
-            page.select_option("select[name=corrected_type]", DocumentType.OTHER.value)
-            page.select_option("select[name=segment-0-type]", DocumentType.OTHER.value)
-            page.select_option("select[name=mixture-PATHOLOGY_REPORT-presence]", "MENTION_ONLY")
-            page.fill("input[name=mixture-PATHOLOGY_REPORT-share]", "0")
-            page.fill("input[name=mixture-OTHER-share]", "1")
-            page.fill("textarea[name=notes]", "a requisition form")
-            with page.expect_navigation() as navigation:
-                page.click("button[name=correct]")
-            assert navigation.value.status == 200
-            assert f"Review of {corrected} recorded (CORRECTS)." in page.content()
-        finally:
-            browser.close()
+        page.goto(url + f"/sme/packet/{corrected}")
+        page.select_option("select[name=corrected_type]", DocumentType.OTHER.value)
+        page.select_option("select[name=segment-0-type]", DocumentType.OTHER.value)
+        page.select_option("select[name=mixture-PATHOLOGY_REPORT-presence]", "MENTION_ONLY")
+        page.fill("input[name=mixture-PATHOLOGY_REPORT-share]", "0")
+        page.fill("input[name=mixture-OTHER-share]", "1")
+        page.fill("textarea[name=notes]", "a requisition form")
+        with page.expect_navigation() as navigation:
+            page.click("button[name=correct]")
+        assert navigation.value.status == 200
+        assert f"Review of {corrected} recorded (CORRECTS)." in page.content()
 
     reviews = eventually(
         "the request runtime's reviews",
@@ -319,7 +310,7 @@ def _records_of(
 def test_a_pharmacist_edits_a_runs_queries_and_reviews_its_evidence_and_the_pipeline_gets_both(
     kafka_bootstrap: str, runtime: str, console_url: tuple[str, str, str, str], tmp_path: Path
 ) -> None:
-    playwright_of = sync_playwright()
+    chromium_of = chromium()
     url, pharmacist, clinician, _ = console_url
     suffix = uuid.uuid4().hex[:8]
     patient, run = f"PT-IT-{suffix}", f"run-{suffix}"
@@ -343,61 +334,57 @@ def test_a_pharmacist_edits_a_runs_queries_and_reviews_its_evidence_and_the_pipe
     evidence_page = f"/pharmacist/evidence/{patient}/{run}"
     sepsis = "sepsis source and empiric antibiotics with an eGFR of 36"
 
-    with playwright_of() as playwright:
-        browser = launch(playwright)
-        try:
-            page = browser.new_context().new_page()
-            page.on("dialog", lambda dialog: pytest.fail(f"a script ran: {dialog.message}"))
-            assert sign_in(page, url, pharmacist, "/pharmacist/queries").status == 200
-            row = page.locator(f"tr[data-patient='{patient}'][data-run='{run}']")
-            assert row.get_attribute("data-status") == "pending"
-            row.locator("a.run").click()
-            assert page.url == url + queries_page
-            assert [t.strip() for t in page.locator("ol.proposed li").all_inner_texts()] == QUERIES
-            page.fill("textarea[name=query-2]", "")
-            page.fill("textarea[name=query-3]", sepsis)
-            page.fill("textarea[name=note]", "drug-centric: fever and hypotension need a sepsis work-up")
-            with page.expect_navigation() as navigation:
-                page.click("button[name=decide]")
-            assert navigation.value.status == 200 and page.url == url + queries_page
+    with chromium_of as browser:
+        page = browser.new_context().new_page()
+        page.on("dialog", lambda dialog: pytest.fail(f"a script ran: {dialog.message}"))
+        assert sign_in(page, url, pharmacist, "/pharmacist/queries").status == 200
+        row = page.locator(f"tr[data-patient='{patient}'][data-run='{run}']")
+        assert row.get_attribute("data-status") == "pending"
+        row.locator("a.run").click()
+        assert page.url == url + queries_page
+        assert [t.strip() for t in page.locator("ol.proposed li").all_inner_texts()] == QUERIES
+        page.fill("textarea[name=query-2]", "")
+        page.fill("textarea[name=query-3]", sepsis)
+        page.fill("textarea[name=note]", "drug-centric: fever and hypotension need a sepsis work-up")
+        with page.expect_navigation() as navigation:
+            page.click("button[name=decide]")
+        assert navigation.value.status == 200 and page.url == url + queries_page
 
-            page.goto(url + evidence_page)
-            must_retrieve = page.locator("dd.must-retrieve").inner_text()
-            assert f"2 of the patient's {len(must)} in the bundle" in must_retrieve
-            assert must[1] in must_retrieve and must[0] not in must_retrieve.split("missing:")[1]
-            off_target = page.locator("section[data-source='rivaroxaban label.pdf'] pre").text_content()
-            assert off_target is not None and "<b>is</b>" in off_target, "the packet's text, escaped"
-            page.check("tr[data-source='rivaroxaban label.pdf'] input[value=reject]")
-            page.fill("textarea[name=note]", "the rivaroxaban label is off target")
-            with page.expect_navigation() as navigation:
-                page.click("button[value=ACCEPTED]")
-            assert navigation.value.status == 200 and page.url == url + evidence_page
-            page.screenshot(path=str(tmp_path / "evidence-review.png"), full_page=True)
+        page.goto(url + evidence_page)
+        must_retrieve = page.locator("dd.must-retrieve").inner_text()
+        assert f"2 of the patient's {len(must)} in the bundle" in must_retrieve
+        assert must[1] in must_retrieve and must[0] not in must_retrieve.split("missing:")[1]
+        off_target = page.locator("section[data-source='rivaroxaban label.pdf'] pre").text_content()
+        assert off_target is not None and "<b>is</b>" in off_target, "the packet's text, escaped"
+        page.check("tr[data-source='rivaroxaban label.pdf'] input[value=reject]")
+        page.fill("textarea[name=note]", "the rivaroxaban label is off target")
+        with page.expect_navigation() as navigation:
+            page.click("button[value=ACCEPTED]")
+        assert navigation.value.status == 200 and page.url == url + evidence_page
+        page.screenshot(path=str(tmp_path / "evidence-review.png"), full_page=True)
 
-            [decision] = eventually(
-                "the query decision", lambda: _records_of(kafka_bootstrap, CLINICAL_QUERY_DECISIONS,
-                                                          QueryDecision, patient)
-            )  # fmt: skip
-            [review] = eventually(
-                "the evidence review", lambda: _records_of(kafka_bootstrap, CLINICAL_EVIDENCE_REVIEWS,
-                                                           EvidenceReview, patient)
-            )  # fmt: skip
-            page.goto(url + queries_page)
-            assert "EDITED by " + pharmacist in page.locator("dd.status").inner_text()
-            assert page.locator("ol.decided li").all_inner_texts() == [QUERIES[0], QUERIES[1], sepsis]
-            assert page.locator("form.decide").count() == 0
-            page.screenshot(path=str(tmp_path / "query-gate.png"), full_page=True)
-            page.goto(url + "/pharmacist/evidence")
-            row = page.locator(f"tr[data-patient='{patient}'][data-run='{run}']")
-            assert row.get_attribute("data-status") == "decided" and "ACCEPTED" in row.inner_text()
+        [decision] = eventually(
+            "the query decision", lambda: _records_of(kafka_bootstrap, CLINICAL_QUERY_DECISIONS,
+                                                      QueryDecision, patient)
+        )  # fmt: skip
+        [review] = eventually(
+            "the evidence review", lambda: _records_of(kafka_bootstrap, CLINICAL_EVIDENCE_REVIEWS,
+                                                       EvidenceReview, patient)
+        )  # fmt: skip
+        page.goto(url + queries_page)
+        assert "EDITED by " + pharmacist in page.locator("dd.status").inner_text()
+        assert page.locator("ol.decided li").all_inner_texts() == [QUERIES[0], QUERIES[1], sepsis]
+        assert page.locator("form.decide").count() == 0
+        page.screenshot(path=str(tmp_path / "query-gate.png"), full_page=True)
+        page.goto(url + "/pharmacist/evidence")
+        row = page.locator(f"tr[data-patient='{patient}'][data-run='{run}']")
+        assert row.get_attribute("data-status") == "decided" and "ACCEPTED" in row.inner_text()
 
-            other = browser.new_context().new_page()
-            assert sign_in(other, url, clinician, "/").status == 200
-            for path in ("/pharmacist/queries", evidence_page):
-                refused = other.goto(url + path)
-                assert refused is not None and refused.status == 403 and run not in other.content()
-        finally:
-            browser.close()
+        other = browser.new_context().new_page()
+        assert sign_in(other, url, clinician, "/").status == 200
+        for path in ("/pharmacist/queries", evidence_page):
+            refused = other.goto(url + path)
+            assert refused is not None and refused.status == 403 and run not in other.content()
 
     assert (decision.decision, decision.queries, decision.proposed) == (
         QueryVerdict.EDITED, [QUERIES[0], QUERIES[1], sepsis], QUERIES,

@@ -27,13 +27,12 @@ from streams.console.memory import SEVERITY_COLOURS
 from streams.testing.console import (
     add_user,
     audit_trail,
+    chromium,
     console_env,
-    launch,
     request_runtime,
     rgb,
     running_console,
     sign_in,
-    sync_playwright,
 )
 from streams.testing.worker import COMPARISON_ENV, LiveGate
 
@@ -45,7 +44,7 @@ def test_an_operator_finds_why_a_candidate_was_blocked_and_pins_it_and_a_clinici
     start_workers: Callable[..., Any],
     tmp_path: Path,
 ) -> None:
-    playwright_of = sync_playwright()
+    chromium_of = chromium()
     app_id, _ = start_workers(1, **COMPARISON_ENV)
     with request_runtime(kafka_bootstrap, app_id, tmp_path / "requests"):
         run = uuid.uuid4().hex[:8]
@@ -61,50 +60,46 @@ def test_an_operator_finds_why_a_candidate_was_blocked_and_pins_it_and_a_clinici
             blocked = gate.until(lambda d: d.decision.value == "BLOCK")[-1]
             assert (blocked.rule, blocked.signature) == ("block", sig)
 
-            with running_console(env, tmp_path / "console.log") as url, playwright_of() as playwright:
-                browser = launch(playwright)
-                try:
-                    page = browser.new_context().new_page()
-                    assert sign_in(page, url, operator, "/memory").status == 200
-                    page.fill("input[name=candidate]", blocked.candidate_id)
-                    with page.expect_navigation():
-                        page.click("button[name=find-candidate]")
-                    why = page.locator("p.why").inner_text()
-                    assert why.startswith("BLOCK by rule block: its signature's severity was ")
-                    assert "verifier, rule_based" in why
-                    assert page.locator("dd.rule").inner_text() == "block"
-                    page.screenshot(path=str(tmp_path / "candidate.png"), full_page=True)
+            with running_console(env, tmp_path / "console.log") as url, chromium_of as browser:
+                page = browser.new_context().new_page()
+                assert sign_in(page, url, operator, "/memory").status == 200
+                page.fill("input[name=candidate]", blocked.candidate_id)
+                with page.expect_navigation():
+                    page.click("button[name=find-candidate]")
+                why = page.locator("p.why").inner_text()
+                assert why.startswith("BLOCK by rule block: its signature's severity was ")
+                assert "verifier, rule_based" in why
+                assert page.locator("dd.rule").inner_text() == "block"
+                page.screenshot(path=str(tmp_path / "candidate.png"), full_page=True)
 
-                    page.click("a.signature")
-                    assert page.locator("dd.count").inner_text() == "4"
-                    severity = page.locator("div.severity-chart svg .series > path").first
-                    path = severity.get_attribute("d") or ""
-                    xs = [float(x) for x in re.findall(r"[ML] (-?[\d.]+) ", path)]
-                    assert xs and xs == sorted(xs), "in event-time order"
-                    stroke = severity.evaluate("path => getComputedStyle(path).stroke")
-                    assert stroke == rgb(SEVERITY_COLOURS["severity"]), "its colour under the page's CSP"
-                    chart_box = page.locator("div.severity-chart svg").bounding_box()
-                    table_box = page.locator("table.trajectory").bounding_box()
-                    assert chart_box and table_box and chart_box["height"] > 100
-                    assert chart_box["y"] + chart_box["height"] <= table_box["y"], (
-                        "the table stays below the chart"
-                    )
-                    assert page.locator("table.trajectory tr[data-kind=verdict]").count() == 4
-                    assert page.locator(f"tr[data-candidate='{blocked.candidate_id}']").count() == 1
-                    page.select_option("select[name=action]", "ALLOW")
-                    page.fill("input[name=reason]", "benign on this ward")
-                    with page.expect_navigation() as navigation:
-                        page.click("button[name=pin]")
-                    assert navigation.value.status == 200 and "Pin ALLOW recorded." in page.content()
-                    page.screenshot(path=str(tmp_path / "signature.png"), full_page=True)
+                page.click("a.signature")
+                assert page.locator("dd.count").inner_text() == "4"
+                severity = page.locator("div.severity-chart svg .series > path").first
+                path = severity.get_attribute("d") or ""
+                xs = [float(x) for x in re.findall(r"[ML] (-?[\d.]+) ", path)]
+                assert xs and xs == sorted(xs), "in event-time order"
+                stroke = severity.evaluate("path => getComputedStyle(path).stroke")
+                assert stroke == rgb(SEVERITY_COLOURS["severity"]), "its colour under the page's CSP"
+                chart_box = page.locator("div.severity-chart svg").bounding_box()
+                table_box = page.locator("table.trajectory").bounding_box()
+                assert chart_box and table_box and chart_box["height"] > 100
+                assert chart_box["y"] + chart_box["height"] <= table_box["y"], (
+                    "the table stays below the chart"
+                )
+                assert page.locator("table.trajectory tr[data-kind=verdict]").count() == 4
+                assert page.locator(f"tr[data-candidate='{blocked.candidate_id}']").count() == 1
+                page.select_option("select[name=action]", "ALLOW")
+                page.fill("input[name=reason]", "benign on this ward")
+                with page.expect_navigation() as navigation:
+                    page.click("button[name=pin]")
+                assert navigation.value.status == 200 and "Pin ALLOW recorded." in page.content()
+                page.screenshot(path=str(tmp_path / "signature.png"), full_page=True)
 
-                    other = browser.new_context().new_page()
-                    assert sign_in(other, url, clinician, "/").status == 200
-                    refused = other.goto(url + "/memory")
-                    assert refused is not None and refused.status == 403
-                    assert "not for the clinician role" in other.content()
-                finally:
-                    browser.close()
+                other = browser.new_context().new_page()
+                assert sign_in(other, url, clinician, "/").status == 200
+                refused = other.goto(url + "/memory")
+                assert refused is not None and refused.status == 403
+                assert "not for the clinician role" in other.content()
 
             *_, pinned = gate.until(lambda d: d.rule == "operator_pin")
         finally:

@@ -49,12 +49,11 @@ from streams.testing.agent_session import demo_questions
 from streams.testing.console import (
     add_user,
     audit_trail,
+    chromium,
     console_env,
-    launch,
     request_runtime,
     running_console,
     sign_in,
-    sync_playwright,
 )
 from streams.testing.llm_server import ServerProcess
 from topics.admin import ensure_topics
@@ -131,35 +130,31 @@ def test_an_operator_redrives_a_dead_letter_the_agent_worker_made_and_a_clinicia
     coordinates = f"{DLQ}[{dead.partition()}]@{dead.offset()}"
     original = f"{AGENT_REQUESTS}[{letter.partition}]@{letter.offset}"
 
-    with sync_playwright()() as playwright:
-        browser = launch(playwright)
-        try:
-            page = browser.new_context().new_page()
-            page.on("dialog", lambda dialog: pytest.fail(f"a script ran: {dialog.message}"))
-            assert sign_in(page, site.url, site.operator, "/dead-letters").status == 200
-            row = page.locator(f"tr[data-topic='{DLQ}']")
-            assert int(row.get_attribute("data-records") or 0) >= 1
-            page.click(f"a[href='/dead-letters/{DLQ}']")
-            listed = page.locator(f"tr[data-offset='{dead.offset()}']")
-            text = listed.inner_text()
-            assert "decode" in text and "SchemaDecodeError" in text and original in text
-            assert "<script>alert(1)</script>" in text, "the value shown as text, not run"
-            page.click(f"a[href='/dead-letters/{DLQ}/{dead.partition()}/{dead.offset()}']")
-            assert original in page.locator("dd.original").inner_text()
-            assert "origin" in page.locator("table.headers").inner_text()
-            page.fill("textarea[name=note]", "the requests' producer fixed")
-            with page.expect_navigation() as navigation:
-                page.click("button[name=redrive]")
-            assert navigation.value.status == 200
-            assert f"by {site.operator}" in page.locator("p.redriven").inner_text()
-            page.screenshot(path=str(tmp_path / "dead-letter.png"), full_page=True)
+    with chromium() as browser:
+        page = browser.new_context().new_page()
+        page.on("dialog", lambda dialog: pytest.fail(f"a script ran: {dialog.message}"))
+        assert sign_in(page, site.url, site.operator, "/dead-letters").status == 200
+        row = page.locator(f"tr[data-topic='{DLQ}']")
+        assert int(row.get_attribute("data-records") or 0) >= 1
+        page.click(f"a[href='/dead-letters/{DLQ}']")
+        listed = page.locator(f"tr[data-offset='{dead.offset()}']")
+        text = listed.inner_text()
+        assert "decode" in text and "SchemaDecodeError" in text and original in text
+        assert "<script>alert(1)</script>" in text, "the value shown as text, not run"
+        page.click(f"a[href='/dead-letters/{DLQ}/{dead.partition()}/{dead.offset()}']")
+        assert original in page.locator("dd.original").inner_text()
+        assert "origin" in page.locator("table.headers").inner_text()
+        page.fill("textarea[name=note]", "the requests' producer fixed")
+        with page.expect_navigation() as navigation:
+            page.click("button[name=redrive]")
+        assert navigation.value.status == 200
+        assert f"by {site.operator}" in page.locator("p.redriven").inner_text()
+        page.screenshot(path=str(tmp_path / "dead-letter.png"), full_page=True)
 
-            other = browser.new_context().new_page()
-            assert sign_in(other, site.url, site.clinician, "/").status == 200
-            refused = other.goto(site.url + "/dead-letters")
-            assert refused is not None and refused.status == 403 and DLQ not in other.content()
-        finally:
-            browser.close()
+        other = browser.new_context().new_page()
+        assert sign_in(other, site.url, site.clinician, "/").status == 200
+        refused = other.goto(site.url + "/dead-letters")
+        assert refused is not None and refused.status == 403 and DLQ not in other.content()
 
     [action] = [
         a for a in audit_trail(kafka_bootstrap, {site.operator})[site.operator] if a.action == "redrive"
@@ -183,36 +178,32 @@ def test_an_operator_redrives_a_dead_letter_the_agent_worker_made_and_a_clinicia
 def test_a_clinician_asks_the_agent_and_sees_the_answer_the_path_and_each_decision(
     kafka_bootstrap: str, site: Site, tmp_path: Path
 ) -> None:
-    with sync_playwright()() as playwright:
-        browser = launch(playwright)
-        try:
-            page = browser.new_context().new_page()
-            assert sign_in(page, site.url, site.clinician, "/agent").status == 200
-            page.fill("textarea[name=query]", QUESTION.query)
-            with page.expect_navigation() as navigation:
-                page.click("button[name=ask]")
-            assert navigation.value.status == 200 and "/agent/turn/" in page.url
-            turn = page.url.rsplit("/", 1)[1]
-            page.wait_for_selector("dd.answer", timeout=120_000)  # the page reloads itself until answered
-            assert page.locator("dd.answer").inner_text().strip() == QUESTION.answers[-1]
-            path = page.locator("dd.path").inner_text()
-            assert path.startswith("INPUT_ASSEMBLY → INTENT_CLASSIFY → TOOL_SELECT") and path.endswith(
-                "SYNTHESIZE"
-            )
-            rows = page.locator("table.decisions tbody tr")
-            nodes = [rows.nth(i).get_attribute("data-node") for i in range(rows.count())]
-            steps = [rows.nth(i).get_attribute("data-step") for i in range(rows.count())]
-            assert steps == [str(i) for i in range(len(steps))] and set(path.split(" → ")) <= set(nodes)
-            decisions = [rows.nth(i).locator("td.node-decision").inner_text() for i in range(rows.count())]
-            assert all(decision.strip() for decision in decisions)
-            call = page.locator("tr[data-tool='check_drug_safety']").inner_text()
-            assert "dofetilide" in call and "success" in call
-            assert page.locator("dd.llm-calls").inner_text() == "5"
-            page.screenshot(path=str(tmp_path / "agent-turn.png"), full_page=True)
-            page.goto(site.url + "/agent")
-            assert QUESTION.query in page.locator(f"tr[data-turn='{turn}']").inner_text()
-        finally:
-            browser.close()
+    with chromium() as browser:
+        page = browser.new_context().new_page()
+        assert sign_in(page, site.url, site.clinician, "/agent").status == 200
+        page.fill("textarea[name=query]", QUESTION.query)
+        with page.expect_navigation() as navigation:
+            page.click("button[name=ask]")
+        assert navigation.value.status == 200 and "/agent/turn/" in page.url
+        turn = page.url.rsplit("/", 1)[1]
+        page.wait_for_selector("dd.answer", timeout=120_000)  # the page reloads itself until answered
+        assert page.locator("dd.answer").inner_text().strip() == QUESTION.answers[-1]
+        path = page.locator("dd.path").inner_text()
+        assert path.startswith("INPUT_ASSEMBLY → INTENT_CLASSIFY → TOOL_SELECT") and path.endswith(
+            "SYNTHESIZE"
+        )
+        rows = page.locator("table.decisions tbody tr")
+        nodes = [rows.nth(i).get_attribute("data-node") for i in range(rows.count())]
+        steps = [rows.nth(i).get_attribute("data-step") for i in range(rows.count())]
+        assert steps == [str(i) for i in range(len(steps))] and set(path.split(" → ")) <= set(nodes)
+        decisions = [rows.nth(i).locator("td.node-decision").inner_text() for i in range(rows.count())]
+        assert all(decision.strip() for decision in decisions)
+        call = page.locator("tr[data-tool='check_drug_safety']").inner_text()
+        assert "dofetilide" in call and "success" in call
+        assert page.locator("dd.llm-calls").inner_text() == "5"
+        page.screenshot(path=str(tmp_path / "agent-turn.png"), full_page=True)
+        page.goto(site.url + "/agent")
+        assert QUESTION.query in page.locator(f"tr[data-turn='{turn}']").inner_text()
 
     asked = [
         (a.action, a.target, a.outcome)

@@ -18,7 +18,7 @@ from typing import Any
 
 from streams.console.app import HEADERS
 from streams.demo import report
-from streams.testing.console import launch, rgb, sync_playwright
+from streams.testing.console import chromium, rgb
 from tests.report_run import small_run
 
 _CHARTS = """() => [...document.querySelectorAll("figure")].filter(f => f.querySelector("svg")).map(f => {
@@ -72,46 +72,42 @@ def _apart(a: dict[str, Any], b: dict[str, Any]) -> bool:
 def test_every_chart_of_the_report_has_data_in_time_order_and_labels_that_do_not_overlap(
     tmp_path: Path,
 ) -> None:
-    playwright_of = sync_playwright()
+    chromium_of = chromium()
     path = tmp_path / "report.html"
     report.write_report(path, small_run())
-    with playwright_of() as playwright:
-        browser = launch(playwright)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.goto(path.as_uri())
-            charts = page.evaluate(_CHARTS)
-            assert len(charts) == 9, [c["caption"] for c in charts]
-            for chart in charts:
-                caption = chart["caption"]
-                assert chart["lines"] or chart["bars"] or chart["estimates"], f"{caption}: no data drawn"
-                for xs in chart["lines"]:
-                    assert xs and xs == sorted(xs), f"{caption}: a line goes back in x: {xs}"
-                texts = chart["texts"]
-                assert texts, caption
-                frame = chart["frame"]
-                for text in texts:
-                    inside = frame["left"] - 0.5 <= text["left"] and text["right"] <= frame["right"] + 0.5
-                    assert inside and frame["top"] - 0.5 <= text["top"], f"{caption}: {text} leaves the chart"
-                    assert text["bottom"] <= frame["bottom"] + 0.5, f"{caption}: {text} leaves the chart"
-                for i, a in enumerate(texts):
-                    for b in texts[i + 1 :]:
-                        assert _apart(a, b), f"{caption}: {a['text']!r} overlaps {b['text']!r}"
-            page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+    with chromium_of as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(path.as_uri())
+        charts = page.evaluate(_CHARTS)
+        assert len(charts) == 9, [c["caption"] for c in charts]
+        for chart in charts:
+            caption = chart["caption"]
+            assert chart["lines"] or chart["bars"] or chart["estimates"], f"{caption}: no data drawn"
+            for xs in chart["lines"]:
+                assert xs and xs == sorted(xs), f"{caption}: a line goes back in x: {xs}"
+            texts = chart["texts"]
+            assert texts, caption
+            frame = chart["frame"]
+            for text in texts:
+                inside = frame["left"] - 0.5 <= text["left"] and text["right"] <= frame["right"] + 0.5
+                assert inside and frame["top"] - 0.5 <= text["top"], f"{caption}: {text} leaves the chart"
+                assert text["bottom"] <= frame["bottom"] + 0.5, f"{caption}: {text} leaves the chart"
+            for i, a in enumerate(texts):
+                for b in texts[i + 1 :]:
+                    assert _apart(a, b), f"{caption}: {a['text']!r} overlaps {b['text']!r}"
+        page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
 
-            strict = browser.new_page(viewport={"width": 1400, "height": 900})
-            strict.add_init_script(_WATCH_VIOLATIONS)
-            url = "http://report.test/report.html"
-            strict.route(
-                url,
-                lambda route: route.fulfill(
-                    status=200, headers=HEADERS, content_type="text/html", body=path.read_text()
-                ),
-            )
-            strict.goto(url)
-            violations = strict.evaluate("window.violations")
-            assert not [v for v in violations if v["inChart"]], violations
-            colours = strict.evaluate(_COLOURS)
-            assert colours and all(c["drawn"] == rgb(c["given"]) for c in colours), colours
-        finally:
-            browser.close()
+        strict = browser.new_page(viewport={"width": 1400, "height": 900})
+        strict.add_init_script(_WATCH_VIOLATIONS)
+        url = "http://report.test/report.html"
+        strict.route(
+            url,
+            lambda route: route.fulfill(
+                status=200, headers=HEADERS, content_type="text/html", body=path.read_text()
+            ),
+        )
+        strict.goto(url)
+        violations = strict.evaluate("window.violations")
+        assert not [v for v in violations if v["inChart"]], violations
+        colours = strict.evaluate(_COLOURS)
+        assert colours and all(c["drawn"] == rgb(c["given"]) for c in colours), colours
