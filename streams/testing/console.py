@@ -17,6 +17,8 @@ from schemas.wire import make_serde
 from streams.console.records import read_records
 from streams.replay.kafka import commit_end_offsets
 from streams.requests.runtime import group_id
+from streams.runtime.kafka_clients import ensure_catalog
+from streams.runtime.settings import get_settings
 from streams.testing import browser
 from streams.testing.browser import console_env, running_console
 from streams.testing.worker import WorkerProcess
@@ -60,7 +62,9 @@ def sign_in(page: Any, url: str, name: str, path: str) -> Any:
 def request_runtime(bootstrap: str, app_id: str, directory: Path) -> Iterator[WorkerProcess]:
     """``clingate worker --role requests`` of ``app_id`` (its data directory ``directory``), its group
     started at the end of the requests topic, so that it carries out the requests made from then on and
-    none of an earlier test on the session broker; stopped on exit."""
+    none of an earlier test on the session broker; stopped on exit. The catalog's topics are made first
+    where they are missing (a fresh broker: the console, which would make them, starts later)."""
+    ensure_catalog(get_settings(), bootstrap)
     commit_end_offsets(bootstrap, group_id(app_id), [CONSOLE_REQUESTS])
     runtime = WorkerProcess(bootstrap, app_id, directory, {}, role="requests")
     runtime.start()
