@@ -42,9 +42,9 @@ the gate's memory view, a progress read, replay's read-back. Once its local queu
 ``queued.min.messages`` records (default 100,000, counted over every partition the consumer reads) or
 ``queued.max.messages.kbytes``, librdkafka postpones the next fetch by ``fetch.queue.backoff.ms``
 (default one second); a reader that empties the queue in a fraction of that then waits out the rest,
-once per queueful. Here the record threshold is above any backlog the queue's 64 MiB can hold, and a
-full queue is looked at again after 10 ms. The memory's restore reads its changelog about twice as
-fast (docs/performance.md, "Runtime side by side")."""
+once per queueful. Here the record threshold is ten times higher, so the queue's size bound (64 MiB by
+default) usually comes first, and a full queue is looked at again after 10 ms (the figures:
+docs/performance.md, "Runtime side by side")."""
 
 
 def ensure_catalog(settings: Settings, bootstrap: str) -> None:
